@@ -1,0 +1,53 @@
+"""The ``costscale`` command line. Each subcommand lives in ``daemon/commands/<name>.py`` and
+exposes ``register(subparsers)``; its handler returns an exit code. Usage and config errors print
+one line on stderr and exit 2, never a traceback (DESIGN invariant 5)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from daemon.errors import UsageError
+
+COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="costscale", description="Cost-aware autoscaler for ML inference on AWS EC2.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"daemon.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"daemon.commands.{name}":
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        for line in exc.lines:
+            print(f"costscale: {line}" if not line.startswith("costscale") else line, file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("costscale: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""``costscale validate FILE``: exit 0 for a valid config; else one line per problem, exit 2."""
+from __future__ import annotations
+
+import argparse
+
+from daemon.config import load_config
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="check a config file")
+    p.add_argument("config", metavar="FILE")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    print(f"{args.config}: ok (cluster {cfg.cluster}, budget {cfg.budget_per_hour:g} $/hr, "
+          f"{len(cfg.models)} model(s), {len(cfg.instance_types)} instance type(s))")
+    return 0

@@ -1,0 +1,276 @@
+"""The one YAML file a user writes: pydantic models, loading, and line-numbered error messages.
+
+``load_config(path)`` returns a validated :class:`Config` or raises :class:`ConfigError` whose
+``lines`` hold one message per problem, each naming the field path and its YAML line
+(DESIGN invariant 5).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from daemon.errors import ConfigError
+from scaler.batch_mix import parse_batch_dist
+from scaler.catalog import InstanceType, load_catalog
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """One served model (an application's default model in INFaaS terms)."""
+
+    name: str
+    onnx: str = Field("builtin:mlp", description="path to an .onnx file, or builtin:mlp for the demo model")
+    qos_ms: Annotated[float, Field(gt=0)] = Field(..., description="p99 latency target in ms")
+    max_batch: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    min_accuracy: Annotated[float, Field(ge=0, le=1)] = 0.0
+    profile: str | None = Field(None, description="model name in the latency profile CSV (default: name)")
+    application: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+    @property
+    def profile_name(self) -> str:
+        return self.profile or self.name
+
+
+class InstanceTypeSpec(_Strict):
+    type: str
+    min: Annotated[int, Field(ge=0)] = 0
+    max: Annotated[int, Field(ge=0)] | None = None
+    price_per_hour: Annotated[float, Field(gt=0)] | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        known = load_catalog()
+        if v not in known:
+            raise ValueError(f"unknown instance type {v!r} (known: {', '.join(sorted(known))})")
+        return v
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "InstanceTypeSpec":
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+class LaunchTemplateRef(_Strict):
+    id: str | None = None
+    name: str | None = None
+    version: str = "$Default"
+
+    @model_validator(mode="after")
+    def _one(self) -> "LaunchTemplateRef":
+        if bool(self.id) == bool(self.name):
+            raise ValueError("give exactly one of id or name")
+        return self
+
+
+class LaunchSpec(_Strict):
+    """How instances are launched on EC2 (run_instances parameters)."""
+
+    ami_id: str | None = None
+    launch_template: LaunchTemplateRef | None = None
+    subnet_id: str | None = None
+    security_group_ids: list[str] = Field(default_factory=list)
+    key_name: str | None = None
+    iam_instance_profile: str | None = None
+    user_data: str | None = Field(None, description="extra cloud-init; costscale appends its worker start")
+    tags: dict[str, str] = Field(default_factory=dict)
+    pending_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+
+    @model_validator(mode="after")
+    def _image(self) -> "LaunchSpec":
+        if not self.ami_id and self.launch_template is None:
+            raise ValueError("give ami_id or launch_template")
+        return self
+
+
+class DispatcherSpec(_Strict):
+    listen: str = "127.0.0.1:50051"
+    policy: Literal["kairos", "fcfs", "drs", "clockwork"] = "kairos"
+    queue_limit: Annotated[int, Field(ge=1)] = 10_000
+    on_deadline: Literal["drop", "best_effort"] = "drop"
+    max_payload_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024
+    cluster_token: str | None = Field(None, description="shared secret workers present when they register")
+    cluster_token_file: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _hostport(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT")
+        return v
+
+
+class IntervalsSpec(_Strict):
+    fleet_s: Annotated[float, Field(gt=0)] = 30.0
+    model_s: Annotated[float, Field(gt=0)] = 1.0
+    reconcile_s: Annotated[float, Field(gt=0)] = 60.0
+
+
+class WorkloadSpec(_Strict):
+    """What the planner assumes before the dispatcher has measured anything."""
+
+    batch_dist: str = "deeprecsys"
+    expected_qps: Annotated[float, Field(ge=0)] = 0.0
+
+    @field_validator("batch_dist")
+    @classmethod
+    def _dist(cls, v: str) -> str:
+        parse_batch_dist(v)
+        return v
+
+
+class Config(_Strict):
+    cluster: str
+    region: str = "us-east-1"
+    budget_per_hour: Annotated[float, Field(gt=0)]
+    objective: Literal["max_throughput", "min_cost"] = "max_throughput"
+    headroom: Annotated[float, Field(ge=0, le=10)] = 0.1
+    models: Annotated[list[ModelSpec], Field(min_length=1)]
+    instance_types: Annotated[list[InstanceTypeSpec], Field(min_length=1)]
+    launch: LaunchSpec
+    dispatcher: DispatcherSpec = DispatcherSpec()
+    intervals: IntervalsSpec = IntervalsSpec()
+    workload: WorkloadSpec = WorkloadSpec()
+    profiles: str | None = Field(None, description="latency profile CSV (default: the shipped Kairos profiles)")
+    state_path: str = "/var/lib/costscale/state.db"
+    on_shutdown: Literal["keep", "terminate"] = "keep"
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> "Config":
+        names = [m.name for m in self.models]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate model name(s): {', '.join(sorted(dup))}")
+        types = [t.type for t in self.instance_types]
+        dupt = {n for n in types if types.count(n) > 1}
+        if dupt:
+            raise ValueError(f"duplicate instance type(s): {', '.join(sorted(dupt))}")
+        return self
+
+    # -- derived views used by the decisions ---------------------------------------------------
+    def catalog(self) -> dict[str, InstanceType]:
+        """The catalog restricted to the allowed types, with YAML price overrides applied."""
+        full = load_catalog({t.type: t.price_per_hour for t in self.instance_types if t.price_per_hour})
+        return {t.type: full[t.type] for t in self.instance_types}
+
+    def model(self, name: str | None = None) -> ModelSpec:
+        if name is None:
+            return self.models[0]
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def type_bounds(self) -> dict[str, tuple[int, int | None]]:
+        return {t.type: (t.min, t.max) for t in self.instance_types}
+
+
+# --- loading with YAML line numbers -------------------------------------------------------------
+
+def _node_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = k.value
+            out[path + (key,)] = k.start_mark.line + 1
+            _node_lines(v, path + (key,), out)
+            out[path + (key,)] = k.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _node_lines(item, path + (i,), out)
+
+
+def _line_for(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
+    loc = tuple(loc)
+    while loc:
+        if loc in lines:
+            return lines[loc]
+        loc = loc[:-1]
+    return lines.get(())
+
+
+def _fmt_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def parse_config_text(text: str, source: str = "<config>") -> Config:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{source}: {where}YAML syntax error: {problem}") from None
+    if data is None:
+        raise ConfigError(f"{source}: the file is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: line 1: the top level must be a mapping of fields")
+    lines: dict[tuple[Any, ...], int] = {}
+    if node is not None:
+        _node_lines(node, (), lines)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        msgs = []
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and "]" in p and p.startswith(("function", "constrained"))))
+            line = _line_for(loc, lines)
+            msg = err["msg"]
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            if err["type"] == "missing":
+                msg = "required field is missing"
+            elif err["type"] == "extra_forbidden":
+                msg = "unknown field"
+            lines_txt = f"line {line}: " if line else ""
+            msgs.append(f"{source}: {lines_txt}{_fmt_loc(loc)}: {msg}")
+        raise ConfigError(msgs[0], lines=msgs) from None
+
+
+def load_config(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, not a YAML file") from None
+    except PermissionError:
+        raise ConfigError(f"{p}: permission denied") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    return parse_config_text(text, str(p))

@@ -1,0 +1,61 @@
+"""The query-loop decision interface (Kairos §5.1): which idle worker serves which waiting query.
+
+A policy is pure: it takes a snapshot of the queue and the workers and a time ``now`` (seconds on
+the caller's clock) and returns assignments. The live dispatcher and the simulator call the very
+same objects. Only idle workers may receive a query (one query per worker at a time); queries not
+assigned stay queued.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class QueryView:
+    query_id: str
+    model: str
+    batch_size: int
+    arrival: float          # seconds, same clock as ``now``
+    qos_ms: float           # this query's p99 latency target
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    worker_id: str
+    instance_type: str
+    busy_until: float       # when its in-flight query is predicted to finish (<= now: idle)
+    idle: bool              # no query in flight (only idle workers may be assigned)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    query_id: str
+    worker_id: str
+
+
+class LatencyPredictor(Protocol):
+    """Predicted service time (ms) of a batch on an instance type (see dispatcher.latency_model)."""
+
+    def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float: ...
+
+    def predict_many(self, model: str, instance_type: str, batch_sizes: np.ndarray) -> np.ndarray: ...
+
+
+class Policy(Protocol):
+    name: str
+
+    def match(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]: ...
+
+
+class FirstIdlePolicy:
+    """The simplest routing: oldest query to the first idle worker. Baseline and fallback."""
+
+    name = "first-idle"
+
+    def match(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]:
+        idle = [w for w in workers if w.idle]
+        ordered = sorted(queue, key=lambda q: q.arrival)
+        return [Assignment(q.query_id, w.worker_id) for q, w in zip(ordered, idle)]

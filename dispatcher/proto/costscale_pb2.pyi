@@ -1,0 +1,288 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Tensor(_message.Message):
+    __slots__ = ("name", "shape", "dtype", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("model", "application", "variant", "batch_size", "inputs", "latency_slo_ms", "min_accuracy", "idempotency_key")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_SLO_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    application: str
+    variant: str
+    batch_size: int
+    inputs: _containers.RepeatedCompositeFieldContainer[Tensor]
+    latency_slo_ms: float
+    min_accuracy: float
+    idempotency_key: str
+    def __init__(self, model: _Optional[str] = ..., application: _Optional[str] = ..., variant: _Optional[str] = ..., batch_size: _Optional[int] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., latency_slo_ms: _Optional[float] = ..., min_accuracy: _Optional[float] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class SubmitReply(_message.Message):
+    __slots__ = ("outputs", "model", "variant", "instance_id", "instance_type", "queue_ms", "service_ms", "total_ms", "slo_met", "provider")
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    SLO_MET_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    outputs: _containers.RepeatedCompositeFieldContainer[Tensor]
+    model: str
+    variant: str
+    instance_id: str
+    instance_type: str
+    queue_ms: float
+    service_ms: float
+    total_ms: float
+    slo_met: bool
+    provider: str
+    def __init__(self, outputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ..., instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., queue_ms: _Optional[float] = ..., service_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., slo_met: _Optional[bool] = ..., provider: _Optional[str] = ...) -> None: ...
+
+class RegisterModelRequest(_message.Message):
+    __slots__ = ("name", "application", "onnx", "onnx_path", "validation_path", "qos_ms", "max_batch")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    ONNX_FIELD_NUMBER: _ClassVar[int]
+    ONNX_PATH_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_PATH_FIELD_NUMBER: _ClassVar[int]
+    QOS_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    application: str
+    onnx: bytes
+    onnx_path: str
+    validation_path: str
+    qos_ms: float
+    max_batch: int
+    def __init__(self, name: _Optional[str] = ..., application: _Optional[str] = ..., onnx: _Optional[bytes] = ..., onnx_path: _Optional[str] = ..., validation_path: _Optional[str] = ..., qos_ms: _Optional[float] = ..., max_batch: _Optional[int] = ...) -> None: ...
+
+class RegisterModelReply(_message.Message):
+    __slots__ = ("name", "variants")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    variants: _containers.RepeatedCompositeFieldContainer[VariantInfo]
+    def __init__(self, name: _Optional[str] = ..., variants: _Optional[_Iterable[_Union[VariantInfo, _Mapping]]] = ...) -> None: ...
+
+class VariantInfo(_message.Message):
+    __slots__ = ("name", "model", "application", "precision", "hardware", "provider", "tuned_batch", "accuracy", "accuracy_estimated", "state", "instances")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    TUNED_BATCH_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    model: str
+    application: str
+    precision: str
+    hardware: str
+    provider: str
+    tuned_batch: int
+    accuracy: float
+    accuracy_estimated: bool
+    state: str
+    instances: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., model: _Optional[str] = ..., application: _Optional[str] = ..., precision: _Optional[str] = ..., hardware: _Optional[str] = ..., provider: _Optional[str] = ..., tuned_batch: _Optional[int] = ..., accuracy: _Optional[float] = ..., accuracy_estimated: _Optional[bool] = ..., state: _Optional[str] = ..., instances: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListVariantsRequest(_message.Message):
+    __slots__ = ("model", "application")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    application: str
+    def __init__(self, model: _Optional[str] = ..., application: _Optional[str] = ...) -> None: ...
+
+class ListVariantsReply(_message.Message):
+    __slots__ = ("variants",)
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
+    variants: _containers.RepeatedCompositeFieldContainer[VariantInfo]
+    def __init__(self, variants: _Optional[_Iterable[_Union[VariantInfo, _Mapping]]] = ...) -> None: ...
+
+class OfflineJobRequest(_message.Message):
+    __slots__ = ("model", "application", "input_path", "output_path", "min_accuracy")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_PATH_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_PATH_FIELD_NUMBER: _ClassVar[int]
+    MIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    application: str
+    input_path: str
+    output_path: str
+    min_accuracy: float
+    def __init__(self, model: _Optional[str] = ..., application: _Optional[str] = ..., input_path: _Optional[str] = ..., output_path: _Optional[str] = ..., min_accuracy: _Optional[float] = ...) -> None: ...
+
+class OfflineJobReply(_message.Message):
+    __slots__ = ("job_id", "state", "done", "total", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    done: int
+    total: int
+    message: str
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers")
+    class PoolEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    COST_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    ARRIVAL_QPS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    budget_per_hour: float
+    cost_per_hour: float
+    pool: _containers.ScalarMap[str, int]
+    queued: int
+    served: int
+    rejected: int
+    arrival_qps: float
+    workers: int
+    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ...) -> None: ...
+
+class RegisterWorkerRequest(_message.Message):
+    __slots__ = ("instance_id", "instance_type", "address", "token", "providers", "executor")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PROVIDERS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    instance_type: str
+    address: str
+    token: str
+    providers: _containers.RepeatedScalarFieldContainer[str]
+    executor: str
+    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., address: _Optional[str] = ..., token: _Optional[str] = ..., providers: _Optional[_Iterable[str]] = ..., executor: _Optional[str] = ...) -> None: ...
+
+class RegisterWorkerReply(_message.Message):
+    __slots__ = ("accepted", "message")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    message: str
+    def __init__(self, accepted: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
+class InferRequest(_message.Message):
+    __slots__ = ("query_id", "model", "variant", "batch_size", "inputs")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    model: str
+    variant: str
+    batch_size: int
+    inputs: _containers.RepeatedCompositeFieldContainer[Tensor]
+    def __init__(self, query_id: _Optional[str] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ..., batch_size: _Optional[int] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
+
+class InferReply(_message.Message):
+    __slots__ = ("outputs", "service_ms", "compute_ms", "provider", "variant")
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_MS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_MS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    outputs: _containers.RepeatedCompositeFieldContainer[Tensor]
+    service_ms: float
+    compute_ms: float
+    provider: str
+    variant: str
+    def __init__(self, outputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., service_ms: _Optional[float] = ..., compute_ms: _Optional[float] = ..., provider: _Optional[str] = ..., variant: _Optional[str] = ...) -> None: ...
+
+class HealthRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HealthReply(_message.Message):
+    __slots__ = ("instance_id", "instance_type", "providers", "executor", "emulated", "in_flight", "loaded_variants", "served")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDERS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    EMULATED_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    LOADED_VARIANTS_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    instance_type: str
+    providers: _containers.RepeatedScalarFieldContainer[str]
+    executor: str
+    emulated: bool
+    in_flight: int
+    loaded_variants: _containers.RepeatedScalarFieldContainer[str]
+    served: int
+    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., providers: _Optional[_Iterable[str]] = ..., executor: _Optional[str] = ..., emulated: _Optional[bool] = ..., in_flight: _Optional[int] = ..., loaded_variants: _Optional[_Iterable[str]] = ..., served: _Optional[int] = ...) -> None: ...
+
+class VariantRequest(_message.Message):
+    __slots__ = ("model", "variant", "onnx", "onnx_path")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    ONNX_FIELD_NUMBER: _ClassVar[int]
+    ONNX_PATH_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    variant: str
+    onnx: bytes
+    onnx_path: str
+    def __init__(self, model: _Optional[str] = ..., variant: _Optional[str] = ..., onnx: _Optional[bytes] = ..., onnx_path: _Optional[str] = ...) -> None: ...
+
+class VariantReply(_message.Message):
+    __slots__ = ("ok", "message", "load_ms")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LOAD_MS_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    message: str
+    load_ms: float
+    def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., load_ms: _Optional[float] = ...) -> None: ...

@@ -1,0 +1,126 @@
+"""Latency profiles: service time of one query per (model, instance type, batch size).
+
+Source data: real AWS measurements from the Kairos artifact (``config/kairos_latency_profiles.csv``,
+MIT, see ``config/LICENSE.kairos-data``), batch sizes 10..1000 in steps of 10. A query's batch is
+rounded *up* to the next profiled size to look up its latency (data README); beyond the largest
+profiled size the last two points are extrapolated linearly.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Literal
+
+import numpy as np
+
+Stat = Literal["mean", "p50", "p99"]
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    """Service latency (ms) of one model on one instance type, by batch size (sorted ascending)."""
+
+    model: str
+    instance_type: str
+    batch_sizes: np.ndarray
+    mean_ms: np.ndarray
+    p50_ms: np.ndarray
+    p99_ms: np.ndarray
+
+    def column(self, stat: Stat = "mean") -> np.ndarray:
+        return {"mean": self.mean_ms, "p50": self.p50_ms, "p99": self.p99_ms}[stat]
+
+    def latency_ms(self, batch: float | np.ndarray, stat: Stat = "mean") -> np.ndarray:
+        """Latency for ``batch`` (scalar or array): round up to the next profiled size; linear
+        extrapolation from the last two points past the largest; the first point below the smallest."""
+        b = np.asarray(batch, dtype=float)
+        col = self.column(stat)
+        sizes = self.batch_sizes
+        idx = np.searchsorted(sizes, b, side="left")
+        inside = idx < len(sizes)
+        out = np.empty_like(b, dtype=float)
+        out[inside] = col[idx[inside]]
+        if (~inside).any():
+            if len(sizes) >= 2:
+                slope = (col[-1] - col[-2]) / (sizes[-1] - sizes[-2])
+            else:
+                slope = col[-1] / sizes[-1]
+            out[~inside] = col[-1] + slope * (b[~inside] - sizes[-1])
+        return out
+
+    def largest_batch_within(self, limit_ms: float, stat: Stat = "mean") -> int:
+        """Largest profiled batch size whose latency is <= ``limit_ms`` (0 when none)."""
+        ok = self.column(stat) <= limit_ms
+        return int(self.batch_sizes[ok].max()) if ok.any() else 0
+
+
+@dataclass
+class ProfileTable:
+    """All profiles, keyed by (model, instance type)."""
+
+    profiles: dict[tuple[str, str], LatencyProfile] = field(default_factory=dict)
+
+    def get(self, model: str, instance_type: str) -> LatencyProfile:
+        try:
+            return self.profiles[(model, instance_type)]
+        except KeyError:
+            raise KeyError(f"no latency profile for model {model!r} on {instance_type!r}") from None
+
+    def has(self, model: str, instance_type: str) -> bool:
+        return (model, instance_type) in self.profiles
+
+    def models(self) -> list[str]:
+        return sorted({m for m, _ in self.profiles})
+
+    def types(self, model: str | None = None) -> list[str]:
+        return sorted({t for m, t in self.profiles if model is None or m == model})
+
+    def latency_ms(self, model: str, instance_type: str, batch: float | np.ndarray, stat: Stat = "mean") -> np.ndarray:
+        return self.get(model, instance_type).latency_ms(batch, stat)
+
+
+def default_profiles_path() -> Path:
+    return Path(str(resources.files("config").joinpath("kairos_latency_profiles.csv")))
+
+
+def profiles_from_rows(rows: Iterable[dict[str, str]]) -> ProfileTable:
+    grouped: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
+    for r in rows:
+        key = (r["model"], r["instance_type"])
+        grouped.setdefault(key, []).append(
+            (float(r["batch_size"]), float(r["service_ms_mean"]), float(r["service_ms_p50"]), float(r["service_ms_p99"]))
+        )
+    table = ProfileTable()
+    for (model, itype), pts in grouped.items():
+        arr = np.array(sorted(pts), dtype=float)
+        table.profiles[(model, itype)] = LatencyProfile(
+            model=model, instance_type=itype, batch_sizes=arr[:, 0],
+            mean_ms=arr[:, 1], p50_ms=arr[:, 2], p99_ms=arr[:, 3],
+        )
+    return table
+
+
+def load_profiles_csv(path: str | Path | None = None) -> ProfileTable:
+    """Load a profile CSV (columns model, instance_type, batch_size, service_ms_mean/_p50/_p99).
+
+    Raises ``ValueError`` with one line naming the file and the problem.
+    """
+    p = Path(path) if path is not None else default_profiles_path()
+    try:
+        with p.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            need = {"model", "instance_type", "batch_size", "service_ms_mean", "service_ms_p50", "service_ms_p99"}
+            missing = need - set(reader.fieldnames or [])
+            if missing:
+                raise ValueError(f"{p}: profile CSV lacks column(s) {', '.join(sorted(missing))}")
+            return profiles_from_rows(reader)
+    except OSError as exc:
+        raise ValueError(f"{p}: cannot read profile CSV ({exc.strerror or exc})") from None
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{p}: malformed profile CSV ({exc})") from None
+    except ValueError as exc:
+        if str(exc).startswith(str(p)):
+            raise
+        raise ValueError(f"{p}: malformed profile CSV ({exc})") from None
