@@ -137,6 +137,14 @@ class WorkloadSpec(_Strict):
         return v
 
 
+class AwsSpec(_Strict):
+    """How boto3 reaches AWS. The standard credential chain is used; endpoint_url is for testing
+    against a local EC2 emulator (moto) and should stay unset in production."""
+
+    endpoint_url: str | None = None
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 8
+
+
 class Config(_Strict):
     cluster: str
     region: str = "us-east-1"
@@ -152,6 +160,9 @@ class Config(_Strict):
     profiles: str | None = Field(None, description="latency profile CSV (default: the shipped Kairos profiles)")
     state_path: str = "/var/lib/costscale/state.db"
     on_shutdown: Literal["keep", "terminate"] = "keep"
+    aws: AwsSpec = AwsSpec()
+    pinned_pool: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="manual mode: hold exactly this pool instead of planning (still within budget)")
 
     @field_validator("cluster")
     @classmethod
@@ -170,6 +181,11 @@ class Config(_Strict):
         dupt = {n for n in types if types.count(n) > 1}
         if dupt:
             raise ValueError(f"duplicate instance type(s): {', '.join(sorted(dupt))}")
+        if self.pinned_pool:
+            allowed = set(types)
+            bad = sorted(set(self.pinned_pool) - allowed)
+            if bad:
+                raise ValueError(f"pinned_pool names type(s) not in instance_types: {', '.join(bad)}")
         return self
 
     # -- derived views used by the decisions ---------------------------------------------------
