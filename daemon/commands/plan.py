@@ -1,0 +1,108 @@
+"""``costscale plan CONFIG``: the pool the planner would hold for one model (Kairos §5.2).
+
+Flags override the config: --model, --budget, --types, --qos-ms, --batch-dist, --profiles; --top K
+pools are listed (default 10); --json prints exactly one JSON object (``Plan.to_json``).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from daemon.config import load_config
+from daemon.errors import UsageError
+from scaler.base_aux import PlanError
+from scaler.batch_mix import mix_from_dist, parse_batch_dist
+from scaler.plan import MIX_SEED, Plan, choose_pool, plan_inputs_from_config
+from scaler.profiles import load_profiles_csv
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="show the pool the planner picks within the budget")
+    p.add_argument("config", metavar="CONFIG")
+    p.add_argument("--profiles", metavar="CSV", help="latency profile CSV (default: config's, else shipped)")
+    p.add_argument("--model", metavar="M", help="model name from the config (default: the first)")
+    p.add_argument("--budget", metavar="X", type=float, help="budget in $/hr")
+    p.add_argument("--types", metavar="TYPE,TYPE", help="allowed instance types (comma-separated)")
+    p.add_argument("--qos-ms", metavar="T", type=float, help="QoS target in ms (default: the model's qos_ms)")
+    p.add_argument("--batch-dist", metavar="DIST", help="deeprecsys | gaussian | lognormal | fixed:N")
+    p.add_argument("--objective", choices=("max_throughput", "min_cost"), help="default: the config's")
+    p.add_argument("--demand-qps", metavar="Q", type=float, help="demand for min_cost (default: workload.expected_qps)")
+    p.add_argument("--top", metavar="K", type=int, default=10, help="pools to list (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _profiles_path(args: argparse.Namespace, cfg_profiles: str | None) -> str | None:
+    if args.profiles:
+        return args.profiles
+    if cfg_profiles:
+        rel = Path(args.config).parent / cfg_profiles
+        return str(rel) if not Path(cfg_profiles).is_absolute() and rel.exists() else cfg_profiles
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.budget is not None and not args.budget > 0:
+        raise UsageError("plan: --budget must be > 0")
+    if args.qos_ms is not None and not args.qos_ms > 0:
+        raise UsageError("plan: --qos-ms must be > 0")
+    if args.top < 1:
+        raise UsageError("plan: --top must be >= 1")
+    if args.demand_qps is not None and args.demand_qps < 0:
+        raise UsageError("plan: --demand-qps must be >= 0")
+    cfg = load_config(args.config)
+    try:
+        profiles = load_profiles_csv(_profiles_path(args, cfg.profiles))
+    except ValueError as exc:
+        raise UsageError(f"plan: {exc}") from None
+    types = None
+    if args.types is not None:
+        types = [t.strip() for t in args.types.split(",") if t.strip()]
+        if not types:
+            raise UsageError("plan: --types needs at least one instance type")
+        if len(set(types)) != len(types):
+            raise UsageError("plan: --types lists a type twice")
+    dist = args.batch_dist or cfg.workload.batch_dist
+    try:
+        parse_batch_dist(dist)
+    except ValueError as exc:
+        raise UsageError(f"plan: --batch-dist: {exc}") from None
+    objective = args.objective or cfg.objective
+    demand = args.demand_qps if args.demand_qps is not None else cfg.workload.expected_qps
+    try:
+        model = args.model if args.model is not None else cfg.models[0].name
+        max_batch = next((m.max_batch for m in cfg.models if m.name == model), 1000)
+        mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=max_batch)
+        inputs = plan_inputs_from_config(cfg, profiles, model, mix, types=types, budget=args.budget, qos_ms=args.qos_ms)
+        plan = choose_pool(inputs, objective=objective, demand_qps=demand, headroom=cfg.headroom, top_k=args.top)
+    except PlanError as exc:
+        raise UsageError(f"plan: {exc}") from None
+    if args.json:
+        print(plan.to_json())
+    else:
+        print(render(plan, dist))
+    return 0
+
+
+def render(plan: Plan, dist: str) -> str:
+    """Human-readable plan: the top pools, the pick and its rule, base and auxiliary types."""
+    types = list(plan.chosen)
+    head = ["#"] + types + ["$/hr", "QPS bound"]
+    rows = []
+    for i, (pool, cost, bound) in enumerate(plan.ranked, 1):
+        mark = "*" if pool == plan.chosen else ""
+        rows.append([f"{i}{mark}"] + [str(pool[t]) for t in types] + [f"{cost:.4f}", f"{bound:.1f}"])
+    widths = [max(len(h), *(len(r[j]) for r in rows)) if rows else len(h) for j, h in enumerate(head)]
+    fmt = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))  # noqa: E731
+    lines = [f"model {plan.model}: budget {plan.budget_per_hour:g} $/hr, batch mix {dist}, "
+             f"{plan.pools_ranked} pools within budget; top {len(plan.ranked)} by upper bound (* = pick):",
+             fmt(head)] + [fmt(r) for r in rows]
+    pick = ", ".join(f"{t} x{c}" for t, c in plan.chosen.items() if c) or "(empty)"
+    lines.append(f"pick: {pick}  ({plan.cost_per_hour:.4f} $/hr, upper bound {plan.upper_bound_qps:.1f} QPS, "
+                 f"rule {plan.rule})")
+    if plan.demand_unmet:
+        lines.append("warning: no pool within budget covers the demand; holding the max-upper-bound pool")
+    lines.append(f"base type: {plan.base_type}")
+    for t, a in plan.aux.items():
+        lines.append(f"auxiliary {t}: s = {int(a['s'])} (largest batch within QoS), f = {a['f']:.3f}")
+    return "\n".join(lines)

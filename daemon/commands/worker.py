@@ -1,0 +1,134 @@
+"""``costscale worker``: run the worker runtime on an instance (or locally, standing for one).
+
+Prints ``listening HOST:PORT`` as the first stdout line once bound (``--listen 127.0.0.1:0`` picks a
+free port; the demo parses the line). SIGTERM/SIGINT stop it gracefully. The instance id and type
+come from flags or COSTSCALE_INSTANCE_ID / COSTSCALE_INSTANCE_TYPE (EC2 instance metadata is not
+read); the cluster token from --token, --token-file or COSTSCALE_CLUSTER_TOKEN. Bad flags raise
+UsageError (one line, exit 2); a refused registration exits 1.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from daemon.errors import UsageError
+from scaler.catalog import load_catalog
+from variants.builtin_models import ModelError
+from variants.executor import parse_providers
+
+if TYPE_CHECKING:
+    from variants.worker_server import WorkerOptions
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("worker", help="serve model variants on this instance (worker gRPC service)")
+    p.add_argument("--listen", default="0.0.0.0:50061", metavar="HOST:PORT",
+                   help="address to serve on (port 0: pick a free one) [0.0.0.0:50061]")
+    p.add_argument("--dispatcher", metavar="HOST:PORT", help="register with this dispatcher's Control service")
+    p.add_argument("--advertise", metavar="HOST:PORT", help="address given to the dispatcher (default: the bound one)")
+    tok = p.add_mutually_exclusive_group()
+    tok.add_argument("--token", help="cluster token presented when registering [$COSTSCALE_CLUSTER_TOKEN]")
+    tok.add_argument("--token-file", metavar="F", help="file holding the cluster token")
+    p.add_argument("--instance-id", default=None, help="this instance's id [$COSTSCALE_INSTANCE_ID]")
+    p.add_argument("--instance-type", default=None, help="this instance's EC2 type [$COSTSCALE_INSTANCE_TYPE]")
+    p.add_argument("--model", action="append", default=[], metavar="NAME=SPEC",
+                   help="serve SPEC (builtin:mlp or an .onnx path) as NAME; repeatable [mlp=builtin:mlp]")
+    p.add_argument("--emulate-profile", metavar="MODEL",
+                   help="pad each query's service time to MODEL's latency profile on this instance type")
+    p.add_argument("--profiles", metavar="CSV", help="latency profile CSV [the shipped Kairos profiles]")
+    p.add_argument("--providers", default="auto", metavar="LIST",
+                   help="ONNX Runtime providers in order, e.g. cuda,cpu; auto = CUDA first on GPU types [auto]")
+    p.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads [ORT default]")
+    p.add_argument("--cache-dir", default=None, metavar="DIR", help="where built-in and pushed models are written")
+    p.add_argument("--register-attempts", type=int, default=None, metavar="N",
+                   help="give up registering after N failed attempts [retry until answered]")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=run)
+
+
+def _hostport(flag: str, value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"{flag}: {value!r} is not HOST:PORT")
+    return value
+
+
+def build_options(args: argparse.Namespace) -> "WorkerOptions":
+    """Check the flags and build WorkerOptions (every problem is a UsageError)."""
+    from variants.worker_server import WorkerOptions, default_cache_dir
+
+    listen = _hostport("--listen", args.listen)
+    dispatcher = _hostport("--dispatcher", args.dispatcher) if args.dispatcher else None
+    advertise = _hostport("--advertise", args.advertise) if args.advertise else None
+    token = args.token or os.environ.get("COSTSCALE_CLUSTER_TOKEN", "")
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise UsageError(f"--token-file: cannot read {args.token_file} ({exc.strerror or exc})") from None
+        if not token:
+            raise UsageError(f"--token-file: {args.token_file} is empty")
+    instance_id = args.instance_id or os.environ.get("COSTSCALE_INSTANCE_ID")
+    if not instance_id:
+        raise UsageError("--instance-id: missing (give the flag or set COSTSCALE_INSTANCE_ID)")
+    instance_type = args.instance_type or os.environ.get("COSTSCALE_INSTANCE_TYPE")
+    if not instance_type:
+        raise UsageError("--instance-type: missing (give the flag or set COSTSCALE_INSTANCE_TYPE)")
+    catalog = load_catalog()
+    if instance_type not in catalog:
+        raise UsageError(f"--instance-type: unknown instance type {instance_type!r} (known: {', '.join(sorted(catalog))})")
+    models: dict[str, str] = {}
+    for item in args.model:
+        name, sep, spec = item.partition("=")
+        if not sep or not name.strip() or not spec.strip():
+            raise UsageError(f"--model: {item!r} is not NAME=SPEC")
+        if name in models:
+            raise UsageError(f"--model: model {name!r} given twice")
+        models[name.strip()] = spec.strip()
+    try:
+        providers = parse_providers(args.providers)
+    except ValueError as exc:
+        raise UsageError(f"--providers: {exc}") from None
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads: must be >= 1")
+    if args.register_attempts is not None and args.register_attempts < 1:
+        raise UsageError("--register-attempts: must be >= 1")
+    return WorkerOptions(
+        instance_id=instance_id, instance_type=instance_type, listen=listen,
+        models=models or {"mlp": "builtin:mlp"}, dispatcher=dispatcher, token=token, advertise=advertise,
+        providers=providers, emulate_profile=args.emulate_profile,
+        profiles_path=Path(args.profiles) if args.profiles else None,
+        cache_dir=Path(args.cache_dir) if args.cache_dir else default_cache_dir(),
+        threads=args.threads, register_attempts=args.register_attempts)
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = build_options(args)
+    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from variants.worker_server import RegistrationFailed, RegistrationRefused, serve_worker
+
+    def listening(address: str) -> None:
+        print(f"listening {address}", flush=True)
+
+    async def main() -> None:
+        await serve_worker(opts, on_listening=listening)
+
+    try:
+        asyncio.run(main())
+    except (ModelError, ValueError) as exc:  # a bad model file / profile: the user's input
+        raise UsageError(str(exc).splitlines()[0]) from None
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+    except RegistrationRefused as exc:
+        print(f"costscale: dispatcher {opts.dispatcher} refused this worker: {exc}", file=sys.stderr)
+        return 1
+    except RegistrationFailed as exc:
+        print(f"costscale: {exc}", file=sys.stderr)
+        return 1
+    return 0

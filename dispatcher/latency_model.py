@@ -1,0 +1,225 @@
+"""Online latency model: predicted service time (ms) of a query per (model or variant, instance type).
+
+Kairos §5.1, "Remarks on assumptions and overhead": inference latency is almost linear in the batch
+size (Pearson > 0.99), so Kairos starts with a *linear model* fitted online from a handful of
+queries and "quickly transitions into a lookup table after processing more queries".
+
+Prediction order for a pair (model, instance type), first that applies:
+
+1. **lookup**: the batch falls in a grid bucket (batch rounded up to a multiple of ``granularity``,
+   the profile grid) that has at least ``lookup_min_samples`` observations: their mean.
+2. **profile**: a seeded latency profile (``from_profiles``), rounded up to the profile grid
+   (``scaler.profiles.LatencyProfile.latency_ms``).
+3. **linear**: a least-squares line ``a + s·batch`` over the pair's observations (>= 2 distinct
+   batch sizes; with one size only, that size's mean scaled proportionally to the batch).
+4. **fallback** (no data at all for the pair): the median, over the model's *other* instance types
+   that have a profile or observations, of their prediction for this batch; when the model has no
+   data anywhere, ``fallback_ms + fallback_ms_per_item · batch`` (default 1 ms + 0.01 ms/item).
+
+Profiled pairs also accept observations: buckets with enough samples then override the profile
+(measurements beat the prior). The model is plain data and pure: no clock, no I/O.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scaler.profiles import ProfileTable, Stat
+
+_DENSE_MAX = 1000  # dense per-integer-batch tables cover 0..max(_DENSE_MAX, largest profiled size)
+
+
+@dataclass
+class _PairStats:
+    """Observations of one (model, type) pair, bucketed on the profile grid."""
+
+    granularity: int
+    n: int = 0
+    sb: float = 0.0
+    sm: float = 0.0
+    sbb: float = 0.0
+    sbm: float = 0.0
+    bucket_sum: dict[int, float] = field(default_factory=dict)
+    bucket_n: dict[int, int] = field(default_factory=dict)
+    errors: deque = field(default_factory=lambda: deque(maxlen=256))
+
+    def add(self, batch: float, ms: float) -> None:
+        self.n += 1
+        self.sb += batch
+        self.sm += ms
+        self.sbb += batch * batch
+        self.sbm += batch * ms
+        k = int(np.ceil(batch / self.granularity)) * self.granularity
+        self.bucket_sum[k] = self.bucket_sum.get(k, 0.0) + ms
+        self.bucket_n[k] = self.bucket_n.get(k, 0) + 1
+
+    def line(self) -> tuple[float, float] | None:
+        """(intercept, slope) of the least-squares line; None without observations."""
+        if self.n == 0:
+            return None
+        var = self.sbb - self.sb * self.sb / self.n
+        mean_b, mean_m = self.sb / self.n, self.sm / self.n
+        if var <= 1e-9 * max(1.0, self.sbb):
+            # one batch size only: proportional to the batch through the origin
+            return 0.0, (mean_m / mean_b if mean_b > 0 else 0.0)
+        slope = (self.sbm - self.sb * self.sm / self.n) / var
+        return mean_m - slope * mean_b, slope
+
+
+class LatencyModel:
+    """Implements :class:`dispatcher.policy.LatencyPredictor` (Kairos §5.1 remarks).
+
+    ``predict_many`` is a single fancy-index into a dense per-batch table cached per pair (rebuilt
+    lazily after an observation), so the matching's hot path does no Python work per query.
+    """
+
+    def __init__(self, *, stat: Stat = "mean", granularity: int = 10, lookup_min_samples: int = 3,
+                 fallback_ms: float = 1.0, fallback_ms_per_item: float = 0.01) -> None:
+        self.stat: Stat = stat
+        self.granularity = granularity
+        self.lookup_min_samples = lookup_min_samples
+        self.fallback_ms = fallback_ms
+        self.fallback_ms_per_item = fallback_ms_per_item
+        self.profiles = ProfileTable()
+        self._obs: dict[tuple[str, str], _PairStats] = {}
+        self._tables: dict[tuple[str, str], np.ndarray] = {}
+        self._types_by_model: dict[str, set[str]] = {}
+
+    @classmethod
+    def from_profiles(cls, profiles: ProfileTable, stat: Stat = "mean", **kw: float) -> "LatencyModel":
+        m = cls(stat=stat, **kw)  # type: ignore[arg-type]
+        m.profiles = profiles
+        for model, itype in profiles.profiles:
+            m._types_by_model.setdefault(model, set()).add(itype)
+        return m
+
+    # -- introspection ---------------------------------------------------------------------------
+    def source(self, model: str, instance_type: str, batch_size: float | None = None) -> str:
+        """Which rule predicts this pair: "lookup" (only when ``batch_size`` hits a full bucket),
+        "profile", "linear" or "fallback"."""
+        key = (model, instance_type)
+        st = self._obs.get(key)
+        if st is not None and batch_size is not None:
+            k = int(np.ceil(batch_size / self.granularity)) * self.granularity
+            if st.bucket_n.get(k, 0) >= self.lookup_min_samples:
+                return "lookup"
+        if self.profiles.has(model, instance_type):
+            return "profile"
+        if st is not None and st.n > 0:
+            return "linear"
+        return "fallback"
+
+    def has_data(self, model: str, instance_type: str) -> bool:
+        st = self._obs.get((model, instance_type))
+        return self.profiles.has(model, instance_type) or (st is not None and st.n > 0)
+
+    def observations(self, model: str, instance_type: str) -> int:
+        st = self._obs.get((model, instance_type))
+        return st.n if st is not None else 0
+
+    # -- learning --------------------------------------------------------------------------------
+    def observe(self, model: str, instance_type: str, batch: float, ms: float) -> None:
+        """Record one measured service time; the prediction made just before is scored for
+        :meth:`prediction_error`."""
+        if not (batch > 0 and ms >= 0 and np.isfinite(ms)):
+            return
+        key = (model, instance_type)
+        predicted = self.predict_ms(model, instance_type, batch)
+        st = self._obs.get(key)
+        if st is None:
+            st = self._obs[key] = _PairStats(self.granularity)
+            self._types_by_model.setdefault(model, set()).add(instance_type)
+            # other types of this model may have fallen back on this pair: drop every cached table
+            self._tables = {k: v for k, v in self._tables.items() if k[0] != model}
+        st.errors.append(abs(predicted - ms) / max(ms, 1e-9))
+        st.add(float(batch), float(ms))
+        tab = self._tables.get(key)
+        if tab is not None and self.profiles.has(model, instance_type):
+            # a profiled pair only changes in this observation's bucket: patch the cached table
+            g = self.granularity
+            k = int(np.ceil(batch / g)) * g
+            n = st.bucket_n[k]
+            if n >= self.lookup_min_samples and k < len(tab):
+                tab[0 if k == g else k - g + 1: k + 1] = st.bucket_sum[k] / n
+        else:
+            self._tables.pop(key, None)
+
+    def prediction_error(self, model: str, instance_type: str) -> float | None:
+        """Mean absolute relative error |predicted − observed| / observed of the pair's most recent
+        (up to 256) observations, each scored against the prediction made before it; None when the
+        pair has no observations."""
+        st = self._obs.get((model, instance_type))
+        if st is None or not st.errors:
+            return None
+        return float(np.mean(st.errors))
+
+    # -- prediction ------------------------------------------------------------------------------
+    def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
+        return float(self.predict_many(model, instance_type, np.asarray([batch_size], dtype=float))[0])
+
+    def predict_many(self, model: str, instance_type: str, batch_sizes: np.ndarray) -> np.ndarray:
+        tab = self.table(model, instance_type)
+        b = np.ceil(np.asarray(batch_sizes, dtype=float))
+        top = len(tab) - 1
+        if b.size == 0 or b.max() <= top:
+            return tab[np.maximum(b, 0).astype(np.intp)]
+        g = min(self.granularity, top)
+        slope = (tab[top] - tab[top - g]) / g          # the last two grid points, as the profile does
+        inside = tab[np.clip(b, 0, top).astype(np.intp)]
+        return np.where(b > top, tab[top] + slope * (b - top), inside)
+
+    def table(self, model: str, instance_type: str) -> np.ndarray:
+        """Dense predictions for batch 0..N (index = integer batch size); cached."""
+        key = (model, instance_type)
+        tab = self._tables.get(key)
+        if tab is None:
+            tab = self._build(model, instance_type, set())
+            self._tables[key] = tab
+        return tab
+
+    def _size(self, model: str, instance_type: str) -> int:
+        n = _DENSE_MAX
+        if self.profiles.has(model, instance_type):
+            n = max(n, int(self.profiles.get(model, instance_type).batch_sizes.max()))
+        return n
+
+    def _build(self, model: str, instance_type: str, visiting: set[str]) -> np.ndarray:
+        key = (model, instance_type)
+        b = np.arange(self._size(model, instance_type) + 1, dtype=float)
+        st = self._obs.get(key)
+        if self.profiles.has(model, instance_type):
+            base = self.profiles.get(model, instance_type).latency_ms(np.maximum(b, 1.0), self.stat)
+        elif st is not None and st.n > 0:
+            line = st.line()
+            assert line is not None
+            base = np.maximum(line[0] + line[1] * b, 0.0)
+        else:
+            base = self._fallback(model, instance_type, b, visiting | {instance_type})
+        if st is not None and st.bucket_n:
+            g = self.granularity
+            buckets = (np.ceil(np.maximum(b, 1.0) / g) * g).astype(np.int64)
+            ks = np.array(sorted(st.bucket_n), dtype=np.int64)
+            ns = np.array([st.bucket_n[k] for k in ks])
+            means = np.array([st.bucket_sum[k] / st.bucket_n[k] for k in ks])
+            full = ns >= self.lookup_min_samples
+            if full.any():
+                ks, means = ks[full], means[full]
+                pos = np.searchsorted(ks, buckets)
+                pos_c = np.minimum(pos, len(ks) - 1)
+                hit = ks[pos_c] == buckets
+                base = np.where(hit, means[pos_c], base)
+        return np.asarray(base, dtype=float)
+
+    def _fallback(self, model: str, instance_type: str, b: np.ndarray, visiting: set[str]) -> np.ndarray:
+        others = sorted(t for t in self._types_by_model.get(model, ()) if t not in visiting and self.has_data(model, t))
+        if others:
+            preds = []
+            for t in others:
+                tab = self._tables.get((model, t))
+                if tab is None:
+                    tab = self._build(model, t, visiting)
+                preds.append(np.interp(b, np.arange(len(tab)), tab) if len(tab) != len(b) else tab)
+            return np.median(np.vstack(preds), axis=0)
+        return self.fallback_ms + self.fallback_ms_per_item * b

@@ -1,0 +1,65 @@
+"""Vectorized building blocks shared by the policies: the predicted service-time matrix S (ms) of
+m queries on n workers, remaining busy times and waits (Kairos §5.1, the L matrix of Eq. 2).
+
+S is filled with one ``predict_many`` call per (model, instance type) present, never a Python loop
+over (query, worker) pairs.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from dispatcher.policy import LatencyPredictor, QueryView, WorkerView
+
+
+def type_index(workers: Sequence[WorkerView]) -> tuple[list[str], np.ndarray]:
+    """Distinct instance types (first-seen order) and each worker's index into them."""
+    tmap: dict[str, int] = {}
+    idx = [tmap.setdefault(w.instance_type, len(tmap)) for w in workers]
+    return list(tmap), np.asarray(idx, dtype=np.intp)
+
+
+def service_by_type(queue: Sequence[QueryView], types: Sequence[str], predictor: LatencyPredictor,
+                    batches: np.ndarray | None = None) -> np.ndarray:
+    """m × len(types) predicted service times (ms)."""
+    m = len(queue)
+    b = np.fromiter((q.batch_size for q in queue), dtype=float, count=m) if batches is None else batches
+    out = np.empty((m, len(types)), dtype=float)
+    model0 = queue[0].model if m else ""
+    if all(q.model == model0 for q in queue):
+        for k, t in enumerate(types):
+            out[:, k] = predictor.predict_many(model0, t, b)
+        return out
+    models = np.array([q.model for q in queue])
+    for mod in np.unique(models):
+        rows = models == mod
+        for k, t in enumerate(types):
+            out[rows, k] = predictor.predict_many(str(mod), t, b[rows])
+    return out
+
+
+def arrivals_of(queue: Sequence[QueryView]) -> np.ndarray:
+    return np.fromiter((q.arrival for q in queue), dtype=float, count=len(queue))
+
+
+def qos_of(queue: Sequence[QueryView]) -> np.ndarray:
+    return np.fromiter((q.qos_ms for q in queue), dtype=float, count=len(queue))
+
+
+def remaining_ms(workers: Sequence[WorkerView], now: float) -> np.ndarray:
+    """Remaining busy time (ms) of each worker: max(busy_until − now, 0); 0 for idle workers."""
+    busy = np.fromiter((0.0 if w.idle else w.busy_until for w in workers), dtype=float, count=len(workers))
+    return np.maximum(busy - now, 0.0) * 1000.0
+
+
+def earliest(queue: Sequence[QueryView], k: int) -> list[QueryView]:
+    """The ``k`` earliest arrivals, in arrival order (stable)."""
+    if len(queue) <= k:
+        arr = arrivals_of(queue)
+        if len(arr) < 2 or bool(np.all(arr[1:] >= arr[:-1])):
+            return list(queue)
+        return [queue[i] for i in np.argsort(arr, kind="stable")]
+    arr = arrivals_of(queue)
+    order = np.argsort(arr, kind="stable")[:k]
+    return [queue[i] for i in order]

@@ -1,0 +1,81 @@
+"""Demand window: the last N (default 10,000) queries' batch sizes and arrival times.
+
+The fleet loop plans from what the query loop measured (DESIGN "three loops"; Kairos §5.2 works from
+the batch-size mix and the arrival rate). A fixed-size ring buffer of numpy arrays; pure data, the
+caller passes the times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scaler.batch_mix import BatchMix, mix_from_batches
+
+
+@dataclass(frozen=True)
+class WindowSnapshot:
+    """Plain data for the planner."""
+
+    now: float
+    count: int                  # queries in the window
+    total: int                  # queries ever recorded
+    arrival_qps: float          # queries per second over the window
+    mean_batch: float
+    mix: BatchMix               # batch sizes rounded up to the profile grid
+    span_s: float               # now − oldest arrival in the window
+
+
+class DemandWindow:
+    def __init__(self, capacity: int = 10_000, granularity: int = 10) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.capacity = capacity
+        self.granularity = granularity
+        self._batch = np.zeros(capacity, dtype=np.int64)
+        self._t = np.zeros(capacity, dtype=float)
+        self._next = 0
+        self.total = 0
+
+    def __len__(self) -> int:
+        return min(self.total, self.capacity)
+
+    def record(self, batch_size: int, arrival: float) -> None:
+        self._batch[self._next] = batch_size
+        self._t[self._next] = arrival
+        self._next = (self._next + 1) % self.capacity
+        self.total += 1
+
+    def batches(self) -> np.ndarray:
+        """Batch sizes in the window, oldest first."""
+        n = len(self)
+        if n < self.capacity:
+            return self._batch[:n].copy()
+        return np.roll(self._batch, -self._next)
+
+    def arrivals(self) -> np.ndarray:
+        n = len(self)
+        if n < self.capacity:
+            return self._t[:n].copy()
+        return np.roll(self._t, -self._next)
+
+    def mix(self) -> BatchMix:
+        return mix_from_batches(self.batches(), self.granularity)
+
+    def arrival_rate(self, now: float) -> float:
+        """Queries per second over the window: count ÷ (now − oldest arrival); 0 when empty or when
+        no time has passed."""
+        n = len(self)
+        if n == 0:
+            return 0.0
+        oldest = self._t[0] if n < self.capacity else self._t[self._next]
+        span = now - oldest
+        return float(n / span) if span > 0 else 0.0
+
+    def snapshot(self, now: float) -> WindowSnapshot:
+        n = len(self)
+        b = self.batches()
+        oldest = float(self.arrivals()[0]) if n else now
+        return WindowSnapshot(now=now, count=n, total=self.total, arrival_qps=self.arrival_rate(now),
+                              mean_batch=float(b.mean()) if n else 0.0, mix=self.mix(),
+                              span_s=max(now - oldest, 0.0))

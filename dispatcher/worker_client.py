@@ -1,0 +1,48 @@
+"""Client side of the ``Worker`` service: one persistent grpc.aio channel per worker.
+
+The dispatcher calls ``Infer`` (one query at a time per worker, Kairos §6) and ``Health``. Errors
+surface as ``grpc.aio.AioRpcError``; :func:`is_worker_failure` says which codes mean the worker is
+gone (its query is then re-dispatched elsewhere).
+"""
+from __future__ import annotations
+
+import grpc
+
+from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+# codes after which we consider the worker dead (connection refused / reset / server shut down)
+WORKER_FAILURE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN})
+
+_OPTIONS = [
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+]
+
+
+def is_worker_failure(code: grpc.StatusCode | None) -> bool:
+    return code in WORKER_FAILURE_CODES
+
+
+class WorkerClient:
+    """A persistent channel to one worker at ``address`` (HOST:PORT)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel = grpc.aio.insecure_channel(address, options=_OPTIONS)
+        self._stub = pbg.WorkerStub(self._channel)
+        self.closed = False
+
+    async def infer(self, request: pb.InferRequest, timeout: float) -> pb.InferReply:
+        return await self._stub.Infer(request, timeout=max(timeout, 0.001))
+
+    async def health(self, timeout: float) -> pb.HealthReply:
+        return await self._stub.Health(pb.HealthRequest(), timeout=max(timeout, 0.001))
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self._channel.close(grace=None)

@@ -1,0 +1,221 @@
+"""The fleet planner: which pool (count per instance type) to hold within the budget.
+
+One pure entry point, ``choose_pool(inputs, objective, demand_qps, headroom, top_k)``, used by the
+daemon's fleet loop, ``costscale plan`` and the simulator.
+
+- ``max_throughput`` (Kairos §5.2): rank every pool within budget by its throughput upper bound
+  (Eq. 9-15, ``scaler.upper_bound``), then the similarity pick: if the top-3 pools have the same
+  base count take the top one ("top3-same-base"); otherwise, among the top 10, the pool with the
+  least sum of squared Euclidean distances (over count vectors) to the other nine ("min-sse-top10").
+- ``min_cost`` (INFaaS §4.2.3 style): the cheapest pool whose estimated capacity (its upper bound)
+  covers ``demand_qps * (1 + headroom)`` ("min-cost"); if none does, the pool with the highest upper
+  bound within the budget, flagged ``demand_unmet`` ("min-cost-unmet").
+
+``Plan.chosen`` and the pools in ``Plan.ranked`` list **every** type of the inputs (count 0 where
+unused, and for excluded types), in the inputs' order, so consumers see a full target per type.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+
+from scaler.base_aux import BaseAux, PlanError, split_base_aux
+from scaler.batch_mix import BatchMix, mix_from_dist
+from scaler.catalog import load_catalog
+from scaler.profiles import LatencyProfile, ProfileTable, Stat
+from scaler.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
+
+Objective = Literal["max_throughput", "min_cost"]
+SIMILARITY_TOP = 10
+MIX_SEED = 0
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything the planner decides from, as plain data."""
+
+    model: str
+    profiles: Mapping[str, LatencyProfile]
+    mix: BatchMix
+    qos_ms: float
+    budget_per_hour: float
+    prices: Mapping[str, float]
+    bounds: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
+    xi: float = 0.98
+    exclude: tuple[str, ...] = ()
+    qos_stat: Stat = "p99"
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(self.profiles)
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        return tuple(t for t in self.profiles if t not in self.exclude)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A planner decision. ``ranked``: the top_k pools by upper bound as (pool, $/hr, QPS bound);
+    ``aux``: per auxiliary type, its QoS region ``s`` and fraction ``f``."""
+
+    model: str
+    budget_per_hour: float
+    base_type: str
+    chosen: dict[str, int]
+    cost_per_hour: float
+    upper_bound_qps: float
+    rule: str
+    pools_ranked: int
+    ranked: list[tuple[dict[str, int], float, float]]
+    aux: dict[str, dict[str, float]]
+    demand_unmet: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "budget_per_hour": self.budget_per_hour,
+            "base_type": self.base_type,
+            "chosen": dict(self.chosen),
+            "cost_per_hour": round(self.cost_per_hour, 6),
+            "upper_bound_qps": round(self.upper_bound_qps, 3),
+            "rule": self.rule,
+            "pools_ranked": self.pools_ranked,
+            "ranked": [
+                {"pool": dict(p), "cost_per_hour": round(c, 6), "upper_bound_qps": round(b, 3)}
+                for p, c, b in self.ranked
+            ],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def plan_inputs_from_config(
+    cfg: Any,
+    profiles: ProfileTable,
+    model: str | None,
+    mix: BatchMix | None,
+    exclude: Sequence[str] = (),
+    *,
+    types: Sequence[str] | None = None,
+    budget: float | None = None,
+    qos_ms: float | None = None,
+) -> PlanInputs:
+    """Build PlanInputs from a ``daemon.config.Config`` (keyword overrides as on the CLI).
+
+    ``types`` replaces the config's allowed types (each must be in the catalog; bounds from the
+    config where listed, else (0, None)). ``mix`` None or empty (nothing measured yet) → the config's
+    declared batch distribution, seeded. Raises PlanError (one line) for an unknown model/type or a missing profile.
+    """
+    try:
+        spec = cfg.model(model)
+    except KeyError:
+        raise PlanError(f"unknown model {model!r} (configured: {', '.join(m.name for m in cfg.models)})") from None
+    pname = spec.profile_name
+    if pname not in profiles.models():
+        raise PlanError(f"model {spec.name!r}: no latency profiles for {pname!r} "
+                        f"(profiles have: {', '.join(profiles.models())})")
+    overrides = {t.type: t.price_per_hour for t in cfg.instance_types if t.price_per_hour}
+    catalog = load_catalog(overrides)
+    cfg_bounds = cfg.type_bounds()
+    names = list(types) if types is not None else [t.type for t in cfg.instance_types]
+    if not names:
+        raise PlanError("no instance types given")
+    unknown = [t for t in names if t not in catalog]
+    if unknown:
+        raise PlanError(f"unknown instance type(s) {', '.join(unknown)} (known: {', '.join(sorted(catalog))})")
+    missing = [t for t in names if not profiles.has(pname, t)]
+    if missing:
+        raise PlanError(f"model {spec.name!r}: no latency profile for {pname!r} on {', '.join(missing)}")
+    return PlanInputs(
+        model=spec.name,
+        profiles={t: profiles.get(pname, t) for t in names},
+        mix=mix if mix is not None and len(mix.sizes) else mix_from_dist(cfg.workload.batch_dist, seed=MIX_SEED),
+        qos_ms=float(qos_ms if qos_ms is not None else spec.qos_ms),
+        budget_per_hour=float(budget if budget is not None else cfg.budget_per_hour),
+        prices={t: catalog[t].price_per_hour for t in names},
+        bounds={t: cfg_bounds.get(t, (0, None)) for t in names},
+        exclude=tuple(exclude),
+    )
+
+
+def rank_inputs(inputs: PlanInputs, limit: int = DEFAULT_POOL_LIMIT) -> tuple[BaseAux, Ranking]:
+    """Base/auxiliary split and every pool within budget ranked by upper bound (Kairos §5.2).
+    Pools' columns are ``inputs.allowed`` (excluded types never appear)."""
+    allowed = inputs.allowed
+    if not allowed:
+        raise PlanError("every instance type is excluded")
+    ba = split_base_aux({t: inputs.profiles[t] for t in allowed}, inputs.mix, inputs.qos_ms,
+                        inputs.prices, inputs.xi, inputs.qos_stat)
+    mins = [inputs.bounds.get(t, (0, None))[0] for t in allowed]
+    maxs = [inputs.bounds.get(t, (0, None))[1] for t in allowed]
+    counts, cost = enumerate_pools([inputs.prices[t] for t in allowed], inputs.budget_per_hour, mins, maxs, limit)
+    col = {t: j for j, t in enumerate(allowed)}
+    u = counts[:, col[ba.base_type]]
+    v = counts[:, [col[t] for t in ba.aux_types]] if ba.aux else np.zeros((len(u), 0))
+    bound = upper_bounds(u, v, ba.params)
+    return ba, rank_pools(allowed, counts, cost, bound)
+
+
+def similarity_pick(counts: np.ndarray, base_col: int, top: int = SIMILARITY_TOP) -> tuple[int, str]:
+    """Kairos §5.2 pick over ranked count vectors: index of the chosen row and the rule."""
+    n = counts.shape[0]
+    if n == 0:
+        raise PlanError("no pool to pick from")
+    head3 = counts[: min(3, n), base_col]
+    if n < 2 or bool(np.all(head3 == head3[0])):
+        return 0, "top3-same-base"
+    x = counts[: min(top, n)].astype(float)
+    d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    return int(np.argmin(d.sum(axis=1))), "min-sse-top10"
+
+
+def _full_pool(inputs: PlanInputs, ranking: Ranking, i: int) -> dict[str, int]:
+    got = ranking.pool(i)
+    return {t: got.get(t, 0) for t in inputs.types}
+
+
+def choose_pool(
+    inputs: PlanInputs,
+    objective: Objective = "max_throughput",
+    demand_qps: float = 0.0,
+    headroom: float = 0.1,
+    top_k: int = 10,
+) -> Plan:
+    """The planner's decision for one model (pure). Raises PlanError / NoFeasibleBase."""
+    if objective not in ("max_throughput", "min_cost"):
+        raise PlanError(f"unknown objective {objective!r}")
+    ba, ranking = rank_inputs(inputs)
+    if len(ranking) == 0:
+        cheapest = min(inputs.prices[t] for t in inputs.allowed)
+        raise PlanError(f"no pool fits the budget {inputs.budget_per_hour:g} $/hr (cheapest allowed type "
+                        f"{cheapest:g} $/hr; per-type minimums included)")
+    demand_unmet = False
+    if objective == "max_throughput":
+        idx, rule = similarity_pick(ranking.counts, ranking.types.index(ba.base_type))
+    else:
+        need = demand_qps * (1.0 + headroom)
+        ok = np.flatnonzero((ranking.bound >= need) & (ranking.bound > 0))
+        if ok.size:
+            idx, rule = int(ok[np.argmin(np.round(ranking.cost[ok], 9))]), "min-cost"
+        else:
+            idx, rule, demand_unmet = 0, "min-cost-unmet", True
+    k = max(int(top_k), 0)
+    return Plan(
+        model=inputs.model,
+        budget_per_hour=inputs.budget_per_hour,
+        base_type=ba.base_type,
+        chosen=_full_pool(inputs, ranking, idx),
+        cost_per_hour=float(ranking.cost[idx]),
+        upper_bound_qps=float(ranking.bound[idx]),
+        rule=rule,
+        pools_ranked=len(ranking),
+        ranked=[(_full_pool(inputs, ranking, i), float(ranking.cost[i]), float(ranking.bound[i]))
+                for i in range(min(k, len(ranking)))],
+        aux={a.instance_type: {"s": a.s, "f": a.f} for a in ba.aux},
+        demand_unmet=demand_unmet,
+    )

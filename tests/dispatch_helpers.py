@@ -1,0 +1,85 @@
+"""Test helpers for the dispatcher: a no-op/sleep ``Worker`` servicer on 127.0.0.1 and configs."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from daemon.config import Config
+from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+
+class SleepWorker(pbg.WorkerServicer):
+    """Answers Infer after ``delay_s`` (no compute); records what it served."""
+
+    def __init__(self, instance_id: str, instance_type: str, delay_s: float = 0.0, fail_code: grpc.StatusCode | None = None) -> None:
+        self.instance_id = instance_id
+        self.instance_type = instance_type
+        self.delay_s = delay_s
+        self.fail_code = fail_code
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.completed: list[str] = []
+
+    async def Infer(self, request: pb.InferRequest, context: grpc.aio.ServicerContext) -> pb.InferReply:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            if self.fail_code is not None:
+                await context.abort(self.fail_code, "injected failure")
+            self.completed.append(request.query_id)
+            return pb.InferReply(service_ms=1000.0 * self.delay_s, compute_ms=0.0, provider="none",
+                                 variant=request.variant or request.model,
+                                 outputs=[pb.Tensor(name="y", shape=[request.batch_size], dtype="float32",
+                                                    data=b"\0" * 4 * request.batch_size)])
+        finally:
+            self.in_flight -= 1
+
+    async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthReply:
+        return pb.HealthReply(instance_id=self.instance_id, instance_type=self.instance_type, executor="emulated",
+                              emulated=True, in_flight=self.in_flight, served=len(self.completed))
+
+
+@dataclass
+class RunningWorker:
+    servicer: SleepWorker
+    server: grpc.aio.Server
+    port: int
+    address: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.address = f"127.0.0.1:{self.port}"
+
+    async def kill(self) -> None:
+        """Stop abruptly: in-flight RPCs are cancelled, new connections refused."""
+        await self.server.stop(0)
+
+
+async def start_worker(instance_id: str, instance_type: str, delay_s: float = 0.0, **kw: Any) -> RunningWorker:
+    servicer = SleepWorker(instance_id, instance_type, delay_s, **kw)
+    server = grpc.aio.server()
+    pbg.add_WorkerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return RunningWorker(servicer, server, port)
+
+
+def make_config(**dispatcher: Any) -> Config:
+    """Two models (ncf: QoS 5 ms, profile ncf; big: QoS 1000 ms, max_batch 100, profile rm2) on
+    g4dn.xlarge and c5n.2xlarge."""
+    data = {
+        "cluster": "test",
+        "budget_per_hour": 2.5,
+        "models": [
+            {"name": "ncf", "qos_ms": 5, "max_batch": 1000},
+            {"name": "big", "qos_ms": 1000, "max_batch": 100, "profile": "rm2", "application": "ranking"},
+        ],
+        "instance_types": [{"type": "g4dn.xlarge"}, {"type": "c5n.2xlarge"}],
+        "launch": {"ami_id": "ami-0123456789abcdef0"},
+        "dispatcher": {"listen": "127.0.0.1:0", **dispatcher},
+    }
+    return Config.model_validate(data)

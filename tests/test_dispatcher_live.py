@@ -1,0 +1,317 @@
+"""The live dispatcher on loopback: end-to-end serving, typed errors, registration, idempotency,
+and worker failures (DESIGN invariant 4: every accepted query ends with a result or a typed error)."""
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any, Awaitable, Callable
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from dispatcher.latency_model import LatencyModel
+from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.server import Dispatcher
+from scaler.profiles import load_profiles_csv
+from tests.dispatch_helpers import RunningWorker, make_config, start_worker
+
+PROFILES = load_profiles_csv()
+SC = grpc.StatusCode
+
+
+def run(coro_fn: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
+    async def main() -> Any:
+        return await asyncio.wait_for(coro_fn(), timeout)
+    return asyncio.run(main())
+
+
+async def setup(n_workers: int = 2, delay_s: float = 0.0, types: tuple[str, ...] = ("g4dn.xlarge", "c5n.2xlarge"),
+                **dispatcher: Any) -> tuple[Dispatcher, list[RunningWorker], grpc.aio.Channel]:
+    d = Dispatcher(make_config(**dispatcher), LatencyModel.from_profiles(PROFILES))
+    port = await d.start("127.0.0.1:0")
+    workers = []
+    for i in range(n_workers):
+        t = types[i % len(types)]
+        w = await start_worker(f"i-{i}", t, delay_s)
+        d.add_worker_direct(f"i-{i}", t, w.address)
+        workers.append(w)
+    ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    return d, workers, ch
+
+
+async def teardown(d: Dispatcher, workers: list[RunningWorker], ch: grpc.aio.Channel) -> None:
+    await ch.close()
+    await d.stop(grace=1.0)
+    for w in workers:
+        await w.server.stop(0)
+
+
+async def submit(ch: grpc.aio.Channel, **kw: Any) -> pb.SubmitReply | grpc.StatusCode:
+    try:
+        return await pbg.InferenceStub(ch).Submit(pb.SubmitRequest(**kw), timeout=15)
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+
+
+def test_serves_queries_end_to_end_one_per_worker() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(2, delay_s=0.002, on_deadline="best_effort")
+        try:
+            replies = await asyncio.gather(*(submit(ch, model="ncf", batch_size=10 * (i % 5 + 1)) for i in range(40)))
+            assert all(isinstance(r, pb.SubmitReply) for r in replies)
+            assert {r.instance_id for r in replies} <= {"i-0", "i-1"}
+            assert all(r.model == "ncf" and r.total_ms >= r.service_ms > 0 for r in replies)
+            assert replies[0].outputs[0].name == "y"
+            # one query per worker at a time
+            assert max(w.servicer.max_in_flight for w in ws) == 1
+            s = d.stats()
+            assert s["served"] == 40 and s["queued"] == 0 and s["workers"] == 2 and s["accepted"] == 40
+            assert s["p99_ms"] >= s["p50_ms"] > 0
+            snap = d.window_snapshot()
+            assert snap.count == 40 and snap.mix.sizes.tolist() == [10, 20, 30, 40, 50]
+            # application routing, Status, health, unimplemented RPCs
+            r = await submit(ch, application="ranking", batch_size=5)
+            assert isinstance(r, pb.SubmitReply) and r.model == "big"
+            st = await pbg.InferenceStub(ch).Status(pb.StatusRequest())
+            assert (st.served, st.workers, st.cluster) == (41, 2, "test")
+            assert dict(st.pool) == {"g4dn.xlarge": 1, "c5n.2xlarge": 1}
+            assert st.cost_per_hour == pytest.approx(0.526 + 0.432)
+            h = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="costscale.v1.Inference"))
+            assert h.status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await pbg.InferenceStub(ch).ListVariants(pb.ListVariantsRequest())
+            assert ei.value.code() == SC.UNIMPLEMENTED
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_invalid_arguments() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(1, max_payload_bytes=1000)
+        try:
+            cases = [
+                dict(model="nope", batch_size=1),
+                dict(batch_size=1),
+                dict(model="ncf", batch_size=0),
+                dict(model="ncf", batch_size=-3),
+                dict(model="ncf", batch_size=1001),
+                dict(model="big", batch_size=101),
+                dict(model="ncf", batch_size=1, inputs=[pb.Tensor(name="x", shape=[1, 2000], dtype="uint8", data=b"\0" * 2000)]),
+                dict(model="ncf", batch_size=1, latency_slo_ms=-1),
+            ]
+            for kw in cases:
+                assert await submit(ch, **kw) == SC.INVALID_ARGUMENT, kw
+            # batch taken from the inputs' first dimension
+            r = await submit(ch, model="ncf", inputs=[pb.Tensor(name="x", shape=[7, 4], dtype="uint8", data=b"\0" * 28)])
+            assert isinstance(r, pb.SubmitReply) and len(r.outputs[0].data) == 4 * 7
+            assert d.stats()["rejected_INVALID_ARGUMENT"] == len(cases)
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_queue_full_is_resource_exhausted() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(1, delay_s=0.3, queue_limit=2, on_deadline="best_effort")
+        try:
+            first = [asyncio.ensure_future(submit(ch, model="big", batch_size=1)) for _ in range(3)]
+            while d.stats()["accepted"] < 3:
+                await asyncio.sleep(0.005)
+            # one in flight, two waiting: the queue is full
+            assert await submit(ch, model="big", batch_size=1) == SC.RESOURCE_EXHAUSTED
+            assert all(isinstance(r, pb.SubmitReply) for r in await asyncio.gather(*first))
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_drop_mode_rejects_queries_that_cannot_meet_their_slo() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(2, on_deadline="drop")
+        try:
+            # ncf batch 1000: 2.46 ms on g4dn, 6.5 ms on c5n; an SLO of 2 ms is out of reach anywhere
+            assert await submit(ch, model="ncf", batch_size=1000, latency_slo_ms=2) == SC.DEADLINE_EXCEEDED
+            r = await submit(ch, model="ncf", batch_size=1000, latency_slo_ms=200)
+            assert isinstance(r, pb.SubmitReply)
+            assert d.stats()["rejected_DEADLINE_EXCEEDED"] == 1
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+    async def best_effort() -> None:
+        d, ws, ch = await setup(2, on_deadline="best_effort")
+        try:
+            r = await submit(ch, model="ncf", batch_size=1000, latency_slo_ms=2)
+            assert isinstance(r, pb.SubmitReply)
+        finally:
+            await teardown(d, ws, ch)
+    run(best_effort)
+
+
+def test_overall_deadline_ends_a_query_with_no_workers() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(0)
+        d.query_timeout_s = 0.2
+        try:
+            assert await submit(ch, model="ncf", batch_size=1) == SC.DEADLINE_EXCEEDED
+            assert d.stats()["queued"] == 0
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_registration_token_and_known_instances() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(0, cluster_token="s3cret")
+        w = await start_worker("i-new", "g4dn.xlarge")
+        try:
+            ctl = pbg.ControlStub(ch)
+            req = dict(instance_id="i-new", instance_type="g4dn.xlarge", address=w.address, token="s3cret")
+            r = await ctl.RegisterWorker(pb.RegisterWorkerRequest(**req))
+            assert not r.accepted and "unknown instance" in r.message
+            d.allow_instance("i-new", "g4dn.xlarge")
+            r = await ctl.RegisterWorker(pb.RegisterWorkerRequest(**{**req, "token": "wrong"}))
+            assert not r.accepted and "token" in r.message
+            r = await ctl.RegisterWorker(pb.RegisterWorkerRequest(**{**req, "instance_type": "c5n.2xlarge"}))
+            assert not r.accepted
+            assert d.workers == {}
+            r = await ctl.RegisterWorker(pb.RegisterWorkerRequest(**req))
+            assert r.accepted and set(d.workers) == {"i-new"}
+            assert isinstance(await submit(ch, model="ncf", batch_size=3), pb.SubmitReply)
+            d.forget_instance("i-new")
+            assert d.workers == {}
+        finally:
+            await teardown(d, ws + [w], ch)
+    run(body)
+
+
+def test_idempotency_key_runs_once_and_replays_the_answer() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(2, delay_s=0.05)
+        try:
+            a, b = await asyncio.gather(submit(ch, model="ncf", batch_size=10, idempotency_key="k1"),
+                                        submit(ch, model="ncf", batch_size=10, idempotency_key="k1"))
+            c = await submit(ch, model="ncf", batch_size=10, idempotency_key="k1")
+            assert isinstance(a, pb.SubmitReply) and a == b == c
+            assert sum(len(w.servicer.completed) for w in ws) == 1
+            d2 = await submit(ch, model="ncf", batch_size=10, idempotency_key="k2")
+            assert isinstance(d2, pb.SubmitReply)
+            assert sum(len(w.servicer.completed) for w in ws) == 2
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_drain_waits_for_in_flight_and_stops_new_work() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(2, delay_s=0.1, types=("g4dn.xlarge",))
+        try:
+            fut = [asyncio.ensure_future(submit(ch, model="big", batch_size=1)) for _ in range(2)]
+            while d.stats()["in_flight"] < 2:
+                await asyncio.sleep(0.005)
+            assert await d.drain("i-0", timeout=5.0) is True
+            assert d.workers["i-0"].idle
+            before = len(ws[0].servicer.completed)
+            more = await asyncio.gather(*(submit(ch, model="big", batch_size=1) for _ in range(3)))
+            assert all(r.instance_id == "i-1" for r in more)
+            assert len(ws[0].servicer.completed) == before
+            assert all(isinstance(r, pb.SubmitReply) for r in await asyncio.gather(*fut))
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_forget_instance_redispatches_its_in_flight_query() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(2, delay_s=0.2, types=("g4dn.xlarge",))
+        try:
+            fut = asyncio.ensure_future(submit(ch, model="big", batch_size=1))
+            while d.stats()["in_flight"] < 1:
+                await asyncio.sleep(0.005)
+            victim = next(w.instance_id for w in d.workers.values() if not w.idle)
+            d.forget_instance(victim)
+            r = await fut
+            assert isinstance(r, pb.SubmitReply) and r.instance_id != victim
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_fault_two_of_four_workers_die_under_load() -> None:
+    """4 workers, 200 concurrent queries; 2 workers are stopped abruptly mid-run. Every query ends
+    exactly once with a result or a typed error; none hangs; survivors serve the rest."""
+    async def body() -> None:
+        d, ws, ch = await setup(4, delay_s=0.005, on_deadline="best_effort")
+        d.health_interval_s = 0.1
+        d.health_timeout_s = 0.2
+        try:
+            n = 200
+            tasks = [asyncio.ensure_future(submit(ch, model="big", batch_size=1 + i % 50, idempotency_key=f"f{i}"))
+                     for i in range(n)]
+            while d.stats()["served"] < 20:
+                await asyncio.sleep(0.002)
+            await asyncio.gather(ws[0].kill(), ws[1].kill())
+            results = await asyncio.wait_for(asyncio.gather(*tasks), 15)
+            ok = [r for r in results if isinstance(r, pb.SubmitReply)]
+            errors = Counter(r for r in results if not isinstance(r, pb.SubmitReply))
+            assert set(errors) <= {SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED}
+            assert len(ok) + sum(errors.values()) == n
+            assert len(ok) >= n - 10                      # re-dispatch saves the in-flight ones
+            assert set(d.workers) == {"i-2", "i-3"}
+            s = d.stats()
+            assert s["served"] == len(ok) and s["queued"] == 0 and s["in_flight"] == 0
+            # no query ran to completion twice on the workers
+            done = [q for w in ws for q in w.servicer.completed]
+            assert len(done) == len(set(done))
+        finally:
+            await teardown(d, ws, ch)
+    run(body, timeout=25)
+
+
+def test_stop_finishes_in_flight_then_refuses() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(1, delay_s=0.1)
+        fut = asyncio.ensure_future(submit(ch, model="big", batch_size=1))
+        while d.stats()["in_flight"] < 1:
+            await asyncio.sleep(0.005)
+        await d.stop(grace=2.0)
+        r = await fut
+        assert isinstance(r, pb.SubmitReply)
+        await ch.close()
+        for w in ws:
+            await w.server.stop(0)
+    run(body)
+
+
+def test_killed_worker_in_flight_query_is_redispatched() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(2, delay_s=0.3, types=("g4dn.xlarge",), on_deadline="best_effort")
+        try:
+            fut = asyncio.ensure_future(submit(ch, model="big", batch_size=1))
+            while d.stats()["in_flight"] < 1:
+                await asyncio.sleep(0.005)
+            victim = next(w.instance_id for w in d.workers.values() if not w.idle)
+            await ws[int(victim[-1])].kill()
+            r = await fut
+            assert isinstance(r, pb.SubmitReply) and r.instance_id != victim
+            assert d.stats()["redispatched"] == 1 and victim not in d.workers
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_worker_that_keeps_failing_ends_with_unavailable() -> None:
+    async def body() -> None:
+        d = Dispatcher(make_config(on_deadline="best_effort"), LatencyModel.from_profiles(PROFILES))
+        port = await d.start("127.0.0.1:0")
+        w = await start_worker("i-0", "g4dn.xlarge", fail_code=SC.INTERNAL)
+        d.add_worker_direct("i-0", "g4dn.xlarge", w.address)
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        try:
+            assert await submit(ch, model="ncf", batch_size=1) == SC.UNAVAILABLE
+            assert d.stats()["redispatched"] == d.max_retries
+        finally:
+            await teardown(d, [w], ch)
+    run(body)

@@ -1,0 +1,75 @@
+"""Online latency model (Kairos §5.1 remarks): profile seeding, linear fit → lookup, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dispatcher.latency_model import LatencyModel
+from scaler.profiles import load_profiles_csv
+
+PROFILES = load_profiles_csv()
+
+
+def test_profile_seeding_rounds_up_to_the_grid() -> None:
+    lm = LatencyModel.from_profiles(PROFILES)
+    assert lm.predict_ms("ncf", "g4dn.xlarge", 95) == pytest.approx(0.8757)     # profile row 100
+    assert lm.predict_ms("ncf", "g4dn.xlarge", 100) == pytest.approx(0.8757)
+    assert lm.predict_ms("rm2", "c5n.2xlarge", 1000) == pytest.approx(387.5988)
+    assert lm.source("ncf", "g4dn.xlarge") == "profile"
+    p99 = LatencyModel.from_profiles(PROFILES, stat="p99")
+    assert p99.predict_ms("ncf", "g4dn.xlarge", 10) == pytest.approx(0.7137)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(min_value=0.5, max_value=1500), min_size=1, max_size=30),
+       st.sampled_from(["ncf", "rm2", "dien"]), st.sampled_from(["g4dn.xlarge", "t3.xlarge"]))
+def test_predict_many_matches_the_profile(batches: list[float], model: str, itype: str) -> None:
+    lm = LatencyModel.from_profiles(PROFILES)
+    b = np.array(batches)
+    want = PROFILES.latency_ms(model, itype, np.ceil(b))
+    got = lm.predict_many(model, itype, b)
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    assert lm.predict_ms(model, itype, batches[0]) == pytest.approx(float(want[0]))
+
+
+def test_fallbacks_before_any_data() -> None:
+    lm = LatencyModel.from_profiles(PROFILES)
+    # unknown model: the constant fallback 1 ms + 0.01 ms per item
+    assert lm.source("new", "g4dn.xlarge") == "fallback"
+    assert lm.predict_ms("new", "g4dn.xlarge", 200) == pytest.approx(3.0)
+    # known model on an unprofiled type: median of the model's other types at that batch
+    others = [PROFILES.latency_ms("ncf", t, 100.0) for t in PROFILES.types("ncf")]
+    assert lm.predict_ms("ncf", "p3.2xlarge", 100) == pytest.approx(float(np.median(others)))
+
+
+def test_linear_fit_then_lookup_and_prediction_error() -> None:
+    lm = LatencyModel()
+    lm.observe("x", "t", 10, 2.0)   # predicted 1.1 (fallback): error 0.45
+    assert lm.source("x", "t") == "linear"
+    assert lm.predict_ms("x", "t", 20) == pytest.approx(4.0)      # one size: proportional
+    lm.observe("x", "t", 20, 3.0)   # predicted 4.0: error 1/3
+    assert lm.predict_ms("x", "t", 30) == pytest.approx(4.0)      # line 1 + 0.1·b
+    lm.observe("x", "t", 30, 4.0)   # predicted 4.0: error 0
+    assert lm.prediction_error("x", "t") == pytest.approx((0.45 + 1 / 3 + 0.0) / 3)
+    assert lm.prediction_error("x", "u") is None
+    # bucket 40 (batches 31..40) fills up with 3 samples of 9 ms: it becomes a lookup entry
+    for _ in range(3):
+        lm.observe("x", "t", 40, 9.0)
+    assert lm.source("x", "t", 35) == "lookup"
+    assert lm.predict_ms("x", "t", 35) == pytest.approx(9.0)
+    # other batch sizes still follow the least-squares line over all six points
+    b = np.array([10, 20, 30, 40, 40, 40.0])
+    ms = np.array([2, 3, 4, 9, 9, 9.0])
+    slope, icpt = np.polyfit(b, ms, 1)
+    assert lm.predict_ms("x", "t", 15) == pytest.approx(icpt + slope * 15)
+    assert lm.observations("x", "t") == 6
+
+
+def test_observations_override_a_profile_bucket() -> None:
+    lm = LatencyModel.from_profiles(PROFILES)
+    for _ in range(3):
+        lm.observe("ncf", "g4dn.xlarge", 10, 0.5)
+    assert lm.predict_ms("ncf", "g4dn.xlarge", 7) == pytest.approx(0.5)
+    assert lm.predict_ms("ncf", "g4dn.xlarge", 11) == pytest.approx(0.7102)   # untouched bucket 20
+    assert lm.prediction_error("ncf", "g4dn.xlarge") == pytest.approx(abs(0.6107 - 0.5) / 0.5)

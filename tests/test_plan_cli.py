@@ -1,0 +1,103 @@
+"""``costscale plan``: JSON shape for the five Kairos models at budget 2.5, flag errors exit 2."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from daemon.cli import main
+
+QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
+PRICES = {"g4dn.xlarge": 0.526, "c5n.2xlarge": 0.432, "r5n.large": 0.149, "t3.xlarge": 0.1664}
+KEYS = ["model", "budget_per_hour", "base_type", "chosen", "cost_per_hour", "upper_bound_qps", "rule",
+        "pools_ranked", "ranked"]
+
+
+@pytest.fixture()
+def cfg(tmp_path: Path) -> str:
+    models = "\n".join(f"  - name: {m}\n    qos_ms: {q}" for m, q in QOS.items())
+    types = "\n".join(f"  - type: {t}" for t in PRICES)
+    p = tmp_path / "costscale.yaml"
+    p.write_text(
+        f"cluster: test\nbudget_per_hour: 2.5\nobjective: max_throughput\nmodels:\n{models}\n"
+        f"instance_types:\n{types}\nlaunch:\n  ami_id: ami-0123456789abcdef0\n"
+        "workload:\n  batch_dist: deeprecsys\n",
+        encoding="utf-8",
+    )
+    return str(p)
+
+
+@pytest.mark.parametrize("model", list(QOS))
+def test_plan_json_each_model(cfg: str, model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", cfg, "--model", model, "--qos-ms", str(QOS[model]), "--json"]) == 0
+    out = capsys.readouterr().out
+    d = json.loads(out)  # exactly one object
+    assert out.count("\n") == 1
+    assert list(d) == KEYS
+    assert d["model"] == model and d["budget_per_hour"] == 2.5
+    assert d["base_type"] == "g4dn.xlarge"
+    assert set(d["chosen"]) == set(PRICES)
+    cost = sum(PRICES[t] * n for t, n in d["chosen"].items())
+    assert cost <= 2.5 + 1e-9 and d["cost_per_hour"] == pytest.approx(cost, abs=1e-6)
+    assert d["rule"] in ("top3-same-base", "min-sse-top10")
+    assert len(d["ranked"]) == 10 and d["pools_ranked"] >= 10
+    assert d["chosen"] in [r["pool"] for r in d["ranked"]]
+    bounds = [r["upper_bound_qps"] for r in d["ranked"]]
+    assert bounds == sorted(bounds, reverse=True) and bounds[0] > 0
+
+
+def test_plan_overrides(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", cfg, "--model", "rm2", "--budget", "1.2", "--types", "g4dn.xlarge,r5n.large",
+            "--batch-dist", "fixed:100", "--top", "3", "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d["chosen"]) == {"g4dn.xlarge", "r5n.large"}
+    assert d["budget_per_hour"] == 1.2 and d["cost_per_hour"] <= 1.2 + 1e-9 and len(d["ranked"]) == 3
+    # fixed:100 fits r5n.large's QoS region and r5n is the better QPS per dollar: it becomes the base
+    assert d["base_type"] == "r5n.large"
+
+
+def test_plan_human_output(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", cfg, "--model", "wnd", "--top", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "base type: g4dn.xlarge" in out and "rule " in out and "pick:" in out
+    for t in ("c5n.2xlarge", "r5n.large", "t3.xlarge"):
+        assert f"auxiliary {t}: s = " in out
+
+
+def test_plan_min_cost(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", cfg, "--model", "ncf", "--objective", "min_cost", "--demand-qps", "100000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rule"] == "min-cost-unmet"
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--model", "nope"], "unknown model"),
+    (["--types", "g4dn.xlarge,x9.huge"], "unknown instance type"),
+    (["--types", "g4dn.xlarge,m5.xlarge"], "no latency profile"),
+    (["--types", "t3.xlarge"], "QoS target"),
+    (["--budget", "-1"], "--budget"),
+    (["--budget", "abc"], "--budget"),
+    (["--qos-ms", "0"], "--qos-ms"),
+    (["--batch-dist", "weird"], "batch distribution"),
+    (["--top", "0"], "--top"),
+    (["--budget", "0.1"], "no pool fits"),
+    (["--bogus"], "unrecognized"),
+])
+def test_plan_bad_flags_exit_2(cfg: str, extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", cfg, *extra]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert needle in cap.err and len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
+
+
+def test_plan_model_without_profiles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("cluster: t\nbudget_per_hour: 2.5\nmodels:\n  - {name: bert, qos_ms: 50}\n"
+                 "instance_types:\n  - {type: g4dn.xlarge}\nlaunch: {ami_id: ami-1}\n", encoding="utf-8")
+    assert main(["plan", str(p)]) == 2
+    assert "no latency profiles for 'bert'" in capsys.readouterr().err
+
+
+def test_plan_missing_config(tmp_path: Path) -> None:
+    assert main(["plan", str(tmp_path / "none.yaml")]) == 2

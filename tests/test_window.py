@@ -1,0 +1,39 @@
+"""Demand window: the last N queries' batch sizes and arrival times."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dispatcher.window import DemandWindow
+
+
+def test_empty_window() -> None:
+    w = DemandWindow(5)
+    assert w.arrival_rate(10.0) == 0.0
+    s = w.snapshot(10.0)
+    assert (s.count, s.total, s.arrival_qps, s.mean_batch) == (0, 0, 0.0, 0.0)
+    assert len(s.mix.sizes) == 0
+
+
+def test_ring_keeps_the_last_n_and_rates_over_the_window() -> None:
+    w = DemandWindow(4)
+    for i, b in enumerate([5, 15, 25, 35, 45, 55]):
+        w.record(b, float(i))
+    assert w.batches().tolist() == [25, 35, 45, 55]
+    assert w.arrivals().tolist() == [2.0, 3.0, 4.0, 5.0]
+    assert w.arrival_rate(6.0) == pytest.approx(4 / 4.0)
+    s = w.snapshot(6.0)
+    assert (s.count, s.total, s.span_s, s.mean_batch) == (4, 6, 4.0, 40.0)
+    assert s.mix.sizes.tolist() == [30, 40, 50, 60] and s.mix.fractions.tolist() == [0.25] * 4
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 1000), min_size=1, max_size=60), st.integers(1, 20))
+def test_window_matches_the_tail_of_the_stream(batches: list[int], cap: int) -> None:
+    w = DemandWindow(cap)
+    for i, b in enumerate(batches):
+        w.record(b, 0.5 * i)
+    assert w.batches().tolist() == batches[-cap:]
+    assert w.mix().fractions.sum() == pytest.approx(1.0)
+    assert np.all(np.diff(w.arrivals()) > 0)

@@ -1,0 +1,25 @@
+"""Hardware emulation for local runs: pad a query's service time to the profile of the instance
+type the worker stands for (DESIGN "Where it runs"; profiles from Kairos §7 measurements).
+
+The worker computes the real result, then sleeps the remainder so that the query's service time is
+``max(compute, profiled latency)`` for its batch size.
+"""
+from __future__ import annotations
+
+from scaler.profiles import LatencyProfile, Stat
+
+
+def padded_service_ms(profile: LatencyProfile | None, batch: int, compute_ms: float, stat: Stat = "mean") -> float:
+    """Service time (ms) a query of ``batch`` should take: the larger of the real compute time and
+    the profiled latency (batch rounded up to the profile grid); ``compute_ms`` without a profile."""
+    if compute_ms < 0:
+        raise ValueError("compute_ms must be >= 0")
+    if profile is None:
+        return float(compute_ms)
+    target = float(profile.latency_ms(max(int(batch), 1), stat))
+    return max(float(compute_ms), target)
+
+
+def padding_ms(profile: LatencyProfile | None, batch: int, compute_ms: float, elapsed_ms: float, stat: Stat = "mean") -> float:
+    """How long to sleep now, ``elapsed_ms`` into the query, to reach the padded service time."""
+    return max(0.0, padded_service_ms(profile, batch, compute_ms, stat) - float(elapsed_ms))

@@ -1,0 +1,459 @@
+"""The worker runtime: a grpc.aio server for the ``Worker`` service of ``costscale.proto``.
+
+INFaaS §3.2 "Workers": a worker executes the queries the controller assigns to it through the
+hardware executor of its machine, and loads/unloads variants on request (model-level scaling,
+INFaaS §4.2.1). Kairos §5.1 assumes one query in service per instance at a time: a second
+concurrent ``Infer`` waits on an ``asyncio.Lock``.
+
+Hardware emulation (DESIGN "Where it runs"): with a latency profile, each query's service time is
+padded to ``max(compute, profile latency)`` (:func:`variants.emulation.padded_service_ms`), so a
+local process can stand for the instance type it was launched as.
+
+Also serves grpc health checking (``grpc.health.v1``) and, given a dispatcher address, registers
+with ``Control.RegisterWorker`` (retrying until the dispatcher answers; a refusal is final).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from scaler.catalog import load_catalog
+from scaler.profiles import LatencyProfile, Stat, load_profiles_csv
+from variants import neuron_executor
+from variants.builtin_models import input_signature, make_inputs_for, resolve_model
+from variants.emulation import padding_ms
+from variants.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
+from variants.onnx_executor import OnnxExecutor
+
+log = logging.getLogger(__name__)
+
+WORKER_SERVICE = "costscale.v1.Worker"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class RegistrationRefused(RuntimeError):
+    """The dispatcher answered RegisterWorker with accepted=false (or denied the token)."""
+
+
+class RegistrationFailed(RuntimeError):
+    """The dispatcher could not be reached within the allowed attempts."""
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("COSTSCALE_CACHE_DIR") or Path(tempfile.gettempdir()) / f"costscale-{os.getuid()}")
+
+
+@dataclass
+class WorkerOptions:
+    """Everything a worker needs; the CLI (``costscale worker``) builds one from flags."""
+
+    instance_id: str
+    instance_type: str
+    listen: str = "127.0.0.1:0"
+    models: dict[str, str] = field(default_factory=lambda: {"mlp": "builtin:mlp"})  # name -> spec
+    dispatcher: str | None = None
+    token: str = ""
+    advertise: str | None = None            # address given to the dispatcher (default: the bound one)
+    providers: list[str] | None = None      # None: auto (CUDA first on GPU types, CPU otherwise)
+    emulate_profile: str | None = None      # model name in the profile CSV to pad to
+    profiles_path: Path | None = None       # profile CSV (default: the shipped Kairos profiles)
+    profile: LatencyProfile | None = None   # explicit padding profile (wins over emulate_profile)
+    profile_stat: Stat = "mean"
+    hardware: Hardware | None = None        # default: from the instance catalog
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    threads: int | None = None
+    register_attempts: int | None = None    # None: retry until the dispatcher answers
+    register_backoff_s: float = 0.5
+    seed: int = 0
+
+
+def split_hostport(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); raises ValueError with one line."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def padding_profile(opts: WorkerOptions) -> LatencyProfile | None:
+    """The profile this worker pads to: explicit, else (emulate_profile, instance_type) from the CSV."""
+    if opts.profile is not None:
+        return opts.profile
+    if not opts.emulate_profile:
+        return None
+    table = load_profiles_csv(opts.profiles_path)
+    if not table.has(opts.emulate_profile, opts.instance_type):
+        raise ValueError(f"no latency profile for model {opts.emulate_profile!r} on {opts.instance_type!r} "
+                         f"(profiled types: {', '.join(table.types(opts.emulate_profile)) or 'none'})")
+    return table.get(opts.emulate_profile, opts.instance_type)
+
+
+def hardware_of(opts: WorkerOptions) -> Hardware:
+    if opts.hardware is not None:
+        return opts.hardware
+    catalog = load_catalog()
+    if opts.instance_type not in catalog:
+        raise ValueError(f"unknown instance type {opts.instance_type!r} (known: {', '.join(sorted(catalog))})")
+    return catalog[opts.instance_type].hardware
+
+
+def tensor_to_array(t: pb.Tensor) -> np.ndarray:
+    """Decode a Tensor message; ValueError on a bad dtype or a size that does not match the shape."""
+    try:
+        dtype = np.dtype(t.dtype)
+    except TypeError:
+        raise ValueError(f"tensor {t.name!r}: unknown dtype {t.dtype!r}") from None
+    if dtype.hasobject:
+        raise ValueError(f"tensor {t.name!r}: dtype {t.dtype!r} is not a plain numeric type")
+    shape = tuple(int(d) for d in t.shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"tensor {t.name!r}: negative dimension in {shape}")
+    expect = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(t.data) != expect:
+        raise ValueError(f"tensor {t.name!r}: {len(t.data)} bytes for shape {list(shape)} of {dtype.name} (need {expect})")
+    return np.frombuffer(t.data, dtype=dtype).reshape(shape)
+
+
+def array_to_tensor(name: str, a: np.ndarray) -> pb.Tensor:
+    a = np.ascontiguousarray(a)
+    return pb.Tensor(name=name, shape=list(a.shape), dtype=a.dtype.name, data=a.tobytes())
+
+
+@dataclass
+class _Loaded:
+    model: str
+    path: Path
+    signature: list
+
+
+class WorkerServer(pbg.WorkerServicer):
+    """The worker's gRPC server. In-process use (tests): ``port = ws.start()`` ... ``ws.stop()``
+    (runs its own event loop in a thread); from asyncio: ``await start_async()`` / ``stop_async()``."""
+
+    def __init__(self, opts: WorkerOptions, executor: Executor | None = None) -> None:
+        self.opts = opts
+        self.hardware: Hardware = hardware_of(opts)
+        self.profile = padding_profile(opts)
+        self._model_paths = {name: resolve_model(spec, opts.cache_dir) for name, spec in opts.models.items()}
+        if executor is None:
+            kind = choose_executor_kind(self.hardware, neuron_executor.available(), list(self._model_paths.values()))
+            if kind == "neuron":
+                executor = neuron_executor.NeuronExecutor()
+            elif kind == "emulated":
+                executor = OnnxExecutor([CPU], threads=opts.threads, kind="emulated")
+            else:
+                executor = OnnxExecutor(choose_providers(self.hardware, opts.providers), threads=opts.threads)
+        self.executor: Executor = executor
+        self._variants: dict[str, _Loaded] = {}
+        self._lock: asyncio.Lock | None = None  # created on the server's loop
+        self._load_lock: asyncio.Lock | None = None
+        self._rng = np.random.default_rng(opts.seed)
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self.port: int | None = None
+        self.served = 0
+        self.in_flight = 0
+        self.executing = 0
+        self.max_executing = 0
+        #: (start, end) perf_counter seconds of recent queries, in service order
+        self.history: deque[tuple[float, float]] = deque(maxlen=4096)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- derived facts ---------------------------------------------------------------------------
+    @property
+    def emulated(self) -> bool:
+        """True when service times are padded to a profile or the hardware is emulated."""
+        return self.profile is not None or self.executor.kind == "emulated"
+
+    @property
+    def address(self) -> str:
+        host, _ = split_hostport(self.opts.listen)
+        return f"{host}:{self.port}"
+
+    def advertised_address(self) -> str:
+        if self.opts.advertise:
+            return self.opts.advertise
+        host, _ = split_hostport(self.opts.listen)
+        if host in ("0.0.0.0", "::", "[::]", ""):
+            host = socket.gethostbyname(socket.gethostname())
+        return f"{host}:{self.port}"
+
+    def _provider_of(self, variant: str) -> str:
+        per = getattr(self.executor, "providers_for", None)
+        provs = per(variant) if per is not None else self.executor.providers
+        return provs[0] if provs else ""
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def _load(self, name: str, model: str, path: Path) -> float:
+        t0 = time.perf_counter()
+        self.executor.load(name, path)
+        self._variants[name] = _Loaded(model=model, path=path, signature=input_signature(path))
+        return (time.perf_counter() - t0) * 1000.0
+
+    async def start_async(self) -> int:
+        """Load the configured models, bind, start serving; returns the bound port."""
+        self._lock = asyncio.Lock()
+        self._load_lock = asyncio.Lock()
+        for name, path in self._model_paths.items():
+            await asyncio.to_thread(self._load, name, name, path)
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ])
+        pbg.add_WorkerServicer_to_server(self, server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        try:
+            port = server.add_insecure_port(self.opts.listen)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {self.opts.listen} ({exc})") from None
+        if port == 0:
+            raise OSError(f"cannot listen on {self.opts.listen}")
+        await server.start()
+        self._server, self.port = server, port
+        for svc in ("", WORKER_SERVICE):
+            await self._health.set(svc, health_pb2.HealthCheckResponse.SERVING)
+        log.info("worker %s (%s, %s) listening on %s: executor %s, providers %s, emulating %s",
+                 self.opts.instance_id, self.opts.instance_type, self.hardware, self.address,
+                 self.executor.kind, ",".join(self.executor.providers),
+                 f"yes (profile {self.profile.model} on {self.profile.instance_type})" if self.profile is not None
+                 else ("yes (no Neuron runtime; CPU speed)" if self.executor.kind == "emulated" else "no"))
+        return port
+
+    async def stop_async(self, grace: float | None = 1.0) -> None:
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+
+    async def wait_for_termination(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    def start(self) -> int:
+        """Start in a background thread with its own event loop; returns the bound port."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            ready.set()
+            loop.run_forever()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="costscale-worker", daemon=True)
+        self._thread.start()
+        ready.wait()
+        return asyncio.run_coroutine_threadsafe(self.start_async(), loop).result()
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.stop_async(0.5), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._loop.close()
+        self._loop = None
+
+    # -- registration ----------------------------------------------------------------------------
+    async def register(self) -> pb.RegisterWorkerReply:
+        """Control.RegisterWorker with retries (exponential backoff, at most 10 s apart) until the
+        dispatcher answers. Raises RegistrationRefused / RegistrationFailed."""
+        assert self.opts.dispatcher, "no dispatcher address"
+        req = pb.RegisterWorkerRequest(
+            instance_id=self.opts.instance_id, instance_type=self.opts.instance_type,
+            address=self.advertised_address(), token=self.opts.token,
+            providers=self.executor.providers, executor=self.executor.kind)
+        delay, attempt = self.opts.register_backoff_s, 0
+        while True:
+            attempt += 1
+            try:
+                async with grpc.aio.insecure_channel(self.opts.dispatcher) as ch:
+                    reply = await pbg.ControlStub(ch).RegisterWorker(req, timeout=5.0)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    raise RegistrationRefused(exc.details() or exc.code().name) from None
+                if self.opts.register_attempts is not None and attempt >= self.opts.register_attempts:
+                    raise RegistrationFailed(f"dispatcher {self.opts.dispatcher} unreachable after {attempt} "
+                                             f"attempt(s): {exc.code().name}") from None
+                log.warning("registering with %s failed (%s); retrying in %.1f s",
+                            self.opts.dispatcher, exc.code().name, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            if not reply.accepted:
+                raise RegistrationRefused(reply.message or "no reason given")
+            log.info("registered with dispatcher %s as %s", self.opts.dispatcher, req.address)
+            return reply
+
+    # -- Worker service --------------------------------------------------------------------------
+    def _resolve(self, model: str, variant: str) -> str:
+        if variant:
+            if variant not in self._variants:
+                raise KeyError(f"variant {variant!r} is not loaded (loaded: {', '.join(sorted(self._variants)) or 'none'})")
+            return variant
+        if model:
+            if model in self._variants:
+                return model
+            for name in sorted(self._variants):
+                if self._variants[name].model == model:
+                    return name
+            raise KeyError(f"no variant of model {model!r} is loaded")
+        if len(self._variants) == 1:
+            return next(iter(self._variants))
+        raise ValueError("give model or variant (this worker has %d variants loaded)" % len(self._variants))
+
+    def _inputs(self, name: str, request: pb.InferRequest) -> tuple[dict[str, np.ndarray], int]:
+        sig = self._variants[name].signature
+        if request.inputs:
+            arrays: dict[str, np.ndarray] = {}
+            for i, t in enumerate(request.inputs):
+                key = t.name or (sig[i][0] if i < len(sig) else f"input{i}")
+                arrays[key] = tensor_to_array(t)
+            first = next(iter(arrays.values()))
+            batch = request.batch_size if request.batch_size > 0 else (first.shape[0] if first.ndim else 1)
+            return arrays, int(batch)
+        if request.batch_size <= 0:
+            raise ValueError("give input tensors or a batch_size >= 1")
+        return make_inputs_for(sig, int(request.batch_size), self._rng), int(request.batch_size)
+
+    async def Infer(self, request: pb.InferRequest, context: grpc.aio.ServicerContext) -> pb.InferReply:
+        self.in_flight += 1
+        try:
+            try:
+                name = self._resolve(request.model, request.variant)
+                inputs, batch = self._inputs(name, request)
+            except KeyError as exc:
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+            except ValueError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            assert self._lock is not None
+            async with self._lock:  # one query at a time (Kairos §5.1)
+                t0 = time.perf_counter()
+                self.executing += 1
+                self.max_executing = max(self.max_executing, self.executing)
+                try:
+                    try:
+                        outputs = await asyncio.to_thread(self.executor.run, name, inputs)
+                    except Exception as exc:  # ORT raises its own InvalidArgument/Fail types
+                        bad_input = isinstance(exc, (ValueError, KeyError)) or type(exc).__name__ in ("InvalidArgument", "Fail")
+                        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                        code = grpc.StatusCode.INVALID_ARGUMENT if bad_input else grpc.StatusCode.INTERNAL
+                        await context.abort(code, f"variant {name}: {msg}")
+                    t1 = time.perf_counter()
+                    compute_ms = (t1 - t0) * 1000.0
+                    pad = padding_ms(self.profile, batch, compute_ms, compute_ms, self.opts.profile_stat)
+                    if pad > 0:
+                        await asyncio.sleep(pad / 1000.0)
+                    t2 = time.perf_counter()
+                finally:
+                    self.executing -= 1
+                self.history.append((t0, t2))
+                self.served += 1
+            return pb.InferReply(
+                outputs=[array_to_tensor(k, v) for k, v in outputs.items()],
+                service_ms=(t2 - t0) * 1000.0, compute_ms=compute_ms,
+                provider=self._provider_of(name), variant=name)
+        finally:
+            self.in_flight -= 1
+
+    async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthReply:
+        return pb.HealthReply(
+            instance_id=self.opts.instance_id, instance_type=self.opts.instance_type,
+            providers=self.executor.providers, executor=self.executor.kind, emulated=self.emulated,
+            in_flight=self.in_flight, loaded_variants=sorted(self._variants), served=self.served)
+
+    async def LoadVariant(self, request: pb.VariantRequest, context: grpc.aio.ServicerContext) -> pb.VariantReply:
+        name = request.variant or request.model
+        if not name:
+            return pb.VariantReply(ok=False, message="give variant or model")
+        try:
+            if request.onnx:
+                path = Path(self.opts.cache_dir) / "variants" / f"{name}.onnx"
+                await asyncio.to_thread(_write_bytes, path, request.onnx)
+                path = await asyncio.to_thread(resolve_model, str(path), self.opts.cache_dir)
+            elif request.onnx_path:
+                path = await asyncio.to_thread(resolve_model, request.onnx_path, self.opts.cache_dir)
+            elif name in self._model_paths:
+                path = self._model_paths[name]
+            else:
+                return pb.VariantReply(ok=False, message=f"variant {name!r}: give onnx bytes or onnx_path")
+            assert self._load_lock is not None
+            async with self._load_lock:
+                load_ms = await asyncio.to_thread(self._load, name, request.model or name, path)
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return pb.VariantReply(ok=False, message=f"variant {name!r}: {msg}")
+        log.info("loaded variant %s in %.1f ms (provider %s)", name, load_ms, self._provider_of(name))
+        return pb.VariantReply(ok=True, message="loaded", load_ms=load_ms)
+
+    async def UnloadVariant(self, request: pb.VariantRequest, context: grpc.aio.ServicerContext) -> pb.VariantReply:
+        name = request.variant or request.model
+        if name not in self._variants:
+            return pb.VariantReply(ok=False, message=f"variant {name!r} is not loaded")
+        assert self._lock is not None
+        async with self._lock:  # never pull a session out from under a running query
+            self.executor.unload(name)
+            self._variants.pop(name, None)
+        return pb.VariantReply(ok=True, message="unloaded")
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+async def serve_worker(opts: WorkerOptions, on_listening: Callable[[str], None] | None = None,
+                       stop: asyncio.Event | None = None) -> None:
+    """Run a worker until ``stop`` is set or SIGTERM/SIGINT arrives; registers with the dispatcher
+    when one is given (a refusal raises RegistrationRefused after the server has stopped)."""
+    server = WorkerServer(opts)
+    await server.start_async()
+    if on_listening is not None:
+        on_listening(server.address)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+    waiter = asyncio.create_task(stop.wait())
+    reg = asyncio.create_task(server.register()) if opts.dispatcher else None
+    try:
+        if reg is not None:
+            done, _ = await asyncio.wait({waiter, reg}, return_when=asyncio.FIRST_COMPLETED)
+            if reg in done:
+                reg.result()  # raises RegistrationRefused / RegistrationFailed
+        await waiter
+        log.info("worker %s stopping", opts.instance_id)
+    finally:
+        for t in (waiter, reg):
+            if t is not None and not t.done():
+                t.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await server.stop_async(grace=2.0)
