@@ -62,15 +62,21 @@ class DemandWindow:
     def mix(self) -> BatchMix:
         return mix_from_batches(self.batches(), self.granularity)
 
-    def arrival_rate(self, now: float) -> float:
-        """Queries per second over the window: count ÷ (now − oldest arrival); 0 when empty or when
-        no time has passed."""
+    def arrival_rate(self, now: float, horizon_s: float | None = 10.0) -> float:
+        """Queries per second over the last ``horizon_s`` seconds (the whole window when it spans
+        less, or when ``horizon_s`` is None): count ÷ time covered; 0 when empty or when no time has
+        passed. A short horizon lets the fleet loop see a load step within seconds."""
         n = len(self)
         if n == 0:
             return 0.0
         oldest = self._t[0] if n < self.capacity else self._t[self._next]
         span = now - oldest
-        return float(n / span) if span > 0 else 0.0
+        if span <= 0:
+            return 0.0
+        if horizon_s is None or span <= horizon_s:
+            return float(n / span)
+        recent = int(np.count_nonzero(self._t[:n] > now - horizon_s))
+        return float(recent / horizon_s)
 
     def snapshot(self, now: float) -> WindowSnapshot:
         n = len(self)

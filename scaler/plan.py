@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Callable, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -179,14 +179,43 @@ def _full_pool(inputs: PlanInputs, ranking: Ranking, i: int) -> dict[str, int]:
     return {t: got.get(t, 0) for t in inputs.types}
 
 
+def _checked_min_cost(ranking: Ranking, ok: np.ndarray, meets: Callable[[dict[str, int]], bool],
+                      max_checks: int, inputs: PlanInputs) -> tuple[int, str, bool]:
+    """Cheapest candidate that ``meets`` accepts (see choose_pool); ties by higher bound."""
+    order = ok[np.lexsort((-ranking.bound[ok], np.round(ranking.cost[ok], 9)))]
+    failed: list[np.ndarray] = []
+    checks = 0
+    for i in order:
+        counts = ranking.counts[i]
+        if any(bool(np.all(counts <= f)) for f in failed):
+            continue
+        if checks >= max_checks:
+            break
+        checks += 1
+        if meets(_full_pool(inputs, ranking, int(i))):
+            return int(i), "min-cost-checked", False
+        failed.append(counts)
+    # No candidate verified within the checks: the largest-bound pool within budget, flagged.
+    return 0, "min-cost-unmet", True
+
+
 def choose_pool(
     inputs: PlanInputs,
     objective: Objective = "max_throughput",
     demand_qps: float = 0.0,
     headroom: float = 0.1,
     top_k: int = 10,
+    meets: Callable[[dict[str, int]], bool] | None = None,
+    max_checks: int = 12,
 ) -> Plan:
-    """The planner's decision for one model (pure). Raises PlanError / NoFeasibleBase."""
+    """The planner's decision for one model (pure). Raises PlanError / NoFeasibleBase.
+
+    ``meets`` (min_cost only) verifies a candidate: True when the pool holds the SLO at
+    ``demand_qps * (1 + headroom)`` (the daemon passes a short simulation, ``sim.slo_check``). The
+    upper bound is a fluid bound without queueing, so without a check a pool run near its bound
+    misses a p99 target. Candidates (bound >= need) are checked cheapest first; a sub-pool of a pool
+    that failed is skipped unchecked (capacity grows with instances); at most ``max_checks`` checks.
+    """
     if objective not in ("max_throughput", "min_cost"):
         raise PlanError(f"unknown objective {objective!r}")
     ba, ranking = rank_inputs(inputs)
@@ -200,10 +229,12 @@ def choose_pool(
     else:
         need = demand_qps * (1.0 + headroom)
         ok = np.flatnonzero((ranking.bound >= need) & (ranking.bound > 0))
-        if ok.size:
+        if not ok.size:
+            idx, rule, demand_unmet = 0, "min-cost-unmet", True
+        elif meets is None:
             idx, rule = int(ok[np.argmin(np.round(ranking.cost[ok], 9))]), "min-cost"
         else:
-            idx, rule, demand_unmet = 0, "min-cost-unmet", True
+            idx, rule, demand_unmet = _checked_min_cost(ranking, ok, meets, max_checks, inputs)
     k = max(int(top_k), 0)
     return Plan(
         model=inputs.model,

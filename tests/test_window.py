@@ -37,3 +37,18 @@ def test_window_matches_the_tail_of_the_stream(batches: list[int], cap: int) -> 
     assert w.batches().tolist() == batches[-cap:]
     assert w.mix().fractions.sum() == pytest.approx(1.0)
     assert np.all(np.diff(w.arrivals()) > 0)
+
+
+def test_arrival_rate_horizon_sees_a_step() -> None:
+    from dispatcher.window import DemandWindow
+
+    w = DemandWindow(capacity=10_000)
+    t = 0.0
+    for _ in range(100):        # 10 q/s for 10 s
+        t += 0.1
+        w.record(100, t)
+    for _ in range(300):        # then 30 q/s for 10 s
+        t += 1 / 30
+        w.record(100, t)
+    assert w.arrival_rate(t, horizon_s=None) == pytest.approx(400 / (t - 0.1))
+    assert w.arrival_rate(t, horizon_s=5.0) == pytest.approx(150 / 5.0, rel=0.02)

@@ -1,0 +1,337 @@
+"""The costscale daemon process: the dispatcher (query loop), the model loop and the fleet loop.
+
+I/O lives here and in the adapters; every decision is a pure function from scaler/, dispatcher/
+and variants/ (DESIGN "How the code is shaped"). Loops are APScheduler 3.x jobs on the asyncio
+event loop; boto3 calls run in worker threads so the query path never waits on EC2.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from daemon import sdnotify
+from daemon.config import Config, load_config
+from daemon.errors import UsageError
+from daemon.state import StateStore
+from dispatcher.latency_model import LatencyModel
+from dispatcher.policies import make_policy
+from dispatcher.server import Dispatcher
+from scaler.actuator import FleetActuator
+from scaler.batch_mix import mix_from_dist
+from scaler.cloud import CloudProvider, ManagedInstance
+from scaler.ec2 import Ec2Cloud
+from scaler.plan import Plan, choose_pool, plan_inputs_from_config
+from scaler.profiles import ProfileTable, load_profiles_csv
+from scaler.replan import DemandView, demand_for_planning, significant_change
+from sim.slo_check import slo_check
+
+log = logging.getLogger("costscale")
+
+FleetHook = Callable[[list[ManagedInstance]], Awaitable[None]]
+
+
+class DaemonError(UsageError):
+    """The daemon cannot start (lock held, port busy, profiles missing): one line, exit 1."""
+
+    exit_code = 1
+
+
+@dataclass
+class FleetStatus:
+    """What the fleet loop last decided and did (for logs, Status and the demo summary)."""
+
+    plan: Plan | None = None
+    target: dict[str, int] = field(default_factory=dict)
+    demand: DemandView | None = None
+    instances: list[ManagedInstance] = field(default_factory=list)
+    plans_applied: int = 0
+    last_error: str | None = None
+
+    def pool(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for inst in self.instances:
+            if inst.live:
+                out[inst.instance_type] = out.get(inst.instance_type, 0) + 1
+        return out
+
+
+def load_profiles_for(cfg: Config) -> ProfileTable:
+    try:
+        profiles = load_profiles_csv(cfg.profiles)
+    except ValueError as exc:
+        raise DaemonError(str(exc)) from None
+    for m in cfg.models:
+        missing = [t.type for t in cfg.instance_types if not profiles.has(m.profile_name, t.type)]
+        if len(missing) == len(cfg.instance_types):
+            raise DaemonError(f"no latency profile for model {m.profile_name!r} on any allowed instance type")
+    return profiles
+
+
+def plan_id_for(cluster: str, target: dict[str, int], generation: int) -> str:
+    """A deterministic plan id: the same target at the same generation gives the same id, so a
+    restarted daemon re-derives the same ClientTokens (DESIGN invariant 3)."""
+    digest = hashlib.sha256(repr(sorted(target.items())).encode()).hexdigest()[:10]
+    return f"g{generation}-{digest}"
+
+
+class Daemon:
+    """One costscale cluster: dispatcher + fleet loop (+ model loop hooks)."""
+
+    def __init__(self, cfg: Config, cfg_path: Path | None = None, *, cloud: CloudProvider | None = None,
+                 on_fleet_change: FleetHook | None = None, listen: str | None = None,
+                 worker_dispatcher_address: str | None = None) -> None:
+        self.cfg = cfg
+        self.cfg_path = cfg_path
+        self.profiles = load_profiles_for(cfg)
+        self._cloud = cloud
+        self._on_fleet_change = on_fleet_change
+        self._listen = listen
+        self._worker_dispatcher_address = worker_dispatcher_address
+        self.status = FleetStatus()
+        self.port: int = 0
+        self._stop = asyncio.Event()
+        self._fleet_lock = asyncio.Lock()
+        self._scheduler: AsyncIOScheduler | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.store: StateStore | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.actuator: FleetActuator | None = None
+        self.cloud: CloudProvider | None = None
+        self._generation = 0
+
+    # ---- wiring ----------------------------------------------------------------------------
+    def _primary(self):
+        return self.cfg.models[0]
+
+    def _declared_demand(self) -> DemandView:
+        cfg = self.cfg
+        mix = mix_from_dist(cfg.workload.batch_dist, max_batch=self._primary().max_batch)
+        return DemandView(cfg.workload.expected_qps, mix, False)
+
+    def _make_policy(self, base_type: str | None):
+        base = base_type or self.cfg.instance_types[0].type
+        return make_policy(self.cfg.dispatcher.policy, self.predictor, base)
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        self._loop = asyncio.get_running_loop()
+        try:
+            Path(cfg.state_path).parent.mkdir(parents=True, exist_ok=True)
+            self.store = StateStore.open(cfg.state_path)
+        except UsageError:
+            raise
+        except Exception as exc:  # lock held or unwritable state path
+            raise DaemonError(f"state store {cfg.state_path}: {exc}") from None
+        self.predictor = LatencyModel.from_profiles(self.profiles)
+        self.dispatcher = Dispatcher(cfg, self.predictor, policy=self._make_policy(None))
+        try:
+            self.port = await self.dispatcher.start(self._listen or cfg.dispatcher.listen)
+        except Exception as exc:
+            raise DaemonError(f"dispatcher cannot listen on {self._listen or cfg.dispatcher.listen}: {exc}") from None
+        if self._cloud is None:
+            self._cloud = Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,
+                                   max_attempts=cfg.aws.max_attempts)
+        self.cloud = self._cloud
+        self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
+                                      drain=self._drain_blocking,
+                                      pending_timeout_s=cfg.launch.pending_timeout_s)
+        report = await asyncio.to_thread(self.actuator.reconcile)
+        log.info("reconciled at start: %s", report)
+        await self._sync_workers()
+        self._scheduler = AsyncIOScheduler(event_loop=self._loop)
+        now = datetime.now()
+        self._scheduler.add_job(self.fleet_tick, "interval", seconds=cfg.intervals.fleet_s, next_run_time=now,
+                                max_instances=1, coalesce=True, id="fleet")
+        self._scheduler.add_job(self.model_tick, "interval", seconds=cfg.intervals.model_s,
+                                max_instances=1, coalesce=True, id="model")
+        self._scheduler.add_job(self.reconcile_tick, "interval", seconds=cfg.intervals.reconcile_s,
+                                max_instances=1, coalesce=True, id="reconcile")
+        wd = sdnotify.watchdog_interval()
+        if wd:
+            self._scheduler.add_job(lambda: sdnotify.notify("WATCHDOG=1"), "interval", seconds=max(wd, 0.5),
+                                    id="watchdog")
+        self._scheduler.start()
+        sdnotify.notify(f"READY=1\nSTATUS=dispatcher on port {self.port}")
+        log.info("costscale %s: dispatcher listening on port %d, budget %.4g $/hr", cfg.cluster, self.port,
+                 cfg.budget_per_hour)
+
+    def _drain_blocking(self, instance_id: str) -> bool:
+        """Called from the actuator's thread before a termination: drain through the event loop."""
+        if self.dispatcher is None or self._loop is None:
+            return True
+        fut = asyncio.run_coroutine_threadsafe(self.dispatcher.drain(instance_id, timeout=30.0), self._loop)
+        try:
+            return bool(fut.result(timeout=40.0))
+        except Exception:
+            return False
+
+    # ---- the loops -------------------------------------------------------------------------
+    def current_demand(self) -> DemandView:
+        declared = self._declared_demand()
+        if self.dispatcher is None:
+            return declared
+        snap = self.dispatcher.window_snapshot()
+        return demand_for_planning(snap.arrival_qps, snap.mix, snap.count, declared.qps, declared.mix)
+
+    def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
+        """The fleet decision: the pinned pool, or the planner's pick for the primary model."""
+        cfg = self.cfg
+        if cfg.pinned_pool:
+            return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
+        exclude = self.actuator.unavailable_types() if self.actuator else set()
+        inputs = plan_inputs_from_config(cfg, self.profiles, self._primary().name, demand.mix, exclude=tuple(exclude))
+        meets = None
+        if cfg.objective == "min_cost" and demand.qps > 0:
+            model = self._primary()
+            meets = slo_check(model.profile_name, self.profiles, model.qos_ms, demand.qps * (1 + cfg.headroom),
+                              demand.mix, policy=cfg.dispatcher.policy)
+        plan = choose_pool(inputs, objective=cfg.objective, demand_qps=demand.qps, headroom=cfg.headroom,
+                           meets=meets)
+        return {t: n for t, n in plan.chosen.items() if n > 0}, plan
+
+    async def fleet_tick(self, reason: str = "interval") -> None:
+        if self._stop.is_set() or self.actuator is None:
+            return
+        async with self._fleet_lock:
+            try:
+                demand = self.current_demand()
+                target, plan = await asyncio.to_thread(self.decide, demand)
+                if target != self.status.target:
+                    self._generation += 1
+                pid = plan_id_for(self.cfg.cluster, target, self._generation)
+                report = await asyncio.to_thread(self.actuator.apply, target, pid)
+                unavailable = self.actuator.unavailable_types()
+                if plan is not None and unavailable & set(target):
+                    # InsufficientCapacity: replan at once without the unavailable types.
+                    target, plan = await asyncio.to_thread(self.decide, demand)
+                    self._generation += 1
+                    pid = plan_id_for(self.cfg.cluster, target, self._generation)
+                    report = await asyncio.to_thread(self.actuator.apply, target, pid)
+                self.status.plan, self.status.target, self.status.demand = plan, target, demand
+                self.status.plans_applied += 1
+                self.status.last_error = None
+                if plan is not None and self.dispatcher is not None:
+                    self.dispatcher.set_base_type(plan.base_type)
+                log.info("fleet (%s): demand %.1f q/s -> target %s (%s); %s", reason, demand.qps, target,
+                         plan.rule if plan else "pinned", report)
+            except UsageError as exc:
+                self.status.last_error = str(exc)
+                log.error("fleet: %s", exc)
+            except Exception as exc:  # keep serving; the next tick retries
+                self.status.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("fleet tick failed")
+            await self._sync_workers()
+
+    async def model_tick(self) -> None:
+        """Model loop: replan early on a significant change of demand or mix."""
+        if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
+            return
+        if significant_change(self.status.demand, self.current_demand()):
+            await self.fleet_tick("demand changed")
+
+    async def reconcile_tick(self) -> None:
+        if self._stop.is_set() or self.actuator is None:
+            return
+        async with self._fleet_lock:
+            try:
+                await asyncio.to_thread(self.actuator.reconcile)
+            except Exception:
+                log.exception("reconcile failed")
+            await self._sync_workers()
+
+    async def _sync_workers(self) -> None:
+        """Tell the dispatcher which managed instances may register; hand the list to the hook."""
+        if self.cloud is None:
+            return
+        try:
+            instances = await asyncio.to_thread(self.cloud.list_managed)
+        except Exception as exc:
+            log.warning("list instances failed: %s", exc)
+            return
+        self.status.instances = instances
+        if self.dispatcher is not None:
+            live = {i.instance_id: i for i in instances if i.live}
+            for inst in live.values():
+                self.dispatcher.allow_instance(inst.instance_id, inst.instance_type)
+            for iid in list(self.dispatcher.workers):
+                if iid not in live:
+                    self.dispatcher.forget_instance(iid)
+        if self._on_fleet_change is not None:
+            await self._on_fleet_change(instances)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def reload(self) -> bool:
+        """SIGHUP: load the config again; an invalid one is rejected and the old one kept."""
+        if self.cfg_path is None:
+            return False
+        try:
+            new = load_config(self.cfg_path)
+        except UsageError as exc:
+            log.error("reload rejected, keeping the running config: %s", exc.lines[0])
+            return False
+        if new.cluster != self.cfg.cluster or new.state_path != self.cfg.state_path:
+            log.error("reload rejected: cluster and state_path cannot change while running")
+            return False
+        self.cfg = new
+        if self.actuator is not None:
+            self.actuator.budget = new.budget_per_hour
+            self.actuator.catalog = new.catalog()
+        log.info("reloaded %s (budget %.4g $/hr)", self.cfg_path, new.budget_per_hour)
+        if self._loop is not None:
+            self._loop.create_task(self.fleet_tick("config reloaded"))
+        return True
+
+    async def wait(self) -> None:
+        await self._stop.wait()
+
+    async def stop(self, grace: float = 10.0) -> None:
+        self._stop.set()
+        sdnotify.notify("STOPPING=1")
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+        async with self._fleet_lock:
+            if self.dispatcher is not None:
+                await self.dispatcher.stop(grace)
+            if self.cfg.on_shutdown == "terminate" and self.actuator is not None:
+                try:
+                    await asyncio.to_thread(self.actuator.apply, {}, plan_id_for(self.cfg.cluster, {}, self._generation + 1))
+                except Exception:
+                    log.exception("terminating the fleet at shutdown failed")
+                await self._sync_workers()
+        if self.store is not None:
+            self.store.close()
+
+
+async def _run(cfg_path: Path) -> int:
+    cfg = load_config(cfg_path)
+    daemon = Daemon(cfg, cfg_path)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, daemon.request_stop)
+    loop.add_signal_handler(signal.SIGINT, daemon.request_stop)
+    loop.add_signal_handler(signal.SIGHUP, daemon.reload)
+    await daemon.start()
+    try:
+        await daemon.wait()
+    finally:
+        log.info("stopping")
+        await daemon.stop()
+    return 0
+
+
+def run_daemon(cfg_path: str | Path, log_level: str = "INFO") -> int:
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    load_config(cfg_path)  # fail fast, one line, exit 2
+    return asyncio.run(_run(Path(cfg_path)))

@@ -1,0 +1,107 @@
+"""Flags shared by the commands that work from a config plus overrides (``simulate``,
+``capacity``; usable by ``plan``): ``--profiles``, ``--model``, ``--qos-ms``, ``--batch-dist``,
+and ``--pool TYPE=N,...``. Every bad value becomes a one-line UsageError (DESIGN invariant 5)."""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.config import Config, load_config
+from daemon.errors import UsageError
+from scaler.batch_mix import parse_batch_dist
+from scaler.catalog import load_catalog
+from scaler.profiles import ProfileTable, load_profiles_csv
+
+
+def add_override_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profiles", metavar="CSV", help="latency profile CSV (default: the config's, else shipped)")
+    p.add_argument("--model", metavar="M", help="model name from the config (default: the first)")
+    p.add_argument("--qos-ms", metavar="T", type=float, help="QoS target in ms (default: the model's qos_ms)")
+    p.add_argument("--batch-dist", metavar="DIST",
+                   help="deeprecsys | lognormal[:MU:SIGMA] | gaussian[:MEAN:SD] | fixed:N (default: the config's)")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The config with the override flags applied."""
+
+    cfg: Config
+    model: str              # model name in the config
+    profile_model: str      # its name in the profile table
+    qos_ms: float
+    batch_dist: str
+    max_batch: int
+    profiles: ProfileTable
+    prices: dict[str, float]  # every catalog type, with the config's price overrides
+
+
+def profiles_path(config_path: str, flag: str | None, cfg_profiles: str | None) -> str | None:
+    """--profiles as given; else the config's ``profiles`` (relative to the config file when that
+    exists); else None (the shipped profiles)."""
+    if flag:
+        return flag
+    if cfg_profiles:
+        rel = Path(config_path).parent / cfg_profiles
+        return str(rel) if not Path(cfg_profiles).is_absolute() and rel.exists() else cfg_profiles
+    return None
+
+
+def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
+    """Load ``args.config`` and apply --profiles/--model/--qos-ms/--batch-dist."""
+    qos = getattr(args, "qos_ms", None)
+    if qos is not None and not (math.isfinite(qos) and qos > 0):
+        raise UsageError(f"{cmd}: --qos-ms must be > 0")
+    cfg = load_config(args.config)
+    try:
+        profiles = load_profiles_csv(profiles_path(args.config, getattr(args, "profiles", None), cfg.profiles))
+    except ValueError as exc:
+        raise UsageError(f"{cmd}: {exc}") from None
+    name = getattr(args, "model", None)
+    try:
+        spec = cfg.model(name)
+    except KeyError:
+        raise UsageError(f"{cmd}: --model: unknown model {name!r} "
+                         f"(configured: {', '.join(m.name for m in cfg.models)})") from None
+    if spec.profile_name not in profiles.models():
+        raise UsageError(f"{cmd}: model {spec.name!r}: no latency profiles for {spec.profile_name!r} "
+                         f"(profiles have: {', '.join(profiles.models())})")
+    dist = getattr(args, "batch_dist", None) or cfg.workload.batch_dist
+    try:
+        parse_batch_dist(dist)
+    except ValueError as exc:
+        raise UsageError(f"{cmd}: --batch-dist: {exc}") from None
+    overrides = {t.type: t.price_per_hour for t in cfg.instance_types if t.price_per_hour}
+    prices = {n: it.price_per_hour for n, it in load_catalog(overrides).items()}
+    return Resolved(cfg=cfg, model=spec.name, profile_model=spec.profile_name,
+                    qos_ms=float(qos if qos is not None else spec.qos_ms), batch_dist=dist,
+                    max_batch=spec.max_batch, profiles=profiles, prices=prices)
+
+
+def parse_pool(text: str, r: Resolved, cmd: str) -> dict[str, int]:
+    """``TYPE=N,TYPE=N`` → {type: N}: known catalog types with a profile for the model, N >= 0
+    integers, no type twice, at least one instance."""
+    pool: dict[str, int] = {}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        itype, sep, count = part.partition("=")
+        itype, count = itype.strip(), count.strip()
+        if not sep or not itype or not count.isdigit():
+            raise UsageError(f"{cmd}: --pool: bad entry {part!r} (expected TYPE=N, e.g. g4dn.xlarge=2)")
+        if itype not in r.prices:
+            raise UsageError(f"{cmd}: --pool: unknown instance type {itype!r} (known: {', '.join(sorted(r.prices))})")
+        if itype in pool:
+            raise UsageError(f"{cmd}: --pool: {itype} given twice")
+        if not r.profiles.has(r.profile_model, itype):
+            raise UsageError(f"{cmd}: --pool: no latency profile for model {r.profile_model!r} on {itype}")
+        pool[itype] = int(count)
+    if sum(pool.values()) == 0:
+        raise UsageError(f"{cmd}: --pool needs at least one instance (TYPE=N,...)")
+    return {t: c for t, c in pool.items() if c > 0}
+
+
+def pool_cost(pool: dict[str, int], prices: dict[str, float]) -> float:
+    return float(sum(prices[t] * c for t, c in pool.items()))

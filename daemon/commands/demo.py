@@ -1,0 +1,47 @@
+"""``costscale demo [--duration S]``: the whole loop on one machine against an embedded moto EC2."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from daemon.errors import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run the whole loop against an embedded EC2 (moto) on 127.0.0.1")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of load (default 60)")
+    p.add_argument("--rate", type=float, default=12.0, help="q/s in the first half (default 12)")
+    p.add_argument("--step-rate", type=float, default=36.0, help="q/s in the second half (default 36)")
+    p.add_argument("--budget", type=float, default=2.5, help="$/hr (default 2.5)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--policy", default="kairos", choices=["kairos", "fcfs", "drs", "clockwork"],
+                   help="query distribution policy (default kairos)")
+    p.add_argument("--pool", default=None, metavar="TYPE=N,...",
+                   help="hold this pool instead of planning (types: g4dn.xlarge, c5n.2xlarge, r5n.large, t3.xlarge)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary object")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.duration <= 0 or args.rate <= 0 or args.step_rate <= 0 or args.budget <= 0:
+        raise UsageError("demo: --duration, --rate, --step-rate and --budget must be > 0")
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto server request log
+    pool = _parse_pool(args.pool) if args.pool else None
+    from daemon.demo import run_demo
+
+    return asyncio.run(run_demo(args.duration, args.rate, args.step_rate, args.budget, args.seed, args.json,
+                                policy=args.policy, pinned_pool=pool))
+
+
+def _parse_pool(text: str) -> dict[str, int]:
+    allowed = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")
+    pool: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, n = part.strip().partition("=")
+        if not sep or name not in allowed or not n.isdigit():
+            raise UsageError(f"demo: --pool: expected TYPE=N,... with TYPE in {', '.join(allowed)}; got {part.strip()!r}")
+        pool[name] = int(n)
+    return pool

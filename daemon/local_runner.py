@@ -1,0 +1,120 @@
+"""Local runner for the embedded default (``costscale demo`` and tests): one worker process per
+managed instance that reaches ``running`` in the (moto) cloud. Each worker serves a real ONNX model
+with ONNX Runtime and pads every query's service time to the latency profile of the instance type it
+stands for (DESIGN "Where it runs"). An adapter: it starts and stops processes, decides nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from scaler.cloud import ManagedInstance
+
+log = logging.getLogger("costscale.local")
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the worker gets SIGTERM if the demo dies (even by SIGKILL): no orphans."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class LocalWorker:
+    instance_id: str
+    instance_type: str
+    proc: subprocess.Popen[bytes]
+    address: str | None = None
+
+
+class LocalRunner:
+    """Keeps one local worker process per running managed instance."""
+
+    def __init__(self, dispatcher_address: str, token: str, models: list[tuple[str, str, str]],
+                 profiles_csv: str | None = None, extra_env: dict[str, str] | None = None) -> None:
+        self.dispatcher_address = dispatcher_address
+        self.token = token
+        self.models = models  # (name, onnx spec, profile name)
+        self.profiles_csv = profiles_csv
+        self.extra_env = extra_env or {}
+        self.workers: dict[str, LocalWorker] = {}
+        self.started_pids: list[int] = []
+        self._lock = asyncio.Lock()
+
+    def _command(self, inst: ManagedInstance) -> list[str]:
+        cmd = [sys.executable, "-m", "daemon.cli", "worker", "--listen", "127.0.0.1:0",
+               "--dispatcher", self.dispatcher_address, "--token", self.token,
+               "--instance-id", inst.instance_id, "--instance-type", inst.instance_type]
+        for name, spec, _profile in self.models:
+            cmd += ["--model", f"{name}={spec}"]
+        if self.models:
+            cmd += ["--emulate-profile", self.models[0][2]]
+        if self.profiles_csv:
+            cmd += ["--profiles", self.profiles_csv]
+        return cmd
+
+    async def sync(self, instances: list[ManagedInstance]) -> None:
+        """Start workers for running instances without one; stop those whose instance is gone."""
+        async with self._lock:
+            running = {i.instance_id: i for i in instances if i.state == "running"}
+            for iid in [w for w in self.workers if w not in running]:
+                await self._stop_worker(self.workers.pop(iid))
+            for iid, inst in running.items():
+                w = self.workers.get(iid)
+                if w is not None and w.proc.poll() is None:
+                    continue
+                self.workers[iid] = await self._start_worker(inst)
+
+    async def _start_worker(self, inst: ManagedInstance) -> LocalWorker:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.extra_env)
+        proc = subprocess.Popen(self._command(inst), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                env=env, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        self.started_pids.append(proc.pid)
+        worker = LocalWorker(inst.instance_id, inst.instance_type, proc)
+        log.info("started worker pid %d for %s (%s)", proc.pid, inst.instance_id, inst.instance_type)
+        return worker
+
+    async def _stop_worker(self, w: LocalWorker, timeout: float = 5.0) -> None:
+        if w.proc.poll() is None:
+            w.proc.terminate()
+            try:
+                await asyncio.to_thread(w.proc.wait, timeout)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                await asyncio.to_thread(w.proc.wait)
+        if w.proc.stdout is not None:
+            w.proc.stdout.close()
+        log.info("stopped worker pid %d (%s)", w.proc.pid, w.instance_id)
+
+    async def stop_all(self) -> None:
+        async with self._lock:
+            for w in list(self.workers.values()):
+                await self._stop_worker(w)
+            self.workers.clear()
+
+    def alive_pids(self) -> list[int]:
+        return [pid for pid in self.started_pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,44 @@
+"""Building the dispatcher's policies for a simulated pool (the same objects the daemon uses).
+
+The base type of a pool (Kairos §5.1 Definition 1 / §7) is the type in the pool with the lowest
+mean latency for the largest query (batch ``max_batch``); ties go to the name order.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from dispatcher.policy import FirstIdlePolicy, Policy
+from scaler.batch_mix import DEFAULT_MAX_BATCH
+from scaler.profiles import ProfileTable
+
+SIM_POLICY_NAMES: tuple[str, ...] = ("kairos", "fcfs", "drs", "clockwork", "first-idle")
+
+
+def base_type_of(pool: Mapping[str, int], profiles: ProfileTable, model: str,
+                 max_batch: int = DEFAULT_MAX_BATCH) -> str:
+    types = sorted(t for t, c in pool.items() if c > 0)
+    if not types:
+        raise ValueError("the pool has no instances")
+    return min(types, key=lambda t: (float(profiles.latency_ms(model, t, float(max_batch))), t))
+
+
+def policy_factory(name: str, profiles: ProfileTable, model: str, pool: Mapping[str, int], *,
+                   xi: float = 0.98, drs_threshold: int | None = None) -> Callable[[], Policy]:
+    """A function returning a *fresh* policy (policies may keep state: one per run).
+
+    ``first-idle`` is :class:`dispatcher.policy.FirstIdlePolicy`; the others come from
+    ``dispatcher.policies.make_policy`` with a ``LatencyModel`` seeded from ``profiles``."""
+    if name == "first-idle":
+        return FirstIdlePolicy
+    if name not in SIM_POLICY_NAMES:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(SIM_POLICY_NAMES)})")
+    from dispatcher.latency_model import LatencyModel
+    from dispatcher.policies import make_policy
+
+    base = base_type_of(pool, profiles, model)
+    predictor = LatencyModel.from_profiles(profiles, stat="mean")
+
+    def make() -> Policy:
+        return make_policy(name, predictor, base, xi=xi, drs_threshold=drs_threshold)
+
+    return make

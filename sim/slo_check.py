@@ -1,0 +1,44 @@
+"""Does a pool hold the p99 SLO at a given rate? A short simulation of production policy code, used
+by the min_cost planner (``scaler.plan.choose_pool(..., meets=...)``) to verify a candidate pool:
+Kairos's upper bound (§5.2) is a fluid bound, and a pool run near it queues past a p99 target.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import numpy as np
+
+from scaler.batch_mix import BatchMix
+from scaler.profiles import ProfileTable
+from sim.engine import simulate
+from sim.metrics import nearest_rank
+from sim.policies import policy_factory
+
+
+def batches_from_mix(mix: BatchMix, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` batch sizes drawn from an empirical mix (sizes on the profile grid)."""
+    if not len(mix.sizes):
+        raise ValueError("empty batch mix")
+    p = np.asarray(mix.fractions, dtype=float)
+    return rng.choice(np.asarray(mix.sizes, dtype=np.int64), size=n, p=p / p.sum())
+
+
+def slo_check(model: str, profiles: ProfileTable, qos_ms: float, rate_qps: float, mix: BatchMix, *,
+              policy: str = "kairos", n_queries: int = 2000, seed: int = 0,
+              prices: Mapping[str, float] | None = None) -> Callable[[dict[str, int]], bool]:
+    """A predicate: True when ``pool`` serves Poisson arrivals at ``rate_qps`` with batches from
+    ``mix`` at p99 ≤ ``qos_ms`` under ``policy`` (same queries for every pool: common random
+    numbers, deterministic per seed). Types without a profile make the pool fail."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / max(rate_qps, 1e-9), n_queries))
+    batches = batches_from_mix(mix, n_queries, rng)
+
+    def meets(pool: dict[str, int]) -> bool:
+        live = {t: n for t, n in pool.items() if n > 0}
+        if not live or any(not profiles.has(model, t) for t in live):
+            return False
+        res = simulate(live, model, profiles, policy_factory(policy, profiles, model, live)(), arrivals, batches,
+                       qos_ms, seed=seed, prices=prices)
+        return bool(nearest_rank(res.latency_ms, 99) <= qos_ms)
+
+    return meets

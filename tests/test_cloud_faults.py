@@ -1,0 +1,200 @@
+"""Cloud faults at the boundary: throttling backoff, capacity errors → replan, stuck pending."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from botocore.stub import Stubber
+
+from daemon.config import LaunchSpec
+from daemon.state import StateStore
+from scaler.actuator import FleetActuator, pool_of
+from scaler.catalog import load_catalog
+from scaler.cloud import CloudConfigError, InsufficientCapacity, Throttled
+from scaler.ec2 import BACKOFF_BASE_S, BACKOFF_CAP_S, Ec2Cloud, backoff_delay, make_ec2_client
+from scaler.fake_cloud import FakeCloud
+
+CATALOG = load_catalog()
+EMPTY = {"Reservations": []}
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _stubbed(max_attempts: int = 5, rng: random.Random | None = None):
+    client = make_ec2_client("us-east-1", "http://127.0.0.1:9")  # never reached: the Stubber answers
+    sleeps: list[float] = []
+    cloud = Ec2Cloud("alpha", "us-east-1", LaunchSpec(ami_id="ami-1"), client=client, max_attempts=max_attempts,
+                     sleep=sleeps.append, rng=rng or random.Random(7))
+    return cloud, Stubber(client), sleeps
+
+
+def test_throttling_backs_off_with_full_jitter_then_raises() -> None:
+    cloud, stub, sleeps = _stubbed(max_attempts=5, rng=random.Random(42))
+    for _ in range(5):
+        stub.add_client_error("describe_instances", service_error_code="RequestLimitExceeded", http_status_code=503)
+    with stub, pytest.raises(Throttled, match="after 5 attempts"):
+        cloud.list_managed()
+    ref = random.Random(42)
+    assert sleeps == [backoff_delay(a, ref.random()) for a in range(4)]  # 4 sleeps between 5 attempts
+    assert all(0 <= s <= BACKOFF_BASE_S * 2 ** a for a, s in enumerate(sleeps))
+    stub.assert_no_pending_responses()
+
+
+class _MaxRng:
+    def random(self) -> float:
+        return 1.0
+
+
+def test_backoff_ceiling_doubles_and_is_capped() -> None:
+    cloud, stub, sleeps = _stubbed(max_attempts=10, rng=_MaxRng())  # type: ignore[arg-type]
+    for _ in range(9):
+        stub.add_client_error("describe_instances", service_error_code="Throttling", http_status_code=400)
+    stub.add_response("describe_instances", EMPTY)
+    with stub:
+        assert cloud.list_managed() == []  # the 10th attempt succeeds
+    assert len(sleeps) == 9
+    assert sleeps == [min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** a) for a in range(9)]
+    assert sleeps[:7] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8] and sleeps[7:] == [20.0, 20.0]
+
+
+def test_error_mapping() -> None:
+    cloud, stub, sleeps = _stubbed()
+    stub.add_response("describe_instances", EMPTY)  # the intent lookup before launching
+    stub.add_client_error("run_instances", service_error_code="InsufficientInstanceCapacity", http_status_code=500)
+    stub.add_response("describe_instances", EMPTY)
+    stub.add_client_error("run_instances", service_error_code="InstanceLimitExceeded", http_status_code=400)
+    stub.add_client_error("describe_instances", service_error_code="AuthFailure", http_status_code=401)
+    stub.add_client_error("describe_instances", service_error_code="InvalidParameterValue", http_status_code=400)
+    with stub:
+        with pytest.raises(InsufficientCapacity) as ei:
+            cloud.launch("g4dn.xlarge", 1, "t1")
+        assert ei.value.instance_type == "g4dn.xlarge"
+        with pytest.raises(InsufficientCapacity):
+            cloud.launch("g5.xlarge", 1, "t2")
+        with pytest.raises(CloudConfigError, match="AuthFailure"):
+            cloud.list_managed()
+        with pytest.raises(CloudConfigError, match="InvalidParameterValue"):
+            cloud.list_managed()
+    assert sleeps == []  # none of these is retried
+
+
+def _actuator(fake: FakeCloud, clock: Clock, tmp_path, budget: float = 2.0) -> FleetActuator:
+    store = StateStore.open(tmp_path / "state.db")
+    return FleetActuator(fake, store, CATALOG, budget, clock=clock, pending_timeout_s=600, capacity_cooldown_s=300)
+
+
+def test_capacity_error_excludes_type_for_cooldown_and_replan_succeeds(tmp_path) -> None:
+    clock = Clock()
+    fake = FakeCloud("alpha", clock=clock)
+    fake.fail_capacity("g4dn.xlarge")
+    act = _actuator(fake, clock, tmp_path)
+    rep = act.apply({"g4dn.xlarge": 2}, "p1")
+    assert rep.unavailable == ["g4dn.xlarge"] and not rep.complete
+    assert rep.shortfall == {"g4dn.xlarge": 2}
+    assert act.unavailable_types() == {"g4dn.xlarge"}
+    assert [s.status for s in act.store.intents(plan_id="p1")] == ["failed"]
+    # the caller replans without it
+    rep2 = act.apply({"c5n.2xlarge": 2}, "p2")
+    assert rep2.complete and pool_of(fake.list_managed()) == {"c5n.2xlarge": 2}
+    # still cooling down: a plan naming it does not even try the cloud
+    n_launch = sum(1 for op, _ in fake.calls if op == "launch")
+    clock.t += 299
+    rep3 = act.apply({"c5n.2xlarge": 1, "g4dn.xlarge": 1}, "p3")
+    assert sum(1 for op, _ in fake.calls if op == "launch") == n_launch
+    assert rep3.shortfall == {"g4dn.xlarge": 1}
+    # after the cooldown it is tried again (and now there is capacity)
+    fake.fail_capacity("g4dn.xlarge", on=False)
+    clock.t += 2
+    assert act.unavailable_types() == set()
+    rep4 = act.apply({"c5n.2xlarge": 1, "g4dn.xlarge": 1}, "p4")
+    assert rep4.complete and pool_of(fake.list_managed()) == {"c5n.2xlarge": 1, "g4dn.xlarge": 1}
+
+
+def test_stuck_pending_terminated_after_timeout(tmp_path) -> None:
+    clock = Clock()
+    fake = FakeCloud("alpha", clock=clock, boot_s=30)
+    fake.stick_pending("r5n.large")
+    act = _actuator(fake, clock, tmp_path)
+    rep = act.apply({"r5n.large": 1, "t3.xlarge": 1}, "p1")
+    assert rep.complete
+    stuck = rep.launched["r5n.large"][0]
+    clock.t += 600  # exactly the timeout: not yet
+    assert act.reconcile().terminated_stuck == []
+    clock.t += 1
+    r = act.reconcile()
+    assert r.terminated_stuck == [stuck]
+    assert {i.instance_id: i.state for i in fake.all_instances()}[stuck] in ("shutting-down", "terminated")
+    assert pool_of(fake.list_managed()) == {"t3.xlarge": 1}  # the healthy one (booted after 30 s) stays
+    # the next apply replaces it (here with a type that boots)
+    fake.stick_pending("r5n.large", on=False)
+    assert act.apply({"r5n.large": 1, "t3.xlarge": 1}, "p1").complete
+    assert pool_of(fake.list_managed()) == {"r5n.large": 1, "t3.xlarge": 1}
+
+
+def test_throttled_apply_stops_and_marks_intent_failed(tmp_path) -> None:
+    clock = Clock()
+    fake = FakeCloud("alpha", clock=clock)
+    act = _actuator(fake, clock, tmp_path)
+    fake.before_call.append(lambda op, args: fake.throttle_next(1) if op == "launch" else None)
+    rep = act.apply({"m5.xlarge": 2}, "p1")
+    assert not rep.complete and any("throttled" in e for e in rep.errors)
+    assert [i.status for i in act.store.intents(plan_id="p1")] == ["failed"]
+    fake.before_call.clear()
+    assert act.apply({"m5.xlarge": 2}, "p1").complete
+    assert pool_of(fake.list_managed()) == {"m5.xlarge": 2}
+
+
+def test_partial_launch_is_topped_up_within_budget(tmp_path) -> None:
+    clock = Clock()
+    fake = FakeCloud("alpha", clock=clock)
+    act = _actuator(fake, clock, tmp_path, budget=1.0)
+    fake.limit_next_launch(1)
+    rep = act.apply({"m5.xlarge": 4}, "p1")  # 4 × 0.192 = 0.768
+    assert rep.complete and len(rep.launched["m5.xlarge"]) == 4
+    assert fake.run_instances_calls == 2  # 1 of 4, then the other 3 under a derived token
+    toks = [i.client_token for i in act.store.intents(plan_id="p1")]
+    assert len(set(toks)) == 2 and all(len(t) <= 64 for t in toks)
+
+
+def test_drain_before_terminate_sync_async_and_failing(tmp_path) -> None:
+    import asyncio
+
+    clock = Clock()
+    fake = FakeCloud("alpha", clock=clock)
+    events: list[tuple[str, str]] = []
+    fake.before_call.append(lambda op, args: events.append((op, ",".join(args.get("instance_ids", [])))))
+
+    def sync_drain(iid: str) -> bool:
+        events.append(("drain", iid))
+        return True
+
+    async def async_drain(iid: str) -> bool:
+        await asyncio.sleep(0)
+        events.append(("adrain", iid))
+        return True
+
+    async def slow_drain(iid: str) -> bool:
+        await asyncio.sleep(10)
+        return True
+
+    store = StateStore.open(tmp_path / "d.db")
+    for drain, kind in ((sync_drain, "drain"), (async_drain, "adrain")):
+        act = FleetActuator(fake, store, CATALOG, 2.0, clock=clock, drain=drain)
+        assert act.apply({"m5.xlarge": 2}, f"up-{kind}").complete
+        events.clear()
+        rep = act.apply({"m5.xlarge": 1}, f"down-{kind}")
+        (victim,) = rep.terminated
+        assert rep.drained == {victim: True}
+        assert events.index((kind, victim)) < events.index(("terminate", victim))
+    # a drain that times out (or raises) reports False and the retirement still happens
+    act = FleetActuator(fake, store, CATALOG, 2.0, clock=clock, drain=slow_drain, drain_timeout_s=0.05)
+    assert act.apply({"m5.xlarge": 2}, "up-slow").complete
+    rep = act.apply({"m5.xlarge": 1}, "down-slow")
+    assert list(rep.drained.values()) == [False] and len(rep.terminated) == 1
+    assert pool_of(fake.list_managed()) == {"m5.xlarge": 1}
