@@ -106,16 +106,33 @@ class DispatcherSpec(_Strict):
     queue_limit: Annotated[int, Field(ge=1)] = 10_000
     on_deadline: Literal["drop", "best_effort"] = "drop"
     max_payload_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024
+    advertise: str | None = Field(None, description="HOST:PORT workers use to reach the dispatcher (default: listen)")
+    worker_port: Annotated[int, Field(ge=1, le=65535)] = 50052
     cluster_token: str | None = Field(None, description="shared secret workers present when they register")
     cluster_token_file: str | None = None
 
-    @field_validator("listen")
+    @field_validator("listen", "advertise")
     @classmethod
-    def _hostport(cls, v: str) -> str:
+    def _hostport(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         host, sep, port = v.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError("must be HOST:PORT")
         return v
+
+
+    def token(self) -> str | None:
+        """The cluster token (from cluster_token_file when given); None when unset."""
+        if self.cluster_token_file:
+            from pathlib import Path as _P
+
+            try:
+                return _P(self.cluster_token_file).read_text(encoding="utf-8").strip() or None
+            except OSError as exc:
+                raise ConfigError(f"dispatcher.cluster_token_file: cannot read {self.cluster_token_file} "
+                                  f"({exc.strerror or exc})") from None
+        return self.cluster_token
 
 
 class IntervalsSpec(_Strict):

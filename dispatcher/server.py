@@ -154,10 +154,7 @@ class Dispatcher:
         self._kick()
 
     def _read_token(self) -> str | None:
-        d = self.cfg.dispatcher
-        if d.cluster_token_file:
-            return Path(d.cluster_token_file).read_text(encoding="utf-8").strip()
-        return d.cluster_token
+        return self.cfg.dispatcher.token()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self, listen: str | None = None) -> int:

@@ -21,7 +21,7 @@ import random
 import shlex
 import time
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from scaler.cloud import (
     CLUSTER_TAG,
@@ -55,16 +55,31 @@ def backoff_delay(attempt: int, u: float, base: float = BACKOFF_BASE_S, cap: flo
 
 
 def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
-                    cluster_token: str | None = None) -> str:
-    """The worker's cloud-init script: the user's extra lines, then ``costscale worker``."""
+                    cluster_token: str | None = None, models: Sequence[tuple[str, str]] = (),
+                    worker_port: int = 50052) -> str:
+    """The worker's cloud-init script: the user's extra lines, then ``costscale worker``.
+
+    The instance learns its own id, type and private address from the instance metadata service
+    (IMDSv2, token-based) and registers with the dispatcher under them; the dispatcher accepts only
+    instances the daemon launched. ``models`` are (name, ONNX spec) pairs to serve."""
     lines = ["#!/bin/bash", "set -euo pipefail"]
     if extra:
         body = extra[len("#!/bin/bash"):] if extra.startswith("#!/bin/bash") else extra
         lines.append(body.strip("\n"))
-    lines.append(f"export COSTSCALE_CLUSTER={shlex.quote(cluster)}")
+    lines += [
+        "IMDS=http://169.254.169.254/latest",
+        'IMDS_TOKEN=$(curl -fsS -X PUT "$IMDS/api/token" -H "X-aws-ec2-metadata-token-ttl-seconds: 300")',
+        'md() { curl -fsS -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" "$IMDS/meta-data/$1"; }',
+        "export COSTSCALE_INSTANCE_ID=$(md instance-id)",
+        "export COSTSCALE_INSTANCE_TYPE=$(md instance-type)",
+        "COSTSCALE_ADDRESS=$(md local-ipv4)",
+        f"export COSTSCALE_CLUSTER={shlex.quote(cluster)}",
+    ]
     if cluster_token:
         lines.append(f"export COSTSCALE_CLUSTER_TOKEN={shlex.quote(cluster_token)}")
-    cmd = "exec costscale worker"
+    cmd = f"exec costscale worker --listen 0.0.0.0:{int(worker_port)} --advertise \"$COSTSCALE_ADDRESS:{int(worker_port)}\""
+    for name, spec in models:
+        cmd += f" --model {shlex.quote(f'{name}={spec}')}"
     if dispatcher:
         cmd += f" --dispatcher {shlex.quote(dispatcher)}"
     lines.append(cmd)
@@ -116,6 +131,7 @@ class Ec2Cloud:
         rng: random.Random | None = None,
         dispatcher: str | None = None,
         cluster_token: str | None = None,
+        models: Sequence[tuple[str, str]] = (),
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -128,6 +144,7 @@ class Ec2Cloud:
         self.rng = rng if rng is not None else random.Random()
         self.dispatcher = dispatcher
         self.cluster_token = cluster_token
+        self.models = tuple(models)
 
     # -- the error boundary ------------------------------------------------------------------
     def _call(self, op: str, instance_type: str | None = None, **kwargs: Any) -> Any:
@@ -203,7 +220,7 @@ class Ec2Cloud:
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
                                   {"ResourceType": "volume", "Tags": tag_list}],
             "UserData": build_user_data(self.cluster, self.dispatcher, getattr(spec, "user_data", None),
-                                        self.cluster_token),
+                                        self.cluster_token, self.models),
         }
         if getattr(spec, "ami_id", None):
             kw["ImageId"] = spec.ami_id

@@ -45,7 +45,7 @@ def test_launch_list_terminate_with_tags(moto_endpoint: str, ec2_client) -> None
     import base64
 
     ud = base64.b64decode(attr["UserData"]["Value"]).decode()
-    assert "echo hello" in ud and "costscale worker --dispatcher 10.0.0.1:50051" in ud
+    assert "echo hello" in ud and ud.rstrip().endswith("--dispatcher 10.0.0.1:50051")
     cloud.terminate([got[0].instance_id])
     assert [i.instance_id for i in cloud.list_managed() if i.live] == [got[1].instance_id]
     # another cluster sees nothing of ours and may not terminate it
@@ -119,5 +119,10 @@ def test_plain_moto_starts_min_count_and_we_return_it(moto_endpoint: str) -> Non
 def test_user_data_shape() -> None:
     ud = build_user_data("c1", "h:1", "#!/bin/bash\necho pre", cluster_token="s3cr'et")
     assert ud.startswith("#!/bin/bash\n") and ud.count("#!/bin/bash") == 1
-    assert ud.rstrip().endswith("exec costscale worker --dispatcher h:1")
+    assert ud.rstrip().endswith("--dispatcher h:1")
+    assert 'exec costscale worker --listen 0.0.0.0:50052 --advertise "$COSTSCALE_ADDRESS:50052"' in ud
+    assert "export COSTSCALE_INSTANCE_ID=$(md instance-id)" in ud
+    assert "export COSTSCALE_INSTANCE_TYPE=$(md instance-type)" in ud
+    ud2 = build_user_data("c1", "h:1", models=[("ncf", "/opt/models/ncf.onnx")])
+    assert "--model ncf=/opt/models/ncf.onnx --dispatcher h:1" in ud2
     assert "export COSTSCALE_CLUSTER_TOKEN='s3cr'\"'\"'et'" in ud
