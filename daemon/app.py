@@ -138,8 +138,11 @@ class Daemon:
         except Exception as exc:
             raise DaemonError(f"dispatcher cannot listen on {self._listen or cfg.dispatcher.listen}: {exc}") from None
         if self._cloud is None:
+            advertise = cfg.dispatcher.advertise or (self._listen or cfg.dispatcher.listen)
             self._cloud = Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,
-                                   max_attempts=cfg.aws.max_attempts)
+                                   max_attempts=cfg.aws.max_attempts, dispatcher=advertise,
+                                   cluster_token=cfg.dispatcher.token(),
+                                   models=[(m.name, m.onnx) for m in cfg.models])
         self.cloud = self._cloud
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain_blocking,
