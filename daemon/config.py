@@ -11,13 +11,22 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from daemon.errors import ConfigError
 from scaler.batch_mix import parse_batch_dist
 from scaler.catalog import InstanceType, load_catalog
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def _check_name(v: str) -> str:
+    if not _NAME_RE.match(v):
+        raise ValueError("must be 1-63 letters, digits, '.', '_' or '-'")
+    return v
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
 
 
 class _Strict(BaseModel):
@@ -27,7 +36,7 @@ class _Strict(BaseModel):
 class ModelSpec(_Strict):
     """One served model (an application's default model in INFaaS terms)."""
 
-    name: str
+    name: Name
     onnx: str = Field("builtin:mlp", description="path to an .onnx file, or builtin:mlp for the demo model")
     qos_ms: Annotated[float, Field(gt=0)] = Field(..., description="p99 latency target in ms")
     max_batch: Annotated[int, Field(ge=1, le=100_000)] = 1000
@@ -35,12 +44,6 @@ class ModelSpec(_Strict):
     profile: str | None = Field(None, description="model name in the latency profile CSV (default: name)")
     application: str | None = None
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
 
     @property
     def profile_name(self) -> str:
@@ -163,7 +166,7 @@ class AwsSpec(_Strict):
 
 
 class Config(_Strict):
-    cluster: str
+    cluster: Name
     region: str = "us-east-1"
     budget_per_hour: Annotated[float, Field(gt=0)]
     objective: Literal["max_throughput", "min_cost"] = "max_throughput"
@@ -181,12 +184,6 @@ class Config(_Strict):
     pinned_pool: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
         None, description="manual mode: hold exactly this pool instead of planning (still within budget)")
 
-    @field_validator("cluster")
-    @classmethod
-    def _cluster(cls, v: str) -> str:
-        if not _NAME_RE.match(v):
-            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-'")
-        return v
 
     @model_validator(mode="after")
     def _unique(self) -> "Config":

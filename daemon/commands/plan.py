@@ -6,39 +6,25 @@ pools are listed (default 10); --json prints exactly one JSON object (``Plan.to_
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from daemon.config import load_config
+from daemon.commands._overrides import add_override_flags, resolve
 from daemon.errors import UsageError
 from scaler.base_aux import PlanError
-from scaler.batch_mix import mix_from_dist, parse_batch_dist
+from scaler.batch_mix import mix_from_dist
 from scaler.plan import MIX_SEED, Plan, choose_pool, plan_inputs_from_config
-from scaler.profiles import load_profiles_csv
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="show the pool the planner picks within the budget")
     p.add_argument("config", metavar="CONFIG")
-    p.add_argument("--profiles", metavar="CSV", help="latency profile CSV (default: config's, else shipped)")
-    p.add_argument("--model", metavar="M", help="model name from the config (default: the first)")
+    add_override_flags(p)
     p.add_argument("--budget", metavar="X", type=float, help="budget in $/hr")
     p.add_argument("--types", metavar="TYPE,TYPE", help="allowed instance types (comma-separated)")
-    p.add_argument("--qos-ms", metavar="T", type=float, help="QoS target in ms (default: the model's qos_ms)")
-    p.add_argument("--batch-dist", metavar="DIST", help="deeprecsys | gaussian | lognormal | fixed:N")
     p.add_argument("--objective", choices=("max_throughput", "min_cost"), help="default: the config's")
     p.add_argument("--demand-qps", metavar="Q", type=float, help="demand for min_cost (default: workload.expected_qps)")
     p.add_argument("--top", metavar="K", type=int, default=10, help="pools to list (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
-
-
-def _profiles_path(args: argparse.Namespace, cfg_profiles: str | None) -> str | None:
-    if args.profiles:
-        return args.profiles
-    if cfg_profiles:
-        rel = Path(args.config).parent / cfg_profiles
-        return str(rel) if not Path(cfg_profiles).is_absolute() and rel.exists() else cfg_profiles
-    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,11 +36,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("plan: --top must be >= 1")
     if args.demand_qps is not None and args.demand_qps < 0:
         raise UsageError("plan: --demand-qps must be >= 0")
-    cfg = load_config(args.config)
-    try:
-        profiles = load_profiles_csv(_profiles_path(args, cfg.profiles))
-    except ValueError as exc:
-        raise UsageError(f"plan: {exc}") from None
+    r = resolve(args, "plan")
+    cfg = r.cfg
     types = None
     if args.types is not None:
         types = [t.strip() for t in args.types.split(",") if t.strip()]
@@ -62,18 +45,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("plan: --types needs at least one instance type")
         if len(set(types)) != len(types):
             raise UsageError("plan: --types lists a type twice")
-    dist = args.batch_dist or cfg.workload.batch_dist
-    try:
-        parse_batch_dist(dist)
-    except ValueError as exc:
-        raise UsageError(f"plan: --batch-dist: {exc}") from None
+    dist = r.batch_dist
     objective = args.objective or cfg.objective
     demand = args.demand_qps if args.demand_qps is not None else cfg.workload.expected_qps
     try:
-        model = args.model if args.model is not None else cfg.models[0].name
-        max_batch = next((m.max_batch for m in cfg.models if m.name == model), 1000)
-        mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=max_batch)
-        inputs = plan_inputs_from_config(cfg, profiles, model, mix, types=types, budget=args.budget, qos_ms=args.qos_ms)
+        mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=r.max_batch)
+        inputs = plan_inputs_from_config(cfg, r.profiles, r.model, mix, types=types, budget=args.budget,
+                                         qos_ms=args.qos_ms)
         plan = choose_pool(inputs, objective=objective, demand_qps=demand, headroom=cfg.headroom, top_k=args.top)
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
