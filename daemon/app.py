@@ -24,7 +24,8 @@ from daemon.errors import UsageError
 from daemon.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.policies import make_policy
-from dispatcher.server import Dispatcher
+from dispatcher.server import Dispatcher, generate_and_profile
+from daemon.model_loop import ModelLoop, ModelLoopParams, next_capacity_hint
 from scaler.actuator import FleetActuator
 from scaler.batch_mix import mix_from_dist
 from scaler.cloud import CloudProvider, ManagedInstance
@@ -33,6 +34,7 @@ from scaler.plan import Plan, choose_pool, plan_inputs_from_config
 from scaler.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView, demand_for_planning, significant_change
 from sim.slo_check import slo_check
+from variants.registry import RegisteredModel, VariantRegistry, registry_path_for
 
 log = logging.getLogger("costscale")
 
@@ -88,7 +90,8 @@ class Daemon:
 
     def __init__(self, cfg: Config, cfg_path: Path | None = None, *, cloud: CloudProvider | None = None,
                  on_fleet_change: FleetHook | None = None, listen: str | None = None,
-                 worker_dispatcher_address: str | None = None) -> None:
+                 worker_dispatcher_address: str | None = None, model_params: ModelLoopParams | None = None,
+                 generate_variants: bool = True) -> None:
         self.cfg = cfg
         self.cfg_path = cfg_path
         self.profiles = load_profiles_for(cfg)
@@ -107,6 +110,15 @@ class Daemon:
         self.actuator: FleetActuator | None = None
         self.cloud: CloudProvider | None = None
         self._generation = 0
+        # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
+        # fleet planner (demand x hint); it never launches anything itself
+        self.model_params = model_params or ModelLoopParams(headroom=cfg.headroom)
+        self.generate_variants = generate_variants
+        self.registry: VariantRegistry | None = None
+        self.model_loop: ModelLoop | None = None
+        self.capacity_hint = 1.0
+        self._hint_planned = 1.0
+        self._gen_task: asyncio.Task | None = None
 
     # ---- wiring ----------------------------------------------------------------------------
     def _primary(self):
@@ -116,6 +128,55 @@ class Daemon:
         cfg = self.cfg
         mix = mix_from_dist(cfg.workload.batch_dist, max_batch=self._primary().max_batch)
         return DemandView(cfg.workload.expected_qps, mix, False)
+
+    def _open_registry(self) -> VariantRegistry:
+        """The variant registry next to the state store; the config's models registered as their
+        base (fp32) variant unless already known with the same file."""
+        reg = VariantRegistry(registry_path_for(self.cfg.state_path))
+        known = {m.name: m for m in reg.models()}
+        for m in self.cfg.models:
+            rm = RegisteredModel(name=m.name, application=m.application or m.name, onnx_path=m.onnx,
+                                 qos_ms=m.qos_ms, max_batch=m.max_batch, profile=m.profile_name, from_config=True)
+            if known.get(m.name) != rm:
+                reg.register_model(rm)
+        return reg
+
+    async def _generate_config_variants(self) -> None:
+        """Cheaply generate and profile the variants of config models whose ONNX file is at hand
+        (builtin:mlp is), in a worker thread; routing picks them up when done."""
+        from variants.builtin_models import resolve_model
+        from variants.worker_server import default_cache_dir
+
+        assert self.registry is not None
+        hws = tuple(h for h in ("cpu", "gpu") if any(it.hardware == h for it in self.cfg.catalog().values()))
+        for m in self.cfg.models:
+            if len(self.registry.variants(model=m.name)) > 1 or not hws:
+                continue
+            rm = self.registry.model(m.name)
+            try:
+                src = await asyncio.to_thread(resolve_model, m.onnx, default_cache_dir())
+                await asyncio.to_thread(generate_and_profile, src, rm, self._models_dir() / m.name, hws, None,
+                                        self.registry)
+            except Exception as exc:  # noqa: BLE001 - variants are an optimisation; the base variant serves
+                log.warning("variants of %s not generated: %s", m.name, exc)
+                continue
+            if self.dispatcher is not None:
+                self.dispatcher.refresh_variants()
+            log.info("generated %d variants of %s", len(self.registry.variants(model=m.name)), m.name)
+
+    def _models_dir(self) -> Path:
+        return Path(self.cfg.state_path + ".models")
+
+    async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]
+        """VM-autoscaler decisions -> capacity hint for the fleet planner; replan when it moved."""
+        self.capacity_hint = next_capacity_hint(self.capacity_hint, decisions, unmet)
+        for d in decisions:
+            if d.action != "hold":
+                log.info("vm autoscaler: %s %s (%s) -> capacity hint %.2f", d.action, d.hardware, d.reason,
+                         self.capacity_hint)
+        if (abs(self.capacity_hint - self._hint_planned) >= 0.2 and not self.cfg.pinned_pool
+                and not self._fleet_lock.locked() and self._loop is not None):
+            self._loop.create_task(self.fleet_tick("model loop capacity hint"))
 
     def _make_policy(self, base_type: str | None):
         base = base_type or self.cfg.instance_types[0].type
@@ -132,7 +193,14 @@ class Daemon:
         except Exception as exc:  # lock held or unwritable state path
             raise DaemonError(f"state store {cfg.state_path}: {exc}") from None
         self.predictor = LatencyModel.from_profiles(self.profiles)
-        self.dispatcher = Dispatcher(cfg, self.predictor, policy=self._make_policy(None))
+        try:
+            self.registry = self._open_registry()
+        except Exception as exc:
+            raise DaemonError(f"variant registry {registry_path_for(cfg.state_path)}: {exc}") from None
+        self.dispatcher = Dispatcher(cfg, self.predictor, policy=self._make_policy(None), registry=self.registry,
+                                     models_dir=self._models_dir())
+        self.model_loop = ModelLoop(self.dispatcher, self.profiles, self.model_params, on_vm=self._on_vm)
+        self.model_loop.interval_s = cfg.intervals.model_s
         try:
             self.port = await self.dispatcher.start(self._listen or cfg.dispatcher.listen)
         except Exception as exc:
@@ -163,6 +231,8 @@ class Daemon:
             self._scheduler.add_job(lambda: sdnotify.notify("WATCHDOG=1"), "interval", seconds=max(wd, 0.5),
                                     id="watchdog")
         self._scheduler.start()
+        if self.generate_variants:
+            self._gen_task = self._loop.create_task(self._generate_config_variants())
         sdnotify.notify(f"READY=1\nSTATUS=dispatcher on port {self.port}")
         log.info("costscale %s: dispatcher listening on port %d, budget %.4g $/hr", cfg.cluster, self.port,
                  cfg.budget_per_hour)
@@ -183,7 +253,10 @@ class Daemon:
         if self.dispatcher is None:
             return declared
         snap = self.dispatcher.window_snapshot()
-        return demand_for_planning(snap.arrival_qps, snap.mix, snap.count, declared.qps, declared.mix)
+        d = demand_for_planning(snap.arrival_qps, snap.mix, snap.count, declared.qps, declared.mix)
+        if self.capacity_hint != 1.0:
+            d = DemandView(d.qps * self.capacity_hint, d.mix, d.measured)
+        return d
 
     def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
         """The fleet decision: the pinned pool, or the planner's pick for the primary model."""
@@ -220,6 +293,7 @@ class Daemon:
                     pid = plan_id_for(self.cfg.cluster, target, self._generation)
                     report = await asyncio.to_thread(self.actuator.apply, target, pid)
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
+                self._hint_planned = self.capacity_hint
                 self.status.plans_applied += 1
                 self.status.last_error = None
                 if plan is not None and self.dispatcher is not None:
@@ -235,7 +309,15 @@ class Daemon:
             await self._sync_workers()
 
     async def model_tick(self) -> None:
-        """Model loop: replan early on a significant change of demand or mix."""
+        """Model loop: variant states, model autoscaler and placements, VM-autoscaler hint
+        (:mod:`daemon.model_loop`); then replan early on a significant change of demand or mix."""
+        if self._stop.is_set():
+            return
+        if self.model_loop is not None and self.dispatcher is not None:
+            try:
+                await self.model_loop.tick(time.monotonic())
+            except Exception:  # keep serving; the next tick retries
+                log.exception("model loop tick failed")
         if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
             return
         if significant_change(self.status.demand, self.current_demand()):
@@ -313,8 +395,12 @@ class Daemon:
                 except Exception:
                     log.exception("terminating the fleet at shutdown failed")
                 await self._sync_workers()
+        if self._gen_task is not None and not self._gen_task.done():
+            self._gen_task.cancel()
         if self.store is not None:
             self.store.close()
+        if self.registry is not None:
+            self.registry.close()
 
 
 async def _run(cfg_path: Path) -> int:

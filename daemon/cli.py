@@ -10,7 +10,7 @@ from typing import Sequence
 
 from daemon.errors import UsageError
 
-COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants")
+COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants", "models", "offline")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -36,8 +36,10 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.policies import infeasible, make_policy
 from dispatcher.policy import Policy, QueryView, WorkerView
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher import modelless as ml
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.worker_client import WorkerClient, is_worker_failure
+from variants.selection import Request as VariantRequest
 
 SC = grpc.StatusCode
 Outcome = Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]
@@ -61,6 +63,7 @@ class _Query:
     gen: int = 0
     timer: asyncio.TimerHandle | None = None
     dispatched_at: float = 0.0
+    offline: bool = False
 
 
 @dataclass(eq=False)
@@ -79,6 +82,14 @@ class WorkerState:
     removed: bool = False
     health_failures: int = 0
     idle_event: asyncio.Event = field(default_factory=asyncio.Event)
+    hardware: str = "cpu"
+    #: variants loaded on the worker (its Health reply is authoritative; Load/Unload update it)
+    loaded: set[str] | None = None   # None: not known yet (assume the config's models)
+    last_op_at: float = 0.0
+    #: (start, end) of recent online queries, for utilization (model loop, offline throttling)
+    busy: deque = field(default_factory=lambda: deque(maxlen=4096))
+    #: (variant, batch, service_ms) served since the model loop last took them
+    samples: list = field(default_factory=list)
 
 
 class Dispatcher:
@@ -88,7 +99,8 @@ class Dispatcher:
     ``xi`` (0.98), ``view_factor`` (2)."""
 
     def __init__(self, cfg: Config, predictor: LatencyModel, *, clock: Callable[[], float] = time.monotonic,
-                 policy: Policy | None = None, base_type: str | None = None) -> None:
+                 policy: Policy | None = None, base_type: str | None = None, registry=None,
+                 models_dir: str | Path | None = None) -> None:
         self.cfg = cfg
         self.predictor = predictor
         self.clock = clock
@@ -102,9 +114,27 @@ class Dispatcher:
         self.workers: dict[str, WorkerState] = {}
         self.window = DemandWindow()
         try:
-            self._prices = {t: it.price_per_hour for t, it in cfg.catalog().items()}
+            self._catalog = cfg.catalog()
         except Exception:  # pragma: no cover - catalog is validated with the config
-            self._prices = {}
+            self._catalog = {}
+        self._prices = {t: it.price_per_hour for t, it in self._catalog.items()}
+        # model-less API (INFaaS §3.1): the variant registry and what routing knows of it
+        self.registry = registry
+        self.models_dir = Path(models_dir) if models_dir else None
+        self._variant_meta: dict[str, ml.VariantMeta] = {}
+        self._variant_path: dict[str, str] = {}
+        self._app_models: dict[str, list[str]] = {}
+        self._grid_cache: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {}
+        self.variant_states: dict[tuple[str, str], object] = {}   # (variant, worker) -> VariantState
+        self.offline_threshold = ml.OFFLINE_UTILIZATION_THRESHOLD
+        self.offline_chunk = 8
+        self.offline_poll_s = 0.2
+        self.utilization_horizon_s = 2.0
+        self.offline_jobs: dict[str, "OfflineJob"] = {}
+        self._loading: dict[tuple[str, str], asyncio.Task] = {}
+        self.load_ops = 0
+        self.unload_ops = 0
+        self.refresh_variants()
         # tunables
         self.query_timeout_s = 30.0
         self.max_retries = 2
@@ -234,6 +264,8 @@ class Dispatcher:
                 return
             self._remove_worker(old, "re-registered")
         w = WorkerState(instance_id, instance_type, address, WorkerClient(address))
+        it = self._catalog.get(instance_type)
+        w.hardware = it.hardware if it is not None else "cpu"
         w.idle_event.set()
         self.workers[instance_id] = w
         self._kick()
@@ -280,8 +312,14 @@ class Dispatcher:
 
     async def _check(self, w: WorkerState) -> None:
         try:
-            await w.client.health(self.health_timeout_s)
+            asked = self.clock()
+            reply = await w.client.health(self.health_timeout_s)
             w.health_failures = 0
+            if reply.loaded_variants and asked > w.last_op_at and not any(k[1] == w.instance_id for k in self._loading):
+                before = w.loaded
+                w.loaded = set(reply.loaded_variants)
+                if before != w.loaded:
+                    self._kick()
         except Exception:
             w.health_failures += 1
             if w.health_failures >= self.health_failures:
@@ -306,15 +344,24 @@ class Dispatcher:
         self.rejected[code.name] += 1
         return code, msg
 
-    def _validate(self, r: pb.SubmitRequest) -> tuple[ModelSpec, int, float] | tuple[grpc.StatusCode, str]:
-        if r.model:
+    def _validate(self, r: pb.SubmitRequest) -> tuple[ModelSpec, int, float, str] | tuple[grpc.StatusCode, str]:
+        variant = r.variant
+        if variant and variant not in self._variant_meta:
+            return SC.NOT_FOUND, f"unknown variant {variant!r}"
+        if variant and r.model and self._variant_meta[variant].model != r.model:
+            return SC.INVALID_ARGUMENT, f"variant {variant!r} is not a variant of model {r.model!r}"
+        if variant and not r.model:
+            m = self._models.get(self._variant_meta[variant].model)
+            if m is None:
+                return SC.NOT_FOUND, f"model of variant {variant!r} is not registered"
+        elif r.model:
             m = self._models.get(r.model)
             if m is None:
                 return SC.INVALID_ARGUMENT, f"unknown model {r.model!r} (known: {', '.join(sorted(self._models))})"
         elif r.application:
             m = self._apps.get(r.application)
             if m is None:
-                return SC.INVALID_ARGUMENT, f"unknown application {r.application!r}"
+                return SC.NOT_FOUND, f"unknown application {r.application!r}"
         else:
             return SC.INVALID_ARGUMENT, "give model or application"
         batch = int(r.batch_size)
@@ -335,7 +382,23 @@ class Dispatcher:
         slo = float(r.latency_slo_ms)
         if not np.isfinite(slo) or slo < 0:
             return SC.INVALID_ARGUMENT, f"latency_slo_ms must be >= 0, got {r.latency_slo_ms}"
-        return m, batch, (slo if slo > 0 else m.qos_ms)
+        acc = float(r.min_accuracy)
+        if not np.isfinite(acc) or acc < 0 or acc > 1:
+            return SC.INVALID_ARGUMENT, f"min_accuracy must be in [0, 1], got {r.min_accuracy}"
+        if not variant and (r.application or acc > 0) and self._variant_meta:
+            # model-less query (INFaaS §4.1 getVariant): pick the variant and where it runs
+            req = VariantRequest(model=r.model or None, latency_slo_ms=slo if slo > 0 else float("inf"),
+                                 min_accuracy=acc, batch=batch)
+            metas = [self._variant_meta[n] for n in self._variants_for(r.application, r.model)]
+            try:
+                choice = ml.route(req, metas, self._route_workers(), self._grid, self.variant_states)  # type: ignore[arg-type]
+            except ml.RouteError as exc:
+                return getattr(SC, exc.code, SC.INVALID_ARGUMENT), str(exc)
+            variant = choice.variant
+            m = self._models.get(self._variant_meta[variant].model, m)
+            if choice.needs_load and choice.worker is not None:
+                self.ensure_loaded(choice.worker, variant)
+        return m, batch, (slo if slo > 0 else m.qos_ms), variant
 
     def _live_views(self) -> list[WorkerView]:
         return [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle)
@@ -354,7 +417,7 @@ class Dispatcher:
         v = self._validate(r)
         if isinstance(v[0], grpc.StatusCode):
             return self._reject(v[0], v[1])  # type: ignore[arg-type]
-        m, batch, qos = v  # type: ignore[misc]
+        m, batch, qos, variant = v  # type: ignore[misc]
         if len(self._queue) + len(self._retry) >= self.cfg.dispatcher.queue_limit:
             return self._reject(SC.RESOURCE_EXHAUSTED, f"queue full ({self.cfg.dispatcher.queue_limit} waiting)")
         now = self.clock()
@@ -365,7 +428,7 @@ class Dispatcher:
             if infeasible([view], self._live_views(), self.predictor, now, self.xi):
                 return self._reject(SC.DEADLINE_EXCEEDED, f"batch {batch} of {m.name!r} cannot meet its {qos:g} ms SLO on any worker")
         loop = asyncio.get_running_loop()
-        q = _Query(qid, m, r.variant, batch, now, qos, now + self.query_timeout_s, list(r.inputs), view,
+        q = _Query(qid, m, variant, batch, now, qos, now + self.query_timeout_s, list(r.inputs), view,
                    loop.create_future(), key)
         if key:
             self._idem[key] = q
@@ -400,7 +463,9 @@ class Dispatcher:
         now = self.clock()
         wviews = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle) for w in live]
         k = self.view_factor * len(live)
-        views = [q.view for q in itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k)]
+        qs = list(itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k))
+        by_id = {q.query_id: q for q in qs}
+        views = [q.view for q in qs]
         if self.cfg.dispatcher.on_deadline == "drop":
             bad = infeasible(views, wviews, self.predictor, now, self.xi)
             if bad:
@@ -413,15 +478,28 @@ class Dispatcher:
             if self._queue or self._retry:
                 self._kick()
             return
-        for a in self.policy.match(views, wviews, now):
-            w = self.workers.get(a.worker_id)
-            q = self._retry.pop(a.query_id, None) or self._queue.pop(a.query_id, None)
-            if q is None:
+        # A variant's queries go only to workers where it is loaded (INFaaS §3.2): one matching
+        # round per group of queries with the same eligible workers (usually a single group).
+        groups: dict[str, list[QueryView]] = {}
+        for v in views:
+            groups.setdefault(self._group_key(by_id[v.query_id]), []).append(v)
+        taken: set[str] = set()
+        for gkey, gviews in groups.items():
+            elig = [w for w in live if self._eligible(w, gkey)]
+            gw = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle and w.instance_id not in taken)
+                  for w in elig]
+            if not any(x.idle for x in gw):
                 continue
-            if w is None or not w.idle or w.draining or w.removed:   # policy broke the contract: keep it queued
-                self._retry[q.query_id] = q
-                continue
-            self._dispatch(q, w, now)
+            for a in self.policy.match(gviews, gw, now):
+                w = self.workers.get(a.worker_id)
+                q = self._retry.pop(a.query_id, None) or self._queue.pop(a.query_id, None)
+                if q is None:
+                    continue
+                if w is None or not w.idle or w.draining or w.removed or not self._eligible(w, gkey):
+                    self._retry[q.query_id] = q   # policy broke the contract: keep it queued
+                    continue
+                taken.add(w.instance_id)
+                self._dispatch(q, w, now)
 
     def _dispatch(self, q: _Query, w: WorkerState, now: float) -> None:
         pred = self.predictor.predict_ms(q.model.profile_name, w.instance_type, q.batch)
@@ -472,6 +550,10 @@ class Dispatcher:
         if reply is not None:
             w.served += 1
             service_ms = reply.service_ms if reply.service_ms > 0 else 1000.0 * (now - q.dispatched_at)
+            if not q.offline:
+                w.busy.append((q.dispatched_at, now))
+            w.samples.append((reply.variant or q.variant or q.model.name, q.batch, service_ms,
+                              1000.0 * (now - q.arrival), q.offline))
             self.predictor.observe(q.model.profile_name, w.instance_type, q.batch, service_ms)
             if current:
                 total = 1000.0 * (now - q.arrival)
@@ -526,6 +608,330 @@ class Dispatcher:
             self.served += 1
             self._recent.append(outcome.total_ms)
 
+    # -- model-less API: registry, routing, placement (INFaaS §3-4) ----------------------------------
+    def refresh_variants(self) -> None:
+        """Reload what routing knows from the registry (after a registration or a generation)."""
+        self._grid_cache.clear()
+        if self.registry is None:
+            return
+        metas: dict[str, ml.VariantMeta] = {}
+        paths: dict[str, str] = {}
+        apps: dict[str, list[str]] = {}
+        for rm in self.registry.models():
+            if rm.name not in self._models:
+                self._models[rm.name] = ModelSpec(name=rm.name, onnx=rm.onnx_path, qos_ms=rm.qos_ms,
+                                                  max_batch=rm.max_batch, profile=rm.profile,
+                                                  application=rm.application)
+            apps.setdefault(rm.application, []).append(rm.name)
+            if rm.application not in self._apps:
+                self._apps[rm.application] = self._models[rm.name]
+        for v in self.registry.variants():
+            m = self._models.get(v.model)
+            prof = self.registry.profiles_of(v.name)
+            load_ms = min((p.load_ms for p in prof), default=0.0)
+            metas[v.name] = ml.VariantMeta(v.name, v.model, v.hardware, v.accuracy,
+                                           v.tuned_batch or (m.max_batch if m else 1), load_ms)
+            paths[v.name] = str(v.path)
+        self._variant_meta, self._variant_path, self._app_models = metas, paths, apps
+
+    def variant_model(self, variant: str) -> str:
+        meta = self._variant_meta.get(variant)
+        return meta.model if meta is not None else variant
+
+    def _variants_for(self, application: str, model: str) -> list[str]:
+        models = [model] if model else self._app_models.get(application, [])
+        return sorted(n for n, v in self._variant_meta.items() if v.model in models)
+
+    def _fastest_type(self, pkey: str, hardware: str) -> str | None:
+        types = [t for t, it in self._catalog.items() if it.hardware == hardware]
+        if not types:
+            return None
+        return min(types, key=lambda t: (self.predictor.predict_ms(pkey, t, 1.0), t))
+
+    def speed_factor(self, variant: str) -> float:
+        """Relative speed of a variant against its model's base variant, from their local profiles
+        (1 when either is unprofiled): the variant's latency on a type = the model's profile there × this."""
+        if self.registry is None:
+            return 1.0
+        meta = self._variant_meta.get(variant)
+        if meta is None or variant == meta.model:
+            return 1.0
+        mine, base = self.registry.profiles_of(variant), self.registry.profiles_of(meta.model)
+        if not mine or not base:
+            return 1.0
+        a = {b.batch_size: b.mean_ms for b in mine[0].batches}
+        c = {b.batch_size: b.mean_ms for b in base[0].batches}
+        common = sorted(set(a) & set(c))
+        if not common:
+            return 1.0
+        return float(np.clip(np.mean([a[k] / max(c[k], 1e-6) for k in common]), 0.25, 4.0))
+
+    def _grid(self, variant: str, hardware: str) -> tuple[tuple[int, float], ...]:
+        """(batch, ms) profile of ``variant`` on the fastest allowed type of ``hardware``."""
+        key = (variant, hardware)
+        got = self._grid_cache.get(key)
+        if got is None:
+            meta = self._variant_meta.get(variant)
+            m = self._models.get(meta.model) if meta else None
+            t = self._fastest_type(m.profile_name, hardware) if m else None
+            if m is None or t is None:
+                got = ()
+            else:
+                f = self.speed_factor(variant)
+                top = max(1, min(m.max_batch, 1024))
+                bs = sorted({1 << i for i in range(11) if (1 << i) <= top} | {top})
+                got = tuple((b, f * self.predictor.predict_ms(m.profile_name, t, float(b))) for b in bs)
+            self._grid_cache[key] = got
+        return got
+
+    def utilization(self, w: WorkerState, now: float | None = None) -> float:
+        now = self.clock() if now is None else now
+        return ml.busy_fraction(w.busy, now, self.utilization_horizon_s, 1)
+
+    def online_utilization(self, workers: list[WorkerState] | None = None) -> float:
+        ws = [w for w in (self.workers.values() if workers is None else workers) if not w.draining]
+        now = self.clock()
+        return ml.busy_fraction((iv for w in ws for iv in w.busy), now, self.utilization_horizon_s, len(ws))
+
+    def loaded_on(self, w: WorkerState) -> set[str]:
+        return set(w.loaded) if w.loaded is not None else set(self.cfg_model_names())
+
+    def cfg_model_names(self) -> list[str]:
+        return [m.name for m in self.cfg.models]
+
+    def _route_workers(self) -> list[ml.RouteWorker]:
+        now = self.clock()
+        return [ml.RouteWorker(w.instance_id, w.hardware, w.instance_type, self.utilization(w, now),
+                               frozenset(self.loaded_on(w)))
+                for w in self.workers.values() if not w.draining and not w.removed]
+
+    def _group_key(self, q: _Query) -> str:
+        return f"v:{q.variant}" if q.variant else f"m:{q.model.name}"
+
+    def _eligible(self, w: WorkerState, gkey: str) -> bool:
+        kind, name = gkey[:2], gkey[2:]
+        if w.loaded is None:  # not reported yet: it serves the config's models
+            return kind == "m:" or name in self._models and name in self.cfg_model_names()
+        if kind == "v:":
+            return name in w.loaded
+        return any(self.variant_model(x) == name for x in w.loaded)
+
+    def _variant_request(self, variant: str) -> pb.VariantRequest:
+        model = self.variant_model(variant)
+        path = self._variant_path.get(variant, "")
+        spec = self._models[model].onnx if variant == model and model in self._models else path
+        if spec and not spec.startswith("builtin:") and Path(spec).is_file() and Path(spec).stat().st_size < 32 << 20:
+            return pb.VariantRequest(model=model, variant=variant, onnx=Path(spec).read_bytes())
+        return pb.VariantRequest(model=model, variant=variant, onnx_path=spec)
+
+    def ensure_loaded(self, instance_id: str, variant: str) -> asyncio.Task | None:
+        """Start loading ``variant`` on a worker (once); queued queries of it wait for the load."""
+        w = self.workers.get(instance_id)
+        if w is None or variant in self.loaded_on(w):
+            return None
+        key = (variant, instance_id)
+        task = self._loading.get(key)
+        if task is None:
+            task = (self._loop or asyncio.get_running_loop()).create_task(self.load_variant(instance_id, variant))
+            self._loading[key] = task
+            self._tasks.add(task)
+            task.add_done_callback(lambda t: (self._loading.pop(key, None), self._tasks.discard(t)))
+        return task
+
+    async def load_variant(self, instance_id: str, variant: str) -> tuple[bool, str]:
+        """Worker.LoadVariant; on success the dispatcher routes the variant's queries there."""
+        w = self.workers.get(instance_id)
+        if w is None:
+            return False, f"unknown worker {instance_id}"
+        try:
+            req = await asyncio.to_thread(self._variant_request, variant)
+            reply = await w.client._stub.LoadVariant(req, timeout=60.0)
+        except Exception as exc:  # noqa: BLE001 - a failed load leaves placement unchanged
+            return False, f"LoadVariant {variant} on {instance_id}: {exc}"
+        if not reply.ok:
+            return False, reply.message
+        w.loaded = self.loaded_on(w) | {variant}
+        w.last_op_at = self.clock()
+        self.load_ops += 1
+        self._kick()
+        return True, reply.message
+
+    async def unload_variant(self, instance_id: str, variant: str) -> tuple[bool, str]:
+        """Stop routing ``variant`` to the worker first, then Worker.UnloadVariant (the worker
+        finishes a running query of it before it unloads)."""
+        w = self.workers.get(instance_id)
+        if w is None:
+            return False, f"unknown worker {instance_id}"
+        w.loaded = self.loaded_on(w) - {variant}
+        w.last_op_at = self.clock()
+        self.variant_states.pop((variant, instance_id), None)
+        try:
+            reply = await w.client._stub.UnloadVariant(self._variant_request_light(variant), timeout=30.0)
+        except Exception as exc:  # noqa: BLE001
+            return False, f"UnloadVariant {variant} on {instance_id}: {exc}"
+        w.last_op_at = self.clock()
+        self.unload_ops += 1
+        self._kick()
+        return bool(reply.ok), reply.message
+
+    def _variant_request_light(self, variant: str) -> pb.VariantRequest:
+        return pb.VariantRequest(model=self.variant_model(variant), variant=variant)
+
+    def take_samples(self) -> dict[str, list]:
+        """Per worker: (variant, batch, service_ms, total_ms, offline) served since the last call."""
+        out: dict[str, list] = {}
+        for iid, w in self.workers.items():
+            out[iid], w.samples = w.samples, []
+        return out
+
+    def variant_info(self, name: str) -> pb.VariantInfo:
+        v = self.registry.variant(name) if self.registry is not None else None
+        meta = self._variant_meta.get(name)
+        state = "Inactive"
+        instances = sorted(w.instance_id for w in self.workers.values() if name in self.loaded_on(w))
+        if instances:
+            states = {str(getattr(self.variant_states.get((name, i)), "value", "active")) for i in instances}
+            state = "Overloaded" if "overloaded" in states else ("Interfered" if "interfered" in states else "Active")
+        model = self._models.get(meta.model) if meta else None
+        return pb.VariantInfo(
+            name=name, model=meta.model if meta else "", application=(model.application or model.name) if model else "",
+            precision=v.precision if v else "fp32", hardware=v.hardware if v else "any", provider=v.provider if v else "",
+            tuned_batch=v.tuned_batch if v else 0, accuracy=v.accuracy if v else 1.0,
+            accuracy_estimated=v.accuracy_estimated if v else True, state=state, instances=instances)
+
+    def list_variants(self, model: str = "", application: str = "") -> list[pb.VariantInfo]:
+        names = sorted(n for n, m in self._variant_meta.items()
+                       if (not model or m.model == model)
+                       and (not application or m.model in self._app_models.get(application, [])))
+        return [self.variant_info(n) for n in names]
+
+    async def register_model(self, r: pb.RegisterModelRequest) -> pb.RegisterModelReply | tuple[grpc.StatusCode, str]:
+        """INFaaS §3.1 register_model: store the ONNX file, generate and profile its variants."""
+        if self.registry is None or self.models_dir is None:
+            return SC.UNIMPLEMENTED, "this dispatcher runs without a variant registry"
+        from variants.builtin_models import ModelError, resolve_model
+        from variants.registry import RegisteredModel
+
+        name, app = r.name.strip(), (r.application.strip() or r.name.strip())
+        try:
+            ModelSpec(name=name or "?", qos_ms=r.qos_ms if r.qos_ms > 0 else 1.0)
+        except Exception:
+            return SC.INVALID_ARGUMENT, f"bad model name {r.name!r}: 1-63 letters, digits, '.', '_' or '-'"
+        if name in self.cfg_model_names():
+            return SC.ALREADY_EXISTS, f"model {name!r} comes from the config"
+        if r.qos_ms < 0 or r.max_batch < 0:
+            return SC.INVALID_ARGUMENT, "qos_ms and max_batch must be >= 0"
+        if bool(r.onnx) == bool(r.onnx_path):
+            return SC.INVALID_ARGUMENT, "give exactly one of onnx (bytes) and onnx_path"
+        out_dir = self.models_dir / name
+        try:
+            if r.onnx:
+                src = out_dir / "source.onnx"
+                await asyncio.to_thread(_write_file, src, r.onnx)
+            else:
+                src = Path(r.onnx_path)
+            src = await asyncio.to_thread(resolve_model, str(src), self.models_dir)
+        except ModelError as exc:
+            return SC.INVALID_ARGUMENT, str(exc)
+        val = Path(r.validation_path) if r.validation_path else None
+        if val is not None and not val.is_file():
+            return SC.INVALID_ARGUMENT, f"{val}: validation set not found"
+        hws = tuple(h for h in ("cpu", "gpu") if any(it.hardware == h for it in self._catalog.values())) or ("cpu",)
+        rm = RegisteredModel(name=name, application=app, onnx_path=str(src), qos_ms=float(r.qos_ms or 1000.0),
+                             max_batch=int(r.max_batch or 64), profile=name)
+        try:
+            variants = await asyncio.to_thread(generate_and_profile, src, rm, out_dir, hws, val, self.registry)
+        except ValueError as exc:
+            return SC.INVALID_ARGUMENT, str(exc).splitlines()[0]
+        except Exception as exc:  # noqa: BLE001 - a model we cannot convert is the caller's problem
+            return SC.INVALID_ARGUMENT, f"cannot generate variants of {name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        self._models.pop(name, None)
+        self.refresh_variants()
+        return pb.RegisterModelReply(name=name, variants=[self.variant_info(v.name) for v in variants])
+
+    # -- offline jobs (INFaaS §3.1 offline_query, §5) ----------------------------------------------------
+    def submit_offline(self, r: pb.OfflineJobRequest) -> pb.OfflineJobReply | tuple[grpc.StatusCode, str]:
+        if not r.input_path or not r.output_path:
+            return SC.INVALID_ARGUMENT, "give input_path and output_path"
+        try:
+            inputs = offline_inputs(Path(r.input_path))
+        except ValueError as exc:
+            return SC.INVALID_ARGUMENT, str(exc)
+        probe = pb.SubmitRequest(model=r.model, application=r.application, batch_size=1, min_accuracy=r.min_accuracy)
+        v = self._validate(probe)
+        if isinstance(v[0], grpc.StatusCode):
+            return v[0], v[1]  # type: ignore[return-value]
+        m, _, _, variant = v  # type: ignore[misc]
+        job = OfflineJob(job_id=f"job-{len(self.offline_jobs) + 1}", model=m, variant=variant, inputs=inputs,
+                         output=Path(r.output_path),
+                         total=sum(ml.chunks(a.shape[0], self.offline_chunk).__len__() for _, a in inputs))
+        self.offline_jobs[job.job_id] = job
+        job.task = (self._loop or asyncio.get_running_loop()).create_task(self._run_offline(job))
+        return job.reply()
+
+    def _offline_workers(self, job: "OfflineJob") -> list[WorkerState]:
+        key = f"v:{job.variant}" if job.variant else f"m:{job.model.name}"
+        return [w for w in self.workers.values() if not w.draining and self._eligible(w, key)]
+
+    async def _offline_gate(self, job: "OfflineJob") -> None:
+        """Wait until the job may run: a worker serves its model and online utilization of those
+        workers is under the threshold (INFaaS §5); meanwhile the job reports ``throttled``."""
+        while True:
+            if self._stopping:
+                raise RuntimeError("dispatcher stopped")
+            ws = self._offline_workers(job)
+            if ws and ml.offline_may_run(self.online_utilization(ws), self.offline_threshold):
+                job.state = "running"
+                return
+            job.state = "throttled" if ws else "queued"
+            job.throttled_polls += 1
+            await asyncio.sleep(self.offline_poll_s)
+
+    async def _offline_chunk(self, job: "OfflineJob", chunk: np.ndarray) -> np.ndarray:
+        """One chunk through the normal queue; transient failures are retried, never dropped."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._offline_gate(job)
+            now = self.clock()
+            qid = f"q{next(self._ids)}"
+            qos = 1e9  # offline: no latency SLO, never dropped for one
+            n = int(chunk.shape[0])
+            q = _Query(qid, job.model, job.variant, n, now, qos, now + self.query_timeout_s,
+                       [pb.Tensor(name="", shape=list(chunk.shape), dtype=chunk.dtype.name, data=chunk.tobytes())],
+                       QueryView(qid, job.model.profile_name, n, now, qos), loop.create_future(), offline=True)
+            self._queue[qid] = q
+            q.timer = loop.call_later(self.query_timeout_s, self._expire, q)
+            self._kick()
+            out = await asyncio.shield(q.future)
+            if not isinstance(out, tuple):
+                t = out.outputs[0]
+                return np.frombuffer(t.data, dtype=np.dtype(t.dtype)).reshape(tuple(t.shape))
+            if out[0] not in (SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED, SC.RESOURCE_EXHAUSTED):
+                raise RuntimeError(f"{out[0].name}: {out[1]}")
+            job.retries += 1
+            await asyncio.sleep(self.offline_poll_s)
+
+    async def _run_offline(self, job: "OfflineJob") -> None:
+        """Run the job chunk by chunk while online utilization stays under the threshold; above it
+        the job waits (state ``throttled``) and resumes later -- it is never dropped."""
+        outputs: dict[str, list[np.ndarray]] = {}
+        try:
+            for key, arr in job.inputs:
+                for s, e in ml.chunks(arr.shape[0], self.offline_chunk):
+                    try:
+                        got = await self._offline_chunk(job, np.ascontiguousarray(arr[s:e]))
+                    except RuntimeError as exc:
+                        raise RuntimeError(f"{key} rows {s}-{e}: {exc}") from None
+                    outputs.setdefault(key, []).append(got)
+                    job.done += 1
+            await asyncio.to_thread(_save_npz, job.output, {k: np.concatenate(v) for k, v in outputs.items()})
+            job.state, job.message = "done", f"wrote {job.output}"
+        except asyncio.CancelledError:
+            job.state, job.message = "failed", "dispatcher stopped"
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported through GetOfflineJob
+            job.state, job.message = "failed", str(exc)
+
     # -- reporting ---------------------------------------------------------------------------------
     def window_snapshot(self) -> WindowSnapshot:
         return self.window.snapshot(self.clock())
@@ -559,6 +965,95 @@ class Dispatcher:
             workers=len(self.workers))
 
 
+@dataclass(eq=False)
+class OfflineJob:
+    """An offline job (INFaaS §3.1 offline_query): inputs, progress, and where the output goes."""
+
+    job_id: str
+    model: ModelSpec
+    variant: str
+    inputs: list[tuple[str, np.ndarray]]
+    output: Path
+    total: int
+    done: int = 0
+    state: str = "queued"
+    message: str = ""
+    retries: int = 0
+    throttled_polls: int = 0
+    task: asyncio.Task | None = None
+
+    def reply(self) -> pb.OfflineJobReply:
+        return pb.OfflineJobReply(job_id=self.job_id, state=self.state, done=self.done, total=self.total,
+                                  message=self.message)
+
+
+def offline_inputs(path: Path) -> list[tuple[str, np.ndarray]]:
+    """(key, rows) arrays of an offline job: a .npy file (key: its stem), a .npz file (one per
+    array) or a folder of them (keys prefixed by the file stem). ValueError with one line."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".npy", ".npz"))
+        if not files:
+            raise ValueError(f"{path}: no .npy or .npz files in the folder")
+        out: list[tuple[str, np.ndarray]] = []
+        for f in files:
+            out += [(f"{f.stem}/{k}" if f.suffix == ".npz" else k, a) for k, a in offline_inputs(f)]
+        return out
+    if not path.exists():
+        raise ValueError(f"{path}: no such file or folder")
+    try:
+        if path.suffix == ".npy":
+            arrs = [(path.stem, np.load(str(path), allow_pickle=False))]
+        elif path.suffix == ".npz":
+            with np.load(str(path), allow_pickle=False) as data:
+                arrs = [(k, np.asarray(data[k])) for k in data.files]
+        else:
+            raise ValueError(f"{path}: expected a .npy or .npz file or a folder of them")
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"{path}: cannot read ({exc})") from None
+    for k, a in arrs:
+        if a.ndim < 1 or a.shape[0] == 0 or a.dtype.hasobject:
+            raise ValueError(f"{path}: array {k!r} needs a non-empty first (row) dimension of numbers")
+    return arrs
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(str(tmp), **arrays)
+    tmp.replace(path)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def generate_and_profile(src: Path, rm, out_dir: Path, hardware: tuple[str, ...], validation: Path | None,
+                         registry, batch_sizes: tuple[int, ...] = (1, 8, 32), repeats: int = 2) -> list:
+    """Adapter (blocking): generate the variants of ``src`` (INFaaS §3.2 Variant-Generator), profile
+    each one briefly on this machine's CPU provider (Variant-Profiler; instance type "local"),
+    and store model, variants and profiles in the registry. Returns the variants."""
+    from variants.generator import generate_variants
+    from variants.profiler import profile_variant
+    from variants.registry import base_variant
+
+    generated = generate_variants(src, rm.name, out_dir, application=rm.application, hardware=hardware,
+                                  tuned_batches=(8,), validation=validation)
+    parent = next((v for v in generated if v.precision == "fp32" and not v.tuned_batch), None)
+    base = base_variant(rm, parent.accuracy if parent else 1.0)
+    variants = [base] + generated
+    registry.register_model(rm, variants)
+    for v in variants:
+        try:
+            p = profile_variant(v.path, v.name, "local", model=rm.name, batch_sizes=batch_sizes, repeats=repeats)
+        except Exception:  # noqa: BLE001 - e.g. fp16 kernels missing on CPU: left unprofiled
+            continue
+        registry.save_profile(p)
+    return variants
+
+
 class _InferenceServicer(pbg.InferenceServicer):
     def __init__(self, d: Dispatcher) -> None:
         self.d = d
@@ -572,20 +1067,33 @@ class _InferenceServicer(pbg.InferenceServicer):
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusReply:
         return self.d.status_reply()
 
-    async def _unimplemented(self, context: grpc.aio.ServicerContext, name: str) -> None:
-        await context.abort(SC.UNIMPLEMENTED, f"{name} is not implemented by this dispatcher yet")
+    async def _no_registry(self, context: grpc.aio.ServicerContext, name: str) -> None:
+        if self.d.registry is None:
+            await context.abort(SC.UNIMPLEMENTED, f"{name}: this dispatcher runs without a variant registry")
 
-    async def RegisterModel(self, request, context):  # type: ignore[no-untyped-def]
-        await self._unimplemented(context, "RegisterModel")
+    async def RegisterModel(self, request: pb.RegisterModelRequest, context: grpc.aio.ServicerContext) -> pb.RegisterModelReply:
+        await self._no_registry(context, "RegisterModel")
+        out = await self.d.register_model(request)
+        if isinstance(out, tuple):
+            await context.abort(out[0], out[1])
+        return out  # type: ignore[return-value]
 
-    async def ListVariants(self, request, context):  # type: ignore[no-untyped-def]
-        await self._unimplemented(context, "ListVariants")
+    async def ListVariants(self, request: pb.ListVariantsRequest, context: grpc.aio.ServicerContext) -> pb.ListVariantsReply:
+        await self._no_registry(context, "ListVariants")
+        return pb.ListVariantsReply(variants=self.d.list_variants(request.model, request.application))
 
-    async def SubmitOffline(self, request, context):  # type: ignore[no-untyped-def]
-        await self._unimplemented(context, "SubmitOffline")
+    async def SubmitOffline(self, request: pb.OfflineJobRequest, context: grpc.aio.ServicerContext) -> pb.OfflineJobReply:
+        await self._no_registry(context, "SubmitOffline")
+        out = self.d.submit_offline(request)
+        if isinstance(out, tuple):
+            await context.abort(out[0], out[1])
+        return out  # type: ignore[return-value]
 
-    async def GetOfflineJob(self, request, context):  # type: ignore[no-untyped-def]
-        await self._unimplemented(context, "GetOfflineJob")
+    async def GetOfflineJob(self, request: pb.OfflineJobReply, context: grpc.aio.ServicerContext) -> pb.OfflineJobReply:
+        job = self.d.offline_jobs.get(request.job_id)
+        if job is None:
+            await context.abort(SC.NOT_FOUND, f"no offline job {request.job_id!r}")
+        return job.reply()
 
 
 class _ControlServicer(pbg.ControlServicer):

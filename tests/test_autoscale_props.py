@@ -172,3 +172,15 @@ def test_cheapest_ilp_feasible_and_not_costlier_than_greedy(rows, qps: float, sl
         assert all(combo.counts[v.name] == 0 for v in vs if v.latency_ms > slo)
         assert all(n >= 0 for n in combo.counts.values())
     assert ilp.cost_per_second <= greedy.cost_per_second + 1e-6 * max(1.0, greedy.cost_per_second)
+
+
+def test_greedy_scales_down_cheap_instances_in_dollars_per_second() -> None:
+    """Regression: a scale-down saving less than 5e-4 $/s (any instance under $1.8/hr) was ignored."""
+    from variants.autoscale_greedy import GreedyState, greedy_scale
+    from variants.autoscale_ilp import ScalingProblem, ScalingVariant
+
+    v = ScalingVariant("cpu", "m", "cpu", latency_ms=10.0, saturation_qps=10.0, cost_per_second=0.149 / 3600)
+    problem = ScalingProblem((v,), load_qps={"m": 5.0}, slo_ms={"m": 100.0}, running={"cpu": 4}, headroom=0.0)
+    plan, state = greedy_scale(problem, now=0.0, state=GreedyState())
+    plan, _ = greedy_scale(problem, now=1e6, state=state)   # long after T_v
+    assert plan.counts["cpu"] == 1

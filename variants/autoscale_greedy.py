@@ -32,6 +32,7 @@ from typing import Mapping, Sequence
 from variants.autoscale_ilp import QPS_TOL, ScalingPlan, ScalingProblem, ScalingVariant, plan_from_counts
 
 _EPS = QPS_TOL / 2  # qps and resource comparisons: as the ILP, stricter than the feasibility check
+_COST_EPS = 1e-12   # a scale-down must save money; costs are $/s, so no qps-sized tolerance here
 
 
 def _replicas(need_qps: float, q: float) -> int:
@@ -215,14 +216,14 @@ def greedy_scale(
             if d:
                 options.append((0.0, len(d), d))
         options = [(_action_objective(problem, d, by_name), n, d) for _, n, d in options]
-        options = [o for o in options if o[0] < -_EPS]
+        options = [o for o in options if o[0] < -_COST_EPS]
         if not options:
             down_since.pop(m, None)
             continue
         _, _, chosen = min(options, key=lambda o: (o[0], o[1], sorted(o[2].items())))
         since = down_since.setdefault(m, now)
         t_v = max(by_name[n].load_latency_s for n, d in chosen.items() if d < 0)
-        if now - since + _EPS < t_v:
+        if now - since < t_v:
             continue  # wait T_v before scaling down
         down_since.pop(m, None)
         for n, d in chosen.items():

@@ -1,0 +1,338 @@
+"""The model loop (DESIGN "Three loops": ~1 s; INFaaS §4.2 model-vertical scaling).
+
+Every ``intervals.model_s``:
+
+1. fold the workers' reports (queries served per variant instance, measured p99 against the
+   profile) into the variant state machine (INFaaS §3.2, Figure 4);
+2. run the model-autoscaler (INFaaS §4.2.2 greedy by default, the §4.2.1 ILP when selected) over
+   the variant instances the live workers can hold: one instance slot per worker, a variant runs on
+   the instance types of its hardware class, its saturation throughput is one query at a time at the
+   profiled latency of the mean batch (the model's profile on that type times the variant's
+   measured relative speed), its cost the worker's price (in $/hr units);
+3. turn the plan into per-worker Load/Unload placements, applied with the Worker RPCs (the
+   dispatcher routes a variant's queries only to workers where it is loaded);
+4. run the VM-autoscaler rules (INFaaS §4.2.3, :func:`scaler.vm_autoscaler.decide_vm`); an ``add``
+   (or capacity the autoscaler could not place) raises the fleet loop's capacity hint, a ``remove``
+   lowers it. The fleet planner/actuator then replans: this loop never launches or terminates
+   anything, so the money invariant (DESIGN invariant 1) stays with the planner.
+
+:func:`decide` is pure (snapshot + state in, decision + state out); :class:`ModelLoop` is the
+adapter that reads the dispatcher and calls the workers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Literal, Mapping, Sequence
+
+import numpy as np
+
+from scaler.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
+from variants.autoscale_greedy import GreedyState, greedy_scale
+from variants.autoscale_ilp import DEFAULT_LAMBDA, ScalingPlan, ScalingProblem, ScalingVariant, solve_ilp
+from variants.state_machine import StateKey, StateParams, VariantReport, VariantState, apply_reports
+
+log = logging.getLogger("costscale.model")
+
+ANY = "any"
+SEP = "@"
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    """One live worker over the last interval."""
+
+    worker: str
+    instance_type: str
+    hardware: str
+    utilization: float                                   # 0..1 busy fraction
+    loaded: tuple[str, ...]                              # variants loaded on it
+    served: tuple[tuple[str, int, float], ...] = ()      # (variant, batch, service_ms) served
+
+
+@dataclass(frozen=True)
+class VariantCandidate:
+    name: str
+    model: str
+    hardware: str                 # cpu | gpu | inferentia | any
+    speed_factor: float = 1.0     # latency relative to the model's profile on a type
+    load_latency_s: float = 0.5
+
+
+#: (model, instance type, batch, stat "mean"|"p99") -> profiled latency in ms
+ProfileFn = Callable[[str, str, float, str], float]
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    now: float
+    interval_s: float
+    workers: tuple[WorkerSnapshot, ...]
+    variants: tuple[VariantCandidate, ...]
+    load_qps: Mapping[str, float]            # model -> measured arrival rate (queries/s)
+    mean_batch: Mapping[str, float]          # model -> mean batch size
+    slo_ms: Mapping[str, float]              # model -> latency SLO
+    price_per_hour: Mapping[str, float]      # instance type -> $/hr
+    profile: ProfileFn
+
+
+@dataclass(frozen=True)
+class ModelLoopParams:
+    solver: Literal["greedy", "ilp"] = "greedy"
+    headroom: float = 0.05                   # INFaaS slack-threshold 1.05 (§5)
+    lam: float = DEFAULT_LAMBDA
+    min_qps: float = 0.01                    # keep one instance of every model with a variant
+    state: StateParams = StateParams()
+    vm: VmParams = VmParams()
+
+
+@dataclass(frozen=True)
+class ModelLoopState:
+    states: Mapping[StateKey, VariantState] = field(default_factory=dict)
+    greedy: GreedyState = GreedyState()
+    vm: VmState = VmState()
+
+
+@dataclass(frozen=True)
+class Placement:
+    action: Literal["load", "unload"]
+    variant: str
+    worker: str
+
+
+@dataclass(frozen=True)
+class ModelDecision:
+    placements: tuple[Placement, ...]
+    plan: ScalingPlan | None
+    vm: tuple[VmDecision, ...]
+    states: Mapping[StateKey, VariantState]
+    reports: tuple[VariantReport, ...]
+    unmet_qps: Mapping[str, float]
+
+
+def scaling_key(variant: str, instance_type: str) -> str:
+    return f"{variant}{SEP}{instance_type}"
+
+
+def _split(key: str) -> tuple[str, str]:
+    v, _, t = key.rpartition(SEP)
+    return v, t
+
+
+def reports_for(inputs: ModelInputs, models: Mapping[str, str]) -> list[VariantReport]:
+    """State-machine reports (INFaaS §5 monitoring) for every loaded (variant, worker) instance."""
+    out: list[VariantReport] = []
+    for w in inputs.workers:
+        for v in w.loaded:
+            served = [(b, ms) for name, b, ms in w.served if name == v]
+            model = models.get(v, v)
+            mb = float(np.mean([b for b, _ in served])) if served else inputs.mean_batch.get(model, 1.0) or 1.0
+            prof_mean = inputs.profile(model, w.instance_type, mb, "mean")
+            prof_p99 = inputs.profile(model, w.instance_type, mb, "p99")
+            out.append(VariantReport(
+                variant=v, worker=w.worker, loaded=True,
+                qps_served=len(served) / max(inputs.interval_s, 1e-9),
+                peak_qps=1000.0 / max(prof_mean, 1e-6),
+                p99_ms=float(np.percentile([ms for _, ms in served], 99)) if served else 0.0,
+                profiled_ms=prof_p99 if served else 0.0))
+    return out
+
+
+def scaling_problem(inputs: ModelInputs, params: ModelLoopParams) -> ScalingProblem:
+    """The INFaaS §4.2.1 problem over the live workers: variables are (variant, instance type)."""
+    types = sorted({w.instance_type for w in inputs.workers})
+    hw_of = {w.instance_type: w.hardware for w in inputs.workers}
+    svs: list[ScalingVariant] = []
+    running: dict[str, int] = {}
+    for v in inputs.variants:
+        mb = max(inputs.mean_batch.get(v.model, 1.0), 1.0)
+        for t in types:
+            if v.hardware not in (ANY, hw_of[t]):
+                continue
+            lat = inputs.profile(v.model, t, mb, "mean") * v.speed_factor
+            if not (lat > 0 and math.isfinite(lat)):
+                continue
+            key = scaling_key(v.name, t)
+            svs.append(ScalingVariant(name=key, model=v.model, hardware=t, latency_ms=lat,
+                                      saturation_qps=1000.0 / lat,
+                                      cost_per_second=inputs.price_per_hour.get(t, 0.0) / 3600.0,
+                                      load_latency_s=v.load_latency_s, resources={"slot": 1.0}))
+            running[key] = sum(1 for w in inputs.workers if w.instance_type == t and v.name in w.loaded)
+    capacity: dict[str, dict[str, float]] = {}
+    for t in types:
+        ws = [w for w in inputs.workers if w.instance_type == t]
+        used = sum(running.get(scaling_key(v.name, t), 0) for v in inputs.variants)
+        capacity[t] = {"slot": float(max(len(ws), used))}
+    models = {v.model for v in inputs.variants}
+    load = {m: max(inputs.load_qps.get(m, 0.0), params.min_qps) for m in models}
+    slo = {m: inputs.slo_ms.get(m, math.inf) for m in models}
+    return ScalingProblem(variants=tuple(svs), load_qps=load, slo_ms=slo, running=running, capacity=capacity,
+                          headroom=params.headroom, lam=params.lam)
+
+
+def placements_for(plan: ScalingPlan, workers: Sequence[WorkerSnapshot], keep_one: bool = True) -> list[Placement]:
+    """Per-worker Load/Unload for the plan's target counts: unload from the least-utilized
+    holders first (their queries move least), load onto the workers with the fewest variants
+    (free slots first, then least utilized); ties by worker id. With ``keep_one``, an unload that
+    would leave a worker with no variant at all is dropped."""
+    loaded = {w.worker: set(w.loaded) for w in workers}
+    util = {w.worker: w.utilization for w in workers}
+    by_type: dict[str, list[str]] = {}
+    for w in workers:
+        by_type.setdefault(w.instance_type, []).append(w.worker)
+    out: list[Placement] = []
+    loads: list[tuple[str, str, int]] = []
+    for key, target in sorted(plan.counts.items()):
+        v, t = _split(key)
+        holders = sorted((x for x in by_type.get(t, []) if v in loaded[x]), key=lambda x: (util[x], x))
+        if len(holders) > target:
+            for x in holders[: len(holders) - target]:
+                loaded[x].discard(v)
+                out.append(Placement("unload", v, x))
+        elif len(holders) < target:
+            loads.append((v, t, target - len(holders)))
+    for v, t, k in loads:
+        free = sorted((x for x in by_type.get(t, []) if v not in loaded[x]),
+                      key=lambda x: (len(loaded[x]), util[x], x))
+        for x in free[:k]:
+            loaded[x].add(v)
+            out.append(Placement("load", v, x))
+    if keep_one:
+        # a rented worker is never left without a variant: the fleet planner owns the number of
+        # workers, so emptying one saves nothing; its replica stays (spare capacity) unless
+        # another variant replaces it (upgrade/downgrade)
+        out = [p for p in out if p.action == "load" or loaded[p.worker]]
+    return out
+
+
+def decide(inputs: ModelInputs, state: ModelLoopState = ModelLoopState(),
+           params: ModelLoopParams = ModelLoopParams()) -> tuple[ModelDecision, ModelLoopState]:
+    """One model-loop round (pure)."""
+    models = {v.name: v.model for v in inputs.variants}
+    reports = reports_for(inputs, models)
+    live = {(v, w.worker) for w in inputs.workers for v in w.loaded}
+    states = {k: s for k, s in apply_reports(state.states, reports, params.state).items() if k in live}
+    plan: ScalingPlan | None = None
+    greedy = state.greedy
+    placements: list[Placement] = []
+    unmet: dict[str, float] = {}
+    if inputs.workers and inputs.variants:
+        problem = scaling_problem(inputs, params)
+        if problem.variants:
+            if params.solver == "ilp":
+                plan = solve_ilp(problem)
+            else:
+                plan, greedy = greedy_scale(problem, inputs.now, state.greedy)
+            placements = placements_for(plan, inputs.workers)
+            unmet = dict(plan.unmet_qps)
+    wstatus = [WorkerStatus(w.worker, w.hardware, w.utilization,
+                            tuple(states.get((v, w.worker), VariantState.ACTIVE) for v in w.loaded))
+               for w in inputs.workers]
+    vm, vm_state = decide_vm(wstatus, inputs.now, state.vm, params.vm)
+    decision = ModelDecision(tuple(placements), plan, tuple(vm), states, tuple(reports), unmet)
+    return decision, ModelLoopState(states=states, greedy=greedy, vm=vm_state)
+
+
+# ---- hint for the fleet loop ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HintParams:
+    step: float = 0.1
+    lo: float = 0.5
+    hi: float = 2.0
+
+
+def next_capacity_hint(hint: float, decisions: Sequence[VmDecision], unmet_qps: Mapping[str, float],
+                       p: HintParams = HintParams()) -> float:
+    """The fleet planner plans for demand × hint. INFaaS §4.2.3 "add" (or load the model
+    autoscaler could not place, §4.2.2 step d) raises it; "remove" lowers it; otherwise it
+    relaxes toward 1."""
+    if any(d.action == "add" for d in decisions) or any(q > 1e-6 for q in unmet_qps.values()):
+        return min(p.hi, hint + p.step)
+    if any(d.action == "remove" for d in decisions):
+        return max(p.lo, hint - p.step)
+    if hint > 1.0:
+        return max(1.0, hint - p.step / 4)
+    if hint < 1.0:
+        return min(1.0, hint + p.step / 4)
+    return hint
+
+
+# ---- the adapter ------------------------------------------------------------------------------------
+
+class ModelLoop:
+    """Reads the dispatcher, calls :func:`decide`, applies placements through the Worker RPCs and
+    hands VM decisions to ``on_vm`` (the daemon turns them into a capacity hint for the fleet)."""
+
+    def __init__(self, dispatcher, profiles, params: ModelLoopParams = ModelLoopParams(),
+                 on_vm: Callable[[Sequence[VmDecision], Mapping[str, float]], Awaitable[None]] | None = None) -> None:
+        self.d = dispatcher
+        self.profiles = profiles
+        self.params = params
+        self.on_vm = on_vm
+        self.state = ModelLoopState()
+        self.last: ModelDecision | None = None
+        self.last_at: float | None = None
+        self.rounds = 0
+        self.applied: list[Placement] = []
+        self.failed: list[tuple[Placement, str]] = []
+        self.interval_s = 1.0
+
+    def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
+        spec = self.d._models.get(model)
+        pkey = spec.profile_name if spec is not None else model
+        if self.profiles.has(pkey, itype):
+            return float(self.profiles.get(pkey, itype).latency_ms(np.asarray([max(batch, 1.0)]), stat)[0])
+        return float(self.d.predictor.predict_ms(pkey, itype, batch))
+
+    def snapshot(self, now: float) -> ModelInputs:
+        d = self.d
+        interval = max(now - self.last_at if self.last_at is not None else self.interval_s, 1e-3)
+        samples = d.take_samples()
+        workers = []
+        for iid, w in list(d.workers.items()):
+            if w.draining or w.removed:
+                continue
+            served = tuple((v, int(b), float(ms)) for v, b, ms, _total, off in samples.get(iid, []) if not off)
+            workers.append(WorkerSnapshot(iid, w.instance_type, w.hardware, d.utilization(w, now),
+                                          tuple(sorted(d.loaded_on(w))), served))
+        variants = []
+        for name, meta in d._variant_meta.items():
+            variants.append(VariantCandidate(name, meta.model, meta.hardware, d.speed_factor(name),
+                                             max(meta.load_latency_ms / 1000.0, 0.1)))
+        if not variants:  # no registry: the config models as their own base variants
+            variants = [VariantCandidate(m.name, m.name, ANY) for m in d.cfg.models]
+        snap = d.window_snapshot()
+        load = {m.name: snap.arrival_qps for m in d.cfg.models[:1]}  # the window is not per model
+        mean_batch = {m: snap.mean_batch or 1.0 for m in {v.model for v in variants}}
+        return ModelInputs(now=now, interval_s=interval, workers=tuple(workers), variants=tuple(variants),
+                           load_qps=load, mean_batch=mean_batch,
+                           slo_ms={n: m.qos_ms for n, m in d._models.items()},
+                           price_per_hour=dict(d._prices), profile=self._profile)
+
+    async def tick(self, now: float) -> ModelDecision:
+        inputs = self.snapshot(now)
+        self.last_at = now
+        decision, self.state = decide(inputs, self.state, self.params)
+        self.last = decision
+        self.rounds += 1
+        self.d.variant_states = dict(decision.states)
+        unloads = [p for p in decision.placements if p.action == "unload"]
+        loads = [p for p in decision.placements if p.action == "load"]
+        for batch in (unloads, loads):  # unloads first: they free the slots
+            results = await asyncio.gather(*(
+                (self.d.unload_variant if p.action == "unload" else self.d.load_variant)(p.worker, p.variant)
+                for p in batch), return_exceptions=True)
+            for p, r in zip(batch, results):
+                ok = not isinstance(r, BaseException) and r[0]
+                if ok:
+                    self.applied.append(p)
+                else:
+                    self.failed.append((p, str(r if isinstance(r, BaseException) else r[1])))
+        if decision.placements:
+            log.info("model loop: %s", ", ".join(f"{p.action} {p.variant} on {p.worker}" for p in decision.placements))
+        if self.on_vm is not None:
+            await self.on_vm(decision.vm, decision.unmet_qps)
+        return decision

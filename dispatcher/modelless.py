@@ -1,0 +1,199 @@
+"""Model-less queries and offline jobs: the pure decisions behind the dispatcher's INFaaS API
+(INFaaS §3.1 "model-less interface", §4.1 getVariant, §5 offline jobs).
+
+* :func:`variant_infos` turns registry variants + latency profiles into the selection metadata of
+  :mod:`variants.selection`, one entry per hardware class a variant can run on (a config model's
+  base variant, hardware ``any``, runs on every class: it is expanded to ``name@<hw>``).
+* :func:`route` is getVariant for one query over the live workers (least-loaded Active instance;
+  else the Inactive variant with the lowest load+inference latency on the least-utilized worker of
+  its hardware; else a typed :class:`RouteError` naming the closest variant).
+* :func:`busy_fraction` and :func:`offline_may_run` decide when offline work may use the workers
+  (INFaaS §5: offline jobs run while utilization stays under 40 %, and are paused -- never
+  dropped -- above it).
+
+No I/O, no clock reads: times and loads come in as arguments.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+from variants.selection import Choice, NoVariant, Request, VariantInfo, WorkerLoad, get_variant
+from variants.state_machine import StateKey, VariantState
+
+ANY = "any"
+SEP = "@"
+
+#: INFaaS §5: offline jobs are paused while online utilization is at or above 40 %.
+OFFLINE_UTILIZATION_THRESHOLD = 0.40
+
+
+@dataclass(frozen=True)
+class VariantMeta:
+    """What routing needs to know about a registered variant (from the registry)."""
+
+    name: str
+    model: str
+    hardware: str              # cpu | gpu | inferentia | any
+    accuracy: float
+    max_batch: int
+    load_latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class RouteWorker:
+    """A live worker as routing sees it."""
+
+    worker: str
+    hardware: str
+    instance_type: str
+    utilization: float                 # 0..1 over the recent interval
+    loaded: frozenset[str]             # variant names loaded on it
+
+
+@dataclass(frozen=True)
+class Route:
+    variant: str
+    worker: str | None                 # None: no worker yet (the query waits for capacity)
+    needs_load: bool
+    expected_ms: float
+
+
+class RouteError(LookupError):
+    """No variant can serve the query. ``code``: NOT_FOUND (nothing registered for the
+    application/model) or INVALID_ARGUMENT (requirements unmet); ``closest`` names the nearest
+    variant, when there is one."""
+
+    def __init__(self, code: str, message: str, closest: str | None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.closest = closest
+
+
+def expand_name(name: str, hardware: str) -> str:
+    return f"{name}{SEP}{hardware}"
+
+
+def base_name(expanded: str) -> str:
+    return expanded.split(SEP, 1)[0]
+
+
+LatencyGrid = Callable[[str, str], tuple[tuple[int, float], ...]]
+
+
+def variant_infos(variants: Sequence[VariantMeta], hardware_classes: Iterable[str],
+                  grid: LatencyGrid) -> list[VariantInfo]:
+    """Selection metadata: one :class:`VariantInfo` per (variant, hardware class it runs on).
+    ``grid(variant, hardware)`` gives its profiled (batch, ms) points there (empty: unknown, that
+    variant is left out on that hardware). Variants with hardware ``any`` are expanded to
+    ``name@hw`` for each class in ``hardware_classes``."""
+    hws = sorted(set(hardware_classes))
+    out: list[VariantInfo] = []
+    for v in variants:
+        targets = hws if v.hardware == ANY else [v.hardware]
+        for hw in targets:
+            pts = tuple(sorted(grid(v.name, hw)))
+            if not pts:
+                continue
+            name = expand_name(v.name, hw) if v.hardware == ANY else v.name
+            out.append(VariantInfo(name=name, model=v.model, hardware=hw, latency_ms=pts[-1][1],
+                                   accuracy=v.accuracy, max_batch=v.max_batch,
+                                   load_latency_ms=v.load_latency_ms, batch_latency_ms=pts))
+    return out
+
+
+def route(request: Request, variants: Sequence[VariantMeta], workers: Sequence[RouteWorker],
+          grid: LatencyGrid, states: Mapping[StateKey, VariantState] | None = None) -> Route:
+    """getVariant (INFaaS §4.1) for one query. ``states`` holds the state machine's view of loaded
+    instances; a loaded instance without a state counts as Active. Raises :class:`RouteError`."""
+    if not variants:
+        what = f"model {request.model!r}" if request.model else "the application"
+        raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
+    hws = {w.hardware for w in workers}
+    infos = variant_infos(variants, hws or {v.hardware for v in variants if v.hardware != ANY} or {"cpu"}, grid)
+    hw_of = {v.name: v.hardware for v in variants}
+    st: dict[StateKey, VariantState] = {}
+    loads: dict[str, WorkerLoad] = {}
+    for w in workers:
+        loads[w.worker] = WorkerLoad(w.worker, w.hardware, w.utilization)
+        for name in w.loaded:
+            if name not in hw_of:
+                continue
+            key_name = expand_name(name, w.hardware) if hw_of[name] == ANY else name
+            state = (states or {}).get((name, w.worker), VariantState.ACTIVE)
+            st[(key_name, w.worker)] = VariantState.ACTIVE if state is VariantState.INACTIVE else state
+    try:
+        c: Choice = get_variant(request, infos, st, loads)
+    except NoVariant as exc:
+        servable = [i for i in infos if _meets(request, i)]
+        if servable and not workers:
+            # nothing to run on yet: queue for the best variant, capacity may arrive
+            best = min(servable, key=lambda i: (i.latency_at(request.batch), i.name))
+            return Route(base_name(best.name), None, True, best.latency_at(request.batch))
+        busy = [(w.utilization, w.worker, key[0]) for key, state in st.items() for w in workers
+                if key[1] == w.worker and any(i.name == key[0] for i in servable)]
+        if busy:
+            # every instance that meets the query is Overloaded or Interfered: queue it on the
+            # least-utilized one rather than refuse it (the model loop scales them up)
+            util, worker, name = min(busy)
+            info = next(i for i in servable if i.name == name)
+            return Route(base_name(name), worker, False, info.latency_at(request.batch))
+        closest = base_name(exc.closest) if exc.closest else None
+        code = "NOT_FOUND" if closest is None else ("UNAVAILABLE" if servable else "INVALID_ARGUMENT")
+        msg = str(exc)
+        for i in infos:  # report plain variant names to the user
+            if SEP in i.name:
+                msg = msg.replace(i.name, base_name(i.name))
+        raise RouteError(code, msg, closest) from None
+    return Route(base_name(c.variant), c.worker, c.needs_load, c.expected_ms)
+
+
+def _meets(request: Request, v: VariantInfo) -> bool:
+    from variants.selection import meets
+
+    return meets(request, v)
+
+
+# -- offline jobs ------------------------------------------------------------------------------------
+
+def busy_fraction(intervals: Iterable[tuple[float, float]], now: float, horizon_s: float, workers: int) -> float:
+    """Utilization of ``workers`` over ``[now - horizon_s, now]``: summed busy time of the
+    (start, end) service intervals inside that window / (horizon · workers); 0 with no workers."""
+    if workers <= 0 or horizon_s <= 0:
+        return 0.0
+    lo = now - horizon_s
+    busy = 0.0
+    for s, e in intervals:
+        busy += max(0.0, min(e, now) - max(s, lo))
+    return min(1.0, busy / (horizon_s * workers))
+
+
+def offline_may_run(online_utilization: float, threshold: float = OFFLINE_UTILIZATION_THRESHOLD) -> bool:
+    """INFaaS §5: offline work proceeds only while online utilization is below the threshold."""
+    return online_utilization < threshold
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+
+    @property
+    def fraction(self) -> float:
+        return 1.0 if self.total == 0 else self.done / self.total
+
+
+def chunks(total_rows: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) row ranges of at most ``size`` rows covering ``total_rows``."""
+    if size < 1:
+        raise ValueError("chunk size must be >= 1")
+    return [(s, min(s + size, total_rows)) for s in range(0, max(total_rows, 0), size)]
+
+
+def closest_hint(request: Request, variants: Sequence[VariantMeta]) -> str:
+    """One line for errors: the accuracy range on offer (used when no variant meets min_accuracy)."""
+    if not variants:
+        return "none registered"
+    best = max(variants, key=lambda v: (v.accuracy, v.name))
+    return f"most accurate: {best.name} ({best.accuracy:g})" if not math.isnan(best.accuracy) else best.name

@@ -1,0 +1,167 @@
+"""The model loop (INFaaS §4.2): pure decisions with hand-computed cases, and the adapter applying
+them to workers through a fake dispatcher (Load/Unload calls recorded)."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from hypothesis import given, settings, strategies as st
+
+from daemon.model_loop import (HintParams, ModelInputs, ModelLoop, ModelLoopParams, VariantCandidate, WorkerSnapshot,
+                               decide, next_capacity_hint, placements_for)
+from dispatcher.modelless import VariantMeta
+from scaler.vm_autoscaler import VmDecision, VmParams
+from variants.state_machine import VariantState
+
+
+def prof(model: str, itype: str, batch: float, stat: str) -> float:
+    return 100.0 if stat == "mean" else 150.0   # saturation 10 q/s per worker
+
+
+def inputs(now: float, load: float, workers, served=None) -> ModelInputs:  # noqa: ANN001
+    return ModelInputs(now=now, interval_s=1.0, workers=tuple(workers),
+                       variants=(VariantCandidate("m", "m", "any", 1.0, 0.5),),
+                       load_qps={"m": load}, mean_batch={"m": 1.0}, slo_ms={"m": 350.0},
+                       price_per_hour={"c": 3.6}, profile=prof)
+
+
+def ws(loaded: dict[str, tuple[str, ...]], util: dict[str, float] | None = None, served=None):  # noqa: ANN001
+    util = util or {}
+    return [WorkerSnapshot(w, "c", "cpu", util.get(w, 0.0), v, (served or {}).get(w, ())) for w, v in sorted(loaded.items())]
+
+
+def test_scale_down_waits_t_v_and_never_empties_a_worker() -> None:
+    workers = ws({"w1": ("m",), "w2": ("m",)}, {"w1": 0.1, "w2": 0.0})
+    d0, s0 = decide(inputs(0.0, 1.0, workers))
+    assert d0.plan is not None and d0.plan.counts == {"m@c": 2}   # T_v (0.5 s) not elapsed yet
+    d1, _ = decide(inputs(1.0, 1.0, workers), s0)
+    assert d1.plan is not None and d1.plan.counts == {"m@c": 1}
+    assert d1.placements == ()               # w2 would be left empty: its replica stays
+    plan = d1.plan
+    assert [(p.action, p.worker) for p in placements_for(plan, workers, keep_one=False)] == [("unload", "w2")]
+    # a worker holding two variants gives one up
+    two = ws({"w1": ("m", "x"), "w2": ("m",)}, {"w1": 0.0, "w2": 0.5})
+    assert [(p.action, p.variant, p.worker) for p in placements_for(plan, two)] == [("unload", "m", "w1")]
+
+
+def test_scale_up_replicates_on_free_workers_and_reports_unmet() -> None:
+    workers = ws({"w1": ("m",), "w2": (), "w3": ()})
+    d, _ = decide(inputs(0.0, 25.0, workers))   # need 25 * 1.05 = 26.25 q/s -> 3 instances of 10 q/s
+    assert [(p.action, p.worker) for p in d.placements] == [("load", "w2"), ("load", "w3")]
+    assert d.unmet_qps == {}
+    d2, _ = decide(inputs(0.0, 40.0, workers))  # 42 q/s > 3 slots: VM autoscaling is needed
+    assert d2.unmet_qps["m"] == 42.0 - 30.0
+
+
+def test_states_and_vm_add_from_reports() -> None:
+    served = {"w1": tuple(("m", 1, 300.0) for _ in range(12))}   # 12 q/s > peak 10 q/s, p99 300 ms
+    workers = ws({"w1": ("m",)}, {"w1": 0.95}, served)
+    d, s = decide(inputs(0.0, 12.0, workers))
+    assert d.states[("m", "w1")] is VariantState.OVERLOADED
+    assert [(v.action, v.hardware) for v in d.vm] == [("add", "cpu")]
+    assert next_capacity_hint(1.0, d.vm, d.unmet_qps) == 1.1
+    calm = ws({"w1": ("m",)}, {"w1": 0.0}, {"w1": (("m", 1, 140.0),)})
+    d2, _ = decide(inputs(1.0, 1.0, calm), s)
+    assert d2.states[("m", "w1")] is VariantState.ACTIVE
+
+
+def test_capacity_hint_rules() -> None:
+    rm = [VmDecision("remove", "cpu", "low")]
+    hold = [VmDecision("hold", "cpu", "ok")]
+    assert next_capacity_hint(1.0, rm, {}) == 0.9
+    assert next_capacity_hint(0.5, rm, {}) == 0.5
+    assert next_capacity_hint(2.0, [VmDecision("add", "cpu", "x")], {}) == 2.0
+    assert next_capacity_hint(1.2, hold, {}) == 1.175
+    assert next_capacity_hint(0.9, hold, {}) == 0.925
+    assert next_capacity_hint(1.0, hold, {"m": 1.0}, HintParams(step=0.5)) == 1.5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=6), st.floats(0.0, 80.0))
+def test_placements_reach_the_plan_counts(held: list[int], load: float) -> None:
+    workers = ws({f"w{i}": (("m",) if h else ()) for i, h in enumerate(held)})
+    d, _ = decide(inputs(100.0, load, workers))
+    after = {w.worker: set(w.loaded) for w in workers}
+    for p in d.placements:
+        (after[p.worker].add if p.action == "load" else after[p.worker].discard)(p.variant)
+    if d.plan is not None:
+        # loads reach the target; unloads stop where a worker would be left empty
+        have = sum("m" in v for v in after.values())
+        assert have >= d.plan.counts["m@c"] >= 1
+        assert have == max(d.plan.counts["m@c"], sum(1 for h in held if h))
+    assert all(len(v) <= 1 for v in after.values())
+    assert all(after[w.worker] for w in workers if w.loaded)
+
+
+# ---- the adapter ---------------------------------------------------------------------------------------
+
+@dataclass
+class FakeWorker:
+    instance_type: str = "c5n.2xlarge"
+    hardware: str = "cpu"
+    draining: bool = False
+    removed: bool = False
+    loaded: set = field(default_factory=set)
+
+
+class FakeDispatcher:
+    def __init__(self) -> None:
+        self.workers = {"a": FakeWorker(loaded={"m"}), "b": FakeWorker(loaded={"m"})}
+        self._variant_meta = {"m": VariantMeta("m", "m", "any", 1.0, 8, 100.0)}
+        self._models = {"m": SimpleNamespace(profile_name="rm2", qos_ms=350.0)}
+        self._prices = {"c5n.2xlarge": 0.432}
+        self.cfg = SimpleNamespace(models=[SimpleNamespace(name="m")])
+        self.predictor = None
+        self.variant_states = {}
+        self.calls: list[tuple[str, str, str]] = []
+
+    def take_samples(self):  # noqa: ANN201
+        return {}
+
+    def utilization(self, w, now):  # noqa: ANN001, ANN201
+        return 0.0
+
+    def loaded_on(self, w):  # noqa: ANN001, ANN201
+        return set(w.loaded)
+
+    def speed_factor(self, v):  # noqa: ANN001, ANN201
+        return 1.0
+
+    def window_snapshot(self):  # noqa: ANN201
+        return SimpleNamespace(arrival_qps=0.5, mean_batch=1.0)
+
+    async def unload_variant(self, worker, variant):  # noqa: ANN001, ANN201
+        self.calls.append(("unload", worker, variant))
+        self.workers[worker].loaded.discard(variant)
+        return True, "unloaded"
+
+    async def load_variant(self, worker, variant):  # noqa: ANN001, ANN201
+        self.calls.append(("load", worker, variant))
+        return False, "worker refused"
+
+
+def test_adapter_applies_unload_via_rpcs_and_reports_vm() -> None:
+    from scaler.profiles import load_profiles_csv
+
+    fd = FakeDispatcher()
+    seen: list = []
+
+    async def on_vm(decisions, unmet):  # noqa: ANN001
+        seen.append(([x.action for x in decisions], dict(unmet)))
+
+    fd.workers["a"].loaded.add("m-int8")
+    fd._variant_meta["m-int8"] = VariantMeta("m-int8", "m", "cpu", 0.9, 8, 100.0)
+    loop = ModelLoop(fd, load_profiles_csv(None), ModelLoopParams(vm=VmParams(remove_cooldown_s=0.0)), on_vm=on_vm)
+
+    async def run() -> None:
+        await loop.tick(0.0)
+        await loop.tick(1.0)
+
+    asyncio.run(run())
+    # 0.5 q/s on rm2@c5n.2xlarge needs one instance: worker a gives up its extra ones, b keeps m
+    assert sorted(fd.calls) == [("unload", "a", "m"), ("unload", "a", "m-int8")] or \
+        sorted(fd.calls) == [("unload", "a", "m")]
+    assert all(p.action == "unload" and p.worker == "a" for p in loop.applied) and loop.failed == []
+    assert fd.workers["b"].loaded == {"m"} and fd.workers["a"].loaded
+    assert seen[-1][0] == ["remove"] and loop.rounds == 2

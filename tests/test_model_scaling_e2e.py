@@ -1,0 +1,140 @@
+"""Acceptance: model-vertical + VM scaling end to end (INFaaS §4.2) against moto in server mode.
+
+The real daemon (planner, EC2 provider via boto3, gRPC dispatcher, fleet loop, model loop) runs
+in-process; one local worker process per running instance (real ONNX, padded to the Kairos rm2
+profile of its type). Load: high -> low -> spike. Checks: at low load the model loop scales
+variant instances down and the pool's $/hr falls; at the spike it loads variants back
+(replicates) and then the fleet adds instances; SLO violations stay within the target.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from daemon.config import Config
+from daemon.demo import demo_config
+from daemon.model_loop import ModelLoopParams
+from scaler.batch_mix import sample_batches
+from scaler.vm_autoscaler import VmParams
+
+pytestmark = pytest.mark.slow
+
+VIOLATION_TARGET = 0.10   # at most 10 % of served queries over the 350 ms QoS target
+
+
+async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict) -> None:
+    pending: set[asyncio.Task] = set()
+
+    async def one(b: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            r = await stub.Submit(pb.SubmitRequest(application="rm2", batch_size=b), timeout=10.0)
+        except grpc.aio.AioRpcError as exc:
+            out["errors"][exc.code().name] = out["errors"].get(exc.code().name, 0) + 1
+            return
+        ms = (time.perf_counter() - t0) * 1000.0
+        out["ok"] += 1
+        out["violations"] += ms > 350.0
+        out["variants"].add(r.variant)
+
+    start = time.monotonic()
+    next_t = 0.0
+    while time.monotonic() - start < duration:
+        el = time.monotonic() - start
+        if el >= next_t:
+            t = asyncio.create_task(one(int(batches[out["sent"] % len(batches)])))
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+            out["sent"] += 1
+            next_t += float(rng.exponential(1.0 / rate))
+            continue
+        await asyncio.sleep(min(next_t - el, 0.05))
+    if pending:
+        await asyncio.wait(pending, timeout=15.0)
+
+
+def test_load_fall_and_spike(moto_endpoint: str, tmp_path: Path) -> None:
+    asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path), timeout=150))
+
+
+async def _scenario(endpoint: str, tmp_path: Path) -> None:
+    import boto3
+
+    from daemon.app import Daemon
+    from daemon.local_runner import LocalRunner
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
+    ami = ec2.describe_images()["Images"][0]["ImageId"]
+    base = demo_config(tmp_path, endpoint, ami, budget=2.5, rate=2.0)
+    raw = base.model_dump()
+    raw["models"][0]["application"] = "rm2"
+    raw["intervals"] = {"fleet_s": 2, "model_s": 0.5, "reconcile_s": 30}
+    cfg = Config.model_validate(raw)
+    catalog = cfg.catalog()
+    params = ModelLoopParams(headroom=cfg.headroom,
+                             vm=VmParams(add_cooldown_s=4.0, remove_cooldown_s=3.0, min_workers=1))
+    holder: dict[str, LocalRunner] = {}
+
+    async def on_fleet_change(instances):  # noqa: ANN001
+        if "r" in holder:
+            await holder["r"].sync(instances)
+
+    daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0", model_params=params,
+                    generate_variants=False)
+    await daemon.start()
+    runner = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
+                         [("rm2", "builtin:mlp", "rm2")], profiles_csv=cfg.profiles)
+    holder["r"] = runner
+    try:
+        await daemon.fleet_tick("start")
+        t0 = time.monotonic()
+        while not daemon.dispatcher.workers and time.monotonic() - t0 < 30:
+            await asyncio.sleep(0.2)
+        assert daemon.dispatcher.workers, "no worker registered"
+
+        def cost() -> float:
+            return sum(catalog[t].price_per_hour * n for t, n in daemon.status.pool().items())
+
+        rng = np.random.default_rng(7)
+        batches = sample_batches("deeprecsys", 50_000, rng)
+        stats = {"sent": 0, "ok": 0, "violations": 0, "errors": {}, "variants": set()}
+        loop = daemon.model_loop
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
+            stub = pbg.InferenceStub(ch)
+            await _phase(stub, pb, 12.0, 10.0, rng, batches, stats)
+            cost_high, pool_high = cost(), daemon.status.pool()
+            unloads_before = loop and sum(1 for p in loop.applied if p.action == "unload")
+            await _phase(stub, pb, 2.0, 12.0, rng, batches, stats)
+            cost_low, pool_low = cost(), daemon.status.pool()
+            low_rounds = loop.rounds
+            unloads_low = sum(1 for p in loop.applied if p.action == "unload") - unloads_before
+            loads_before = sum(1 for p in loop.applied if p.action == "load")
+            launched_before = len(daemon.status.instances)
+            await _phase(stub, pb, 24.0, 10.0, rng, batches, stats)
+            loads_spike = sum(1 for p in loop.applied if p.action == "load") - loads_before
+            launched_after = len(daemon.status.instances)
+            cost_spike, pool_spike = cost(), daemon.status.pool()
+        # a query refused or timed out counts as a violation too
+        viol = (stats["violations"] + sum(stats["errors"].values())) / max(stats["sent"], 1)
+        print(f"\nmodel-scaling e2e: sent {stats['sent']} served {stats['ok']} errors {stats['errors']}; "
+              f"SLO violations {stats['violations']} ({viol:.1%}, target <= {VIOLATION_TARGET:.0%})")
+        print(f"cost $/hr: high {cost_high:.3f} {pool_high} -> low {cost_low:.3f} {pool_low} -> "
+              f"spike {cost_spike:.3f} {pool_spike}; model loop unloads at low {unloads_low}, loads at spike "
+              f"{loads_spike}; instances known before/after spike {launched_before}/{launched_after}; "
+              f"variants served {sorted(stats['variants'])}; hint {daemon.capacity_hint:.2f}")
+        assert stats["ok"] > 0 and stats["ok"] + sum(stats["errors"].values()) == stats["sent"]
+        assert viol <= VIOLATION_TARGET
+        assert cost_low < cost_high, "the pool did not get cheaper at low load"
+        assert loop.rounds > 0 and loop.failed == []
+        assert launched_after > launched_before, "no instance was added at the spike"
+        assert cost_spike > cost_low
+        assert max(cost_high, cost_spike) <= cfg.budget_per_hour + 1e-9
+    finally:
+        await daemon.stop(grace=3.0)
+        await runner.stop_all()

@@ -1,0 +1,172 @@
+"""Variant registry and model-less routing (INFaaS §3.1, §4.1): pure routing cases with exact
+expected picks, the registry's persistence, and the live gRPC API (RegisterModel, ListVariants,
+Submit by application) against a real in-process worker."""
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import grpc
+import pytest
+
+from daemon.config import Config
+from dispatcher import modelless as ml
+from dispatcher.latency_model import LatencyModel
+from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.server import Dispatcher
+from scaler.profiles import load_profiles_csv
+from variants.registry import RegisteredModel, VariantRegistry, base_variant
+from variants.selection import Request
+from variants.state_machine import VariantState
+from variants.worker_server import WorkerOptions, WorkerServer
+
+GRID = {("fast", "gpu"): ((1, 5.0), (8, 10.0)), ("slow", "cpu"): ((1, 50.0), (8, 200.0)),
+        ("base", "cpu"): ((1, 40.0), (8, 100.0)), ("base", "gpu"): ((1, 8.0), (8, 20.0))}
+
+
+def grid(v: str, hw: str):
+    return GRID.get((v, hw), ())
+
+
+METAS = [ml.VariantMeta("fast", "m", "gpu", 0.70, 8, 500.0), ml.VariantMeta("slow", "m", "cpu", 0.90, 8, 100.0)]
+
+
+def W(name: str, hw: str, util: float, loaded=()):  # noqa: N802
+    return ml.RouteWorker(name, hw, "t", util, frozenset(loaded))
+
+
+def test_active_instance_on_least_loaded_worker() -> None:
+    ws = [W("a", "gpu", 0.5, {"fast"}), W("b", "gpu", 0.1, {"fast"}), W("c", "cpu", 0.0, {"slow"})]
+    r = ml.route(Request(latency_slo_ms=50, batch=4), METAS, ws, grid)
+    assert r == ml.Route("fast", "b", False, 10.0)
+
+
+def test_inactive_variant_lowest_load_plus_latency() -> None:
+    ws = [W("g", "gpu", 0.3), W("c", "cpu", 0.0)]
+    # both meet 500 ms: fast costs 500 + 10, slow 100 + 200 -> slow on the cpu worker
+    r = ml.route(Request(latency_slo_ms=500, batch=8), METAS, ws, grid)
+    assert (r.variant, r.worker, r.needs_load, r.expected_ms) == ("slow", "c", True, 300.0)
+
+
+def test_accuracy_filter_and_typed_errors() -> None:
+    ws = [W("g", "gpu", 0.0, {"fast"}), W("c", "cpu", 0.0)]
+    assert ml.route(Request(min_accuracy=0.8, batch=1), METAS, ws, grid).variant == "slow"
+    with pytest.raises(ml.RouteError) as ei:
+        ml.route(Request(latency_slo_ms=20, min_accuracy=0.8, batch=8), METAS, ws, grid)
+    assert ei.value.code == "INVALID_ARGUMENT" and ei.value.closest in ("fast", "slow")
+    assert "closest" in str(ei.value)
+    with pytest.raises(ml.RouteError) as ei2:
+        ml.route(Request(), [], ws, grid)
+    assert ei2.value.code == "NOT_FOUND" and ei2.value.closest is None
+
+
+def test_any_hardware_base_variant_expands_per_class() -> None:
+    metas = [ml.VariantMeta("base", "m", "any", 1.0, 8)]
+    ws = [W("c", "cpu", 0.0, {"base"}), W("g", "gpu", 0.9, {"base"})]
+    # active on both; least-loaded first even though the gpu is faster (INFaaS §4.1 case I)
+    r = ml.route(Request(batch=8), metas, ws, grid)
+    assert (r.variant, r.worker, r.expected_ms) == ("base", "c", 100.0)
+    r2 = ml.route(Request(latency_slo_ms=50, batch=8), metas, ws, grid)
+    assert (r2.variant, r2.worker, r2.expected_ms) == ("base", "g", 20.0)
+
+
+def test_overloaded_everywhere_queues_instead_of_refusing() -> None:
+    ws = [W("g", "gpu", 0.9, {"fast"})]
+    st = {("fast", "g"): VariantState.OVERLOADED}
+    r = ml.route(Request(latency_slo_ms=50, batch=1), METAS[:1], ws, grid, st)
+    assert (r.variant, r.worker, r.needs_load) == ("fast", "g", False)
+
+
+def test_no_worker_yet_queues_for_best_variant() -> None:
+    r = ml.route(Request(latency_slo_ms=50, batch=1), METAS, [], grid)
+    assert r.variant == "fast" and r.worker is None
+
+
+def test_busy_fraction_exact() -> None:
+    iv = [(0.0, 1.0), (1.5, 2.0), (-5.0, -4.0)]
+    assert ml.busy_fraction(iv, now=2.0, horizon_s=2.0, workers=1) == pytest.approx(0.75)
+    assert ml.busy_fraction(iv, now=2.0, horizon_s=2.0, workers=3) == pytest.approx(0.25)
+    assert ml.busy_fraction(iv, now=2.0, horizon_s=2.0, workers=0) == 0.0
+
+
+def test_registry_persists(tmp_path: Path) -> None:
+    path = tmp_path / "s.db.variants.db"
+    reg = VariantRegistry(path)
+    rm = RegisteredModel("m1", "app", "/x.onnx", 100.0, 32, "m1")
+    v = base_variant(rm, 0.9)
+    reg.register_model(rm, [v])
+    with pytest.raises(ValueError):
+        reg.add_variants([base_variant(RegisteredModel("zz", "a", "/y", 1, 1, "zz"))])
+    reg.close()
+    reg2 = VariantRegistry(path)
+    assert reg2.models() == [rm]
+    got = reg2.variants(application="app")
+    assert [x.name for x in got] == ["m1"] and got[0].accuracy == 0.9 and got[0].hardware == "any"
+    assert reg2.variants(application="other") == []
+    reg2.close()
+
+
+# ---- live gRPC --------------------------------------------------------------------------------------
+
+def _cfg(tmp: Path) -> Config:
+    return Config.model_validate({
+        "cluster": "t", "budget_per_hour": 5,
+        "models": [{"name": "rm2", "onnx": "builtin:mlp", "qos_ms": 350, "max_batch": 1000, "application": "rec"}],
+        "instance_types": [{"type": "c5n.2xlarge"}, {"type": "g4dn.xlarge"}],
+        "launch": {"ami_id": "ami-0123456789abcdef0"},
+        "dispatcher": {"listen": "127.0.0.1:0"}, "state_path": str(tmp / "state.db"),
+    })
+
+
+def test_live_register_list_and_submit_by_application(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    ws = WorkerServer(WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge", models={"rm2": "builtin:mlp"},
+                                    cache_dir=tmp_path / "cache", threads=1))
+    wport = ws.start()
+    try:
+        asyncio.run(asyncio.wait_for(_live(cfg, tmp_path, wport), 60))
+    finally:
+        ws.stop()
+
+
+async def _live(cfg: Config, tmp: Path, wport: int) -> None:
+    from variants.builtin_models import build_mlp
+
+    reg = VariantRegistry(tmp / "state.db.variants.db")
+    reg.register_model(RegisteredModel("rm2", "rec", "builtin:mlp", 350, 1000, "rm2", True))
+    d = Dispatcher(cfg, LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg, models_dir=tmp / "models")
+    port = await d.start("127.0.0.1:0")
+    d.add_worker_direct("i-1", "c5n.2xlarge", f"127.0.0.1:{wport}")
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pbg.InferenceStub(ch)
+            r = await stub.Submit(pb.SubmitRequest(application="rec", batch_size=4), timeout=20)
+            assert (r.variant, r.instance_id, r.model) == ("rm2", "i-1", "rm2")
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await stub.Submit(pb.SubmitRequest(application="nope", batch_size=1), timeout=5)
+            assert ei.value.code() == grpc.StatusCode.NOT_FOUND
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await stub.Submit(pb.SubmitRequest(application="rec", batch_size=1, latency_slo_ms=0.001), timeout=5)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "closest: rm2" in ei.value.details()
+            # register a new model: variants generated, profiled, listed
+            onnx = build_mlp(tmp / "other.onnx", seed=3)
+            rep = await stub.RegisterModel(pb.RegisterModelRequest(name="other", application="vision",
+                                                                   onnx=onnx.read_bytes(), qos_ms=500), timeout=60)
+            names = {v.name for v in rep.variants}
+            assert {"other", "other-fp32-cpu", "other-int8-cpu", "other-fp16-gpu"} <= names
+            lst = await stub.ListVariants(pb.ListVariantsRequest(application="vision"))
+            assert {v.name for v in lst.variants} == names
+            assert all(v.state == "Inactive" for v in lst.variants)
+            # by application: an Inactive cpu variant is loaded on the cpu worker, then served
+            r2 = await stub.Submit(pb.SubmitRequest(application="vision", batch_size=2), timeout=30)
+            assert r2.model == "other" and r2.instance_id == "i-1"
+            assert r2.variant in d.loaded_on(d.workers["i-1"]) and d.load_ops == 1
+            lst2 = await stub.ListVariants(pb.ListVariantsRequest(model="other"))
+            assert [v.state for v in lst2.variants if v.name == r2.variant] == ["Active"]
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await stub.RegisterModel(pb.RegisterModelRequest(name="bad name!", onnx=b"x"), timeout=5)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        await d.stop(1.0)
+        reg.close()

@@ -1,0 +1,104 @@
+"""Offline jobs (INFaaS §3.1 offline_query, §5): they run only while online utilization stays
+under the threshold, are throttled -- never dropped -- above it, and write every row's output."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from dispatcher import modelless as ml
+from dispatcher.latency_model import LatencyModel
+from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.server import Dispatcher, offline_inputs
+from scaler.profiles import load_profiles_csv
+from tests.test_modelless import _cfg
+from variants.registry import RegisteredModel, VariantRegistry
+from variants.worker_server import WorkerOptions, WorkerServer
+
+
+def test_threshold_rule() -> None:
+    assert ml.OFFLINE_UTILIZATION_THRESHOLD == 0.40
+    assert ml.offline_may_run(0.39) and not ml.offline_may_run(0.40) and not ml.offline_may_run(0.9)
+
+
+@given(st.integers(0, 500), st.integers(1, 64))
+def test_chunks_cover_rows_once(n: int, size: int) -> None:
+    cs = ml.chunks(n, size)
+    assert sum(e - s for s, e in cs) == n
+    assert all(0 < e - s <= size for s, e in cs)
+    assert all(a[1] == b[0] for a, b in zip(cs, cs[1:]))
+
+
+def test_offline_inputs_file_folder_and_errors(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.zeros((5, 64), np.float32))
+    np.savez(tmp_path / "b.npz", x=np.ones((3, 64), np.float32))
+    got = offline_inputs(tmp_path)
+    assert [(k, a.shape) for k, a in got] == [("a", (5, 64)), ("b/x", (3, 64))]
+    with pytest.raises(ValueError, match="no such file"):
+        offline_inputs(tmp_path / "missing.npy")
+    (tmp_path / "c.txt").write_text("x")
+    with pytest.raises(ValueError, match="expected a .npy or .npz"):
+        offline_inputs(tmp_path / "c.txt")
+
+
+def test_throttled_above_threshold_then_completes(tmp_path: Path) -> None:
+    ws = WorkerServer(WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge", models={"rm2": "builtin:mlp"},
+                                    cache_dir=tmp_path / "cache", threads=1))
+    wport = ws.start()
+    try:
+        asyncio.run(asyncio.wait_for(_job(tmp_path, wport), 60))
+    finally:
+        ws.stop()
+
+
+async def _job(tmp: Path, wport: int) -> None:
+    cfg = _cfg(tmp)
+    reg = VariantRegistry(tmp / "state.db.variants.db")
+    reg.register_model(RegisteredModel("rm2", "rec", "builtin:mlp", 350, 1000, "rm2", True))
+    d = Dispatcher(cfg, LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg, models_dir=tmp / "m")
+    d.offline_poll_s = 0.02
+    d.offline_chunk = 4
+    port = await d.start("127.0.0.1:0")
+    d.add_worker_direct("i-1", "c5n.2xlarge", f"127.0.0.1:{wport}")
+    x = np.random.default_rng(0).normal(size=(10, 64)).astype(np.float32)
+    np.savez(tmp / "in.npz", x=x)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = pbg.InferenceStub(ch)
+            # online work keeps the worker busy: fake 100 % utilization over the horizon
+            w = d.workers["i-1"]
+            now = d.clock()
+            w.busy.append((now - 10.0, now + 3600.0))
+            job = await stub.SubmitOffline(pb.OfflineJobRequest(application="rec", input_path=str(tmp / "in.npz"),
+                                                                output_path=str(tmp / "out.npz")))
+            assert job.total == 3
+            for _ in range(20):
+                await asyncio.sleep(0.03)
+                st_ = await stub.GetOfflineJob(pb.OfflineJobReply(job_id=job.job_id))
+                assert st_.state == "throttled" and st_.done == 0
+            assert d.offline_jobs[job.job_id].throttled_polls >= 5
+            w.busy.clear()  # load goes away: the job resumes and finishes
+            for _ in range(300):
+                st_ = await stub.GetOfflineJob(pb.OfflineJobReply(job_id=job.job_id))
+                if st_.state in ("done", "failed"):
+                    break
+                await asyncio.sleep(0.02)
+            assert (st_.state, st_.done, st_.total) == ("done", 3, 3), st_.message
+            with np.load(tmp / "out.npz") as out:
+                assert out["x"].shape == (10, 8)
+            served_online = d.online_utilization()
+            assert served_online == 0.0  # offline chunks do not count as online load
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await stub.GetOfflineJob(pb.OfflineJobReply(job_id="job-99"))
+            assert ei.value.code() == grpc.StatusCode.NOT_FOUND
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await stub.SubmitOffline(pb.OfflineJobRequest(model="rm2", input_path=str(tmp / "nope"),
+                                                              output_path=str(tmp / "o.npz")))
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        await d.stop(1.0)
+        reg.close()
