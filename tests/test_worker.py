@@ -54,9 +54,8 @@ def _opts(cache: Path, **kw: object) -> WorkerOptions:
     return WorkerOptions(**base)  # type: ignore[arg-type]
 
 
-@pytest.fixture()
-def worker(cache: Path) -> Iterator[tuple[WorkerServer, pbg.WorkerStub]]:
-    ws = WorkerServer(_opts(cache, seed=7))
+def _serve(opts: WorkerOptions) -> Iterator[tuple[WorkerServer, pbg.WorkerStub]]:
+    ws = WorkerServer(opts)
     port = ws.start()
     ch = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
@@ -64,18 +63,16 @@ def worker(cache: Path) -> Iterator[tuple[WorkerServer, pbg.WorkerStub]]:
     finally:
         ch.close()
         ws.stop()
+
+
+@pytest.fixture()
+def worker(cache: Path) -> Iterator[tuple[WorkerServer, pbg.WorkerStub]]:
+    yield from _serve(_opts(cache, seed=7))
 
 
 @pytest.fixture()
 def padded(cache: Path) -> Iterator[tuple[WorkerServer, pbg.WorkerStub]]:
-    ws = WorkerServer(_opts(cache, profile=flat_profile(50.0)))
-    port = ws.start()
-    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        yield ws, pbg.WorkerStub(ch)
-    finally:
-        ch.close()
-        ws.stop()
+    yield from _serve(_opts(cache, profile=flat_profile(50.0)))
 
 
 # -- pure pieces ---------------------------------------------------------------------------------
