@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# gRPC core logs fork() notices at INFO when worker processes are started; keep its log to errors
+# unless the user asked for more.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from typing import Sequence
 
 from daemon.errors import UsageError
