@@ -24,7 +24,7 @@ from daemon.errors import UsageError
 from daemon.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.policies import make_policy
-from dispatcher.server import Dispatcher, generate_and_profile
+from dispatcher.server import Dispatcher
 from daemon.model_loop import ModelLoop, ModelLoopParams, next_capacity_hint
 from scaler.actuator import FleetActuator
 from scaler.batch_mix import mix_from_dist
@@ -34,6 +34,7 @@ from scaler.plan import Plan, choose_pool, plan_inputs_from_config
 from scaler.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView, demand_for_planning, significant_change
 from sim.slo_check import slo_check
+from variants.pipeline import generate_and_profile, hardware_classes
 from variants.registry import RegisteredModel, VariantRegistry, registry_path_for
 
 log = logging.getLogger("costscale")
@@ -148,7 +149,7 @@ class Daemon:
         from variants.worker_server import default_cache_dir
 
         assert self.registry is not None
-        hws = tuple(h for h in ("cpu", "gpu") if any(it.hardware == h for it in self.cfg.catalog().values()))
+        hws = hardware_classes(self.cfg.catalog())
         for m in self.cfg.models:
             if len(self.registry.variants(model=m.name)) > 1 or not hws:
                 continue

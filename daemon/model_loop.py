@@ -29,15 +29,14 @@ from typing import Awaitable, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from dispatcher.modelless import expand_name, split_name
 from scaler.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
 from variants.autoscale_greedy import GreedyState, greedy_scale
 from variants.autoscale_ilp import DEFAULT_LAMBDA, ScalingPlan, ScalingProblem, ScalingVariant, solve_ilp
+from variants.executor import ANY_HARDWARE
 from variants.state_machine import StateKey, StateParams, VariantReport, VariantState, apply_reports
 
 log = logging.getLogger("costscale.model")
-
-ANY = "any"
-SEP = "@"
 
 
 @dataclass(frozen=True)
@@ -112,15 +111,6 @@ class ModelDecision:
     unmet_qps: Mapping[str, float]
 
 
-def scaling_key(variant: str, instance_type: str) -> str:
-    return f"{variant}{SEP}{instance_type}"
-
-
-def _split(key: str) -> tuple[str, str]:
-    v, _, t = key.rpartition(SEP)
-    return v, t
-
-
 def reports_for(inputs: ModelInputs, models: Mapping[str, str]) -> list[VariantReport]:
     """State-machine reports (INFaaS §5 monitoring) for every loaded (variant, worker) instance."""
     out: list[VariantReport] = []
@@ -149,12 +139,12 @@ def scaling_problem(inputs: ModelInputs, params: ModelLoopParams) -> ScalingProb
     for v in inputs.variants:
         mb = max(inputs.mean_batch.get(v.model, 1.0), 1.0)
         for t in types:
-            if v.hardware not in (ANY, hw_of[t]):
+            if v.hardware not in (ANY_HARDWARE, hw_of[t]):
                 continue
             lat = inputs.profile(v.model, t, mb, "mean") * v.speed_factor
             if not (lat > 0 and math.isfinite(lat)):
                 continue
-            key = scaling_key(v.name, t)
+            key = expand_name(v.name, t)
             svs.append(ScalingVariant(name=key, model=v.model, hardware=t, latency_ms=lat,
                                       saturation_qps=1000.0 / lat,
                                       cost_per_second=inputs.price_per_hour.get(t, 0.0) / 3600.0,
@@ -163,7 +153,7 @@ def scaling_problem(inputs: ModelInputs, params: ModelLoopParams) -> ScalingProb
     capacity: dict[str, dict[str, float]] = {}
     for t in types:
         ws = [w for w in inputs.workers if w.instance_type == t]
-        used = sum(running.get(scaling_key(v.name, t), 0) for v in inputs.variants)
+        used = sum(running.get(expand_name(v.name, t), 0) for v in inputs.variants)
         capacity[t] = {"slot": float(max(len(ws), used))}
     models = {v.model for v in inputs.variants}
     load = {m: max(inputs.load_qps.get(m, 0.0), params.min_qps) for m in models}
@@ -185,7 +175,7 @@ def placements_for(plan: ScalingPlan, workers: Sequence[WorkerSnapshot], keep_on
     out: list[Placement] = []
     loads: list[tuple[str, str, int]] = []
     for key, target in sorted(plan.counts.items()):
-        v, t = _split(key)
+        v, t = split_name(key)
         holders = sorted((x for x in by_type.get(t, []) if v in loaded[x]), key=lambda x: (util[x], x))
         if len(holders) > target:
             for x in holders[: len(holders) - target]:
@@ -281,11 +271,15 @@ class ModelLoop:
         self.interval_s = 1.0
 
     def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
+        """Mean: the dispatcher's latency model (profile, else what it has learned). p99: the
+        profile; 0 for an unprofiled pair (the state machine then skips the interference check)."""
         spec = self.d._models.get(model)
         pkey = spec.profile_name if spec is not None else model
+        if stat == "mean":
+            return float(self.d.predictor.predict_ms(pkey, itype, batch))
         if self.profiles.has(pkey, itype):
-            return float(self.profiles.get(pkey, itype).latency_ms(np.asarray([max(batch, 1.0)]), stat)[0])
-        return float(self.d.predictor.predict_ms(pkey, itype, batch))
+            return float(self.profiles.latency_ms(pkey, itype, np.asarray([max(batch, 1.0)]), stat)[0])
+        return 0.0
 
     def snapshot(self, now: float) -> ModelInputs:
         d = self.d
@@ -295,7 +289,7 @@ class ModelLoop:
         for iid, w in list(d.workers.items()):
             if w.draining or w.removed:
                 continue
-            served = tuple((v, int(b), float(ms)) for v, b, ms, _total, off in samples.get(iid, []) if not off)
+            served = tuple((v, int(b), float(ms)) for v, b, ms, off in samples.get(iid, []) if not off)
             workers.append(WorkerSnapshot(iid, w.instance_type, w.hardware, d.utilization(w, now),
                                           tuple(sorted(d.loaded_on(w))), served))
         variants = []
@@ -303,7 +297,7 @@ class ModelLoop:
             variants.append(VariantCandidate(name, meta.model, meta.hardware, d.speed_factor(name),
                                              max(meta.load_latency_ms / 1000.0, 0.1)))
         if not variants:  # no registry: the config models as their own base variants
-            variants = [VariantCandidate(m.name, m.name, ANY) for m in d.cfg.models]
+            variants = [VariantCandidate(m.name, m.name, ANY_HARDWARE) for m in d.cfg.models]
         snap = d.window_snapshot()
         load = {m.name: snap.arrival_qps for m in d.cfg.models[:1]}  # the window is not per model
         mean_batch = {m: snap.mean_batch or 1.0 for m in {v.model for v in variants}}

@@ -126,13 +126,15 @@ class LatencyModel:
         if not (batch > 0 and ms >= 0 and np.isfinite(ms)):
             return
         key = (model, instance_type)
-        predicted = self.predict_ms(model, instance_type, batch)
+        predicted = self._score_ms(model, instance_type, batch)
         st = self._obs.get(key)
         if st is None:
             st = self._obs[key] = _PairStats(self.granularity)
             self._types_by_model.setdefault(model, set()).add(instance_type)
-            # other types of this model may have fallen back on this pair: drop every cached table
-            self._tables = {k: v for k, v in self._tables.items() if k[0] != model}
+        # types of this model without data of their own predict by the fallback (median over the
+        # types with data, this one included): their cached tables are stale after any observation
+        for k in [k for k in self._tables if k[0] == model and k != key and not self.has_data(*k)]:
+            del self._tables[k]
         st.errors.append(abs(predicted - ms) / max(ms, 1e-9))
         st.add(float(batch), float(ms))
         tab = self._tables.get(key)
@@ -155,12 +157,47 @@ class LatencyModel:
             return None
         return float(np.mean(st.errors))
 
+    def _score_ms(self, model: str, instance_type: str, batch: float) -> float:
+        """What :meth:`predict_ms` gives, for scoring an observation: from the pair's cached table
+        when there is one, else by the prediction order for this one batch (no dense table built)."""
+        tab = self._tables.get((model, instance_type))
+        if tab is not None:
+            return float(self._lookup(tab, np.asarray([batch], dtype=float))[0])
+        return self._point_ms(model, instance_type, float(np.ceil(batch)), {instance_type})
+
+    def _point_ms(self, model: str, instance_type: str, b: float, visiting: set[str]) -> float:
+        """The dense table's entry for integer batch ``b`` (>= 1) of the pair, computed alone."""
+        key = (model, instance_type)
+        st = self._obs.get(key)
+        if st is not None:
+            k = int(np.ceil(b / self.granularity)) * self.granularity
+            n = st.bucket_n.get(k, 0)
+            if n >= self.lookup_min_samples:
+                return st.bucket_sum[k] / n
+        if self.profiles.has(model, instance_type):
+            return float(self.profiles.get(model, instance_type).latency_ms(np.asarray([b]), self.stat)[0])
+        if st is not None and st.n > 0:
+            line = st.line()
+            assert line is not None
+            return max(line[0] + line[1] * b, 0.0)
+        others = sorted(t for t in self._types_by_model.get(model, ()) if t not in visiting and self.has_data(model, t))
+        if others:
+            preds = []
+            for t in others:
+                tab = self._tables.get((model, t))
+                preds.append(float(self._lookup(tab, np.asarray([b]))[0]) if tab is not None
+                             else self._point_ms(model, t, b, visiting | {t}))
+            return float(np.median(preds))
+        return self.fallback_ms + self.fallback_ms_per_item * b
+
     # -- prediction ------------------------------------------------------------------------------
     def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
         return float(self.predict_many(model, instance_type, np.asarray([batch_size], dtype=float))[0])
 
     def predict_many(self, model: str, instance_type: str, batch_sizes: np.ndarray) -> np.ndarray:
-        tab = self.table(model, instance_type)
+        return self._lookup(self.table(model, instance_type), batch_sizes)
+
+    def _lookup(self, tab: np.ndarray, batch_sizes: np.ndarray) -> np.ndarray:
         b = np.ceil(np.asarray(batch_sizes, dtype=float))
         top = len(tab) - 1
         if b.size == 0 or b.max() <= top:

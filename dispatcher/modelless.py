@@ -15,14 +15,14 @@ No I/O, no clock reads: times and loads come in as arguments.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from variants.selection import Choice, NoVariant, Request, VariantInfo, WorkerLoad, get_variant
+from variants.executor import ANY_HARDWARE
+from variants.selection import Choice, NoVariant, Request, VariantInfo, WorkerLoad, get_variant, meets
 from variants.state_machine import StateKey, VariantState
 
-ANY = "any"
+#: joins a variant name and a hardware class or instance type: ``name@suffix``
 SEP = "@"
 
 #: INFaaS §5: offline jobs are paused while online utilization is at or above 40 %.
@@ -39,6 +39,7 @@ class VariantMeta:
     accuracy: float
     max_batch: int
     load_latency_ms: float = 0.0
+    speed_factor: float = 1.0  # latency relative to its model's base variant (local profiles)
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,19 @@ class RouteError(LookupError):
         self.closest = closest
 
 
-def expand_name(name: str, hardware: str) -> str:
-    return f"{name}{SEP}{hardware}"
+def expand_name(name: str, suffix: str) -> str:
+    """``name@suffix``: a variant on a hardware class (routing) or an instance type (model loop)."""
+    return f"{name}{SEP}{suffix}"
+
+
+def split_name(expanded: str) -> tuple[str, str]:
+    """Inverse of :func:`expand_name`: (name, suffix); suffix "" for a plain name."""
+    name, _, suffix = expanded.partition(SEP)
+    return name, suffix
 
 
 def base_name(expanded: str) -> str:
-    return expanded.split(SEP, 1)[0]
+    return split_name(expanded)[0]
 
 
 LatencyGrid = Callable[[str, str], tuple[tuple[int, float], ...]]
@@ -91,12 +99,12 @@ def variant_infos(variants: Sequence[VariantMeta], hardware_classes: Iterable[st
     hws = sorted(set(hardware_classes))
     out: list[VariantInfo] = []
     for v in variants:
-        targets = hws if v.hardware == ANY else [v.hardware]
+        targets = hws if v.hardware == ANY_HARDWARE else [v.hardware]
         for hw in targets:
             pts = tuple(sorted(grid(v.name, hw)))
             if not pts:
                 continue
-            name = expand_name(v.name, hw) if v.hardware == ANY else v.name
+            name = expand_name(v.name, hw) if v.hardware == ANY_HARDWARE else v.name
             out.append(VariantInfo(name=name, model=v.model, hardware=hw, latency_ms=pts[-1][1],
                                    accuracy=v.accuracy, max_batch=v.max_batch,
                                    load_latency_ms=v.load_latency_ms, batch_latency_ms=pts))
@@ -111,7 +119,7 @@ def route(request: Request, variants: Sequence[VariantMeta], workers: Sequence[R
         what = f"model {request.model!r}" if request.model else "the application"
         raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
     hws = {w.hardware for w in workers}
-    infos = variant_infos(variants, hws or {v.hardware for v in variants if v.hardware != ANY} or {"cpu"}, grid)
+    infos = variant_infos(variants, hws or {v.hardware for v in variants if v.hardware != ANY_HARDWARE} or {"cpu"}, grid)
     hw_of = {v.name: v.hardware for v in variants}
     st: dict[StateKey, VariantState] = {}
     loads: dict[str, WorkerLoad] = {}
@@ -120,13 +128,13 @@ def route(request: Request, variants: Sequence[VariantMeta], workers: Sequence[R
         for name in w.loaded:
             if name not in hw_of:
                 continue
-            key_name = expand_name(name, w.hardware) if hw_of[name] == ANY else name
+            key_name = expand_name(name, w.hardware) if hw_of[name] == ANY_HARDWARE else name
             state = (states or {}).get((name, w.worker), VariantState.ACTIVE)
             st[(key_name, w.worker)] = VariantState.ACTIVE if state is VariantState.INACTIVE else state
     try:
         c: Choice = get_variant(request, infos, st, loads)
     except NoVariant as exc:
-        servable = [i for i in infos if _meets(request, i)]
+        servable = [i for i in infos if meets(request, i)]
         if servable and not workers:
             # nothing to run on yet: queue for the best variant, capacity may arrive
             best = min(servable, key=lambda i: (i.latency_at(request.batch), i.name))
@@ -149,12 +157,6 @@ def route(request: Request, variants: Sequence[VariantMeta], workers: Sequence[R
     return Route(base_name(c.variant), c.worker, c.needs_load, c.expected_ms)
 
 
-def _meets(request: Request, v: VariantInfo) -> bool:
-    from variants.selection import meets
-
-    return meets(request, v)
-
-
 # -- offline jobs ------------------------------------------------------------------------------------
 
 def busy_fraction(intervals: Iterable[tuple[float, float]], now: float, horizon_s: float, workers: int) -> float:
@@ -174,26 +176,9 @@ def offline_may_run(online_utilization: float, threshold: float = OFFLINE_UTILIZ
     return online_utilization < threshold
 
 
-@dataclass(frozen=True)
-class Progress:
-    done: int
-    total: int
-
-    @property
-    def fraction(self) -> float:
-        return 1.0 if self.total == 0 else self.done / self.total
-
-
 def chunks(total_rows: int, size: int) -> list[tuple[int, int]]:
     """[start, end) row ranges of at most ``size`` rows covering ``total_rows``."""
     if size < 1:
         raise ValueError("chunk size must be >= 1")
     return [(s, min(s + size, total_rows)) for s in range(0, max(total_rows, 0), size)]
 
-
-def closest_hint(request: Request, variants: Sequence[VariantMeta]) -> str:
-    """One line for errors: the accuracy range on offer (used when no variant meets min_accuracy)."""
-    if not variants:
-        return "none registered"
-    best = max(variants, key=lambda v: (v.accuracy, v.name))
-    return f"most accurate: {best.name} ({best.accuracy:g})" if not math.isnan(best.accuracy) else best.name

@@ -25,7 +25,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 import grpc
 import numpy as np
@@ -36,10 +36,16 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.policies import infeasible, make_policy
 from dispatcher.policy import Policy, QueryView, WorkerView
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.proto.tensors import array_to_tensor, tensor_to_array, write_atomic
 from dispatcher import modelless as ml
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.worker_client import WorkerClient, is_worker_failure
+from variants.executor import ANY_HARDWARE
+from variants.pipeline import generate_and_profile, hardware_classes
 from variants.selection import Request as VariantRequest
+
+if TYPE_CHECKING:
+    from variants.generator import Variant
 
 SC = grpc.StatusCode
 Outcome = Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]
@@ -88,7 +94,7 @@ class WorkerState:
     last_op_at: float = 0.0
     #: (start, end) of recent online queries, for utilization (model loop, offline throttling)
     busy: deque = field(default_factory=lambda: deque(maxlen=4096))
-    #: (variant, batch, service_ms) served since the model loop last took them
+    #: (variant, batch, service_ms, offline) served since the model loop last took them
     samples: list = field(default_factory=list)
 
 
@@ -96,7 +102,8 @@ class Dispatcher:
     """See the module docstring. Tunables are plain attributes, settable after construction:
     ``query_timeout_s`` (30), ``max_retries`` (2 re-dispatches), ``health_interval_s`` (1),
     ``health_timeout_s`` (1), ``health_failures`` (2 in a row), ``idempotency_capacity`` (10,000),
-    ``xi`` (0.98), ``view_factor`` (2)."""
+    ``xi`` (0.98), ``view_factor`` (2). The policy built here (none given) gets ``xi`` and
+    ``view_factor`` as its ξ and ``max_queue_factor``; a policy passed in keeps its own."""
 
     def __init__(self, cfg: Config, predictor: LatencyModel, *, clock: Callable[[], float] = time.monotonic,
                  policy: Policy | None = None, base_type: str | None = None, registry=None,
@@ -110,13 +117,14 @@ class Dispatcher:
             if m.application and m.application not in self._apps:
                 self._apps[m.application] = m
         self.base_type = base_type or self._default_base_type()
-        self.policy: Policy = policy or make_policy(cfg.dispatcher.policy, predictor, self.base_type)
+        # the policy's tunables (one source: passed to the policy built here)
+        self.xi = 0.98
+        self.view_factor = 2
+        self.policy: Policy = policy or make_policy(cfg.dispatcher.policy, predictor, self.base_type,
+                                                    xi=self.xi, max_queue_factor=self.view_factor)
         self.workers: dict[str, WorkerState] = {}
         self.window = DemandWindow()
-        try:
-            self._catalog = cfg.catalog()
-        except Exception:  # pragma: no cover - catalog is validated with the config
-            self._catalog = {}
+        self._catalog = cfg.catalog()
         self._prices = {t: it.price_per_hour for t, it in self._catalog.items()}
         # model-less API (INFaaS §3.1): the variant registry and what routing knows of it
         self.registry = registry
@@ -142,8 +150,6 @@ class Dispatcher:
         self.health_timeout_s = 1.0
         self.health_failures = 2
         self.idempotency_capacity = 10_000
-        self.xi = 0.98
-        self.view_factor = 2
         # state
         self._allowed: dict[str, str] = {}
         self._queue: dict[str, _Query] = {}
@@ -172,10 +178,6 @@ class Dispatcher:
         types = [t.type for t in self.cfg.instance_types]
         b = float(min(m.max_batch, 1000))
         return min(types, key=lambda t: self.predictor.predict_ms(m.profile_name, t, b))
-
-    def set_policy(self, policy: Policy) -> None:
-        self.policy = policy
-        self._kick()
 
     def set_base_type(self, t: str) -> None:
         self.base_type = t
@@ -344,8 +346,11 @@ class Dispatcher:
         self.rejected[code.name] += 1
         return code, msg
 
-    def _validate(self, r: pb.SubmitRequest) -> tuple[ModelSpec, int, float, str] | tuple[grpc.StatusCode, str]:
+    def _validate(self, r: pb.SubmitRequest) -> tuple[ModelSpec, int, float, str, ml.Route | None] | tuple[grpc.StatusCode, str]:
+        """(model, batch, SLO ms, variant, getVariant's route or None) or an error (code, message).
+        Starts nothing: a route that needs a load is loaded by the caller once the query is admitted."""
         variant = r.variant
+        choice: ml.Route | None = None
         if variant and variant not in self._variant_meta:
             return SC.NOT_FOUND, f"unknown variant {variant!r}"
         if variant and r.model and self._variant_meta[variant].model != r.model:
@@ -396,9 +401,12 @@ class Dispatcher:
                 return getattr(SC, exc.code, SC.INVALID_ARGUMENT), str(exc)
             variant = choice.variant
             m = self._models.get(self._variant_meta[variant].model, m)
-            if choice.needs_load and choice.worker is not None:
-                self.ensure_loaded(choice.worker, variant)
-        return m, batch, (slo if slo > 0 else m.qos_ms), variant
+        return m, batch, (slo if slo > 0 else m.qos_ms), variant, choice
+
+    def _start_load(self, choice: ml.Route | None) -> None:
+        """Load the routed variant on its worker when getVariant chose an Inactive one."""
+        if choice is not None and choice.needs_load and choice.worker is not None:
+            self.ensure_loaded(choice.worker, choice.variant)
 
     def _live_views(self) -> list[WorkerView]:
         return [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle)
@@ -417,7 +425,7 @@ class Dispatcher:
         v = self._validate(r)
         if isinstance(v[0], grpc.StatusCode):
             return self._reject(v[0], v[1])  # type: ignore[arg-type]
-        m, batch, qos, variant = v  # type: ignore[misc]
+        m, batch, qos, variant, choice = v  # type: ignore[misc]
         if len(self._queue) + len(self._retry) >= self.cfg.dispatcher.queue_limit:
             return self._reject(SC.RESOURCE_EXHAUSTED, f"queue full ({self.cfg.dispatcher.queue_limit} waiting)")
         now = self.clock()
@@ -427,6 +435,7 @@ class Dispatcher:
         if self.cfg.dispatcher.on_deadline == "drop":
             if infeasible([view], self._live_views(), self.predictor, now, self.xi):
                 return self._reject(SC.DEADLINE_EXCEEDED, f"batch {batch} of {m.name!r} cannot meet its {qos:g} ms SLO on any worker")
+        self._start_load(choice)
         loop = asyncio.get_running_loop()
         q = _Query(qid, m, variant, batch, now, qos, now + self.query_timeout_s, list(r.inputs), view,
                    loop.create_future(), key)
@@ -552,8 +561,12 @@ class Dispatcher:
             service_ms = reply.service_ms if reply.service_ms > 0 else 1000.0 * (now - q.dispatched_at)
             if not q.offline:
                 w.busy.append((q.dispatched_at, now))
-            w.samples.append((reply.variant or q.variant or q.model.name, q.batch, service_ms,
-                              1000.0 * (now - q.arrival), q.offline))
+                # one query per worker at a time: end times only increase, so what ended before
+                # the utilization horizon is at the left
+                lo = now - self.utilization_horizon_s
+                while w.busy and w.busy[0][1] < lo:
+                    w.busy.popleft()
+            w.samples.append((reply.variant or q.variant or q.model.name, q.batch, service_ms, q.offline))
             self.predictor.observe(q.model.profile_name, w.instance_type, q.batch, service_ms)
             if current:
                 total = 1000.0 * (now - q.arrival)
@@ -625,12 +638,18 @@ class Dispatcher:
             apps.setdefault(rm.application, []).append(rm.name)
             if rm.application not in self._apps:
                 self._apps[rm.application] = self._models[rm.name]
-        for v in self.registry.variants():
+        variants = self.registry.variants()
+        profs = {v.name: self.registry.profiles_of(v.name) for v in variants}
+        for v in variants:
             m = self._models.get(v.model)
-            prof = self.registry.profiles_of(v.name)
+            prof = profs[v.name]
             load_ms = min((p.load_ms for p in prof), default=0.0)
+            if v.name == v.model:
+                speed = 1.0
+            else:
+                speed = _speed_factor(prof, profs[v.model] if v.model in profs else self.registry.profiles_of(v.model))
             metas[v.name] = ml.VariantMeta(v.name, v.model, v.hardware, v.accuracy,
-                                           v.tuned_batch or (m.max_batch if m else 1), load_ms)
+                                           v.tuned_batch or (m.max_batch if m else 1), load_ms, speed)
             paths[v.name] = str(v.path)
         self._variant_meta, self._variant_path, self._app_models = metas, paths, apps
 
@@ -649,22 +668,10 @@ class Dispatcher:
         return min(types, key=lambda t: (self.predictor.predict_ms(pkey, t, 1.0), t))
 
     def speed_factor(self, variant: str) -> float:
-        """Relative speed of a variant against its model's base variant, from their local profiles
-        (1 when either is unprofiled): the variant's latency on a type = the model's profile there × this."""
-        if self.registry is None:
-            return 1.0
+        """Relative speed of a variant against its model's base variant (computed by
+        :meth:`refresh_variants`; 1 for an unknown variant)."""
         meta = self._variant_meta.get(variant)
-        if meta is None or variant == meta.model:
-            return 1.0
-        mine, base = self.registry.profiles_of(variant), self.registry.profiles_of(meta.model)
-        if not mine or not base:
-            return 1.0
-        a = {b.batch_size: b.mean_ms for b in mine[0].batches}
-        c = {b.batch_size: b.mean_ms for b in base[0].batches}
-        common = sorted(set(a) & set(c))
-        if not common:
-            return 1.0
-        return float(np.clip(np.mean([a[k] / max(c[k], 1e-6) for k in common]), 0.25, 4.0))
+        return meta.speed_factor if meta is not None else 1.0
 
     def _grid(self, variant: str, hardware: str) -> tuple[tuple[int, float], ...]:
         """(batch, ms) profile of ``variant`` on the fastest allowed type of ``hardware``."""
@@ -745,7 +752,7 @@ class Dispatcher:
             return False, f"unknown worker {instance_id}"
         try:
             req = await asyncio.to_thread(self._variant_request, variant)
-            reply = await w.client._stub.LoadVariant(req, timeout=60.0)
+            reply = await w.client.load_variant(req, timeout=60.0)
         except Exception as exc:  # noqa: BLE001 - a failed load leaves placement unchanged
             return False, f"LoadVariant {variant} on {instance_id}: {exc}"
         if not reply.ok:
@@ -766,7 +773,8 @@ class Dispatcher:
         w.last_op_at = self.clock()
         self.variant_states.pop((variant, instance_id), None)
         try:
-            reply = await w.client._stub.UnloadVariant(self._variant_request_light(variant), timeout=30.0)
+            reply = await w.client.unload_variant(
+                pb.VariantRequest(model=self.variant_model(variant), variant=variant), timeout=30.0)
         except Exception as exc:  # noqa: BLE001
             return False, f"UnloadVariant {variant} on {instance_id}: {exc}"
         w.last_op_at = self.clock()
@@ -774,18 +782,20 @@ class Dispatcher:
         self._kick()
         return bool(reply.ok), reply.message
 
-    def _variant_request_light(self, variant: str) -> pb.VariantRequest:
-        return pb.VariantRequest(model=self.variant_model(variant), variant=variant)
-
     def take_samples(self) -> dict[str, list]:
-        """Per worker: (variant, batch, service_ms, total_ms, offline) served since the last call."""
+        """Per worker: (variant, batch, service_ms, offline) served since the last call."""
         out: dict[str, list] = {}
         for iid, w in self.workers.items():
             out[iid], w.samples = w.samples, []
         return out
 
-    def variant_info(self, name: str) -> pb.VariantInfo:
-        v = self.registry.variant(name) if self.registry is not None else None
+    def variant_info(self, name: str, rows: Mapping[str, Variant] | None = None) -> pb.VariantInfo:
+        """What ListVariants says of ``name``; ``rows``: registry rows by name, fetched once by the
+        caller (without it, one registry lookup)."""
+        if rows is not None:
+            v = rows.get(name)
+        else:
+            v = self.registry.variant(name) if self.registry is not None else None
         meta = self._variant_meta.get(name)
         state = "Inactive"
         instances = sorted(w.instance_id for w in self.workers.values() if name in self.loaded_on(w))
@@ -795,7 +805,7 @@ class Dispatcher:
         model = self._models.get(meta.model) if meta else None
         return pb.VariantInfo(
             name=name, model=meta.model if meta else "", application=(model.application or model.name) if model else "",
-            precision=v.precision if v else "fp32", hardware=v.hardware if v else "any", provider=v.provider if v else "",
+            precision=v.precision if v else "fp32", hardware=v.hardware if v else ANY_HARDWARE, provider=v.provider if v else "",
             tuned_batch=v.tuned_batch if v else 0, accuracy=v.accuracy if v else 1.0,
             accuracy_estimated=v.accuracy_estimated if v else True, state=state, instances=instances)
 
@@ -803,7 +813,8 @@ class Dispatcher:
         names = sorted(n for n, m in self._variant_meta.items()
                        if (not model or m.model == model)
                        and (not application or m.model in self._app_models.get(application, [])))
-        return [self.variant_info(n) for n in names]
+        rows = {v.name: v for v in self.registry.variants(model=model or None)} if self.registry is not None else {}
+        return [self.variant_info(n, rows) for n in names]
 
     async def register_model(self, r: pb.RegisterModelRequest) -> pb.RegisterModelReply | tuple[grpc.StatusCode, str]:
         """INFaaS §3.1 register_model: store the ONNX file, generate and profile its variants."""
@@ -827,7 +838,7 @@ class Dispatcher:
         try:
             if r.onnx:
                 src = out_dir / "source.onnx"
-                await asyncio.to_thread(_write_file, src, r.onnx)
+                await asyncio.to_thread(write_atomic, src, r.onnx)
             else:
                 src = Path(r.onnx_path)
             src = await asyncio.to_thread(resolve_model, str(src), self.models_dir)
@@ -836,7 +847,7 @@ class Dispatcher:
         val = Path(r.validation_path) if r.validation_path else None
         if val is not None and not val.is_file():
             return SC.INVALID_ARGUMENT, f"{val}: validation set not found"
-        hws = tuple(h for h in ("cpu", "gpu") if any(it.hardware == h for it in self._catalog.values())) or ("cpu",)
+        hws = hardware_classes(self._catalog) or ("cpu",)
         rm = RegisteredModel(name=name, application=app, onnx_path=str(src), qos_ms=float(r.qos_ms or 1000.0),
                              max_batch=int(r.max_batch or 64), profile=name)
         try:
@@ -847,7 +858,8 @@ class Dispatcher:
             return SC.INVALID_ARGUMENT, f"cannot generate variants of {name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         self._models.pop(name, None)
         self.refresh_variants()
-        return pb.RegisterModelReply(name=name, variants=[self.variant_info(v.name) for v in variants])
+        rows = {v.name: v for v in variants}
+        return pb.RegisterModelReply(name=name, variants=[self.variant_info(v.name, rows) for v in variants])
 
     # -- offline jobs (INFaaS §3.1 offline_query, §5) ----------------------------------------------------
     def submit_offline(self, r: pb.OfflineJobRequest) -> pb.OfflineJobReply | tuple[grpc.StatusCode, str]:
@@ -861,11 +873,12 @@ class Dispatcher:
         v = self._validate(probe)
         if isinstance(v[0], grpc.StatusCode):
             return v[0], v[1]  # type: ignore[return-value]
-        m, _, _, variant = v  # type: ignore[misc]
+        m, _, _, variant, choice = v  # type: ignore[misc]
         job = OfflineJob(job_id=f"job-{len(self.offline_jobs) + 1}", model=m, variant=variant, inputs=inputs,
                          output=Path(r.output_path),
                          total=sum(ml.chunks(a.shape[0], self.offline_chunk).__len__() for _, a in inputs))
         self.offline_jobs[job.job_id] = job
+        self._start_load(choice)
         job.task = (self._loop or asyncio.get_running_loop()).create_task(self._run_offline(job))
         return job.reply()
 
@@ -897,15 +910,14 @@ class Dispatcher:
             qos = 1e9  # offline: no latency SLO, never dropped for one
             n = int(chunk.shape[0])
             q = _Query(qid, job.model, job.variant, n, now, qos, now + self.query_timeout_s,
-                       [pb.Tensor(name="", shape=list(chunk.shape), dtype=chunk.dtype.name, data=chunk.tobytes())],
+                       [array_to_tensor("", chunk)],
                        QueryView(qid, job.model.profile_name, n, now, qos), loop.create_future(), offline=True)
             self._queue[qid] = q
             q.timer = loop.call_later(self.query_timeout_s, self._expire, q)
             self._kick()
             out = await asyncio.shield(q.future)
             if not isinstance(out, tuple):
-                t = out.outputs[0]
-                return np.frombuffer(t.data, dtype=np.dtype(t.dtype)).reshape(tuple(t.shape))
+                return tensor_to_array(out.outputs[0])
             if out[0] not in (SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED, SC.RESOURCE_EXHAUSTED):
                 raise RuntimeError(f"{out[0].name}: {out[1]}")
             job.retries += 1
@@ -1016,42 +1028,24 @@ def offline_inputs(path: Path) -> list[tuple[str, np.ndarray]]:
     return arrs
 
 
+def _speed_factor(mine: list, base: list) -> float:
+    """Relative speed of a variant against its model's base variant, from their local profiles
+    (1 when either is unprofiled): the variant's latency on a type = the model's profile there × this."""
+    if not mine or not base:
+        return 1.0
+    a = {b.batch_size: b.mean_ms for b in mine[0].batches}
+    c = {b.batch_size: b.mean_ms for b in base[0].batches}
+    common = sorted(set(a) & set(c))
+    if not common:
+        return 1.0
+    return float(np.clip(np.mean([a[k] / max(c[k], 1e-6) for k in common]), 0.25, 4.0))
+
+
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(str(tmp), **arrays)
     tmp.replace(path)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def generate_and_profile(src: Path, rm, out_dir: Path, hardware: tuple[str, ...], validation: Path | None,
-                         registry, batch_sizes: tuple[int, ...] = (1, 8, 32), repeats: int = 2) -> list:
-    """Adapter (blocking): generate the variants of ``src`` (INFaaS §3.2 Variant-Generator), profile
-    each one briefly on this machine's CPU provider (Variant-Profiler; instance type "local"),
-    and store model, variants and profiles in the registry. Returns the variants."""
-    from variants.generator import generate_variants
-    from variants.profiler import profile_variant
-    from variants.registry import base_variant
-
-    generated = generate_variants(src, rm.name, out_dir, application=rm.application, hardware=hardware,
-                                  tuned_batches=(8,), validation=validation)
-    parent = next((v for v in generated if v.precision == "fp32" and not v.tuned_batch), None)
-    base = base_variant(rm, parent.accuracy if parent else 1.0)
-    variants = [base] + generated
-    registry.register_model(rm, variants)
-    for v in variants:
-        try:
-            p = profile_variant(v.path, v.name, "local", model=rm.name, batch_sizes=batch_sizes, repeats=repeats)
-        except Exception:  # noqa: BLE001 - e.g. fp16 kernels missing on CPU: left unprofiled
-            continue
-        registry.save_profile(p)
-    return variants
 
 
 class _InferenceServicer(pbg.InferenceServicer):

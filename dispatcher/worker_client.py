@@ -1,6 +1,7 @@
 """Client side of the ``Worker`` service: one persistent grpc.aio channel per worker.
 
-The dispatcher calls ``Infer`` (one query at a time per worker, Kairos §6) and ``Health``. Errors
+The dispatcher calls ``Infer`` (one query at a time per worker, Kairos §6), ``Health``, and
+``LoadVariant``/``UnloadVariant`` (the model loop's placements). Errors
 surface as ``grpc.aio.AioRpcError``; :func:`is_worker_failure` says which codes mean the worker is
 gone (its query is then re-dispatched elsewhere).
 """
@@ -41,6 +42,12 @@ class WorkerClient:
 
     async def health(self, timeout: float) -> pb.HealthReply:
         return await self._stub.Health(pb.HealthRequest(), timeout=max(timeout, 0.001))
+
+    async def load_variant(self, request: pb.VariantRequest, timeout: float) -> pb.VariantReply:
+        return await self._stub.LoadVariant(request, timeout=max(timeout, 0.001))
+
+    async def unload_variant(self, request: pb.VariantRequest, timeout: float) -> pb.VariantReply:
+        return await self._stub.UnloadVariant(request, timeout=max(timeout, 0.001))
 
     async def close(self) -> None:
         if not self.closed:

@@ -315,3 +315,23 @@ def test_worker_that_keeps_failing_ends_with_unavailable() -> None:
         finally:
             await teardown(d, [w], ch)
     run(body)
+
+
+def test_busy_intervals_keep_only_the_utilization_horizon() -> None:
+    """Each served online query appends its (start, end) to the worker's busy deque; intervals
+    that ended before ``now - utilization_horizon_s`` are dropped then (utilization unchanged)."""
+    async def body() -> None:
+        d, ws, ch = await setup(1, on_deadline="best_effort")
+        try:
+            w = d.workers["i-0"]
+            now = d.clock()
+            old = [(now - 100.0 + i, now - 99.5 + i) for i in range(10)]   # long before the horizon
+            w.busy.extend(old)
+            before = d.utilization(w)
+            r = await submit(ch, model="big", batch_size=1)
+            assert isinstance(r, pb.SubmitReply), r
+            assert len(w.busy) == 1 and w.busy[0][1] >= now
+            assert d.utilization(w) >= before
+        finally:
+            await teardown(d, ws, ch)
+    run(body)

@@ -73,3 +73,35 @@ def test_observations_override_a_profile_bucket() -> None:
     assert lm.predict_ms("ncf", "g4dn.xlarge", 7) == pytest.approx(0.5)
     assert lm.predict_ms("ncf", "g4dn.xlarge", 11) == pytest.approx(0.7102)   # untouched bucket 20
     assert lm.prediction_error("ncf", "g4dn.xlarge") == pytest.approx(abs(0.6107 - 0.5) / 0.5)
+
+
+def test_fallback_type_follows_every_observation_of_the_model() -> None:
+    """An unprofiled type predicts by the fallback (median of the model's other types): its
+    cached table must not go stale while the other types keep learning."""
+    lm, fresh = LatencyModel(), LatencyModel()
+    batches = [1, 5, 10, 20] * 5
+    for b in batches:
+        lm.observe("m", "t", b, 100.0)
+        lm.predict_ms("m", "u", 20)          # caches u's fallback table after every observation
+        fresh.observe("m", "t", b, 100.0)
+    assert lm.observations("m", "t") == 20 and lm.source("m", "u") == "fallback"
+    for b in (1, 5, 10, 20, 35, 500):
+        assert lm.predict_ms("m", "u", b) == fresh.predict_ms("m", "u", b)
+    assert lm.predict_ms("m", "u", 20) == pytest.approx(100.0)   # not the first observation's 2000
+
+
+def test_prediction_error_scores_what_predict_ms_said() -> None:
+    """observe() scores without building dense tables; the score is still what predict_ms said
+    just before (profile, fallback, linear and lookup cases)."""
+    cases = [("ncf", "g4dn.xlarge", 10, 0.5), ("ncf", "p3.2xlarge", 7, 3.0), ("new", "a", 10, 2.0),
+             ("new", "a", 20, 3.0), ("new", "b", 15, 5.0)] + [("new", "a", 40, 9.0)] * 4 + [("new", "b", 1500, 50.0)]
+    lm = LatencyModel.from_profiles(PROFILES)
+    expect: dict[tuple[str, str], list[float]] = {}
+    for i, (model, itype, b, ms) in enumerate(cases):
+        twin = LatencyModel.from_profiles(PROFILES)   # same history, asked through predict_ms
+        for m2, t2, b2, ms2 in cases[:i]:
+            twin.observe(m2, t2, b2, ms2)
+        expect.setdefault((model, itype), []).append(abs(twin.predict_ms(model, itype, b) - ms) / ms)
+        lm.observe(model, itype, b, ms)
+    for (model, itype), errs in expect.items():
+        assert lm.prediction_error(model, itype) == pytest.approx(float(np.mean(errs)))

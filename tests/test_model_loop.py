@@ -10,7 +10,9 @@ from hypothesis import given, settings, strategies as st
 
 from daemon.model_loop import (HintParams, ModelInputs, ModelLoop, ModelLoopParams, VariantCandidate, WorkerSnapshot,
                                decide, next_capacity_hint, placements_for)
+from dispatcher.latency_model import LatencyModel
 from dispatcher.modelless import VariantMeta
+from scaler.profiles import load_profiles_csv
 from scaler.vm_autoscaler import VmDecision, VmParams
 from variants.state_machine import VariantState
 
@@ -112,7 +114,7 @@ class FakeDispatcher:
         self._models = {"m": SimpleNamespace(profile_name="rm2", qos_ms=350.0)}
         self._prices = {"c5n.2xlarge": 0.432}
         self.cfg = SimpleNamespace(models=[SimpleNamespace(name="m")])
-        self.predictor = None
+        self.predictor = LatencyModel.from_profiles(load_profiles_csv(None))
         self.variant_states = {}
         self.calls: list[tuple[str, str, str]] = []
 
@@ -165,3 +167,17 @@ def test_adapter_applies_unload_via_rpcs_and_reports_vm() -> None:
     assert all(p.action == "unload" and p.worker == "a" for p in loop.applied) and loop.failed == []
     assert fd.workers["b"].loaded == {"m"} and fd.workers["a"].loaded
     assert seen[-1][0] == ["remove"] and loop.rounds == 2
+
+
+def test_adapter_profile_mean_from_predictor_p99_from_profile_or_zero() -> None:
+    fd = FakeDispatcher()
+    profiles = load_profiles_csv(None)
+    loop = ModelLoop(fd, profiles)
+    fd._models["u"] = SimpleNamespace(profile_name="unprofiled-model", qos_ms=100.0)
+    # mean: the dispatcher's predictor (here seeded with the same profiles)
+    assert loop._profile("m", "c5n.2xlarge", 4.0, "mean") == fd.predictor.predict_ms("rm2", "c5n.2xlarge", 4.0)
+    assert loop._profile("m", "c5n.2xlarge", 4.0, "p99") == float(profiles.latency_ms("rm2", "c5n.2xlarge", [4.0], "p99")[0])
+    # an unprofiled pair: the predictor's fallback for the mean, 0 for p99 (no interference check)
+    fd.predictor.observe("unprofiled-model", "c5n.2xlarge", 4.0, 40.0)
+    assert loop._profile("u", "c5n.2xlarge", 4.0, "mean") == fd.predictor.predict_ms("unprofiled-model", "c5n.2xlarge", 4.0)
+    assert loop._profile("u", "c5n.2xlarge", 4.0, "p99") == 0.0

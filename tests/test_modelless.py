@@ -170,3 +170,38 @@ async def _live(cfg: Config, tmp: Path, wport: int) -> None:
     finally:
         await d.stop(1.0)
         reg.close()
+
+
+def test_load_starts_only_after_admission(tmp_path: Path) -> None:
+    """getVariant may pick an Inactive variant; its LoadVariant starts only once the query is
+    admitted (not for a query refused because the queue is full)."""
+    from variants.generator import Variant
+
+    reg = VariantRegistry(":memory:")
+    rm = RegisteredModel("other", "vision", "builtin:mlp", 500, 64, "rm2")
+    reg.register_model(rm, [base_variant(rm), Variant("other-fp32-cpu", "other", "vision", "fp32", "cpu", "", 0,
+                                                      tmp_path / "x.onnx", 1.0, True)])
+    raw = _cfg(tmp_path).model_dump(mode="json", exclude_unset=True)
+    raw["dispatcher"]["queue_limit"] = 1
+    cfg = Config.model_validate(raw)
+    d = Dispatcher(cfg, LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg, models_dir=tmp_path / "m")
+    loads: list[tuple[str, str]] = []
+    d.ensure_loaded = lambda w, v: loads.append((w, v))  # type: ignore[method-assign]
+
+    async def run() -> None:
+        d.add_worker_direct("i-1", "c5n.2xlarge", "127.0.0.1:9")   # the channel needs a running loop
+        d.workers["i-1"].loaded = {"rm2"}          # neither variant of "other" is loaded
+        d._queue["q-waiting"] = None  # type: ignore[assignment]   # the queue is full
+        out = await d.submit(pb.SubmitRequest(application="vision", batch_size=2))
+        assert isinstance(out, tuple) and out[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert loads == []
+        d._queue.clear()
+        task = asyncio.ensure_future(d.submit(pb.SubmitRequest(application="vision", batch_size=2)))
+        await asyncio.sleep(0)
+        assert len(loads) == 1 and loads[0][0] == "i-1" and loads[0][1].startswith("other")
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await d.workers["i-1"].client.close()
+
+    asyncio.run(run())
+    reg.close()

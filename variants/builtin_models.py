@@ -97,7 +97,8 @@ def resolve_model(spec: str, cache_dir: Path) -> Path:
     return p
 
 
-def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The model's real inputs (graph inputs that are not initializers)."""
     inits = {i.name for i in model.graph.initializer}
     return [i for i in model.graph.input if i.name not in inits]
 
@@ -106,7 +107,7 @@ def input_signature(model_path: Path | str) -> list[tuple[str, tuple[int | None,
     """(name, shape with None for dynamic dims, numpy dtype) of each real input of the model."""
     model = onnx.load(str(model_path), load_external_data=False)
     sig: list[tuple[str, tuple[int | None, ...], np.dtype]] = []
-    for vi in _graph_inputs(model):
+    for vi in graph_inputs(model):
         tt = vi.type.tensor_type
         dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tt.shape.dim)
         sig.append((vi.name, dims, np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))))

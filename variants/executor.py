@@ -16,6 +16,8 @@ import numpy as np
 
 ExecutorKind = Literal["onnxruntime", "neuron", "emulated"]
 Hardware = Literal["gpu", "cpu", "inferentia"]
+#: the hardware class of a config model's base variant: it runs on every class
+ANY_HARDWARE = "any"
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"

@@ -23,13 +23,15 @@ import copy
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from variants.builtin_models import graph_inputs
 from variants.executor import CPU, CUDA, Hardware
+from variants.neuron_executor import NEURON_PROVIDER
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ PRECISIONS: dict[str, tuple[Precision, ...]] = {
     "gpu": ("fp32", "fp16"),
     "inferentia": ("fp32",),  # served by emulation unless a Neuron toolchain compiles it
 }
-PROVIDER_FOR: dict[str, str] = {"cpu": CPU, "gpu": CUDA, "inferentia": "NeuronCore"}
+PROVIDER_FOR: dict[str, str] = {"cpu": CPU, "gpu": CUDA, "inferentia": NEURON_PROVIDER}
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,6 @@ def plan_variants(model: str, hardware: Sequence[Hardware] = ("cpu", "gpu"),
 
 # -- graph transforms (pure over ModelProto) -----------------------------------------------------
 
-def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    inits = {i.name for i in model.graph.initializer}
-    return [i for i in model.graph.input if i.name not in inits]
-
-
 def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     """Float16 copy of ``model`` that still takes and returns float32 tensors.
 
@@ -129,7 +126,7 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
                     attr.i = TensorProto.FLOAT16
     del g.value_info[:]
     new_nodes: list[onnx.NodeProto] = []
-    for vi in _real_inputs(m):
+    for vi in graph_inputs(m):
         if vi.type.tensor_type.elem_type != TensorProto.FLOAT:
             continue
         half = f"{vi.name}__fp16"
@@ -162,7 +159,7 @@ def with_static_batch(model: onnx.ModelProto, batch: int) -> onnx.ModelProto:
     if batch < 1:
         raise ValueError("batch must be >= 1")
     m = copy.deepcopy(model)
-    for vi in list(_real_inputs(m)) + list(m.graph.output):
+    for vi in list(graph_inputs(m)) + list(m.graph.output):
         dims = vi.type.tensor_type.shape.dim
         if len(dims):
             dims[0].Clear()
@@ -284,7 +281,3 @@ def generate_variants(model_path: Path, model: str, out_dir: Path, application: 
                                 hardware=spec.hardware, provider=spec.provider, tuned_batch=spec.tuned_batch,
                                 path=path, accuracy=accuracy, accuracy_estimated=estimated))
     return variants
-
-
-def variants_by_name(variants: Sequence[Variant]) -> Mapping[str, Variant]:
-    return {v.name: v for v in variants}

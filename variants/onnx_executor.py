@@ -133,8 +133,5 @@ class OnnxExecutor:
         """Providers ONNX Runtime granted to this variant's session."""
         return list(self._per_variant.get(variant, self.providers))
 
-    def tuned_batch(self, variant: str) -> int | None:
-        return self._tuned.get(variant)
-
     def run(self, variant: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return run_batched(self.session(variant), inputs, self._tuned.get(variant))

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from variants.executor import ANY_HARDWARE
 from variants.generator import Variant
 from variants.profiler import ProfileStore, VariantProfile
-
-ANY_HARDWARE = "any"
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS registered_models (
@@ -59,6 +58,19 @@ class RegisteredModel:
     max_batch: int
     profile: str          # key of its latency profile (the Kairos CSV name for config models)
     from_config: bool = False
+
+
+_VARIANT_SELECT = ("SELECT name, model, application, precision, hardware, provider, tuned_batch, path, accuracy, "
+                   "accuracy_estimated FROM registered_variants")
+
+
+def _model_of(r: tuple) -> RegisteredModel:
+    return RegisteredModel(r[0], r[1], r[2], float(r[3]), int(r[4]), r[5], bool(r[6]))
+
+
+def _variant_of(r: tuple) -> Variant:
+    return Variant(name=r[0], model=r[1], application=r[2], precision=r[3], hardware=r[4], provider=r[5],
+                   tuned_batch=int(r[6]), path=Path(r[7]), accuracy=float(r[8]), accuracy_estimated=bool(r[9]))
 
 
 def registry_path_for(state_path: str) -> str:
@@ -130,15 +142,17 @@ class VariantRegistry:
         with self._lock:
             rows = self._db.execute("SELECT name, application, onnx_path, qos_ms, max_batch, profile, from_config "
                                     "FROM registered_models ORDER BY name").fetchall()
-        return [RegisteredModel(r[0], r[1], r[2], float(r[3]), int(r[4]), r[5], bool(r[6])) for r in rows]
+        return [_model_of(r) for r in rows]
 
     def model(self, name: str) -> RegisteredModel | None:
-        return next((m for m in self.models() if m.name == name), None)
+        with self._lock:
+            r = self._db.execute("SELECT name, application, onnx_path, qos_ms, max_batch, profile, from_config "
+                                 "FROM registered_models WHERE name = ?", (name,)).fetchone()
+        return _model_of(r) if r is not None else None
 
     # -- variants ------------------------------------------------------------------------------------
     def variants(self, model: str | None = None, application: str | None = None) -> list[Variant]:
-        q = ("SELECT name, model, application, precision, hardware, provider, tuned_batch, path, accuracy, "
-             "accuracy_estimated FROM registered_variants")
+        q = _VARIANT_SELECT
         cond, args = [], []
         if model:
             cond.append("model = ?")
@@ -150,12 +164,12 @@ class VariantRegistry:
             q += " WHERE " + " AND ".join(cond)
         with self._lock:
             rows = self._db.execute(q + " ORDER BY model, name", args).fetchall()
-        return [Variant(name=r[0], model=r[1], application=r[2], precision=r[3], hardware=r[4], provider=r[5],
-                        tuned_batch=int(r[6]), path=Path(r[7]), accuracy=float(r[8]),
-                        accuracy_estimated=bool(r[9])) for r in rows]
+        return [_variant_of(r) for r in rows]
 
     def variant(self, name: str) -> Variant | None:
-        return next((v for v in self.variants() if v.name == name), None)
+        with self._lock:
+            r = self._db.execute(_VARIANT_SELECT + " WHERE name = ?", (name,)).fetchone()
+        return _variant_of(r) if r is not None else None
 
     # -- profiles ------------------------------------------------------------------------------------
     def save_profile(self, profile: VariantProfile) -> None:

@@ -32,6 +32,7 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.proto.tensors import array_to_tensor, tensor_to_array, write_atomic
 from scaler.catalog import load_catalog
 from scaler.profiles import LatencyProfile, Stat, load_profiles_csv
 from variants import neuron_executor
@@ -110,28 +111,6 @@ def hardware_of(opts: WorkerOptions) -> Hardware:
     if opts.instance_type not in catalog:
         raise ValueError(f"unknown instance type {opts.instance_type!r} (known: {', '.join(sorted(catalog))})")
     return catalog[opts.instance_type].hardware
-
-
-def tensor_to_array(t: pb.Tensor) -> np.ndarray:
-    """Decode a Tensor message; ValueError on a bad dtype or a size that does not match the shape."""
-    try:
-        dtype = np.dtype(t.dtype)
-    except TypeError:
-        raise ValueError(f"tensor {t.name!r}: unknown dtype {t.dtype!r}") from None
-    if dtype.hasobject:
-        raise ValueError(f"tensor {t.name!r}: dtype {t.dtype!r} is not a plain numeric type")
-    shape = tuple(int(d) for d in t.shape)
-    if any(d < 0 for d in shape):
-        raise ValueError(f"tensor {t.name!r}: negative dimension in {shape}")
-    expect = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if len(t.data) != expect:
-        raise ValueError(f"tensor {t.name!r}: {len(t.data)} bytes for shape {list(shape)} of {dtype.name} (need {expect})")
-    return np.frombuffer(t.data, dtype=dtype).reshape(shape)
-
-
-def array_to_tensor(name: str, a: np.ndarray) -> pb.Tensor:
-    a = np.ascontiguousarray(a)
-    return pb.Tensor(name=name, shape=list(a.shape), dtype=a.dtype.name, data=a.tobytes())
 
 
 @dataclass
@@ -388,7 +367,7 @@ class WorkerServer(pbg.WorkerServicer):
         try:
             if request.onnx:
                 path = Path(self.opts.cache_dir) / "variants" / f"{name}.onnx"
-                await asyncio.to_thread(_write_bytes, path, request.onnx)
+                await asyncio.to_thread(write_atomic, path, request.onnx)
                 path = await asyncio.to_thread(resolve_model, str(path), self.opts.cache_dir)
             elif request.onnx_path:
                 path = await asyncio.to_thread(resolve_model, request.onnx_path, self.opts.cache_dir)
@@ -414,13 +393,6 @@ class WorkerServer(pbg.WorkerServicer):
             self.executor.unload(name)
             self._variants.pop(name, None)
         return pb.VariantReply(ok=True, message="unloaded")
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 async def serve_worker(opts: WorkerOptions, on_listening: Callable[[str], None] | None = None,
