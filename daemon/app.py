@@ -23,23 +23,25 @@ from daemon.config import Config, load_config
 from daemon.errors import UsageError
 from daemon.state import StateStore
 from dispatcher.latency_model import LatencyModel
-from dispatcher.policies import make_policy
 from dispatcher.server import Dispatcher
+from variants.pipeline import generate_and_profile, hardware_classes
 from daemon.model_loop import ModelLoop, ModelLoopParams, next_capacity_hint
-from scaler.actuator import FleetActuator
+from scaler.actuator import FleetActuator, pool_of
 from scaler.batch_mix import mix_from_dist
 from scaler.cloud import CloudProvider, ManagedInstance
 from scaler.ec2 import Ec2Cloud
-from scaler.plan import Plan, choose_pool, plan_inputs_from_config
+from scaler.fleet_decision import plan_fleet
+from scaler.plan import Plan
 from scaler.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView, demand_for_planning, significant_change
-from sim.slo_check import slo_check
-from variants.pipeline import generate_and_profile, hardware_classes
 from variants.registry import RegisteredModel, VariantRegistry, registry_path_for
 
 log = logging.getLogger("costscale")
 
 FleetHook = Callable[[list[ManagedInstance]], Awaitable[None]]
+
+
+DRAIN_TIMEOUT_S = 30.0
 
 
 class DaemonError(UsageError):
@@ -60,11 +62,7 @@ class FleetStatus:
     last_error: str | None = None
 
     def pool(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for inst in self.instances:
-            if inst.live:
-                out[inst.instance_type] = out.get(inst.instance_type, 0) + 1
-        return out
+        return pool_of(self.instances)
 
 
 def load_profiles_for(cfg: Config) -> ProfileTable:
@@ -79,7 +77,7 @@ def load_profiles_for(cfg: Config) -> ProfileTable:
     return profiles
 
 
-def plan_id_for(cluster: str, target: dict[str, int], generation: int) -> str:
+def plan_id_for(target: dict[str, int], generation: int) -> str:
     """A deterministic plan id: the same target at the same generation gives the same id, so a
     restarted daemon re-derives the same ClientTokens (DESIGN invariant 3)."""
     digest = hashlib.sha256(repr(sorted(target.items())).encode()).hexdigest()[:10]
@@ -91,7 +89,7 @@ class Daemon:
 
     def __init__(self, cfg: Config, cfg_path: Path | None = None, *, cloud: CloudProvider | None = None,
                  on_fleet_change: FleetHook | None = None, listen: str | None = None,
-                 worker_dispatcher_address: str | None = None, model_params: ModelLoopParams | None = None,
+                 model_params: ModelLoopParams | None = None,
                  generate_variants: bool = True) -> None:
         self.cfg = cfg
         self.cfg_path = cfg_path
@@ -99,7 +97,6 @@ class Daemon:
         self._cloud = cloud
         self._on_fleet_change = on_fleet_change
         self._listen = listen
-        self._worker_dispatcher_address = worker_dispatcher_address
         self.status = FleetStatus()
         self.port: int = 0
         self._stop = asyncio.Event()
@@ -111,6 +108,7 @@ class Daemon:
         self.actuator: FleetActuator | None = None
         self.cloud: CloudProvider | None = None
         self._generation = 0
+        self._declared: tuple[Config, DemandView] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
         # fleet planner (demand x hint); it never launches anything itself
         self.model_params = model_params or ModelLoopParams(headroom=cfg.headroom)
@@ -126,9 +124,13 @@ class Daemon:
         return self.cfg.models[0]
 
     def _declared_demand(self) -> DemandView:
+        """The workload the config declares (computed once per config: sampling the mix is not free
+        and current_demand() runs every model tick)."""
         cfg = self.cfg
-        mix = mix_from_dist(cfg.workload.batch_dist, max_batch=self._primary().max_batch)
-        return DemandView(cfg.workload.expected_qps, mix, False)
+        if self._declared is None or self._declared[0] is not cfg:
+            mix = mix_from_dist(cfg.workload.batch_dist, max_batch=self._primary().max_batch)
+            self._declared = (cfg, DemandView(cfg.workload.expected_qps, mix, False))
+        return self._declared[1]
 
     def _open_registry(self) -> VariantRegistry:
         """The variant registry next to the state store; the config's models registered as their
@@ -179,15 +181,10 @@ class Daemon:
                 and not self._fleet_lock.locked() and self._loop is not None):
             self._loop.create_task(self.fleet_tick("model loop capacity hint"))
 
-    def _make_policy(self, base_type: str | None):
-        base = base_type or self.cfg.instance_types[0].type
-        return make_policy(self.cfg.dispatcher.policy, self.predictor, base)
-
     async def start(self) -> None:
         cfg = self.cfg
         self._loop = asyncio.get_running_loop()
         try:
-            Path(cfg.state_path).parent.mkdir(parents=True, exist_ok=True)
             self.store = StateStore.open(cfg.state_path)
         except UsageError:
             raise
@@ -198,8 +195,7 @@ class Daemon:
             self.registry = self._open_registry()
         except Exception as exc:
             raise DaemonError(f"variant registry {registry_path_for(cfg.state_path)}: {exc}") from None
-        self.dispatcher = Dispatcher(cfg, self.predictor, policy=self._make_policy(None), registry=self.registry,
-                                     models_dir=self._models_dir())
+        self.dispatcher = Dispatcher(cfg, self.predictor, registry=self.registry, models_dir=self._models_dir())
         self.model_loop = ModelLoop(self.dispatcher, self.profiles, self.model_params, on_vm=self._on_vm)
         self.model_loop.interval_s = cfg.intervals.model_s
         try:
@@ -214,7 +210,7 @@ class Daemon:
                                    models=[(m.name, m.onnx) for m in cfg.models])
         self.cloud = self._cloud
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
-                                      drain=self._drain_blocking,
+                                      drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
                                       pending_timeout_s=cfg.launch.pending_timeout_s)
         report = await asyncio.to_thread(self.actuator.reconcile)
         log.info("reconciled at start: %s", report)
@@ -238,15 +234,12 @@ class Daemon:
         log.info("costscale %s: dispatcher listening on port %d, budget %.4g $/hr", cfg.cluster, self.port,
                  cfg.budget_per_hour)
 
-    def _drain_blocking(self, instance_id: str) -> bool:
-        """Called from the actuator's thread before a termination: drain through the event loop."""
-        if self.dispatcher is None or self._loop is None:
+    async def _drain(self, instance_id: str) -> bool:
+        """Before a termination (the actuator runs it on the event loop, bounded by its timeout):
+        stop giving the worker queries and let its in-flight one finish."""
+        if self.dispatcher is None:
             return True
-        fut = asyncio.run_coroutine_threadsafe(self.dispatcher.drain(instance_id, timeout=30.0), self._loop)
-        try:
-            return bool(fut.result(timeout=40.0))
-        except Exception:
-            return False
+        return await self.dispatcher.drain(instance_id, timeout=DRAIN_TIMEOUT_S)
 
     # ---- the loops -------------------------------------------------------------------------
     def current_demand(self) -> DemandView:
@@ -260,19 +253,13 @@ class Daemon:
         return d
 
     def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
-        """The fleet decision: the pinned pool, or the planner's pick for the primary model."""
+        """The fleet decision: the pinned pool, or the planner's pick (scaler.fleet_decision, the
+        same function `costscale plan` prints) without the types in a capacity cooldown."""
         cfg = self.cfg
         if cfg.pinned_pool:
             return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
-        exclude = self.actuator.unavailable_types() if self.actuator else set()
-        inputs = plan_inputs_from_config(cfg, self.profiles, self._primary().name, demand.mix, exclude=tuple(exclude))
-        meets = None
-        if cfg.objective == "min_cost" and demand.qps > 0:
-            model = self._primary()
-            meets = slo_check(model.profile_name, self.profiles, model.qos_ms, demand.qps * (1 + cfg.headroom),
-                              demand.mix, policy=cfg.dispatcher.policy)
-        plan = choose_pool(inputs, objective=cfg.objective, demand_qps=demand.qps, headroom=cfg.headroom,
-                           meets=meets)
+        exclude = sorted(self.actuator.unavailable_types()) if self.actuator else []
+        plan = plan_fleet(cfg, self.profiles, demand.mix, demand.qps, exclude=exclude)
         return {t: n for t, n in plan.chosen.items() if n > 0}, plan
 
     async def fleet_tick(self, reason: str = "interval") -> None:
@@ -284,14 +271,14 @@ class Daemon:
                 target, plan = await asyncio.to_thread(self.decide, demand)
                 if target != self.status.target:
                     self._generation += 1
-                pid = plan_id_for(self.cfg.cluster, target, self._generation)
+                pid = plan_id_for(target, self._generation)
                 report = await asyncio.to_thread(self.actuator.apply, target, pid)
                 unavailable = self.actuator.unavailable_types()
                 if plan is not None and unavailable & set(target):
                     # InsufficientCapacity: replan at once without the unavailable types.
                     target, plan = await asyncio.to_thread(self.decide, demand)
                     self._generation += 1
-                    pid = plan_id_for(self.cfg.cluster, target, self._generation)
+                    pid = plan_id_for(target, self._generation)
                     report = await asyncio.to_thread(self.actuator.apply, target, pid)
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
                 self._hint_planned = self.capacity_hint
@@ -392,7 +379,7 @@ class Daemon:
                 await self.dispatcher.stop(grace)
             if self.cfg.on_shutdown == "terminate" and self.actuator is not None:
                 try:
-                    await asyncio.to_thread(self.actuator.apply, {}, plan_id_for(self.cfg.cluster, {}, self._generation + 1))
+                    await asyncio.to_thread(self.actuator.apply, {}, plan_id_for({}, self._generation + 1))
                 except Exception:
                     log.exception("terminating the fleet at shutdown failed")
                 await self._sync_workers()
@@ -404,8 +391,7 @@ class Daemon:
             self.registry.close()
 
 
-async def _run(cfg_path: Path) -> int:
-    cfg = load_config(cfg_path)
+async def _run(cfg: Config, cfg_path: Path) -> int:
     daemon = Daemon(cfg, cfg_path)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, daemon.request_stop)
@@ -423,5 +409,5 @@ async def _run(cfg_path: Path) -> int:
 def run_daemon(cfg_path: str | Path, log_level: str = "INFO") -> int:
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    load_config(cfg_path)  # fail fast, one line, exit 2
-    return asyncio.run(_run(Path(cfg_path)))
+    cfg = load_config(cfg_path)  # fail fast, one line, exit 2
+    return asyncio.run(_run(cfg, Path(cfg_path)))

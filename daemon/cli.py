@@ -15,7 +15,8 @@ from typing import Sequence
 
 from daemon.errors import UsageError
 
-COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants", "models", "offline")
+# modules under daemon/commands/ (simulate also registers capacity; models also registers offline)
+COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants", "models")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,13 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"daemon.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"daemon.commands.{name}":
-                continue
-            raise
-        mod.register(sub)
+        importlib.import_module(f"daemon.commands.{name}").register(sub)
     return parser
 
 

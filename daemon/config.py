@@ -203,9 +203,13 @@ class Config(_Strict):
         return self
 
     # -- derived views used by the decisions ---------------------------------------------------
+    def full_catalog(self) -> dict[str, InstanceType]:
+        """Every catalog type, with the YAML price overrides applied."""
+        return load_catalog({t.type: t.price_per_hour for t in self.instance_types if t.price_per_hour})
+
     def catalog(self) -> dict[str, InstanceType]:
         """The catalog restricted to the allowed types, with YAML price overrides applied."""
-        full = load_catalog({t.type: t.price_per_hour for t in self.instance_types if t.price_per_hour})
+        full = self.full_catalog()
         return {t.type: full[t.type] for t in self.instance_types}
 
     def model(self, name: str | None = None) -> ModelSpec:
@@ -303,4 +307,8 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{p}: not a UTF-8 text file") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    return parse_config_text(text, str(p))
+    cfg = parse_config_text(text, str(p))
+    if cfg.profiles and not Path(cfg.profiles).is_absolute():
+        # a relative profile CSV is relative to the config file (as every command reads it)
+        cfg = cfg.model_copy(update={"profiles": str(p.parent / cfg.profiles)})
+    return cfg

@@ -26,9 +26,12 @@ import numpy as np
 
 from daemon.config import Config
 from scaler.batch_mix import sample_batches
+from sim.metrics import nearest_rank
 
 DEMO_MODEL = "rm2"          # Kairos rm2 profile, QoS 350 ms (Kairos §7): sleeps dominate, robust on 2 cores
 DEMO_QOS_MS = 350.0
+# the Kairos §7 types (the ones with AWS profiles), each with a cap on how many the demo may run
+DEMO_TYPES = {"g4dn.xlarge": 3, "c5n.2xlarge": 3, "r5n.large": 4, "t3.xlarge": 3}
 
 
 @dataclass
@@ -42,7 +45,8 @@ class LoadStats:
     providers: dict[str, int] = field(default_factory=dict)
 
     def pct(self, q: float) -> float:
-        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+        """Nearest-rank percentile, the definition the simulator and the SLO use."""
+        return nearest_rank(np.asarray(self.latencies_ms), q)
 
 
 def demo_config(state_dir: Path, endpoint: str, ami: str, budget: float, rate: float,
@@ -55,12 +59,7 @@ def demo_config(state_dir: Path, endpoint: str, ami: str, budget: float, rate: f
         "headroom": 0.5,
         "models": [{"name": DEMO_MODEL, "onnx": "builtin:mlp", "qos_ms": DEMO_QOS_MS, "max_batch": 1000,
                     "profile": DEMO_MODEL}],
-        "instance_types": [
-            {"type": "g4dn.xlarge", "max": 3},
-            {"type": "c5n.2xlarge", "max": 3},
-            {"type": "r5n.large", "max": 4},
-            {"type": "t3.xlarge", "max": 3},
-        ],
+        "instance_types": [{"type": t, "max": n} for t, n in DEMO_TYPES.items()],
         "launch": {"ami_id": ami, "tags": {"purpose": "costscale-demo"}},
         "pinned_pool": pinned_pool,
         "dispatcher": {"listen": "127.0.0.1:0", "policy": policy, "on_deadline": "drop",

@@ -33,19 +33,17 @@ class LocalWorker:
     instance_id: str
     instance_type: str
     proc: subprocess.Popen[bytes]
-    address: str | None = None
 
 
 class LocalRunner:
     """Keeps one local worker process per running managed instance."""
 
     def __init__(self, dispatcher_address: str, token: str, models: list[tuple[str, str, str]],
-                 profiles_csv: str | None = None, extra_env: dict[str, str] | None = None) -> None:
+                 profiles_csv: str | None = None) -> None:
         self.dispatcher_address = dispatcher_address
         self.token = token
         self.models = models  # (name, onnx spec, profile name)
         self.profiles_csv = profiles_csv
-        self.extra_env = extra_env or {}
         self.workers: dict[str, LocalWorker] = {}
         self.started_pids: list[int] = []
         self._lock = asyncio.Lock()
@@ -75,8 +73,8 @@ class LocalRunner:
                 self.workers[iid] = await self._start_worker(inst)
 
     async def _start_worker(self, inst: ManagedInstance) -> LocalWorker:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.extra_env)
-        proc = subprocess.Popen(self._command(inst), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(self._command(inst), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env=env, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         self.started_pids.append(proc.pid)
         worker = LocalWorker(inst.instance_id, inst.instance_type, proc)
@@ -91,8 +89,6 @@ class LocalRunner:
             except subprocess.TimeoutExpired:
                 w.proc.kill()
                 await asyncio.to_thread(w.proc.wait)
-        if w.proc.stdout is not None:
-            w.proc.stdout.close()
         log.info("stopped worker pid %d (%s)", w.proc.pid, w.instance_id)
 
     async def stop_all(self) -> None:

@@ -141,7 +141,6 @@ class StateStore:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
             conn.executescript(_SCHEMA)
         except BaseException:
             if fd is not None:
@@ -196,10 +195,6 @@ class StateStore:
 
     def latest_plan(self) -> PlanRecord | None:
         r = self._q1("SELECT * FROM plans ORDER BY ordinal DESC LIMIT 1")
-        return PlanRecord(r["plan_id"], json.loads(r["target"]), float(r["budget"]), float(r["created_at"])) if r else None
-
-    def get_plan(self, plan_id: str) -> PlanRecord | None:
-        r = self._q1("SELECT * FROM plans WHERE plan_id=?", (plan_id,))
         return PlanRecord(r["plan_id"], json.loads(r["target"]), float(r["budget"]), float(r["created_at"])) if r else None
 
     # -- intents -----------------------------------------------------------------------------
@@ -268,8 +263,8 @@ class StateStore:
     def mark_gone(self, instance_id: str, now: float) -> None:
         self._x("UPDATE instances SET gone=1, state='terminated', last_seen=? WHERE instance_id=?", (now, instance_id))
 
-    def known_instances(self, *, include_gone: bool = False) -> dict[str, InstanceRecord]:
-        rows = self._qa("SELECT * FROM instances" + ("" if include_gone else " WHERE gone=0"))
+    def known_instances(self) -> dict[str, InstanceRecord]:
+        rows = self._qa("SELECT * FROM instances WHERE gone=0")
         return {r["instance_id"]: InstanceRecord(r["instance_id"], r["instance_type"], r["state"], r["intent"],
                                                  float(r["launch_time"]), float(r["first_seen"]),
                                                  float(r["last_seen"]), bool(r["gone"])) for r in rows}

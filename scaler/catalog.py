@@ -7,6 +7,7 @@ override any price.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -25,7 +26,9 @@ class InstanceType:
     price_per_hour: float
 
 
+@functools.lru_cache(maxsize=1)
 def _read_catalog_text() -> str:
+    """The shipped CSV, read once per process (config validation looks up every listed type)."""
     return resources.files("config").joinpath("instance_catalog.csv").read_text(encoding="utf-8")
 
 

@@ -24,7 +24,6 @@ import numpy as np
 
 from scaler.base_aux import BaseAux, PlanError, split_base_aux
 from scaler.batch_mix import BatchMix, mix_from_dist
-from scaler.catalog import load_catalog
 from scaler.profiles import LatencyProfile, ProfileTable, Stat
 from scaler.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
 
@@ -119,8 +118,7 @@ def plan_inputs_from_config(
     if pname not in profiles.models():
         raise PlanError(f"model {spec.name!r}: no latency profiles for {pname!r} "
                         f"(profiles have: {', '.join(profiles.models())})")
-    overrides = {t.type: t.price_per_hour for t in cfg.instance_types if t.price_per_hour}
-    catalog = load_catalog(overrides)
+    catalog = cfg.full_catalog()
     cfg_bounds = cfg.type_bounds()
     names = list(types) if types is not None else [t.type for t in cfg.instance_types]
     if not names:
@@ -134,7 +132,8 @@ def plan_inputs_from_config(
     return PlanInputs(
         model=spec.name,
         profiles={t: profiles.get(pname, t) for t in names},
-        mix=mix if mix is not None and len(mix.sizes) else mix_from_dist(cfg.workload.batch_dist, seed=MIX_SEED),
+        mix=mix if mix is not None and len(mix.sizes) else mix_from_dist(cfg.workload.batch_dist, seed=MIX_SEED,
+                                                                        max_batch=spec.max_batch),
         qos_ms=float(qos_ms if qos_ms is not None else spec.qos_ms),
         budget_per_hour=float(budget if budget is not None else cfg.budget_per_hour),
         prices={t: catalog[t].price_per_hour for t in names},
@@ -179,8 +178,12 @@ def _full_pool(inputs: PlanInputs, ranking: Ranking, i: int) -> dict[str, int]:
     return {t: got.get(t, 0) for t in inputs.types}
 
 
-def _checked_min_cost(ranking: Ranking, ok: np.ndarray, meets: Callable[[dict[str, int]], bool],
-                      max_checks: int, inputs: PlanInputs) -> tuple[int, str, bool]:
+Meets = Callable[[dict[str, int], str], bool]
+"""A candidate check: (pool, the planner's base type) -> does the pool hold the SLO?"""
+
+
+def _checked_min_cost(ranking: Ranking, ok: np.ndarray, meets: Meets, max_checks: int, inputs: PlanInputs,
+                      base_type: str) -> tuple[int, str, bool]:
     """Cheapest candidate that ``meets`` accepts (see choose_pool); ties by higher bound."""
     order = ok[np.lexsort((-ranking.bound[ok], np.round(ranking.cost[ok], 9)))]
     failed: list[np.ndarray] = []
@@ -192,7 +195,7 @@ def _checked_min_cost(ranking: Ranking, ok: np.ndarray, meets: Callable[[dict[st
         if checks >= max_checks:
             break
         checks += 1
-        if meets(_full_pool(inputs, ranking, int(i))):
+        if meets(_full_pool(inputs, ranking, int(i)), base_type):
             return int(i), "min-cost-checked", False
         failed.append(counts)
     # No candidate verified within the checks: the largest-bound pool within budget, flagged.
@@ -205,12 +208,13 @@ def choose_pool(
     demand_qps: float = 0.0,
     headroom: float = 0.1,
     top_k: int = 10,
-    meets: Callable[[dict[str, int]], bool] | None = None,
+    meets: Meets | None = None,
     max_checks: int = 12,
 ) -> Plan:
     """The planner's decision for one model (pure). Raises PlanError / NoFeasibleBase.
 
-    ``meets`` (min_cost only) verifies a candidate: True when the pool holds the SLO at
+    ``meets`` (min_cost only) verifies a candidate under the planner's base type (the base the
+    dispatcher will use): True when the pool holds the SLO at
     ``demand_qps * (1 + headroom)`` (the daemon passes a short simulation, ``sim.slo_check``). The
     upper bound is a fluid bound without queueing, so without a check a pool run near its bound
     misses a p99 target. Candidates (bound >= need) are checked cheapest first; a sub-pool of a pool
@@ -234,7 +238,7 @@ def choose_pool(
         elif meets is None:
             idx, rule = int(ok[np.argmin(np.round(ranking.cost[ok], 9))]), "min-cost"
         else:
-            idx, rule, demand_unmet = _checked_min_cost(ranking, ok, meets, max_checks, inputs)
+            idx, rule, demand_unmet = _checked_min_cost(ranking, ok, meets, max_checks, inputs, ba.base_type)
     k = max(int(top_k), 0)
     return Plan(
         model=inputs.model,

@@ -70,6 +70,10 @@ def _retire_order(instances: Sequence[ManagedInstance]) -> list[str]:
 
 
 def pool_cost(pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
+    """Σ $/hr of a pool; KeyError naming every type without a price."""
+    missing = sorted(t for t, n in pool.items() if n and t not in prices)
+    if missing:
+        raise KeyError(f"no price for instance type(s) {', '.join(missing)}")
     return float(sum(prices[t] * n for t, n in pool.items() if n))
 
 
@@ -185,7 +189,7 @@ class ReplayResult:
 
 def replay(current: Mapping[str, int], steps: Sequence[Step], prices: Mapping[str, float]) -> ReplayResult:
     """Apply ``steps`` to a count pool; returns the final pool and the cost after every step
-    (used by tests and by ``costscale plan --json`` to show the transition)."""
+    (the money invariant checked step by step, as the transition tests do)."""
     pool = {t: int(n) for t, n in current.items()}
     costs = [pool_cost(pool, prices)]
     for s in steps:

@@ -81,7 +81,6 @@ def pool_capacity(
     noise: float = 0.0,
     precision: float = 0.02,
     start_qps: float | None = None,
-    prices: Mapping[str, float] | None = None,
 ) -> CapacityResult:
     """Allowable throughput of ``pool`` under a fresh policy per tried rate (``policy_factory``).
 
@@ -92,7 +91,7 @@ def pool_capacity(
 
     def p99_at(rate: float) -> float:
         res = simulate(pool, model, profiles, policy_factory(), wl.arrivals / rate, wl.batches, qos_ms,
-                       service=service, noise=noise, seed=seed, prices=prices)
+                       service=service, noise=noise, seed=seed)
         return nearest_rank(res.latency_ms, 99)
 
     if start_qps is None:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sim.engine import SimResult
+from scaler.transitions import pool_cost
 
 
 def nearest_rank(values: np.ndarray, pct: float) -> float:
@@ -47,12 +48,6 @@ class SimMetrics:
         return d
 
 
-def pool_cost_per_hour(pool: dict[str, int], prices: dict[str, float]) -> float:
-    missing = sorted(t for t, c in pool.items() if c and t not in prices)
-    if missing:
-        raise KeyError(f"no price for instance type(s) {', '.join(missing)}")
-    return float(sum(prices[t] * c for t, c in pool.items() if c))
-
 
 def summarize(res: SimResult) -> SimMetrics:
     lat = res.latency_ms
@@ -60,7 +55,7 @@ def summarize(res: SimResult) -> SimMetrics:
     served = int(np.isfinite(lat).sum())
     within = int((lat <= res.qos_ms).sum())
     dur = res.duration_s
-    cph = pool_cost_per_hour(res.pool, res.prices) if res.prices else 0.0
+    cph = pool_cost(res.pool, res.prices) if res.prices else 0.0
     util = {w: (float(b) / 1000.0 / dur if dur > 0 else 0.0) for w, b in zip(res.worker_ids, res.busy_ms)}
     return SimMetrics(
         queries=n,

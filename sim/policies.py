@@ -23,8 +23,12 @@ def base_type_of(pool: Mapping[str, int], profiles: ProfileTable, model: str,
 
 
 def policy_factory(name: str, profiles: ProfileTable, model: str, pool: Mapping[str, int], *,
-                   xi: float = 0.98, drs_threshold: int | None = None) -> Callable[[], Policy]:
+                   xi: float = 0.98, drs_threshold: int | None = None,
+                   base_type: str | None = None) -> Callable[[], Policy]:
     """A function returning a *fresh* policy (policies may keep state: one per run).
+
+    ``base_type``: the base the daemon's dispatcher would use (the planner's, Kairos §5.2); when
+    None or not in the pool, :func:`base_type_of` picks one.
 
     ``first-idle`` is :class:`dispatcher.policy.FirstIdlePolicy`; the others come from
     ``dispatcher.policies.make_policy`` with a ``LatencyModel`` seeded from ``profiles``."""
@@ -35,7 +39,7 @@ def policy_factory(name: str, profiles: ProfileTable, model: str, pool: Mapping[
     from dispatcher.latency_model import LatencyModel
     from dispatcher.policies import make_policy
 
-    base = base_type_of(pool, profiles, model)
+    base = base_type if base_type is not None and pool.get(base_type, 0) > 0 else base_type_of(pool, profiles, model)
     predictor = LatencyModel.from_profiles(profiles, stat="mean")
 
     def make() -> Policy:

@@ -4,7 +4,7 @@ Kairos's upper bound (§5.2) is a fluid bound, and a pool run near it queues pas
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from scaler.profiles import ProfileTable
 from sim.engine import simulate
 from sim.metrics import nearest_rank
 from sim.policies import policy_factory
+from sim.workload import poisson_arrivals
 
 
 def batches_from_mix(mix: BatchMix, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -24,21 +25,22 @@ def batches_from_mix(mix: BatchMix, n: int, rng: np.random.Generator) -> np.ndar
 
 
 def slo_check(model: str, profiles: ProfileTable, qos_ms: float, rate_qps: float, mix: BatchMix, *,
-              policy: str = "kairos", n_queries: int = 2000, seed: int = 0,
-              prices: Mapping[str, float] | None = None) -> Callable[[dict[str, int]], bool]:
-    """A predicate: True when ``pool`` serves Poisson arrivals at ``rate_qps`` with batches from
-    ``mix`` at p99 ≤ ``qos_ms`` under ``policy`` (same queries for every pool: common random
-    numbers, deterministic per seed). Types without a profile make the pool fail."""
+              policy: str = "kairos", n_queries: int = 2000, seed: int = 0
+              ) -> Callable[[dict[str, int], str | None], bool]:
+    """A predicate ``meets(pool, base_type)``: True when ``pool`` serves Poisson arrivals at
+    ``rate_qps`` with batches from ``mix`` at p99 ≤ ``qos_ms`` under ``policy`` run with that base
+    type, as the dispatcher would (same queries for every pool: common random numbers,
+    deterministic per seed). Types without a profile make the pool fail."""
     rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / max(rate_qps, 1e-9), n_queries))
+    arrivals = poisson_arrivals(rate_qps, rng, n=n_queries)
     batches = batches_from_mix(mix, n_queries, rng)
 
-    def meets(pool: dict[str, int]) -> bool:
+    def meets(pool: dict[str, int], base_type: str | None = None) -> bool:
         live = {t: n for t, n in pool.items() if n > 0}
         if not live or any(not profiles.has(model, t) for t in live):
             return False
-        res = simulate(live, model, profiles, policy_factory(policy, profiles, model, live)(), arrivals, batches,
-                       qos_ms, seed=seed, prices=prices)
+        make = policy_factory(policy, profiles, model, live, base_type=base_type)
+        res = simulate(live, model, profiles, make(), arrivals, batches, qos_ms, seed=seed)
         return bool(nearest_rank(res.latency_ms, 99) <= qos_ms)
 
     return meets

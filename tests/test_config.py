@@ -80,3 +80,14 @@ def test_console_script_no_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_relative_profiles_path_is_relative_to_the_config_file(tmp_path: Path) -> None:
+    sub = tmp_path / "etc"
+    sub.mkdir()
+    (sub / "p.csv").write_text("x")
+    f = sub / "c.yaml"
+    f.write_text(GOOD + "profiles: p.csv\n")
+    assert load_config(f).profiles == str(sub / "p.csv")
+    f.write_text(GOOD + "profiles: /abs/p.csv\n")
+    assert load_config(f).profiles == "/abs/p.csv"

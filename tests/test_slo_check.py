@@ -52,5 +52,5 @@ def test_checked_min_cost_flags_unmet_when_nothing_verifies() -> None:
     profiles = load_profiles_csv()
     cfg = parse_config_text(CFG)
     inputs = plan_inputs_from_config(cfg, profiles, "rm2", mix_from_dist("deeprecsys", seed=0))
-    plan = choose_pool(inputs, objective="min_cost", demand_qps=5.0, meets=lambda pool: False, max_checks=3)
+    plan = choose_pool(inputs, objective="min_cost", demand_qps=5.0, meets=lambda pool, base: False, max_checks=3)
     assert plan.rule == "min-cost-unmet" and plan.demand_unmet

@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Collection
 
 from daemon.config import Config, load_config
 from daemon.errors import UsageError
 from scaler.batch_mix import parse_batch_dist
-from scaler.catalog import load_catalog
 from scaler.profiles import ProfileTable, load_profiles_csv
 
 
@@ -37,17 +36,6 @@ class Resolved:
     prices: dict[str, float]  # every catalog type, with the config's price overrides
 
 
-def profiles_path(config_path: str, flag: str | None, cfg_profiles: str | None) -> str | None:
-    """--profiles as given; else the config's ``profiles`` (relative to the config file when that
-    exists); else None (the shipped profiles)."""
-    if flag:
-        return flag
-    if cfg_profiles:
-        rel = Path(config_path).parent / cfg_profiles
-        return str(rel) if not Path(cfg_profiles).is_absolute() and rel.exists() else cfg_profiles
-    return None
-
-
 def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
     """Load ``args.config`` and apply --profiles/--model/--qos-ms/--batch-dist."""
     qos = getattr(args, "qos_ms", None)
@@ -55,7 +43,7 @@ def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
         raise UsageError(f"{cmd}: --qos-ms must be > 0")
     cfg = load_config(args.config)
     try:
-        profiles = load_profiles_csv(profiles_path(args.config, getattr(args, "profiles", None), cfg.profiles))
+        profiles = load_profiles_csv(getattr(args, "profiles", None) or cfg.profiles)
     except ValueError as exc:
         raise UsageError(f"{cmd}: {exc}") from None
     name = getattr(args, "model", None)
@@ -72,16 +60,15 @@ def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
         parse_batch_dist(dist)
     except ValueError as exc:
         raise UsageError(f"{cmd}: --batch-dist: {exc}") from None
-    overrides = {t.type: t.price_per_hour for t in cfg.instance_types if t.price_per_hour}
-    prices = {n: it.price_per_hour for n, it in load_catalog(overrides).items()}
+    prices = {n: it.price_per_hour for n, it in cfg.full_catalog().items()}
     return Resolved(cfg=cfg, model=spec.name, profile_model=spec.profile_name,
                     qos_ms=float(qos if qos is not None else spec.qos_ms), batch_dist=dist,
                     max_batch=spec.max_batch, profiles=profiles, prices=prices)
 
 
-def parse_pool(text: str, r: Resolved, cmd: str) -> dict[str, int]:
-    """``TYPE=N,TYPE=N`` → {type: N}: known catalog types with a profile for the model, N >= 0
-    integers, no type twice, at least one instance."""
+def parse_counts(text: str, cmd: str, known: Collection[str]) -> dict[str, int]:
+    """``TYPE=N,TYPE=N`` → {type: N} (types in ``known``, N >= 0 integers, no type twice, at least
+    one instance); zero counts are dropped."""
     pool: dict[str, int] = {}
     for part in (text or "").split(","):
         part = part.strip()
@@ -91,17 +78,20 @@ def parse_pool(text: str, r: Resolved, cmd: str) -> dict[str, int]:
         itype, count = itype.strip(), count.strip()
         if not sep or not itype or not count.isdigit():
             raise UsageError(f"{cmd}: --pool: bad entry {part!r} (expected TYPE=N, e.g. g4dn.xlarge=2)")
-        if itype not in r.prices:
-            raise UsageError(f"{cmd}: --pool: unknown instance type {itype!r} (known: {', '.join(sorted(r.prices))})")
+        if itype not in known:
+            raise UsageError(f"{cmd}: --pool: unknown instance type {itype!r} (known: {', '.join(sorted(known))})")
         if itype in pool:
             raise UsageError(f"{cmd}: --pool: {itype} given twice")
-        if not r.profiles.has(r.profile_model, itype):
-            raise UsageError(f"{cmd}: --pool: no latency profile for model {r.profile_model!r} on {itype}")
         pool[itype] = int(count)
     if sum(pool.values()) == 0:
         raise UsageError(f"{cmd}: --pool needs at least one instance (TYPE=N,...)")
     return {t: c for t, c in pool.items() if c > 0}
 
 
-def pool_cost(pool: dict[str, int], prices: dict[str, float]) -> float:
-    return float(sum(prices[t] * c for t, c in pool.items()))
+def parse_pool(text: str, r: Resolved, cmd: str) -> dict[str, int]:
+    """:func:`parse_counts` over the catalog, each type with a profile for the model."""
+    pool = parse_counts(text, cmd, r.prices)
+    for itype in pool:
+        if not r.profiles.has(r.profile_model, itype):
+            raise UsageError(f"{cmd}: --pool: no latency profile for model {r.profile_model!r} on {itype}")
+    return pool

@@ -5,7 +5,10 @@ import argparse
 import asyncio
 import logging
 
+from daemon.commands._overrides import parse_counts
+from daemon.demo import DEMO_TYPES
 from daemon.errors import UsageError
+from dispatcher.policies import POLICY_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,10 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-rate", type=float, default=36.0, help="q/s in the second half (default 36)")
     p.add_argument("--budget", type=float, default=2.5, help="$/hr (default 2.5)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--policy", default="kairos", choices=["kairos", "fcfs", "drs", "clockwork"],
+    p.add_argument("--policy", default="kairos", choices=POLICY_NAMES,
                    help="query distribution policy (default kairos)")
     p.add_argument("--pool", default=None, metavar="TYPE=N,...",
-                   help="hold this pool instead of planning (types: g4dn.xlarge, c5n.2xlarge, r5n.large, t3.xlarge)")
+                   help=f"hold this pool instead of planning (types: {', '.join(DEMO_TYPES)})")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
@@ -29,19 +32,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError("demo: --duration, --rate, --step-rate and --budget must be > 0")
     logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto server request log
-    pool = _parse_pool(args.pool) if args.pool else None
+    pool = parse_counts(args.pool, "demo", DEMO_TYPES) if args.pool else None
     from daemon.demo import run_demo
 
     return asyncio.run(run_demo(args.duration, args.rate, args.step_rate, args.budget, args.seed, args.json,
                                 policy=args.policy, pinned_pool=pool))
-
-
-def _parse_pool(text: str) -> dict[str, int]:
-    allowed = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")
-    pool: dict[str, int] = {}
-    for part in text.split(","):
-        name, sep, n = part.strip().partition("=")
-        if not sep or name not in allowed or not n.isdigit():
-            raise UsageError(f"demo: --pool: expected TYPE=N,... with TYPE in {', '.join(allowed)}; got {part.strip()!r}")
-        pool[name] = int(n)
-    return pool

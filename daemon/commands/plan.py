@@ -11,7 +11,8 @@ from daemon.commands._overrides import add_override_flags, resolve
 from daemon.errors import UsageError
 from scaler.base_aux import PlanError
 from scaler.batch_mix import mix_from_dist
-from scaler.plan import MIX_SEED, Plan, choose_pool, plan_inputs_from_config
+from scaler.fleet_decision import plan_fleet
+from scaler.plan import MIX_SEED, Plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,8 +31,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.budget is not None and not args.budget > 0:
         raise UsageError("plan: --budget must be > 0")
-    if args.qos_ms is not None and not args.qos_ms > 0:
-        raise UsageError("plan: --qos-ms must be > 0")
     if args.top < 1:
         raise UsageError("plan: --top must be >= 1")
     if args.demand_qps is not None and args.demand_qps < 0:
@@ -50,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
     demand = args.demand_qps if args.demand_qps is not None else cfg.workload.expected_qps
     try:
         mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=r.max_batch)
-        inputs = plan_inputs_from_config(cfg, r.profiles, r.model, mix, types=types, budget=args.budget,
-                                         qos_ms=args.qos_ms)
-        plan = choose_pool(inputs, objective=objective, demand_qps=demand, headroom=cfg.headroom, top_k=args.top)
+        plan = plan_fleet(cfg, r.profiles, mix, demand, model=r.model, types=types, budget=args.budget,
+                          qos_ms=args.qos_ms, objective=objective, top_k=args.top)
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
     if args.json:

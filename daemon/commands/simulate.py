@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from daemon.commands._overrides import Resolved, add_override_flags, parse_pool, pool_cost, resolve
+from daemon.commands._overrides import Resolved, add_override_flags, parse_pool, resolve
+from scaler.transitions import pool_cost
 from daemon.errors import UsageError
 from sim.capacity import pool_capacity
 from sim.engine import simulate
@@ -138,7 +139,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     name, make = _policy(args, r, pool)
     wl = unit_poisson_workload(args.queries, r.batch_dist, seed=args.seed, max_batch=r.max_batch)
     cap = pool_capacity(pool, r.profile_model, r.profiles, r.qos_ms, make, workload=wl, seed=args.seed,
-                        service=args.service, noise=args.noise, precision=args.precision, prices=r.prices)
+                        service=args.service, noise=args.noise, precision=args.precision)
     orc = oracle_capacity(pool, r.profile_model, r.profiles, r.qos_ms, wl.batches, service=args.service,
                           noise=args.noise)
     cost = pool_cost(pool, r.prices)

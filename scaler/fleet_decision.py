@@ -1,0 +1,34 @@
+"""The fleet decision the daemon acts on and ``costscale plan`` prints: one pure function.
+
+``plan_fleet`` builds the planner inputs from the config and a demand view, and for ``min_cost``
+verifies candidates with a short simulation of the configured dispatcher policy (``sim.slo_check``)
+run with the planner's base type, so the CLI shows exactly the pool the daemon would hold.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from daemon.config import Config
+from scaler.batch_mix import BatchMix
+from scaler.plan import Objective, Plan, choose_pool, plan_inputs_from_config
+from scaler.profiles import ProfileTable
+from sim.slo_check import slo_check
+
+
+def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: float, *,
+               model: str | None = None, exclude: Sequence[str] = (), types: Sequence[str] | None = None,
+               budget: float | None = None, qos_ms: float | None = None, objective: Objective | None = None,
+               top_k: int = 10) -> Plan:
+    """The planner's pick for ``model`` (default: the first configured) at ``demand_qps`` with
+    batch mix ``mix``; ``exclude`` are types that are temporarily unavailable (InsufficientCapacity).
+    Raises scaler.base_aux.PlanError when no pool fits."""
+    spec = cfg.model(model)
+    objective = objective or cfg.objective
+    inputs = plan_inputs_from_config(cfg, profiles, spec.name, mix, exclude=tuple(exclude), types=types,
+                                     budget=budget, qos_ms=qos_ms)
+    meets = None
+    if objective == "min_cost" and demand_qps > 0:
+        meets = slo_check(spec.profile_name, profiles, inputs.qos_ms, demand_qps * (1 + cfg.headroom), mix,
+                          policy=cfg.dispatcher.policy)
+    return choose_pool(inputs, objective=objective, demand_qps=demand_qps, headroom=cfg.headroom,
+                       top_k=top_k, meets=meets)
