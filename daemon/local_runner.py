@@ -19,13 +19,24 @@ from scaler.cloud import ManagedInstance
 log = logging.getLogger("costscale.local")
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the worker gets SIGTERM if the demo dies (even by SIGKILL): no orphans."""
+#: set in a local worker's environment: the pid of the process that must outlive it
+PARENT_ENV = "COSTSCALE_DIE_WITH_PARENT"
+
+
+def die_with_parent() -> None:
+    """Linux, called by a local worker at start when ``PARENT_ENV`` is set: the worker gets SIGTERM
+    when the demo dies (even by SIGKILL), so no worker is orphaned. Done in the worker after exec,
+    not in a ``preexec_fn``: code between fork and exec in a process with gRPC threads can abort."""
+    want = os.environ.get(PARENT_ENV)
+    if not want or not sys.platform.startswith("linux"):
+        return
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
-        pass
+        return
+    if str(os.getppid()) != want:      # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass
@@ -73,9 +84,8 @@ class LocalRunner:
                 self.workers[iid] = await self._start_worker(inst)
 
     async def _start_worker(self, inst: ManagedInstance) -> LocalWorker:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen(self._command(inst), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=env, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
+        proc = subprocess.Popen(self._command(inst), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         self.started_pids.append(proc.pid)
         worker = LocalWorker(inst.instance_id, inst.instance_type, proc)
         log.info("started worker pid %d for %s (%s)", proc.pid, inst.instance_id, inst.instance_type)

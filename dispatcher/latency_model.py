@@ -21,8 +21,10 @@ Profiled pairs also accept observations: buckets with enough samples then overri
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -51,7 +53,7 @@ class _PairStats:
         self.sm += ms
         self.sbb += batch * batch
         self.sbm += batch * ms
-        k = int(np.ceil(batch / self.granularity)) * self.granularity
+        k = math.ceil(batch / self.granularity) * self.granularity
         self.bucket_sum[k] = self.bucket_sum.get(k, 0.0) + ms
         self.bucket_n[k] = self.bucket_n.get(k, 0) + 1
 
@@ -73,6 +75,8 @@ class LatencyModel:
 
     ``predict_many`` is a single fancy-index into a dense per-batch table cached per pair (rebuilt
     lazily after an observation), so the matching's hot path does no Python work per query.
+    ``predict_grid`` answers for several instance types at once from a stacked copy of their tables
+    (one fancy-index for the whole m × k matrix), patched in place by :meth:`observe`.
     """
 
     def __init__(self, *, stat: Stat = "mean", granularity: int = 10, lookup_min_samples: int = 3,
@@ -86,6 +90,10 @@ class LatencyModel:
         self._obs: dict[tuple[str, str], _PairStats] = {}
         self._tables: dict[tuple[str, str], np.ndarray] = {}
         self._types_by_model: dict[str, set[str]] = {}
+        #: per model: (types...) -> (N+1) × k stacked tables, N = the shortest table's top batch
+        self._stacks: dict[str, dict[tuple[str, ...], np.ndarray]] = {}
+        #: pairs whose cached table came from the fallback rule (stale after any observation)
+        self._fallback_built: set[tuple[str, str]] = set()
 
     @classmethod
     def from_profiles(cls, profiles: ProfileTable, stat: Stat = "mean", **kw: float) -> "LatencyModel":
@@ -131,22 +139,34 @@ class LatencyModel:
         if st is None:
             st = self._obs[key] = _PairStats(self.granularity)
             self._types_by_model.setdefault(model, set()).add(instance_type)
-        # types of this model without data of their own predict by the fallback (median over the
-        # types with data, this one included): their cached tables are stale after any observation
-        for k in [k for k in self._tables if k[0] == model and k != key and not self.has_data(*k)]:
-            del self._tables[k]
+        # types of this model without data of their own predict by the fallback (median of the types
+        # with data, this one included): their cached tables are stale after any observation
+        stale = [k for k in self._fallback_built if k[0] == model and k != key]
+        for k in stale:
+            self._tables.pop(k, None)
+            self._fallback_built.discard(k)
         st.errors.append(abs(predicted - ms) / max(ms, 1e-9))
         st.add(float(batch), float(ms))
         tab = self._tables.get(key)
+        stacks = self._stacks.get(model)
         if tab is not None and self.profiles.has(model, instance_type):
             # a profiled pair only changes in this observation's bucket: patch the cached table
             g = self.granularity
-            k = int(np.ceil(batch / g)) * g
+            k = math.ceil(batch / g) * g
             n = st.bucket_n[k]
             if n >= self.lookup_min_samples and k < len(tab):
-                tab[0 if k == g else k - g + 1: k + 1] = st.bucket_sum[k] / n
+                lo, v = (0 if k == g else k - g + 1), st.bucket_sum[k] / n
+                tab[lo: k + 1] = v
+                if stacks:
+                    for types, stack in stacks.items():
+                        if instance_type in types:
+                            stack[lo: k + 1, types.index(instance_type)] = v
+            if stale and stacks:
+                self._stacks.pop(model, None)
         else:
             self._tables.pop(key, None)
+            self._fallback_built.discard(key)
+            self._stacks.pop(model, None)
 
     def prediction_error(self, model: str, instance_type: str) -> float | None:
         """Mean absolute relative error |predicted − observed| / observed of the pair's most recent
@@ -160,9 +180,8 @@ class LatencyModel:
     def _score_ms(self, model: str, instance_type: str, batch: float) -> float:
         """What :meth:`predict_ms` gives, for scoring an observation: from the pair's cached table
         when there is one, else by the prediction order for this one batch (no dense table built)."""
-        tab = self._tables.get((model, instance_type))
-        if tab is not None:
-            return float(self._lookup(tab, np.asarray([batch], dtype=float))[0])
+        if (model, instance_type) in self._tables:
+            return self.predict_ms(model, instance_type, batch)
         return self._point_ms(model, instance_type, float(np.ceil(batch)), {instance_type})
 
     def _point_ms(self, model: str, instance_type: str, b: float, visiting: set[str]) -> float:
@@ -192,10 +211,35 @@ class LatencyModel:
 
     # -- prediction ------------------------------------------------------------------------------
     def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
-        return float(self.predict_many(model, instance_type, np.asarray([batch_size], dtype=float))[0])
+        tab = self.table(model, instance_type)
+        b = math.ceil(batch_size)
+        if 0 <= b < len(tab):
+            return float(tab[b])
+        return float(self._lookup(tab, np.asarray([batch_size], dtype=float))[0])
 
     def predict_many(self, model: str, instance_type: str, batch_sizes: np.ndarray) -> np.ndarray:
         return self._lookup(self.table(model, instance_type), batch_sizes)
+
+    def predict_grid(self, model: str, types: Sequence[str], batch_sizes: np.ndarray) -> np.ndarray:
+        """``len(batch_sizes) × len(types)`` predictions: column k is ``predict_many(model, types[k],
+        batch_sizes)``, read with one fancy-index from the types' stacked tables."""
+        key = tuple(types)
+        per_model = self._stacks.setdefault(model, {})
+        stack = per_model.get(key)
+        if stack is None:
+            tabs = [self.table(model, t) for t in key]
+            top = min(len(t) for t in tabs)
+            stack = np.empty((top, len(tabs)), dtype=float)
+            for k, t in enumerate(tabs):
+                stack[:, k] = t[:top]
+            per_model[key] = stack
+        b = np.ceil(np.asarray(batch_sizes, dtype=float))
+        if b.size and b.max() < len(stack):
+            return stack.take(b.astype(np.intp), axis=0, mode="clip")   # batch <= 0 reads row 0
+        out = np.empty((b.size, len(key)), dtype=float)
+        for k, t in enumerate(key):
+            out[:, k] = self.predict_many(model, t, b)
+        return out
 
     def _lookup(self, tab: np.ndarray, batch_sizes: np.ndarray) -> np.ndarray:
         b = np.ceil(np.asarray(batch_sizes, dtype=float))
@@ -214,6 +258,8 @@ class LatencyModel:
         if tab is None:
             tab = self._build(model, instance_type, set())
             self._tables[key] = tab
+            if not self.has_data(model, instance_type):
+                self._fallback_built.add(key)
         return tab
 
     def _size(self, model: str, instance_type: str) -> int:

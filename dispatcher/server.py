@@ -11,7 +11,8 @@ DEADLINE_EXCEEDED (cannot meet its SLO in ``drop`` mode, or its overall deadline
 ``query_timeout_s`` passed), RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (its workers kept failing
 after ``max_retries`` re-dispatches, or the dispatcher stopped), INVALID_ARGUMENT (malformed). A query
 whose worker dies (RPC UNAVAILABLE/CANCELLED, failed health checks, ``forget_instance``) goes back to
-the head of the queue. Each query has a timer that ends it at its overall deadline, so nothing hangs.
+the head of the queue. A deadline sweep (one timer over a heap of deadlines) ends each query at its
+overall deadline, so nothing hangs.
 
 Each matching round passes the policy at most ``2·n`` of the oldest waiting queries (n = workers
 that may receive work), the same bound the Kairos policy documents.
@@ -19,8 +20,10 @@ that may receive work), the same bound the Kairos policy documents.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import hmac
 import itertools
+import math
 import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
@@ -50,6 +53,8 @@ if TYPE_CHECKING:
 SC = grpc.StatusCode
 Outcome = Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]
 SERVICE_NAME = "costscale.v1.Inference"
+#: weight of the newest call in a worker's smoothed call overhead
+OVERHEAD_EWMA = 0.1
 
 
 @dataclass(eq=False)
@@ -67,9 +72,10 @@ class _Query:
     key: str = ""
     attempts: int = 0
     gen: int = 0
-    timer: asyncio.TimerHandle | None = None
     dispatched_at: float = 0.0
     offline: bool = False
+    #: (worker, generation) when the submitter's own matching round chose a worker for it
+    handoff: tuple["WorkerState", int] | None = None
 
 
 @dataclass(eq=False)
@@ -96,13 +102,20 @@ class WorkerState:
     busy: deque = field(default_factory=lambda: deque(maxlen=4096))
     #: (variant, batch, service_ms, offline) served since the model loop last took them
     samples: list = field(default_factory=list)
+    #: smoothed time (ms) a call to this worker takes beyond the service time it reports (network,
+    #: (de)serialization): part of how long the worker stays busy, so of the remaining busy time in L
+    overhead_ms: float = 0.0
+    #: the worker's serving task is between two queries and takes the next one itself
+    in_runner: bool = False
+    handoff: tuple["_Query", int] | None = None
 
 
 class Dispatcher:
     """See the module docstring. Tunables are plain attributes, settable after construction:
     ``query_timeout_s`` (30), ``max_retries`` (2 re-dispatches), ``health_interval_s`` (1),
     ``health_timeout_s`` (1), ``health_failures`` (2 in a row), ``idempotency_capacity`` (10,000),
-    ``xi`` (0.98), ``view_factor`` (2). The policy built here (none given) gets ``xi`` and
+    ``xi`` (0.98), ``view_factor`` (2), ``observe_batch`` (32 measurements fed to the latency model
+    at once) and ``observe_delay_s`` (0.05: the longest a measurement waits for its batch). The policy built here (none given) gets ``xi`` and
     ``view_factor`` as its ξ and ``max_queue_factor``; a policy passed in keeps its own."""
 
     def __init__(self, cfg: Config, predictor: LatencyModel, *, clock: Callable[[], float] = time.monotonic,
@@ -112,6 +125,7 @@ class Dispatcher:
         self.predictor = predictor
         self.clock = clock
         self._models = {m.name: m for m in cfg.models}
+        self._cfg_models = tuple(m.name for m in cfg.models)
         self._apps: dict[str, ModelSpec] = {}
         for m in cfg.models:
             if m.application and m.application not in self._apps:
@@ -168,6 +182,15 @@ class Dispatcher:
         self._health_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._kick_pending = False
+        self._inline: _Query | None = None
+        self.observe_batch = 32
+        self.observe_delay_s = 0.05
+        self._pending_obs: list[tuple[str, str, int, float]] = []
+        self._obs_timer: asyncio.TimerHandle | None = None
+        # overall deadlines: a heap swept by one timer (not one timer per query)
+        self._deadlines: list[tuple[float, int, str]] = []
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_at = float("inf")
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -224,6 +247,11 @@ class Dispatcher:
         self._queue.clear()
         self._retry.clear()
         self._inflight.clear()
+        self._deadlines.clear()
+        self.flush_observations()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         if self._health_task is not None:
             self._health_task.cancel()
         if self._server is not None:
@@ -385,10 +413,10 @@ class Dispatcher:
         if size > self.cfg.dispatcher.max_payload_bytes:
             return SC.INVALID_ARGUMENT, f"payload of {size} bytes exceeds max_payload_bytes {self.cfg.dispatcher.max_payload_bytes}"
         slo = float(r.latency_slo_ms)
-        if not np.isfinite(slo) or slo < 0:
+        if not math.isfinite(slo) or slo < 0:
             return SC.INVALID_ARGUMENT, f"latency_slo_ms must be >= 0, got {r.latency_slo_ms}"
         acc = float(r.min_accuracy)
-        if not np.isfinite(acc) or acc < 0 or acc > 1:
+        if not math.isfinite(acc) or acc < 0 or acc > 1:
             return SC.INVALID_ARGUMENT, f"min_accuracy must be in [0, 1], got {r.min_accuracy}"
         if not variant and (r.application or acc > 0) and self._variant_meta:
             # model-less query (INFaaS §4.1 getVariant): pick the variant and where it runs
@@ -445,15 +473,73 @@ class Dispatcher:
                 self._idem.popitem(last=False)
         self.accepted += 1
         self._queue[qid] = q
-        q.timer = loop.call_later(self.query_timeout_s, self._expire, q)
-        self._kick()
-        try:
+        self._arm_deadline(q)
+        if key:
+            # a retry with the same key may collect the answer: the client going away must not
+            # cancel the query's future
+            self._kick()
             return await asyncio.shield(q.future)
+        # the arrival event's matching round, run now: when it sends this query to a worker, this
+        # coroutine makes the worker call itself (no task and no wake-up per query)
+        self._inline = q
+        try:
+            self._round()
+        finally:
+            self._inline = None
+        if q.handoff is not None:
+            w, gen = q.handoff
+            q.handoff = None
+            try:
+                await self._run(q, w, gen)
+            except asyncio.CancelledError:
+                # the client went away mid-call: free the worker; nobody can collect the answer
+                self._release(w, qid)
+                self._drop_cancelled(q)
+                self._kick()
+                raise
+            self._completed(w)
+        if q.future.done():
+            return q.future.result()
+        try:
+            return await q.future
         except asyncio.CancelledError:
-            # the client went away: without an idempotency key nobody can collect the answer
-            if not key and (self._queue.pop(qid, None) or self._retry.pop(qid, None)):
-                self._finish(q, (SC.CANCELLED, "client cancelled"))
+            # the client went away and nobody else can collect the answer: a waiting query leaves
+            # the queue; one in flight finishes on its worker and its result is discarded
+            self._drop_cancelled(q)
             raise
+
+    def _drop_cancelled(self, q: _Query) -> None:
+        qid = q.query_id
+        if self._queue.pop(qid, None) or self._retry.pop(qid, None) or self._inflight.pop(qid, None):
+            q.gen += 1
+            self.rejected[SC.CANCELLED.name] += 1
+            q.inputs = []
+
+    def _arm_deadline(self, q: _Query) -> None:
+        # the heap holds (deadline, seq, query id) only: finished queries are not kept alive by it
+        heapq.heappush(self._deadlines, (q.deadline, next(self._ids), q.query_id))
+        if q.deadline < self._deadline_at:
+            self._schedule_sweep()
+
+    def _schedule_sweep(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+        self._deadline_at = self._deadlines[0][0] if self._deadlines else float("inf")
+        if self._deadlines and self._loop is not None:
+            delay = max(self._deadline_at - self.clock(), 0.001)
+            self._deadline_timer = self._loop.call_later(delay, self._sweep_deadlines)
+
+    def _sweep_deadlines(self) -> None:
+        """End every query whose overall deadline has passed (DEADLINE_EXCEEDED), then re-arm."""
+        self._deadline_timer = None
+        now = self.clock()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            qid = heapq.heappop(self._deadlines)[2]
+            q = self._queue.get(qid) or self._retry.get(qid) or self._inflight.get(qid)
+            if q is not None:
+                self._expire(q)
+        self._schedule_sweep()
 
     # -- the query loop ----------------------------------------------------------------------------
     def _kick(self) -> None:
@@ -470,36 +556,36 @@ class Dispatcher:
         if not any(w.idle for w in live):
             return
         now = self.clock()
-        wviews = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle) for w in live]
         k = self.view_factor * len(live)
         qs = list(itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k))
-        by_id = {q.query_id: q for q in qs}
-        views = [q.view for q in qs]
         if self.cfg.dispatcher.on_deadline == "drop":
-            bad = infeasible(views, wviews, self.predictor, now, self.xi)
+            wviews = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle) for w in live]
+            bad = infeasible([q.view for q in qs], wviews, self.predictor, now, self.xi)
             if bad:
                 for qid in bad:
                     q = self._retry.pop(qid, None) or self._queue.pop(qid)
                     self._finish(q, (SC.DEADLINE_EXCEEDED, f"waited {1000 * (now - q.arrival):.1f} ms: can no longer meet its {q.qos_ms:g} ms SLO"))
                 badset = set(bad)
-                views = [v for v in views if v.query_id not in badset]
-        if not views:
+                qs = [q for q in qs if q.query_id not in badset]
+        if not qs:
             if self._queue or self._retry:
                 self._kick()
             return
         # A variant's queries go only to workers where it is loaded (INFaaS §3.2): one matching
         # round per group of queries with the same eligible workers (usually a single group).
-        groups: dict[str, list[QueryView]] = {}
-        for v in views:
-            groups.setdefault(self._group_key(by_id[v.query_id]), []).append(v)
+        key0 = self._group_key(qs[0])
+        groups: dict[str, list[_Query]] = {key0: qs}
+        if any(self._group_key(q) != key0 for q in qs):
+            groups = {}
+            for q in qs:
+                groups.setdefault(self._group_key(q), []).append(q)
         taken: set[str] = set()
-        for gkey, gviews in groups.items():
-            elig = [w for w in live if self._eligible(w, gkey)]
+        for gkey, gqs in groups.items():
             gw = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle and w.instance_id not in taken)
-                  for w in elig]
+                  for w in live if self._eligible(w, gkey)]
             if not any(x.idle for x in gw):
                 continue
-            for a in self.policy.match(gviews, gw, now):
+            for a in self.policy.match([q.view for q in gqs], gw, now):
                 w = self.workers.get(a.worker_id)
                 q = self._retry.pop(a.query_id, None) or self._queue.pop(a.query_id, None)
                 if q is None:
@@ -515,11 +601,41 @@ class Dispatcher:
         w.idle = False
         w.idle_event.clear()
         w.in_flight = q.query_id
-        w.busy_until = now + pred / 1000.0
+        w.busy_until = now + (pred + w.overhead_ms) / 1000.0
         q.dispatched_at = now
         q.gen += 1
         self._inflight[q.query_id] = q
-        self._spawn(self._run(q, w, q.gen))
+        if q is self._inline:
+            q.handoff = (w, q.gen)      # the submitter's coroutine makes the call
+        elif w.in_runner:
+            w.handoff = (q, q.gen)      # the worker's task is in the round that chose q: it runs q next
+        else:
+            self._spawn(self._serve(q, w, q.gen))
+
+    async def _serve(self, q: _Query, w: WorkerState, gen: int) -> None:
+        """Serve ``q`` on ``w``, then run the matching round for the completion event at once
+        (Kairos §5.1: a round at each completion); when that round gives ``w`` its next query, serve
+        it in this same task (no task per query under load)."""
+        while True:
+            await self._run(q, w, gen)
+            nxt = self._completed(w, take_next=True)
+            if nxt is None:
+                return
+            q, gen = nxt
+
+    def _completed(self, w: WorkerState, take_next: bool = False) -> tuple[_Query, int] | None:
+        """The completion event on ``w``: its matching round, now. With ``take_next`` (the caller
+        is ``w``'s serving task) a query the round gives ``w`` is returned instead of spawned."""
+        if w.removed or self._stopping or self._loop is None:
+            self._kick()
+            return None
+        w.in_runner = take_next
+        try:
+            self._round()
+        finally:
+            w.in_runner = False
+        nxt, w.handoff = w.handoff, None
+        return nxt
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         t = (self._loop or asyncio.get_running_loop()).create_task(coro)
@@ -567,7 +683,10 @@ class Dispatcher:
                 while w.busy and w.busy[0][1] < lo:
                     w.busy.popleft()
             w.samples.append((reply.variant or q.variant or q.model.name, q.batch, service_ms, q.offline))
-            self.predictor.observe(q.model.profile_name, w.instance_type, q.batch, service_ms)
+            if reply.service_ms > 0:
+                extra = max(1000.0 * (now - q.dispatched_at) - service_ms, 0.0)
+                w.overhead_ms += OVERHEAD_EWMA * (extra - w.overhead_ms)
+            self._observe(q.model.profile_name, w.instance_type, q.batch, service_ms)
             if current:
                 total = 1000.0 * (now - q.arrival)
                 self._finish(q, pb.SubmitReply(
@@ -587,7 +706,25 @@ class Dispatcher:
                     self._finish(q, (SC.INVALID_ARGUMENT, f"worker rejected the query: {details}"))
                 else:
                     self._requeue(q, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
-        self._kick()
+
+    def _observe(self, model: str, instance_type: str, batch: int, service_ms: float) -> None:
+        """Feed a measured service time to the latency model, in batches of ``observe_batch`` (or
+        after ``observe_delay_s``): the model learns within milliseconds, and the per-query path
+        stays an append."""
+        self._pending_obs.append((model, instance_type, batch, service_ms))
+        if len(self._pending_obs) >= self.observe_batch:
+            self.flush_observations()
+        elif self._obs_timer is None and self._loop is not None:
+            self._obs_timer = self._loop.call_later(self.observe_delay_s, self.flush_observations)
+
+    def flush_observations(self) -> None:
+        if self._obs_timer is not None:
+            self._obs_timer.cancel()
+            self._obs_timer = None
+        pending, self._pending_obs = self._pending_obs, []
+        observe = self.predictor.observe
+        for o in pending:
+            observe(*o)
 
     def _requeue(self, q: _Query, reason: str) -> None:
         q.attempts += 1
@@ -612,8 +749,7 @@ class Dispatcher:
     def _finish(self, q: _Query, outcome: Outcome) -> None:
         if q.future.done():
             return
-        if q.timer is not None:
-            q.timer.cancel()
+        q.inputs = []          # the payload is not needed any more (an idempotency entry may keep q)
         q.future.set_result(outcome)
         if isinstance(outcome, tuple):
             self.rejected[outcome[0].name] += 1
@@ -704,7 +840,7 @@ class Dispatcher:
         return set(w.loaded) if w.loaded is not None else set(self.cfg_model_names())
 
     def cfg_model_names(self) -> list[str]:
-        return [m.name for m in self.cfg.models]
+        return list(self._cfg_models)
 
     def _route_workers(self) -> list[ml.RouteWorker]:
         now = self.clock()
@@ -713,12 +849,12 @@ class Dispatcher:
                 for w in self.workers.values() if not w.draining and not w.removed]
 
     def _group_key(self, q: _Query) -> str:
-        return f"v:{q.variant}" if q.variant else f"m:{q.model.name}"
+        return "v:" + q.variant if q.variant else "m:" + q.model.name
 
     def _eligible(self, w: WorkerState, gkey: str) -> bool:
-        kind, name = gkey[:2], gkey[2:]
         if w.loaded is None:  # not reported yet: it serves the config's models
-            return kind == "m:" or name in self._models and name in self.cfg_model_names()
+            return gkey[:2] == "m:" or gkey[2:] in self._cfg_models
+        kind, name = gkey[:2], gkey[2:]
         if kind == "v:":
             return name in w.loaded
         return any(self.variant_model(x) == name for x in w.loaded)
@@ -784,6 +920,7 @@ class Dispatcher:
 
     def take_samples(self) -> dict[str, list]:
         """Per worker: (variant, batch, service_ms, offline) served since the last call."""
+        self.flush_observations()
         out: dict[str, list] = {}
         for iid, w in self.workers.items():
             out[iid], w.samples = w.samples, []
@@ -913,7 +1050,7 @@ class Dispatcher:
                        [array_to_tensor("", chunk)],
                        QueryView(qid, job.model.profile_name, n, now, qos), loop.create_future(), offline=True)
             self._queue[qid] = q
-            q.timer = loop.call_later(self.query_timeout_s, self._expire, q)
+            self._arm_deadline(q)
             self._kick()
             out = await asyncio.shield(q.future)
             if not isinstance(out, tuple):

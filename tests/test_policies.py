@@ -221,3 +221,27 @@ def test_any_policy_assigns_only_idle_workers_each_at_most_once(batches: list[in
         assert len(got) <= min(len(queue), len(idle))
         if name == "fcfs":       # work-conserving
             assert len(got) == min(len(queue), len(idle))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 1000), st.floats(0, 0.5), st.sampled_from([50.0, 350.0, 2000.0]),
+       st.lists(st.tuples(st.sampled_from(["g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge"]),
+                          st.floats(-0.1, 0.3)), min_size=1, max_size=12))
+def test_kairos_single_query_fast_path_equals_the_matrix_path(batch: int, waited: float, qos: float,
+                                                              ws: list[tuple[str, float]]) -> None:
+    """A round with one waiting query skips the matrix (argmin of its cost row): same assignment
+    as linear_sum_assignment over cost_matrix, on the real profiles (ties: first minimum)."""
+    from scipy.optimize import linear_sum_assignment
+
+    from scaler.profiles import load_profiles_csv
+
+    lm = LatencyModel.from_profiles(load_profiles_csv())
+    pol = KairosPolicy(lm, "g4dn.xlarge")
+    now = 10.0
+    query = QueryView("q", "rm2", batch, now - waited, qos)
+    workers = [WorkerView(f"w{j}", t, now + rem, rem <= 0) for j, (t, rem) in enumerate(ws)]
+    got = pol.match([query], workers, now)
+    cost, _, _ = pol.cost_matrix([query], workers, now)
+    _, cols = linear_sum_assignment(cost)
+    j = int(cols[0])
+    assert got == ([Assignment("q", f"w{j}")] if workers[j].idle else [])

@@ -108,6 +108,9 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
 
 
 def run(args: argparse.Namespace) -> int:
+    from daemon.local_runner import die_with_parent
+
+    die_with_parent()
     opts = build_options(args)
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

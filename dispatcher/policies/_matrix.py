@@ -1,8 +1,8 @@
 """Vectorized building blocks shared by the policies: the predicted service-time matrix S (ms) of
 m queries on n workers, remaining busy times and waits (Kairos §5.1, the L matrix of Eq. 2).
 
-S is filled with one ``predict_many`` call per (model, instance type) present, never a Python loop
-over (query, worker) pairs.
+S is filled with one ``predict_grid`` call per model present (or, for a predictor without it, one
+``predict_many`` per (model, instance type)), never a Python loop over (query, worker) pairs.
 """
 from __future__ import annotations
 
@@ -25,15 +25,22 @@ def service_by_type(queue: Sequence[QueryView], types: Sequence[str], predictor:
     """m × len(types) predicted service times (ms)."""
     m = len(queue)
     b = np.fromiter((q.batch_size for q in queue), dtype=float, count=m) if batches is None else batches
-    out = np.empty((m, len(types)), dtype=float)
+    grid = getattr(predictor, "predict_grid", None)
     model0 = queue[0].model if m else ""
-    if all(q.model == model0 for q in queue):
+    one_model = all(q.model == model0 for q in queue)
+    if grid is not None and one_model:
+        return grid(model0, types, b)
+    out = np.empty((m, len(types)), dtype=float)
+    if one_model:
         for k, t in enumerate(types):
             out[:, k] = predictor.predict_many(model0, t, b)
         return out
     models = np.array([q.model for q in queue])
     for mod in np.unique(models):
         rows = models == mod
+        if grid is not None:
+            out[rows] = grid(str(mod), types, b[rows])
+            continue
         for k, t in enumerate(types):
             out[rows, k] = predictor.predict_many(str(mod), t, b[rows])
     return out
@@ -49,17 +56,20 @@ def qos_of(queue: Sequence[QueryView]) -> np.ndarray:
 
 def remaining_ms(workers: Sequence[WorkerView], now: float) -> np.ndarray:
     """Remaining busy time (ms) of each worker: max(busy_until − now, 0); 0 for idle workers."""
-    busy = np.fromiter((0.0 if w.idle else w.busy_until for w in workers), dtype=float, count=len(workers))
-    return np.maximum(busy - now, 0.0) * 1000.0
+    return np.fromiter((0.0 if w.idle or w.busy_until <= now else 1000.0 * (w.busy_until - now) for w in workers),
+                       dtype=float, count=len(workers))
 
 
 def earliest(queue: Sequence[QueryView], k: int) -> list[QueryView]:
     """The ``k`` earliest arrivals, in arrival order (stable)."""
     if len(queue) <= k:
-        arr = arrivals_of(queue)
-        if len(arr) < 2 or bool(np.all(arr[1:] >= arr[:-1])):
+        if all(a.arrival <= b.arrival for a, b in zip(queue, queue[1:])):
             return list(queue)
-        return [queue[i] for i in np.argsort(arr, kind="stable")]
+        return sorted(queue, key=_arrival)
     arr = arrivals_of(queue)
     order = np.argsort(arr, kind="stable")[:k]
     return [queue[i] for i in order]
+
+
+def _arrival(q: QueryView) -> float:
+    return q.arrival

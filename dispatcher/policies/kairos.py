@@ -50,26 +50,52 @@ class KairosPolicy:
         """(cost = C·L after the penalty, L before the penalty, C per worker) for ``queue`` as given
         (no bounding); exposed for tests and the simulator's diagnostics."""
         types, tix = mx.type_index(workers)
-        b = np.fromiter((q.batch_size for q in queue), dtype=float, count=len(queue))
+        m = len(queue)
+        xi, pf = self.xi, self.penalty_factor
+        # per query: batch, slack before the QoS safeguard ξ·T_qos − W (ms; W = time waited), penalty
+        per_q = np.array([(q.batch_size, xi * q.qos_ms - 1000.0 * (now - q.arrival), pf * q.qos_ms) for q in queue],
+                         dtype=float).reshape(m, 3)
+        b = per_q[:, 0]
         # service times of every query on every type, plus the base type for C_j (last column)
         cols = types if self.base_type in types else types + [self.base_type]
         s_types = mx.service_by_type(queue, cols, self.predictor, b)
-        L = s_types[:, tix] + mx.remaining_ms(workers, now)[None, :]
-        imax = int(np.argmax(b))
-        base_col = cols.index(self.base_type)
-        c_type = s_types[imax, base_col] / np.maximum(s_types[imax, : len(types)], 1e-12)
-        C = c_type[tix]
-        W = (now - mx.arrivals_of(queue)) * 1000.0
-        qos = mx.qos_of(queue)
-        violate = (L + W[:, None]) > (self.xi * qos)[:, None]
-        Lp = np.where(violate, (self.penalty_factor * qos)[:, None], L)
-        return C[None, :] * Lp, L, C
+        L = s_types[:, tix]
+        L += mx.remaining_ms(workers, now)
+        row = s_types[int(np.argmax(b))]                      # the largest waiting query
+        C = (row[cols.index(self.base_type)] / np.maximum(row[: len(types)], 1e-12))[tix]
+        Lp = np.where(L > per_q[:, 1:2], per_q[:, 2:3], L)
+        Lp *= C
+        return Lp, L, C
 
     def match(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]:
         if not queue or not workers or not any(w.idle for w in workers):
             return []
+        if len(queue) == 1:
+            return self._match_one(queue[0], workers, now)
         q = mx.earliest(queue, self.max_queue_factor * len(workers))
         cost, _, _ = self.cost_matrix(q, workers, now)
         rows, cols = linear_sum_assignment(cost)
         return [Assignment(q[i].query_id, workers[j].worker_id)
                 for i, j in zip(rows.tolist(), cols.tolist()) if workers[j].idle]
+
+    def _match_one(self, q: QueryView, workers: Sequence[WorkerView], now: float) -> list[Assignment]:
+        """One waiting query: Eq. 6 with m = 1 is the argmin of its cost row (first minimum on ties,
+        as ``linear_sum_assignment`` breaks them). The same arithmetic as :meth:`cost_matrix`, on
+        scalars: a round with a single waiting query (the usual case below saturation) makes no
+        numpy calls."""
+        predict = self.predictor.predict_ms
+        base_ms = predict(q.model, self.base_type, q.batch_size)
+        slack = self.xi * q.qos_ms - 1000.0 * (now - q.arrival)
+        penalty = self.penalty_factor * q.qos_ms
+        by_type: dict[str, float] = {}
+        best, best_j = float("inf"), -1
+        for j, w in enumerate(workers):
+            s = by_type.get(w.instance_type)
+            if s is None:
+                s = by_type[w.instance_type] = predict(q.model, w.instance_type, q.batch_size)
+            L = s if w.idle or w.busy_until <= now else s + 1000.0 * (w.busy_until - now)
+            cost = (base_ms / max(s, 1e-12)) * (penalty if L > slack else L)
+            if cost < best or best_j < 0:
+                best, best_j = cost, j
+        w = workers[best_j]
+        return [Assignment(q.query_id, w.worker_id)] if w.idle else []
