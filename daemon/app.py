@@ -34,6 +34,7 @@ from scaler.fleet_decision import plan_fleet
 from scaler.plan import Plan
 from scaler.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView, demand_for_planning, significant_change
+from scaler.vm_autoscaler import VmParams
 from variants.registry import RegisteredModel, VariantRegistry, registry_path_for
 
 log = logging.getLogger("costscale")
@@ -84,13 +85,21 @@ def plan_id_for(target: dict[str, int], generation: int) -> str:
     return f"g{generation}-{digest}"
 
 
+def model_params_for(cfg: Config) -> ModelLoopParams:
+    """The model loop's parameters from the config (``model_scaling`` and ``headroom``)."""
+    ms = cfg.model_scaling
+    return ModelLoopParams(solver=ms.solver, headroom=cfg.headroom,
+                           vm=VmParams(add_cooldown_s=ms.vm_add_cooldown_s, remove_cooldown_s=ms.vm_remove_cooldown_s,
+                                       low_utilization=ms.vm_low_utilization))
+
+
 class Daemon:
     """One costscale cluster: dispatcher + fleet loop (+ model loop hooks)."""
 
     def __init__(self, cfg: Config, cfg_path: Path | None = None, *, cloud: CloudProvider | None = None,
                  on_fleet_change: FleetHook | None = None, listen: str | None = None,
                  model_params: ModelLoopParams | None = None,
-                 generate_variants: bool = True) -> None:
+                 generate_variants: bool | None = None) -> None:
         self.cfg = cfg
         self.cfg_path = cfg_path
         self.profiles = load_profiles_for(cfg)
@@ -111,8 +120,9 @@ class Daemon:
         self._declared: tuple[Config, DemandView] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
         # fleet planner (demand x hint); it never launches anything itself
-        self.model_params = model_params or ModelLoopParams(headroom=cfg.headroom)
-        self.generate_variants = generate_variants
+        self._explicit_params = model_params
+        self.model_params = model_params or model_params_for(cfg)
+        self.generate_variants = cfg.model_scaling.generate_variants if generate_variants is None else generate_variants
         self.registry: VariantRegistry | None = None
         self.model_loop: ModelLoop | None = None
         self.capacity_hint = 1.0
@@ -304,6 +314,10 @@ class Daemon:
         if self.model_loop is not None and self.dispatcher is not None:
             try:
                 await self.model_loop.tick(time.monotonic())
+            except asyncio.CancelledError:
+                if self._stop.is_set():     # worker calls cut short by shutdown
+                    return
+                raise
             except Exception:  # keep serving; the next tick retries
                 log.exception("model loop tick failed")
         if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
@@ -358,6 +372,11 @@ class Daemon:
             log.error("reload rejected: cluster and state_path cannot change while running")
             return False
         self.cfg = new
+        if self._explicit_params is None:
+            self.model_params = model_params_for(new)
+            if self.model_loop is not None:
+                self.model_loop.params = self.model_params
+                self.model_loop.interval_s = new.intervals.model_s
         if self.actuator is not None:
             self.actuator.budget = new.budget_per_hour
             self.actuator.catalog = new.catalog()

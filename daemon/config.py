@@ -144,6 +144,18 @@ class IntervalsSpec(_Strict):
     reconcile_s: Annotated[float, Field(gt=0)] = 60.0
 
 
+class ModelScalingSpec(_Strict):
+    """The model loop (INFaaS §4.2): which model-autoscaler decides the variant instances, and the
+    VM-autoscaler's timing."""
+
+    solver: Literal["greedy", "ilp"] = Field(
+        "greedy", description="greedy (INFaaS §4.2.2, sub-millisecond) or ilp (§4.2.1 with PuLP/CBC, optimal)")
+    generate_variants: bool = Field(True, description="generate int8/fp16/batch-tuned variants of each model at start")
+    vm_add_cooldown_s: Annotated[float, Field(ge=0)] = 30.0
+    vm_remove_cooldown_s: Annotated[float, Field(ge=0)] = 120.0
+    vm_low_utilization: Annotated[float, Field(gt=0, lt=1)] = 0.40
+
+
 class WorkloadSpec(_Strict):
     """What the planner assumes before the dispatcher has measured anything."""
 
@@ -176,6 +188,7 @@ class Config(_Strict):
     launch: LaunchSpec
     dispatcher: DispatcherSpec = DispatcherSpec()
     intervals: IntervalsSpec = IntervalsSpec()
+    model_scaling: ModelScalingSpec = ModelScalingSpec()
     workload: WorkloadSpec = WorkloadSpec()
     profiles: str | None = Field(None, description="latency profile CSV (default: the shipped Kairos profiles)")
     state_path: str = "/var/lib/costscale/state.db"

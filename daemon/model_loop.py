@@ -32,7 +32,8 @@ import numpy as np
 from dispatcher.modelless import expand_name, split_name
 from scaler.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
 from variants.autoscale_greedy import GreedyState, greedy_scale
-from variants.autoscale_ilp import DEFAULT_LAMBDA, ScalingPlan, ScalingProblem, ScalingVariant, solve_ilp
+from variants.autoscale_ilp import (DEFAULT_LAMBDA, ScalingPlan, ScalingProblem, ScalingVariant, plan_from_counts,
+                                   solve_ilp, violations)
 from variants.executor import ANY_HARDWARE
 from variants.state_machine import StateKey, StateParams, VariantReport, VariantState, apply_reports
 
@@ -197,6 +198,22 @@ def placements_for(plan: ScalingPlan, workers: Sequence[WorkerSnapshot], keep_on
     return out
 
 
+def keep_running_unless_better(problem: ScalingProblem, plan: ScalingPlan) -> ScalingPlan:
+    """Hold the running variant instances when they already meet the load and the SLO (with the
+    headroom) and the plan costs no less: a swap between equally priced variants only costs load
+    time and capacity while the new one loads (INFaaS §4.2.2 scales only on a headroom deficit or
+    a real saving)."""
+    running = {v.name: problem.running.get(v.name, 0) for v in problem.variants}
+    if running == dict(plan.counts):
+        return plan
+    if violations(problem, running):
+        return plan
+    current = plan_from_counts(problem, running, plan.solver, plan.solve_ms)
+    if current.cost_per_second <= plan.cost_per_second + 1e-12:
+        return current
+    return plan
+
+
 def decide(inputs: ModelInputs, state: ModelLoopState = ModelLoopState(),
            params: ModelLoopParams = ModelLoopParams()) -> tuple[ModelDecision, ModelLoopState]:
     """One model-loop round (pure)."""
@@ -215,6 +232,7 @@ def decide(inputs: ModelInputs, state: ModelLoopState = ModelLoopState(),
                 plan = solve_ilp(problem)
             else:
                 plan, greedy = greedy_scale(problem, inputs.now, state.greedy)
+            plan = keep_running_unless_better(problem, plan)
             placements = placements_for(plan, inputs.workers)
             unmet = dict(plan.unmet_qps)
     wstatus = [WorkerStatus(w.worker, w.hardware, w.utilization,
@@ -298,9 +316,12 @@ class ModelLoop:
                                              max(meta.load_latency_ms / 1000.0, 0.1)))
         if not variants:  # no registry: the config models as their own base variants
             variants = [VariantCandidate(m.name, m.name, ANY_HARDWARE) for m in d.cfg.models]
-        snap = d.window_snapshot()
-        load = {m.name: snap.arrival_qps for m in d.cfg.models[:1]}  # the window is not per model
-        mean_batch = {m: snap.mean_batch or 1.0 for m in {v.model for v in variants}}
+        load: dict[str, float] = {}
+        mean_batch: dict[str, float] = {}
+        for model in sorted({v.model for v in variants}):
+            snap = d.window_snapshot(model)        # each model's own arrivals (after routing)
+            load[model] = snap.arrival_qps
+            mean_batch[model] = snap.mean_batch or 1.0
         return ModelInputs(now=now, interval_s=interval, workers=tuple(workers), variants=tuple(variants),
                            load_qps=load, mean_batch=mean_batch,
                            slo_ms={n: m.qos_ms for n, m in d._models.items()},

@@ -131,22 +131,28 @@ def route(request: Request, variants: Sequence[VariantMeta], workers: Sequence[R
             key_name = expand_name(name, w.hardware) if hw_of[name] == ANY_HARDWARE else name
             state = (states or {}).get((name, w.worker), VariantState.ACTIVE)
             st[(key_name, w.worker)] = VariantState.ACTIVE if state is VariantState.INACTIVE else state
+    servable = [i for i in infos if meets(request, i)]
+
+    def queue_on_busy() -> Route | None:
+        # queue on the least-utilized loaded instance that meets the query (the model loop scales)
+        busy = [(w.utilization, w.worker, key[0]) for key, state in st.items() for w in workers
+                if key[1] == w.worker and any(i.name == key[0] for i in servable)]
+        if not busy:
+            return None
+        util, worker, name = min(busy)
+        info = next(i for i in servable if i.name == name)
+        return Route(base_name(name), worker, False, info.latency_at(request.batch))
+
     try:
         c: Choice = get_variant(request, infos, st, loads)
     except NoVariant as exc:
-        servable = [i for i in infos if meets(request, i)]
         if servable and not workers:
             # nothing to run on yet: queue for the best variant, capacity may arrive
             best = min(servable, key=lambda i: (i.latency_at(request.batch), i.name))
             return Route(base_name(best.name), None, True, best.latency_at(request.batch))
-        busy = [(w.utilization, w.worker, key[0]) for key, state in st.items() for w in workers
-                if key[1] == w.worker and any(i.name == key[0] for i in servable)]
-        if busy:
-            # every instance that meets the query is Overloaded or Interfered: queue it on the
-            # least-utilized one rather than refuse it (the model loop scales them up)
-            util, worker, name = min(busy)
-            info = next(i for i in servable if i.name == name)
-            return Route(base_name(name), worker, False, info.latency_at(request.batch))
+        fallback = queue_on_busy()   # every instance that meets it is Overloaded or Interfered
+        if fallback is not None:
+            return fallback
         closest = base_name(exc.closest) if exc.closest else None
         code = "NOT_FOUND" if closest is None else ("UNAVAILABLE" if servable else "INVALID_ARGUMENT")
         msg = str(exc)
@@ -154,6 +160,15 @@ def route(request: Request, variants: Sequence[VariantMeta], workers: Sequence[R
             if SEP in i.name:
                 msg = msg.replace(i.name, base_name(i.name))
         raise RouteError(code, msg, closest) from None
+    if c.needs_load and c.worker is not None:
+        # a worker runs one query at a time: a second variant of the same model on a worker that
+        # already holds one adds no capacity, only load time. Load on demand only into a worker
+        # that holds none; otherwise queue on a loaded instance and leave scaling to the model loop
+        held = next((w.loaded for w in workers if w.worker == c.worker), frozenset())
+        if any(name in hw_of for name in held):
+            fallback = queue_on_busy()
+            if fallback is not None:
+                return fallback
     return Route(base_name(c.variant), c.worker, c.needs_load, c.expected_ms)
 
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 SC = grpc.StatusCode
 Outcome = Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]
 SERVICE_NAME = "costscale.v1.Inference"
+_EMPTY_WINDOW = DemandWindow(capacity=1)
 #: weight of the newest call in a worker's smoothed call overhead
 OVERHEAD_EWMA = 0.1
 
@@ -98,6 +99,7 @@ class WorkerState:
     #: variants loaded on the worker (its Health reply is authoritative; Load/Unload update it)
     loaded: set[str] | None = None   # None: not known yet (assume the config's models)
     last_op_at: float = 0.0
+    ops_in_flight: int = 0           # Load/Unload calls under way (a Health reply then may be stale)
     #: (start, end) of recent online queries, for utilization (model loop, offline throttling)
     busy: deque = field(default_factory=lambda: deque(maxlen=4096))
     #: (variant, batch, service_ms, offline) served since the model loop last took them
@@ -138,6 +140,8 @@ class Dispatcher:
                                                     xi=self.xi, max_queue_factor=self.view_factor)
         self.workers: dict[str, WorkerState] = {}
         self.window = DemandWindow()
+        #: per model (after routing): the model loop sizes each model's variant instances from its own load
+        self.model_windows: dict[str, DemandWindow] = {}
         self._catalog = cfg.catalog()
         self._prices = {t: it.price_per_hour for t, it in self._catalog.items()}
         # model-less API (INFaaS §3.1): the variant registry and what routing knows of it
@@ -345,7 +349,8 @@ class Dispatcher:
             asked = self.clock()
             reply = await w.client.health(self.health_timeout_s)
             w.health_failures = 0
-            if reply.loaded_variants and asked > w.last_op_at and not any(k[1] == w.instance_id for k in self._loading):
+            if (reply.loaded_variants and asked > w.last_op_at and w.ops_in_flight == 0
+                    and not any(k[1] == w.instance_id for k in self._loading)):
                 before = w.loaded
                 w.loaded = set(reply.loaded_variants)
                 if before != w.loaded:
@@ -460,6 +465,10 @@ class Dispatcher:
         qid = f"q{next(self._ids)}"
         view = QueryView(qid, m.profile_name, batch, now, qos)
         self.window.record(batch, now)
+        mw = self.model_windows.get(m.name)
+        if mw is None:
+            mw = self.model_windows[m.name] = DemandWindow(capacity=self.window.capacity)
+        mw.record(batch, now)
         if self.cfg.dispatcher.on_deadline == "drop":
             if infeasible([view], self._live_views(), self.predictor, now, self.xi):
                 return self._reject(SC.DEADLINE_EXCEEDED, f"batch {batch} of {m.name!r} cannot meet its {qos:g} ms SLO on any worker")
@@ -704,6 +713,12 @@ class Dispatcher:
                     self._finish(q, (SC.DEADLINE_EXCEEDED, f"no result within {self.query_timeout_s:g} s"))
                 elif code == SC.INVALID_ARGUMENT:
                     self._finish(q, (SC.INVALID_ARGUMENT, f"worker rejected the query: {details}"))
+                elif code == SC.NOT_FOUND:
+                    # the worker does not hold what we routed (an unload raced with this query):
+                    # it is authoritative, so stop routing that variant there and try elsewhere
+                    gone = {q.variant} if q.variant else {v for v in self.loaded_on(w) if self.variant_model(v) == q.model.name}
+                    w.loaded = self.loaded_on(w) - gone
+                    self._requeue(q, f"worker {w.instance_id} does not hold {q.variant or q.model.name}: {details}")
                 else:
                     self._requeue(q, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
 
@@ -863,9 +878,10 @@ class Dispatcher:
         model = self.variant_model(variant)
         path = self._variant_path.get(variant, "")
         spec = self._models[model].onnx if variant == model and model in self._models else path
+        speed = self.speed_factor(variant)
         if spec and not spec.startswith("builtin:") and Path(spec).is_file() and Path(spec).stat().st_size < 32 << 20:
-            return pb.VariantRequest(model=model, variant=variant, onnx=Path(spec).read_bytes())
-        return pb.VariantRequest(model=model, variant=variant, onnx_path=spec)
+            return pb.VariantRequest(model=model, variant=variant, onnx=Path(spec).read_bytes(), speed_factor=speed)
+        return pb.VariantRequest(model=model, variant=variant, onnx_path=spec, speed_factor=speed)
 
     def ensure_loaded(self, instance_id: str, variant: str) -> asyncio.Task | None:
         """Start loading ``variant`` on a worker (once); queued queries of it wait for the load."""
@@ -886,34 +902,40 @@ class Dispatcher:
         w = self.workers.get(instance_id)
         if w is None:
             return False, f"unknown worker {instance_id}"
+        w.ops_in_flight += 1
         try:
             req = await asyncio.to_thread(self._variant_request, variant)
             reply = await w.client.load_variant(req, timeout=60.0)
         except Exception as exc:  # noqa: BLE001 - a failed load leaves placement unchanged
             return False, f"LoadVariant {variant} on {instance_id}: {exc}"
+        finally:
+            w.ops_in_flight -= 1
+            w.last_op_at = self.clock()
         if not reply.ok:
             return False, reply.message
         w.loaded = self.loaded_on(w) | {variant}
-        w.last_op_at = self.clock()
         self.load_ops += 1
         self._kick()
         return True, reply.message
 
     async def unload_variant(self, instance_id: str, variant: str) -> tuple[bool, str]:
         """Stop routing ``variant`` to the worker first, then Worker.UnloadVariant (the worker
-        finishes a running query of it before it unloads)."""
+        finishes a running query of it before it unloads). Health replies that were asked before
+        the unload finished do not bring the variant back."""
         w = self.workers.get(instance_id)
         if w is None:
             return False, f"unknown worker {instance_id}"
         w.loaded = self.loaded_on(w) - {variant}
-        w.last_op_at = self.clock()
         self.variant_states.pop((variant, instance_id), None)
+        w.ops_in_flight += 1
         try:
             reply = await w.client.unload_variant(
                 pb.VariantRequest(model=self.variant_model(variant), variant=variant), timeout=30.0)
         except Exception as exc:  # noqa: BLE001
             return False, f"UnloadVariant {variant} on {instance_id}: {exc}"
-        w.last_op_at = self.clock()
+        finally:
+            w.ops_in_flight -= 1
+            w.last_op_at = self.clock()
         self.unload_ops += 1
         self._kick()
         return bool(reply.ok), reply.message
@@ -1082,8 +1104,11 @@ class Dispatcher:
             job.state, job.message = "failed", str(exc)
 
     # -- reporting ---------------------------------------------------------------------------------
-    def window_snapshot(self) -> WindowSnapshot:
-        return self.window.snapshot(self.clock())
+    def window_snapshot(self, model: str | None = None) -> WindowSnapshot:
+        """The demand window of all queries, or of one model's (empty when it has had none)."""
+        if model is None:
+            return self.window.snapshot(self.clock())
+        return self.model_windows.get(model, _EMPTY_WINDOW).snapshot(self.clock())
 
     def stats(self) -> dict[str, float | int]:
         lat = np.fromiter(self._recent, dtype=float) if self._recent else np.zeros(0)

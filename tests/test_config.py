@@ -53,6 +53,7 @@ def test_price_override_and_defaults() -> None:
         (GOOD.replace("models:\n  - name: ncf\n    qos_ms: 5\n", ""), "models: required field is missing"),
         (GOOD.replace("cluster: t", "cluster: [t"), "YAML syntax error"),
         (GOOD + "bogus: 1\n", "line 12: bogus: unknown field"),
+        (GOOD + "model_scaling:\n  solver: cplex\n", "line 13: model_scaling.solver: Input should be 'greedy' or 'ilp'"),
     ],
 )
 def test_bad_configs_name_field_and_line(text: str, expect: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,3 +92,14 @@ def test_relative_profiles_path_is_relative_to_the_config_file(tmp_path: Path) -
     assert load_config(f).profiles == str(sub / "p.csv")
     f.write_text(GOOD + "profiles: /abs/p.csv\n")
     assert load_config(f).profiles == "/abs/p.csv"
+
+
+def test_model_scaling_section_sets_the_model_loop(tmp_path: Path) -> None:
+    from daemon.app import model_params_for
+
+    f = tmp_path / "c.yaml"
+    f.write_text(GOOD + "model_scaling:\n  solver: ilp\n  vm_remove_cooldown_s: 45\n")
+    p = model_params_for(load_config(f))
+    assert p.solver == "ilp" and p.vm.remove_cooldown_s == 45.0 and p.vm.add_cooldown_s == 30.0
+    f.write_text(GOOD)
+    assert model_params_for(load_config(f)).solver == "greedy"

@@ -130,8 +130,10 @@ class FakeDispatcher:
     def speed_factor(self, v):  # noqa: ANN001, ANN201
         return 1.0
 
-    def window_snapshot(self):  # noqa: ANN201
-        return SimpleNamespace(arrival_qps=0.5, mean_batch=1.0)
+    def window_snapshot(self, model=None):  # noqa: ANN001, ANN201
+        per_model = {"m": (0.5, 1.0), "n": (7.0, 30.0)}
+        qps, mb = per_model.get(model, (0.0, 0.0))
+        return SimpleNamespace(arrival_qps=qps, mean_batch=mb)
 
     async def unload_variant(self, worker, variant):  # noqa: ANN001, ANN201
         self.calls.append(("unload", worker, variant))
@@ -181,3 +183,13 @@ def test_adapter_profile_mean_from_predictor_p99_from_profile_or_zero() -> None:
     fd.predictor.observe("unprofiled-model", "c5n.2xlarge", 4.0, 40.0)
     assert loop._profile("u", "c5n.2xlarge", 4.0, "mean") == fd.predictor.predict_ms("unprofiled-model", "c5n.2xlarge", 4.0)
     assert loop._profile("u", "c5n.2xlarge", 4.0, "p99") == 0.0
+
+
+def test_snapshot_takes_each_models_load_from_its_own_window() -> None:
+    """Two models: each one's variant instances are sized from its own arrivals, not the total."""
+    fd = FakeDispatcher()
+    fd._variant_meta["n"] = VariantMeta("n", "n", "any", 1.0, 8, 100.0)
+    fd._models["n"] = SimpleNamespace(profile_name="rm2", qos_ms=350.0)
+    snap = ModelLoop(fd, load_profiles_csv(None)).snapshot(1.0)
+    assert dict(snap.load_qps) == {"m": 0.5, "n": 7.0}
+    assert dict(snap.mean_batch) == {"m": 1.0, "n": 30.0}

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 VIOLATION_TARGET = 0.10   # at most 10 % of served queries over the 350 ms QoS target
 
 
-async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict) -> None:
+async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict, phase: str = "") -> None:
     pending: set[asyncio.Task] = set()
 
     async def one(b: int) -> None:
@@ -36,6 +36,8 @@ async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict
             r = await stub.Submit(pb.SubmitRequest(application="rm2", batch_size=b), timeout=10.0)
         except grpc.aio.AioRpcError as exc:
             out["errors"][exc.code().name] = out["errors"].get(exc.code().name, 0) + 1
+            out["by_phase"][phase] = out["by_phase"].get(phase, 0) + 1
+            out["details"].setdefault(exc.code().name, set()).add((exc.details() or "")[:90])
             return
         ms = (time.perf_counter() - t0) * 1000.0
         out["ok"] += 1
@@ -86,7 +88,7 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
             await holder["r"].sync(instances)
 
     daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0", model_params=params,
-                    generate_variants=False)
+                    generate_variants=True)
     await daemon.start()
     runner = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
                          [("rm2", "builtin:mlp", "rm2")], profiles_csv=cfg.profiles)
@@ -103,20 +105,20 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
 
         rng = np.random.default_rng(7)
         batches = sample_batches("deeprecsys", 50_000, rng)
-        stats = {"sent": 0, "ok": 0, "violations": 0, "errors": {}, "variants": set()}
+        stats = {"sent": 0, "ok": 0, "violations": 0, "errors": {}, "details": {}, "by_phase": {}, "variants": set()}
         loop = daemon.model_loop
         async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
             stub = pbg.InferenceStub(ch)
-            await _phase(stub, pb, 12.0, 10.0, rng, batches, stats)
+            await _phase(stub, pb, 12.0, 10.0, rng, batches, stats, "high")
             cost_high, pool_high = cost(), daemon.status.pool()
             unloads_before = loop and sum(1 for p in loop.applied if p.action == "unload")
-            await _phase(stub, pb, 2.0, 12.0, rng, batches, stats)
+            await _phase(stub, pb, 2.0, 12.0, rng, batches, stats, "low")
             cost_low, pool_low = cost(), daemon.status.pool()
             low_rounds = loop.rounds
             unloads_low = sum(1 for p in loop.applied if p.action == "unload") - unloads_before
             loads_before = sum(1 for p in loop.applied if p.action == "load")
             launched_before = len(daemon.status.instances)
-            await _phase(stub, pb, 24.0, 10.0, rng, batches, stats)
+            await _phase(stub, pb, 24.0, 10.0, rng, batches, stats, "spike")
             loads_spike = sum(1 for p in loop.applied if p.action == "load") - loads_before
             launched_after = len(daemon.status.instances)
             cost_spike, pool_spike = cost(), daemon.status.pool()
@@ -128,6 +130,12 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
               f"spike {cost_spike:.3f} {pool_spike}; model loop unloads at low {unloads_low}, loads at spike "
               f"{loads_spike}; instances known before/after spike {launched_before}/{launched_after}; "
               f"variants served {sorted(stats['variants'])}; hint {daemon.capacity_hint:.2f}")
+        print(f"  errors by phase: {stats['by_phase']}")
+        print("  variants: " + ", ".join(f"{n} ({m.hardware}, speed x{m.speed_factor:.2f}, acc {m.accuracy:.3f})"
+                                         for n, m in sorted(daemon.dispatcher._variant_meta.items())))
+        print("  placements: " + ", ".join(f"{p.action} {p.variant}@{daemon.dispatcher.workers[p.worker].instance_type if p.worker in daemon.dispatcher.workers else p.worker}" for p in loop.applied))
+        for code, msgs in stats["details"].items():
+            print(f"  {code}: {sorted(msgs)[:4]}")
         assert stats["ok"] > 0 and stats["ok"] + sum(stats["errors"].values()) == stats["sent"]
         assert viol <= VIOLATION_TARGET
         assert cost_low < cost_high, "the pool did not get cheaper at low load"

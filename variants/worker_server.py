@@ -118,6 +118,7 @@ class _Loaded:
     model: str
     path: Path
     signature: list
+    speed_factor: float = 1.0   # the dispatcher's measured relative latency (padding only)
 
 
 class WorkerServer(pbg.WorkerServicer):
@@ -179,10 +180,11 @@ class WorkerServer(pbg.WorkerServicer):
         return provs[0] if provs else ""
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def _load(self, name: str, model: str, path: Path) -> float:
+    def _load(self, name: str, model: str, path: Path, speed_factor: float = 1.0) -> float:
         t0 = time.perf_counter()
         self.executor.load(name, path)
-        self._variants[name] = _Loaded(model=model, path=path, signature=input_signature(path))
+        self._variants[name] = _Loaded(model=model, path=path, signature=input_signature(path),
+                                       speed_factor=speed_factor)
         return (time.perf_counter() - t0) * 1000.0
 
     async def start_async(self) -> int:
@@ -326,6 +328,8 @@ class WorkerServer(pbg.WorkerServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             assert self._lock is not None
             async with self._lock:  # one query at a time (Kairos §5.1)
+                if name not in self._variants:   # unloaded while this query waited for the lock
+                    await context.abort(grpc.StatusCode.NOT_FOUND, f"variant {name!r} is not loaded (unloaded)")
                 t0 = time.perf_counter()
                 self.executing += 1
                 self.max_executing = max(self.max_executing, self.executing)
@@ -339,7 +343,8 @@ class WorkerServer(pbg.WorkerServicer):
                         await context.abort(code, f"variant {name}: {msg}")
                     t1 = time.perf_counter()
                     compute_ms = (t1 - t0) * 1000.0
-                    pad = padding_ms(self.profile, batch, compute_ms, compute_ms, self.opts.profile_stat)
+                    pad = padding_ms(self.profile, batch, compute_ms, compute_ms, self.opts.profile_stat,
+                                     self._variants[name].speed_factor if name in self._variants else 1.0)
                     if pad > 0:
                         await asyncio.sleep(pad / 1000.0)
                     t2 = time.perf_counter()
@@ -377,7 +382,8 @@ class WorkerServer(pbg.WorkerServicer):
                 return pb.VariantReply(ok=False, message=f"variant {name!r}: give onnx bytes or onnx_path")
             assert self._load_lock is not None
             async with self._load_lock:
-                load_ms = await asyncio.to_thread(self._load, name, request.model or name, path)
+                load_ms = await asyncio.to_thread(self._load, name, request.model or name, path,
+                                                  request.speed_factor or 1.0)
         except Exception as exc:
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return pb.VariantReply(ok=False, message=f"variant {name!r}: {msg}")
@@ -388,8 +394,9 @@ class WorkerServer(pbg.WorkerServicer):
         name = request.variant or request.model
         if name not in self._variants:
             return pb.VariantReply(ok=False, message=f"variant {name!r} is not loaded")
-        assert self._lock is not None
-        async with self._lock:  # never pull a session out from under a running query
+        assert self._lock is not None and self._load_lock is not None
+        # never pull a session out from under a running query, nor between a load's two steps
+        async with self._load_lock, self._lock:
             self.executor.unload(name)
             self._variants.pop(name, None)
         return pb.VariantReply(ok=True, message="unloaded")

@@ -266,16 +266,18 @@ class HealthReply(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., providers: _Optional[_Iterable[str]] = ..., executor: _Optional[str] = ..., emulated: _Optional[bool] = ..., in_flight: _Optional[int] = ..., loaded_variants: _Optional[_Iterable[str]] = ..., served: _Optional[int] = ...) -> None: ...
 
 class VariantRequest(_message.Message):
-    __slots__ = ("model", "variant", "onnx", "onnx_path")
+    __slots__ = ("model", "variant", "onnx", "onnx_path", "speed_factor")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
     ONNX_FIELD_NUMBER: _ClassVar[int]
     ONNX_PATH_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FACTOR_FIELD_NUMBER: _ClassVar[int]
     model: str
     variant: str
     onnx: bytes
     onnx_path: str
-    def __init__(self, model: _Optional[str] = ..., variant: _Optional[str] = ..., onnx: _Optional[bytes] = ..., onnx_path: _Optional[str] = ...) -> None: ...
+    speed_factor: float
+    def __init__(self, model: _Optional[str] = ..., variant: _Optional[str] = ..., onnx: _Optional[bytes] = ..., onnx_path: _Optional[str] = ..., speed_factor: _Optional[float] = ...) -> None: ...
 
 class VariantReply(_message.Message):
     __slots__ = ("ok", "message", "load_ms")
