@@ -1190,17 +1190,26 @@ def offline_inputs(path: Path) -> list[tuple[str, np.ndarray]]:
     return arrs
 
 
+#: base latencies below this (ms) are timer noise on a brief local profile: no speed factor from them
+SPEED_MIN_BASE_MS = 0.1
+#: a measured speed factor this close to 1 is within the brief profile's noise: taken as 1
+SPEED_NOISE = 0.10
+
+
 def _speed_factor(mine: list, base: list) -> float:
     """Relative speed of a variant against its model's base variant, from their local profiles
-    (1 when either is unprofiled): the variant's latency on a type = the model's profile there × this."""
+    (1 when either is unprofiled): the variant's latency on a type = the model's profile there × this.
+    Only measurable differences count: base latencies under ``SPEED_MIN_BASE_MS`` or a factor within
+    ``SPEED_NOISE`` of 1 give 1, so routing and the model loop do not act on profiling noise."""
     if not mine or not base:
         return 1.0
     a = {b.batch_size: b.mean_ms for b in mine[0].batches}
-    c = {b.batch_size: b.mean_ms for b in base[0].batches}
+    c = {b.batch_size: b.mean_ms for b in base[0].batches if b.mean_ms >= SPEED_MIN_BASE_MS}
     common = sorted(set(a) & set(c))
     if not common:
         return 1.0
-    return float(np.clip(np.mean([a[k] / max(c[k], 1e-6) for k in common]), 0.25, 4.0))
+    f = float(np.clip(np.mean([a[k] / c[k] for k in common]), 0.25, 4.0))
+    return 1.0 if abs(f - 1.0) <= SPEED_NOISE else f
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:

@@ -205,3 +205,22 @@ def test_load_starts_only_after_admission(tmp_path: Path) -> None:
 
     asyncio.run(run())
     reg.close()
+
+
+def test_speed_factor_ignores_profiling_noise() -> None:
+    """A variant's speed factor comes from brief local profiles: microsecond timings, or a factor
+    within 10 % of 1, are noise and give 1; a clear difference is kept (clipped to 0.25..4)."""
+    from types import SimpleNamespace as NS
+
+    from dispatcher.server import _speed_factor
+
+    def prof(*pairs: tuple[int, float]) -> list:
+        return [NS(batches=[NS(batch_size=b, mean_ms=ms) for b, ms in pairs])]
+
+    base = prof((1, 2.0), (8, 4.0))
+    assert _speed_factor(prof((1, 1.0), (8, 2.0)), base) == 0.5
+    assert _speed_factor(prof((1, 2.1), (8, 4.2)), base) == 1.0           # +5 %: noise
+    assert _speed_factor(prof((1, 40.0), (8, 80.0)), base) == 4.0         # clipped
+    tiny = prof((1, 0.014), (8, 0.009))                                    # timer noise
+    assert _speed_factor(prof((1, 0.009), (8, 0.008)), tiny) == 1.0
+    assert _speed_factor([], base) == 1.0
