@@ -335,3 +335,20 @@ def test_busy_intervals_keep_only_the_utilization_horizon() -> None:
         finally:
             await teardown(d, ws, ch)
     run(body)
+
+
+def test_demand_window_per_model() -> None:
+    """The window the model loop sizes each model from counts only that model's queries."""
+    async def body() -> None:
+        d, workers, ch = await setup(on_deadline="best_effort")
+        try:
+            got = await asyncio.gather(*(submit(ch, model="ncf", batch_size=10) for _ in range(3)),
+                                       *(submit(ch, model="big", batch_size=40) for _ in range(5)))
+            assert all(isinstance(r, pb.SubmitReply) for r in got)
+            ncf, big, every = d.window_snapshot("ncf"), d.window_snapshot("big"), d.window_snapshot()
+            assert (ncf.count, ncf.mean_batch) == (3, 10.0)
+            assert (big.count, big.mean_batch) == (5, 40.0)
+            assert every.count == 8 and d.window_snapshot("nobody").count == 0
+        finally:
+            await teardown(d, workers, ch)
+    run(body)
