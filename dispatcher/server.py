@@ -75,8 +75,6 @@ class _Query:
     gen: int = 0
     dispatched_at: float = 0.0
     offline: bool = False
-    #: (worker, generation) when the submitter's own matching round chose a worker for it
-    handoff: tuple["WorkerState", int] | None = None
 
 
 @dataclass(eq=False)
@@ -107,9 +105,6 @@ class WorkerState:
     #: smoothed time (ms) a call to this worker takes beyond the service time it reports (network,
     #: (de)serialization): part of how long the worker stays busy, so of the remaining busy time in L
     overhead_ms: float = 0.0
-    #: the worker's serving task is between two queries and takes the next one itself
-    in_runner: bool = False
-    handoff: tuple["_Query", int] | None = None
 
 
 class Dispatcher:
@@ -186,7 +181,10 @@ class Dispatcher:
         self._health_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self._kick_pending = False
-        self._inline: _Query | None = None
+        # a round run by a coroutine that serves what it dispatches itself: the query or worker it
+        # catches, and the dispatch caught (see _round_catching)
+        self._catch: _Query | WorkerState | None = None
+        self._caught: tuple[_Query, WorkerState, int] | None = None
         self.observe_batch = 32
         self.observe_delay_s = 0.05
         self._pending_obs: list[tuple[str, str, int, float]] = []
@@ -349,8 +347,7 @@ class Dispatcher:
             asked = self.clock()
             reply = await w.client.health(self.health_timeout_s)
             w.health_failures = 0
-            if (reply.loaded_variants and asked > w.last_op_at and w.ops_in_flight == 0
-                    and not any(k[1] == w.instance_id for k in self._loading)):
+            if reply.loaded_variants and asked > w.last_op_at and w.ops_in_flight == 0:
                 before = w.loaded
                 w.loaded = set(reply.loaded_variants)
                 if before != w.loaded:
@@ -490,14 +487,9 @@ class Dispatcher:
             return await asyncio.shield(q.future)
         # the arrival event's matching round, run now: when it sends this query to a worker, this
         # coroutine makes the worker call itself (no task and no wake-up per query)
-        self._inline = q
-        try:
-            self._round()
-        finally:
-            self._inline = None
-        if q.handoff is not None:
-            w, gen = q.handoff
-            q.handoff = None
+        caught = self._round_catching(q)
+        if caught is not None:
+            _, w, gen = caught
             try:
                 await self._run(q, w, gen)
             except asyncio.CancelledError:
@@ -614,12 +606,21 @@ class Dispatcher:
         q.dispatched_at = now
         q.gen += 1
         self._inflight[q.query_id] = q
-        if q is self._inline:
-            q.handoff = (w, q.gen)      # the submitter's coroutine makes the call
-        elif w.in_runner:
-            w.handoff = (q, q.gen)      # the worker's task is in the round that chose q: it runs q next
+        if self._catch is q or self._catch is w:
+            self._caught = (q, w, q.gen)    # the coroutine running this round serves it itself
         else:
             self._spawn(self._serve(q, w, q.gen))
+
+    def _round_catching(self, target: _Query | WorkerState) -> tuple[_Query, WorkerState, int] | None:
+        """A matching round whose dispatch of ``target`` (the caller's own query, or the worker
+        whose task runs the round) comes back to the caller instead of starting a task."""
+        self._catch, self._caught = target, None
+        try:
+            self._round()
+        finally:
+            self._catch = None
+        caught, self._caught = self._caught, None
+        return caught
 
     async def _serve(self, q: _Query, w: WorkerState, gen: int) -> None:
         """Serve ``q`` on ``w``, then run the matching round for the completion event at once
@@ -630,21 +631,18 @@ class Dispatcher:
             nxt = self._completed(w, take_next=True)
             if nxt is None:
                 return
-            q, gen = nxt
+            q, _, gen = nxt
 
-    def _completed(self, w: WorkerState, take_next: bool = False) -> tuple[_Query, int] | None:
+    def _completed(self, w: WorkerState, take_next: bool = False) -> tuple[_Query, WorkerState, int] | None:
         """The completion event on ``w``: its matching round, now. With ``take_next`` (the caller
         is ``w``'s serving task) a query the round gives ``w`` is returned instead of spawned."""
         if w.removed or self._stopping or self._loop is None:
             self._kick()
             return None
-        w.in_runner = take_next
-        try:
-            self._round()
-        finally:
-            w.in_runner = False
-        nxt, w.handoff = w.handoff, None
-        return nxt
+        if take_next:
+            return self._round_catching(w)
+        self._round()
+        return None
 
     def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
         t = (self._loop or asyncio.get_running_loop()).create_task(coro)

@@ -344,7 +344,7 @@ class WorkerServer(pbg.WorkerServicer):
                     t1 = time.perf_counter()
                     compute_ms = (t1 - t0) * 1000.0
                     pad = padding_ms(self.profile, batch, compute_ms, compute_ms, self.opts.profile_stat,
-                                     self._variants[name].speed_factor if name in self._variants else 1.0)
+                                     self._variants[name].speed_factor)
                     if pad > 0:
                         await asyncio.sleep(pad / 1000.0)
                     t2 = time.perf_counter()
