@@ -130,28 +130,30 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
         if vi.type.tensor_type.elem_type != TensorProto.FLOAT:
             continue
         half = f"{vi.name}__fp16"
-        for node in g.node:
-            for i, name in enumerate(node.input):
-                if name == vi.name:
-                    node.input[i] = half
+        _rename_in_nodes(g.node, vi.name, half, outputs=False)
         new_nodes.append(helper.make_node("Cast", [vi.name], [half], to=TensorProto.FLOAT16, name=f"cast_in_{vi.name}"))
     tail: list[onnx.NodeProto] = []
     for vo in g.output:
         if vo.type.tensor_type.elem_type != TensorProto.FLOAT:
             continue
         half = f"{vo.name}__fp16"
-        for node in g.node:
-            for i, name in enumerate(node.output):
-                if name == vo.name:
-                    node.output[i] = half
-            for i, name in enumerate(node.input):  # an output also consumed inside the graph
-                if name == vo.name:
-                    node.input[i] = half
+        # the producer writes the fp16 name; an output also consumed inside the graph is read by it
+        _rename_in_nodes(g.node, vo.name, half, outputs=True)
         tail.append(helper.make_node("Cast", [half], [vo.name], to=TensorProto.FLOAT, name=f"cast_out_{vo.name}"))
     nodes = new_nodes + list(g.node) + tail
     del g.node[:]
     g.node.extend(nodes)
     return m
+
+
+def _rename_in_nodes(nodes, old: str, new: str, outputs: bool) -> None:  # type: ignore[no-untyped-def]
+    """Point every node input named ``old`` (and, with ``outputs``, every node output) at ``new``."""
+    for node in nodes:
+        fields = (node.input, node.output) if outputs else (node.input,)
+        for names in fields:
+            for i, name in enumerate(names):
+                if name == old:
+                    names[i] = new
 
 
 def with_static_batch(model: onnx.ModelProto, batch: int) -> onnx.ModelProto:
