@@ -31,6 +31,7 @@ from scaler.batch_mix import mix_from_dist
 from scaler.cloud import CloudProvider, ManagedInstance
 from scaler.ec2 import Ec2Cloud
 from scaler.fleet_decision import plan_fleet
+from scaler.parking import ParkState, decide_parking
 from scaler.plan import Plan
 from scaler.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView, demand_for_planning, significant_change
@@ -128,6 +129,10 @@ class Daemon:
         self.capacity_hint = 1.0
         self._hint_planned = 1.0
         self._gen_task: asyncio.Task | None = None
+        # scale-in parks surplus instances warm before it retires them (scaler.parking)
+        self._park_state = ParkState()
+        #: (monotonic time, "park" | "unpark" | "retire" | "launch", instance id), newest last
+        self.fleet_events: list[tuple[float, str, str]] = []
 
     # ---- wiring ----------------------------------------------------------------------------
     def _primary(self):
@@ -282,14 +287,14 @@ class Daemon:
                 if target != self.status.target:
                     self._generation += 1
                 pid = plan_id_for(target, self._generation)
-                report = await asyncio.to_thread(self.actuator.apply, target, pid)
+                report = await self._apply(target, pid)
                 unavailable = self.actuator.unavailable_types()
                 if plan is not None and unavailable & set(target):
                     # InsufficientCapacity: replan at once without the unavailable types.
                     target, plan = await asyncio.to_thread(self.decide, demand)
                     self._generation += 1
                     pid = plan_id_for(target, self._generation)
-                    report = await asyncio.to_thread(self.actuator.apply, target, pid)
+                    report = await self._apply(target, pid)
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
                 self._hint_planned = self.capacity_hint
                 self.status.plans_applied += 1
@@ -305,6 +310,46 @@ class Daemon:
                 self.status.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("fleet tick failed")
             await self._sync_workers()
+
+    def _event(self, kind: str, instance_id: str) -> None:
+        self.fleet_events.append((time.monotonic(), kind, instance_id))
+        del self.fleet_events[:-1000]
+
+    async def _apply(self, target: dict[str, int], plan_id: str):  # type: ignore[no-untyped-def]
+        """Park/unpark (scaler.parking), then move the pool to the planner's target plus the
+        instances still held parked. Unparked instances get their variants back before the
+        actuator launches anything, so a spike is met by warm instances first."""
+        assert self.actuator is not None
+        eff, retire = target, ()
+        d = self.dispatcher
+        if d is not None and self.cloud is not None:
+            instances = await asyncio.to_thread(self.cloud.list_managed)
+            types = {i.instance_type for i in instances if i.live} | set(target)
+            prices = {t: self.actuator.price(t) for t in types}
+            ready = frozenset(iid for iid, w in d.workers.items() if not w.removed)
+            dec, self._park_state = decide_parking(instances, target, ready, prices, self.actuator.budget,
+                                                   time.monotonic(), self._park_state, self.cfg.model_scaling.vm_park_s)
+            for iid in dec.unpark:
+                res = await d.unpark(iid)
+                self._event("unpark", iid)
+                log.info("fleet: unpark %s (load %s)", iid, ", ".join(f"{v}{'' if ok else ' failed: ' + m}" for v, ok, m in res) or "-")
+            for iid in dec.park:
+                self._event("park", iid)
+                log.info("fleet: park %s for up to %gs (surplus to %s)", iid, self.cfg.model_scaling.vm_park_s, target)
+            for iid in self._park_state.parked:   # new ones, and any that got a variant meanwhile
+                w = d.workers.get(iid)
+                if iid not in d.parked_ids or (w is not None and not w.removed and d.loaded_on(w)):
+                    for v, ok, m in await d.park(iid):
+                        if not ok:
+                            log.warning("fleet: unload %s from parked %s: %s", v, iid, m)
+            for iid in dec.retire:
+                self._event("retire", iid)
+            eff, retire = dec.target, dec.retire
+        report = await asyncio.to_thread(self.actuator.apply, eff, plan_id, retire)
+        for ids in report.launched.values():
+            for iid in ids:
+                self._event("launch", iid)
+        return report
 
     async def model_tick(self) -> None:
         """Model loop: variant states, model autoscaler and placements, VM-autoscaler hint

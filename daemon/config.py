@@ -154,6 +154,9 @@ class ModelScalingSpec(_Strict):
     vm_add_cooldown_s: Annotated[float, Field(ge=0)] = 30.0
     vm_remove_cooldown_s: Annotated[float, Field(ge=0)] = 120.0
     vm_low_utilization: Annotated[float, Field(gt=0, lt=1)] = 0.40
+    vm_park_s: Annotated[float, Field(ge=0)] = Field(
+        120.0, description="a surplus instance stays parked (warm, no variant loaded, no queries) this long before it "
+                           "is terminated; a spike meanwhile loads its variants back instead of launching; 0: terminate at once")
 
 
 class WorkloadSpec(_Strict):

@@ -91,6 +91,10 @@ class WorkerState:
     served: int = 0
     draining: bool = False
     removed: bool = False
+    #: parked (scaler.parking): surplus kept warm, given no queries, its variants unloaded; it
+    #: counts as draining while parked, and ``parked_variants`` is what it held (loaded back on unpark)
+    parked: bool = False
+    parked_variants: set[str] | None = None
     health_failures: int = 0
     idle_event: asyncio.Event = field(default_factory=asyncio.Event)
     hardware: str = "cpu"
@@ -165,6 +169,7 @@ class Dispatcher:
         self.idempotency_capacity = 10_000
         # state
         self._allowed: dict[str, str] = {}
+        self.parked_ids: set[str] = set()   # parked instances, registered or not yet
         self._queue: dict[str, _Query] = {}
         self._retry: dict[str, _Query] = {}
         self._inflight: dict[str, _Query] = {}
@@ -282,6 +287,7 @@ class Dispatcher:
             self._loop.call_soon_threadsafe(self.forget_instance, instance_id)  # type: ignore[union-attr]
             return
         self._allowed.pop(instance_id, None)
+        self.parked_ids.discard(instance_id)
         w = self.workers.get(instance_id)
         if w is not None:
             self._remove_worker(w, "instance forgotten")
@@ -299,6 +305,8 @@ class Dispatcher:
         it = self._catalog.get(instance_type)
         w.hardware = it.hardware if it is not None else "cpu"
         w.idle_event.set()
+        if instance_id in self.parked_ids:
+            w.parked = w.draining = True
         self.workers[instance_id] = w
         self._kick()
 
@@ -318,6 +326,49 @@ class Dispatcher:
             return True
         except asyncio.TimeoutError:
             return False
+
+    async def park(self, instance_id: str) -> list[tuple[str, bool, str]]:
+        """Park a surplus instance (:mod:`scaler.parking`): no new queries go to it, its running
+        query finishes, and every variant on it is unloaded. Idempotent: a worker that registers
+        while parked, or still holds a variant, has it unloaded on the next call. Returns
+        (variant, ok, message) per unload."""
+        self.parked_ids.add(instance_id)
+        w = self.workers.get(instance_id)
+        if w is None or w.removed:
+            return []
+        held = self.loaded_on(w)
+        if not w.parked:
+            w.parked_variants = set(held)
+        elif held:
+            w.parked_variants = (w.parked_variants or set()) | held
+        w.parked = w.draining = True
+        self._kick()
+        out = []
+        for v, r in zip(sorted(held), await asyncio.gather(*(self.unload_variant(instance_id, v) for v in sorted(held)),
+                                                             return_exceptions=True)):
+            ok, msg = (False, str(r)) if isinstance(r, BaseException) else r
+            out.append((v, ok, msg))
+        return out
+
+    async def unpark(self, instance_id: str) -> list[tuple[str, bool, str]]:
+        """Bring a parked instance back: load what it held when parked (else the config's models),
+        then route queries to it again. Returns (variant, ok, message) per load."""
+        self.parked_ids.discard(instance_id)
+        w = self.workers.get(instance_id)
+        if w is None or w.removed or not w.parked:
+            return []
+        want = sorted(w.parked_variants or set(self.cfg_model_names()))
+        out = []
+        for v, r in zip(want, await asyncio.gather(*(self.load_variant(instance_id, v) for v in want),
+                                                   return_exceptions=True)):
+            ok, msg = (False, str(r)) if isinstance(r, BaseException) else r
+            out.append((v, ok, msg))
+        if w.removed or instance_id in self.parked_ids:   # forgotten or parked again meanwhile
+            return out
+        w.parked = w.draining = False
+        w.parked_variants = None
+        self._kick()
+        return out
 
     def _remove_worker(self, w: WorkerState, reason: str) -> None:
         if w.removed:
@@ -1134,7 +1185,7 @@ class Dispatcher:
             cost_per_hour=float(sum(self._prices.get(t, 0.0) * n for t, n in pool.items())),
             pool=dict(pool), queued=len(self._queue) + len(self._retry), served=self.served,
             rejected=int(sum(self.rejected.values())), arrival_qps=self.window.arrival_rate(self.clock()),
-            workers=len(self.workers))
+            workers=len(self.workers), parked=sum(1 for w in self.workers.values() if w.parked))
 
 
 @dataclass(eq=False)

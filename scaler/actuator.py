@@ -25,7 +25,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from daemon.state import StateStore
 from scaler.catalog import InstanceType, load_catalog
@@ -349,12 +349,13 @@ class FleetActuator:
             k += 1
 
     # -- apply -------------------------------------------------------------------------------
-    def apply(self, target: Mapping[str, int], plan_id: str) -> ApplyReport:
-        """Move the managed pool to ``target`` (type → count) under the budget."""
+    def apply(self, target: Mapping[str, int], plan_id: str, retire_first: Sequence[str] = ()) -> ApplyReport:
+        """Move the managed pool to ``target`` (type → count) under the budget; where a type
+        shrinks, the ids in ``retire_first`` go first."""
         with self._mu:
-            return self._apply(target, plan_id)
+            return self._apply(target, plan_id, retire_first)
 
-    def _apply(self, target: Mapping[str, int], plan_id: str) -> ApplyReport:
+    def _apply(self, target: Mapping[str, int], plan_id: str, retire_first: Sequence[str] = ()) -> ApplyReport:
         tgt = {t: int(n) for t, n in target.items() if int(n) > 0}
         for t in tgt:
             self.price(t)  # unknown type → ValueError before anything is recorded
@@ -369,7 +370,7 @@ class FleetActuator:
             current[i.instance_type].append(i)
         prices = {t: self.price(t) for t in set(tgt) | set(current)}
         steps = plan_transition(current, tgt, prices, self.budget, cluster=self.cloud.cluster, plan_id=plan_id,
-                                seq_start=self.store.next_seq(plan_id))
+                                seq_start=self.store.next_seq(plan_id), retire_first=retire_first)
         rep.steps = steps
         unavailable = self.unavailable_types()
         mine: dict[str, str] = {}  # ids launched in this apply → type

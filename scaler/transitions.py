@@ -61,11 +61,13 @@ def client_token(cluster: str, plan_id: str, digest: str, instance_type: str, se
 Current = Mapping[str, Union[int, Sequence[ManagedInstance]]]
 
 
-def _retire_order(instances: Sequence[ManagedInstance]) -> list[str]:
-    """Which instances of one type go first: pending (not serving yet, maybe stuck), then the
-    newest, then by id (deterministic)."""
+def _retire_order(instances: Sequence[ManagedInstance], first: Sequence[str] = ()) -> list[str]:
+    """Which instances of one type go first: the ids in ``first`` in that order (parked ones,
+    :mod:`scaler.parking`), then pending (not serving yet, maybe stuck), then the newest, then by
+    id (deterministic)."""
+    rank = {iid: k for k, iid in enumerate(first)}
     live = [i for i in instances if i.live]
-    live.sort(key=lambda i: (i.state != "pending", -i.launch_time, i.instance_id))
+    live.sort(key=lambda i: (rank.get(i.instance_id, len(rank)), i.state != "pending", -i.launch_time, i.instance_id))
     return [i.instance_id for i in live]
 
 
@@ -86,6 +88,7 @@ def plan_transition(
     cluster: str = "",
     plan_id: str = "",
     seq_start: int = 0,
+    retire_first: Sequence[str] = (),
 ) -> list[Step]:
     """Steps from ``current`` (type → live instances, or type → count) to ``target`` (type → count).
 
@@ -94,6 +97,7 @@ def plan_transition(
     itself fit the budget; the current pool need not (it is brought down first).
     Sequence numbers (and so the ClientTokens) start at ``seq_start``: the actuator passes the
     next unused number of the plan, so a replanned remainder never reuses a spent token.
+    Instances are retired in ``retire_first`` order before any other of their type.
     """
     for t, n in target.items():
         if int(n) < 0:
@@ -111,7 +115,7 @@ def plan_transition(
         if isinstance(v, int):
             cur[t], ids[t] = int(v), None
         else:
-            order = _retire_order(v)
+            order = _retire_order(v, retire_first)
             cur[t], ids[t] = len(order), order
         if cur[t] and t not in prices:
             raise ValueError(f"no price for current type {t}")

@@ -161,7 +161,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers")
+    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked")
     class PoolEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +178,7 @@ class StatusReply(_message.Message):
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     ARRIVAL_QPS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    PARKED_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     budget_per_hour: float
     cost_per_hour: float
@@ -187,7 +188,8 @@ class StatusReply(_message.Message):
     rejected: int
     arrival_qps: float
     workers: int
-    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ...) -> None: ...
+    parked: int
+    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("instance_id", "instance_type", "address", "token", "providers", "executor")

@@ -1,0 +1,150 @@
+"""Scale-in in two steps: park surplus instances warm, retire them only after a hold (pure).
+
+When the fleet planner's target has fewer instances of a type than are running, the surplus is not
+terminated at once. It is *parked*: the dispatcher stops giving it queries and its model variants
+are unloaded (the model-vertical "scale down" of INFaaS §4.2.2, which frees the worker), so the
+surplus serves nothing and costs only its rent. After ``hold_s`` of being parked (INFaaS §4.2.3:
+remove a VM only after sustained low use, with a cooldown) parked instances are retired, at most
+half of a type's parked instances (rounded up, at least one) per ``hold_s`` window. When load comes
+back while an instance is still parked, the planner's target includes it again and it is
+*unparked*: its variants are loaded back (a replica in well under a second) before the fleet loop
+asks EC2 for anything new -- the model-level answer to a spike comes first, new instances second.
+
+Three rules keep this safe:
+
+* money first (DESIGN invariant 1): the held instances ride on top of the planner's target only
+  while that sum fits the budget; otherwise the most expensive held instances retire now, so a
+  launch the target needs is never blocked by warm spares;
+* make-before-break: while an instance of the target is not serving yet (pending, or not
+  registered with the dispatcher), surplus instances that serve keep serving -- a swap from one
+  type to another does not lose capacity while the new type boots;
+* instances that serve nothing (pending or unregistered surplus) are parked first.
+
+Everything comes in as arguments (instances, target, the ids registered with the dispatcher, the
+time); :class:`ParkState` carries the timers between rounds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from scaler.cloud import ManagedInstance
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class ParkState:
+    parked: Mapping[str, float] = field(default_factory=dict)       # instance id -> parked since
+    last_retire: Mapping[str, float] = field(default_factory=dict)  # type -> last retirement of parked ones
+
+
+@dataclass(frozen=True)
+class ParkDecision:
+    """``target``: what the actuator is asked for (the planner's target plus the instances held);
+    ``retire``: the ids it must retire first (expired or over-budget parked instances), oldest
+    parked first; ``park``/``unpark``: ids whose state changes this round; ``held``: type -> number
+    of surplus instances kept on top of the planner's target."""
+
+    target: dict[str, int]
+    park: tuple[str, ...] = ()
+    unpark: tuple[str, ...] = ()
+    retire: tuple[str, ...] = ()
+    held: dict[str, int] = field(default_factory=dict)
+    serving_surplus: tuple[str, ...] = ()   # surplus kept serving while the target comes up
+
+
+def _cost(pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
+    return float(sum(prices[t] * n for t, n in pool.items() if n))
+
+
+def decide_parking(
+    instances: Sequence[ManagedInstance],
+    target: Mapping[str, int],
+    ready: set[str] | frozenset[str],
+    prices: Mapping[str, float],
+    budget: float,
+    now: float,
+    state: ParkState = ParkState(),
+    hold_s: float = 120.0,
+) -> tuple[ParkDecision, ParkState]:
+    """One round. ``instances``: the managed instances (only live ones count); ``target``: the
+    planner's pool (type -> count, within ``budget``); ``ready``: ids registered with the
+    dispatcher (serving or able to); ``hold_s`` 0 retires surplus at once (no parking)."""
+    tgt = {t: int(n) for t, n in target.items() if int(n) > 0}
+    live = [i for i in instances if i.live]
+    by_type: dict[str, list[ManagedInstance]] = {}
+    for i in live:
+        by_type.setdefault(i.instance_type, []).append(i)
+    parked = {iid: since for iid, since in state.parked.items() if any(i.instance_id == iid for i in live)}
+    last_retire = dict(state.last_retire)
+    if hold_s <= 0:
+        surplus_ids = []
+        for t, insts in sorted(by_type.items()):
+            extra = len(insts) - tgt.get(t, 0)
+            order = sorted(insts, key=lambda i: (i.instance_id in ready, -i.launch_time, i.instance_id))
+            surplus_ids += [i.instance_id for i in order[:max(extra, 0)]]
+        return (ParkDecision(dict(tgt), unpark=tuple(sorted(parked)), retire=tuple(surplus_ids)),
+                ParkState({}, last_retire))
+
+    # is every instance the target counts on serving? (make-before-break across types)
+    up = all(sum(1 for i in by_type.get(t, []) if i.instance_id in ready and i.instance_id not in parked) >= n
+             for t, n in tgt.items())
+    park: list[str] = []
+    unpark: list[str] = []
+    serving_surplus: list[str] = []
+    for t, insts in sorted(by_type.items()):
+        extra = max(len(insts) - tgt.get(t, 0), 0)
+        mine = sorted((i for i in insts if i.instance_id in parked), key=lambda i: (parked[i.instance_id], i.instance_id))
+        if len(mine) > extra:        # the target needs them again: newest parked come back first
+            for i in mine[extra:][::-1]:
+                unpark.append(i.instance_id)
+                del parked[i.instance_id]
+            continue
+        others = sorted((i for i in insts if i.instance_id not in parked),
+                        key=lambda i: (i.instance_id in ready, -i.launch_time, i.instance_id))
+        for i in others[: extra - len(mine)]:
+            if i.instance_id in ready and not up:
+                serving_surplus.append(i.instance_id)    # keeps serving until the target is up
+            else:
+                park.append(i.instance_id)
+                parked[i.instance_id] = now
+
+    # expired parked instances: at most half of a type's parked (>= 1) per hold window
+    retire: list[str] = []
+    for t in sorted(by_type):
+        mine = sorted((i.instance_id for i in by_type[t] if i.instance_id in parked), key=lambda x: (parked[x], x))
+        expired = [x for x in mine if now - parked[x] >= hold_s - _EPS]
+        if not expired or now - last_retire.get(t, -math.inf) < hold_s - _EPS:
+            continue
+        k = max(1, math.ceil(len(mine) / 2))
+        retire += expired[:k]
+        last_retire[t] = now
+    for x in retire:
+        del parked[x]
+
+    # money first: drop held instances, most expensive first (parked before serving), until it fits
+    held_ids = [x for x in parked] + serving_surplus
+    type_of = {i.instance_id: i.instance_type for i in live}
+    eff = dict(tgt)
+    for x in held_ids:
+        eff[type_of[x]] = eff.get(type_of[x], 0) + 1
+    order = sorted(held_ids, key=lambda x: (-prices.get(type_of[x], 0.0), x in serving_surplus,
+                                            parked.get(x, now), x))
+    for x in order:
+        if _cost(eff, prices) <= budget + _EPS:
+            break
+        eff[type_of[x]] -= 1
+        retire.append(x)
+        parked.pop(x, None)
+        if x in serving_surplus:
+            serving_surplus.remove(x)
+    eff = {t: n for t, n in eff.items() if n > 0}
+    held = {t: eff.get(t, 0) - tgt.get(t, 0) for t in eff if eff.get(t, 0) > tgt.get(t, 0)}
+    park = [x for x in park if x in parked]
+    return (ParkDecision(eff, tuple(park), tuple(unpark), tuple(retire), held, tuple(serving_surplus)),
+            ParkState(parked, last_retire))
+
+
+__all__ = ["ParkDecision", "ParkState", "decide_parking"]
