@@ -39,7 +39,7 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.policies import infeasible, make_policy
 from dispatcher.policy import Policy, QueryView, WorkerView
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.proto.tensors import array_to_tensor, tensor_to_array, write_atomic
+from dispatcher.proto.tensors import array_to_tensor, replace_atomic, tensor_to_array, write_atomic
 from dispatcher import modelless as ml
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.worker_client import WorkerClient, is_worker_failure
@@ -1262,10 +1262,7 @@ def _speed_factor(mine: list, base: list) -> float:
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(str(tmp), **arrays)
-    tmp.replace(path)
+    replace_atomic(path, lambda tmp: np.savez(str(tmp), **arrays), suffix=".tmp.npz")
 
 
 class _InferenceServicer(pbg.InferenceServicer):

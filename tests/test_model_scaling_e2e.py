@@ -2,9 +2,11 @@
 
 The real daemon (planner, EC2 provider via boto3, gRPC dispatcher, fleet loop, model loop) runs
 in-process; one local worker process per running instance (real ONNX, padded to the Kairos rm2
-profile of its type). Load: high -> low -> spike. Checks: at low load the model loop scales
-variant instances down and the pool's $/hr falls; at the spike it loads variants back
-(replicates) and then the fleet adds instances; SLO violations stay within the target.
+profile of its type). Load: high -> low -> spike. Checks: at low load the surplus instances are
+parked (their variant unloaded, no queries) and then retired, so the pool's $/hr falls; at the
+spike the variant is loaded back onto a still-parked instance (a replica in well under a second)
+before the fleet launches anything, and then the fleet adds instances; SLO violations stay within
+the target.
 """
 from __future__ import annotations
 
@@ -25,9 +27,13 @@ from scaler.vm_autoscaler import VmParams
 pytestmark = pytest.mark.slow
 
 VIOLATION_TARGET = 0.10   # at most 10 % of served queries over the 350 ms QoS target
+PARK_S = 8.0              # surplus stays parked this long (production default 120 s)
 
 
-async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict, phase: str = "") -> None:
+async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict, phase: str = "",
+                 until=None, max_duration: float = 0.0) -> None:  # noqa: ANN001
+    """Poisson arrivals at ``rate`` for ``duration`` s; with ``until``, go on (up to
+    ``max_duration``) until it returns True."""
     pending: set[asyncio.Task] = set()
 
     async def one(b: int) -> None:
@@ -46,8 +52,10 @@ async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict
 
     start = time.monotonic()
     next_t = 0.0
-    while time.monotonic() - start < duration:
+    while True:
         el = time.monotonic() - start
+        if el >= duration and (until is None or until() or el >= max_duration):
+            break
         if el >= next_t:
             t = asyncio.create_task(one(int(batches[out["sent"] % len(batches)])))
             pending.add(t)
@@ -77,6 +85,7 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
     raw = base.model_dump()
     raw["models"][0]["application"] = "rm2"
     raw["intervals"] = {"fleet_s": 2, "model_s": 0.5, "reconcile_s": 30}
+    raw["model_scaling"]["vm_park_s"] = PARK_S
     cfg = Config.model_validate(raw)
     catalog = cfg.catalog()
     params = ModelLoopParams(headroom=cfg.headroom,
@@ -112,24 +121,44 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
             await _phase(stub, pb, 12.0, 10.0, rng, batches, stats, "high")
             cost_high, pool_high = cost(), daemon.status.pool()
             unloads_before = loop and sum(1 for p in loop.applied if p.action == "unload")
-            await _phase(stub, pb, 2.0, 12.0, rng, batches, stats, "low")
+            t_low = time.monotonic()
+            unload_ops_before = daemon.dispatcher.unload_ops
+
+            def low_done() -> bool:  # one parked instance retired (cost fell) and one still parked
+                ev = [k for t, k, _ in daemon.fleet_events if t >= t_low]
+                return "retire" in ev and bool(daemon.dispatcher.parked_ids) and cost() < cost_high
+
+            await _phase(stub, pb, 2.0, 12.0, rng, batches, stats, "low", until=low_done, max_duration=45.0)
             cost_low, pool_low = cost(), daemon.status.pool()
-            low_rounds = loop.rounds
+            parked_at_low = sorted(daemon.dispatcher.parked_ids)
             unloads_low = sum(1 for p in loop.applied if p.action == "unload") - unloads_before
+            unload_ops_low = daemon.dispatcher.unload_ops - unload_ops_before
             loads_before = sum(1 for p in loop.applied if p.action == "load")
+            load_ops_before = daemon.dispatcher.load_ops
             launched_before = len(daemon.status.instances)
+            t_spike = time.monotonic()
             await _phase(stub, pb, 24.0, 10.0, rng, batches, stats, "spike")
             loads_spike = sum(1 for p in loop.applied if p.action == "load") - loads_before
+            load_ops_spike = daemon.dispatcher.load_ops - load_ops_before
             launched_after = len(daemon.status.instances)
             cost_spike, pool_spike = cost(), daemon.status.pool()
+        events = [(round(t - t_low, 1), k, i) for t, k, i in daemon.fleet_events if t >= t_low]
+        spike_ev = [(t, k, i) for t, k, i in daemon.fleet_events if t >= t_spike]
+        first_unpark = next((t for t, k, _ in spike_ev if k == "unpark"), None)
+        first_launch = next((t for t, k, _ in spike_ev if k == "launch"), None)
         # a query refused or timed out counts as a violation too
         viol = (stats["violations"] + sum(stats["errors"].values())) / max(stats["sent"], 1)
         print(f"\nmodel-scaling e2e: sent {stats['sent']} served {stats['ok']} errors {stats['errors']}; "
               f"SLO violations {stats['violations']} ({viol:.1%}, target <= {VIOLATION_TARGET:.0%})")
         print(f"cost $/hr: high {cost_high:.3f} {pool_high} -> low {cost_low:.3f} {pool_low} -> "
-              f"spike {cost_spike:.3f} {pool_spike}; model loop unloads at low {unloads_low}, loads at spike "
-              f"{loads_spike}; instances known before/after spike {launched_before}/{launched_after}; "
+              f"spike {cost_spike:.3f} {pool_spike}; variant unloads at low {unload_ops_low} (model loop "
+              f"{unloads_low}), loads at spike {load_ops_spike} (model loop {loads_spike}); parked when the spike "
+              f"came {parked_at_low}; instances known before/after spike {launched_before}/{launched_after}; "
               f"variants served {sorted(stats['variants'])}; hint {daemon.capacity_hint:.2f}")
+        print(f"  fleet events from the low phase on (s after it began): {events}")
+        print(f"  spike began at {t_spike - t_low:.1f} s; first unpark (variant loaded back) "
+              f"{'-' if first_unpark is None else f'{first_unpark - t_low:.1f} s'}, first launch "
+              f"{'-' if first_launch is None else f'{first_launch - t_low:.1f} s'}")
         print(f"  errors by phase: {stats['by_phase']}")
         print("  variants: " + ", ".join(f"{n} ({m.hardware}, speed x{m.speed_factor:.2f}, acc {m.accuracy:.3f})"
                                          for n, m in sorted(daemon.dispatcher._variant_meta.items())))
@@ -139,8 +168,11 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
         assert stats["ok"] > 0 and stats["ok"] + sum(stats["errors"].values()) == stats["sent"]
         assert viol <= VIOLATION_TARGET
         assert cost_low < cost_high, "the pool did not get cheaper at low load"
+        assert unload_ops_low >= 1 and parked_at_low, "no variant instance was scaled down at low load"
         assert loop.rounds > 0 and loop.failed == []
-        assert launched_after > launched_before, "no instance was added at the spike"
+        assert first_unpark is not None and load_ops_spike >= 1, "the spike did not load a variant back first"
+        assert launched_after > launched_before and first_launch is not None, "no instance was added at the spike"
+        assert first_unpark < first_launch, "instances were launched before the warm replica was used"
         assert cost_spike > cost_low
         assert max(cost_high, cost_spike) <= cfg.budget_per_hour + 1e-9
     finally:

@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from dispatcher.proto.tensors import replace_atomic
+
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("mlp",)
 OPSET = 17
@@ -58,11 +60,8 @@ def mlp_model(in_features: int = 64, hidden: int = 128, out: int = 8, seed: int 
 def build_mlp(path: Path, in_features: int = 64, hidden: int = 128, out: int = 8, seed: int = 0) -> Path:
     """Write the built-in MLP to ``path`` (parents created) and return the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     model = mlp_model(in_features, hidden, out, seed)
-    tmp = path.with_name(path.name + ".tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(path)  # atomic: a concurrent reader never sees half a file
+    replace_atomic(path, lambda tmp: onnx.save(model, str(tmp)))
     return path
 
 
