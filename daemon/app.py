@@ -303,6 +303,10 @@ class Daemon:
                     self.dispatcher.set_base_type(plan.base_type)
                 log.info("fleet (%s): demand %.1f q/s -> target %s (%s); %s", reason, demand.qps, target,
                          plan.rule if plan else "pinned", report)
+            except asyncio.CancelledError:
+                if self._stop.is_set():     # EC2 calls cut short by shutdown
+                    return
+                raise
             except UsageError as exc:
                 self.status.last_error = str(exc)
                 log.error("fleet: %s", exc)

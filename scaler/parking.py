@@ -4,8 +4,7 @@ When the fleet planner's target has fewer instances of a type than are running, 
 terminated at once. It is *parked*: the dispatcher stops giving it queries and its model variants
 are unloaded (the model-vertical "scale down" of INFaaS §4.2.2, which frees the worker), so the
 surplus serves nothing and costs only its rent. After ``hold_s`` of being parked (INFaaS §4.2.3:
-remove a VM only after sustained low use, with a cooldown) parked instances are retired, at most
-half of a type's parked instances (rounded up, at least one) per ``hold_s`` window. When load comes
+remove a VM only after sustained low use, with a cooldown) a parked instance is retired. When load comes
 back while an instance is still parked, the planner's target includes it again and it is
 *unparked*: its variants are loaded back (a replica in well under a second) before the fleet loop
 asks EC2 for anything new -- the model-level answer to a spike comes first, new instances second.
@@ -13,8 +12,10 @@ asks EC2 for anything new -- the model-level answer to a spike comes first, new 
 Three rules keep this safe:
 
 * money first (DESIGN invariant 1): the held instances ride on top of the planner's target only
-  while that sum fits the budget; otherwise the most expensive held instances retire now, so a
-  launch the target needs is never blocked by warm spares;
+  while that sum fits the budget and costs no more than the dearest target the planner asked for
+  within the last ``hold_s`` (warm spares are capacity that was recently needed, not extra: a
+  planner alternating between two pools does not end up paying for both); otherwise the most
+  expensive held instances retire now, so a launch the target needs is never blocked by them;
 * make-before-break: while an instance of the target is not serving yet (pending, or not
   registered with the dispatcher), surplus instances that serve keep serving -- a swap from one
   type to another does not lose capacity while the new type boots;
@@ -37,7 +38,7 @@ _EPS = 1e-9
 @dataclass(frozen=True)
 class ParkState:
     parked: Mapping[str, float] = field(default_factory=dict)       # instance id -> parked since
-    last_retire: Mapping[str, float] = field(default_factory=dict)  # type -> last retirement of parked ones
+    recent: tuple[tuple[float, float], ...] = ()                    # (time, $/hr) of recent targets
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,13 @@ def _cost(pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
     return float(sum(prices[t] * n for t, n in pool.items() if n))
 
 
+def _count(instances: Sequence[ManagedInstance]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in instances:
+        out[i.instance_type] = out.get(i.instance_type, 0) + 1
+    return out
+
+
 def decide_parking(
     instances: Sequence[ManagedInstance],
     target: Mapping[str, int],
@@ -78,7 +86,9 @@ def decide_parking(
     for i in live:
         by_type.setdefault(i.instance_type, []).append(i)
     parked = {iid: since for iid, since in state.parked.items() if any(i.instance_id == iid for i in live)}
-    last_retire = dict(state.last_retire)
+    # no history (first round, or after a restart): the pool running now is what was last asked for
+    seed = state.recent or ((now, _cost(_count(live), prices)),)
+    recent = tuple((t, c) for t, c in seed if now - t < hold_s) + ((now, _cost(tgt, prices)),)
     if hold_s <= 0:
         surplus_ids = []
         for t, insts in sorted(by_type.items()):
@@ -86,7 +96,7 @@ def decide_parking(
             order = sorted(insts, key=lambda i: (i.instance_id in ready, -i.launch_time, i.instance_id))
             surplus_ids += [i.instance_id for i in order[:max(extra, 0)]]
         return (ParkDecision(dict(tgt), unpark=tuple(sorted(parked)), retire=tuple(surplus_ids)),
-                ParkState({}, last_retire))
+                ParkState({}, ()))
 
     # is every instance the target counts on serving? (make-before-break across types)
     up = all(sum(1 for i in by_type.get(t, []) if i.instance_id in ready and i.instance_id not in parked) >= n
@@ -111,40 +121,33 @@ def decide_parking(
                 park.append(i.instance_id)
                 parked[i.instance_id] = now
 
-    # expired parked instances: at most half of a type's parked (>= 1) per hold window
-    retire: list[str] = []
-    for t in sorted(by_type):
-        mine = sorted((i.instance_id for i in by_type[t] if i.instance_id in parked), key=lambda x: (parked[x], x))
-        expired = [x for x in mine if now - parked[x] >= hold_s - _EPS]
-        if not expired or now - last_retire.get(t, -math.inf) < hold_s - _EPS:
-            continue
-        k = max(1, math.ceil(len(mine) / 2))
-        retire += expired[:k]
-        last_retire[t] = now
+    # parked for the whole hold: retired (oldest parked first)
+    retire = sorted((x for x in parked if now - parked[x] >= hold_s - _EPS), key=lambda x: (parked[x], x))
     for x in retire:
         del parked[x]
 
-    # money first: drop held instances, most expensive first (parked before serving), until it fits
-    held_ids = [x for x in parked] + serving_surplus
+    # money first: parked instances stay while the pool fits the dearest recent target (and so the
+    # budget); surplus still serving stays while it fits the budget. Dearest first, oldest parked first.
     type_of = {i.instance_id: i.instance_type for i in live}
     eff = dict(tgt)
-    for x in held_ids:
+    for x in list(parked) + serving_surplus:
         eff[type_of[x]] = eff.get(type_of[x], 0) + 1
-    order = sorted(held_ids, key=lambda x: (-prices.get(type_of[x], 0.0), x in serving_surplus,
-                                            parked.get(x, now), x))
-    for x in order:
-        if _cost(eff, prices) <= budget + _EPS:
-            break
-        eff[type_of[x]] -= 1
-        retire.append(x)
-        parked.pop(x, None)
-        if x in serving_surplus:
-            serving_surplus.remove(x)
+    cap = min(budget, max(c for _, c in recent))
+    for group, limit in ((sorted(parked, key=lambda x: (-prices[type_of[x]], parked[x], x)), cap),
+                         (sorted(serving_surplus, key=lambda x: (-prices[type_of[x]], x)), budget)):
+        for x in group:
+            if _cost(eff, prices) <= limit + _EPS:
+                break
+            eff[type_of[x]] -= 1
+            retire.append(x)
+            parked.pop(x, None)
+            if x in serving_surplus:
+                serving_surplus.remove(x)
     eff = {t: n for t, n in eff.items() if n > 0}
     held = {t: eff.get(t, 0) - tgt.get(t, 0) for t in eff if eff.get(t, 0) > tgt.get(t, 0)}
     park = [x for x in park if x in parked]
     return (ParkDecision(eff, tuple(park), tuple(unpark), tuple(retire), held, tuple(serving_surplus)),
-            ParkState(parked, last_retire))
+            ParkState(parked, recent))
 
 
 __all__ = ["ParkDecision", "ParkState", "decide_parking"]

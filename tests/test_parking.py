@@ -18,7 +18,7 @@ POOL = [inst("i-g", "g4dn.xlarge", 1), inst("i-r1", "r5n.large", 2), inst("i-r2"
 ALL = frozenset({"i-g", "i-r1", "i-r2"})
 
 
-def test_surplus_is_parked_then_retired_half_per_hold_window() -> None:
+def test_surplus_is_parked_then_retired_after_the_hold() -> None:
     target = {"g4dn.xlarge": 1}
     d, s = decide_parking(POOL, target, ALL, PRICES, 2.5, now=100.0, hold_s=10.0)
     assert d.park == ("i-r2", "i-r1")          # newest first
@@ -26,21 +26,26 @@ def test_surplus_is_parked_then_retired_half_per_hold_window() -> None:
     assert d.held == {"r5n.large": 2} and s.parked == {"i-r2": 100.0, "i-r1": 100.0}
     d, s = decide_parking(POOL, target, ALL, PRICES, 2.5, now=109.0, state=s, hold_s=10.0)
     assert d.park == () and d.retire == () and d.target == {"g4dn.xlarge": 1, "r5n.large": 2}
-    # hold over: half of the two parked (one) goes, oldest parked first (tie: by id)
     d, s = decide_parking(POOL, target, ALL, PRICES, 2.5, now=110.0, state=s, hold_s=10.0)
-    assert d.retire == ("i-r1",) and d.target == {"g4dn.xlarge": 1, "r5n.large": 1}
-    assert s.parked == {"i-r2": 100.0} and s.last_retire == {"r5n.large": 110.0}
-    live = [i for i in POOL if i.instance_id != "i-r1"]
-    # the next one waits a whole window after the last retirement
-    d, s = decide_parking(live, target, ALL, PRICES, 2.5, now=119.0, state=s, hold_s=10.0)
-    assert d.retire == () and d.target == {"g4dn.xlarge": 1, "r5n.large": 1}
-    d, s = decide_parking(live, target, ALL, PRICES, 2.5, now=120.0, state=s, hold_s=10.0)
-    assert d.retire == ("i-r2",) and d.target == {"g4dn.xlarge": 1} and s.parked == {}
+    assert d.retire == ("i-r1", "i-r2") and d.target == {"g4dn.xlarge": 1} and s.parked == {}
+
+
+def test_parked_instances_cost_no_more_than_the_dearest_recent_target() -> None:
+    # the planner asked for g4dn + 1 r5n (0.675 $/hr) 3 s ago and for g4dn alone now: of the two
+    # parked r5n one may stay warm, the older one goes (a planner alternating between pools does
+    # not pay for both)
+    s = ParkState({"i-r1": 0.0, "i-r2": 1.0}, ((2.0, 0.675),))
+    d, s = decide_parking(POOL, {"g4dn.xlarge": 1}, ALL, PRICES, 2.5, now=5.0, state=s, hold_s=60.0)
+    assert d.retire == ("i-r1",) and d.target == {"g4dn.xlarge": 1, "r5n.large": 1} and s.parked == {"i-r2": 1.0}
+    # once that target is older than the hold, nothing above the current target stays (parked 32.5 s)
+    s = ParkState({"i-r2": 30.0}, ((2.0, 0.675), (5.0, 0.526)))
+    d, s = decide_parking(POOL[:1] + POOL[2:], {"g4dn.xlarge": 1}, ALL, PRICES, 2.5, now=62.5, state=s, hold_s=60.0)
+    assert d.retire == ("i-r2",) and d.target == {"g4dn.xlarge": 1}
 
 
 def test_spike_unparks_the_newest_parked_before_anything_is_launched() -> None:
     d, s = decide_parking(POOL, {"g4dn.xlarge": 1}, ALL, PRICES, 2.5, now=0.0, hold_s=60.0)
-    s = ParkState({"i-r1": 0.0, "i-r2": 5.0}, {})
+    s = ParkState({"i-r1": 0.0, "i-r2": 5.0})
     # the target wants one r5n back: the most recently parked returns, the other stays parked
     d, s2 = decide_parking(POOL, {"g4dn.xlarge": 1, "r5n.large": 1}, ALL, PRICES, 2.5, now=6.0, state=s, hold_s=60.0)
     assert d.unpark == ("i-r2",) and d.park == () and s2.parked == {"i-r1": 0.0}
@@ -55,11 +60,11 @@ def test_held_instances_give_way_to_the_budget() -> None:
     target = {"g4dn.xlarge": 1, "c5n.2xlarge": 1}
     pool = POOL + [inst("i-c", "c5n.2xlarge", 9)]
     ready = ALL | {"i-c"}
-    s = ParkState({"i-r1": 0.0, "i-r2": 0.0}, {})
+    s = ParkState({"i-r1": 0.0, "i-r2": 0.0})
     d, s = decide_parking(pool, target, ready, PRICES, 1.1, now=1.0, state=s, hold_s=60.0)
     assert d.target == {"g4dn.xlarge": 1, "c5n.2xlarge": 1} and set(d.retire) == {"i-r1", "i-r2"}
     # with room for one: one stays parked (cost 0.526 + 0.432 + 0.149 = 1.107 <= 1.2)
-    s = ParkState({"i-r1": 0.0, "i-r2": 0.0}, {})
+    s = ParkState({"i-r1": 0.0, "i-r2": 0.0})
     d, s = decide_parking(pool, target, ready, PRICES, 1.2, now=1.0, state=s, hold_s=60.0)
     assert d.target == {"g4dn.xlarge": 1, "c5n.2xlarge": 1, "r5n.large": 1} and d.retire == ("i-r1",)
 
@@ -83,7 +88,7 @@ def test_instances_that_serve_nothing_are_parked_first() -> None:
 
 
 def test_hold_zero_retires_at_once() -> None:
-    s = ParkState({"i-r2": 0.0}, {})
+    s = ParkState({"i-r2": 0.0})
     d, s = decide_parking(POOL, {"g4dn.xlarge": 1, "r5n.large": 1}, ALL, PRICES, 2.5, now=1.0, state=s, hold_s=0.0)
     assert d.target == {"g4dn.xlarge": 1, "r5n.large": 1} and d.retire == ("i-r2",) and s.parked == {}
 
@@ -112,8 +117,8 @@ def rounds(draw):  # type: ignore[no-untyped-def]
         t = max((t for t in target if target[t]), key=lambda t: PRICES[t])
         target[t] -= 1
     parked = {i.instance_id: float(draw(st.integers(0, 20))) for i in pool if draw(st.booleans())}
-    last = {t: float(draw(st.integers(0, 20))) for t in TYPES if draw(st.booleans())}
-    return pool, ready, target, budget, ParkState(parked, last), float(draw(st.integers(0, 40))), float(draw(st.sampled_from([0, 5, 10])))
+    recent = tuple((float(draw(st.integers(0, 40))), draw(st.floats(0.0, 4.0))) for _ in range(draw(st.integers(0, 3))))
+    return pool, ready, target, budget, ParkState(parked, recent), float(draw(st.integers(0, 40))), float(draw(st.sampled_from([0, 5, 10])))
 
 
 @settings(max_examples=300, deadline=None)
