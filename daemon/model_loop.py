@@ -214,6 +214,32 @@ def keep_running_unless_better(problem: ScalingProblem, plan: ScalingPlan) -> Sc
     return plan
 
 
+def prefer_loaded_equivalents(problem: ScalingProblem, plan: ScalingPlan) -> ScalingPlan:
+    """Where the plan loads variant B on a type while unloading variant A of the same model there,
+    and A is as fast and as cheap as B and meets the SLO, keep A instead: a swap between
+    equivalent variants only costs a load (the greedy's from-scratch downgrade and the ILP pick any
+    of equally good variants)."""
+    counts = dict(plan.counts)
+    run = problem.running
+    vs = sorted(problem.variants, key=lambda v: v.name)
+    changed = False
+    for b in vs:
+        for a in vs:
+            extra_b = counts.get(b.name, 0) - run.get(b.name, 0)
+            gone_a = run.get(a.name, 0) - counts.get(a.name, 0)
+            if (extra_b <= 0 or gone_a <= 0 or a is b or a.model != b.model or a.hardware != b.hardware
+                    or a.latency_ms > b.latency_ms + 1e-9 or a.cost_per_second > b.cost_per_second + 1e-15
+                    or a.resources != b.resources or not problem.meets_slo(a)):
+                continue
+            k = min(extra_b, gone_a)
+            counts[b.name] -= k
+            counts[a.name] = counts.get(a.name, 0) + k
+            changed = True
+    if not changed:
+        return plan
+    return plan_from_counts(problem, counts, plan.solver, plan.solve_ms)
+
+
 def decide(inputs: ModelInputs, state: ModelLoopState = ModelLoopState(),
            params: ModelLoopParams = ModelLoopParams()) -> tuple[ModelDecision, ModelLoopState]:
     """One model-loop round (pure)."""
@@ -232,7 +258,7 @@ def decide(inputs: ModelInputs, state: ModelLoopState = ModelLoopState(),
                 plan = solve_ilp(problem)
             else:
                 plan, greedy = greedy_scale(problem, inputs.now, state.greedy)
-            plan = keep_running_unless_better(problem, plan)
+            plan = keep_running_unless_better(problem, prefer_loaded_equivalents(problem, plan))
             placements = placements_for(plan, inputs.workers)
             unmet = dict(plan.unmet_qps)
     wstatus = [WorkerStatus(w.worker, w.hardware, w.utilization,

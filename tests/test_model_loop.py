@@ -193,3 +193,21 @@ def test_snapshot_takes_each_models_load_from_its_own_window() -> None:
     snap = ModelLoop(fd, load_profiles_csv(None)).snapshot(1.0)
     assert dict(snap.load_qps) == {"m": 0.5, "n": 7.0}
     assert dict(snap.mean_batch) == {"m": 1.0, "n": 30.0}
+
+
+def test_an_equivalent_loaded_variant_is_kept_instead_of_swapped() -> None:
+    from daemon.model_loop import prefer_loaded_equivalents
+    from variants.autoscale_ilp import ScalingProblem, ScalingVariant, plan_from_counts
+
+    def sv(name: str, lat: float, cost: float = 1e-4) -> ScalingVariant:
+        return ScalingVariant(name, "m", "r5n.large", lat, 1000.0 / lat, cost, 0.5, {"slot": 1.0})
+
+    a, b, fast = sv("a", 20.0), sv("b", 20.0), sv("fast", 10.0)
+    problem = ScalingProblem(variants=(a, b, fast), load_qps={"m": 60.0}, slo_ms={"m": 100.0},
+                             running={"a": 3}, capacity={"r5n.large": {"slot": 3.0}})
+    # the plan drops to two instances but swaps a for the equivalent b: keep two of a instead
+    got = prefer_loaded_equivalents(problem, plan_from_counts(problem, {"b": 2}, "greedy"))
+    assert dict(got.counts) == {"a": 2, "b": 0, "fast": 0}
+    # a faster variant is a real upgrade: left alone
+    plan = plan_from_counts(problem, {"fast": 2}, "greedy")
+    assert prefer_loaded_equivalents(problem, plan) is plan
