@@ -22,6 +22,7 @@ class SleepWorker(pbg.WorkerServicer):
         self.in_flight = 0
         self.max_in_flight = 0
         self.completed: list[str] = []
+        self.variant_ops: list[tuple[str, str]] = []   # ("load" | "unload", variant)
 
     async def Infer(self, request: pb.InferRequest, context: grpc.aio.ServicerContext) -> pb.InferReply:
         self.in_flight += 1
@@ -38,6 +39,14 @@ class SleepWorker(pbg.WorkerServicer):
                                                     data=b"\0" * 4 * request.batch_size)])
         finally:
             self.in_flight -= 1
+
+    async def LoadVariant(self, request: pb.VariantRequest, context: grpc.aio.ServicerContext) -> pb.VariantReply:
+        self.variant_ops.append(("load", request.variant))
+        return pb.VariantReply(ok=True, message="loaded")
+
+    async def UnloadVariant(self, request: pb.VariantRequest, context: grpc.aio.ServicerContext) -> pb.VariantReply:
+        self.variant_ops.append(("unload", request.variant))
+        return pb.VariantReply(ok=True, message="unloaded")
 
     async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthReply:
         return pb.HealthReply(instance_id=self.instance_id, instance_type=self.instance_type, executor="emulated",

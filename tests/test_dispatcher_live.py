@@ -352,3 +352,49 @@ def test_demand_window_per_model() -> None:
         finally:
             await teardown(d, workers, ch)
     run(body)
+
+
+def test_park_finishes_the_running_query_unloads_and_unpark_loads_back() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(2, delay_s=0.1, types=("g4dn.xlarge",))
+        try:
+            fut = [asyncio.ensure_future(submit(ch, model="big", batch_size=1)) for _ in range(2)]
+            while d.stats()["in_flight"] < 2:
+                await asyncio.sleep(0.005)
+            res = await d.park("i-0")
+            # both config models were (assumed) loaded: both unloaded, after the running query
+            assert sorted(v for v, ok, _ in res if ok) == ["big", "ncf"]
+            assert sorted(v for op, v in ws[0].servicer.variant_ops if op == "unload") == ["big", "ncf"]
+            assert d.status_reply().parked == 1 and d.loaded_on(d.workers["i-0"]) == set()
+            assert all(isinstance(r, pb.SubmitReply) for r in await asyncio.gather(*fut))   # none lost
+            before = len(ws[0].servicer.completed)
+            more = await asyncio.gather(*(submit(ch, model="big", batch_size=1) for _ in range(3)))
+            assert all(r.instance_id == "i-1" for r in more)          # nothing goes to the parked one
+            assert len(ws[0].servicer.completed) == before
+            res = await d.unpark("i-0")
+            assert sorted(v for v, ok, _ in res if ok) == ["big", "ncf"]
+            assert d.status_reply().parked == 0 and d.loaded_on(d.workers["i-0"]) == {"big", "ncf"}
+            ws[1].servicer.delay_s = 0.5                               # i-1 busy: the next goes to i-0
+            got = await asyncio.gather(*(submit(ch, model="big", batch_size=1) for _ in range(2)))
+            assert {r.instance_id for r in got} == {"i-0", "i-1"}
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
+def test_a_worker_that_registers_while_parked_gets_no_queries() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(1, delay_s=0.01, types=("g4dn.xlarge",))
+        try:
+            await d.park("i-9")                                        # not registered yet
+            w9 = await start_worker("i-9", "g4dn.xlarge", 0.01)
+            ws.append(w9)
+            d.add_worker_direct("i-9", "g4dn.xlarge", w9.address)
+            assert d.workers["i-9"].parked
+            got = await asyncio.gather(*(submit(ch, model="big", batch_size=1) for _ in range(4)))
+            assert {r.instance_id for r in got} == {"i-0"}
+            await d.park("i-9")                                        # now it unloads what it holds
+            assert sorted(v for op, v in w9.servicer.variant_ops if op == "unload") == ["big", "ncf"]
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
