@@ -44,6 +44,7 @@ FleetHook = Callable[[list[ManagedInstance]], Awaitable[None]]
 
 
 DRAIN_TIMEOUT_S = 30.0
+UNPARK_TIMEOUT_S = 15.0   # loading a parked instance's variants back, before the actuator runs
 
 
 class DaemonError(UsageError):
@@ -333,23 +334,39 @@ class Daemon:
             ready = frozenset(iid for iid, w in d.workers.items() if not w.removed)
             dec, self._park_state = decide_parking(instances, target, ready, prices, self.actuator.budget,
                                                    time.monotonic(), self._park_state, self.cfg.model_scaling.vm_park_s)
+            # unparked instances get their variants back first (bounded: a hung worker must not
+            # hold up the launches a spike needs); the actuator then launches the rest
             for iid in dec.unpark:
-                res = await d.unpark(iid)
                 self._event("unpark", iid)
-                log.info("fleet: unpark %s (load %s)", iid, ", ".join(f"{v}{'' if ok else ' failed: ' + m}" for v, ok, m in res) or "-")
+            done = await asyncio.gather(*(asyncio.wait_for(d.unpark(iid), UNPARK_TIMEOUT_S) for iid in dec.unpark),
+                                        return_exceptions=True)
+            for iid, res in zip(dec.unpark, done):
+                if isinstance(res, BaseException):
+                    log.warning("fleet: unpark %s: %s", iid, type(res).__name__)
+                else:
+                    log.info("fleet: unpark %s (load %s)", iid,
+                             ", ".join(f"{v}{'' if ok else ' failed: ' + m}" for v, ok, m in res) or "-")
             for iid in dec.park:
                 self._event("park", iid)
                 log.info("fleet: park %s for up to %gs (surplus to %s)", iid, self.cfg.model_scaling.vm_park_s, target)
-            for iid in self._park_state.parked:   # new ones, and any that got a variant meanwhile
-                w = d.workers.get(iid)
-                if iid not in d.parked_ids or (w is not None and not w.removed and d.loaded_on(w)):
-                    for v, ok, m in await d.park(iid):
-                        if not ok:
-                            log.warning("fleet: unload %s from parked %s: %s", v, iid, m)
+                d.mark_parked(iid)     # no new queries from now on; its variants are unloaded below
             for iid in dec.retire:
                 self._event("retire", iid)
             eff, retire = dec.target, dec.retire
         report = await asyncio.to_thread(self.actuator.apply, eff, plan_id, retire)
+        if d is not None:
+            gone = set(report.terminated)
+            todo = []
+            for iid in self._park_state.parked:   # new ones, and any that got a variant meanwhile
+                w = d.workers.get(iid)
+                if iid in gone:
+                    continue
+                if iid not in d.parked_ids or (w is not None and not w.removed and d.loaded_on(w)):
+                    todo.append(iid)
+            for iid, res in zip(todo, await asyncio.gather(*(d.park(iid) for iid in todo), return_exceptions=True)):
+                for v, ok, m in ([] if isinstance(res, BaseException) else res):
+                    if not ok:
+                        log.warning("fleet: unload %s from parked %s: %s", v, iid, m)
         for ids in report.launched.values():
             for iid in ids:
                 self._event("launch", iid)
@@ -401,6 +418,7 @@ class Daemon:
             for iid in list(self.dispatcher.workers):
                 if iid not in live:
                     self.dispatcher.forget_instance(iid)
+            self.dispatcher.parked_ids &= set(live)
         if self._on_fleet_change is not None:
             await self._on_fleet_change(instances)
 

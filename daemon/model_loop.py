@@ -310,7 +310,7 @@ class ModelLoop:
         self.last: ModelDecision | None = None
         self.last_at: float | None = None
         self.rounds = 0
-        self.applied: list[Placement] = []
+        self.applied: list[Placement] = []    # (placements skipped because the worker was parked meanwhile are in neither)
         self.failed: list[tuple[Placement, str]] = []
         self.interval_s = 1.0
 
@@ -363,6 +363,8 @@ class ModelLoop:
         unloads = [p for p in decision.placements if p.action == "unload"]
         loads = [p for p in decision.placements if p.action == "load"]
         for batch in (unloads, loads):  # unloads first: they free the slots
+            # a worker parked (or drained) since the snapshot is the fleet's now: leave it alone
+            batch = [p for p in batch if (w := self.d.workers.get(p.worker)) is not None and not w.draining]
             results = await asyncio.gather(*(
                 (self.d.unload_variant if p.action == "unload" else self.d.load_variant)(p.worker, p.variant)
                 for p in batch), return_exceptions=True)

@@ -327,47 +327,54 @@ class Dispatcher:
         except asyncio.TimeoutError:
             return False
 
-    async def park(self, instance_id: str) -> list[tuple[str, bool, str]]:
-        """Park a surplus instance (:mod:`scaler.parking`): no new queries go to it, its running
-        query finishes, and every variant on it is unloaded. Idempotent: a worker that registers
-        while parked, or still holds a variant, has it unloaded on the next call. Returns
-        (variant, ok, message) per unload."""
+    def mark_parked(self, instance_id: str) -> None:
+        """Stop giving a (possibly not yet registered) instance queries: it is parked
+        (:mod:`scaler.parking`); a running query finishes."""
         self.parked_ids.add(instance_id)
+        w = self.workers.get(instance_id)
+        if w is not None and not w.removed and not w.parked:
+            w.parked_variants = set(self.loaded_on(w))
+            w.parked = w.draining = True
+            self._kick()
+
+    async def park(self, instance_id: str) -> list[tuple[str, bool, str]]:
+        """Park an instance (:meth:`mark_parked`) and unload every variant on it (each unload waits
+        for a running query of it). Idempotent: a worker that registered while parked, or got a
+        variant since, has it unloaded by the next call. Returns (variant, ok, message) per unload."""
+        self.mark_parked(instance_id)
         w = self.workers.get(instance_id)
         if w is None or w.removed:
             return []
-        held = self.loaded_on(w)
-        if not w.parked:
-            w.parked_variants = set(held)
-        elif held:
-            w.parked_variants = (w.parked_variants or set()) | held
-        w.parked = w.draining = True
-        self._kick()
+        held = sorted(self.loaded_on(w))
+        w.parked_variants = (w.parked_variants or set()) | set(held)
         out = []
-        for v, r in zip(sorted(held), await asyncio.gather(*(self.unload_variant(instance_id, v) for v in sorted(held)),
-                                                             return_exceptions=True)):
+        for v, r in zip(held, await asyncio.gather(*(self.unload_variant(instance_id, v) for v in held),
+                                                   return_exceptions=True)):
             ok, msg = (False, str(r)) if isinstance(r, BaseException) else r
             out.append((v, ok, msg))
         return out
 
     async def unpark(self, instance_id: str) -> list[tuple[str, bool, str]]:
         """Bring a parked instance back: load what it held when parked (else the config's models),
-        then route queries to it again. Returns (variant, ok, message) per load."""
+        then route queries to it again -- also when a load fails or is cut short (the model loop
+        and getVariant then place variants on it as on any worker). Returns (variant, ok, message)
+        per load."""
         self.parked_ids.discard(instance_id)
         w = self.workers.get(instance_id)
         if w is None or w.removed or not w.parked:
             return []
         want = sorted(w.parked_variants or set(self.cfg_model_names()))
         out = []
-        for v, r in zip(want, await asyncio.gather(*(self.load_variant(instance_id, v) for v in want),
-                                                   return_exceptions=True)):
-            ok, msg = (False, str(r)) if isinstance(r, BaseException) else r
-            out.append((v, ok, msg))
-        if w.removed or instance_id in self.parked_ids:   # forgotten or parked again meanwhile
-            return out
-        w.parked = w.draining = False
-        w.parked_variants = None
-        self._kick()
+        try:
+            for v, r in zip(want, await asyncio.gather(*(self.load_variant(instance_id, v, allow_parked=True)
+                                                         for v in want), return_exceptions=True)):
+                ok, msg = (False, str(r)) if isinstance(r, BaseException) else r
+                out.append((v, ok, msg))
+        finally:
+            if not w.removed and instance_id not in self.parked_ids:   # not parked again meanwhile
+                w.parked = w.draining = False
+                w.parked_variants = None
+                self._kick()
         return out
 
     def _remove_worker(self, w: WorkerState, reason: str) -> None:
@@ -946,11 +953,14 @@ class Dispatcher:
             task.add_done_callback(lambda t: (self._loading.pop(key, None), self._tasks.discard(t)))
         return task
 
-    async def load_variant(self, instance_id: str, variant: str) -> tuple[bool, str]:
-        """Worker.LoadVariant; on success the dispatcher routes the variant's queries there."""
+    async def load_variant(self, instance_id: str, variant: str, allow_parked: bool = False) -> tuple[bool, str]:
+        """Worker.LoadVariant; on success the dispatcher routes the variant's queries there. A
+        parked worker is refused (only :meth:`unpark` loads onto it)."""
         w = self.workers.get(instance_id)
         if w is None:
             return False, f"unknown worker {instance_id}"
+        if w.parked and not allow_parked:
+            return False, f"worker {instance_id} is parked"
         w.ops_in_flight += 1
         try:
             req = await asyncio.to_thread(self._variant_request, variant)

@@ -44,8 +44,8 @@ class ParkState:
 @dataclass(frozen=True)
 class ParkDecision:
     """``target``: what the actuator is asked for (the planner's target plus the instances held);
-    ``retire``: the ids it must retire first (expired or over-budget parked instances), oldest
-    parked first; ``park``/``unpark``: ids whose state changes this round; ``held``: type -> number
+    ``retire``: the ids it must retire first: parked ones whose hold is over (oldest parked first),
+    then held ones that do not fit the money rules (parked, then surplus still serving); ``park``/``unpark``: ids whose state changes this round; ``held``: type -> number
     of surplus instances kept on top of the planner's target."""
 
     target: dict[str, int]
@@ -93,10 +93,13 @@ def decide_parking(
         surplus_ids = []
         for t, insts in sorted(by_type.items()):
             extra = len(insts) - tgt.get(t, 0)
-            order = sorted(insts, key=lambda i: (i.instance_id in ready, -i.launch_time, i.instance_id))
+            # parked ones go first (they serve nothing), then those not serving yet, then the newest
+            order = sorted(insts, key=lambda i: (i.instance_id not in parked, i.instance_id in ready,
+                                                 -i.launch_time, i.instance_id))
             surplus_ids += [i.instance_id for i in order[:max(extra, 0)]]
-        return (ParkDecision(dict(tgt), unpark=tuple(sorted(parked)), retire=tuple(surplus_ids)),
-                ParkState({}, ()))
+        back = tuple(sorted(x for x in parked if x not in surplus_ids))
+        return (ParkDecision(dict(tgt), unpark=back, retire=tuple(surplus_ids)),
+                ParkState({x: -math.inf for x in surplus_ids}, ()))
 
     # is every instance the target counts on serving? (make-before-break across types)
     up = all(sum(1 for i in by_type.get(t, []) if i.instance_id in ready and i.instance_id not in parked) >= n
@@ -106,8 +109,10 @@ def decide_parking(
     serving_surplus: list[str] = []
     for t, insts in sorted(by_type.items()):
         extra = max(len(insts) - tgt.get(t, 0), 0)
-        mine = sorted((i for i in insts if i.instance_id in parked), key=lambda i: (parked[i.instance_id], i.instance_id))
-        if len(mine) > extra:        # the target needs them again: newest parked come back first
+        # which parked ones stay parked first: not registered, then the longest parked
+        mine = sorted((i for i in insts if i.instance_id in parked),
+                      key=lambda i: (i.instance_id in ready, parked[i.instance_id], i.instance_id))
+        if len(mine) > extra:        # the target needs them again: registered, newest parked come back first
             for i in mine[extra:][::-1]:
                 unpark.append(i.instance_id)
                 del parked[i.instance_id]
@@ -121,26 +126,27 @@ def decide_parking(
                 park.append(i.instance_id)
                 parked[i.instance_id] = now
 
-    # parked for the whole hold: retired (oldest parked first)
+    # parked for the whole hold: retired (oldest parked first). A retired id stays in the state
+    # (hold over) until it is gone: if its termination fails it is retired again next round, or
+    # unparked if the target needs it by then -- never left parked and forgotten.
     retire = sorted((x for x in parked if now - parked[x] >= hold_s - _EPS), key=lambda x: (parked[x], x))
-    for x in retire:
-        del parked[x]
+    held_parked = [x for x in parked if x not in retire]
 
     # money first: parked instances stay while the pool fits the dearest recent target (and so the
     # budget); surplus still serving stays while it fits the budget. Dearest first, oldest parked first.
     type_of = {i.instance_id: i.instance_type for i in live}
     eff = dict(tgt)
-    for x in list(parked) + serving_surplus:
+    for x in held_parked + serving_surplus:
         eff[type_of[x]] = eff.get(type_of[x], 0) + 1
     cap = min(budget, max(c for _, c in recent))
-    for group, limit in ((sorted(parked, key=lambda x: (-prices[type_of[x]], parked[x], x)), cap),
+    for group, limit in ((sorted(held_parked, key=lambda x: (-prices[type_of[x]], parked[x], x)), cap),
                          (sorted(serving_surplus, key=lambda x: (-prices[type_of[x]], x)), budget)):
         for x in group:
             if _cost(eff, prices) <= limit + _EPS:
                 break
             eff[type_of[x]] -= 1
             retire.append(x)
-            parked.pop(x, None)
+            parked[x] = -math.inf       # retiring (see above)
             if x in serving_surplus:
                 serving_surplus.remove(x)
     eff = {t: n for t, n in eff.items() if n > 0}

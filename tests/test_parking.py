@@ -1,6 +1,8 @@
 """Scale-in parking (scaler.parking): hand-computed rounds and invariants over random pools."""
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings, strategies as st
 
 from scaler.cloud import ManagedInstance
@@ -27,7 +29,28 @@ def test_surplus_is_parked_then_retired_after_the_hold() -> None:
     d, s = decide_parking(POOL, target, ALL, PRICES, 2.5, now=109.0, state=s, hold_s=10.0)
     assert d.park == () and d.retire == () and d.target == {"g4dn.xlarge": 1, "r5n.large": 2}
     d, s = decide_parking(POOL, target, ALL, PRICES, 2.5, now=110.0, state=s, hold_s=10.0)
-    assert d.retire == ("i-r1", "i-r2") and d.target == {"g4dn.xlarge": 1} and s.parked == {}
+    assert d.retire == ("i-r1", "i-r2") and d.target == {"g4dn.xlarge": 1}
+    # retired ids stay in the state until they are gone: a failed termination is retried
+    d, s = decide_parking(POOL, target, ALL, PRICES, 2.5, now=112.0, state=s, hold_s=10.0)
+    assert d.retire == ("i-r1", "i-r2") and d.target == {"g4dn.xlarge": 1}
+    d, s = decide_parking(POOL[:1], target, ALL, PRICES, 2.5, now=114.0, state=s, hold_s=10.0)
+    assert d.retire == () and s.parked == {}
+
+
+def test_a_retired_instance_whose_termination_failed_comes_back_when_needed() -> None:
+    s = ParkState({"i-r1": 0.0}, ((0.0, 0.824),))
+    d, s = decide_parking(POOL, {"g4dn.xlarge": 1, "r5n.large": 1}, ALL, PRICES, 2.5, now=61.0, state=s, hold_s=60.0)
+    assert d.retire == ("i-r1",)
+    # the terminate did not happen; load is back and the target wants both r5n
+    d, s = decide_parking(POOL, {"g4dn.xlarge": 1, "r5n.large": 2}, ALL, PRICES, 2.5, now=62.0, state=s, hold_s=60.0)
+    assert d.unpark == ("i-r1",) and d.retire == () and s.parked == {}
+
+
+def test_registered_parked_instances_come_back_before_booting_ones() -> None:
+    pool = POOL + [inst("i-r3", "r5n.large", 9, "pending")]
+    s = ParkState({"i-r1": 0.0, "i-r3": 5.0}, ((0.0, 1.0),))
+    d, s = decide_parking(pool, {"g4dn.xlarge": 1, "r5n.large": 2}, ALL, PRICES, 2.5, now=6.0, state=s, hold_s=60.0)
+    assert d.unpark == ("i-r1",) and set(s.parked) == {"i-r3"}
 
 
 def test_parked_instances_cost_no_more_than_the_dearest_recent_target() -> None:
@@ -36,7 +59,8 @@ def test_parked_instances_cost_no_more_than_the_dearest_recent_target() -> None:
     # not pay for both)
     s = ParkState({"i-r1": 0.0, "i-r2": 1.0}, ((2.0, 0.675),))
     d, s = decide_parking(POOL, {"g4dn.xlarge": 1}, ALL, PRICES, 2.5, now=5.0, state=s, hold_s=60.0)
-    assert d.retire == ("i-r1",) and d.target == {"g4dn.xlarge": 1, "r5n.large": 1} and s.parked == {"i-r2": 1.0}
+    assert d.retire == ("i-r1",) and d.target == {"g4dn.xlarge": 1, "r5n.large": 1}
+    assert s.parked == {"i-r1": -math.inf, "i-r2": 1.0}     # i-r1 retiring until it is gone
     # once that target is older than the hold, nothing above the current target stays (parked 32.5 s)
     s = ParkState({"i-r2": 30.0}, ((2.0, 0.675), (5.0, 0.526)))
     d, s = decide_parking(POOL[:1] + POOL[2:], {"g4dn.xlarge": 1}, ALL, PRICES, 2.5, now=62.5, state=s, hold_s=60.0)
@@ -87,10 +111,13 @@ def test_instances_that_serve_nothing_are_parked_first() -> None:
     assert d.park == ("i-r3",)
 
 
-def test_hold_zero_retires_at_once() -> None:
-    s = ParkState({"i-r2": 0.0})
+def test_hold_zero_retires_at_once_parked_ones_first() -> None:
+    d, s = decide_parking(POOL, {"g4dn.xlarge": 1, "r5n.large": 1}, ALL, PRICES, 2.5, now=1.0, hold_s=0.0)
+    assert d.target == {"g4dn.xlarge": 1, "r5n.large": 1} and d.retire == ("i-r2",) and d.unpark == ()
+    # hold set to 0 while one (the older) is parked: that one goes, the serving one stays
+    s = ParkState({"i-r1": 0.0})
     d, s = decide_parking(POOL, {"g4dn.xlarge": 1, "r5n.large": 1}, ALL, PRICES, 2.5, now=1.0, state=s, hold_s=0.0)
-    assert d.target == {"g4dn.xlarge": 1, "r5n.large": 1} and d.retire == ("i-r2",) and s.parked == {}
+    assert d.retire == ("i-r1",) and d.unpark == ()
 
 
 def test_the_actuator_retires_the_named_instances_first() -> None:
@@ -137,7 +164,7 @@ def test_invariants(case) -> None:  # type: ignore[no-untyped-def]
         assert got <= max(want, count[t])                           # holds only what is there
         if count[t] >= want:                                        # what goes is what is named
             assert count[t] - got == sum(1 for x in d.retire if live.get(x) == t)
-    assert set(d.retire) <= set(live) and not set(d.retire) & set(s.parked)
+    assert set(d.retire) <= set(live) and set(d.retire) <= set(s.parked)
     assert set(s.parked) <= set(live) and not set(d.park) & set(d.unpark)
     assert set(d.park) <= set(s.parked) and not set(d.unpark) & set(s.parked)
     # the actuator can carry it out within the budget, retiring the named ones
