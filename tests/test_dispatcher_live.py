@@ -54,6 +54,14 @@ async def submit(ch: grpc.aio.Channel, **kw: Any) -> pb.SubmitReply | grpc.Statu
         return exc.code()
 
 
+async def two_in_flight(d: Dispatcher, ch: grpc.aio.Channel) -> list[asyncio.Future]:
+    """Submit two queries of "big" and return once both run on workers."""
+    fut = [asyncio.ensure_future(submit(ch, model="big", batch_size=1)) for _ in range(2)]
+    while d.stats()["in_flight"] < 2:
+        await asyncio.sleep(0.005)
+    return fut
+
+
 def test_serves_queries_end_to_end_one_per_worker() -> None:
     async def body() -> None:
         d, ws, ch = await setup(2, delay_s=0.002, on_deadline="best_effort")
@@ -208,9 +216,7 @@ def test_drain_waits_for_in_flight_and_stops_new_work() -> None:
     async def body() -> None:
         d, ws, ch = await setup(2, delay_s=0.1, types=("g4dn.xlarge",))
         try:
-            fut = [asyncio.ensure_future(submit(ch, model="big", batch_size=1)) for _ in range(2)]
-            while d.stats()["in_flight"] < 2:
-                await asyncio.sleep(0.005)
+            fut = await two_in_flight(d, ch)
             assert await d.drain("i-0", timeout=5.0) is True
             assert d.workers["i-0"].idle
             before = len(ws[0].servicer.completed)
@@ -358,9 +364,7 @@ def test_park_finishes_the_running_query_unloads_and_unpark_loads_back() -> None
     async def body() -> None:
         d, ws, ch = await setup(2, delay_s=0.1, types=("g4dn.xlarge",))
         try:
-            fut = [asyncio.ensure_future(submit(ch, model="big", batch_size=1)) for _ in range(2)]
-            while d.stats()["in_flight"] < 2:
-                await asyncio.sleep(0.005)
+            fut = await two_in_flight(d, ch)
             res = await d.park("i-0")
             # both config models were (assumed) loaded: both unloaded, after the running query
             assert sorted(v for v, ok, _ in res if ok) == ["big", "ncf"]
