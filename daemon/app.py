@@ -275,7 +275,8 @@ class Daemon:
         if cfg.pinned_pool:
             return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
         exclude = sorted(self.actuator.unavailable_types()) if self.actuator else []
-        plan = plan_fleet(cfg, self.profiles, demand.mix, demand.qps, exclude=exclude)
+        plan = plan_fleet(cfg, self.profiles, demand.mix, demand.qps, exclude=exclude,
+                          current=self.status.target or None)
         return {t: n for t, n in plan.chosen.items() if n > 0}, plan
 
     async def fleet_tick(self, reason: str = "interval") -> None:

@@ -6,7 +6,7 @@ run with the planner's base type, so the CLI shows exactly the pool the daemon w
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from daemon.config import Config
 from scaler.batch_mix import BatchMix
@@ -18,10 +18,11 @@ from sim.slo_check import slo_check
 def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: float, *,
                model: str | None = None, exclude: Sequence[str] = (), types: Sequence[str] | None = None,
                budget: float | None = None, qos_ms: float | None = None, objective: Objective | None = None,
-               top_k: int = 10) -> Plan:
+               top_k: int = 10, current: Mapping[str, int] | None = None) -> Plan:
     """The planner's pick for ``model`` (default: the first configured) at ``demand_qps`` with
     batch mix ``mix``; ``exclude`` are types that are temporarily unavailable (InsufficientCapacity).
-    Raises scaler.base_aux.PlanError when no pool fits."""
+    ``current``: the pool held now, kept while it covers the demand at most 10 % dearer than the
+    pick (``min_cost``; see ``choose_pool``). Raises scaler.base_aux.PlanError when no pool fits."""
     spec = cfg.model(model)
     objective = objective or cfg.objective
     inputs = plan_inputs_from_config(cfg, profiles, spec.name, mix, exclude=tuple(exclude), types=types,
@@ -31,4 +32,4 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
         meets = slo_check(spec.profile_name, profiles, inputs.qos_ms, demand_qps * (1 + cfg.headroom), mix,
                           policy=cfg.dispatcher.policy)
     return choose_pool(inputs, objective=objective, demand_qps=demand_qps, headroom=cfg.headroom,
-                       top_k=top_k, meets=meets)
+                       top_k=top_k, meets=meets, current=current)

@@ -202,6 +202,28 @@ def _checked_min_cost(ranking: Ranking, ok: np.ndarray, meets: Meets, max_checks
     return 0, "min-cost-unmet", True
 
 
+KEEP_WITHIN = 0.10
+
+
+def _keep_current(ranking: Ranking, current: Mapping[str, int], need: float, max_cost: float, idx: int) -> int | None:
+    """Row of ``current`` in the ranking when it differs from row ``idx``, covers ``need`` by its
+    bound and costs at most ``max_cost``; None otherwise (also when it is not a ranked pool)."""
+    cols = {t: j for j, t in enumerate(ranking.types)}
+    if any(n > 0 and t not in cols for t, n in current.items()):
+        return None
+    vec = np.zeros(len(ranking.types), dtype=ranking.counts.dtype)
+    for t, n in current.items():
+        if n > 0:
+            vec[cols[t]] = n
+    rows = np.flatnonzero(np.all(ranking.counts == vec, axis=1))
+    if not rows.size or int(rows[0]) == idx:
+        return None
+    r = int(rows[0])
+    if ranking.bound[r] >= need and ranking.bound[r] > 0 and ranking.cost[r] <= max_cost + 1e-9:
+        return r
+    return None
+
+
 def choose_pool(
     inputs: PlanInputs,
     objective: Objective = "max_throughput",
@@ -210,6 +232,8 @@ def choose_pool(
     top_k: int = 10,
     meets: Meets | None = None,
     max_checks: int = 12,
+    current: Mapping[str, int] | None = None,
+    keep_within: float = KEEP_WITHIN,
 ) -> Plan:
     """The planner's decision for one model (pure). Raises PlanError / NoFeasibleBase.
 
@@ -219,6 +243,11 @@ def choose_pool(
     upper bound is a fluid bound without queueing, so without a check a pool run near its bound
     misses a p99 target. Candidates (bound >= need) are checked cheapest first; a sub-pool of a pool
     that failed is skipped unchecked (capacity grows with instances); at most ``max_checks`` checks.
+
+    ``current`` (min_cost): the pool held now. It is kept (rule ``min-cost-kept``) when it still
+    covers the demand (bound, and ``meets`` when given) and costs at most ``keep_within`` (10 %)
+    more than the pick: swapping instance types for a small saving costs launches, boot time and
+    churn, and a demand estimate moving by a few percent would otherwise flip between pools.
     """
     if objective not in ("max_throughput", "min_cost"):
         raise PlanError(f"unknown objective {objective!r}")
@@ -239,6 +268,10 @@ def choose_pool(
             idx, rule = int(ok[np.argmin(np.round(ranking.cost[ok], 9))]), "min-cost"
         else:
             idx, rule, demand_unmet = _checked_min_cost(ranking, ok, meets, max_checks, inputs, ba.base_type)
+        if current is not None and not demand_unmet:
+            kept = _keep_current(ranking, current, need, float(ranking.cost[idx]) * (1.0 + keep_within), idx)
+            if kept is not None and (meets is None or meets(_full_pool(inputs, ranking, kept), ba.base_type)):
+                idx, rule = kept, "min-cost-kept"
     k = max(int(top_k), 0)
     return Plan(
         model=inputs.model,

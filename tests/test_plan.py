@@ -48,6 +48,25 @@ def test_min_cost_picks_cheapest_covering_pool() -> None:
     assert p.cost_per_hour == pytest.approx(2.0) and p.upper_bound_qps == pytest.approx(1000)
 
 
+def test_min_cost_keeps_the_current_pool_when_it_covers_and_is_close_in_cost() -> None:
+    inp = hand_inputs()
+    # needs 660: the pick is (1 gpu, 1 cpu) at $1.5
+    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 1, "cpu": 2})
+    assert (p.chosen, p.rule) == ({"gpu": 1, "cpu": 1}, "min-cost")          # $2 is 33 % dearer: swap
+    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 1, "cpu": 2}, keep_within=0.4)
+    assert (p.chosen, p.rule) == ({"gpu": 1, "cpu": 2}, "min-cost-kept")
+    assert p.cost_per_hour == pytest.approx(2.0) and p.upper_bound_qps == pytest.approx(1000)
+    # needs 1000: both $2 pools cover it; whichever is held stays
+    for held in ({"gpu": 2}, {"gpu": 1, "cpu": 2}):
+        p = choose_pool(inp, "min_cost", demand_qps=1000, headroom=0.0, current=held)
+        assert {t: n for t, n in p.chosen.items() if n} == held
+    # a pool that no longer covers the demand, or is not a pool of the inputs, is not kept
+    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 1}, keep_within=5.0)
+    assert p.chosen == {"gpu": 1, "cpu": 1} and p.rule == "min-cost"
+    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"tpu": 1}, keep_within=5.0)
+    assert p.rule == "min-cost"
+
+
 def test_min_cost_demand_unmet_takes_max_bound_pool() -> None:
     p = choose_pool(hand_inputs(), "min_cost", demand_qps=2000)
     assert p.demand_unmet and p.rule == "min-cost-unmet"
