@@ -26,9 +26,9 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
 from variants.pipeline import generate_and_profile, hardware_classes
 from daemon.model_loop import ModelLoop, ModelLoopParams, next_capacity_hint
-from scaler.actuator import FleetActuator, pool_of
+from scaler.actuator import FleetActuator
 from scaler.batch_mix import mix_from_dist
-from scaler.cloud import CloudProvider, ManagedInstance
+from scaler.cloud import CloudProvider, ManagedInstance, pool_of
 from scaler.ec2 import Ec2Cloud
 from scaler.fleet_decision import plan_fleet
 from scaler.parking import ParkState, decide_parking

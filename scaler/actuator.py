@@ -405,13 +405,4 @@ class FleetActuator:
         return rep
 
 
-def pool_of(instances: list[ManagedInstance]) -> dict[str, int]:
-    """Live instances counted by type."""
-    out: dict[str, int] = defaultdict(int)
-    for i in instances:
-        if i.live:
-            out[i.instance_type] += 1
-    return dict(out)
-
-
-__all__ = ["ApplyReport", "FleetActuator", "ReconcileReport", "pool_of", "pool_digest"]
+__all__ = ["ApplyReport", "FleetActuator", "ReconcileReport", "pool_digest"]

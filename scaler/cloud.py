@@ -7,7 +7,7 @@ exceptions below at this boundary (as Karpenter's CloudProvider does).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, Sequence
 
 CLUSTER_TAG = "costscale:cluster"
 MANAGED_BY_TAG = "costscale:managed-by"
@@ -32,6 +32,15 @@ class ManagedInstance:
     def live(self) -> bool:
         """Pending or running: it costs money now."""
         return self.state in ("pending", "running")
+
+
+def pool_of(instances: Sequence[ManagedInstance]) -> dict[str, int]:
+    """Live instances counted by type."""
+    out: dict[str, int] = {}
+    for i in instances:
+        if i.live:
+            out[i.instance_type] = out.get(i.instance_type, 0) + 1
+    return out
 
 
 class CloudError(Exception):

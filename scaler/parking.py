@@ -30,7 +30,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from scaler.cloud import ManagedInstance
+from scaler.cloud import ManagedInstance, pool_of
+from scaler.transitions import pool_cost
 
 _EPS = 1e-9
 
@@ -56,17 +57,6 @@ class ParkDecision:
     serving_surplus: tuple[str, ...] = ()   # surplus kept serving while the target comes up
 
 
-def _cost(pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
-    return float(sum(prices[t] * n for t, n in pool.items() if n))
-
-
-def _count(instances: Sequence[ManagedInstance]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for i in instances:
-        out[i.instance_type] = out.get(i.instance_type, 0) + 1
-    return out
-
-
 def decide_parking(
     instances: Sequence[ManagedInstance],
     target: Mapping[str, int],
@@ -87,8 +77,8 @@ def decide_parking(
         by_type.setdefault(i.instance_type, []).append(i)
     parked = {iid: since for iid, since in state.parked.items() if any(i.instance_id == iid for i in live)}
     # no history (first round, or after a restart): the pool running now is what was last asked for
-    seed = state.recent or ((now, _cost(_count(live), prices)),)
-    recent = tuple((t, c) for t, c in seed if now - t < hold_s) + ((now, _cost(tgt, prices)),)
+    seed = state.recent or ((now, pool_cost(pool_of(live), prices)),)
+    recent = tuple((t, c) for t, c in seed if now - t < hold_s) + ((now, pool_cost(tgt, prices)),)
     if hold_s <= 0:
         surplus_ids = []
         for t, insts in sorted(by_type.items()):
@@ -142,7 +132,7 @@ def decide_parking(
     for group, limit in ((sorted(held_parked, key=lambda x: (-prices[type_of[x]], parked[x], x)), cap),
                          (sorted(serving_surplus, key=lambda x: (-prices[type_of[x]], x)), budget)):
         for x in group:
-            if _cost(eff, prices) <= limit + _EPS:
+            if pool_cost(eff, prices) <= limit + _EPS:
                 break
             eff[type_of[x]] -= 1
             retire.append(x)

@@ -8,9 +8,9 @@ from botocore.stub import Stubber
 
 from daemon.config import LaunchSpec
 from daemon.state import StateStore
-from scaler.actuator import FleetActuator, pool_of
+from scaler.actuator import FleetActuator
 from scaler.catalog import load_catalog
-from scaler.cloud import CloudConfigError, InsufficientCapacity, Throttled
+from scaler.cloud import CloudConfigError, InsufficientCapacity, Throttled, pool_of
 from scaler.ec2 import BACKOFF_BASE_S, BACKOFF_CAP_S, Ec2Cloud, backoff_delay, make_ec2_client
 from scaler.fake_cloud import FakeCloud
 

@@ -9,9 +9,9 @@ import pytest
 
 from daemon.config import LaunchSpec
 from daemon.state import StateLocked, StateStore
-from scaler.actuator import FleetActuator, pool_of
+from scaler.actuator import FleetActuator
 from scaler.catalog import load_catalog
-from scaler.cloud import CloudProvider, ManagedInstance
+from scaler.cloud import CloudProvider, ManagedInstance, pool_of
 from scaler.ec2 import Ec2Cloud
 from scaler.fake_cloud import FakeCloud
 
