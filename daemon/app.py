@@ -327,6 +327,7 @@ class Daemon:
         actuator launches anything, so a spike is met by warm instances first."""
         assert self.actuator is not None
         eff, retire = target, ()
+        instances = None
         d = self.dispatcher
         if d is not None and self.cloud is not None:
             instances = await asyncio.to_thread(self.cloud.list_managed)
@@ -354,16 +355,11 @@ class Daemon:
             for iid in dec.retire:
                 self._event("retire", iid)
             eff, retire = dec.target, dec.retire
-        report = await asyncio.to_thread(self.actuator.apply, eff, plan_id, retire)
+        report = await asyncio.to_thread(self.actuator.apply, eff, plan_id, retire, instances)
         if d is not None:
             gone = set(report.terminated)
-            todo = []
-            for iid in self._park_state.parked:   # new ones, and any that got a variant meanwhile
-                w = d.workers.get(iid)
-                if iid in gone:
-                    continue
-                if iid not in d.parked_ids or (w is not None and not w.removed and d.loaded_on(w)):
-                    todo.append(iid)
+            # new parks, and any parked worker that got a variant since (park is idempotent)
+            todo = [iid for iid in self._park_state.parked if iid not in gone]
             for iid, res in zip(todo, await asyncio.gather(*(d.park(iid) for iid in todo), return_exceptions=True)):
                 for v, ok, m in ([] if isinstance(res, BaseException) else res):
                     if not ok:

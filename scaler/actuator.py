@@ -108,6 +108,7 @@ class FleetActuator:
         self.drain_loop = drain_loop
         self.step_hook = step_hook
         self._full_catalog: dict[str, InstanceType] | None = None
+        self._retire_first: tuple[str, ...] = ()   # the last apply's, for reconcile's surplus
         # apply() and reconcile() may be called from different threads (the daemon's fleet and
         # reconcile jobs): they are serialized, or two money checks could pass side by side.
         self._mu = threading.RLock()
@@ -297,7 +298,7 @@ class FleetActuator:
                 extra = len(lst) - latest.target.get(t, 0)
                 if extra <= 0:
                     continue
-                victims = _retire_order(lst)[:extra]
+                victims = _retire_order(lst, self._retire_first)[:extra]
                 try:
                     self._retire(victims, t, f"reconcile:{latest.plan_id}", drained)
                     rep.terminated_unwanted.extend(victims)
@@ -349,22 +350,29 @@ class FleetActuator:
             k += 1
 
     # -- apply -------------------------------------------------------------------------------
-    def apply(self, target: Mapping[str, int], plan_id: str, retire_first: Sequence[str] = ()) -> ApplyReport:
+    def apply(self, target: Mapping[str, int], plan_id: str, retire_first: Sequence[str] = (),
+              listed: Sequence[ManagedInstance] | None = None) -> ApplyReport:
         """Move the managed pool to ``target`` (type → count) under the budget; where a type
-        shrinks, the ids in ``retire_first`` go first."""
+        shrinks, the ids in ``retire_first`` go first. ``listed``: the managed instances as the
+        caller just listed them (saves a DescribeInstances; each launch still re-lists for the
+        budget check)."""
         with self._mu:
-            return self._apply(target, plan_id, retire_first)
+            return self._apply(target, plan_id, retire_first, listed)
 
-    def _apply(self, target: Mapping[str, int], plan_id: str, retire_first: Sequence[str] = ()) -> ApplyReport:
+    def _apply(self, target: Mapping[str, int], plan_id: str, retire_first: Sequence[str] = (),
+               listed: Sequence[ManagedInstance] | None = None) -> ApplyReport:
         tgt = {t: int(n) for t, n in target.items() if int(n) > 0}
         for t in tgt:
             self.price(t)  # unknown type → ValueError before anything is recorded
         rep = ApplyReport(plan_id=plan_id, target=dict(tgt))
+        self._retire_first = tuple(retire_first)
         self.store.record_plan(plan_id, tgt, self.budget, self.clock())
         settled = ReconcileReport()
         self._settle_open_intents(settled)
         rep.settled = settled
-        live = self._live()
+        # the caller's listing stands unless settling open intents changed the pool
+        changed = settled.finished or settled.reissued or settled.rolled_back or settled.gone
+        live = [i for i in listed if i.live] if listed is not None and not changed else self._live()
         current: dict[str, list[ManagedInstance]] = defaultdict(list)
         for i in live:
             current[i.instance_type].append(i)

@@ -141,7 +141,7 @@ def decide_parking(
                 serving_surplus.remove(x)
     eff = {t: n for t, n in eff.items() if n > 0}
     held = {t: eff.get(t, 0) - tgt.get(t, 0) for t in eff if eff.get(t, 0) > tgt.get(t, 0)}
-    park = [x for x in park if x in parked]
+    park = [x for x in park if x not in retire]   # parked and retired in one round: just retired
     return (ParkDecision(eff, tuple(park), tuple(unpark), tuple(retire), held, tuple(serving_surplus)),
             ParkState(parked, recent))
 
