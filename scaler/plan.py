@@ -205,6 +205,18 @@ def _checked_min_cost(ranking: Ranking, ok: np.ndarray, meets: Meets, max_checks
 KEEP_WITHIN = 0.10
 
 
+def _memo(meets: Meets) -> Meets:
+    """``meets`` answering each (pool, base type) once."""
+    seen: dict[tuple[tuple[tuple[str, int], ...], str], bool] = {}
+
+    def check(pool: dict[str, int], base: str) -> bool:
+        key = (tuple(sorted((t, n) for t, n in pool.items() if n)), base)
+        if key not in seen:
+            seen[key] = meets(pool, base)
+        return seen[key]
+    return check
+
+
 def _keep_current(ranking: Ranking, current: Mapping[str, int], need: float, max_cost: float, idx: int) -> int | None:
     """Row of ``current`` in the ranking when it differs from row ``idx``, covers ``need`` by its
     bound and costs at most ``max_cost``; None otherwise (also when it is not a ranked pool)."""
@@ -251,6 +263,8 @@ def choose_pool(
     """
     if objective not in ("max_throughput", "min_cost"):
         raise PlanError(f"unknown objective {objective!r}")
+    if meets is not None:
+        meets = _memo(meets)   # the held pool may be checked twice (a simulation each)
     ba, ranking = rank_inputs(inputs)
     if len(ranking) == 0:
         cheapest = min(inputs.prices[t] for t in inputs.allowed)
