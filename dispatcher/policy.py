@@ -8,7 +8,7 @@ assigned stay queued.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -42,6 +42,14 @@ class LatencyPredictor(Protocol):
     def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float: ...
 
     def predict_many(self, model: str, instance_type: str, batch_sizes: np.ndarray) -> np.ndarray: ...
+
+
+def pick_base_type(types: Sequence[str], latency_ms: Callable[[str], float]) -> str:
+    """Kairos §5.1 Definition 1 / §7: the base type is the one that serves the largest query
+    fastest (``latency_ms(type)`` at that batch); ties go to the name order."""
+    if not types:
+        raise ValueError("no instance type to pick a base from")
+    return min(sorted(types), key=lambda t: (float(latency_ms(t)), t))
 
 
 class Policy(Protocol):

@@ -37,7 +37,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from daemon.config import Config, ModelSpec
 from dispatcher.latency_model import LatencyModel
 from dispatcher.policies import infeasible, make_policy
-from dispatcher.policy import Policy, QueryView, WorkerView
+from dispatcher.policy import Policy, QueryView, WorkerView, pick_base_type
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.proto.tensors import array_to_tensor, replace_atomic, tensor_to_array, write_atomic
 from dispatcher import modelless as ml
@@ -203,11 +203,11 @@ class Dispatcher:
 
     # -- configuration -----------------------------------------------------------------------------
     def _default_base_type(self) -> str:
-        """Kairos §7: the base type is the one that serves the largest query fastest."""
+        """Before the first plan: :func:`dispatcher.policy.pick_base_type` over the configured types."""
         m = self.cfg.models[0]
-        types = [t.type for t in self.cfg.instance_types]
         b = float(min(m.max_batch, 1000))
-        return min(types, key=lambda t: self.predictor.predict_ms(m.profile_name, t, b))
+        return pick_base_type([t.type for t in self.cfg.instance_types],
+                              lambda t: self.predictor.predict_ms(m.profile_name, t, b))
 
     def set_base_type(self, t: str) -> None:
         self.base_type = t

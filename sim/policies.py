@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from dispatcher.policy import FirstIdlePolicy, Policy
+from dispatcher.policy import FirstIdlePolicy, Policy, pick_base_type
 from scaler.batch_mix import DEFAULT_MAX_BATCH
 from scaler.profiles import ProfileTable
 
@@ -16,10 +16,10 @@ SIM_POLICY_NAMES: tuple[str, ...] = ("kairos", "fcfs", "drs", "clockwork", "firs
 
 def base_type_of(pool: Mapping[str, int], profiles: ProfileTable, model: str,
                  max_batch: int = DEFAULT_MAX_BATCH) -> str:
-    types = sorted(t for t, c in pool.items() if c > 0)
+    types = [t for t, c in pool.items() if c > 0]
     if not types:
         raise ValueError("the pool has no instances")
-    return min(types, key=lambda t: (float(profiles.latency_ms(model, t, float(max_batch))), t))
+    return pick_base_type(types, lambda t: float(profiles.latency_ms(model, t, float(max_batch))))
 
 
 def policy_factory(name: str, profiles: ProfileTable, model: str, pool: Mapping[str, int], *,
