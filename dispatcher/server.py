@@ -1080,11 +1080,11 @@ class Dispatcher:
         return pb.RegisterModelReply(name=name, variants=[self.variant_info(v.name, rows) for v in variants])
 
     # -- offline jobs (INFaaS §3.1 offline_query, §5) ----------------------------------------------------
-    def submit_offline(self, r: pb.OfflineJobRequest) -> pb.OfflineJobReply | tuple[grpc.StatusCode, str]:
+    async def submit_offline(self, r: pb.OfflineJobRequest) -> pb.OfflineJobReply | tuple[grpc.StatusCode, str]:
         if not r.input_path or not r.output_path:
             return SC.INVALID_ARGUMENT, "give input_path and output_path"
-        try:
-            inputs = offline_inputs(Path(r.input_path))
+        try:   # reading the inputs (whole .npy/.npz files) stays off the query loop
+            inputs = await asyncio.to_thread(offline_inputs, Path(r.input_path))
         except ValueError as exc:
             return SC.INVALID_ARGUMENT, str(exc)
         probe = pb.SubmitRequest(model=r.model, application=r.application, batch_size=1, min_accuracy=r.min_accuracy)
@@ -1305,7 +1305,7 @@ class _InferenceServicer(pbg.InferenceServicer):
 
     async def SubmitOffline(self, request: pb.OfflineJobRequest, context: grpc.aio.ServicerContext) -> pb.OfflineJobReply:
         await self._no_registry(context, "SubmitOffline")
-        out = self.d.submit_offline(request)
+        out = await self.d.submit_offline(request)
         if isinstance(out, tuple):
             await context.abort(out[0], out[1])
         return out  # type: ignore[return-value]
