@@ -444,6 +444,8 @@ class Daemon:
         if self.actuator is not None:
             self.actuator.budget = new.budget_per_hour
             self.actuator.catalog = new.catalog()
+        if self.dispatcher is not None:   # prices the model loop and Status use
+            self.dispatcher.set_catalog(new.catalog())
         log.info("reloaded %s (budget %.4g $/hr)", self.cfg_path, new.budget_per_hour)
         if self._loop is not None:
             self._loop.create_task(self.fleet_tick("config reloaded"))

@@ -43,6 +43,7 @@ from dispatcher.proto.tensors import array_to_tensor, replace_atomic, tensor_to_
 from dispatcher import modelless as ml
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.worker_client import WorkerClient, is_worker_failure
+from scaler.catalog import InstanceType
 from variants.executor import ANY_HARDWARE
 from variants.pipeline import generate_and_profile, hardware_classes
 from variants.selection import Request as VariantRequest
@@ -141,8 +142,7 @@ class Dispatcher:
         self.window = DemandWindow()
         #: per model (after routing): the model loop sizes each model's variant instances from its own load
         self.model_windows: dict[str, DemandWindow] = {}
-        self._catalog = cfg.catalog()
-        self._prices = {t: it.price_per_hour for t, it in self._catalog.items()}
+        self.set_catalog(cfg.catalog())
         # model-less API (INFaaS §3.1): the variant registry and what routing knows of it
         self.registry = registry
         self.models_dir = Path(models_dir) if models_dir else None
@@ -208,6 +208,11 @@ class Dispatcher:
         b = float(min(m.max_batch, 1000))
         return pick_base_type([t.type for t in self.cfg.instance_types],
                               lambda t: self.predictor.predict_ms(m.profile_name, t, b))
+
+    def set_catalog(self, catalog: Mapping[str, InstanceType]) -> None:
+        """The allowed instance types and their prices (at start and on a config reload)."""
+        self._catalog = dict(catalog)
+        self._prices = {t: it.price_per_hour for t, it in self._catalog.items()}
 
     def set_base_type(self, t: str) -> None:
         self.base_type = t
