@@ -272,7 +272,9 @@ def generate_variants(model_path: Path, model: str, out_dir: Path, application: 
             path = out_dir / f"{spec.name}.onnx"
             onnx.save(m, str(path))
         accuracy, estimated = measured_parent if measured_parent is not None else parent_accuracy, True
-        if val is not None:
+        if val is not None and path == fp32_path and measured_parent is not None:
+            estimated = False          # the same file as the fp32 variant measured above
+        elif val is not None:
             try:
                 accuracy, estimated = top1_agreement(run_cpu(path, val[0]), val[1]), False
                 if spec.precision == "fp32" and not spec.tuned_batch:

@@ -3,6 +3,7 @@ store everything in the variant registry. Used by the dispatcher's ``RegisterMod
 daemon for the config's models. Importing this module stays light (no onnx until it runs)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -31,10 +32,16 @@ def generate_and_profile(src: Path, rm, out_dir: Path, hardware: tuple[str, ...]
     base = base_variant(rm, parent.accuracy if parent else 1.0)
     variants = [base] + generated
     registry.register_model(rm, variants)
+    by_path: dict[str, object] = {}   # variants sharing a file (fp32 for CPU and for GPU) are profiled once
     for v in variants:
-        try:
-            p = profile_variant(v.path, v.name, "local", model=rm.name, batch_sizes=batch_sizes, repeats=repeats)
-        except Exception:  # noqa: BLE001 - e.g. fp16 kernels missing on CPU: left unprofiled
-            continue
-        registry.save_profile(p)
+        key = str(Path(v.path).resolve())
+        if key not in by_path:
+            try:
+                by_path[key] = profile_variant(v.path, v.name, "local", model=rm.name, batch_sizes=batch_sizes,
+                                               repeats=repeats)
+            except Exception:  # noqa: BLE001 - e.g. fp16 kernels missing on CPU: left unprofiled
+                by_path[key] = None
+        p = by_path[key]
+        if p is not None:
+            registry.save_profile(dataclasses.replace(p, variant=v.name))
     return variants
