@@ -30,6 +30,7 @@ from typing import Literal, Mapping
 import numpy as np
 from scipy.optimize import linprog
 
+from scaler.batch_mix import mix_from_batches
 from scaler.profiles import ProfileTable
 from sim.service import ServiceModel
 
@@ -61,7 +62,8 @@ def oracle_capacity(
     n = int(b.size)
     if not types or n == 0:
         return OracleResult(0.0, 0.0, {}, {})
-    groups, counts = np.unique(((b + granularity - 1) // granularity) * granularity, return_counts=True)
+    mix = mix_from_batches(b, granularity)     # sizes rounded up to the profile grid
+    groups, counts = mix.sizes, np.rint(mix.fractions * n).astype(np.int64)
     # queries are grouped by the profile grid: every size in a group has the same service time
     svc = ServiceModel(profiles, model, service, noise)
     G, K = groups.size, len(types)
