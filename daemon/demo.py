@@ -26,6 +26,7 @@ import numpy as np
 
 from daemon.config import Config
 from scaler.batch_mix import sample_batches
+from scaler.transitions import pool_cost
 from sim.metrics import nearest_rank
 
 DEMO_MODEL = "rm2"          # Kairos rm2 profile, QoS 350 ms (Kairos §7): sleeps dominate, robust on 2 cores
@@ -194,10 +195,12 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
                 break
             await asyncio.sleep(0.2)
 
+        prices = {t: it.price_per_hour for t, it in catalog.items()}
+
         def tick(elapsed: float, rate: float) -> None:
             nonlocal peak_cost
             pool = daemon.status.pool()
-            cost = sum(catalog[t].price_per_hour * n for t, n in pool.items())
+            cost = pool_cost(pool, prices)
             if cost >= peak_cost:
                 peak_cost = cost
                 peak_pool.clear()
@@ -216,7 +219,7 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         if not (quiet or as_json):
             print(file=out)
         pool_end = daemon.status.pool()
-        cost_end = sum(catalog[t].price_per_hour * n for t, n in pool_end.items())
+        cost_end = pool_cost(pool_end, prices)
         served_by = dict(sorted(stats.served_by_type.items()))
         # ---- teardown: terminate every instance, stop every process -----------------------------
         await daemon.stop(grace=5.0)
