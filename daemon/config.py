@@ -29,6 +29,14 @@ def _check_name(v: str) -> str:
 Name = Annotated[str, AfterValidator(_check_name)]
 
 
+def split_hostport(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); raises ValueError with one line."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -119,9 +127,10 @@ class DispatcherSpec(_Strict):
     def _hostport(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        host, sep, port = v.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError("must be HOST:PORT")
+        try:
+            split_hostport(v)
+        except ValueError:
+            raise ValueError("must be HOST:PORT") from None
         return v
 
 

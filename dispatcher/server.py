@@ -34,7 +34,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from daemon.config import Config, ModelSpec
+from daemon.config import Config, ModelSpec, split_hostport
 from dispatcher.latency_model import LatencyModel
 from dispatcher.policies import infeasible, make_policy
 from dispatcher.policy import Policy, QueryView, WorkerView, pick_base_type
@@ -428,8 +428,9 @@ class Dispatcher:
             return pb.RegisterWorkerReply(accepted=False, message=f"unknown instance {req.instance_id!r}: not launched by this cluster")
         if want != req.instance_type:
             return pb.RegisterWorkerReply(accepted=False, message=f"instance {req.instance_id!r} is a {want}, not {req.instance_type!r}")
-        host, sep, port = req.address.rpartition(":")
-        if not sep or not host or not port.isdigit():
+        try:
+            split_hostport(req.address)
+        except ValueError:
             return pb.RegisterWorkerReply(accepted=False, message=f"bad worker address {req.address!r}: expected HOST:PORT")
         self.add_worker_direct(req.instance_id, req.instance_type, req.address)
         return pb.RegisterWorkerReply(accepted=True, message="registered")

@@ -31,6 +31,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from daemon.config import split_hostport
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.proto.tensors import array_to_tensor, tensor_to_array, write_atomic
 from scaler.catalog import load_catalog
@@ -81,14 +82,6 @@ class WorkerOptions:
     register_attempts: int | None = None    # None: retry until the dispatcher answers
     register_backoff_s: float = 0.5
     seed: int = 0
-
-
-def split_hostport(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` -> (host, port); raises ValueError with one line."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    return host, int(port)
 
 
 def padding_profile(opts: WorkerOptions) -> LatencyProfile | None:

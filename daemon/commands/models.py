@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 
+from daemon.config import split_hostport
 from daemon.errors import UsageError
 
 class RpcFailed(UsageError):
@@ -24,9 +25,10 @@ class RpcFailed(UsageError):
 
 
 def _hostport(text: str) -> str:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    try:
+        split_hostport(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text.strip()
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from daemon.config import split_hostport
 from daemon.errors import UsageError
 from scaler.catalog import load_catalog
 from variants.builtin_models import ModelError
@@ -52,9 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _hostport(flag: str, value: str) -> str:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"{flag}: {value!r} is not HOST:PORT")
+    try:
+        split_hostport(value)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
     return value
 
 
