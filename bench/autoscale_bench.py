@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from bench._report import machine, write_section  # noqa: E402
-from scaler.catalog import load_catalog  # noqa: E402
+from config.catalog import load_catalog  # noqa: E402
 from variants.autoscale_greedy import GreedyState, greedy_scale  # noqa: E402
 from variants.autoscale_ilp import ScalingPlan, ScalingProblem, ScalingVariant, solve_ilp  # noqa: E402
 

@@ -40,7 +40,7 @@ def decision_latency(m: int, n: int, reps: int) -> dict[str, float]:
     from dispatcher.policies.kairos import KairosPolicy
     from dispatcher.policy import QueryView, WorkerView
     from scaler.batch_mix import sample_batches
-    from scaler.profiles import load_profiles_csv
+    from config.profiles import load_profiles_csv
 
     lm = LatencyModel.from_profiles(load_profiles_csv())
     rng = np.random.default_rng(0)
@@ -157,7 +157,7 @@ class RoundRobinProxy:
 
 
 def _bench_config():  # type: ignore[no-untyped-def]
-    from daemon.config import Config
+    from config.schema import Config
 
     return Config.model_validate({
         "cluster": "bench", "budget_per_hour": 10,
@@ -172,7 +172,7 @@ async def _one_run(kind: str, addresses: list[str], seconds: float, concurrency:
     if kind == "dispatcher":
         from dispatcher.latency_model import LatencyModel
         from dispatcher.server import Dispatcher
-        from scaler.profiles import load_profiles_csv
+        from config.profiles import load_profiles_csv
 
         d = Dispatcher(_bench_config(), LatencyModel.from_profiles(load_profiles_csv()))
         port = await d.start("127.0.0.1:0")

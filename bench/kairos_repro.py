@@ -47,7 +47,7 @@ from dispatcher.policies import sweep_drs_threshold  # noqa: E402
 from scaler.batch_mix import BatchMix, mix_from_batches  # noqa: E402
 from scaler.kairos_plus import kairos_plus  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
-from scaler.profiles import ProfileTable, load_profiles_csv  # noqa: E402
+from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
 from scaler.upper_bound import Ranking  # noqa: E402
 from sim.capacity import pool_capacity  # noqa: E402
 from sim.engine import simulate  # noqa: E402

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
 from scaler.batch_mix import mix_from_dist  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
-from scaler.profiles import LatencyProfile, load_profiles_csv  # noqa: E402
+from config.profiles import LatencyProfile, load_profiles_csv  # noqa: E402
 from scaler.upper_bound import upper_bound_one  # noqa: E402
 
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}

@@ -19,9 +19,9 @@ from typing import Awaitable, Callable
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from daemon import sdnotify
-from daemon.config import Config, load_config
-from daemon.errors import UsageError
-from daemon.state import StateStore
+from config.schema import Config, load_config
+from config.errors import UsageError
+from scaler.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
 from variants.pipeline import generate_and_profile, hardware_classes
@@ -31,11 +31,12 @@ from scaler.batch_mix import mix_from_dist
 from scaler.cloud import CloudProvider, ManagedInstance, pool_of
 from scaler.ec2 import Ec2Cloud
 from scaler.fleet_decision import plan_fleet
+from sim.slo_check import slo_check
 from scaler.parking import ParkState, decide_parking
 from scaler.plan import Plan
-from scaler.profiles import ProfileTable, load_profiles_csv
+from config.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView, demand_for_planning, significant_change
-from scaler.vm_autoscaler import VmParams
+from variants.vm_autoscaler import VmParams
 from variants.registry import RegisteredModel, VariantRegistry, registry_path_for
 
 log = logging.getLogger("costscale")
@@ -164,7 +165,7 @@ class Daemon:
         """Cheaply generate and profile the variants of config models whose ONNX file is at hand
         (builtin:mlp is), in a worker thread; routing picks them up when done."""
         from variants.builtin_models import resolve_model
-        from variants.worker_server import default_cache_dir
+        from worker.server import default_cache_dir
 
         assert self.registry is not None
         hws = hardware_classes(self.cfg.catalog())
@@ -275,7 +276,7 @@ class Daemon:
         if cfg.pinned_pool:
             return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
         exclude = sorted(self.actuator.unavailable_types()) if self.actuator else []
-        plan = plan_fleet(cfg, self.profiles, demand.mix, demand.qps, exclude=exclude,
+        plan = plan_fleet(cfg, self.profiles, demand.mix, demand.qps, slo_check=slo_check, exclude=exclude,
                           current=self.status.target or None)
         return {t: n for t, n in plan.chosen.items() if n > 0}, plan
 

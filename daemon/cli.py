@@ -13,7 +13,7 @@ import sys
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from typing import Sequence
 
-from daemon.errors import UsageError
+from config.errors import UsageError
 
 # modules under daemon/commands/ (simulate also registers capacity; models also registers offline)
 COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants", "models")

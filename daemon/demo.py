@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from daemon.config import Config
+from config.schema import Config
 from scaler.batch_mix import sample_batches
 from scaler.transitions import pool_cost
 from sim.metrics import nearest_rank

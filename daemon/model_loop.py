@@ -11,7 +11,7 @@ Every ``intervals.model_s``:
    measured relative speed), its cost the worker's price (in $/hr units);
 3. turn the plan into per-worker Load/Unload placements, applied with the Worker RPCs (the
    dispatcher routes a variant's queries only to workers where it is loaded);
-4. run the VM-autoscaler rules (INFaaS §4.2.3, :func:`scaler.vm_autoscaler.decide_vm`); an ``add``
+4. run the VM-autoscaler rules (INFaaS §4.2.3, :func:`variants.vm_autoscaler.decide_vm`); an ``add``
    (or capacity the autoscaler could not place) raises the fleet loop's capacity hint, a ``remove``
    lowers it. The fleet planner/actuator then replans: this loop never launches or terminates
    anything, so the money invariant (DESIGN invariant 1) stays with the planner.
@@ -29,8 +29,8 @@ from typing import Awaitable, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from dispatcher.modelless import expand_name, split_name
-from scaler.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
+from variants.naming import expand_name, split_name
+from variants.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
 from variants.autoscale_greedy import GreedyState, greedy_scale
 from variants.autoscale_ilp import (DEFAULT_LAMBDA, ScalingPlan, ScalingProblem, ScalingVariant, plan_from_counts,
                                    solve_ilp, violations)

@@ -9,7 +9,7 @@ Prediction order for a pair (model, instance type), first that applies:
 1. **lookup**: the batch falls in a grid bucket (batch rounded up to a multiple of ``granularity``,
    the profile grid) that has at least ``lookup_min_samples`` observations: their mean.
 2. **profile**: a seeded latency profile (``from_profiles``), rounded up to the profile grid
-   (``scaler.profiles.LatencyProfile.latency_ms``).
+   (``config.profiles.LatencyProfile.latency_ms``).
 3. **linear**: a least-squares line ``a + s·batch`` over the pair's observations (>= 2 distinct
    batch sizes; with one size only, that size's mean scaled proportionally to the batch).
 4. **fallback** (no data at all for the pair): the median, over the model's *other* instance types
@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scaler.profiles import ProfileTable, Stat
+from config.profiles import ProfileTable, Stat
 
 _DENSE_MAX = 1000  # dense per-integer-batch tables cover 0..max(_DENSE_MAX, largest profiled size)
 

@@ -19,11 +19,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from variants.executor import ANY_HARDWARE
+from variants.naming import SEP, base_name, expand_name
 from variants.selection import Choice, NoVariant, Request, VariantInfo, WorkerLoad, get_variant, meets
 from variants.state_machine import StateKey, VariantState
-
-#: joins a variant name and a hardware class or instance type: ``name@suffix``
-SEP = "@"
 
 #: INFaaS §5: offline jobs are paused while online utilization is at or above 40 %.
 OFFLINE_UTILIZATION_THRESHOLD = 0.40
@@ -70,21 +68,6 @@ class RouteError(LookupError):
         super().__init__(message)
         self.code = code
         self.closest = closest
-
-
-def expand_name(name: str, suffix: str) -> str:
-    """``name@suffix``: a variant on a hardware class (routing) or an instance type (model loop)."""
-    return f"{name}{SEP}{suffix}"
-
-
-def split_name(expanded: str) -> tuple[str, str]:
-    """Inverse of :func:`expand_name`: (name, suffix); suffix "" for a plain name."""
-    name, _, suffix = expanded.partition(SEP)
-    return name, suffix
-
-
-def base_name(expanded: str) -> str:
-    return split_name(expanded)[0]
 
 
 LatencyGrid = Callable[[str, str], tuple[tuple[int, float], ...]]

@@ -34,16 +34,18 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from daemon.config import Config, ModelSpec, split_hostport
+from config.schema import Config, ModelSpec
+from config.hostport import split_hostport
 from dispatcher.latency_model import LatencyModel
 from dispatcher.policies import infeasible, make_policy
 from dispatcher.policy import Policy, QueryView, WorkerView, pick_base_type
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.proto.tensors import array_to_tensor, replace_atomic, tensor_to_array, write_atomic
+from config.files import replace_atomic, write_atomic
+from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
 from dispatcher import modelless as ml
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.worker_client import WorkerClient, is_worker_failure
-from scaler.catalog import InstanceType
+from config.catalog import InstanceType
 from variants.executor import ANY_HARDWARE
 from variants.pipeline import generate_and_profile, hardware_classes
 from variants.selection import Request as VariantRequest

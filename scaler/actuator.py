@@ -27,8 +27,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from daemon.state import StateStore
-from scaler.catalog import InstanceType, load_catalog
+from scaler.state import StateStore
+from config.catalog import InstanceType, load_catalog
 from scaler.cloud import CloudConfigError, CloudError, CloudProvider, InsufficientCapacity, ManagedInstance, Throttled
 from scaler.transitions import Step, _retire_order, client_token, plan_transition, pool_digest
 

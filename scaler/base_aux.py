@@ -33,7 +33,7 @@ from typing import Mapping
 import numpy as np
 
 from scaler.batch_mix import BatchMix
-from scaler.profiles import LatencyProfile, Stat
+from config.profiles import LatencyProfile, Stat
 
 
 class PlanError(ValueError):

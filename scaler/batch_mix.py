@@ -19,43 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_MAX_BATCH = 1000
-DIST_NAMES = ("deeprecsys", "lognormal", "gaussian", "fixed:N")
-
-
-@dataclass(frozen=True)
-class BatchDist:
-    kind: str
-    a: float = 0.0
-    b: float = 0.0
-
-    @property
-    def spec(self) -> str:
-        if self.kind == "fixed":
-            return f"fixed:{int(self.a)}"
-        return self.kind
-
-
-def parse_batch_dist(spec: str) -> BatchDist:
-    """Parse a spec string; raises ValueError with one clear line."""
-    s = spec.strip().lower()
-    parts = s.split(":")
-    kind = parts[0]
-    try:
-        nums = [float(x) for x in parts[1:]]
-    except ValueError:
-        raise ValueError(f"bad batch distribution {spec!r}: numbers expected after ':'") from None
-    if kind == "deeprecsys" and not nums:
-        return BatchDist("deeprecsys")
-    if kind == "lognormal" and len(nums) in (0, 2):
-        return BatchDist("lognormal", *(nums or [5.1, 0.2]))
-    if kind == "gaussian" and len(nums) in (0, 2):
-        return BatchDist("gaussian", *(nums or [250.0, 100.0]))
-    if kind == "fixed" and len(nums) == 1 and nums[0] >= 1 and nums[0] == int(nums[0]):
-        return BatchDist("fixed", nums[0])
-    raise ValueError(
-        f"bad batch distribution {spec!r}: expected one of deeprecsys, lognormal[:MU:SIGMA], gaussian[:MEAN:SD], fixed:N"
-    )
+from config.batch_dist import DEFAULT_MAX_BATCH, BatchDist, parse_batch_dist
 
 
 def sample_batches(dist: BatchDist | str, n: int, rng: np.random.Generator, max_batch: int = DEFAULT_MAX_BATCH) -> np.ndarray:

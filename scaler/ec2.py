@@ -122,7 +122,7 @@ class Ec2Cloud:
         self,
         cluster: str,
         region: str,
-        launch: Any,  # daemon.config.LaunchSpec (duck-typed so scaler does not import daemon)
+        launch: Any,  # config.schema.LaunchSpec (duck-typed so scaler does not import daemon)
         *,
         endpoint_url: str | None = None,
         max_attempts: int = 8,

@@ -1,21 +1,28 @@
 """The fleet decision the daemon acts on and ``costscale plan`` prints: one pure function.
 
 ``plan_fleet`` builds the planner inputs from the config and a demand view, and for ``min_cost``
-verifies candidates with a short simulation of the configured dispatcher policy (``sim.slo_check``)
-run with the planner's base type, so the CLI shows exactly the pool the daemon would hold.
+verifies candidates with a short simulation of the configured dispatcher policy run with the
+planner's base type, so the CLI shows exactly the pool the daemon would hold. The simulation sits
+in a higher layer (``sim.slo_check.slo_check``): the caller passes it in as ``slo_check`` (the
+daemon, ``costscale plan`` and the replay all pass the same function).
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from daemon.config import Config
+from config.schema import Config
 from scaler.batch_mix import BatchMix
 from scaler.plan import Objective, Plan, choose_pool, plan_inputs_from_config
-from scaler.profiles import ProfileTable
-from sim.slo_check import slo_check
+from config.profiles import ProfileTable
+
+#: ``meets(pool, base_type) -> bool``: does ``pool`` hold the SLO, run with that base type?
+Meets = Callable[[dict[str, int], "str | None"], bool]
+#: ``slo_check(profile_model, profiles, qos_ms, rate_qps, mix, *, policy) -> Meets``
+#: (``sim.slo_check.slo_check``, passed in by the caller: the simulator is a higher layer).
+SloCheck = Callable[..., Meets]
 
 
-def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: float, *,
+def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: float, *, slo_check: SloCheck,
                model: str | None = None, exclude: Sequence[str] = (), types: Sequence[str] | None = None,
                budget: float | None = None, qos_ms: float | None = None, objective: Objective | None = None,
                top_k: int = 10, current: Mapping[str, int] | None = None) -> Plan:

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from daemon.errors import UsageError
+from config.errors import UsageError
 
 
 def parse_target(text: str) -> dict[str, int]:
@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from daemon.config import LaunchSpec
-    from daemon.state import StateStore
+    from config.schema import LaunchSpec
+    from scaler.state import StateStore
     from scaler.actuator import FleetActuator
-    from scaler.catalog import load_catalog
+    from config.catalog import load_catalog
     from scaler.ec2 import Ec2Cloud, make_ec2_client
 
     target = parse_target(args.target)

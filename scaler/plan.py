@@ -24,7 +24,7 @@ import numpy as np
 
 from scaler.base_aux import BaseAux, PlanError, split_base_aux
 from scaler.batch_mix import BatchMix, mix_from_dist
-from scaler.profiles import LatencyProfile, ProfileTable, Stat
+from config.profiles import LatencyProfile, ProfileTable, Stat
 from scaler.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
 
 Objective = Literal["max_throughput", "min_cost"]
@@ -104,7 +104,7 @@ def plan_inputs_from_config(
     budget: float | None = None,
     qos_ms: float | None = None,
 ) -> PlanInputs:
-    """Build PlanInputs from a ``daemon.config.Config`` (keyword overrides as on the CLI).
+    """Build PlanInputs from a ``config.schema.Config`` (keyword overrides as on the CLI).
 
     ``types`` replaces the config's allowed types (each must be in the catalog; bounds from the
     config where listed, else (0, None)). ``mix`` None or empty (nothing measured yet) → the config's

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Mapping
 
 from dispatcher.policy import Policy
-from scaler.batch_mix import BatchDist
-from scaler.profiles import ProfileTable
+from config.batch_dist import BatchDist
+from config.profiles import ProfileTable
 from sim.engine import simulate
 from sim.metrics import nearest_rank
 from sim.oracle import oracle_capacity

@@ -23,7 +23,7 @@ from typing import Literal, Mapping
 import numpy as np
 
 from dispatcher.policy import Policy, QueryView, WorkerView
-from scaler.profiles import ProfileTable
+from config.profiles import ProfileTable
 from sim.clock import VirtualClock
 from sim.service import ServiceModel
 

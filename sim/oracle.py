@@ -31,7 +31,7 @@ import numpy as np
 from scipy.optimize import linprog
 
 from scaler.batch_mix import mix_from_batches
-from scaler.profiles import ProfileTable
+from config.profiles import ProfileTable
 from sim.service import ServiceModel
 
 

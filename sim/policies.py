@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from dispatcher.policy import FirstIdlePolicy, Policy, pick_base_type
-from scaler.batch_mix import DEFAULT_MAX_BATCH
-from scaler.profiles import ProfileTable
+from config.batch_dist import DEFAULT_MAX_BATCH
+from config.profiles import ProfileTable
 
 SIM_POLICY_NAMES: tuple[str, ...] = ("kairos", "fcfs", "drs", "clockwork", "first-idle")
 

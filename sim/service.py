@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 from scipy.stats import norm
 
-from scaler.profiles import ProfileTable
+from config.profiles import ProfileTable
 
 ServiceKind = Literal["mean", "sampled"]
 Z99 = float(norm.ppf(0.99))

@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from scaler.batch_mix import BatchMix
-from scaler.profiles import ProfileTable
+from config.profiles import ProfileTable
 from sim.engine import simulate
 from sim.metrics import nearest_rank
 from sim.policies import policy_factory

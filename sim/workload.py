@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scaler.batch_mix import DEFAULT_MAX_BATCH, BatchDist, sample_batches
+from config.batch_dist import DEFAULT_MAX_BATCH, BatchDist
+from scaler.batch_mix import sample_batches
 
 
 @dataclass(frozen=True)

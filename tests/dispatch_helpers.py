@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from daemon.config import Config
+from config.schema import Config
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
 

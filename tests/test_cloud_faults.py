@@ -6,10 +6,10 @@ import random
 import pytest
 from botocore.stub import Stubber
 
-from daemon.config import LaunchSpec
-from daemon.state import StateStore
+from config.schema import LaunchSpec
+from scaler.state import StateStore
 from scaler.actuator import FleetActuator
-from scaler.catalog import load_catalog
+from config.catalog import load_catalog
 from scaler.cloud import CloudConfigError, InsufficientCapacity, Throttled, pool_of
 from scaler.ec2 import BACKOFF_BASE_S, BACKOFF_CAP_S, Ec2Cloud, backoff_delay, make_ec2_client
 from scaler.fake_cloud import FakeCloud

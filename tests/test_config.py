@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import main
-from daemon.config import load_config, parse_config_text
-from daemon.errors import ConfigError
+from config.schema import load_config, parse_config_text
+from config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "config" / "costscale.example.yaml"

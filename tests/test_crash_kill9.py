@@ -15,7 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from scaler.catalog import load_catalog
+from config.catalog import load_catalog
 from scaler.cloud import CLUSTER_TAG
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
-from scaler.profiles import load_profiles_csv
+from config.profiles import load_profiles_csv
 from tests.dispatch_helpers import RunningWorker, make_config, start_worker
 
 PROFILES = load_profiles_csv()

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from daemon.config import LaunchSpec
+from config.schema import LaunchSpec
 from scaler.cloud import CLUSTER_TAG, INTENT_TAG, MANAGED_BY_TAG, NotManaged
 from scaler.ec2 import Ec2Cloud, build_user_data, make_ec2_client
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dispatcher.latency_model import LatencyModel
-from scaler.profiles import load_profiles_csv
+from config.profiles import load_profiles_csv
 
 PROFILES = load_profiles_csv()
 

@@ -12,8 +12,8 @@ from daemon.model_loop import (HintParams, ModelInputs, ModelLoop, ModelLoopPara
                                decide, next_capacity_hint, placements_for)
 from dispatcher.latency_model import LatencyModel
 from dispatcher.modelless import VariantMeta
-from scaler.profiles import load_profiles_csv
-from scaler.vm_autoscaler import VmDecision, VmParams
+from config.profiles import load_profiles_csv
+from variants.vm_autoscaler import VmDecision, VmParams
 from variants.state_machine import VariantState
 
 
@@ -146,7 +146,7 @@ class FakeDispatcher:
 
 
 def test_adapter_applies_unload_via_rpcs_and_reports_vm() -> None:
-    from scaler.profiles import load_profiles_csv
+    from config.profiles import load_profiles_csv
 
     fd = FakeDispatcher()
     seen: list = []

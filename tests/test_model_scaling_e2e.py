@@ -18,11 +18,11 @@ import grpc
 import numpy as np
 import pytest
 
-from daemon.config import Config
+from config.schema import Config
 from daemon.demo import demo_config
 from daemon.model_loop import ModelLoopParams
 from scaler.batch_mix import sample_batches
-from scaler.vm_autoscaler import VmParams
+from variants.vm_autoscaler import VmParams
 
 pytestmark = pytest.mark.slow
 

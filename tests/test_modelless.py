@@ -10,16 +10,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from daemon.config import Config
+from config.schema import Config
 from dispatcher import modelless as ml
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
-from scaler.profiles import load_profiles_csv
+from config.profiles import load_profiles_csv
 from variants.registry import RegisteredModel, VariantRegistry, base_variant
 from variants.selection import Request
 from variants.state_machine import VariantState
-from variants.worker_server import WorkerOptions, WorkerServer
+from worker.server import WorkerOptions, WorkerServer
 
 GRID = {("fast", "gpu"): ((1, 5.0), (8, 10.0)), ("slow", "cpu"): ((1, 50.0), (8, 200.0)),
         ("base", "cpu"): ((1, 40.0), (8, 100.0)), ("base", "gpu"): ((1, 8.0), (8, 20.0))}

@@ -14,10 +14,10 @@ from dispatcher import modelless as ml
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher, offline_inputs
-from scaler.profiles import load_profiles_csv
+from config.profiles import load_profiles_csv
 from tests.test_modelless import _cfg
 from variants.registry import RegisteredModel, VariantRegistry
-from variants.worker_server import WorkerOptions, WorkerServer
+from worker.server import WorkerOptions, WorkerServer
 
 
 def test_threshold_rule() -> None:

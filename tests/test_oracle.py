@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scaler.profiles import load_profiles_csv, profiles_from_rows
+from config.profiles import load_profiles_csv, profiles_from_rows
 from sim.capacity import allowable_throughput, pool_capacity
 from sim.oracle import oracle_capacity
 from sim.policies import policy_factory

@@ -12,7 +12,7 @@ from scaler.base_aux import PlanError
 from scaler.batch_mix import BatchMix, mix_from_dist
 from scaler.kairos_plus import kairos_plus, kairos_plus_search
 from scaler.plan import PlanInputs, choose_pool, plan_inputs_from_config, rank_inputs, similarity_pick
-from scaler.profiles import LatencyProfile, load_profiles_csv
+from config.profiles import LatencyProfile, load_profiles_csv
 from scaler.upper_bound import enumerate_pools, rank_pools
 
 SIZES = np.arange(10, 1001, 10, dtype=float)
@@ -228,7 +228,7 @@ def test_kairos_plus_max_evaluations() -> None:
 
 
 def test_plan_inputs_from_config_falls_back_to_declared_mix() -> None:
-    from daemon.config import parse_config_text
+    from config.schema import parse_config_text
     from scaler.batch_mix import mix_from_batches
 
     cfg = parse_config_text("cluster: t\nbudget_per_hour: 2.5\nmodels:\n  - {name: dien, qos_ms: 35}\n"

@@ -148,7 +148,7 @@ def test_drs_threshold_splits_by_batch_size() -> None:
 
 
 def test_drs_default_threshold_is_what_the_fastest_auxiliary_serves_in_qos() -> None:
-    lm = LatencyModel.from_profiles(__import__("scaler.profiles", fromlist=["x"]).load_profiles_csv())
+    lm = LatencyModel.from_profiles(__import__("config.profiles", fromlist=["x"]).load_profiles_csv())
     pol = DrsPolicy(lm, "g4dn.xlarge")
     t = pol.threshold_for("ncf", 5.0, ["c5n.2xlarge"])
     # c5n ncf: the largest profiled batch within 0.98·5 = 4.9 ms, rounded to the grid
@@ -233,7 +233,7 @@ def test_kairos_single_query_fast_path_equals_the_matrix_path(batch: int, waited
     as linear_sum_assignment over cost_matrix, on the real profiles (ties: first minimum)."""
     from scipy.optimize import linear_sum_assignment
 
-    from scaler.profiles import load_profiles_csv
+    from config.profiles import load_profiles_csv
 
     lm = LatencyModel.from_profiles(load_profiles_csv())
     pol = KairosPolicy(lm, "g4dn.xlarge")

@@ -72,7 +72,7 @@ def test_to_latency_profile(measured: VariantProfile) -> None:
     assert lp.model == "mlp-fp32-cpu" and lp.instance_type == "c5.2xlarge"
     np.testing.assert_array_equal(lp.batch_sizes, [1, 2, 4, 8, 16, 32, 64])
     np.testing.assert_array_equal(lp.mean_ms, [b.mean_ms for b in measured.batches])
-    # a batch of 5 rounds up to the profiled 8 (scaler.profiles semantics)
+    # a batch of 5 rounds up to the profiled 8 (config.profiles semantics)
     assert float(lp.latency_ms(5, "p50")) == measured.batches[3].p50_ms
     assert measured.to_latency_profile(model="mlp").model == "mlp"
 

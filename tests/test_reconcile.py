@@ -7,10 +7,10 @@ from typing import Any, Callable
 
 import pytest
 
-from daemon.config import LaunchSpec
-from daemon.state import StateLocked, StateStore
+from config.schema import LaunchSpec
+from scaler.state import StateLocked, StateStore
 from scaler.actuator import FleetActuator
-from scaler.catalog import load_catalog
+from config.catalog import load_catalog
 from scaler.cloud import CloudProvider, ManagedInstance, pool_of
 from scaler.ec2 import Ec2Cloud
 from scaler.fake_cloud import FakeCloud
@@ -208,7 +208,7 @@ def test_lock_released_when_holder_is_killed(tmp_path) -> None:
     import sys
 
     path = tmp_path / "state.db"
-    code = ("import sys, time; from daemon.state import StateStore; s = StateStore.open(sys.argv[1]); "
+    code = ("import sys, time; from scaler.state import StateStore; s = StateStore.open(sys.argv[1]); "
             "print('locked', flush=True); time.sleep(60)")
     p = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True,
                          cwd=os.path.dirname(os.path.dirname(__file__)))

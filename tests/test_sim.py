@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.policy import Assignment, FirstIdlePolicy
-from scaler.profiles import load_profiles_csv, profiles_from_rows
+from config.profiles import load_profiles_csv, profiles_from_rows
 from sim.clock import VirtualClock
 from sim.engine import simulate
 from sim.metrics import nearest_rank, summarize

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import kairos_repro as kr  # noqa: E402
 
 from scaler.batch_mix import BatchMix, mix_from_batches  # noqa: E402
-from scaler.profiles import load_profiles_csv, profiles_from_rows  # noqa: E402
+from config.profiles import load_profiles_csv, profiles_from_rows  # noqa: E402
 from scaler.upper_bound import Ranking  # noqa: E402
 from sim.capacity import pool_capacity  # noqa: E402
 from sim.policies import policy_factory  # noqa: E402

@@ -17,7 +17,7 @@ from scaler.base_aux import (
     throughput_qps,
 )
 from scaler.batch_mix import BatchMix, mix_from_dist
-from scaler.profiles import LatencyProfile, load_profiles_csv
+from config.profiles import LatencyProfile, load_profiles_csv
 from scaler.upper_bound import enumerate_pools, upper_bound_one, upper_bounds
 
 

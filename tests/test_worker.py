@@ -21,12 +21,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from daemon.cli import main as cli_main
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
-from scaler.profiles import LatencyProfile
+from config.profiles import LatencyProfile
 from tests.conftest import free_port
 from variants.builtin_models import build_mlp, input_signature, make_inputs, make_inputs_for
-from variants.emulation import padded_service_ms, padding_ms
+from worker.emulation import padded_service_ms, padding_ms
 from variants.executor import CPU, CUDA, choose_executor_kind, choose_providers, parse_providers
-from variants.worker_server import RegistrationRefused, WorkerOptions, WorkerServer, serve_worker
+from worker.server import RegistrationRefused, WorkerOptions, WorkerServer, serve_worker
 
 REPO = Path(__file__).resolve().parents[1]
 

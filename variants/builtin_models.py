@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from dispatcher.proto.tensors import replace_atomic
+from config.files import replace_atomic
 
 BUILTIN_PREFIX = "builtin:"
 BUILTINS = ("mlp",)

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from scaler.profiles import LatencyProfile
+from config.profiles import LatencyProfile
 
 DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 RSS_METHOD = "rss-delta:/proc/self/status VmRSS, peak sampled after load and each batch size"
@@ -55,7 +55,7 @@ class VariantProfile:
         return [b.batch_size for b in self.batches]
 
     def to_latency_profile(self, model: str | None = None) -> LatencyProfile:
-        """As a :class:`scaler.profiles.LatencyProfile` keyed (model or the variant name,
+        """As a :class:`config.profiles.LatencyProfile` keyed (model or the variant name,
         instance type), to seed the dispatcher's latency model."""
         bs = sorted(self.batches, key=lambda b: b.batch_size)
         return LatencyProfile(

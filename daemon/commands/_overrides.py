@@ -8,10 +8,10 @@ import math
 from dataclasses import dataclass
 from typing import Collection
 
-from daemon.config import Config, load_config
-from daemon.errors import UsageError
-from scaler.batch_mix import parse_batch_dist
-from scaler.profiles import ProfileTable, load_profiles_csv
+from config.schema import Config, load_config
+from config.errors import UsageError
+from config.batch_dist import parse_batch_dist
+from config.profiles import ProfileTable, load_profiles_csv
 
 
 def add_override_flags(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import logging
 
 from daemon.commands._overrides import parse_counts
 from daemon.demo import DEMO_TYPES
-from daemon.errors import UsageError
+from config.errors import UsageError
 from dispatcher.policies import POLICY_NAMES
 
 

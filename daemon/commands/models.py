@@ -17,8 +17,8 @@ from pathlib import Path
 
 import grpc
 
-from daemon.config import split_hostport
-from daemon.errors import UsageError
+from config.hostport import split_hostport
+from config.errors import UsageError
 
 class RpcFailed(UsageError):
     exit_code = 1

@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 
 from daemon.commands._overrides import add_override_flags, resolve
-from daemon.errors import UsageError
+from config.errors import UsageError
 from scaler.base_aux import PlanError
 from scaler.batch_mix import mix_from_dist
 from scaler.fleet_decision import plan_fleet
+from sim.slo_check import slo_check
 from scaler.plan import MIX_SEED, Plan
 
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     demand = args.demand_qps if args.demand_qps is not None else cfg.workload.expected_qps
     try:
         mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=r.max_batch)
-        plan = plan_fleet(cfg, r.profiles, mix, demand, model=r.model, types=types, budget=args.budget,
+        plan = plan_fleet(cfg, r.profiles, mix, demand, slo_check=slo_check, model=r.model, types=types, budget=args.budget,
                           qos_ms=args.qos_ms, objective=objective, top_k=args.top)
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None

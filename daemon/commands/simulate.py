@@ -16,7 +16,7 @@ import numpy as np
 
 from daemon.commands._overrides import Resolved, add_override_flags, parse_pool, resolve
 from scaler.transitions import pool_cost
-from daemon.errors import UsageError
+from config.errors import UsageError
 from sim.capacity import pool_capacity
 from sim.engine import simulate
 from sim.metrics import summarize

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from daemon.config import load_config
+from config.schema import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:

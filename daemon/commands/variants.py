@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from daemon.errors import UsageError
+from config.errors import UsageError
 from variants.autoscale_ilp import ScalingVariant
 from variants.cheapest import NoCombination, cheapest
 

@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from daemon.config import split_hostport
-from daemon.errors import UsageError
-from scaler.catalog import load_catalog
+from config.hostport import split_hostport
+from config.errors import UsageError
+from config.catalog import load_catalog
 from variants.builtin_models import ModelError
 from variants.executor import parse_providers
 
 if TYPE_CHECKING:
-    from variants.worker_server import WorkerOptions
+    from worker.server import WorkerOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +62,7 @@ def _hostport(flag: str, value: str) -> str:
 
 def build_options(args: argparse.Namespace) -> "WorkerOptions":
     """Check the flags and build WorkerOptions (every problem is a UsageError)."""
-    from variants.worker_server import WorkerOptions, default_cache_dir
+    from worker.server import WorkerOptions, default_cache_dir
 
     listen = _hostport("--listen", args.listen)
     dispatcher = _hostport("--dispatcher", args.dispatcher) if args.dispatcher else None
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     opts = build_options(args)
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from variants.worker_server import RegistrationFailed, RegistrationRefused, serve_worker
+    from worker.server import RegistrationFailed, RegistrationRefused, serve_worker
 
     def listening(address: str) -> None:
         print(f"listening {address}", flush=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from daemon.errors import UsageError
+from config.errors import UsageError
 
 INTENT_KINDS = ("launch", "terminate")
 INTENT_STATUSES = ("planned", "sent", "done", "failed", "rolled_back")

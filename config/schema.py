@@ -13,9 +13,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from daemon.errors import ConfigError
-from scaler.batch_mix import parse_batch_dist
-from scaler.catalog import InstanceType, load_catalog
+from config.hostport import split_hostport
+from config.errors import ConfigError
+from config.batch_dist import parse_batch_dist
+from config.catalog import InstanceType, load_catalog
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -27,14 +28,6 @@ def _check_name(v: str) -> str:
 
 
 Name = Annotated[str, AfterValidator(_check_name)]
-
-
-def split_hostport(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` -> (host, port); raises ValueError with one line."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    return host, int(port)
 
 
 class _Strict(BaseModel):

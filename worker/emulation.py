@@ -6,7 +6,7 @@ The worker computes the real result, then sleeps the remainder so that the query
 """
 from __future__ import annotations
 
-from scaler.profiles import LatencyProfile, Stat
+from config.profiles import LatencyProfile, Stat
 
 
 def padded_service_ms(profile: LatencyProfile | None, batch: int, compute_ms: float, stat: Stat = "mean",

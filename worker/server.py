@@ -6,7 +6,7 @@ INFaaS §4.2.1). Kairos §5.1 assumes one query in service per instance at a tim
 concurrent ``Infer`` waits on an ``asyncio.Lock``.
 
 Hardware emulation (DESIGN "Where it runs"): with a latency profile, each query's service time is
-padded to ``max(compute, profile latency)`` (:func:`variants.emulation.padded_service_ms`), so a
+padded to ``max(compute, profile latency)`` (:func:`worker.emulation.padded_service_ms`), so a
 local process can stand for the instance type it was launched as.
 
 Also serves grpc health checking (``grpc.health.v1``) and, given a dispatcher address, registers
@@ -31,14 +31,15 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from daemon.config import split_hostport
+from config.hostport import split_hostport
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.proto.tensors import array_to_tensor, tensor_to_array, write_atomic
-from scaler.catalog import load_catalog
-from scaler.profiles import LatencyProfile, Stat, load_profiles_csv
+from config.files import write_atomic
+from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
+from config.catalog import load_catalog
+from config.profiles import LatencyProfile, Stat, load_profiles_csv
 from variants import neuron_executor
 from variants.builtin_models import input_signature, make_inputs_for, resolve_model
-from variants.emulation import padding_ms
+from worker.emulation import padding_ms
 from variants.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
 from variants.onnx_executor import OnnxExecutor
 
