@@ -31,7 +31,7 @@ Name = Annotated[str, AfterValidator(_check_name)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):
@@ -244,17 +244,26 @@ class Config(_Strict):
 
 # --- loading with YAML line numbers -------------------------------------------------------------
 
-def _node_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
+def _node_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int], source: str) -> None:
+    """Record the line of every field; a key given twice in one mapping is an error (YAML would
+    silently keep the last: ``budget_per_hour: 2.5`` then ``250`` must not mean 250)."""
     out[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
+        first: dict[Any, int] = {}
+        for k, _ in node.value:
+            if k.value in first:
+                where = _fmt_loc(path + (k.value,))
+                raise ConfigError(f"{source}: line {k.start_mark.line + 1}: {where}: duplicate key "
+                                  f"(first given at line {first[k.value]})")
+            first[k.value] = k.start_mark.line + 1
         for k, v in node.value:
             key = k.value
             out[path + (key,)] = k.start_mark.line + 1
-            _node_lines(v, path + (key,), out)
+            _node_lines(v, path + (key,), out, source)
             out[path + (key,)] = k.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _node_lines(item, path + (i,), out)
+            _node_lines(item, path + (i,), out, source)
 
 
 def _line_for(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
@@ -291,7 +300,7 @@ def parse_config_text(text: str, source: str = "<config>") -> Config:
         raise ConfigError(f"{source}: line 1: the top level must be a mapping of fields")
     lines: dict[tuple[Any, ...], int] = {}
     if node is not None:
-        _node_lines(node, (), lines)
+        _node_lines(node, (), lines, source)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

@@ -1,8 +1,14 @@
-"""``costscale validate FILE``: exit 0 for a valid config; else one line per problem, exit 2."""
+"""``costscale validate FILE``: exit 0 for a valid config; else one line per problem, exit 2.
+
+Beyond the schema it runs :func:`config.checks.config_problems`: what would pass the schema and
+fail later in the daemon (an unknown region, a budget no allowed type fits, minimum counts over
+the budget, an unreadable profile CSV, launched workers told to dial 127.0.0.1)."""
 from __future__ import annotations
 
 import argparse
 
+from config.checks import config_problems
+from config.errors import ConfigError
 from config.schema import load_config
 
 
@@ -14,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
+    problems = [f"{args.config}: {p}" for p in config_problems(cfg)]
+    if problems:
+        raise ConfigError(problems[0], lines=problems)
     print(f"{args.config}: ok (cluster {cfg.cluster}, budget {cfg.budget_per_hour:g} $/hr, "
           f"{len(cfg.models)} model(s), {len(cfg.instance_types)} instance type(s))")
     return 0

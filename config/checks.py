@@ -1,0 +1,71 @@
+"""Checks of a parsed config that need more than one field, or data beside the YAML: what would
+otherwise pass ``costscale validate`` and fail later, in the daemon (DESIGN invariant 5).
+
+``config_problems(cfg)`` returns the problems as one line each; ``validate`` prints them and exits
+2, and ``costscale run`` refuses to start on them. Pure but for reading the profile CSV and
+botocore's bundled region table (no network).
+"""
+from __future__ import annotations
+
+import ipaddress
+
+from config.hostport import split_hostport
+from config.profiles import load_profiles_csv
+from config.schema import Config
+
+
+def known_regions() -> frozenset[str]:
+    """Every EC2 region of every AWS partition, from botocore's bundled endpoint table."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    out: set[str] = set()
+    for partition in session.get_available_partitions():
+        out.update(session.get_available_regions("ec2", partition_name=partition, allow_non_regional=False))
+    return frozenset(out)
+
+
+def is_loopback(hostport: str) -> bool:
+    host, _ = split_hostport(hostport)
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def config_problems(cfg: Config) -> list[str]:
+    """One line per problem that the daemon would hit later; empty when none."""
+    problems: list[str] = []
+    if cfg.region not in known_regions():
+        problems.append(f"region: unknown AWS region {cfg.region!r} (for example us-east-1, eu-west-3)")
+
+    catalog = cfg.catalog()
+    budget = cfg.budget_per_hour
+    floor = sum(catalog[t.type].price_per_hour * t.min for t in cfg.instance_types)
+    if floor > budget + 1e-9:
+        mins = ", ".join(f"{t.type}×{t.min}" for t in cfg.instance_types if t.min)
+        problems.append(f"instance_types: the minimum counts ({mins}) cost {floor:.3f} $/hr, "
+                        f"over budget_per_hour {budget:g}")
+    cheapest = min(catalog.values(), key=lambda it: it.price_per_hour)
+    if cheapest.price_per_hour > budget + 1e-9:
+        problems.append(f"budget_per_hour: {budget:g} $/hr buys no allowed instance type "
+                        f"(the cheapest, {cheapest.name}, costs {cheapest.price_per_hour:g} $/hr)")
+    if cfg.pinned_pool:
+        pinned = sum(catalog[t].price_per_hour * n for t, n in cfg.pinned_pool.items())
+        if pinned > budget + 1e-9:
+            problems.append(f"pinned_pool: costs {pinned:.3f} $/hr, over budget_per_hour {budget:g}")
+
+    try:
+        load_profiles_csv(cfg.profiles)
+    except ValueError as exc:
+        problems.append(f"profiles: {exc}")
+
+    d = cfg.dispatcher
+    launches_on_aws = cfg.aws.endpoint_url is None   # an emulator (moto) runs its workers on this host
+    if launches_on_aws and d.advertise is None and is_loopback(d.listen):
+        problems.append(f"dispatcher: listen {d.listen} is loopback and no advertise is set: launched instances "
+                        "would dial 127.0.0.1; set dispatcher.advertise to an address they can reach")
+    return problems
