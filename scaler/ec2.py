@@ -132,11 +132,11 @@ class Ec2Cloud:
         dispatcher: str | None = None,
         cluster_token: str | None = None,
         models: Sequence[tuple[str, str]] = (),
+        worker_port: int = 50052,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.cluster = cluster
-        self.region = region
         self.launch_spec = launch
         self.max_attempts = max_attempts
         self.client = client if client is not None else make_ec2_client(region, endpoint_url)
@@ -145,6 +145,7 @@ class Ec2Cloud:
         self.dispatcher = dispatcher
         self.cluster_token = cluster_token
         self.models = tuple(models)
+        self.worker_port = worker_port
 
     # -- the error boundary ------------------------------------------------------------------
     def _call(self, op: str, instance_type: str | None = None, **kwargs: Any) -> Any:
@@ -220,7 +221,7 @@ class Ec2Cloud:
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
                                   {"ResourceType": "volume", "Tags": tag_list}],
             "UserData": build_user_data(self.cluster, self.dispatcher, getattr(spec, "user_data", None),
-                                        self.cluster_token, self.models),
+                                        self.cluster_token, self.models, self.worker_port),
         }
         if getattr(spec, "ami_id", None):
             kw["ImageId"] = spec.ami_id

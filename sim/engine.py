@@ -72,7 +72,6 @@ def simulate(
     seed: int = 0,
     prices: Mapping[str, float] | None = None,
     drop_expired: bool = True,
-    clock: VirtualClock | None = None,
 ) -> SimResult:
     """Run ``policy`` on ``pool`` against the queries (``arrivals`` in s, sorted; ``batches``).
 
@@ -120,7 +119,7 @@ def simulate(
     worker_of = np.full(n, -1, dtype=np.int64)
     queue: OrderedDict[str, QueryView] = OrderedDict()
     heap: list[tuple[float, int, int]] = []
-    clk = clock or VirtualClock(min(0.0, float(arr[0])) if n else 0.0)
+    clk = VirtualClock(min(0.0, float(arr[0])) if n else 0.0)
     i = 0
     seq = 0
     calls = 0

@@ -126,3 +126,15 @@ def test_user_data_shape() -> None:
     ud2 = build_user_data("c1", "h:1", models=[("ncf", "/opt/models/ncf.onnx")])
     assert "--model ncf=/opt/models/ncf.onnx --dispatcher h:1" in ud2
     assert "export COSTSCALE_CLUSTER_TOKEN='s3cr'\"'\"'et'" in ud
+
+
+def test_launched_workers_serve_on_the_configured_worker_port(moto_endpoint: str, ec2_client) -> None:
+    """``dispatcher.worker_port`` reaches the user-data of every instance the daemon launches."""
+    import base64
+
+    cloud = _cloud(moto_endpoint, worker_port=50099)
+    (inst,) = cloud.launch("t3.xlarge", 1, "tok-port")
+    attr = ec2_client.describe_instance_attribute(InstanceId=inst.instance_id, Attribute="userData")
+    ud = base64.b64decode(attr["UserData"]["Value"]).decode()
+    assert 'exec costscale worker --listen 0.0.0.0:50099 --advertise "$COSTSCALE_ADDRESS:50099"' in ud
+    assert "--dispatcher 10.0.0.1:50051" in ud
