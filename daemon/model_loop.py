@@ -1,300 +1,28 @@
-"""The model loop (DESIGN "Three loops": ~1 s; INFaaS §4.2 model-vertical scaling).
+"""The model loop (DESIGN "Three loops": ~1 s; INFaaS §4.2 model-vertical scaling): the adapter.
 
-Every ``intervals.model_s``:
-
-1. fold the workers' reports (queries served per variant instance, measured p99 against the
-   profile) into the variant state machine (INFaaS §3.2, Figure 4);
-2. run the model-autoscaler (INFaaS §4.2.2 greedy by default, the §4.2.1 ILP when selected) over
-   the variant instances the live workers can hold: one instance slot per worker, a variant runs on
-   the instance types of its hardware class, its saturation throughput is one query at a time at the
-   profiled latency of the mean batch (the model's profile on that type times the variant's
-   measured relative speed), its cost the worker's price (in $/hr units);
-3. turn the plan into per-worker Load/Unload placements, applied with the Worker RPCs (the
-   dispatcher routes a variant's queries only to workers where it is loaded);
-4. run the VM-autoscaler rules (INFaaS §4.2.3, :func:`variants.vm_autoscaler.decide_vm`); an ``add``
-   (or capacity the autoscaler could not place) raises the fleet loop's capacity hint, a ``remove``
-   lowers it. The fleet planner/actuator then replans: this loop never launches or terminates
-   anything, so the money invariant (DESIGN invariant 1) stays with the planner.
-
-:func:`decide` is pure (snapshot + state in, decision + state out); :class:`ModelLoop` is the
-adapter that reads the dispatcher and calls the workers.
+Every ``intervals.model_s`` :class:`ModelLoop` snapshots the dispatcher (live workers, what each
+served, the variants, each model's arrivals), runs the pure round
+:func:`variants.model_decision.decide`, applies its Load/Unload placements with the Worker RPCs
+(unloads first: they free the slots) and hands the VM-autoscaler's decisions to ``on_vm`` (the
+daemon turns them into the fleet loop's capacity hint, :func:`variants.capacity_hint.next_capacity_hint`).
+This loop never launches or terminates anything: the money invariant (DESIGN invariant 1) stays
+with the fleet planner.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Literal, Mapping, Sequence
+from typing import Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
 
-from variants.naming import expand_name, split_name
-from variants.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
-from variants.autoscale_greedy import GreedyState, greedy_scale
-from variants.autoscale_ilp import (DEFAULT_LAMBDA, ScalingPlan, ScalingProblem, ScalingVariant, plan_from_counts,
-                                   solve_ilp, violations)
 from variants.executor import ANY_HARDWARE
-from variants.state_machine import StateKey, StateParams, VariantReport, VariantState, apply_reports
+from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement,
+                                     VariantCandidate, WorkerSnapshot, decide)
+from variants.vm_autoscaler import VmDecision
 
 log = logging.getLogger("costscale.model")
 
-
-@dataclass(frozen=True)
-class WorkerSnapshot:
-    """One live worker over the last interval."""
-
-    worker: str
-    instance_type: str
-    hardware: str
-    utilization: float                                   # 0..1 busy fraction
-    loaded: tuple[str, ...]                              # variants loaded on it
-    served: tuple[tuple[str, int, float], ...] = ()      # (variant, batch, service_ms) served
-
-
-@dataclass(frozen=True)
-class VariantCandidate:
-    name: str
-    model: str
-    hardware: str                 # cpu | gpu | inferentia | any
-    speed_factor: float = 1.0     # latency relative to the model's profile on a type
-    load_latency_s: float = 0.5
-
-
-#: (model, instance type, batch, stat "mean"|"p99") -> profiled latency in ms
-ProfileFn = Callable[[str, str, float, str], float]
-
-
-@dataclass(frozen=True)
-class ModelInputs:
-    now: float
-    interval_s: float
-    workers: tuple[WorkerSnapshot, ...]
-    variants: tuple[VariantCandidate, ...]
-    load_qps: Mapping[str, float]            # model -> measured arrival rate (queries/s)
-    mean_batch: Mapping[str, float]          # model -> mean batch size
-    slo_ms: Mapping[str, float]              # model -> latency SLO
-    price_per_hour: Mapping[str, float]      # instance type -> $/hr
-    profile: ProfileFn
-
-
-@dataclass(frozen=True)
-class ModelLoopParams:
-    solver: Literal["greedy", "ilp"] = "greedy"
-    headroom: float = 0.05                   # INFaaS slack-threshold 1.05 (§5)
-    lam: float = DEFAULT_LAMBDA
-    min_qps: float = 0.01                    # keep one instance of every model with a variant
-    state: StateParams = StateParams()
-    vm: VmParams = VmParams()
-
-
-@dataclass(frozen=True)
-class ModelLoopState:
-    states: Mapping[StateKey, VariantState] = field(default_factory=dict)
-    greedy: GreedyState = GreedyState()
-    vm: VmState = VmState()
-
-
-@dataclass(frozen=True)
-class Placement:
-    action: Literal["load", "unload"]
-    variant: str
-    worker: str
-
-
-@dataclass(frozen=True)
-class ModelDecision:
-    placements: tuple[Placement, ...]
-    plan: ScalingPlan | None
-    vm: tuple[VmDecision, ...]
-    states: Mapping[StateKey, VariantState]
-    reports: tuple[VariantReport, ...]
-    unmet_qps: Mapping[str, float]
-
-
-def reports_for(inputs: ModelInputs, models: Mapping[str, str]) -> list[VariantReport]:
-    """State-machine reports (INFaaS §5 monitoring) for every loaded (variant, worker) instance."""
-    out: list[VariantReport] = []
-    for w in inputs.workers:
-        for v in w.loaded:
-            served = [(b, ms) for name, b, ms in w.served if name == v]
-            model = models.get(v, v)
-            mb = float(np.mean([b for b, _ in served])) if served else inputs.mean_batch.get(model, 1.0) or 1.0
-            prof_mean = inputs.profile(model, w.instance_type, mb, "mean")
-            prof_p99 = inputs.profile(model, w.instance_type, mb, "p99")
-            out.append(VariantReport(
-                variant=v, worker=w.worker, loaded=True,
-                qps_served=len(served) / max(inputs.interval_s, 1e-9),
-                peak_qps=1000.0 / max(prof_mean, 1e-6),
-                p99_ms=float(np.percentile([ms for _, ms in served], 99)) if served else 0.0,
-                profiled_ms=prof_p99 if served else 0.0))
-    return out
-
-
-def scaling_problem(inputs: ModelInputs, params: ModelLoopParams) -> ScalingProblem:
-    """The INFaaS §4.2.1 problem over the live workers: variables are (variant, instance type)."""
-    types = sorted({w.instance_type for w in inputs.workers})
-    hw_of = {w.instance_type: w.hardware for w in inputs.workers}
-    svs: list[ScalingVariant] = []
-    running: dict[str, int] = {}
-    for v in inputs.variants:
-        mb = max(inputs.mean_batch.get(v.model, 1.0), 1.0)
-        for t in types:
-            if v.hardware not in (ANY_HARDWARE, hw_of[t]):
-                continue
-            lat = inputs.profile(v.model, t, mb, "mean") * v.speed_factor
-            if not (lat > 0 and math.isfinite(lat)):
-                continue
-            key = expand_name(v.name, t)
-            svs.append(ScalingVariant(name=key, model=v.model, hardware=t, latency_ms=lat,
-                                      saturation_qps=1000.0 / lat,
-                                      cost_per_second=inputs.price_per_hour.get(t, 0.0) / 3600.0,
-                                      load_latency_s=v.load_latency_s, resources={"slot": 1.0}))
-            running[key] = sum(1 for w in inputs.workers if w.instance_type == t and v.name in w.loaded)
-    capacity: dict[str, dict[str, float]] = {}
-    for t in types:
-        ws = [w for w in inputs.workers if w.instance_type == t]
-        used = sum(running.get(expand_name(v.name, t), 0) for v in inputs.variants)
-        capacity[t] = {"slot": float(max(len(ws), used))}
-    models = {v.model for v in inputs.variants}
-    load = {m: max(inputs.load_qps.get(m, 0.0), params.min_qps) for m in models}
-    slo = {m: inputs.slo_ms.get(m, math.inf) for m in models}
-    return ScalingProblem(variants=tuple(svs), load_qps=load, slo_ms=slo, running=running, capacity=capacity,
-                          headroom=params.headroom, lam=params.lam)
-
-
-def placements_for(plan: ScalingPlan, workers: Sequence[WorkerSnapshot], keep_one: bool = True) -> list[Placement]:
-    """Per-worker Load/Unload for the plan's target counts: unload from the least-utilized
-    holders first (their queries move least), load onto the workers with the fewest variants
-    (free slots first, then least utilized); ties by worker id. With ``keep_one``, an unload that
-    would leave a worker with no variant at all is dropped."""
-    loaded = {w.worker: set(w.loaded) for w in workers}
-    util = {w.worker: w.utilization for w in workers}
-    by_type: dict[str, list[str]] = {}
-    for w in workers:
-        by_type.setdefault(w.instance_type, []).append(w.worker)
-    out: list[Placement] = []
-    loads: list[tuple[str, str, int]] = []
-    for key, target in sorted(plan.counts.items()):
-        v, t = split_name(key)
-        holders = sorted((x for x in by_type.get(t, []) if v in loaded[x]), key=lambda x: (util[x], x))
-        if len(holders) > target:
-            for x in holders[: len(holders) - target]:
-                loaded[x].discard(v)
-                out.append(Placement("unload", v, x))
-        elif len(holders) < target:
-            loads.append((v, t, target - len(holders)))
-    for v, t, k in loads:
-        free = sorted((x for x in by_type.get(t, []) if v not in loaded[x]),
-                      key=lambda x: (len(loaded[x]), util[x], x))
-        for x in free[:k]:
-            loaded[x].add(v)
-            out.append(Placement("load", v, x))
-    if keep_one:
-        # a rented worker is never left without a variant: the fleet planner owns the number of
-        # workers, so emptying one saves nothing; its replica stays (spare capacity) unless
-        # another variant replaces it (upgrade/downgrade)
-        out = [p for p in out if p.action == "load" or loaded[p.worker]]
-    return out
-
-
-def keep_running_unless_better(problem: ScalingProblem, plan: ScalingPlan) -> ScalingPlan:
-    """Hold the running variant instances when they already meet the load and the SLO (with the
-    headroom) and the plan costs no less: a swap between equally priced variants only costs load
-    time and capacity while the new one loads (INFaaS §4.2.2 scales only on a headroom deficit or
-    a real saving)."""
-    running = {v.name: problem.running.get(v.name, 0) for v in problem.variants}
-    if running == dict(plan.counts):
-        return plan
-    if violations(problem, running):
-        return plan
-    current = plan_from_counts(problem, running, plan.solver, plan.solve_ms)
-    if current.cost_per_second <= plan.cost_per_second + 1e-12:
-        return current
-    return plan
-
-
-def prefer_loaded_equivalents(problem: ScalingProblem, plan: ScalingPlan) -> ScalingPlan:
-    """Where the plan loads variant B on a type while unloading variant A of the same model there,
-    and A is as fast and as cheap as B and meets the SLO, keep A instead: a swap between
-    equivalent variants only costs a load (the greedy's from-scratch downgrade and the ILP pick any
-    of equally good variants)."""
-    counts = dict(plan.counts)
-    run = problem.running
-    vs = sorted(problem.variants, key=lambda v: v.name)
-    changed = False
-    for b in vs:
-        for a in vs:
-            extra_b = counts.get(b.name, 0) - run.get(b.name, 0)
-            gone_a = run.get(a.name, 0) - counts.get(a.name, 0)
-            if (extra_b <= 0 or gone_a <= 0 or a is b or a.model != b.model or a.hardware != b.hardware
-                    or a.latency_ms > b.latency_ms + 1e-9 or a.cost_per_second > b.cost_per_second + 1e-15
-                    or a.resources != b.resources or not problem.meets_slo(a)):
-                continue
-            k = min(extra_b, gone_a)
-            counts[b.name] -= k
-            counts[a.name] = counts.get(a.name, 0) + k
-            changed = True
-    if not changed:
-        return plan
-    return plan_from_counts(problem, counts, plan.solver, plan.solve_ms)
-
-
-def decide(inputs: ModelInputs, state: ModelLoopState = ModelLoopState(),
-           params: ModelLoopParams = ModelLoopParams()) -> tuple[ModelDecision, ModelLoopState]:
-    """One model-loop round (pure)."""
-    models = {v.name: v.model for v in inputs.variants}
-    reports = reports_for(inputs, models)
-    live = {(v, w.worker) for w in inputs.workers for v in w.loaded}
-    states = {k: s for k, s in apply_reports(state.states, reports, params.state).items() if k in live}
-    plan: ScalingPlan | None = None
-    greedy = state.greedy
-    placements: list[Placement] = []
-    unmet: dict[str, float] = {}
-    if inputs.workers and inputs.variants:
-        problem = scaling_problem(inputs, params)
-        if problem.variants:
-            if params.solver == "ilp":
-                plan = solve_ilp(problem)
-            else:
-                plan, greedy = greedy_scale(problem, inputs.now, state.greedy)
-            plan = keep_running_unless_better(problem, prefer_loaded_equivalents(problem, plan))
-            placements = placements_for(plan, inputs.workers)
-            unmet = dict(plan.unmet_qps)
-    wstatus = [WorkerStatus(w.worker, w.hardware, w.utilization,
-                            tuple(states.get((v, w.worker), VariantState.ACTIVE) for v in w.loaded))
-               for w in inputs.workers]
-    vm, vm_state = decide_vm(wstatus, inputs.now, state.vm, params.vm)
-    decision = ModelDecision(tuple(placements), plan, tuple(vm), states, tuple(reports), unmet)
-    return decision, ModelLoopState(states=states, greedy=greedy, vm=vm_state)
-
-
-# ---- hint for the fleet loop ---------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class HintParams:
-    step: float = 0.1
-    lo: float = 0.5
-    hi: float = 2.0
-
-
-def next_capacity_hint(hint: float, decisions: Sequence[VmDecision], unmet_qps: Mapping[str, float],
-                       p: HintParams = HintParams()) -> float:
-    """The fleet planner plans for demand × hint. INFaaS §4.2.3 "add" (or load the model
-    autoscaler could not place, §4.2.2 step d) raises it; "remove" lowers it; otherwise it
-    relaxes toward 1."""
-    if any(d.action == "add" for d in decisions) or any(q > 1e-6 for q in unmet_qps.values()):
-        return min(p.hi, hint + p.step)
-    if any(d.action == "remove" for d in decisions):
-        return max(p.lo, hint - p.step)
-    if hint > 1.0:
-        return max(1.0, hint - p.step / 4)
-    if hint < 1.0:
-        return min(1.0, hint + p.step / 4)
-    return hint
-
-
-# ---- the adapter ------------------------------------------------------------------------------------
 
 class ModelLoop:
     """Reads the dispatcher, calls :func:`decide`, applies placements through the Worker RPCs and
@@ -307,7 +35,6 @@ class ModelLoop:
         self.params = params
         self.on_vm = on_vm
         self.state = ModelLoopState()
-        self.last: ModelDecision | None = None
         self.last_at: float | None = None
         self.rounds = 0
         self.applied: list[Placement] = []    # (placements skipped because the worker was parked meanwhile are in neither)
@@ -357,7 +84,6 @@ class ModelLoop:
         inputs = self.snapshot(now)
         self.last_at = now
         decision, self.state = decide(inputs, self.state, self.params)
-        self.last = decision
         self.rounds += 1
         self.d.variant_states = dict(decision.states)
         unloads = [p for p in decision.placements if p.action == "unload"]

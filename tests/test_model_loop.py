@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 from hypothesis import given, settings, strategies as st
 
-from daemon.model_loop import (HintParams, ModelInputs, ModelLoop, ModelLoopParams, VariantCandidate, WorkerSnapshot,
-                               decide, next_capacity_hint, placements_for)
+from daemon.model_loop import ModelLoop
+from variants.capacity_hint import HintParams, next_capacity_hint
+from variants.model_decision import (ModelInputs, ModelLoopParams, VariantCandidate, WorkerSnapshot, decide,
+                                     placements_for)
 from dispatcher.latency_model import LatencyModel
 from dispatcher.modelless import VariantMeta
 from config.profiles import load_profiles_csv
@@ -196,7 +198,7 @@ def test_snapshot_takes_each_models_load_from_its_own_window() -> None:
 
 
 def test_an_equivalent_loaded_variant_is_kept_instead_of_swapped() -> None:
-    from daemon.model_loop import prefer_loaded_equivalents
+    from variants.model_decision import prefer_loaded_equivalents
     from variants.autoscale_ilp import ScalingProblem, ScalingVariant, plan_from_counts
 
     def sv(name: str, lat: float, cost: float = 1e-4) -> ScalingVariant:

@@ -20,7 +20,7 @@ import pytest
 
 from config.schema import Config
 from daemon.demo import demo_config
-from daemon.model_loop import ModelLoopParams
+from variants.model_decision import ModelLoopParams
 from scaler.batch_mix import sample_batches
 from variants.vm_autoscaler import VmParams
 
