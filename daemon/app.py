@@ -25,7 +25,9 @@ from scaler.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
 from variants.pipeline import generate_and_profile, hardware_classes
-from daemon.model_loop import ModelLoop, ModelLoopParams, next_capacity_hint
+from daemon.model_loop import ModelLoop
+from variants.capacity_hint import next_capacity_hint
+from variants.model_decision import ModelLoopParams
 from scaler.actuator import FleetActuator
 from scaler.batch_mix import mix_from_dist
 from scaler.cloud import CloudProvider, ManagedInstance, pool_of
@@ -224,7 +226,8 @@ class Daemon:
             self._cloud = Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,
                                    max_attempts=cfg.aws.max_attempts, dispatcher=advertise,
                                    cluster_token=cfg.dispatcher.token(),
-                                   models=[(m.name, m.onnx) for m in cfg.models])
+                                   models=[(m.name, m.onnx) for m in cfg.models],
+                                   worker_port=cfg.dispatcher.worker_port)
         self.cloud = self._cloud
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,

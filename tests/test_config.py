@@ -103,3 +103,27 @@ def test_model_scaling_section_sets_the_model_loop(tmp_path: Path) -> None:
     assert p.solver == "ilp" and p.vm.remove_cooldown_s == 45.0 and p.vm.add_cooldown_s == 30.0
     f.write_text(GOOD)
     assert model_params_for(load_config(f)).solver == "greedy"
+
+
+def test_version_flag_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"costscale {version('costscale')}"
+
+
+def test_systemd_unit_is_hardened() -> None:
+    """``systemd-analyze security`` rates the shipped unit at most 3.0 (OK); skipped where systemd is absent."""
+    import re
+    import shutil
+
+    exe = shutil.which("systemd-analyze")
+    if exe is None:
+        pytest.skip("systemd-analyze is not installed here")
+    r = subprocess.run([exe, "security", "--offline=yes", str(ROOT / "systemd" / "costscale.service")],
+                       capture_output=True, text=True, timeout=60)
+    m = re.search(r"Overall exposure level for costscale.service: ([0-9.]+)", r.stdout)
+    assert m, r.stdout + r.stderr
+    assert float(m.group(1)) <= 3.0, r.stdout

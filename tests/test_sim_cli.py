@@ -90,6 +90,9 @@ def test_capacity_json(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
     ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--trace", "/no/such.csv"],
     ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "10", "--trace", "x.csv"],
     ["simulate", "/no/such.yaml", "--pool", "g4dn.xlarge=1", "--rate", "10"],
+    # unbounded work from a flag (1e9 q/s for 1 s once grew to 24 GB): refused before any allocation
+    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "1e9", "--duration", "1"],
+    ["capacity", "{cfg}", "--pool", "g4dn.xlarge=1", "--queries", "1000000000"],
     ["capacity", "{cfg}", "--pool", "g4dn.xlarge=1", "--precision", "2"],
     ["capacity", "{cfg}", "--pool", "bad"],
     ["capacity", "{cfg}"],

@@ -59,6 +59,11 @@ def _checks(args: argparse.Namespace, cmd: str) -> None:
         raise UsageError(f"{cmd}: --noise must be >= 0")
 
 
+#: a run is refused (one line, exit 2) when it would draw more queries than this: memory grows
+#: with the query count (a few hundred bytes each), and 1e9 q/s for 1 s once took 24 GB
+MAX_QUERIES = 5_000_000
+
+
 def _num(x: float) -> float | None:
     return round(float(x), 6) if math.isfinite(x) else None
 
@@ -97,6 +102,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         if not rate > 0:
             raise UsageError(f"{cmd}: give --rate QPS or --trace CSV (the config's workload.expected_qps is 0)")
         dur = args.duration if args.duration is not None else 60.0
+        if rate * dur > MAX_QUERIES:
+            raise UsageError(f"{cmd}: --rate {rate:g} for {dur:g} s is about {rate * dur:.3g} queries, over the "
+                             f"limit of {MAX_QUERIES:,}; lower --rate or --duration")
         wl = make_workload(rate, dur, r.batch_dist, seed=args.seed, cv2=args.cv2, max_batch=r.max_batch)
         if len(wl) == 0:
             raise UsageError(f"{cmd}: no query arrives within --duration {dur:g} s at --rate {rate:g}")
@@ -132,6 +140,8 @@ def run_capacity(args: argparse.Namespace) -> int:
     _checks(args, cmd)
     if args.queries < 100:
         raise UsageError(f"{cmd}: --queries must be >= 100")
+    if args.queries > MAX_QUERIES:
+        raise UsageError(f"{cmd}: --queries must be at most {MAX_QUERIES:,}")
     if not (math.isfinite(args.precision) and 0 < args.precision < 1):
         raise UsageError(f"{cmd}: --precision must be in (0, 1)")
     r = resolve(args, cmd)
