@@ -8,10 +8,12 @@ botocore's bundled region table (no network).
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
+from config.errors import ConfigError
 from config.hostport import split_hostport
 from config.profiles import load_profiles_csv
-from config.schema import Config
+from config.schema import Config, load_config
 
 
 def known_regions() -> frozenset[str]:
@@ -69,3 +71,13 @@ def config_problems(cfg: Config) -> list[str]:
         problems.append(f"dispatcher: listen {d.listen} is loopback and no advertise is set: launched instances "
                         "would dial 127.0.0.1; set dispatcher.advertise to an address they can reach")
     return problems
+
+
+def load_checked_config(path: str | Path) -> Config:
+    """The config, refused (ConfigError, exit 2) on what ``costscale validate`` refuses: a daemon must
+    not start, or reload, into a config that fails later (a budget no allowed type fits, say)."""
+    cfg = load_config(path)
+    problems = [f"{path}: {p}" for p in config_problems(cfg)]
+    if problems:
+        raise ConfigError(problems[0], lines=problems)
+    return cfg

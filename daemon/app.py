@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import signal
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +18,8 @@ from typing import Awaitable, Callable
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from daemon import sdnotify
-from config.schema import Config, load_config
+from config.schema import Config
+from config.checks import load_checked_config
 from config.errors import UsageError
 from scaler.state import StateStore
 from dispatcher.latency_model import LatencyModel
@@ -28,13 +28,14 @@ from variants.pipeline import generate_and_profile, hardware_classes
 from daemon.model_loop import ModelLoop
 from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams
-from scaler.actuator import FleetActuator
+from scaler.actuator import FleetActuator, pool_text
 from scaler.batch_mix import mix_from_dist
-from scaler.cloud import CloudProvider, ManagedInstance, pool_of
+from scaler.cloud import CloudConfigError, CloudError, CloudProvider, ManagedInstance, pool_of
 from scaler.ec2 import Ec2Cloud
 from scaler.fleet_decision import plan_fleet
 from sim.slo_check import slo_check
 from scaler.parking import ParkState, decide_parking
+from scaler.base_aux import PlanError
 from scaler.plan import Plan
 from config.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView, demand_for_planning, significant_change
@@ -232,8 +233,17 @@ class Daemon:
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
                                       pending_timeout_s=cfg.launch.pending_timeout_s)
-        report = await asyncio.to_thread(self.actuator.reconcile)
-        log.info("reconciled at start: %s", report)
+        try:
+            report = await asyncio.to_thread(self.actuator.reconcile)
+        except CloudConfigError as exc:
+            raise DaemonError(f"EC2 in {cfg.region} refused the daemon: {exc}; give it AWS credentials (an instance "
+                              "role, AWS_PROFILE or the standard credential chain) allowed to describe, run, tag "
+                              "and terminate instances") from None
+        except CloudError as exc:
+            where = cfg.aws.endpoint_url or f"the EC2 endpoint of {cfg.region}"
+            raise DaemonError(f"EC2 unreachable at {where}: {exc}; check the network, region and "
+                              "aws.endpoint_url") from None
+        log.info("reconciled at start: %s", report.summary())
         await self._sync_workers()
         self._scheduler = AsyncIOScheduler(event_loop=self._loop)
         now = datetime.now()
@@ -307,13 +317,13 @@ class Daemon:
                 self.status.last_error = None
                 if plan is not None and self.dispatcher is not None:
                     self.dispatcher.set_base_type(plan.base_type)
-                log.info("fleet (%s): demand %.1f q/s -> target %s (%s); %s", reason, demand.qps, target,
-                         plan.rule if plan else "pinned", report)
+                log.info("fleet (%s): demand %.1f q/s -> target %s (%s); %s", reason, demand.qps, pool_text(target) or "none",
+                         plan.rule if plan else "pinned", report.summary())
             except asyncio.CancelledError:
                 if self._stop.is_set():     # EC2 calls cut short by shutdown
                     return
                 raise
-            except UsageError as exc:
+            except (UsageError, PlanError) as exc:   # no pool fits: one line; the next interval retries
                 self.status.last_error = str(exc)
                 log.error("fleet: %s", exc)
             except Exception as exc:  # keep serving; the next tick retries
@@ -389,7 +399,9 @@ class Daemon:
                 log.exception("model loop tick failed")
         if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
             return
-        if significant_change(self.status.demand, self.current_demand()):
+        # early replans follow a plan that was made; after a failed one, the fleet interval retries
+        # (not every model tick: that looped on an unplannable config)
+        if self.status.demand is not None and significant_change(self.status.demand, self.current_demand()):
             await self.fleet_tick("demand changed")
 
     async def reconcile_tick(self) -> None:
@@ -432,7 +444,7 @@ class Daemon:
         if self.cfg_path is None:
             return False
         try:
-            new = load_config(self.cfg_path)
+            new = load_checked_config(self.cfg_path)
         except UsageError as exc:
             log.error("reload rejected, keeping the running config: %s", exc.lines[0])
             return False
@@ -466,7 +478,7 @@ class Daemon:
         async with self._fleet_lock:
             if self.dispatcher is not None:
                 await self.dispatcher.stop(grace)
-            if self.cfg.on_shutdown == "terminate" and self.actuator is not None:
+            if self.cfg.on_shutdown == "terminate" and self.actuator is not None and self._scheduler is not None:
                 try:
                     await asyncio.to_thread(self.actuator.apply, {}, plan_id_for({}, self._generation + 1))
                 except Exception:
@@ -478,25 +490,3 @@ class Daemon:
             self.store.close()
         if self.registry is not None:
             self.registry.close()
-
-
-async def _run(cfg: Config, cfg_path: Path) -> int:
-    daemon = Daemon(cfg, cfg_path)
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, daemon.request_stop)
-    loop.add_signal_handler(signal.SIGINT, daemon.request_stop)
-    loop.add_signal_handler(signal.SIGHUP, daemon.reload)
-    await daemon.start()
-    try:
-        await daemon.wait()
-    finally:
-        log.info("stopping")
-        await daemon.stop()
-    return 0
-
-
-def run_daemon(cfg_path: str | Path, log_level: str = "INFO") -> int:
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cfg = load_config(cfg_path)  # fail fast, one line, exit 2
-    return asyncio.run(_run(cfg, Path(cfg_path)))

@@ -59,6 +59,18 @@ class ApplyReport:
         d["complete"] = self.complete
         return d
 
+    def summary(self) -> str:
+        """One readable line for the log: what changed, and what did not happen."""
+        parts = [f"launched {_ids(self.launched)}" if any(self.launched.values()) else "",
+                 f"terminated {', '.join(self.terminated)}" if self.terminated else "",
+                 f"short {pool_text(self.shortfall)}" if any(self.shortfall.values()) else "",
+                 f"budget cut {pool_text(self.budget_cut)}" if any(self.budget_cut.values()) else "",
+                 f"no capacity for {', '.join(self.unavailable)}" if self.unavailable else "",
+                 f"{len(self.errors)} error(s): {self.errors[0]}" if self.errors else ""]
+        if self.settled is not None and self.settled.summary() != "no change":
+            parts.append(f"settled: {self.settled.summary()}")
+        return "; ".join(p for p in parts if p) or "no change"
+
 
 @dataclass
 class ReconcileReport:
@@ -74,6 +86,20 @@ class ReconcileReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def summary(self) -> str:
+        """One readable line for the log (empty lists left out)."""
+        parts = [f"{name.replace('_', ' ')} {', '.join(ids)}" for name, ids in asdict(self).items() if ids]
+        return "; ".join(parts) or "no change"
+
+
+def _ids(by_type: dict[str, list[str]]) -> str:
+    return ", ".join(f"{t}: {' '.join(ids)}" for t, ids in sorted(by_type.items()) if ids)
+
+
+def pool_text(by_type: Mapping[str, int]) -> str:
+    """``g4dn.xlarge×1, r5n.large×2``: a pool (or counts by type) in one line for logs."""
+    return ", ".join(f"{t}×{n}" for t, n in sorted(by_type.items()) if n)
 
 
 class _Stop(Exception):

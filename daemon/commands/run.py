@@ -12,6 +12,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from daemon.app import run_daemon
+    from daemon.process import run_daemon
 
     return run_daemon(args.config, args.log_level)

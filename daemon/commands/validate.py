@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from config.checks import config_problems
-from config.errors import ConfigError
-from config.schema import load_config
+from config.checks import load_checked_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,10 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    problems = [f"{args.config}: {p}" for p in config_problems(cfg)]
-    if problems:
-        raise ConfigError(problems[0], lines=problems)
+    cfg = load_checked_config(args.config)
     print(f"{args.config}: ok (cluster {cfg.cluster}, budget {cfg.budget_per_hour:g} $/hr, "
           f"{len(cfg.models)} model(s), {len(cfg.instance_types)} instance type(s))")
     return 0
