@@ -319,6 +319,9 @@ class Daemon:
                     self.dispatcher.set_base_type(plan.base_type)
                 log.info("fleet (%s): demand %.1f q/s -> target %s (%s); %s", reason, demand.qps, pool_text(target) or "none",
                          plan.rule if plan else "pinned", report.summary())
+                cost = sum(self.actuator.price(t) * n for t, n in target.items())
+                sdnotify.notify(f"STATUS=pool {pool_text(target) or 'none'} at {cost:.3f} of {self.actuator.budget:g} $/hr; "
+                                f"demand {demand.qps:.1f} q/s")
             except asyncio.CancelledError:
                 if self._stop.is_set():     # EC2 calls cut short by shutdown
                     return
@@ -443,10 +446,12 @@ class Daemon:
         """SIGHUP: load the config again; an invalid one is rejected and the old one kept."""
         if self.cfg_path is None:
             return False
+        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
             new = load_checked_config(self.cfg_path)
         except UsageError as exc:
             log.error("reload rejected, keeping the running config: %s", exc.lines[0])
+            sdnotify.notify(f"READY=1\nSTATUS=reload rejected: {exc.lines[0]}")
             return False
         if new.cluster != self.cfg.cluster or new.state_path != self.cfg.state_path:
             log.error("reload rejected: cluster and state_path cannot change while running")
@@ -463,6 +468,7 @@ class Daemon:
         if self.dispatcher is not None:   # prices the model loop and Status use
             self.dispatcher.set_catalog(new.catalog())
         log.info("reloaded %s (budget %.4g $/hr)", self.cfg_path, new.budget_per_hour)
+        sdnotify.notify(f"READY=1\nSTATUS=reloaded, budget {new.budget_per_hour:g} $/hr")
         if self._loop is not None:
             self._loop.create_task(self.fleet_tick("config reloaded"))
         return True

@@ -79,6 +79,7 @@ def test_run_reload_lock_and_stop(moto_endpoint: str, tmp_path: Path) -> None:
                                 stderr=subprocess.STDOUT, env=env)
     try:
         assert "READY=1" in _recv_until(sock, "READY=1", 30), log.read_text()[-3000:]
+        assert "STATUS=pool r5n.large×2 at 0.298 of 1 $/hr" in _recv_until(sock, "STATUS=pool", 30)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and len(_live(ec2)) < 2:
             time.sleep(0.2)
@@ -98,6 +99,8 @@ def test_run_reload_lock_and_stop(moto_endpoint: str, tmp_path: Path) -> None:
         while time.monotonic() < deadline and "reload rejected" not in log.read_text():
             time.sleep(0.1)
         assert "reload rejected" in log.read_text()
+        # systemd hears of the reload and of its outcome (RELOADING=1, then READY=1 with a STATUS=)
+        assert "RELOADING=1" in _recv_until(sock, "reload rejected", 10)
         time.sleep(1.5)
         assert proc.poll() is None
         assert len(_live(ec2)) == 2
