@@ -22,7 +22,6 @@ Profiled pairs also accept observations: buckets with enough samples then overri
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -45,7 +44,6 @@ class _PairStats:
     sbm: float = 0.0
     bucket_sum: dict[int, float] = field(default_factory=dict)
     bucket_n: dict[int, int] = field(default_factory=dict)
-    errors: deque = field(default_factory=lambda: deque(maxlen=256))
 
     def add(self, batch: float, ms: float) -> None:
         self.n += 1
@@ -129,12 +127,10 @@ class LatencyModel:
 
     # -- learning --------------------------------------------------------------------------------
     def observe(self, model: str, instance_type: str, batch: float, ms: float) -> None:
-        """Record one measured service time; the prediction made just before is scored for
-        :meth:`prediction_error`."""
+        """Record one measured service time."""
         if not (batch > 0 and ms >= 0 and np.isfinite(ms)):
             return
         key = (model, instance_type)
-        predicted = self._score_ms(model, instance_type, batch)
         st = self._obs.get(key)
         if st is None:
             st = self._obs[key] = _PairStats(self.granularity)
@@ -145,7 +141,6 @@ class LatencyModel:
         for k in stale:
             self._tables.pop(k, None)
             self._fallback_built.discard(k)
-        st.errors.append(abs(predicted - ms) / max(ms, 1e-9))
         st.add(float(batch), float(ms))
         tab = self._tables.get(key)
         stacks = self._stacks.get(model)
@@ -167,47 +162,6 @@ class LatencyModel:
             self._tables.pop(key, None)
             self._fallback_built.discard(key)
             self._stacks.pop(model, None)
-
-    def prediction_error(self, model: str, instance_type: str) -> float | None:
-        """Mean absolute relative error |predicted − observed| / observed of the pair's most recent
-        (up to 256) observations, each scored against the prediction made before it; None when the
-        pair has no observations."""
-        st = self._obs.get((model, instance_type))
-        if st is None or not st.errors:
-            return None
-        return float(np.mean(st.errors))
-
-    def _score_ms(self, model: str, instance_type: str, batch: float) -> float:
-        """What :meth:`predict_ms` gives, for scoring an observation: from the pair's cached table
-        when there is one, else by the prediction order for this one batch (no dense table built)."""
-        if (model, instance_type) in self._tables:
-            return self.predict_ms(model, instance_type, batch)
-        return self._point_ms(model, instance_type, float(np.ceil(batch)), {instance_type})
-
-    def _point_ms(self, model: str, instance_type: str, b: float, visiting: set[str]) -> float:
-        """The dense table's entry for integer batch ``b`` (>= 1) of the pair, computed alone."""
-        key = (model, instance_type)
-        st = self._obs.get(key)
-        if st is not None:
-            k = int(np.ceil(b / self.granularity)) * self.granularity
-            n = st.bucket_n.get(k, 0)
-            if n >= self.lookup_min_samples:
-                return st.bucket_sum[k] / n
-        if self.profiles.has(model, instance_type):
-            return float(self.profiles.get(model, instance_type).latency_ms(np.asarray([b]), self.stat)[0])
-        if st is not None and st.n > 0:
-            line = st.line()
-            assert line is not None
-            return max(line[0] + line[1] * b, 0.0)
-        others = sorted(t for t in self._types_by_model.get(model, ()) if t not in visiting and self.has_data(model, t))
-        if others:
-            preds = []
-            for t in others:
-                tab = self._tables.get((model, t))
-                preds.append(float(self._lookup(tab, np.asarray([b]))[0]) if tab is not None
-                             else self._point_ms(model, t, b, visiting | {t}))
-            return float(np.median(preds))
-        return self.fallback_ms + self.fallback_ms_per_item * b
 
     # -- prediction ------------------------------------------------------------------------------
     def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:

@@ -48,3 +48,15 @@ def test_a_crossed_layer_breaks_the_contract(tmp_path: Path, module: str, line: 
     assert r.returncode != 0
     assert f"{contract} BROKEN" in r.stdout, r.stdout
 
+
+
+def test_no_hand_written_module_over_500_lines() -> None:
+    over = []
+    for pkg in PACKAGES:
+        for f in (ROOT / pkg).rglob("*.py"):
+            if f.name.endswith(GENERATED):
+                continue
+            n = len(f.read_text(encoding="utf-8").splitlines())
+            if n > MAX_LINES:
+                over.append(f"{f.relative_to(ROOT)}: {n}")
+    assert not over, over

@@ -212,7 +212,7 @@ def test_speed_factor_ignores_profiling_noise() -> None:
     within 10 % of 1, are noise and give 1; a clear difference is kept (clipped to 0.25..4)."""
     from types import SimpleNamespace as NS
 
-    from dispatcher.server import _speed_factor
+    from dispatcher.placement import _speed_factor
 
     def prof(*pairs: tuple[int, float]) -> list:
         return [NS(batches=[NS(batch_size=b, mean_ms=ms) for b, ms in pairs])]

@@ -13,7 +13,8 @@ from hypothesis import given, strategies as st
 from dispatcher import modelless as ml
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.server import Dispatcher, offline_inputs
+from dispatcher.offline import offline_inputs
+from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
 from tests.test_modelless import _cfg
 from variants.registry import RegisteredModel, VariantRegistry

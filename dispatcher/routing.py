@@ -1,0 +1,278 @@
+"""The routing round: which idle worker serves which waiting query, the worker call, and what a
+failed call means (Kairos §5.1 and §6: a matching round at every event, one query per instance at a
+time, run by a :class:`dispatcher.policy.Policy`).
+
+Events that trigger a matching round: a query arrives, a query completes or fails, a worker joins,
+leaves or starts draining. Rounds triggered within one event-loop iteration are coalesced. Each
+round passes the policy at most ``view_factor·n`` of the oldest waiting queries (n = workers that
+may receive work; 2·n, the same bound the Kairos policy documents), re-dispatched ones first. A
+variant's queries go only to workers where it is loaded (INFaaS §3.2): one matching per group of
+queries with the same eligible workers.
+
+A query whose worker dies (RPC UNAVAILABLE/CANCELLED) goes back to the head of the queue, at most
+``max_retries`` times. Measured service times feed the latency model in batches
+(``observe_batch``, ``observe_delay_s``) and the model loop's samples.
+
+:class:`RoutingRound` is a mixin of :class:`dispatcher.server.Dispatcher`.
+Owns: ``_kick_pending``, ``_catch``, ``_caught``, ``redispatched``, ``_pending_obs``,
+``_obs_timer`` and the tunables ``max_retries``, ``observe_batch``, ``observe_delay_s``.
+Reads: ``cfg``, ``clock``, ``predictor``, ``policy``, ``xi``, ``view_factor``, ``_loop``,
+``_stopping``, ``_spawn`` (server); ``_queue``, ``_retry``, ``_inflight``, ``query_timeout_s``,
+``_finish`` (admission); ``workers``, ``utilization_horizon_s``, ``_remove_worker`` (workers);
+``placement``, ``loaded_on``, ``variant_model`` (placement).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import grpc
+
+from dispatcher.admission import SC, _Query
+from dispatcher.policies import infeasible
+from dispatcher.policy import WorkerView
+from dispatcher.proto import costscale_pb2 as pb
+from dispatcher.worker_client import is_worker_failure
+from dispatcher.workers import WorkerState
+
+#: weight of the newest call in a worker's smoothed call overhead
+OVERHEAD_EWMA = 0.1
+
+
+class RoutingRound:
+    """The matching round, the worker call and re-dispatch (see the module docstring)."""
+
+    def _init_routing(self) -> None:
+        self.max_retries = 2
+        self.redispatched = 0
+        self._kick_pending = False
+        # a round run by a coroutine that serves what it dispatches itself: the query or worker it
+        # catches, and the dispatch caught (see _round_catching)
+        self._catch: _Query | WorkerState | None = None
+        self._caught: tuple[_Query, WorkerState, int] | None = None
+        self.observe_batch = 32
+        self.observe_delay_s = 0.05
+        self._pending_obs: list[tuple[str, str, int, float]] = []
+        self._obs_timer: asyncio.TimerHandle | None = None
+
+    def _kick(self) -> None:
+        if self._kick_pending or self._loop is None:
+            return
+        self._kick_pending = True
+        self._loop.call_soon(self._round)
+
+    def _round(self) -> None:
+        self._kick_pending = False
+        if not (self._queue or self._retry):
+            return
+        live = [w for w in self.workers.values() if not w.draining]
+        if not any(w.idle for w in live):
+            return
+        now = self.clock()
+        k = self.view_factor * len(live)
+        qs = list(itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k))
+        if self.cfg.dispatcher.on_deadline == "drop":
+            wviews = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle) for w in live]
+            bad = infeasible([q.view for q in qs], wviews, self.predictor, now, self.xi)
+            if bad:
+                for qid in bad:
+                    q = self._retry.pop(qid, None) or self._queue.pop(qid)
+                    self._finish(q, (SC.DEADLINE_EXCEEDED, f"waited {1000 * (now - q.arrival):.1f} ms: can no longer meet its {q.qos_ms:g} ms SLO"))
+                badset = set(bad)
+                qs = [q for q in qs if q.query_id not in badset]
+        if not qs:
+            if self._queue or self._retry:
+                self._kick()
+            return
+        # A variant's queries go only to workers where it is loaded (INFaaS §3.2): one matching
+        # round per group of queries with the same eligible workers (usually a single group).
+        key0 = self._group_key(qs[0])
+        groups: dict[str, list[_Query]] = {key0: qs}
+        if any(self._group_key(q) != key0 for q in qs):
+            groups = {}
+            for q in qs:
+                groups.setdefault(self._group_key(q), []).append(q)
+        taken: set[str] = set()
+        for gkey, gqs in groups.items():
+            gw = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle and w.instance_id not in taken)
+                  for w in live if self._eligible(w, gkey)]
+            if not any(x.idle for x in gw):
+                continue
+            for a in self.policy.match([q.view for q in gqs], gw, now):
+                w = self.workers.get(a.worker_id)
+                q = self._retry.pop(a.query_id, None) or self._queue.pop(a.query_id, None)
+                if q is None:
+                    continue
+                if w is None or not w.idle or w.draining or w.removed or not self._eligible(w, gkey):
+                    self._retry[q.query_id] = q   # policy broke the contract: keep it queued
+                    continue
+                taken.add(w.instance_id)
+                self._dispatch(q, w, now)
+
+    def _group_key(self, q: _Query) -> str:
+        return "v:" + q.variant if q.variant else "m:" + q.model.name
+
+    def _eligible(self, w: WorkerState, gkey: str) -> bool:
+        if w.loaded is None:  # not reported yet: it serves the config's models
+            return gkey[:2] == "m:" or gkey[2:] in self.placement.cfg_models
+        kind, name = gkey[:2], gkey[2:]
+        if kind == "v:":
+            return name in w.loaded
+        variant_model = self.placement.variant_model
+        return any(variant_model(x) == name for x in w.loaded)
+
+    def _dispatch(self, q: _Query, w: WorkerState, now: float) -> None:
+        pred = self.predictor.predict_ms(q.model.profile_name, w.instance_type, q.batch)
+        w.idle = False
+        w.idle_event.clear()
+        w.in_flight = q.query_id
+        w.busy_until = now + (pred + w.overhead_ms) / 1000.0
+        q.dispatched_at = now
+        q.gen += 1
+        self._inflight[q.query_id] = q
+        if self._catch is q or self._catch is w:
+            self._caught = (q, w, q.gen)    # the coroutine running this round serves it itself
+        else:
+            self._spawn(self._serve(q, w, q.gen))
+
+    def _round_catching(self, target: _Query | WorkerState) -> tuple[_Query, WorkerState, int] | None:
+        """A matching round whose dispatch of ``target`` (the caller's own query, or the worker
+        whose task runs the round) comes back to the caller instead of starting a task."""
+        self._catch, self._caught = target, None
+        try:
+            self._round()
+        finally:
+            self._catch = None
+        caught, self._caught = self._caught, None
+        return caught
+
+    async def _serve(self, q: _Query, w: WorkerState, gen: int) -> None:
+        """Serve ``q`` on ``w``, then run the matching round for the completion event at once
+        (Kairos §5.1: a round at each completion); when that round gives ``w`` its next query, serve
+        it in this same task (no task per query under load)."""
+        while True:
+            await self._run(q, w, gen)
+            nxt = self._completed(w, take_next=True)
+            if nxt is None:
+                return
+            q, _, gen = nxt
+
+    def _completed(self, w: WorkerState, take_next: bool = False) -> tuple[_Query, WorkerState, int] | None:
+        """The completion event on ``w``: its matching round, now. With ``take_next`` (the caller
+        is ``w``'s serving task) a query the round gives ``w`` is returned instead of spawned."""
+        if w.removed or self._stopping or self._loop is None:
+            self._kick()
+            return None
+        if take_next:
+            return self._round_catching(w)
+        self._round()
+        return None
+
+    def _release(self, w: WorkerState, qid: str) -> None:
+        if w.in_flight == qid:
+            w.in_flight = None
+        if not w.removed:
+            w.idle = True
+            w.busy_until = self.clock()
+            w.idle_event.set()
+
+    async def _run(self, q: _Query, w: WorkerState, gen: int) -> None:
+        req = pb.InferRequest(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=q.batch,
+                              inputs=q.inputs)
+        code: grpc.StatusCode | None = None
+        details = ""
+        reply: pb.InferReply | None = None
+        try:
+            reply = await w.client.infer(req, q.deadline - self.clock())
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            code, details = SC.CANCELLED, "worker channel closed"
+        except grpc.aio.AioRpcError as exc:
+            code, details = exc.code(), exc.details() or ""
+        except Exception as exc:  # noqa: BLE001 - any client failure is a worker failure
+            code, details = SC.UNKNOWN, repr(exc)
+        now = self.clock()
+        self._release(w, q.query_id)
+        current = q.gen == gen and not q.future.done()
+        if current:
+            self._inflight.pop(q.query_id, None)
+        if reply is not None:
+            w.served += 1
+            service_ms = reply.service_ms if reply.service_ms > 0 else 1000.0 * (now - q.dispatched_at)
+            if not q.offline:
+                w.busy.append((q.dispatched_at, now))
+                # one query per worker at a time: end times only increase, so what ended before
+                # the utilization horizon is at the left
+                lo = now - self.utilization_horizon_s
+                while w.busy and w.busy[0][1] < lo:
+                    w.busy.popleft()
+            w.samples.append((reply.variant or q.variant or q.model.name, q.batch, service_ms, q.offline))
+            if reply.service_ms > 0:
+                extra = max(1000.0 * (now - q.dispatched_at) - service_ms, 0.0)
+                w.overhead_ms += OVERHEAD_EWMA * (extra - w.overhead_ms)
+            self._observe(q.model.profile_name, w.instance_type, q.batch, service_ms)
+            if current:
+                total = 1000.0 * (now - q.arrival)
+                self._finish(q, pb.SubmitReply(
+                    outputs=reply.outputs, model=q.model.name, variant=reply.variant or q.variant,
+                    instance_id=w.instance_id, instance_type=w.instance_type,
+                    queue_ms=1000.0 * (q.dispatched_at - q.arrival), service_ms=service_ms, total_ms=total,
+                    slo_met=total <= q.qos_ms, provider=reply.provider))
+        else:
+            if w.removed or is_worker_failure(code):
+                self._remove_worker(w, f"Infer failed: {code.name if code else '?'} {details}")
+                if current:
+                    self._requeue(q, f"worker {w.instance_id} failed ({code.name if code else '?'})")
+            elif current:
+                if code == SC.DEADLINE_EXCEEDED:
+                    self._finish(q, (SC.DEADLINE_EXCEEDED, f"no result within {self.query_timeout_s:g} s"))
+                elif code == SC.INVALID_ARGUMENT:
+                    self._finish(q, (SC.INVALID_ARGUMENT, f"worker rejected the query: {details}"))
+                elif code == SC.NOT_FOUND:
+                    # the worker does not hold what we routed (an unload raced with this query):
+                    # it is authoritative, so stop routing that variant there and try elsewhere
+                    gone = {q.variant} if q.variant else {v for v in self.loaded_on(w) if self.variant_model(v) == q.model.name}
+                    w.loaded = self.loaded_on(w) - gone
+                    self._requeue(q, f"worker {w.instance_id} does not hold {q.variant or q.model.name}: {details}")
+                else:
+                    self._requeue(q, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
+
+    def _requeue(self, q: _Query, reason: str) -> None:
+        q.attempts += 1
+        q.gen += 1
+        self._inflight.pop(q.query_id, None)
+        if q.attempts > self.max_retries:
+            self._finish(q, (SC.UNAVAILABLE, f"gave up after {q.attempts} attempts: {reason}"))
+            return
+        self.redispatched += 1
+        self._retry[q.query_id] = q
+        self._kick()
+
+    def _observe(self, model: str, instance_type: str, batch: int, service_ms: float) -> None:
+        """Feed a measured service time to the latency model, in batches of ``observe_batch`` (or
+        after ``observe_delay_s``): the model learns within milliseconds, and the per-query path
+        stays an append."""
+        self._pending_obs.append((model, instance_type, batch, service_ms))
+        if len(self._pending_obs) >= self.observe_batch:
+            self.flush_observations()
+        elif self._obs_timer is None and self._loop is not None:
+            self._obs_timer = self._loop.call_later(self.observe_delay_s, self.flush_observations)
+
+    def flush_observations(self) -> None:
+        if self._obs_timer is not None:
+            self._obs_timer.cancel()
+            self._obs_timer = None
+        pending, self._pending_obs = self._pending_obs, []
+        observe = self.predictor.observe
+        for o in pending:
+            observe(*o)
+
+    def take_samples(self) -> dict[str, list]:
+        """Per worker: (variant, batch, service_ms, offline) served since the last call."""
+        self.flush_observations()
+        out: dict[str, list] = {}
+        for iid, w in self.workers.items():
+            out[iid], w.samples = w.samples, []
+        return out
