@@ -12,11 +12,9 @@ from typing import Callable, Mapping, Sequence
 
 from config.schema import Config
 from scaler.batch_mix import BatchMix
-from scaler.plan import Objective, Plan, choose_pool, plan_inputs_from_config
+from scaler.plan import Meets, Objective, Plan, choose_pool, plan_inputs_from_config
 from config.profiles import ProfileTable
 
-#: ``meets(pool, base_type) -> bool``: does ``pool`` hold the SLO, run with that base type?
-Meets = Callable[[dict[str, int], "str | None"], bool]
 #: ``slo_check(profile_model, profiles, qos_ms, rate_qps, mix, *, policy) -> Meets``
 #: (``sim.slo_check.slo_check``, passed in by the caller: the simulator is a higher layer).
 SloCheck = Callable[..., Meets]
