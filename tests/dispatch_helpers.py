@@ -19,6 +19,7 @@ class SleepWorker(pbg.WorkerServicer):
         self.instance_type = instance_type
         self.delay_s = delay_s
         self.fail_code = fail_code
+        self.hold: asyncio.Event | None = None
         self.in_flight = 0
         self.max_in_flight = 0
         self.completed: list[str] = []
@@ -28,6 +29,8 @@ class SleepWorker(pbg.WorkerServicer):
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
+            if self.hold is not None:      # a test holds the query here until it has seen it running
+                await self.hold.wait()
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             if self.fail_code is not None:

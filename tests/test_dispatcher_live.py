@@ -54,11 +54,19 @@ async def submit(ch: grpc.aio.Channel, **kw: Any) -> pb.SubmitReply | grpc.Statu
         return exc.code()
 
 
-async def two_in_flight(d: Dispatcher, ch: grpc.aio.Channel) -> list[asyncio.Future]:
-    """Submit two queries of "big" and return once both run on workers."""
+async def two_in_flight(d: Dispatcher, ch: grpc.aio.Channel, ws: list[RunningWorker]) -> list[asyncio.Future]:
+    """Submit two queries of "big" and return once both run on workers. The workers hold each
+    query until both are in flight (on a loaded machine the first could otherwise finish before
+    the second is dispatched, and two would never be in flight at once), then serve them."""
+    holds = [asyncio.Event() for _ in ws]
+    for w, h in zip(ws, holds):
+        w.servicer.hold = h
     fut = [asyncio.ensure_future(submit(ch, model="big", batch_size=1)) for _ in range(2)]
     while d.stats()["in_flight"] < 2:
         await asyncio.sleep(0.005)
+    for w, h in zip(ws, holds):
+        w.servicer.hold = None
+        h.set()
     return fut
 
 
@@ -216,7 +224,7 @@ def test_drain_waits_for_in_flight_and_stops_new_work() -> None:
     async def body() -> None:
         d, ws, ch = await setup(2, delay_s=0.1, types=("g4dn.xlarge",))
         try:
-            fut = await two_in_flight(d, ch)
+            fut = await two_in_flight(d, ch, ws)
             assert await d.drain("i-0", timeout=5.0) is True
             assert d.workers["i-0"].idle
             before = len(ws[0].servicer.completed)
@@ -364,7 +372,7 @@ def test_park_finishes_the_running_query_unloads_and_unpark_loads_back() -> None
     async def body() -> None:
         d, ws, ch = await setup(2, delay_s=0.1, types=("g4dn.xlarge",))
         try:
-            fut = await two_in_flight(d, ch)
+            fut = await two_in_flight(d, ch, ws)
             res = await d.park("i-0")
             # both config models were (assumed) loaded: both unloaded, after the running query
             assert sorted(v for v, ok, _ in res if ok) == ["big", "ncf"]

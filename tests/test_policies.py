@@ -71,6 +71,17 @@ def test_kairos_query_matched_to_busy_worker_waits() -> None:
     assert pairs(got) == {("q1", "b")}
 
 
+@pytest.mark.parametrize("queue", [[q("q1", 1, 5.0)], [q("q1", 1, 5.0), q("q2", 1, 5.0)]])
+def test_a_worker_past_its_predicted_finish_never_ties_with_an_idle_one(queue: list[QueryView]) -> None:
+    # "a" is still busy but its predicted finish (4.0) has passed, so its remaining time was 0 and
+    # its cost tied with the idle "b" of the same type; the tie went to the first column, "a", and
+    # the query waited for the busy worker while "b" stood idle (seen on a loaded machine).
+    busy = WorkerView("a", "A", 4.0, False)
+    for pol in (KairosPolicy(P, "A"), ClockworkPolicy(P, "A")):
+        got = pol.match(queue, [busy, w("b", "A")], 5.0)
+        assert [x.worker_id for x in got] == ["b"], pol.name     # one of the (equal) queries goes to b
+
+
 def test_kairos_qos_penalty_steers_away_from_violations() -> None:
     queue_loose = [q("small", 1), q("big", 3)]
     workers = [w("a", "A"), w("b", "B")]

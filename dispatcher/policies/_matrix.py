@@ -54,10 +54,21 @@ def qos_of(queue: Sequence[QueryView]) -> np.ndarray:
     return np.fromiter((q.qos_ms for q in queue), dtype=float, count=len(queue))
 
 
+#: the least remaining time (ms) a busy worker is predicted to have: one that has run past its
+#: predicted finish is still busy, so it must never tie with an idle worker (a tie went to the
+#: first column, and a query then waited for the busy worker while an idle one stood by)
+BUSY_MIN_MS = 1e-3
+
+
 def remaining_ms(workers: Sequence[WorkerView], now: float) -> np.ndarray:
-    """Remaining busy time (ms) of each worker: max(busy_until − now, 0); 0 for idle workers."""
-    return np.fromiter((0.0 if w.idle or w.busy_until <= now else 1000.0 * (w.busy_until - now) for w in workers),
-                       dtype=float, count=len(workers))
+    """Remaining busy time (ms) of each worker: 0 for idle workers; for busy ones
+    max(busy_until − now, :data:`BUSY_MIN_MS`)."""
+    return np.fromiter((busy_ms(w, now) for w in workers), dtype=float, count=len(workers))
+
+
+def busy_ms(w: WorkerView, now: float) -> float:
+    """One worker's remaining busy time (see :func:`remaining_ms`)."""
+    return 0.0 if w.idle else max(1000.0 * (w.busy_until - now), BUSY_MIN_MS)
 
 
 def earliest(queue: Sequence[QueryView], k: int) -> list[QueryView]:

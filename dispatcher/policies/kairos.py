@@ -93,7 +93,7 @@ class KairosPolicy:
             s = by_type.get(w.instance_type)
             if s is None:
                 s = by_type[w.instance_type] = predict(q.model, w.instance_type, q.batch_size)
-            L = s if w.idle or w.busy_until <= now else s + 1000.0 * (w.busy_until - now)
+            L = s + mx.busy_ms(w, now)
             cost = (base_ms / max(s, 1e-12)) * (penalty if L > slack else L)
             if cost < best or best_j < 0:
                 best, best_j = cost, j
