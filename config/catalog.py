@@ -1,8 +1,9 @@
 """The EC2 instance catalog: hardware class, size and on-demand $/hr of each allowed type.
 
 The data file ``config/instance_catalog.csv`` ships with the package (us-east-1 on-demand prices;
-Kairos §7 Table 3 for g4dn.xlarge, c5n.2xlarge, r5n.large, t3.xlarge). The YAML config may
-override any price.
+Kairos §7 Table 3 for g4dn.xlarge, c5n.2xlarge, r5n.large, t3.xlarge). The daemon prices its own
+region from the AWS Price List API (``scaler.region_prices``; this table is the offline fallback),
+and the YAML config may override any price.
 """
 from __future__ import annotations
 

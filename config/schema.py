@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
 from config.hostport import split_hostport
 from config.errors import ConfigError
@@ -182,6 +183,25 @@ class AwsSpec(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 8
 
 
+_TABLE_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
+
+
+class LeaseSpec(_Strict):
+    """The cluster-wide owner lease (DynamoDB, conditional writes): one daemon acts on a cluster's
+    fleet, whatever host it runs on; a second is refused until the holder's lease expires."""
+
+    table: str = Field("costscale-leases", description="DynamoDB table of the leases (created when missing)")
+    ttl_s: Annotated[float, Field(ge=3, le=3600)] = Field(
+        60.0, description="lease length; the holder renews every ttl_s/3, a crashed holder's lease is free after it")
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str) -> str:
+        if not _TABLE_RE.match(v):
+            raise ValueError("must be a DynamoDB table name: 3-255 letters, digits, '_', '-' or '.'")
+        return v
+
+
 class Config(_Strict):
     cluster: Name
     region: str = "us-east-1"
@@ -199,9 +219,11 @@ class Config(_Strict):
     state_path: str = "/var/lib/costscale/state.db"
     on_shutdown: Literal["keep", "terminate"] = "keep"
     aws: AwsSpec = AwsSpec()
+    lease: LeaseSpec = LeaseSpec()
     pinned_pool: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
         None, description="manual mode: hold exactly this pool instead of planning (still within budget)")
-
+    # the region's on-demand prices (scaler.region_prices), under the YAML overrides; None: the table's
+    _region_prices: dict[str, float] | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _unique(self) -> "Config":
@@ -221,9 +243,18 @@ class Config(_Strict):
         return self
 
     # -- derived views used by the decisions ---------------------------------------------------
+    def with_region_prices(self, prices: Mapping[str, float]) -> "Config":
+        """This config priced in its region: ``prices`` ($/hr by type) replace the shipped table's
+        (us-east-1) in every catalog view; the YAML ``price_per_hour`` overrides still win."""
+        cfg = self.model_copy()
+        cfg._region_prices = dict(prices)
+        return cfg
+
     def full_catalog(self) -> dict[str, InstanceType]:
-        """Every catalog type, with the YAML price overrides applied."""
-        return load_catalog({t.type: t.price_per_hour for t in self.instance_types if t.price_per_hour})
+        """Every catalog type: the region's prices where known, else the table's, with the YAML
+        price overrides applied."""
+        overrides = {t.type: t.price_per_hour for t in self.instance_types if t.price_per_hour}
+        return load_catalog({**(self._region_prices or {}), **overrides})
 
     def catalog(self) -> dict[str, InstanceType]:
         """The catalog restricted to the allowed types, with YAML price overrides applied."""

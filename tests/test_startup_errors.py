@@ -68,7 +68,10 @@ def test_unreachable_endpoint_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     r = _run(tmp_path, 2.5, env)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert _lines(r)[-1].startswith("costscale: EC2 unreachable at http://127.0.0.1:9")
+    # the cluster lease (DynamoDB at the same endpoint) is the first AWS call, before reconciling EC2
+    assert _lines(r) == [_lines(r)[-1]]
+    assert _lines(r)[-1].startswith("costscale: DynamoDB unreachable at http://127.0.0.1:9: describe_table: ")
+    assert _lines(r)[-1].endswith("; check the network, region and aws.endpoint_url")
 
 
 def test_a_budget_no_type_fits_is_refused_before_start(tmp_path: Path) -> None:

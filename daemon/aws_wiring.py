@@ -1,0 +1,154 @@
+"""The daemon's AWS wiring: its region's prices, the cluster's owner lease, and the EC2 provider
+that the lease fences (what ``Daemon.start`` builds when no cloud is handed to it).
+
+1. ``priced(cfg)``: the config priced in its region (``scaler.region_prices``; the shipped table
+   for an emulator), so the planner, the actuator's budget check and the dispatcher's catalog
+   all use the region's prices; what ``costscale validate`` checks on prices is checked again at
+   them (a pinned pool over the budget there: one line, exit 2).
+2. ``open()``: the lease table (created when missing, and the log says so), the cluster's lease
+   (``scaler.cluster_lease``; another live holder → ``LeaseHeld``, one line, exit 1), then
+   ``Ec2Cloud`` wrapped in ``FencedCloud``. All before reconciliation, which would adopt the
+   other daemon's instances.
+3. ``schedule()``: renewal every ttl/3 (an APScheduler job like the loops); a renewal that finds
+   the lease lost has the fence refuse every launch and terminate from then on, logs one line
+   and stops the daemon.
+4. ``close()`` (the end of ``Daemon.stop``): gives the lease back, or raises ``LeaseLost`` so that
+   ``costscale run`` exits 1 with that line.
+
+The lease table is reached at the config's ``aws.endpoint_url`` (the demo's and the tests' moto).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+from typing import Any, Callable
+
+from config.checks import config_problems
+from config.errors import ConfigError, UsageError
+from config.schema import Config
+from scaler.cloud import CloudConfigError, CloudError, CloudProvider
+from scaler.cluster_lease import CLOCK_SAFETY, ClusterLease, FencedCloud
+from scaler.ec2 import Ec2Cloud
+from scaler.lease import Claimant, LeaseLost, holder_text, renew_interval_s, utc
+from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.region_prices import RegionPrices, cache_path_for, regional_config
+
+log = logging.getLogger("costscale")
+
+
+class DaemonError(UsageError):
+    """The daemon cannot start (lock held, port busy, profiles missing): one line, exit 1."""
+
+    exit_code = 1
+
+
+def aws_error(service: str, cfg: Config, exc: CloudError, allowed: str) -> DaemonError:
+    """The one line for an AWS service that refused the daemon or could not be reached at start."""
+    if isinstance(exc, CloudConfigError):
+        return DaemonError(f"{service} in {cfg.region} refused the daemon: {exc}; give it AWS credentials (an "
+                           f"instance role, AWS_PROFILE or the standard credential chain) allowed to {allowed}")
+    where = cfg.aws.endpoint_url or f"the {service} endpoint of {cfg.region}"
+    return DaemonError(f"{service} unreachable at {where}: {exc}; check the network, region and aws.endpoint_url")
+
+
+def claimant(cluster: str) -> Claimant:
+    """This process as a lease holder: host, pid and a nonce (a pid is reused, the owner never)."""
+    host, pid = socket.gethostname(), os.getpid()
+    return Claimant(cluster=cluster, owner=f"{host}:{pid}:{secrets.token_hex(4)}", host=host, pid=pid)
+
+
+class AwsWiring:
+    """Prices, lease and fenced EC2 provider of one daemon."""
+
+    def __init__(self, cfg: Config, listen: str | None, *, prices: RegionPrices | None = None,
+                 dynamodb: Any = None) -> None:
+        self.cfg = cfg
+        self.listen = listen
+        emulated = cfg.aws.endpoint_url is not None      # no Pricing API there: the table's prices
+        self.prices = prices or (None if emulated else RegionPrices(cfg.region, cache_path_for(cfg.state_path)))
+        self._dynamodb = dynamodb
+        self.lease: ClusterLease | None = None
+
+    def priced(self, cfg: Config, fetch: bool = True) -> Config:
+        """``cfg`` with its region's prices (``fetch`` False: the cache only, as on a reload);
+        ConfigError (exit 2) when a check that passed at the table's prices fails at these (a
+        pinned pool or the type minimums over the budget, a budget that buys no type)."""
+        priced = regional_config(cfg, self.prices, fetch)
+        if priced is cfg:
+            return cfg
+        before = set(config_problems(cfg))
+        problems = [f"at the on-demand prices of {cfg.region}: {p}" for p in config_problems(priced) if p not in before]
+        if problems:
+            raise ConfigError(problems[0], lines=problems)
+        return priced
+
+    def open(self) -> CloudProvider:
+        """Take the cluster's lease, then the EC2 provider fenced by it (blocking: run in a thread)."""
+        cfg = self.cfg
+        name = cfg.lease.table
+        client = self._dynamodb or make_dynamodb_client(cfg.region, cfg.aws.endpoint_url)
+        table = DynamoLeaseTable(name, client)
+        lease = ClusterLease(table, claimant(cfg.cluster), cfg.lease.ttl_s, table_name=name)
+        try:
+            if table.ensure_table():
+                log.info("created the DynamoDB table %s (PAY_PER_REQUEST) for cluster leases", name)
+            held = lease.acquire()
+        except CloudError as exc:
+            raise aws_error("DynamoDB", cfg, exc, f"describe, create, read and write the table {name} "
+                                                  "(the cluster lease)") from None
+        prev = lease.taken_from
+        log.info("cluster %s: lease taken in %s (generation %d, ttl %gs)%s", cfg.cluster, name, held.generation,
+                 cfg.lease.ttl_s, f"; its last holder ({holder_text(prev)}) is gone" if prev else "")
+        self.lease = lease
+        advertise = cfg.dispatcher.advertise or (self.listen or cfg.dispatcher.listen)
+        ec2 = Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,
+                       max_attempts=cfg.aws.max_attempts, dispatcher=advertise, cluster_token=cfg.dispatcher.token(),
+                       models=[(m.name, m.onnx) for m in cfg.models], worker_port=cfg.dispatcher.worker_port)
+        return FencedCloud(ec2, lease)
+
+    def schedule(self, scheduler: Any, stop: Callable[[], None]) -> None:
+        """Renew the lease every ttl/3; on its loss, one log line and ``stop()`` (from any thread:
+        the fence may find the loss in the actuator's)."""
+        if self.lease is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def lost(exc: LeaseLost) -> None:
+            log.error("%s", exc)
+            loop.call_soon_threadsafe(stop)
+
+        self.lease.on_lost = lost
+        scheduler.add_job(self._renew, "interval", seconds=renew_interval_s(self.lease.ttl_s), max_instances=1,
+                          coalesce=True, id="lease")
+
+    async def _lease_call(self, method: str) -> CloudError | None:
+        """``lease.<method>()`` in a worker thread; a cloud error comes back for one log line."""
+        if self.lease is None:
+            return None
+        try:
+            await asyncio.to_thread(getattr(self.lease, method))
+        except CloudError as exc:
+            return exc
+        return None
+
+    async def _renew(self) -> None:
+        try:
+            failed = await self._lease_call("renew")
+        except LeaseLost:
+            return                  # said once by ``lost`` above, and the daemon is stopping
+        lease = self.lease
+        if failed is not None and lease is not None:
+            held = lease.held
+            until = utc(held.expires_at - lease.ttl_s * CLOCK_SAFETY) if held is not None else "now"
+            log.warning("lease of cluster %s not renewed: %s; launches and terminations stop at %s until a "
+                        "renewal lands", lease.me.cluster, failed, until)
+
+    async def close(self) -> None:
+        """Give the lease back (after the last fleet action of a stop); LeaseLost if it was lost."""
+        failed = await self._lease_call("release")
+        if failed is not None and self.lease is not None:
+            log.warning("lease of cluster %s not given back (%s): the next daemon waits until it expires",
+                        self.lease.me.cluster, failed)
