@@ -11,6 +11,10 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@# this venv takes the CPU onnxruntime (pyproject). One built before held onnxruntime-gpu, which
+	@# shares its files: remove both so the CPU build goes in whole, never beside the GPU one.
+	@if $(PY) -m pip show --quiet onnxruntime-gpu >/dev/null 2>&1; then \
+	  $(PY) -m pip uninstall --quiet --yes onnxruntime-gpu onnxruntime; fi
 	$(PY) -m pip install --quiet -e '.[demo,test,bench]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
@@ -32,9 +36,10 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
 
-# Regenerate the committed gRPC stubs (needs grpcio-tools; pin grpcio in pyproject to its version).
+# Regenerate the committed gRPC stubs with the grpcio-tools of the installed grpcio's version (the
+# stubs check it at import; pyproject's grpcio floor names it).
 proto: $(STAMP)
-	$(PY) -m pip install --quiet grpcio-tools
+	$(PY) -m pip install --quiet "grpcio-tools==$$($(PY) -c 'import grpc; print(grpc.__version__)')"
 	$(PY) -m grpc_tools.protoc -Idispatcher/proto --python_out=dispatcher/proto --pyi_out=dispatcher/proto \
 	  --grpc_python_out=dispatcher/proto dispatcher/proto/costscale.proto
 	sed -i 's/^import costscale_pb2 as costscale__pb2/from dispatcher.proto import costscale_pb2 as costscale__pb2/' \

@@ -4,22 +4,31 @@ Starts moto in server mode on a free loopback port, runs the real daemon (planne
 boto3 ``endpoint_url``, gRPC dispatcher, fleet loop) against it, one local worker process per
 running instance (real ONNX inference padded to the instance type's AWS latency profile), and drives
 an open-loop Poisson load through the public gRPC API with a load step half-way. At the end (or on
-Ctrl-C) it terminates every instance and stops every process it started.
+Ctrl-C: exit 130) it terminates every instance and stops every process it started.
+
+What it shows: on a terminal one live line (p99 over the last ``P99_WINDOW_S`` seconds), elsewhere
+one line per load phase; SLO misses count the queries served over the QoS target and the dropped
+ones (``DROP_CODES``); a figure without a sample is "-". Library chatter that says nothing about
+costscale is kept off the display (:func:`quiet_library_logs`).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import signal
 import sys
 import tempfile
 import time
+import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, TextIO
 
 import grpc
 import numpy as np
@@ -33,21 +42,157 @@ DEMO_MODEL = "rm2"          # Kairos rm2 profile, QoS 350 ms (Kairos §7): sleep
 DEMO_QOS_MS = 350.0
 # the Kairos §7 types (the ones with AWS profiles), each with a cap on how many the demo may run
 DEMO_TYPES = {"g4dn.xlarge": 3, "c5n.2xlarge": 3, "r5n.large": 4, "t3.xlarge": 3}
+#: answers that drop a query (the dispatcher gave up on it): each one is an SLO miss
+DROP_CODES = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
+#: the live display's p99 is over the queries answered in the last this many seconds
+P99_WINDOW_S = 10.0
+#: width of the live line on a terminal
+LINE_WIDTH = 150
 
 
 @dataclass
 class LoadStats:
     sent: int = 0
     ok: int = 0
-    violations: int = 0
+    violations: int = 0          # served over the QoS target
+    dropped: int = 0             # answered with one of DROP_CODES
     errors: dict[str, int] = field(default_factory=dict)
     latencies_ms: list[float] = field(default_factory=list)
     served_by_type: dict[str, int] = field(default_factory=dict)
     providers: dict[str, int] = field(default_factory=dict)
+    #: (monotonic time served, ms) of the last ``P99_WINDOW_S`` seconds, oldest first
+    recent: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def record_served(self, ms: float, now: float, instance_type: str = "", provider: str = "") -> None:
+        self.ok += 1
+        self.latencies_ms.append(ms)
+        self.recent.append((now, ms))
+        self._trim(now)
+        if ms > DEMO_QOS_MS:
+            self.violations += 1
+        if instance_type:
+            self.served_by_type[instance_type] = self.served_by_type.get(instance_type, 0) + 1
+        if provider:
+            self.providers[provider] = self.providers.get(provider, 0) + 1
+
+    def record_error(self, code: str) -> None:
+        self.errors[code] = self.errors.get(code, 0) + 1
+        if code in DROP_CODES:
+            self.dropped += 1
+
+    @property
+    def answered(self) -> int:
+        """Queries served or dropped: what the SLO is judged on."""
+        return self.ok + self.dropped
+
+    @property
+    def misses(self) -> int:
+        return self.violations + self.dropped
+
+    def miss_pct(self) -> float:
+        """Percentage of answered queries that missed the SLO (nan before any answer)."""
+        return 100.0 * self.misses / self.answered if self.answered else math.nan
 
     def pct(self, q: float) -> float:
-        """Nearest-rank percentile, the definition the simulator and the SLO use."""
+        """Nearest-rank percentile since the start (nan without a sample), the definition the
+        simulator and the SLO use."""
         return nearest_rank(np.asarray(self.latencies_ms), q)
+
+    def recent_pct(self, q: float, now: float) -> float:
+        """Nearest-rank percentile over the last ``P99_WINDOW_S`` seconds (nan without a sample)."""
+        self._trim(now)
+        return nearest_rank(np.fromiter((ms for _, ms in self.recent), dtype=float), q)
+
+    def _trim(self, now: float) -> None:
+        while self.recent and self.recent[0][0] < now - P99_WINDOW_S:
+            self.recent.popleft()
+
+
+def fmt_ms(x: float) -> str:
+    """A latency for the display: "-" when there is no sample."""
+    return "-" if math.isnan(x) else f"{x:.1f} ms"
+
+
+def fmt_pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.1f}%"
+
+
+def _json_num(x: float) -> float | None:
+    """A figure for the JSON summary: null when there is no sample (JSON has no nan)."""
+    return None if math.isnan(x) else round(x, 2)
+
+
+class LiveDisplay:
+    """The demo's live status line: rewritten in place on a terminal; when the output is not a
+    terminal (a pipe, a file, CI), one line per load phase, printed when the phase ends."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        isatty = getattr(out, "isatty", None)
+        self.tty = bool(isatty and isatty())
+        self._rate: float | None = None
+        self._last = ""
+        self._phase = 0
+
+    def show(self, rate: float, line: str) -> None:
+        """The latest status ``line`` of the phase offering ``rate`` q/s."""
+        if self.tty:
+            print("\r" + line.ljust(LINE_WIDTH)[:LINE_WIDTH], end="", file=self.out, flush=True)
+            return
+        if self._rate is not None and rate != self._rate:
+            self._emit()
+        self._rate, self._last = rate, line
+
+    def close(self) -> None:
+        """End of the load: end the live line, or print the last phase's line."""
+        if self.tty:
+            print(file=self.out)
+        elif self._last:
+            self._emit()
+
+    def _emit(self) -> None:
+        self._phase += 1
+        print(f"phase {self._phase}: {self._last}", file=self.out, flush=True)
+        self._last = ""
+
+
+def _apscheduler_noise(record: logging.LogRecord) -> bool:
+    """False for APScheduler warnings (a tick skipped while the previous one runs, a run time
+    missed) and for its report of a job cancelled at shutdown."""
+    if record.levelno < logging.ERROR:
+        return False
+    exc = record.exc_info[0] if record.exc_info else None
+    return not (exc is not None and issubclass(exc, asyncio.CancelledError))
+
+
+_QUANTIZATION_DIR = f"{os.sep}onnxruntime{os.sep}quantization{os.sep}"
+
+
+def _quantization_advice(record: logging.LogRecord) -> bool:
+    """False for ONNX Runtime quantization's warnings (it logs them on the root logger, e.g. "Please
+    consider to run pre-processing before quantization" for every int8 variant generated)."""
+    return record.levelno >= logging.ERROR or _QUANTIZATION_DIR not in record.pathname
+
+
+@contextlib.contextmanager
+def quiet_library_logs() -> Iterator[None]:
+    """Keep library chatter off the demo's display while it runs: APScheduler's warnings and
+    shutdown cancellations, ONNX Runtime quantization's log warnings and the Python warnings of
+    ``onnxruntime.quantization``. Errors pass, and costscale's own records are untouched."""
+    sched = logging.getLogger("apscheduler.scheduler")
+    execs = logging.getLogger("apscheduler.executors.default")
+    root = logging.getLogger()
+    sched.addFilter(_apscheduler_noise)
+    execs.addFilter(_apscheduler_noise)
+    root.addFilter(_quantization_advice)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"onnxruntime\.quantization(\.|$)")
+            yield
+    finally:
+        sched.removeFilter(_apscheduler_noise)
+        execs.removeFilter(_apscheduler_noise)
+        root.removeFilter(_quantization_advice)
 
 
 def demo_config(state_dir: Path, endpoint: str, ami: str, budget: float, rate: float,
@@ -91,17 +236,10 @@ async def _load(target: str, model: str, duration: float, rate1: float, rate2: f
                 reply = await stub.Submit(pb.SubmitRequest(model=model, batch_size=int(batches[i % len(batches)]),
                                                            idempotency_key=f"demo-{seed}-{i}"), timeout=10.0)
             except grpc.aio.AioRpcError as exc:
-                code = exc.code().name
-                stats.errors[code] = stats.errors.get(code, 0) + 1
+                stats.record_error(exc.code().name)
                 return
-            ms = (time.perf_counter() - t0) * 1000.0
-            stats.ok += 1
-            stats.latencies_ms.append(ms)
-            if ms > DEMO_QOS_MS:
-                stats.violations += 1
-            stats.served_by_type[reply.instance_type] = stats.served_by_type.get(reply.instance_type, 0) + 1
-            if reply.provider:
-                stats.providers[reply.provider] = stats.providers.get(reply.provider, 0) + 1
+            stats.record_served((time.perf_counter() - t0) * 1000.0, time.monotonic(), reply.instance_type,
+                                reply.provider)
 
         start = time.monotonic()
         next_t = 0.0
@@ -149,9 +287,15 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
     os.environ.update(AWS_ACCESS_KEY_ID="costscale-demo", AWS_SECRET_ACCESS_KEY="costscale-demo",
                       AWS_DEFAULT_REGION="us-east-1")
     stop = asyncio.Event()
+    signals: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
 
     port = _free_port()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -196,6 +340,7 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
             await asyncio.sleep(0.2)
 
         prices = {t: it.price_per_hour for t, it in catalog.items()}
+        display = LiveDisplay(out)
 
         def tick(elapsed: float, rate: float) -> None:
             nonlocal peak_cost
@@ -207,17 +352,17 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
                 peak_pool.update(pool)
             if quiet or as_json:
                 return
-            p99 = stats.pct(99) if stats.latencies_ms else 0.0
+            p99 = fmt_ms(stats.recent_pct(99, time.monotonic()))
             pool_s = " ".join(f"{t}x{n}" for t, n in sorted(pool.items())) or "-"
-            line = (f"t={elapsed:4.0f}s  load {rate:4.0f} q/s  sent {stats.sent:5d}  ok {stats.ok:5d}  "
-                    f"viol {stats.violations:4d}  p99 {p99:6.1f} ms  workers {len(daemon.dispatcher.workers):2d}  "
-                    f"pool {pool_s}  ${cost:.3f}/hr")
-            print("\r" + line.ljust(150)[:150], end="", file=out, flush=True)
+            display.show(rate, f"t={elapsed:4.0f}s  load {rate:4.0f} q/s  sent {stats.sent:5d}  ok {stats.ok:5d}  "
+                               f"missed {stats.misses:4d} ({fmt_pct(stats.miss_pct())})  "
+                               f"p99 last {P99_WINDOW_S:g}s {p99:>9}  workers {len(daemon.dispatcher.workers):2d}  "
+                               f"pool {pool_s}  ${cost:.3f}/hr")
 
         await _load(target, DEMO_MODEL, duration, rate1, rate2, seed, stats, stop, tick)
         interrupted = stop.is_set()
         if not (quiet or as_json):
-            print(file=out)
+            display.close()
         pool_end = daemon.status.pool()
         cost_end = pool_cost(pool_end, prices)
         served_by = dict(sorted(stats.served_by_type.items()))
@@ -228,8 +373,9 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         all_inst = [i for r in described["Reservations"] for i in r["Instances"]]
         live_after = [i["InstanceId"] for i in all_inst if i["State"]["Name"] in ("pending", "running")]
         result = {
-            "sent": stats.sent, "served": stats.ok, "slo_violations": stats.violations,
-            "errors": stats.errors, "p50_ms": round(stats.pct(50), 2), "p99_ms": round(stats.pct(99), 2),
+            "sent": stats.sent, "served": stats.ok, "slo_violations": stats.violations, "dropped": stats.dropped,
+            "slo_misses": stats.misses, "slo_miss_pct": _json_num(stats.miss_pct()),
+            "errors": stats.errors, "p50_ms": _json_num(stats.pct(50)), "p99_ms": _json_num(stats.pct(99)),
             "qos_ms": DEMO_QOS_MS, "served_by_type": served_by, "providers": stats.providers,
             "pool_at_end": pool_end, "cost_per_hour_at_end": round(cost_end, 4),
             "peak_pool": dict(peak_pool), "peak_cost_per_hour": round(peak_cost, 4), "budget_per_hour": budget,
@@ -241,13 +387,15 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         if as_json:
             print(json.dumps(result))
         else:
-            viol = 100.0 * stats.violations / stats.ok if stats.ok else 0.0
             err = ", ".join(f"{k} {v}" for k, v in sorted(stats.errors.items())) or "none"
+            p50, p99 = stats.pct(50), stats.pct(99)
+            lat = "-" if math.isnan(p99) else f"{p50:.1f} / {p99:.1f} ms (client-side, end to end)"
             print("\ncostscale demo summary" + (" (interrupted)" if interrupted else ""), file=out)
             print(_table([
                 ("queries sent / served", f"{stats.sent} / {stats.ok}   errors: {err}"),
-                ("SLO violations", f"{stats.violations} ({viol:.1f}%) over p99 target {DEMO_QOS_MS:g} ms"),
-                ("latency p50 / p99", f"{stats.pct(50):.1f} / {stats.pct(99):.1f} ms (client-side, end to end)"),
+                ("SLO misses", f"{stats.misses} of {stats.answered} answered ({fmt_pct(stats.miss_pct())}): "
+                               f"{stats.violations} over {DEMO_QOS_MS:g} ms, {stats.dropped} dropped"),
+                ("latency p50 / p99", lat),
                 ("served by type", ", ".join(f"{t} {n}" for t, n in served_by.items()) or "-"),
                 ("execution providers", ", ".join(f"{p} {n}" for p, n in stats.providers.items()) or "-"),
                 ("peak pool", " ".join(f"{t}x{n}" for t, n in sorted(peak_pool.items())) or "-"),
@@ -256,8 +404,10 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
                 ("instances launched", f"{len(all_inst)} (all terminated: {'yes' if not live_after else 'NO ' + str(live_after)})"),
                 ("worker processes", f"{len(runner.started_pids)} started, {len(runner.alive_pids())} left running"),
             ]), file=out)
+        if interrupted:     # 128 + the signal's number, as a shell reports it (130 for Ctrl-C)
+            return 128 + int(signals[0] if signals else signal.SIGINT)
         ok = not live_after and not runner.alive_pids() and stats.ok > 0
-        return 0 if ok or interrupted else 1
+        return 0 if ok else 1
     finally:
         if daemon is not None and not daemon._stop.is_set():
             try:

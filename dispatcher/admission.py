@@ -6,6 +6,10 @@ full, or -- in ``drop`` mode -- when it cannot meet its SLO on any live worker (
 admitted query waits in the queue (re-dispatched ones in a retry queue served first) until the
 routing round (:mod:`dispatcher.routing`) sends it to a worker.
 
+A query is refused at once with UNAVAILABLE when no worker is registered and none is booting
+(the daemon's cloud view, :mod:`dispatcher.workers`): waiting ``query_timeout_s`` would not help.
+While instances are pending or registered workers are loading, queries wait as before.
+
 Guarantees: every accepted query ends with a result or a typed gRPC error -- DEADLINE_EXCEEDED
 (cannot meet its SLO in ``drop`` mode, or its overall deadline ``query_timeout_s`` passed),
 RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (its workers kept failing after ``max_retries``
@@ -17,9 +21,9 @@ Owns: ``_queue``, ``_retry``, ``_inflight``, ``_idem``, ``_ids``, ``accepted``, 
 ``rejected``, ``_recent``, ``_deadlines``, ``_deadline_timer``, ``_deadline_at`` and the tunables
 ``query_timeout_s``, ``idempotency_capacity``.
 Reads: ``cfg``, ``clock``, ``predictor``, ``xi``, ``window``, ``model_windows``, ``_loop``,
-``_stopping`` (server); ``workers``, ``utilization`` (workers); ``placement``, ``loaded_on``
-and ``ensure_loaded`` (placement); ``_kick``, ``_round_catching``, ``_run``, ``_release``,
-``_completed`` (routing).
+``_stopping`` (server); ``workers``, ``utilization``, ``cloud_view``, ``booting`` (workers);
+``placement``, ``loaded_on`` and ``ensure_loaded`` (placement); ``_kick``, ``_round_catching``,
+``_run``, ``_release``, ``_completed`` (routing).
 """
 from __future__ import annotations
 
@@ -189,6 +193,9 @@ class Admission:
         if mw is None:
             mw = self.model_windows[m.name] = DemandWindow(capacity=self.window.capacity)
         mw.record(batch, now)
+        idle_fleet = self._nothing_serves(m)
+        if idle_fleet is not None:
+            return self._reject(SC.UNAVAILABLE, idle_fleet)
         if self.cfg.dispatcher.on_deadline == "drop":
             if infeasible([view], self._live_views(), self.predictor, now, self.xi):
                 return self._reject(SC.DEADLINE_EXCEEDED, f"batch {batch} of {m.name!r} cannot meet its {qos:g} ms SLO on any worker")
@@ -231,6 +238,15 @@ class Admission:
             # the queue; one in flight finishes on its worker and its result is discarded
             self._drop_cancelled(q)
             raise
+
+    def _nothing_serves(self, m: ModelSpec) -> str | None:
+        """Why nothing can serve a query of ``m``: no worker is registered and the cloud view shows
+        none booting (pending, or running but not registered yet). Any registered worker counts,
+        also one loading or holding other models: getVariant and the model loop load variants onto
+        it from the demand, which is recorded before this check. None (wait) without a cloud view."""
+        if self.cloud_view is None or self.workers or self.booting():
+            return None
+        return f"no worker serves model {m.name!r} and none is starting"
 
     def enqueue_offline(self, model: ModelSpec, variant: str, rows: np.ndarray) -> asyncio.Future:
         """Queue one chunk of an offline job (:mod:`dispatcher.offline`) like any query, without a

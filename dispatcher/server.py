@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -260,7 +259,9 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         return out
 
     def status_reply(self) -> pb.StatusReply:
-        pool = Counter(w.instance_type for w in self.workers.values())
+        """``pool`` and ``cost_per_hour``: every live instance, registered or still booting (the
+        cloud view, :meth:`set_cloud_view`); ``workers`` and ``parked``: registered workers only."""
+        pool = self.pool_view()
         return pb.StatusReply(
             cluster=self.cfg.cluster, budget_per_hour=self.cfg.budget_per_hour,
             cost_per_hour=float(sum(self._prices.get(t, 0.0) * n for t, n in pool.items())),

@@ -8,8 +8,14 @@ its variants unloaded) or is removed; a query in flight on a removed worker goes
 of the queue (DESIGN invariant 4). Utilization over the last ``utilization_horizon_s`` seconds feeds
 getVariant, the model loop and offline throttling (INFaaS §4.1, §5).
 
+The cloud view (:meth:`WorkerRegistry.set_cloud_view`, given by the daemon after each listing of the
+managed instances) says which instances may register and which are still booting: Status counts
+the pool and its $/hr from it, and admission refuses at once a query nothing serves while nothing
+is booting. Until the first view (a dispatcher run without the daemon) nothing is known to boot and
+admission does not refuse on that ground.
+
 :class:`WorkerRegistry` is a mixin of :class:`dispatcher.server.Dispatcher`.
-Owns: ``workers``, ``_allowed``, ``parked_ids``, ``_health_task`` (started by ``start``) and the
+Owns: ``workers``, ``_allowed``, ``parked_ids``, ``cloud_view``, ``_health_task`` (started by ``start``) and the
 tunables ``health_interval_s``, ``health_timeout_s``, ``health_failures``, ``utilization_horizon_s``.
 Reads: ``clock``, ``_catalog``, ``_loop``, ``_token``, ``_spawn`` (server); ``_inflight``
 (admission); ``_kick``, ``_requeue`` (routing); ``loaded_on``, ``cfg_model_names``,
@@ -19,13 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from config.hostport import split_hostport
 from dispatcher import modelless as ml
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.worker_client import WorkerClient
+from scaler.cloud import ManagedInstance
 
 
 @dataclass(eq=False)
@@ -73,10 +81,37 @@ class WorkerRegistry:
         self.utilization_horizon_s = 2.0
         self._allowed: dict[str, str] = {}
         self.parked_ids: set[str] = set()   # parked instances, registered or not yet
+        #: the daemon's last listing: live (pending or running) managed instance -> its type; None
+        #: before the first one
+        self.cloud_view: dict[str, str] | None = None
         self._health_task: asyncio.Task | None = None
 
     def allow_instance(self, instance_id: str, instance_type: str) -> None:
         self._allowed[instance_id] = instance_type
+
+    def set_cloud_view(self, instances: Iterable[ManagedInstance]) -> None:
+        """The managed instances as the cloud lists them now (the daemon calls this after each
+        listing): live ones may register; a registered worker that is no longer live is forgotten
+        (its in-flight query re-dispatched); parked marks of instances gone are dropped."""
+        live = {i.instance_id: i.instance_type for i in instances if i.live}
+        self.cloud_view = live
+        for iid, itype in live.items():
+            self.allow_instance(iid, itype)
+        for iid in list(self.workers):
+            if iid not in live:
+                self.forget_instance(iid)
+        self.parked_ids &= set(live)
+
+    def booting(self) -> list[str]:
+        """Live managed instances (cloud view) that have not registered yet: workers on their way."""
+        return sorted(iid for iid in self.cloud_view or () if iid not in self.workers)
+
+    def pool_view(self) -> Counter[str]:
+        """Live instances by type, registered or not: the cloud view's, and registered workers it
+        does not list (one added directly, or registered since the last listing)."""
+        pool = Counter((self.cloud_view or {}).values())
+        pool.update(w.instance_type for iid, w in self.workers.items() if iid not in (self.cloud_view or {}))
+        return pool
 
     def _off_loop(self) -> bool:
         """True when called from a thread other than the dispatcher's event loop."""
