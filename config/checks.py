@@ -2,8 +2,10 @@
 otherwise pass ``costscale validate`` and fail later, in the daemon (DESIGN invariant 5).
 
 ``config_problems(cfg)`` returns the problems as one line each; ``validate`` prints them and exits
-2, and ``costscale run`` refuses to start on them. Pure but for reading the profile CSV and
-botocore's bundled region table (no network).
+2, and ``costscale run`` refuses to start on them. ``config_warnings(cfg)`` returns what works but
+deserves a look (a model without latency profiles: the daemon profiles it, INFaaS §3.2);
+``validate`` prints them and exits 0. Pure but for reading the profile CSV and botocore's bundled
+region table (no network).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from config.errors import ConfigError
 from config.hostport import split_hostport
-from config.profiles import load_profiles_csv
+from config.profiles import ProfileTable, load_profiles_csv
 from config.schema import Config, load_config
 
 
@@ -71,6 +73,29 @@ def config_problems(cfg: Config) -> list[str]:
         problems.append(f"dispatcher: listen {d.listen} is loopback and no advertise is set: launched instances "
                         "would dial 127.0.0.1; set dispatcher.advertise to an address they can reach")
     return problems
+
+
+def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str = "CONFIG") -> list[str]:
+    """One line per thing that works but deserves a look; ``validate`` prints them and still exits
+    0. A model the profile CSV does not name with no latency profile on an allowed type (in
+    ``stored``, the profiles measured since) is one: the daemon profiles it at start, ``costscale
+    profile`` now."""
+    try:
+        table = load_profiles_csv(cfg.profiles)
+    except ValueError:
+        return []   # a problem, reported by config_problems
+    named = set(table.models())    # a model the CSV names keeps it as its source (plan reports its gaps)
+    if stored is not None:
+        table = table.merged(stored)
+    out = []
+    for m in cfg.models:
+        missing = [t.type for t in cfg.instance_types if not table.has(m.profile_name, t.type)]
+        if missing and m.profile_name not in named:
+            on = "any allowed type" if len(missing) == len(cfg.instance_types) else ", ".join(missing)
+            out.append(f"models: {m.name!r} has no latency profile on {on}: run `costscale profile {path}` "
+                       f"(or `costscale profile {path} --local` for estimates from this machine); until then the "
+                       "daemon profiles it at start and serves it on a conservative pool")
+    return out
 
 
 def load_checked_config(path: str | Path) -> Config:

@@ -8,12 +8,15 @@ profiled size the last two points are extrapolated linearly.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Iterable, Literal
 
 import numpy as np
+
+from config.files import write_atomic
 
 Stat = Literal["mean", "p50", "p99"]
 
@@ -80,6 +83,10 @@ class ProfileTable:
     def latency_ms(self, model: str, instance_type: str, batch: float | np.ndarray, stat: Stat = "mean") -> np.ndarray:
         return self.get(model, instance_type).latency_ms(batch, stat)
 
+    def merged(self, other: "ProfileTable") -> "ProfileTable":
+        """A new table: this one's profiles, with ``other``'s added (``other`` wins on a clash)."""
+        return ProfileTable({**self.profiles, **other.profiles})
+
 
 def default_profiles_path() -> Path:
     return Path(str(resources.files("config").joinpath("kairos_latency_profiles.csv")))
@@ -102,6 +109,22 @@ def profiles_from_rows(rows: Iterable[dict[str, str]]) -> ProfileTable:
     return table
 
 
+#: the columns a profile CSV must have (and the ones :func:`save_profiles_csv` writes)
+PROFILE_COLUMNS = ("model", "instance_type", "batch_size", "service_ms_mean", "service_ms_p50", "service_ms_p99")
+
+
+def save_profiles_csv(path: str | Path, profiles: Iterable[LatencyProfile]) -> None:
+    """Write ``profiles`` as a profile CSV (:data:`PROFILE_COLUMNS`, 4 decimals), atomically."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(PROFILE_COLUMNS)
+    for p in sorted(profiles, key=lambda p: (p.model, p.instance_type)):
+        for i, b in enumerate(p.batch_sizes):
+            w.writerow([p.model, p.instance_type, int(b), f"{p.mean_ms[i]:.4f}", f"{p.p50_ms[i]:.4f}",
+                        f"{p.p99_ms[i]:.4f}"])
+    write_atomic(Path(path), buf.getvalue().encode("utf-8"))
+
+
 def load_profiles_csv(path: str | Path | None = None) -> ProfileTable:
     """Load a profile CSV (columns model, instance_type, batch_size, service_ms_mean/_p50/_p99).
 
@@ -111,8 +134,7 @@ def load_profiles_csv(path: str | Path | None = None) -> ProfileTable:
     try:
         with p.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
-            need = {"model", "instance_type", "batch_size", "service_ms_mean", "service_ms_p50", "service_ms_p99"}
-            missing = need - set(reader.fieldnames or [])
+            missing = set(PROFILE_COLUMNS) - set(reader.fieldnames or [])
             if missing:
                 raise ValueError(f"{p}: profile CSV lacks column(s) {', '.join(sorted(missing))}")
             return profiles_from_rows(reader)

@@ -30,8 +30,8 @@ from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams
 from scaler.actuator import FleetActuator, pool_text
 from scaler.batch_mix import mix_from_dist
-from scaler.cloud import CloudConfigError, CloudError, CloudProvider, ManagedInstance, pool_of
-from scaler.ec2 import Ec2Cloud
+from scaler.cloud import CloudError, CloudProvider, ManagedInstance, pool_of
+from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
 from scaler.fleet_decision import plan_fleet
 from sim.slo_check import slo_check
 from scaler.parking import ParkState, decide_parking
@@ -40,7 +40,9 @@ from scaler.plan import Plan
 from config.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView, demand_for_planning, significant_change
 from variants.vm_autoscaler import VmParams
-from variants.registry import RegisteredModel, VariantRegistry, registry_path_for
+from variants.registry import VariantRegistry, registered_from_config, registry_path_for
+from daemon.profiling import stored_profiles
+from daemon.self_profiling import SelfProfiler
 
 log = logging.getLogger("costscale")
 
@@ -49,12 +51,6 @@ FleetHook = Callable[[list[ManagedInstance]], Awaitable[None]]
 
 DRAIN_TIMEOUT_S = 30.0
 UNPARK_TIMEOUT_S = 15.0   # loading a parked instance's variants back, before the actuator runs
-
-
-class DaemonError(UsageError):
-    """The daemon cannot start (lock held, port busy, profiles missing): one line, exit 1."""
-
-    exit_code = 1
 
 
 @dataclass
@@ -73,15 +69,11 @@ class FleetStatus:
 
 
 def load_profiles_for(cfg: Config) -> ProfileTable:
+    """The profile CSV and the profiles measured since (a model without any is profiled at start)."""
     try:
-        profiles = load_profiles_csv(cfg.profiles)
+        return load_profiles_csv(cfg.profiles).merged(stored_profiles(cfg))
     except ValueError as exc:
         raise DaemonError(str(exc)) from None
-    for m in cfg.models:
-        missing = [t.type for t in cfg.instance_types if not profiles.has(m.profile_name, t.type)]
-        if len(missing) == len(cfg.instance_types):
-            raise DaemonError(f"no latency profile for model {m.profile_name!r} on any allowed instance type")
-    return profiles
 
 
 def plan_id_for(target: dict[str, int], generation: int) -> str:
@@ -122,6 +114,7 @@ class Daemon:
         self.dispatcher: Dispatcher | None = None
         self.actuator: FleetActuator | None = None
         self.cloud: CloudProvider | None = None
+        self.aws: AwsWiring | None = None    # region prices, cluster lease, fenced EC2 (when no cloud is given)
         self._generation = 0
         self._declared: tuple[Config, DemandView] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
@@ -134,6 +127,7 @@ class Daemon:
         self.capacity_hint = 1.0
         self._hint_planned = 1.0
         self._gen_task: asyncio.Task | None = None
+        self.profiling: SelfProfiler | None = None   # models without profiles: measured at start (INFaaS §3.2)
         # scale-in parks surplus instances warm before it retires them (scaler.parking)
         self._park_state = ParkState()
         #: (monotonic time, "park" | "unpark" | "retire" | "launch", instance id), newest last
@@ -158,8 +152,7 @@ class Daemon:
         reg = VariantRegistry(registry_path_for(self.cfg.state_path))
         known = {m.name: m for m in reg.models()}
         for m in self.cfg.models:
-            rm = RegisteredModel(name=m.name, application=m.application or m.name, onnx_path=m.onnx,
-                                 qos_ms=m.qos_ms, max_batch=m.max_batch, profile=m.profile_name, from_config=True)
+            rm = registered_from_config(m)
             if known.get(m.name) != rm:
                 reg.register_model(rm)
         return reg
@@ -210,6 +203,10 @@ class Daemon:
             raise
         except Exception as exc:  # lock held or unwritable state path
             raise DaemonError(f"state store {cfg.state_path}: {exc}") from None
+        if self._cloud is None:   # the region's prices; the cluster's lease before reconciling; EC2 fenced by it
+            self.aws = AwsWiring(cfg, self._listen)
+            self.cfg = cfg = await asyncio.to_thread(self.aws.priced, cfg)
+            self._cloud = await asyncio.to_thread(self.aws.open)
         self.predictor = LatencyModel.from_profiles(self.profiles)
         try:
             self.registry = self._open_registry()
@@ -222,27 +219,14 @@ class Daemon:
             self.port = await self.dispatcher.start(self._listen or cfg.dispatcher.listen)
         except Exception as exc:
             raise DaemonError(f"dispatcher cannot listen on {self._listen or cfg.dispatcher.listen}: {exc}") from None
-        if self._cloud is None:
-            advertise = cfg.dispatcher.advertise or (self._listen or cfg.dispatcher.listen)
-            self._cloud = Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,
-                                   max_attempts=cfg.aws.max_attempts, dispatcher=advertise,
-                                   cluster_token=cfg.dispatcher.token(),
-                                   models=[(m.name, m.onnx) for m in cfg.models],
-                                   worker_port=cfg.dispatcher.worker_port)
         self.cloud = self._cloud
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
                                       pending_timeout_s=cfg.launch.pending_timeout_s)
         try:
             report = await asyncio.to_thread(self.actuator.reconcile)
-        except CloudConfigError as exc:
-            raise DaemonError(f"EC2 in {cfg.region} refused the daemon: {exc}; give it AWS credentials (an instance "
-                              "role, AWS_PROFILE or the standard credential chain) allowed to describe, run, tag "
-                              "and terminate instances") from None
         except CloudError as exc:
-            where = cfg.aws.endpoint_url or f"the EC2 endpoint of {cfg.region}"
-            raise DaemonError(f"EC2 unreachable at {where}: {exc}; check the network, region and "
-                              "aws.endpoint_url") from None
+            raise aws_error("EC2", cfg, exc, "describe, run, tag and terminate instances") from None
         log.info("reconciled at start: %s", report.summary())
         await self._sync_workers()
         self._scheduler = AsyncIOScheduler(event_loop=self._loop)
@@ -257,7 +241,11 @@ class Daemon:
         if wd:
             self._scheduler.add_job(lambda: sdnotify.notify("WATCHDOG=1"), "interval", seconds=max(wd, 0.5),
                                     id="watchdog")
+        if self.aws is not None:   # lease renewal; a lost lease stops the daemon
+            self.aws.schedule(self._scheduler, self.request_stop)
         self._scheduler.start()
+        self.profiling = SelfProfiler(self)
+        self.profiling.start()
         if self.generate_variants:
             self._gen_task = self._loop.create_task(self._generate_config_variants())
         sdnotify.notify(f"READY=1\nSTATUS=dispatcher on port {self.port}")
@@ -288,14 +276,17 @@ class Daemon:
         cfg = self.cfg
         if cfg.pinned_pool:
             return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
+        held = self.profiling.hold() if self.profiling is not None else None
+        if held is not None:   # a model not profiled yet: its conservative pool (daemon.self_profiling)
+            return held, None
         exclude = sorted(self.actuator.unavailable_types()) if self.actuator else []
         plan = plan_fleet(cfg, self.profiles, demand.mix, demand.qps, slo_check=slo_check, exclude=exclude,
-                          current=self.status.target or None)
+                          current=self.status.target or None, types=self.profiling and self.profiling.plan_types())
         return {t: n for t, n in plan.chosen.items() if n > 0}, plan
 
     async def fleet_tick(self, reason: str = "interval") -> None:
-        if self._stop.is_set() or self.actuator is None:
-            return
+        if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing):
+            return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
         async with self._fleet_lock:
             try:
                 demand = self.current_demand()
@@ -318,10 +309,10 @@ class Daemon:
                 if plan is not None and self.dispatcher is not None:
                     self.dispatcher.set_base_type(plan.base_type)
                 log.info("fleet (%s): demand %.1f q/s -> target %s (%s); %s", reason, demand.qps, pool_text(target) or "none",
-                         plan.rule if plan else "pinned", report.summary())
+                         plan.rule if plan else "pinned" if self.cfg.pinned_pool else "conservative pool", report.summary())
                 cost = sum(self.actuator.price(t) * n for t, n in target.items())
                 sdnotify.notify(f"STATUS=pool {pool_text(target) or 'none'} at {cost:.3f} of {self.actuator.budget:g} $/hr; "
-                                f"demand {demand.qps:.1f} q/s")
+                                f"demand {demand.qps:.1f} q/s" + (self.profiling.note() if self.profiling else ""))
             except asyncio.CancelledError:
                 if self._stop.is_set():     # EC2 calls cut short by shutdown
                     return
@@ -418,7 +409,8 @@ class Daemon:
             await self._sync_workers()
 
     async def _sync_workers(self) -> None:
-        """Tell the dispatcher which managed instances may register; hand the list to the hook."""
+        """Give the dispatcher the cloud view (which instances may register, which are booting: Status
+        and admission use it); hand the list to the hook."""
         if self.cloud is None:
             return
         try:
@@ -428,13 +420,7 @@ class Daemon:
             return
         self.status.instances = instances
         if self.dispatcher is not None:
-            live = {i.instance_id: i for i in instances if i.live}
-            for inst in live.values():
-                self.dispatcher.allow_instance(inst.instance_id, inst.instance_type)
-            for iid in list(self.dispatcher.workers):
-                if iid not in live:
-                    self.dispatcher.forget_instance(iid)
-            self.dispatcher.parked_ids &= set(live)
+            self.dispatcher.set_cloud_view(instances)
         if self._on_fleet_change is not None:
             await self._on_fleet_change(instances)
 
@@ -449,6 +435,7 @@ class Daemon:
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
             new = load_checked_config(self.cfg_path)
+            new = self.aws.priced(new, fetch=False) if self.aws is not None else new
         except UsageError as exc:
             log.error("reload rejected, keeping the running config: %s", exc.lines[0])
             sdnotify.notify(f"READY=1\nSTATUS=reload rejected: {exc.lines[0]}")
@@ -481,6 +468,8 @@ class Daemon:
         sdnotify.notify("STOPPING=1")
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
+        if self.profiling is not None:   # a probe round under way terminates its probes first
+            await self.profiling.stop()
         async with self._fleet_lock:
             if self.dispatcher is not None:
                 await self.dispatcher.stop(grace)
@@ -496,3 +485,5 @@ class Daemon:
             self.store.close()
         if self.registry is not None:
             self.registry.close()
+        if self.aws is not None:   # the lease last: raises LeaseLost (exit 1, one line) if it was lost
+            await self.aws.close()

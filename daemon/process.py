@@ -1,22 +1,41 @@
 """The daemon process (``costscale run``): logging, signals (SIGTERM/SIGINT stop, SIGHUP reloads),
 start and stop around :class:`daemon.app.Daemon`. A daemon that cannot start closes what it
-opened and leaves one line: exit 2 for a config error, 1 for the environment."""
+opened and leaves one line: exit 2 for a config error, 1 for the environment. When the config's
+EC2 is an emulator on this host (``aws.endpoint_url`` on loopback: the embedded default) and
+``--local-workers`` is given, a local worker process stands for each running instance, as in
+``costscale demo``."""
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
 from pathlib import Path
+from urllib.parse import urlparse
 
 from config.schema import Config
-from config.checks import load_checked_config
+from config.checks import is_loopback, load_checked_config
+from config.errors import UsageError
 from daemon.app import Daemon
+from daemon.local_runner import LocalRunner
 
 log = logging.getLogger("costscale")
 
 
-async def _run(cfg: Config, cfg_path: Path) -> int:
-    daemon = Daemon(cfg, cfg_path)
+def on_this_host(cfg: Config) -> bool:
+    """True when the config's EC2 is an emulator on this host (moto on loopback, the embedded
+    default): its instances are served by local worker processes (``daemon.local_runner``)."""
+    host = urlparse(cfg.aws.endpoint_url).hostname if cfg.aws.endpoint_url else None
+    return host is not None and is_loopback(f"{host}:0")
+
+
+async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
+    runner: LocalRunner | None = None
+
+    async def follow(instances: list) -> None:   # the embedded default: a local worker per running instance
+        if runner is not None:
+            await runner.sync(instances)
+
+    daemon = Daemon(cfg, cfg_path, on_fleet_change=follow if local_workers else None)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, daemon.request_stop)
     loop.add_signal_handler(signal.SIGINT, daemon.request_stop)
@@ -26,19 +45,33 @@ async def _run(cfg: Config, cfg_path: Path) -> int:
     except BaseException:
         await daemon.stop(grace=0.0)   # close what started (the listening port) before the one-line error
         raise
+    if local_workers:
+        runner = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.token() or "",
+                             [(m.name, m.onnx, m.profile_name) for m in cfg.models], profiles_csv=cfg.profiles)
+        log.info("EC2 is an emulator on this host (%s): local worker processes serve its instances",
+                 cfg.aws.endpoint_url)
     try:
         await daemon.wait()
     finally:
         log.info("stopping")
-        await daemon.stop()
+        try:
+            await daemon.stop()
+        finally:
+            if runner is not None:
+                await runner.stop_all()
     return 0
 
 
-def run_daemon(cfg_path: str | Path, log_level: str = "INFO") -> int:
+def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: bool = False) -> int:
+    """``costscale run``; ``local_workers``: a local worker process per running instance (only with
+    an EC2 emulator on this host, the embedded default)."""
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # libraries' routine chatter (APScheduler logs every job run at INFO) stays out of the daemon's log
     for name in ("apscheduler", "botocore", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
     cfg = load_checked_config(cfg_path)  # fail fast, one line, exit 2
-    return asyncio.run(_run(cfg, Path(cfg_path)))
+    if local_workers and not on_this_host(cfg):
+        raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
+                         "moto on 127.0.0.1): real instances run their own workers")
+    return asyncio.run(_run(cfg, Path(cfg_path), local_workers))

@@ -101,6 +101,23 @@ class LatencyModel:
             m._types_by_model.setdefault(model, set()).add(itype)
         return m
 
+    def add_profiles(self, table: ProfileTable) -> None:
+        """Profiles measured after the start (a model profiled on the fleet): added to (or replacing
+        in) the seeded table, and every cached prediction rebuilt from them."""
+        self.profiles.profiles.update(table.profiles)
+        for model, itype in table.profiles:
+            self._types_by_model.setdefault(model, set()).add(itype)
+        self._tables.clear()
+        self._stacks.clear()
+        self._fallback_built.clear()
+
+    def observed_means(self, model: str, instance_type: str) -> dict[int, tuple[int, float]]:
+        """Bucket (batch rounded up to ``granularity``) -> (observations, mean ms) of measured queries."""
+        st = self._obs.get((model, instance_type))
+        if st is None:
+            return {}
+        return {k: (n, st.bucket_sum[k] / n) for k, n in sorted(st.bucket_n.items()) if n > 0}
+
     # -- introspection ---------------------------------------------------------------------------
     def source(self, model: str, instance_type: str, batch_size: float | None = None) -> str:
         """Which rule predicts this pair: "lookup" (only when ``batch_size`` hits a full bucket),

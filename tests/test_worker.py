@@ -24,7 +24,7 @@ from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
 from config.profiles import LatencyProfile
 from tests.conftest import free_port
 from variants.builtin_models import build_mlp, input_signature, make_inputs, make_inputs_for
-from worker.emulation import padded_service_ms, padding_ms
+from config.emulation import padded_service_ms, padding_ms
 from variants.executor import CPU, CUDA, choose_executor_kind, choose_providers, parse_providers
 from worker.server import RegistrationRefused, WorkerOptions, WorkerServer, serve_worker
 

@@ -25,6 +25,8 @@ import numpy as np
 from config.profiles import LatencyProfile
 
 DEFAULT_BATCHES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+#: the instance type a profile measured on this machine is stored under
+LOCAL_TYPE = "local"
 RSS_METHOD = "rss-delta:/proc/self/status VmRSS, peak sampled after load and each batch size"
 
 

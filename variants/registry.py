@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from config.profiles import ProfileTable
+from config.schema import ModelSpec
 from variants.executor import ANY_HARDWARE
 from variants.generator import Variant
-from variants.profiler import ProfileStore, VariantProfile
+from variants.profiler import LOCAL_TYPE, ProfileStore, VariantProfile
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS registered_models (
@@ -76,6 +78,12 @@ def _variant_of(r: tuple) -> Variant:
 def registry_path_for(state_path: str) -> str:
     """Where the daemon keeps the registry: next to its state store."""
     return ":memory:" if state_path == ":memory:" else state_path + ".variants.db"
+
+
+def registered_from_config(m: ModelSpec) -> RegisteredModel:
+    """How a model of the config is registered (the daemon at start, ``costscale profile``)."""
+    return RegisteredModel(name=m.name, application=m.application or m.name, onnx_path=m.onnx, qos_ms=m.qos_ms,
+                           max_batch=m.max_batch, profile=m.profile_name, from_config=True)
 
 
 def base_variant(model: RegisteredModel, accuracy: float = 1.0) -> Variant:
@@ -183,6 +191,20 @@ class VariantRegistry:
         with self._lock:
             return self._profiles.get((variant, instance_type))
 
-    def profiles_of(self, variant: str) -> list[VariantProfile]:
+    def type_profiles(self) -> ProfileTable:
+        """The stored profiles on instance types (not this machine's ``local`` ones) as a profile
+        table: a model's base variant under its profile key, other variants under their names."""
+        key = {m.name: m.profile for m in self.models()}
         with self._lock:
-            return [p for (v, _), p in sorted(self._profiles.items()) if v == variant]
+            stored = [p for (_, t), p in sorted(self._profiles.items()) if t != LOCAL_TYPE]
+        table = ProfileTable()
+        for p in stored:
+            name = key.get(p.variant, p.variant)
+            table.profiles[(name, p.instance_type)] = p.to_latency_profile(name)
+        return table
+
+    def profiles_of(self, variant: str) -> list[VariantProfile]:
+        """The variant's profiles, this machine's (``local``) first: speed factors compare those."""
+        with self._lock:
+            return [p for (v, t), p in sorted(self._profiles.items(), key=lambda kv: (kv[0][1] != LOCAL_TYPE, kv[0]))
+                    if v == variant]

@@ -6,8 +6,10 @@ INFaaS §4.2.1). Kairos §5.1 assumes one query in service per instance at a tim
 concurrent ``Infer`` waits on an ``asyncio.Lock``.
 
 Hardware emulation (DESIGN "Where it runs"): with a latency profile, each query's service time is
-padded to ``max(compute, profile latency)`` (:func:`worker.emulation.padded_service_ms`), so a
-local process can stand for the instance type it was launched as.
+padded to ``max(compute, profile latency)`` (:func:`config.emulation.padded_service_ms`), so a
+local process can stand for the instance type it was launched as; a model the profile CSV does not
+know at all is padded to its compute time times the type's emulation factor (the rule
+``costscale profile --local`` derives its estimates with).
 
 Also serves grpc health checking (``grpc.health.v1``) and, given a dispatcher address, registers
 with ``Control.RegisterWorker`` (retrying until the dispatcher answers; a refusal is final).
@@ -15,6 +17,7 @@ with ``Control.RegisterWorker`` (retrying until the dispatcher answers; a refusa
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -39,7 +42,7 @@ from config.catalog import load_catalog
 from config.profiles import LatencyProfile, Stat, load_profiles_csv
 from variants import neuron_executor
 from variants.builtin_models import input_signature, make_inputs_for, resolve_model
-from worker.emulation import padding_ms
+from config.emulation import emulation_factors, padding_ms, reference_profiles
 from variants.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
 from variants.onnx_executor import OnnxExecutor
 
@@ -92,10 +95,29 @@ def padding_profile(opts: WorkerOptions) -> LatencyProfile | None:
     if not opts.emulate_profile:
         return None
     table = load_profiles_csv(opts.profiles_path)
+    if opts.emulate_profile not in table.models():
+        return None   # nobody has profiled it: padded by the type's emulation factor (type_factor_fn)
     if not table.has(opts.emulate_profile, opts.instance_type):
         raise ValueError(f"no latency profile for model {opts.emulate_profile!r} on {opts.instance_type!r} "
                          f"(profiled types: {', '.join(table.types(opts.emulate_profile)) or 'none'})")
     return table.get(opts.emulate_profile, opts.instance_type)
+
+
+def type_factor_fn(opts: WorkerOptions, profile: LatencyProfile | None) -> Callable[[int], float] | None:
+    """For a model the profile CSV does not know: batch -> the emulation factor of the type this
+    worker stands for (config.emulation rule 2); None when the worker pads to a profile or not at all."""
+    if profile is not None or not opts.emulate_profile:
+        return None
+    ref = reference_profiles()
+    if emulation_factors(ref, opts.instance_type, [1]) is None:
+        raise ValueError(f"no latency profile for model {opts.emulate_profile!r} and no emulation factor for "
+                         f"{opts.instance_type!r} (types with one: {', '.join(ref.types())})")
+
+    @functools.lru_cache(maxsize=4096)
+    def factor(batch: int) -> float:
+        return float(emulation_factors(ref, opts.instance_type, [batch])[0])  # type: ignore[index]
+
+    return factor
 
 
 def hardware_of(opts: WorkerOptions) -> Hardware:
@@ -123,6 +145,7 @@ class WorkerServer(pbg.WorkerServicer):
         self.opts = opts
         self.hardware: Hardware = hardware_of(opts)
         self.profile = padding_profile(opts)
+        self.type_factor = type_factor_fn(opts, self.profile)
         self._model_paths = {name: resolve_model(spec, opts.cache_dir) for name, spec in opts.models.items()}
         if executor is None:
             kind = choose_executor_kind(self.hardware, neuron_executor.available(), list(self._model_paths.values()))
@@ -153,7 +176,7 @@ class WorkerServer(pbg.WorkerServicer):
     @property
     def emulated(self) -> bool:
         """True when service times are padded to a profile or the hardware is emulated."""
-        return self.profile is not None or self.executor.kind == "emulated"
+        return self.profile is not None or self.type_factor is not None or self.executor.kind == "emulated"
 
     @property
     def address(self) -> str:
@@ -208,6 +231,7 @@ class WorkerServer(pbg.WorkerServicer):
                  self.opts.instance_id, self.opts.instance_type, self.hardware, self.address,
                  self.executor.kind, ",".join(self.executor.providers),
                  f"yes (profile {self.profile.model} on {self.profile.instance_type})" if self.profile is not None
+                 else f"yes (compute x the emulation factor of {self.opts.instance_type})" if self.type_factor
                  else ("yes (no Neuron runtime; CPU speed)" if self.executor.kind == "emulated" else "no"))
         return port
 
@@ -338,7 +362,8 @@ class WorkerServer(pbg.WorkerServicer):
                     t1 = time.perf_counter()
                     compute_ms = (t1 - t0) * 1000.0
                     pad = padding_ms(self.profile, batch, compute_ms, compute_ms, self.opts.profile_stat,
-                                     self._variants[name].speed_factor)
+                                     self._variants[name].speed_factor,
+                                     self.type_factor(batch) if self.type_factor is not None else None)
                     if pad > 0:
                         await asyncio.sleep(pad / 1000.0)
                     t2 = time.perf_counter()

@@ -42,10 +42,15 @@ def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
     if qos is not None and not (math.isfinite(qos) and qos > 0):
         raise UsageError(f"{cmd}: --qos-ms must be > 0")
     cfg = load_config(args.config)
+    explicit = getattr(args, "profiles", None)
     try:
-        profiles = load_profiles_csv(getattr(args, "profiles", None) or cfg.profiles)
+        profiles = load_profiles_csv(explicit or cfg.profiles)
     except ValueError as exc:
         raise UsageError(f"{cmd}: {exc}") from None
+    if not explicit:   # and those `costscale profile` (or the daemon) measured since
+        from daemon.profiling import stored_profiles
+
+        profiles = profiles.merged(stored_profiles(cfg))
     name = getattr(args, "model", None)
     try:
         spec = cfg.model(name)
@@ -54,7 +59,7 @@ def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
                          f"(configured: {', '.join(m.name for m in cfg.models)})") from None
     if spec.profile_name not in profiles.models():
         raise UsageError(f"{cmd}: model {spec.name!r}: no latency profiles for {spec.profile_name!r} "
-                         f"(profiles have: {', '.join(profiles.models())})")
+                         f"(profiles have: {', '.join(profiles.models())}); run `costscale profile {args.config}`")
     dist = getattr(args, "batch_dist", None) or cfg.workload.batch_dist
     try:
         parse_batch_dist(dist)

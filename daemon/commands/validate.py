@@ -2,12 +2,15 @@
 
 Beyond the schema it runs :func:`config.checks.config_problems`: what would pass the schema and
 fail later in the daemon (an unknown region, a budget no allowed type fits, minimum counts over
-the budget, an unreadable profile CSV, launched workers told to dial 127.0.0.1)."""
+the budget, an unreadable profile CSV, launched workers told to dial 127.0.0.1), and prints
+:func:`config.checks.config_warnings` on stderr without failing (a model with no latency profile:
+the daemon can profile it)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from config.checks import load_checked_config
+from config.checks import config_warnings, load_checked_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from daemon.profiling import stored_profiles
+
     cfg = load_checked_config(args.config)
+    for line in config_warnings(cfg, stored_profiles(cfg), args.config):
+        print(f"costscale: warning: {args.config}: {line}", file=sys.stderr)
     print(f"{args.config}: ok (cluster {cfg.cluster}, budget {cfg.budget_per_hour:g} $/hr, "
           f"{len(cfg.models)} model(s), {len(cfg.instance_types)} instance type(s))")
     return 0
