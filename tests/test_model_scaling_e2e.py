@@ -69,7 +69,7 @@ async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict
 
 
 def test_load_fall_and_spike(moto_endpoint: str, tmp_path: Path) -> None:
-    asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path), timeout=150))
+    asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path), timeout=240))
 
 
 async def _scenario(endpoint: str, tmp_path: Path) -> None:
@@ -104,8 +104,11 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
     holder["r"] = runner
     try:
         await daemon.fleet_tick("start")
+        # the load starts once the whole first pool serves (on a loaded machine the local workers
+        # take long to start, and the high phase then ran on a pool still booting)
         t0 = time.monotonic()
-        while not daemon.dispatcher.workers and time.monotonic() - t0 < 30:
+        while (len(daemon.dispatcher.workers) < sum(daemon.status.target.values())
+               and time.monotonic() - t0 < 90):
             await asyncio.sleep(0.2)
         assert daemon.dispatcher.workers, "no worker registered"
 
