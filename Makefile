@@ -41,6 +41,8 @@ clean:
 proto: $(STAMP)
 	$(PY) -m pip install --quiet "grpcio-tools==$$($(PY) -c 'import grpc; print(grpc.__version__)')"
 	$(PY) -m grpc_tools.protoc -Idispatcher/proto --python_out=dispatcher/proto --pyi_out=dispatcher/proto \
-	  --grpc_python_out=dispatcher/proto dispatcher/proto/costscale.proto
+	  --grpc_python_out=dispatcher/proto dispatcher/proto/costscale.proto dispatcher/proto/oip.proto
 	sed -i 's/^import costscale_pb2 as costscale__pb2/from dispatcher.proto import costscale_pb2 as costscale__pb2/' \
 	  dispatcher/proto/costscale_pb2_grpc.py
+	sed -i 's/^import oip_pb2 as oip__pb2/from dispatcher.proto import oip_pb2 as oip__pb2/' \
+	  dispatcher/proto/oip_pb2_grpc.py

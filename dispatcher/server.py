@@ -14,7 +14,9 @@ Where a change belongs:
 * :mod:`dispatcher.placement` -- variant metadata and placement: the models and variants known,
   where each is loaded, Load/Unload, RegisterModel and ListVariants (INFaaS §3-4);
 * :mod:`dispatcher.offline` -- offline jobs (INFaaS §3.1, §5);
-* :mod:`dispatcher.servicers` -- the gRPC servicers: parse, call the Dispatcher, render.
+* :mod:`dispatcher.servicers` -- the gRPC servicers: parse, call the Dispatcher, render;
+  :mod:`dispatcher.oip_servicer` -- the Open Inference Protocol (KServe v2 / Triton) on the same port;
+* :mod:`dispatcher.status` -- what Status reports; :mod:`dispatcher.outcomes` -- how queries ended.
 
 Admission, the worker registry and the routing round act on the same queries and workers at every
 event, so they are mixins of the one Dispatcher (each module's docstring lists the attributes it
@@ -33,18 +35,22 @@ from typing import Any, Callable, Mapping
 import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from config.catalog import InstanceType
 from config.schema import Config
 from dispatcher.admission import SC, Admission
 from dispatcher.latency_model import LatencyModel
 from dispatcher.offline import OfflineJobs
+from dispatcher.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipServicer
+from dispatcher.outcomes import OutcomeLedger
 from dispatcher.placement import VariantPlacement
 from dispatcher.policies import make_policy
 from dispatcher.policy import Policy, pick_base_type
-from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip_pb2_grpc as oipg
 from dispatcher.routing import RoutingRound
 from dispatcher.servicers import _ControlServicer, _InferenceServicer
+from dispatcher.status import FleetFacts, build_status_reply, record_outcome
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.workers import WorkerRegistry, WorkerState
 
@@ -105,6 +111,9 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         #: per model (after routing): the model loop sizes each model's variant instances from its own load
         self.model_windows: dict[str, DemandWindow] = {}
         self.set_catalog(cfg.catalog())
+        #: how queries ended, per model (Status and the metrics); what the daemon adds to Status
+        self.outcomes = OutcomeLedger(clock())
+        self.status_source: Callable[[], FleetFacts] | None = None
         # lifecycle
         self._token: str | None = None
         self._server: grpc.aio.Server | None = None
@@ -151,8 +160,12 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
                                           ("grpc.so_reuseport", 0)])
         pbg.add_InferenceServicer_to_server(_InferenceServicer(self), server)
         pbg.add_ControlServicer_to_server(_ControlServicer(self), server)
+        oipg.add_GRPCInferenceServiceServicer_to_server(OipServicer(self), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        # server reflection: grpcurl and other generic clients list and call the services
+        reflection.enable_server_reflection((SERVICE_NAME, "costscale.v1.Control", OIP_SERVICE_NAME,
+                                             health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         port = server.add_insecure_port(listen or self.cfg.dispatcher.listen)
         if port == 0:
             raise OSError(f"cannot listen on {listen or self.cfg.dispatcher.listen}")
@@ -160,6 +173,7 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         self._server = server
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        await self._health.set(OIP_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._health_task = asyncio.create_task(self._health_loop())
         return port
 
@@ -196,6 +210,15 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         t = (self._loop or asyncio.get_running_loop()).create_task(coro)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
+
+    async def submit(self, r: pb.SubmitRequest) -> pb.SubmitReply | tuple[grpc.StatusCode, str]:
+        """Admission's submit (:meth:`dispatcher.admission.Admission.submit`), its outcome recorded
+        once per query (:mod:`dispatcher.outcomes`; not again for a retry the idempotency cache answers)."""
+        repeat = bool(r.idempotency_key) and r.idempotency_key in self._idem
+        out = await Admission.submit(self, r)
+        if not repeat:
+            record_outcome(self, r, out)
+        return out
 
     # -- placement (dispatcher.placement) ----------------------------------------------------------
     def refresh_variants(self) -> None:
@@ -260,11 +283,6 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
 
     def status_reply(self) -> pb.StatusReply:
         """``pool`` and ``cost_per_hour``: every live instance, registered or still booting (the
-        cloud view, :meth:`set_cloud_view`); ``workers`` and ``parked``: registered workers only."""
-        pool = self.pool_view()
-        return pb.StatusReply(
-            cluster=self.cfg.cluster, budget_per_hour=self.cfg.budget_per_hour,
-            cost_per_hour=float(sum(self._prices.get(t, 0.0) * n for t, n in pool.items())),
-            pool=dict(pool), queued=len(self._queue) + len(self._retry), served=self.served,
-            rejected=int(sum(self.rejected.values())), arrival_qps=self.window.arrival_rate(self.clock()),
-            workers=len(self.workers), parked=sum(1 for w in self.workers.values() if w.parked))
+        cloud view, :meth:`set_cloud_view`); ``workers`` and ``parked``: registered workers only;
+        the rest: :func:`dispatcher.status.build_status_reply`."""
+        return build_status_reply(self)

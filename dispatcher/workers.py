@@ -15,7 +15,7 @@ is booting. Until the first view (a dispatcher run without the daemon) nothing i
 admission does not refuse on that ground.
 
 :class:`WorkerRegistry` is a mixin of :class:`dispatcher.server.Dispatcher`.
-Owns: ``workers``, ``_allowed``, ``parked_ids``, ``cloud_view``, ``_health_task`` (started by ``start``) and the
+Owns: ``workers``, ``_allowed``, ``parked_ids``, ``cloud_view``, ``cloud_pending``, ``_health_task`` (started by ``start``) and the
 tunables ``health_interval_s``, ``health_timeout_s``, ``health_failures``, ``utilization_horizon_s``.
 Reads: ``clock``, ``_catalog``, ``_loop``, ``_token``, ``_spawn`` (server); ``_inflight``
 (admission); ``_kick``, ``_requeue`` (routing); ``loaded_on``, ``cfg_model_names``,
@@ -84,6 +84,7 @@ class WorkerRegistry:
         #: the daemon's last listing: live (pending or running) managed instance -> its type; None
         #: before the first one
         self.cloud_view: dict[str, str] | None = None
+        self.cloud_pending: set[str] = set()   # of those, the ones EC2 still lists as pending
         self._health_task: asyncio.Task | None = None
 
     def allow_instance(self, instance_id: str, instance_type: str) -> None:
@@ -93,8 +94,10 @@ class WorkerRegistry:
         """The managed instances as the cloud lists them now (the daemon calls this after each
         listing): live ones may register; a registered worker that is no longer live is forgotten
         (its in-flight query re-dispatched); parked marks of instances gone are dropped."""
+        instances = list(instances)
         live = {i.instance_id: i.instance_type for i in instances if i.live}
         self.cloud_view = live
+        self.cloud_pending = {i.instance_id for i in instances if i.state == "pending"}
         for iid, itype in live.items():
             self.allow_instance(iid, itype)
         for iid in list(self.workers):

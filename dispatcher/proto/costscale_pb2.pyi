@@ -160,8 +160,93 @@ class StatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class InstanceCount(_message.Message):
+    __slots__ = ("instance_type", "state", "count")
+    INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    instance_type: str
+    state: str
+    count: int
+    def __init__(self, instance_type: _Optional[str] = ..., state: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class ModelWindow(_message.Message):
+    __slots__ = ("seconds", "demand_qps", "queries", "slo_met", "attainment", "served_accuracy")
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_QPS_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    SLO_MET_FIELD_NUMBER: _ClassVar[int]
+    ATTAINMENT_FIELD_NUMBER: _ClassVar[int]
+    SERVED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    seconds: int
+    demand_qps: float
+    queries: int
+    slo_met: int
+    attainment: float
+    served_accuracy: float
+    def __init__(self, seconds: _Optional[int] = ..., demand_qps: _Optional[float] = ..., queries: _Optional[int] = ..., slo_met: _Optional[int] = ..., attainment: _Optional[float] = ..., served_accuracy: _Optional[float] = ...) -> None: ...
+
+class ModelStatus(_message.Message):
+    __slots__ = ("name", "windows", "queries", "slo_violations")
+    class QueriesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    SLO_VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    windows: _containers.RepeatedCompositeFieldContainer[ModelWindow]
+    queries: _containers.ScalarMap[str, int]
+    slo_violations: int
+    def __init__(self, name: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[ModelWindow, _Mapping]]] = ..., queries: _Optional[_Mapping[str, int]] = ..., slo_violations: _Optional[int] = ...) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("instance_id", "instance_type", "state", "variants", "utilization", "served")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    instance_type: str
+    state: str
+    variants: _containers.RepeatedScalarFieldContainer[str]
+    utilization: float
+    served: int
+    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., state: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., utilization: _Optional[float] = ..., served: _Optional[int] = ...) -> None: ...
+
+class DecisionRecord(_message.Message):
+    __slots__ = ("at_unix", "loop", "kind", "summary", "reason")
+    AT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    LOOP_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    at_unix: float
+    loop: str
+    kind: str
+    summary: str
+    reason: str
+    def __init__(self, at_unix: _Optional[float] = ..., loop: _Optional[str] = ..., kind: _Optional[str] = ..., summary: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DecisionCount(_message.Message):
+    __slots__ = ("loop", "kind", "count")
+    LOOP_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    loop: str
+    kind: str
+    count: int
+    def __init__(self, loop: _Optional[str] = ..., kind: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
 class StatusReply(_message.Message):
-    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked")
+    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon")
     class PoolEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +264,19 @@ class StatusReply(_message.Message):
     ARRIVAL_QPS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     PARKED_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    SPENT_USD_TODAY_FIELD_NUMBER: _ClassVar[int]
+    SPENT_USD_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_LIST_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_AT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_HINT_FIELD_NUMBER: _ClassVar[int]
+    NOW_UNIX_FIELD_NUMBER: _ClassVar[int]
+    DAEMON_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     budget_per_hour: float
     cost_per_hour: float
@@ -189,7 +287,20 @@ class StatusReply(_message.Message):
     arrival_qps: float
     workers: int
     parked: int
-    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ...) -> None: ...
+    instances: _containers.RepeatedCompositeFieldContainer[InstanceCount]
+    spent_usd_today: float
+    spent_usd_total: float
+    models: _containers.RepeatedCompositeFieldContainer[ModelStatus]
+    worker_list: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    decisions: _containers.RepeatedCompositeFieldContainer[DecisionRecord]
+    decision_counts: _containers.RepeatedCompositeFieldContainer[DecisionCount]
+    last_error: str
+    last_error_at_unix: float
+    in_flight: int
+    capacity_hint: float
+    now_unix: float
+    daemon: bool
+    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("instance_id", "instance_type", "address", "token", "providers", "executor")

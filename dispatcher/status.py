@@ -1,0 +1,157 @@
+"""What the Status RPC says (``costscale status``; the daemon's Prometheus metrics are read from
+the same reply, so the two agree): the pool by type and state and its $/hr against the budget,
+each model's demand, SLO attainment and served accuracy over the last 1, 5 and 15 minutes
+(:mod:`dispatcher.outcomes`), the variants on each worker, and -- from the daemon, when one runs
+this dispatcher -- the dollars spent, the last fleet and model decisions with their reasons, and
+the last error (:class:`FleetFacts`, given by ``Dispatcher.status_source``).
+
+An instance's state: ``parked`` (surplus kept warm, :mod:`scaler.parking`), ``draining``
+(finishing its query before it retires), ``pending`` (booting on EC2) or ``running`` (serving,
+or running and about to register). The pool and its $/hr count every live instance, registered
+or not (the cloud view, :meth:`dispatcher.workers.WorkerRegistry.set_cloud_view`).
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Union
+
+import grpc
+
+from dispatcher.outcomes import UNKNOWN_MODEL
+from dispatcher.proto import costscale_pb2 as pb
+
+if TYPE_CHECKING:
+    from dispatcher.server import Dispatcher
+    from dispatcher.workers import WorkerState
+
+#: the states an instance is counted in, in the order status shows them
+INSTANCE_STATES = ("pending", "running", "parked", "draining")
+#: how many of the newest decisions Status carries
+DECISIONS_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision of the fleet or the model loop, and why it was taken."""
+
+    at_unix: float
+    loop: str          # fleet | model
+    kind: str          # plan, launch, retire, park, unpark | load, unload, vm_add, vm_remove, ...
+    summary: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class FleetFacts:
+    """What only the daemon knows: money spent, decisions, errors (``daemon.status_feed``)."""
+
+    spent_usd_today: float = 0.0
+    spent_usd_total: float = 0.0
+    decisions: tuple[Decision, ...] = ()
+    decision_counts: Mapping[tuple[str, str], int] = field(default_factory=dict)   # (loop, kind) -> count
+    last_error: str = ""
+    last_error_at_unix: float = 0.0
+    capacity_hint: float = 1.0
+
+
+def worker_state(w: WorkerState) -> str:
+    return "parked" if w.parked else "draining" if w.draining else "running"
+
+
+def instance_states(d: Dispatcher) -> dict[str, Counter[str]]:
+    """Live instances: type -> state -> count (the same instances as ``Dispatcher.pool_view``)."""
+    out: dict[str, Counter[str]] = {}
+    view = d.cloud_view or {}
+    for iid, itype in view.items():
+        w = d.workers.get(iid)
+        if iid in d.parked_ids or (w is not None and w.parked):
+            state = "parked"
+        elif w is not None and w.draining:
+            state = "draining"
+        elif iid in d.cloud_pending:
+            state = "pending"
+        else:
+            state = "running"
+        out.setdefault(itype, Counter())[state] += 1
+    for iid, w in d.workers.items():
+        if iid not in view:
+            out.setdefault(w.instance_type, Counter())[worker_state(w)] += 1
+    return out
+
+
+def pool_cost_per_hour(d: Dispatcher) -> float:
+    """$/hr of every live instance (pending or running, parked included) at the catalog's prices."""
+    return float(sum(d._prices.get(t, 0.0) * n for t, n in d.pool_view().items()))
+
+
+def model_label(d: Dispatcher, r: pb.SubmitRequest) -> str:
+    """The model a refused request is counted under: the model it names, its variant's or its
+    application's; one ``(unknown)`` label for names the dispatcher does not know."""
+    p = d.placement
+    if r.model in p.models:
+        return r.model
+    meta = p.variant_meta.get(r.variant) if r.variant else None
+    if meta is not None:
+        return meta.model
+    app = p.apps.get(r.application) if r.application else None
+    return app.name if app is not None else UNKNOWN_MODEL
+
+
+def record_outcome(d: Dispatcher, r: pb.SubmitRequest, out: Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]) -> None:
+    """Record how one Submit ended in the dispatcher's :class:`dispatcher.outcomes.OutcomeLedger`."""
+    now = d.clock()
+    if isinstance(out, tuple):
+        d.outcomes.record(model_label(d, r), out[0].name, now)
+        return
+    meta = d.placement.variant_meta.get(out.variant)
+    d.outcomes.record(out.model, "OK", now, slo_met=out.slo_met, latency_s=out.total_ms / 1000.0,
+                      accuracy=meta.accuracy if meta is not None else None)
+
+
+def _model_status(d: Dispatcher, name: str, now: float) -> pb.ModelStatus:
+    m = d.outcomes.models.get(name)
+    ms = pb.ModelStatus(name=name, queries=dict(m.queries) if m else {}, slo_violations=m.slo_violations if m else 0)
+    for w in d.outcomes.windows(name, now):
+        mw = ms.windows.add(seconds=w.seconds, demand_qps=w.demand_qps, queries=w.queries, slo_met=w.slo_met)
+        if w.attainment is not None:
+            mw.attainment = w.attainment
+        if w.served_accuracy is not None:
+            mw.served_accuracy = w.served_accuracy
+    return ms
+
+
+def build_status_reply(d: Dispatcher) -> pb.StatusReply:
+    """The Status RPC's reply (see the module docstring)."""
+    now = d.clock()
+    pool = d.pool_view()
+    reply = pb.StatusReply(
+        cluster=d.cfg.cluster, budget_per_hour=d.cfg.budget_per_hour, cost_per_hour=pool_cost_per_hour(d),
+        pool=dict(pool), queued=len(d._queue) + len(d._retry), served=d.served,
+        rejected=int(sum(d.rejected.values())), arrival_qps=d.window.arrival_rate(now),
+        workers=len(d.workers), parked=sum(1 for w in d.workers.values() if w.parked),
+        in_flight=len(d._inflight), now_unix=time.time(), capacity_hint=1.0)
+    for itype, states in sorted(instance_states(d).items()):
+        for state in INSTANCE_STATES:
+            if states.get(state):
+                reply.instances.add(instance_type=itype, state=state, count=states[state])
+    names = list(d.placement.cfg_models) + sorted((set(d.placement.models) | set(d.outcomes.models))
+                                                  - set(d.placement.cfg_models))
+    reply.models.extend(_model_status(d, n, now) for n in names)
+    for iid, w in sorted(d.workers.items()):
+        reply.worker_list.add(instance_id=iid, instance_type=w.instance_type, state=worker_state(w),
+                              variants=sorted(d.loaded_on(w)), utilization=d.utilization(w, now), served=w.served)
+    facts = d.status_source() if d.status_source is not None else None
+    if facts is not None:
+        reply.daemon = True
+        reply.spent_usd_today = facts.spent_usd_today
+        reply.spent_usd_total = facts.spent_usd_total
+        reply.capacity_hint = facts.capacity_hint
+        reply.last_error = facts.last_error
+        reply.last_error_at_unix = facts.last_error_at_unix
+        for x in facts.decisions[-DECISIONS_SHOWN:]:
+            reply.decisions.add(at_unix=x.at_unix, loop=x.loop, kind=x.kind, summary=x.summary, reason=x.reason)
+        for (loop, kind), n in sorted(facts.decision_counts.items()):
+            reply.decision_counts.add(loop=loop, kind=kind, count=n)
+    return reply
