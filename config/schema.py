@@ -141,6 +141,24 @@ class DispatcherSpec(_Strict):
         return self.cluster_token
 
 
+class MetricsSpec(_Strict):
+    """Prometheus metrics (``GET /metrics``, ``daemon.metrics``): what ``costscale status`` shows,
+    as time series."""
+
+    listen: str | None = Field("127.0.0.1:9464", description="HOST:PORT of the metrics endpoint; null: none")
+
+    @field_validator("listen")
+    @classmethod
+    def _hostport(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            split_hostport(v)
+        except ValueError:
+            raise ValueError("must be HOST:PORT (or null for no metrics endpoint)") from None
+        return v
+
+
 class IntervalsSpec(_Strict):
     fleet_s: Annotated[float, Field(gt=0)] = 30.0
     model_s: Annotated[float, Field(gt=0)] = 1.0
@@ -212,6 +230,7 @@ class Config(_Strict):
     instance_types: Annotated[list[InstanceTypeSpec], Field(min_length=1)]
     launch: LaunchSpec
     dispatcher: DispatcherSpec = DispatcherSpec()
+    metrics: MetricsSpec = MetricsSpec()
     intervals: IntervalsSpec = IntervalsSpec()
     model_scaling: ModelScalingSpec = ModelScalingSpec()
     workload: WorkloadSpec = WorkloadSpec()

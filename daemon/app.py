@@ -43,6 +43,8 @@ from variants.vm_autoscaler import VmParams
 from variants.registry import VariantRegistry, registered_from_config, registry_path_for
 from daemon.profiling import stored_profiles
 from daemon.self_profiling import SelfProfiler
+from daemon.metrics import MetricsServer, start_observing, stop_observing
+from daemon.status_feed import StatusFeed
 
 log = logging.getLogger("costscale")
 
@@ -132,6 +134,8 @@ class Daemon:
         self._park_state = ParkState()
         #: (monotonic time, "park" | "unpark" | "retire" | "launch", instance id), newest last
         self.fleet_events: list[tuple[float, str, str]] = []
+        self.status_feed: StatusFeed | None = None   # costscale status: spend, decisions, errors (watched)
+        self.metrics: MetricsServer | None = None    # GET /metrics (metrics.listen)
 
     # ---- wiring ----------------------------------------------------------------------------
     def _primary(self):
@@ -243,6 +247,7 @@ class Daemon:
                                     id="watchdog")
         if self.aws is not None:   # lease renewal; a lost lease stops the daemon
             self.aws.schedule(self._scheduler, self.request_stop)
+        self.status_feed, self.metrics = start_observing(self, self._scheduler)
         self._scheduler.start()
         self.profiling = SelfProfiler(self)
         self.profiling.start()
@@ -481,6 +486,7 @@ class Daemon:
                 await self._sync_workers()
         if self._gen_task is not None and not self._gen_task.done():
             self._gen_task.cancel()
+        stop_observing(self.status_feed, self.metrics)   # the last spend sample; /metrics closed
         if self.store is not None:
             self.store.close()
         if self.registry is not None:

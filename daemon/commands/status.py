@@ -1,0 +1,185 @@
+"""``costscale status``: what a running daemon holds, spends and decides, from its dispatcher's
+Status RPC (:mod:`dispatcher.status`; the Prometheus metrics read the same reply).
+
+    costscale status [--dispatcher HOST:PORT] [--json] [--watch [--interval S]]
+
+The pool by type and state (pending, running, parked, draining), $/hr now against the budget,
+dollars spent today (UTC), each model's demand and SLO attainment over the last 1, 5 and 15
+minutes, the variants on each worker, the last ten fleet and model decisions with their reasons,
+and the last error. ``--json`` prints one object (with ``--watch``, one per line). Bad flags: one
+line, exit 2; the dispatcher unreachable: one line, exit 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import grpc
+
+from config.hostport import split_hostport
+from daemon.commands.models import RpcFailed
+
+DEFAULT_DISPATCHER = "127.0.0.1:50051"
+#: how long one Status call may take (s)
+CALL_TIMEOUT_S = 5.0
+WINDOW_NAMES = {60: "1m", 300: "5m", 900: "15m"}
+STATES = ("pending", "running", "parked", "draining")
+
+
+def _hostport(text: str) -> str:
+    try:
+        split_hostport(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
+
+
+def _interval(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0.1 <= x <= 3600:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0.1 and 3600, got {text!r}")
+    return x
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="pool, spend, demand, SLO attainment and decisions of a running daemon")
+    p.add_argument("--dispatcher", type=_hostport, default=DEFAULT_DISPATCHER, metavar="HOST:PORT",
+                   help=f"the daemon's dispatcher (default {DEFAULT_DISPATCHER})")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    p.add_argument("--interval", type=_interval, default=2.0, metavar="S", help="seconds between refreshes (2)")
+    p.set_defaults(func=run_status)
+
+
+def fetch(target: str):  # type: ignore[no-untyped-def]
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    try:
+        with grpc.insecure_channel(target) as ch:
+            return pbg.InferenceStub(ch).Status(pb.StatusRequest(), timeout=CALL_TIMEOUT_S)
+    except grpc.RpcError as exc:
+        code = exc.code()  # type: ignore[attr-defined]
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise RpcFailed(f"status: cannot reach dispatcher {target}: {code.name}") from None
+        raise RpcFailed(f"status: {code.name}: {exc.details()}") from None  # type: ignore[attr-defined]
+
+
+def _iso(t: float) -> str | None:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds") if t > 0 else None
+
+
+def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """The ``--json`` object."""
+    instances: dict[str, dict[str, int]] = {}
+    for c in r.instances:
+        instances.setdefault(c.instance_type, {})[c.state] = c.count
+    models = {}
+    for m in r.models:
+        win = {WINDOW_NAMES.get(w.seconds, f"{w.seconds}s"): w for w in m.windows}
+        models[m.name] = {
+            "demand_qps": {k: round(w.demand_qps, 4) for k, w in win.items()},
+            "attainment": {k: round(w.attainment, 6) if w.HasField("attainment") else None for k, w in win.items()},
+            "served_accuracy": {k: round(w.served_accuracy, 6) if w.HasField("served_accuracy") else None
+                                for k, w in win.items()},
+            "queries": dict(sorted(m.queries.items())), "served": int(m.queries.get("OK", 0)),
+            "slo_violations": m.slo_violations}
+    counts: dict[str, dict[str, int]] = {}
+    for c in r.decision_counts:
+        counts.setdefault(c.loop, {})[c.kind] = c.count
+    return {
+        "cluster": r.cluster, "daemon": r.daemon,
+        "budget_per_hour": r.budget_per_hour, "pool_cost_per_hour": round(r.cost_per_hour, 6),
+        "spent_usd_today": round(r.spent_usd_today, 6), "spent_usd_total": round(r.spent_usd_total, 6),
+        "instances": instances, "pool": dict(sorted(r.pool.items())),
+        "queued": r.queued, "in_flight": r.in_flight, "served": r.served, "rejected": r.rejected,
+        "arrival_qps": round(r.arrival_qps, 4), "workers": [
+            {"instance_id": w.instance_id, "instance_type": w.instance_type, "state": w.state,
+             "variants": list(w.variants), "utilization": round(w.utilization, 4), "served": w.served}
+            for w in r.worker_list],
+        "parked": r.parked, "capacity_hint": r.capacity_hint, "models": models,
+        "decisions": [{"at": _iso(x.at_unix), "loop": x.loop, "kind": x.kind, "summary": x.summary,
+                       "reason": x.reason} for x in r.decisions],
+        "decision_counts": counts,
+        "last_error": r.last_error or None, "last_error_at": _iso(r.last_error_at_unix) if r.last_error else None,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ago(t: float, now: float) -> str:
+    s = max(now - t, 0.0)
+    return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago" if s < 7200 else f"{s / 3600:.1f} h ago"
+
+
+def render(s: dict[str, Any], target: str, now: float) -> str:
+    """The human view of :func:`status_dict`."""
+    out = [f"cluster {s['cluster']} at {target}" + ("" if s["daemon"] else " (a dispatcher without a daemon)")]
+    share = s["pool_cost_per_hour"] / s["budget_per_hour"] if s["budget_per_hour"] else 0.0
+    out.append(f"spend    {s['pool_cost_per_hour']:.3f} $/hr of {s['budget_per_hour']:g} budget ({100 * share:.0f}%);"
+               f" ${s['spent_usd_today']:.2f} today (UTC)")
+    out.append(f"queries  {s['served']} served, {s['rejected']} refused, {s['queued']} waiting, "
+               f"{s['in_flight']} in flight, {s['arrival_qps']:.1f} q/s")
+    out.append("")
+    out.append(f"{'pool':22}" + "".join(f"{x:>9}" for x in STATES))
+    for t, states in sorted(s["instances"].items()):
+        out.append(f"  {t:20}" + "".join(f"{states.get(x, 0):>9}" for x in STATES))
+    if not s["instances"]:
+        out.append("  (no instances)")
+    out.append("")
+    out.append(f"{'model':22}{'demand q/s 1m/5m/15m':>26}{'SLO attainment 1m/5m/15m':>30}{'accuracy 5m':>13}")
+    for name, m in s["models"].items():
+        d = "/".join(f"{m['demand_qps'].get(k, 0):.1f}" for k in ("1m", "5m", "15m"))
+        a = "/".join(_pct(m["attainment"].get(k)) for k in ("1m", "5m", "15m"))
+        acc = m["served_accuracy"].get("5m")
+        out.append(f"  {name:20}{d:>26}{a:>30}{'-' if acc is None else f'{acc:.3f}':>13}")
+    out.append("")
+    out.append("workers")
+    for w in s["workers"]:
+        out.append(f"  {w['instance_id']:20} {w['instance_type']:14} {w['state']:9} {', '.join(w['variants']) or '-'}")
+    if not s["workers"]:
+        out.append("  (none registered)")
+    out.append("")
+    out.append("decisions (newest last)")
+    for x in s["decisions"]:
+        at = datetime.fromisoformat(x["at"]).astimezone().strftime("%H:%M:%S") if x["at"] else "?"
+        out.append(f"  {at} {x['loop']:5} {x['kind']:9} {x['summary']}" + (f"  -- {x['reason']}" if x["reason"] else ""))
+    if not s["decisions"]:
+        out.append("  (none yet)")
+    err = s["last_error"]
+    when = f" ({_ago(datetime.fromisoformat(s['last_error_at']).timestamp(), now)})" if err and s["last_error_at"] else ""
+    out.append("")
+    out.append(f"last error: {err}{when}" if err else "last error: none")
+    return "\n".join(out)
+
+
+def _show(args: argparse.Namespace, clear: bool) -> None:
+    s = status_dict(fetch(args.dispatcher))
+    if args.json:
+        print(json.dumps(s), flush=True)
+        return
+    text = render(s, args.dispatcher, time.time())
+    print(("\033[H\033[2J" if clear else "") + text, flush=True)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    if not args.watch:
+        _show(args, clear=False)
+        return 0
+    clear = not args.json and sys.stdout.isatty()
+    try:
+        while True:
+            _show(args, clear)
+            if not args.json and not clear:
+                print("", flush=True)
+            time.sleep(args.interval)
+    except KeyboardInterrupt:   # the way out of --watch
+        return 0

@@ -1,0 +1,246 @@
+"""What the daemon adds to the dispatcher's Status (``costscale status``) and so to the metrics:
+the dollars spent, the fleet and model loops' decisions with their reasons, and the last error
+(:class:`dispatcher.status.FleetFacts`).
+
+:class:`StatusFeed` watches the loops from outside, once a second (an APScheduler job on the
+event loop) and whenever Status is asked: a new fleet target (the planner's rule and the demand it
+planned for), each launch, retire, park and unpark (``Daemon.fleet_events``), each variant load
+and unload the model loop applied, each VM-autoscaler add or remove with its reason (INFaaS
+§4.2.3), and errors (a failed fleet tick, a failed placement). The loops do not know it exists.
+
+:class:`SpendMeter` integrates the live pool's $/hr over time (each second's sample holds until
+the next). "Today" is since 00:00 UTC (as AWS bills) and is kept across restarts in
+``<state_path>.spend.json`` (0600), where the pool's last $/hr also goes: the time the daemon was
+down is counted at that price (a stopped daemon keeps its instances unless ``on_shutdown:
+terminate``, after which the last price is 0).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter, deque
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from config.files import write_atomic
+from dispatcher.status import Decision, FleetFacts, pool_cost_per_hour
+from scaler.actuator import pool_text
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    from daemon.app import Daemon
+
+log = logging.getLogger("costscale")
+
+#: how often the feed samples the spend and looks for new decisions (s)
+OBSERVE_S = 1.0
+#: how often the spend file is rewritten (s); also at stop
+SAVE_S = 60.0
+#: decisions kept in memory (Status shows the last ten)
+DECISIONS_KEPT = 100
+
+
+def utc_day(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d")
+
+
+def day_start(t: float) -> float:
+    d = datetime.fromtimestamp(t, timezone.utc)
+    return d.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+class SpendMeter:
+    """Dollars spent today (UTC) and since the start (see the module docstring)."""
+
+    def __init__(self, path: Path | None, now: float) -> None:
+        self.path = path
+        self.day = utc_day(now)
+        self.today = 0.0
+        self.total = 0.0
+        self._last: tuple[float, float] | None = None   # (time, $/hr then)
+        self._saved_at = now
+        self._load(now)
+
+    def _load(self, now: float) -> None:
+        if self.path is None or not self.path.is_file():
+            return
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            last_t, last_cost = float(data["last_at"]), float(data["last_cost_per_hour"])
+            day, today = str(data["day"]), float(data["today_usd"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("spend: ignoring %s (%s); today's spend counts from now", self.path, exc)
+            return
+        if day == self.day:
+            self.today = today
+        # the time the daemon was down, at the pool's last price (today's part only)
+        gap_from = max(last_t, day_start(now))
+        if last_cost > 0 and now > gap_from:
+            self.today += last_cost * (now - gap_from) / 3600.0
+
+    def sample(self, now: float, cost_per_hour: float) -> None:
+        """The pool costs ``cost_per_hour`` from ``now`` on; what it cost since the last sample is added."""
+        if self._last is not None:
+            t0, c0 = self._last
+            spent = c0 * max(now - t0, 0.0) / 3600.0
+            self.total += spent
+            day = utc_day(now)
+            if day != self.day:    # a new UTC day: only the part since midnight counts for it
+                self.day = day
+                self.today = c0 * max(now - max(day_start(now), t0), 0.0) / 3600.0
+            else:
+                self.today += spent
+        self._last = (now, cost_per_hour)
+        if now - self._saved_at >= SAVE_S:
+            self.save(now)
+
+    def save(self, now: float) -> None:
+        if self.path is None or self._last is None:
+            return
+        self._saved_at = now
+        data = {"day": self.day, "today_usd": self.today, "last_at": self._last[0],
+                "last_cost_per_hour": self._last[1]}
+        try:
+            write_atomic(self.path, json.dumps(data).encode())
+        except OSError as exc:
+            log.warning("spend: cannot write %s: %s", self.path, exc.strerror or exc)
+
+
+class StatusFeed:
+    """Decisions, errors and spend of one daemon (see the module docstring)."""
+
+    def __init__(self, daemon: Daemon, clock: Callable[[], float] = time.time) -> None:
+        self.daemon = daemon
+        self.clock = clock
+        state = daemon.cfg.state_path
+        self.spend = SpendMeter(None if state == ":memory:" else Path(state + ".spend.json"), clock())
+        self.decisions: deque[Decision] = deque(maxlen=DECISIONS_KEPT)
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.last_error = ""
+        self.last_error_at = 0.0
+        self._plans = 0
+        self._target: dict[str, int] | None = None
+        self._fleet_error: str | None = None
+        self._event_t = float("-inf")
+        self._events_at_t: set[tuple[float, str, str]] = set()
+        self._applied = 0
+        self._failed = 0
+
+    # -- wiring ------------------------------------------------------------------------------------
+    def start(self, scheduler: AsyncIOScheduler) -> None:
+        """Observe every :data:`OBSERVE_S`, answer the dispatcher's Status, and hear the VM autoscaler."""
+        d = self.daemon
+        if d.dispatcher is not None:
+            d.dispatcher.status_source = self.facts
+        loop = d.model_loop
+        if loop is not None and loop.on_vm is not None:
+            inner = loop.on_vm
+
+            async def on_vm(decisions, unmet) -> None:  # type: ignore[no-untyped-def]
+                for v in decisions:
+                    if v.action != "hold":
+                        self.record("model", f"vm_{v.action}", f"{v.action} {v.hardware} capacity", v.reason)
+                await inner(decisions, unmet)
+
+            loop.on_vm = on_vm
+        self.observe()
+        scheduler.add_job(self._tick, "interval", seconds=OBSERVE_S, max_instances=1, coalesce=True,
+                          id="status-feed")
+
+    async def _tick(self) -> None:   # a coroutine: APScheduler runs it on the event loop
+        self.observe()
+
+    def stop(self) -> None:
+        """The last sample (after a terminating shutdown the pool is empty) and the spend file."""
+        self.observe()
+        self.spend.save(self.clock())
+
+    # -- what the dispatcher's Status reads --------------------------------------------------------
+    def facts(self) -> FleetFacts:
+        self.observe(sample=False)
+        return FleetFacts(spent_usd_today=self.spend.today, spent_usd_total=self.spend.total,
+                          decisions=tuple(self.decisions), decision_counts=dict(self.counts),
+                          last_error=self.last_error, last_error_at_unix=self.last_error_at,
+                          capacity_hint=float(getattr(self.daemon, "capacity_hint", 1.0)))
+
+    def record(self, loop: str, kind: str, summary: str, reason: str = "") -> None:
+        self.decisions.append(Decision(self.clock(), loop, kind, summary, reason))
+        self.counts[(loop, kind)] += 1
+
+    def error(self, message: str) -> None:
+        self.last_error, self.last_error_at = message, self.clock()
+
+    # -- watching the loops ------------------------------------------------------------------------
+    def observe(self, sample: bool = True) -> None:
+        d = self.daemon
+        if sample and d.dispatcher is not None:
+            self.spend.sample(self.clock(), pool_cost_per_hour(d.dispatcher))
+        self._fleet(d)
+        self._fleet_events(d)
+        self._model(d)
+
+    def _fleet(self, d: Daemon) -> None:
+        st = d.status
+        err = getattr(st, "last_error", None)
+        if err and err != self._fleet_error:
+            self.error(f"fleet: {err}")
+        self._fleet_error = err
+        plans = int(getattr(st, "plans_applied", 0))
+        target = dict(getattr(st, "target", {}) or {})
+        if plans == self._plans:
+            return
+        self._plans = plans
+        if target == self._target:
+            return
+        self._target = target
+        plan, demand = getattr(st, "plan", None), getattr(st, "demand", None)
+        if plan is not None:
+            why = f"{plan.rule} pool"
+        elif d.cfg.pinned_pool:
+            why = "pinned pool (config)"
+        else:
+            why = "conservative pool while a model is profiled"
+        if demand is not None:
+            why += f" for {demand.qps:.1f} q/s ({'measured' if demand.measured else 'declared'})"
+        prices = d.actuator.price if d.actuator is not None else (lambda t: 0.0)
+        cost = sum(prices(t) * n for t, n in target.items())
+        self.record("fleet", "plan", f"target {pool_text(target) or 'none'} at {cost:.3f} $/hr", why)
+
+    def _fleet_events(self, d: Daemon) -> None:
+        events: list[tuple[float, str, str]] = list(getattr(d, "fleet_events", ()))
+        new = [e for e in events if e[0] > self._event_t or (e[0] == self._event_t and e not in self._events_at_t)]
+        if not new:
+            return
+        types = {i.instance_id: i.instance_type for i in d.status.instances}
+        target = pool_text(self._target or {}) or "none"
+        hold = d.cfg.model_scaling.vm_park_s
+        reasons = {"launch": f"pool below the target {target}", "retire": f"surplus to the target {target}",
+                   "park": f"surplus to the target {target}: kept warm up to {hold:g} s before it retires",
+                   "unpark": f"the target {target} needs it back: warm, before any launch"}
+        view = (d.dispatcher.cloud_view or {}) if d.dispatcher is not None else {}
+        for t, kind, iid in new:
+            itype = types.get(iid) or view.get(iid, "")
+            self.record("fleet", kind, f"{kind} {iid}" + (f" ({itype})" if itype else ""), reasons.get(kind, ""))
+        last = max(e[0] for e in new)
+        if last > self._event_t:
+            self._event_t, self._events_at_t = last, set()
+        self._events_at_t |= {e for e in new if e[0] == last}
+
+    def _model(self, d: Daemon) -> None:
+        loop = d.model_loop
+        if loop is None:
+            return
+        solver = d.model_params.solver
+        applied: list[Any] = loop.applied
+        for p in applied[self._applied:]:
+            self.record("model", p.action, f"{p.action} {p.variant} on {p.worker}",
+                        f"model autoscaler ({solver}, INFaaS §4.2) for the demand of {d.dispatcher.variant_model(p.variant)}"
+                        if d.dispatcher is not None else f"model autoscaler ({solver})")
+        self._applied = len(applied)
+        failed: list[Any] = loop.failed
+        for p, msg in failed[self._failed:]:
+            self.error(f"model loop: {p.action} {p.variant} on {p.worker}: {msg}")
+        self._failed = len(failed)
