@@ -72,6 +72,9 @@ def config_problems(cfg: Config) -> list[str]:
     if launches_on_aws and d.advertise is None and is_loopback(d.listen):
         problems.append(f"dispatcher: listen {d.listen} is loopback and no advertise is set: launched instances "
                         "would dial 127.0.0.1; set dispatcher.advertise to an address they can reach")
+    if cfg.metrics.listen and split_hostport(cfg.metrics.listen)[1] == split_hostport(d.listen)[1] != 0:
+        problems.append(f"metrics: listen {cfg.metrics.listen} takes the dispatcher's port ({d.listen}); "
+                        "give the metrics endpoint a port of its own")
     return problems
 
 

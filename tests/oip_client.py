@@ -1,7 +1,9 @@
 """A stock Open Inference Protocol client (tritonclient[grpc], written by NVIDIA, not by us) run
 against a costscale dispatcher: ``python tests/oip_client.py HOST:PORT`` runs the calls below and
-prints one JSON object of what it saw; ``python tests/oip_client.py --descriptors`` prints
-tritonclient's own message and field table, which tests/test_oip.py compares with ours.
+prints one JSON object of what it saw; ``python tests/oip_client.py --infer HOST:PORT MODEL N``
+sends N queries of batch 1 and 64 float features and prints the outcomes;
+``python tests/oip_client.py --descriptors`` prints tritonclient's own message and field table,
+which tests/test_oip.py compares with ours.
 
 It runs in a process of its own: tritonclient's generated messages and costscale's ``oip_pb2``
 define the same ``inference.*`` names, and one process's protobuf descriptor pool holds only one
@@ -81,5 +83,29 @@ def session(url: str) -> dict[str, Any]:
     return seen
 
 
+def infer(url: str, model: str, n: int) -> dict[str, Any]:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    c = grpcclient.InferenceServerClient(url=url)
+    outcomes: dict[str, int] = {}
+    for k in range(n):
+        x = grpcclient.InferInput("x", [1, 64], "FP32")
+        x.set_data_from_numpy(np.full((1, 64), k, dtype=np.float32))
+        try:
+            c.infer(model, [x])
+            code = "OK"
+        except InferenceServerException as exc:
+            code = str(exc.status()).removeprefix("StatusCode.")
+        outcomes[code] = outcomes.get(code, 0) + 1
+    c.close()
+    return outcomes
+
+
 if __name__ == "__main__":
-    print(json.dumps(descriptors() if sys.argv[1] == "--descriptors" else session(sys.argv[1])))
+    if sys.argv[1] == "--descriptors":
+        print(json.dumps(descriptors()))
+    elif sys.argv[1] == "--infer":
+        print(json.dumps(infer(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+    else:
+        print(json.dumps(session(sys.argv[1])))

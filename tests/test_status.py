@@ -50,6 +50,14 @@ def daemon_config(tmp_path: Path) -> Config:
     })
 
 
+async def oip_client(*args: str) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(REPO / "tests" / "oip_client.py"), *args,
+                                                cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-3000:]
+    return json.loads(out)
+
+
 async def cli(*args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "daemon.cli", *args, cwd=str(REPO),
                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -65,7 +73,8 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_status_json_and_metrics_agree_on_a_running_daemon(tmp_path: Path) -> None:
-    """Pool by type and state, $/hr, served counts, spend and decisions: the same in both."""
+    """Pool by type and state, $/hr, served counts (queries sent with Submit and with tritonclient),
+    spend and decisions: the same in both."""
     async def body() -> tuple[int, dict[str, Any], dict, str]:
         workers: list[RunningWorker] = []
         cloud = FakeCloud("ops")
@@ -88,10 +97,12 @@ def test_status_json_and_metrics_agree_on_a_running_daemon(tmp_path: Path) -> No
                 await asyncio.sleep(0.01)
             async with grpc.aio.insecure_channel(f"127.0.0.1:{d.port}") as ch:
                 stub = pbg.InferenceStub(ch)
-                for i in range(12):
+                for i in range(8):
                     await stub.Submit(pb.SubmitRequest(model="ncf", batch_size=1 + i % 4))
                 with pytest.raises(grpc.aio.AioRpcError):
                     await stub.Submit(pb.SubmitRequest(model="nope", batch_size=1))
+            # and through the Open Inference Protocol, with a stock client (tritonclient)
+            assert await oip_client("--infer", f"127.0.0.1:{d.port}", "ncf", "4") == {"OK": 4}
             assert d.status_feed is not None and d.metrics is not None and d._scheduler is not None
             d.status_feed.observe()
             d._scheduler.pause_job("status-feed")    # no spend sample between the two reads
@@ -317,3 +328,20 @@ def test_grafana_dashboard_plots_metrics_the_daemon_exports() -> None:
     titles = " ".join(p["title"].lower() for p in dash["panels"])
     for words in ("spend", "budget", "attainment", "latency", "pool"):
         assert words in titles
+
+
+def test_validate_refuses_a_metrics_port_that_is_the_dispatchers(tmp_path: Path) -> None:
+    from config.checks import config_problems
+    from config.errors import ConfigError
+    from config.schema import parse_config_text
+
+    cfg = daemon_config(tmp_path).model_copy(update={
+        "dispatcher": daemon_config(tmp_path).dispatcher.model_copy(update={"listen": "0.0.0.0:50051"}),
+        "metrics": daemon_config(tmp_path).metrics.model_copy(update={"listen": "127.0.0.1:50051"})})
+    assert any(p.startswith("metrics: listen 127.0.0.1:50051 takes the dispatcher's port") for p in config_problems(cfg))
+    text = (REPO / "config" / "costscale.example.yaml").read_text().replace("listen: 127.0.0.1:9464", "listen: localhost")
+    with pytest.raises(ConfigError, match=r"metrics.listen: must be HOST:PORT"):
+        parse_config_text(text, "c.yaml")
+    off = parse_config_text((REPO / "config" / "costscale.example.yaml").read_text()
+                            .replace("listen: 127.0.0.1:9464", "listen: null"), "c.yaml")
+    assert off.metrics.listen is None
