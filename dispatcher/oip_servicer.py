@@ -174,6 +174,13 @@ class OipServicer(oipg.GRPCInferenceServiceServicer):
         sub = submit_request(request, model=model, application=application, variant=variant or "")
         if isinstance(sub, tuple):
             await context.abort(*sub)
+        spec = self.d.placement.models.get(model) if model else self.d.placement.apps.get(application)
+        if request.outputs and spec is not None:   # unknown outputs refused before the query runs
+            known = {t.name for t in (await self._signature(spec.onnx))[1]}
+            unknown = [o.name for o in request.outputs if o.name not in known]
+            if known and unknown:
+                await context.abort(SC.INVALID_ARGUMENT, f"unknown output(s) {', '.join(map(repr, unknown))} "
+                                                         f"(the model has {', '.join(map(repr, sorted(known)))})")
         out = await self.d.submit(sub)  # type: ignore[arg-type]
         if isinstance(out, tuple):
             await context.abort(*out)
