@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Collection
 
-from config.schema import Config, load_config
+from config.schema import Config, ModelSpec, load_config
 from config.errors import UsageError
 from config.batch_dist import parse_batch_dist
 from config.profiles import ProfileTable, load_profiles_csv
@@ -16,7 +16,8 @@ from config.profiles import ProfileTable, load_profiles_csv
 
 def add_override_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profiles", metavar="CSV", help="latency profile CSV (default: the config's, else shipped)")
-    p.add_argument("--model", metavar="M", help="model name from the config (default: the first)")
+    p.add_argument("--model", metavar="M", help="model name from the config (default: the first), or, with "
+                   "--qos-ms, a model of the profile table the config does not have yet (a what-if)")
     p.add_argument("--qos-ms", metavar="T", type=float, help="QoS target in ms (default: the model's qos_ms)")
     p.add_argument("--batch-dist", metavar="DIST",
                    help="deeprecsys | lognormal[:MU:SIGMA] | gaussian[:MEAN:SD] | fixed:N (default: the config's)")
@@ -55,8 +56,16 @@ def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
     try:
         spec = cfg.model(name)
     except KeyError:
-        raise UsageError(f"{cmd}: --model: unknown model {name!r} "
-                         f"(configured: {', '.join(m.name for m in cfg.models)})") from None
+        if name not in profiles.models():
+            raise UsageError(f"{cmd}: --model: unknown model {name!r} (configured: "
+                             f"{', '.join(m.name for m in cfg.models)}; profiled: {', '.join(profiles.models())})") from None
+        if qos is None:
+            raise UsageError(f"{cmd}: --model: {name!r} is profiled but not in the config: give --qos-ms for a what-if")
+        try:   # a what-if for a model not configured yet: its profiles and the SLO given
+            spec = ModelSpec(name=name, qos_ms=qos, profile=name)
+        except ValueError as exc:
+            raise UsageError(f"{cmd}: --model: {name!r}: {str(exc).splitlines()[0]}") from None
+        cfg = cfg.model_copy(update={"models": [*cfg.models, spec]})
     if spec.profile_name not in profiles.models():
         raise UsageError(f"{cmd}: model {spec.name!r}: no latency profiles for {spec.profile_name!r} "
                          f"(profiles have: {', '.join(profiles.models())}); run `costscale profile {args.config}`")
