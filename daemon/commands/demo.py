@@ -1,5 +1,7 @@
 """``costscale demo [--duration S]``: the whole loop on one machine against an embedded moto EC2.
-Exit 0 when the run served queries and left nothing running, 1 otherwise, 130 on Ctrl-C."""
+Exit 0 when the run served queries and left nothing running, 1 otherwise, 130 on Ctrl-C.
+``costscale demo --serve [--listen HOST:PORT] [--metrics HOST:PORT]``: the same cluster kept up
+for your own clients until Ctrl-C (``daemon.sandbox``), exit 0."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 
+from config.hostport import split_hostport
 from daemon.commands._overrides import parse_counts
 from daemon.demo import DEMO_TYPES
 from config.errors import UsageError
@@ -26,7 +29,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"hold this pool instead of planning (types: {', '.join(DEMO_TYPES)})")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--serve", action="store_true",
+                   help="keep the cluster up for your own clients until Ctrl-C, no scripted load; print the endpoints")
+    p.add_argument("--listen", type=_hostport, default="127.0.0.1:50051", metavar="HOST:PORT",
+                   help="with --serve: the API and Open Inference Protocol port (default 127.0.0.1:50051)")
+    p.add_argument("--metrics", type=_hostport, default="127.0.0.1:9464", metavar="HOST:PORT",
+                   help="with --serve: the Prometheus endpoint (default 127.0.0.1:9464)")
     p.set_defaults(func=_run)
+
+
+def _hostport(text: str) -> str:
+    try:
+        split_hostport(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -40,6 +57,11 @@ def _run(args: argparse.Namespace) -> int:
 
     # at the default level the display shows costscale's warnings and errors, not library chatter
     quiet = quiet_library_logs() if level >= logging.WARNING else contextlib.nullcontext()
+    if args.serve:
+        from daemon.sandbox import run_sandbox
+
+        with quiet:
+            return asyncio.run(run_sandbox(args.budget, args.listen, args.metrics, rate=args.rate, pinned_pool=pool))
     with quiet:
         return asyncio.run(run_demo(args.duration, args.rate, args.step_rate, args.budget, args.seed, args.json,
                                     policy=args.policy, pinned_pool=pool))

@@ -125,7 +125,7 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
     out = [f"cluster {s['cluster']} at {target}" + ("" if s["daemon"] else " (a dispatcher without a daemon)")]
     share = s["pool_cost_per_hour"] / s["budget_per_hour"] if s["budget_per_hour"] else 0.0
     out.append(f"spend    {s['pool_cost_per_hour']:.3f} $/hr of {s['budget_per_hour']:g} budget ({100 * share:.0f}%);"
-               f" ${s['spent_usd_today']:.2f} today (UTC)")
+               f" ${s['spent_usd_today']:.{2 if s['spent_usd_today'] >= 1 else 4}f} today (UTC)")
     out.append(f"queries  {s['served']} served, {s['rejected']} refused, {s['queued']} waiting, "
                f"{s['in_flight']} in flight, {s['arrival_qps']:.1f} q/s")
     out.append("")
