@@ -163,6 +163,9 @@ class IntervalsSpec(_Strict):
     fleet_s: Annotated[float, Field(gt=0)] = 30.0
     model_s: Annotated[float, Field(gt=0)] = 1.0
     reconcile_s: Annotated[float, Field(gt=0)] = 60.0
+    # scale-in stabilization: the fleet plans for the highest demand of this window, so a dip does
+    # not retire instances the next minute needs (Kubernetes HPA's default downscale window)
+    scale_in_s: Annotated[float, Field(ge=0)] = 300.0
 
 
 class ModelScalingSpec(_Strict):

@@ -7,7 +7,6 @@ event loop; boto3 calls run in worker threads so the query path never waits on E
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -27,18 +26,18 @@ from dispatcher.server import Dispatcher
 from variants.pipeline import generate_and_profile, hardware_classes
 from daemon.model_loop import ModelLoop
 from variants.capacity_hint import next_capacity_hint
-from variants.model_decision import ModelLoopParams
+from variants.model_decision import ModelLoopParams, model_params_for
 from scaler.actuator import FleetActuator, pool_text
-from scaler.batch_mix import mix_from_dist
 from scaler.cloud import CloudError, CloudProvider, ManagedInstance, pool_of
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
-from scaler.fleet_decision import plan_fleet
+from scaler import fleet_step
+from scaler.fleet_step import plan_id_for
 from sim.slo_check import slo_check
-from scaler.parking import ParkState, decide_parking
+from scaler.parking import ParkState
 from scaler.base_aux import PlanError
 from scaler.plan import Plan
 from config.profiles import ProfileTable, load_profiles_csv
-from scaler.replan import DemandView, demand_for_planning, significant_change
+from scaler.replan import DemandView
 from variants.vm_autoscaler import VmParams
 from variants.registry import VariantRegistry, registered_from_config, registry_path_for
 from daemon.profiling import stored_profiles
@@ -78,21 +77,6 @@ def load_profiles_for(cfg: Config) -> ProfileTable:
         raise DaemonError(str(exc)) from None
 
 
-def plan_id_for(target: dict[str, int], generation: int) -> str:
-    """A deterministic plan id: the same target at the same generation gives the same id, so a
-    restarted daemon re-derives the same ClientTokens (DESIGN invariant 3)."""
-    digest = hashlib.sha256(repr(sorted(target.items())).encode()).hexdigest()[:10]
-    return f"g{generation}-{digest}"
-
-
-def model_params_for(cfg: Config) -> ModelLoopParams:
-    """The model loop's parameters from the config (``model_scaling`` and ``headroom``)."""
-    ms = cfg.model_scaling
-    return ModelLoopParams(solver=ms.solver, headroom=cfg.headroom,
-                           vm=VmParams(add_cooldown_s=ms.vm_add_cooldown_s, remove_cooldown_s=ms.vm_remove_cooldown_s,
-                                       low_utilization=ms.vm_low_utilization))
-
-
 class Daemon:
     """One costscale cluster: dispatcher + fleet loop (+ model loop hooks)."""
 
@@ -128,6 +112,9 @@ class Daemon:
         self.model_loop: ModelLoop | None = None
         self.capacity_hint = 1.0
         self._hint_planned = 1.0
+        self._demand_history: list[tuple[float, DemandView]] = []   # scale-in window (fleet_step.stabilized_demand)
+        self._planned_at: float | None = None                      # when the last plan was made (fleet_step.plan_due)
+        self._unavailable_planned: frozenset[str] = frozenset()
         self._gen_task: asyncio.Task | None = None
         self.profiling: SelfProfiler | None = None   # models without profiles: measured at start (INFaaS §3.2)
         # scale-in parks surplus instances warm before it retires them (scaler.parking)
@@ -138,16 +125,12 @@ class Daemon:
         self.metrics: MetricsServer | None = None    # GET /metrics (metrics.listen)
 
     # ---- wiring ----------------------------------------------------------------------------
-    def _primary(self):
-        return self.cfg.models[0]
-
     def _declared_demand(self) -> DemandView:
         """The workload the config declares (computed once per config: sampling the mix is not free
         and current_demand() runs every model tick)."""
         cfg = self.cfg
         if self._declared is None or self._declared[0] is not cfg:
-            mix = mix_from_dist(cfg.workload.batch_dist, max_batch=self._primary().max_batch)
-            self._declared = (cfg, DemandView(cfg.workload.expected_qps, mix, False))
+            self._declared = (cfg, fleet_step.declared_demand(cfg))
         return self._declared[1]
 
     def _open_registry(self) -> VariantRegistry:
@@ -189,12 +172,17 @@ class Daemon:
 
     async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]
         """VM-autoscaler decisions -> capacity hint for the fleet planner; replan when it moved."""
-        self.capacity_hint = next_capacity_hint(self.capacity_hint, decisions, unmet)
+        serving: dict[str, int] = {}
+        for w in (self.dispatcher.workers.values() if self.dispatcher is not None else ()):
+            if not (w.draining or w.removed):
+                serving[w.instance_type] = serving.get(w.instance_type, 0) + 1
+        self.capacity_hint = next_capacity_hint(self.capacity_hint, decisions, unmet,
+                                                settled=fleet_step.fleet_settled(self.status.target, serving))
         for d in decisions:
             if d.action != "hold":
                 log.info("vm autoscaler: %s %s (%s) -> capacity hint %.2f", d.action, d.hardware, d.reason,
                          self.capacity_hint)
-        if (abs(self.capacity_hint - self._hint_planned) >= 0.2 and not self.cfg.pinned_pool
+        if (fleet_step.hint_replan(self.cfg, self.capacity_hint, self._hint_planned)
                 and not self._fleet_lock.locked() and self._loop is not None):
             self._loop.create_task(self.fleet_tick("model loop capacity hint"))
 
@@ -266,48 +254,52 @@ class Daemon:
 
     # ---- the loops -------------------------------------------------------------------------
     def current_demand(self) -> DemandView:
+        """The demand the fleet plans for (:func:`scaler.fleet_step.planning_demand`, as the replay)."""
         declared = self._declared_demand()
         if self.dispatcher is None:
             return declared
         snap = self.dispatcher.window_snapshot()
-        d = demand_for_planning(snap.arrival_qps, snap.mix, snap.count, declared.qps, declared.mix)
-        if self.capacity_hint != 1.0:
-            d = DemandView(d.qps * self.capacity_hint, d.mix, d.measured)
-        return d
+        return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, declared, self.capacity_hint)
 
     def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
-        """The fleet decision: the pinned pool, or the planner's pick (scaler.fleet_decision, the
-        same function `costscale plan` prints) without the types in a capacity cooldown."""
-        cfg = self.cfg
-        if cfg.pinned_pool:
-            return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
-        held = self.profiling.hold() if self.profiling is not None else None
-        if held is not None:   # a model not profiled yet: its conservative pool (daemon.self_profiling)
-            return held, None
-        exclude = sorted(self.actuator.unavailable_types()) if self.actuator else []
-        plan = plan_fleet(cfg, self.profiles, demand.mix, demand.qps, slo_check=slo_check, exclude=exclude,
-                          current=self.status.target or None, types=self.profiling and self.profiling.plan_types())
-        return {t: n for t, n in plan.chosen.items() if n > 0}, plan
+        """The fleet decision (:func:`scaler.fleet_step.fleet_target`, the same function the replay
+        and `costscale plan` use): the pinned pool, or the planner's pick without the types in a
+        capacity cooldown; a model not profiled yet holds its conservative pool."""
+        if not self.cfg.pinned_pool:
+            held = self.profiling.hold() if self.profiling is not None else None
+            if held is not None:   # a model not profiled yet: its conservative pool (daemon.self_profiling)
+                return held, None
+        unavailable = sorted(self.actuator.unavailable_types()) if self.actuator else []
+        return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
+                                       current=self.status.target, types=self.profiling and self.profiling.plan_types())
 
     async def fleet_tick(self, reason: str = "interval") -> None:
         if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing):
             return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
         async with self._fleet_lock:
             try:
-                demand = self.current_demand()
-                target, plan = await asyncio.to_thread(self.decide, demand)
-                if target != self.status.target:
-                    self._generation += 1
+                now = time.monotonic()
+                demand, self._demand_history = fleet_step.stabilized_demand(
+                    self._demand_history, now, self.current_demand(), self.cfg.intervals.scale_in_s)
+                unavailable = frozenset(self.actuator.unavailable_types())
+                fresh = reason != "interval" or fleet_step.plan_due(self.cfg, self.status.demand, self._planned_at,
+                                                                    demand, now, unavailable != self._unavailable_planned)
+                if fresh:
+                    target, plan = await asyncio.to_thread(self.decide, demand)
+                else:   # nothing the plan rests on moved: converge the pool to it
+                    target, plan, demand = self.status.target, self.status.plan, self.status.demand or demand
+                self._generation = fleet_step.next_generation(target, self.status.target, self._generation)
                 pid = plan_id_for(target, self._generation)
                 report = await self._apply(target, pid)
-                unavailable = self.actuator.unavailable_types()
-                if plan is not None and unavailable & set(target):
+                if fleet_step.replan_without_unavailable(plan, target, self.actuator.unavailable_types()):
                     # InsufficientCapacity: replan at once without the unavailable types.
                     target, plan = await asyncio.to_thread(self.decide, demand)
                     self._generation += 1
                     pid = plan_id_for(target, self._generation)
                     report = await self._apply(target, pid)
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
+                if fresh:
+                    self._planned_at, self._unavailable_planned = now, frozenset(self.actuator.unavailable_types())
                 self._hint_planned = self.capacity_hint
                 self.status.plans_applied += 1
                 self.status.last_error = None
@@ -323,9 +315,11 @@ class Daemon:
                     return
                 raise
             except (UsageError, PlanError) as exc:   # no pool fits: one line; the next interval retries
+                self._planned_at = None
                 self.status.last_error = str(exc)
                 log.error("fleet: %s", exc)
             except Exception as exc:  # keep serving; the next tick retries
+                self._planned_at = None
                 self.status.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("fleet tick failed")
             await self._sync_workers()
@@ -344,11 +338,10 @@ class Daemon:
         d = self.dispatcher
         if d is not None and self.cloud is not None:
             instances = await asyncio.to_thread(self.cloud.list_managed)
-            types = {i.instance_type for i in instances if i.live} | set(target)
-            prices = {t: self.actuator.price(t) for t in types}
             ready = frozenset(iid for iid, w in d.workers.items() if not w.removed)
-            dec, self._park_state = decide_parking(instances, target, ready, prices, self.actuator.budget,
-                                                   time.monotonic(), self._park_state, self.cfg.model_scaling.vm_park_s)
+            dec, self._park_state = fleet_step.park_round(instances, target, ready, self.actuator.price,
+                                                          self.actuator.budget, time.monotonic(), self._park_state,
+                                                          self.cfg.model_scaling.vm_park_s)
             # unparked instances get their variants back first (bounded: a hung worker must not
             # hold up the launches a spike needs); the actuator then launches the rest
             for iid in dec.unpark:
@@ -400,7 +393,9 @@ class Daemon:
             return
         # early replans follow a plan that was made; after a failed one, the fleet interval retries
         # (not every model tick: that looped on an unplannable config)
-        if self.status.demand is not None and significant_change(self.status.demand, self.current_demand()):
+        now_demand, _ = fleet_step.stabilized_demand(self._demand_history, time.monotonic(), self.current_demand(),
+                                                     self.cfg.intervals.scale_in_s)
+        if fleet_step.replan_early(self.cfg, self.status.demand, now_demand):
             await self.fleet_tick("demand changed")
 
     async def reconcile_tick(self) -> None:

@@ -9,14 +9,16 @@ Hooks: ``throttle_next(k)`` (the next k calls raise ``Throttled``), ``fail_capac
 (launches of that type raise ``InsufficientCapacity``), ``stick_pending(type)`` (instances of that
 type never leave ``pending``), ``limit_next_launch(n)`` (partial success: at most n instances),
 ``before_call``/``after_call`` (callables ``(op, args)`` run around every call: raise from them to
-simulate a crash before or after the cloud acted), and ``clock``/``boot_s`` for pending → running.
+simulate a crash before or after the cloud acted), and ``clock``/``boot_s`` for pending → running
+(``boot_by_type``: a launch-to-running delay per instance type, ``boot_s`` for the others; the
+replay's boot delays, ``sim.replay``).
 """
 from __future__ import annotations
 
 import itertools
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from scaler.cloud import (
     CLUSTER_TAG,
@@ -34,10 +36,12 @@ Hook = Callable[[str, dict[str, Any]], None]
 
 class FakeCloud:
     def __init__(self, cluster: str, *, clock: Callable[[], float] = time.time, boot_s: float = 0.0,
-                 terminate_s: float = 0.0) -> None:
+                 terminate_s: float = 0.0, boot_by_type: Mapping[str, float] | None = None) -> None:
         self.cluster = cluster
         self.clock = clock
         self.boot_s = boot_s
+        self.boot_by_type = dict(boot_by_type or {})
+        self.warm_until = float("-inf")   # instances launched at or before this time run at once
         self.terminate_s = terminate_s
         self._instances: dict[str, ManagedInstance] = {}
         self._terminated_at: dict[str, float] = {}
@@ -83,9 +87,21 @@ class FakeCloud:
         for h in list(self.after_call):
             h(op, args)
 
+    def boot_for(self, instance_type: str) -> float:
+        """Seconds from launch to ``running`` for an instance of ``instance_type``."""
+        return self.boot_by_type.get(instance_type, self.boot_s)
+
+    def running_at(self, inst: ManagedInstance) -> float:
+        """When ``inst`` (launched) is ``running``: its launch time plus its type's boot delay, or
+        at once when launched at or before ``warm_until`` (a replay that starts warm)."""
+        if inst.launch_time <= self.warm_until:
+            return inst.launch_time
+        return inst.launch_time + self.boot_for(inst.instance_type)
+
     def _view(self, inst: ManagedInstance) -> ManagedInstance:
         now = self.clock()
-        if inst.state == "pending" and inst.instance_type not in self._stuck and now - inst.launch_time >= self.boot_s:
+        if (inst.state == "pending" and inst.instance_type not in self._stuck
+                and now >= self.running_at(inst)):
             inst = replace(inst, state="running")
             self._instances[inst.instance_id] = inst
         if inst.state == "shutting-down" and now - self._terminated_at.get(inst.instance_id, now) >= self.terminate_s:

@@ -72,11 +72,16 @@ def simulate(
     seed: int = 0,
     prices: Mapping[str, float] | None = None,
     drop_expired: bool = True,
+    stop_after_misses: int | None = None,
 ) -> SimResult:
     """Run ``policy`` on ``pool`` against the queries (``arrivals`` in s, sorted; ``batches``).
 
     Service times come from :class:`sim.service.ServiceModel` (``service``, ``noise``), drawn with
     ``seed`` once per query and instance type, so the same seed gives the same numbers.
+
+    ``stop_after_misses``: stop as soon as more than this many queries missed ``qos_ms`` (dropped,
+    or completed late); ``extra["stopped_early"]`` is then 1.0 and the latencies of the queries not
+    yet finished stay infinite. A p99 check needs no more (``sim.slo_check``).
     """
     arr = np.asarray(arrivals, dtype=float)
     bat = np.asarray(batches, dtype=np.int64)
@@ -126,12 +131,17 @@ def simulate(
     dropped = 0
     now = clk.now()
     match = policy.match
+    misses = 0
+    miss_limit = n + 1 if stop_after_misses is None else int(stop_after_misses)
 
     while True:
         if heap and (i >= n or heap[0][0] <= arr_l[i]):
             now, _, w = heapq.heappop(heap)
             q = w_query[w]
-            latency[q] = (now - arr_l[q]) * 1000.0
+            lat = (now - arr_l[q]) * 1000.0
+            latency[q] = lat
+            if lat > qos_ms:
+                misses += 1
             w_query[w] = -1
             w_idle[w] = True
             n_idle += 1
@@ -150,8 +160,11 @@ def simulate(
                 if now - first.arrival >= qos_s:
                     queue.popitem(last=False)
                     dropped += 1
+                    misses += 1
                 else:
                     break
+        if misses > miss_limit:
+            break
         if not queue or n_idle == 0:
             continue
         calls += 1
@@ -180,5 +193,5 @@ def simulate(
         model=model, qos_ms=float(qos_ms), pool={t: int(c) for t, c in pool.items() if c}, prices=prices,
         arrivals=arr, batches=bat, latency_ms=latency, worker_of=worker_of, worker_ids=w_ids,
         worker_types=w_types, busy_ms=np.asarray(busy) * 1000.0, duration_s=float(duration),
-        policy_calls=calls, dropped=dropped,
+        policy_calls=calls, dropped=dropped, extra={"stopped_early": 1.0} if misses > miss_limit else {},
     )

@@ -47,6 +47,10 @@ class ServiceModel:
         """What a latency predictor expects: the profile mean (rounded up to the profile grid)."""
         return np.asarray(self.profiles.latency_ms(self.model, itype, batches, "mean"), dtype=float)
 
+    def lognormal_params(self, itype: str, batches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mu, sigma) of the ``"sampled"`` kind's lognormal (ln ms) per batch size."""
+        return self._lognormal(itype, batches)
+
     def _lognormal(self, itype: str, batches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         p50 = np.asarray(self.profiles.latency_ms(self.model, itype, batches, "p50"), dtype=float)
         p99 = np.asarray(self.profiles.latency_ms(self.model, itype, batches, "p99"), dtype=float)

@@ -6,7 +6,8 @@ Arrivals (Kairos §7: a Poisson process of 100s of queries per second):
   (CV² = 1 is Poisson; > 1 burstier; < 1 smoother);
 - :func:`ramp_arrivals`: a non-homogeneous Poisson process whose rate moves linearly from λ1 to
   λ2 at τ queries/s² and then holds (load changes, Kairos §8.4), by thinning;
-- :func:`load_trace_csv`: replay of a CSV trace with columns timestamp, model, batch_size.
+- :func:`load_trace_csv`: replay of a CSV trace with columns timestamp, model, batch_size
+  (:func:`read_trace_csv` reads every row, for the replay's model/application mapping).
 Batch sizes come from :func:`scaler.batch_mix.sample_batches` (deeprecsys, lognormal, gaussian,
 fixed:N). :func:`make_workload` draws arrivals and batches from independent child streams of one
 seed, so changing the rate does not change the batch sequence.
@@ -98,13 +99,26 @@ def ramp_arrivals(rate1: float, rate2: float, slope: float, duration: float,
     return cand[keep]
 
 
-def load_trace_csv(path: str | Path, model: str | None = None) -> Workload:
-    """Replay a trace CSV (header: timestamp, model, batch_size; timestamps in seconds, any
-    origin). Rows of other models are skipped when ``model`` is given; times are shifted to start
-    at 0 and sorted. Raises ``ValueError`` with one line naming the file and the problem."""
+@dataclass(frozen=True)
+class TraceRows:
+    """A trace CSV as read: per row (file order) its time, the ``model`` column and the batch size;
+    ``lines`` the file line of each row (for messages)."""
+
+    times: np.ndarray
+    names: list[str]
+    batches: np.ndarray
+    lines: np.ndarray
+
+
+def read_trace_csv(path: str | Path) -> TraceRows:
+    """Read a trace CSV (header: timestamp, model, batch_size; timestamps in seconds, any origin;
+    ``model`` names a model or an application). Raises ``ValueError`` with one line naming the
+    file, the line and the problem."""
     p = Path(path)
     times: list[float] = []
+    names: list[str] = []
     sizes: list[int] = []
+    lines: list[int] = []
     try:
         with p.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
@@ -112,25 +126,46 @@ def load_trace_csv(path: str | Path, model: str | None = None) -> Workload:
             need = {"timestamp", "model", "batch_size"}
             if not need <= cols:
                 raise ValueError(f"{p}: trace CSV lacks column(s) {', '.join(sorted(need - cols))}")
-            for lineno, row in enumerate(reader, start=2):
-                if model is not None and row["model"] != model:
-                    continue
+            for row in reader:
+                lineno = reader.line_num
                 try:
                     ts, b = float(row["timestamp"]), int(float(row["batch_size"]))
                 except (TypeError, ValueError):
                     raise ValueError(f"{p}: line {lineno}: bad timestamp or batch_size") from None
                 if b < 1 or not np.isfinite(ts):
                     raise ValueError(f"{p}: line {lineno}: batch_size must be >= 1 and timestamp finite")
+                if not row["model"]:
+                    raise ValueError(f"{p}: line {lineno}: empty model")
                 times.append(ts)
+                names.append(row["model"])
                 sizes.append(b)
+                lines.append(lineno)
     except OSError as exc:
         raise ValueError(f"{p}: cannot read trace ({exc.strerror or exc})") from None
-    if not times:
-        raise ValueError(f"{p}: no queries" + (f" for model {model!r}" if model else ""))
-    t = np.asarray(times)
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not a UTF-8 text file") from None
+    return TraceRows(np.asarray(times, dtype=float), names, np.asarray(sizes, dtype=np.int64),
+                     np.asarray(lines, dtype=np.int64))
+
+
+def trace_workload(rows: TraceRows, keep: np.ndarray | None = None, origin: float | None = None) -> Workload:
+    """The rows selected by ``keep`` (all when None), sorted by time and shifted so that ``origin``
+    (default: the first selected time) is 0."""
+    t, b = (rows.times, rows.batches) if keep is None else (rows.times[keep], rows.batches[keep])
     order = np.argsort(t, kind="stable")
     t = t[order]
-    return Workload(t - t[0], np.asarray(sizes, dtype=np.int64)[order])
+    start = origin if origin is not None else (float(t[0]) if t.size else 0.0)
+    return Workload(t - start, b[order])
+
+
+def load_trace_csv(path: str | Path, model: str | None = None) -> Workload:
+    """Replay a trace CSV (see :func:`read_trace_csv`). Rows of other models are skipped when
+    ``model`` is given; times are shifted to start at 0 and sorted."""
+    rows = read_trace_csv(path)
+    keep = None if model is None else np.asarray([n == model for n in rows.names], dtype=bool)
+    if not rows.names or (keep is not None and not keep.any()):
+        raise ValueError(f"{Path(path)}: no queries" + (f" for model {model!r}" if model else ""))
+    return trace_workload(rows, keep)
 
 
 def make_workload(rate: float, duration: float, batch_dist: BatchDist | str = "deeprecsys", *, seed: int = 0,

@@ -75,7 +75,14 @@ def test_capacity_hint_rules() -> None:
     hold = [VmDecision("hold", "cpu", "ok")]
     assert next_capacity_hint(1.0, rm, {}) == 0.9
     assert next_capacity_hint(0.5, rm, {}) == 0.5
-    assert next_capacity_hint(2.0, [VmDecision("add", "cpu", "x")], {}) == 2.0
+    assert next_capacity_hint(2.0, [VmDecision("add", "cpu", "x", interfered=True)], {}) == 2.0
+    assert next_capacity_hint(1.0, [VmDecision("add", "cpu", "x", interfered=True)], {}) == 1.1
+    # issue #12: utilization or Overloaded alone is the planner's job (measured demand + headroom)
+    assert next_capacity_hint(1.2, [VmDecision("add", "cpu", "utilization 86% > 80%")], {}) == 1.175
+    # nor does the hint rise while the fleet still boots its target (unmet demand is what it is for)
+    assert next_capacity_hint(1.0, [VmDecision("add", "cpu", "x", interfered=True)], {"m": 3.0},
+                              settled=False) == 1.0
+    assert next_capacity_hint(1.2, [], {"m": 3.0}, settled=False) == 1.175
     assert next_capacity_hint(1.2, hold, {}) == 1.175
     assert next_capacity_hint(0.9, hold, {}) == 0.925
     assert next_capacity_hint(1.0, hold, {"m": 1.0}, HintParams(step=0.5)) == 1.5
@@ -213,3 +220,31 @@ def test_an_equivalent_loaded_variant_is_kept_instead_of_swapped() -> None:
     # a faster variant is a real upgrade: left alone
     plan = plan_from_counts(problem, {"fast": 2}, "greedy")
     assert prefer_loaded_equivalents(problem, plan) is plan
+
+
+def test_interference_compares_each_query_with_its_own_batch() -> None:
+    """Issue #12: a worker serving a heavy-tailed batch mix exactly at the profile is not
+    Interfered (the p99 of the mix was once compared with the profile at the mean batch); 1.5x the
+    profile at every batch is; fewer than MIN_P99_SAMPLES queries give no verdict."""
+    from variants.model_decision import MIN_P99_SAMPLES, reports_for
+
+    def by_batch(model: str, itype: str, batch: float, stat: str) -> float:
+        return (10.0 + 2.0 * batch) * (1.0 if stat == "mean" else 1.5)    # p99 = 1.5 x mean
+
+    mix = [1] * 30 + [200] * 2                         # mean batch ~13.5, a tail at 200
+    def snap(scale: float, n: int) -> ModelInputs:
+        served = tuple(("m", b, scale * by_batch("m", "c", b, "p99")) for b in mix[:n])
+        w = WorkerSnapshot("w1", "c", "cpu", 0.5, ("m",), served)
+        base = inputs(0.0, 1.0, [w])
+        return ModelInputs(**{**base.__dict__, "profile": by_batch, "interval_s": 10.0})   # 3.2 q/s: not Overloaded
+
+    exact = reports_for(snap(1.0, len(mix)), {"m": "m"})[0]
+    assert exact.profiled_ms > 0 and exact.p99_ms / exact.profiled_ms == 1.0
+    slow = reports_for(snap(1.5, len(mix)), {"m": "m"})[0]
+    assert slow.p99_ms / slow.profiled_ms == 1.5
+    d, _ = decide(snap(1.0, len(mix)))
+    assert d.states[("m", "w1")] is not VariantState.INTERFERED
+    d, _ = decide(snap(1.5, len(mix)))
+    assert d.states[("m", "w1")] is VariantState.INTERFERED
+    few = reports_for(snap(3.0, MIN_P99_SAMPLES - 1), {"m": "m"})[0]
+    assert few.p99_ms == few.profiled_ms == 0.0        # no verdict on a handful of queries

@@ -84,7 +84,7 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
     base = demo_config(tmp_path, endpoint, ami, budget=2.5, rate=2.0)
     raw = base.model_dump()
     raw["models"][0]["application"] = "rm2"
-    raw["intervals"] = {"fleet_s": 2, "model_s": 0.5, "reconcile_s": 30}
+    raw["intervals"] = {"fleet_s": 2, "model_s": 0.5, "reconcile_s": 30, "scale_in_s": 2}   # compressed like PARK_S
     raw["model_scaling"]["vm_park_s"] = PARK_S
     cfg = Config.model_validate(raw)
     catalog = cfg.catalog()

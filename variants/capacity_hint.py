@@ -20,11 +20,22 @@ class HintParams:
 
 
 def next_capacity_hint(hint: float, decisions: Sequence[VmDecision], unmet_qps: Mapping[str, float],
-                       p: HintParams = HintParams()) -> float:
-    """The fleet planner plans for demand × hint. INFaaS §4.2.3 "add" (or load the model
-    autoscaler could not place, §4.2.2 step d) raises it; "remove" lowers it; otherwise it
-    relaxes toward 1."""
-    if any(d.action == "add" for d in decisions) or any(q > 1e-6 for q in unmet_qps.values()):
+                       p: HintParams = HintParams(), *, settled: bool = True) -> float:
+    """The fleet planner plans for demand × hint. INFaaS §4.2.3 "add" for variants Interfered on
+    every worker of a hardware class (measured slower than profiled: the planner's capacities are
+    too high), or load the model autoscaler could not place (§4.2.2 step d), raises it; "remove"
+    lowers it; otherwise it relaxes toward 1. An "add" for utilization or Overloaded variants alone
+    does not: the fleet planner already sizes the pool for the measured demand plus headroom with
+    an SLO-checked simulation, and a hint on top bought capacity the load did not need (issue #12:
+    Kairos matching keeps the fastest worker above 80 % busy at any load, so the hint sat at 1.1-1.2).
+
+    ``settled``: the fleet holds its whole target (every instance of the planned pool serves). Until
+    then the hint does not rise: the demand the model loop cannot place yet is what the instances
+    still booting were planned for, and raising the hint then bought a pool for twice the demand
+    (issue #12: hint 1.1 → 1.88 within seconds of start)."""
+    if not settled:
+        return max(1.0, hint - p.step / 4) if hint > 1.0 else hint
+    if any(d.action == "add" and d.interfered for d in decisions) or any(q > 1e-6 for q in unmet_qps.values()):
         return min(p.hi, hint + p.step)
     if any(d.action == "remove" for d in decisions):
         return max(p.lo, hint - p.step)

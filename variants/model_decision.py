@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -33,6 +33,12 @@ from variants.autoscale_ilp import (DEFAULT_LAMBDA, ScalingPlan, ScalingProblem,
                                    solve_ilp, violations)
 from variants.executor import ANY_HARDWARE
 from variants.state_machine import StateKey, StateParams, VariantReport, VariantState, apply_reports
+
+if TYPE_CHECKING:
+    from config.schema import Config
+
+#: a p99 over fewer served queries than this is noise: the interference check waits for more
+MIN_P99_SAMPLES = 20
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,15 @@ class ModelLoopParams:
     vm: VmParams = VmParams()
 
 
+def model_params_for(cfg: "Config") -> ModelLoopParams:
+    """The model loop's parameters from the config (``model_scaling`` and ``headroom``): what the
+    daemon and the replay both run with."""
+    ms = cfg.model_scaling
+    return ModelLoopParams(solver=ms.solver, headroom=cfg.headroom,
+                           vm=VmParams(add_cooldown_s=ms.vm_add_cooldown_s, remove_cooldown_s=ms.vm_remove_cooldown_s,
+                                       low_utilization=ms.vm_low_utilization))
+
+
 @dataclass(frozen=True)
 class ModelLoopState:
     states: Mapping[StateKey, VariantState] = field(default_factory=dict)
@@ -108,7 +123,14 @@ class ModelDecision:
 
 
 def reports_for(inputs: ModelInputs, models: Mapping[str, str]) -> list[VariantReport]:
-    """State-machine reports (INFaaS §5 monitoring) for every loaded (variant, worker) instance."""
+    """State-machine reports (INFaaS §5 monitoring) for every loaded (variant, worker) instance.
+
+    Interference compares like with like: each served query's service time against the profiled
+    p99 *at its own batch size*, and the p99 of those ratios is reported against the profile at the
+    mean batch (``p99_ms / profiled_ms`` is that p99 ratio). Comparing the p99 of a whole batch mix
+    with the profile at its mean batch called a worker Interfered whenever the mix had a tail
+    (issue #12: a lone GPU worker "Interfered" at start, and the capacity hint bought 2x the pool).
+    Fewer than :data:`MIN_P99_SAMPLES` queries in the interval: no interference verdict."""
     out: list[VariantReport] = []
     for w in inputs.workers:
         for v in w.loaded:
@@ -116,13 +138,22 @@ def reports_for(inputs: ModelInputs, models: Mapping[str, str]) -> list[VariantR
             model = models.get(v, v)
             mb = float(np.mean([b for b, _ in served])) if served else inputs.mean_batch.get(model, 1.0) or 1.0
             prof_mean = inputs.profile(model, w.instance_type, mb, "mean")
-            prof_p99 = inputs.profile(model, w.instance_type, mb, "p99")
+            p99_ms = profiled_ms = 0.0
+            if len(served) >= MIN_P99_SAMPLES:
+                ref = inputs.profile(model, w.instance_type, mb, "p99")
+                at: dict[int, float] = {}
+                ratios = []
+                for b, ms in served:
+                    if b not in at:
+                        at[b] = inputs.profile(model, w.instance_type, float(b), "p99")
+                    ratios.append(ms / at[b] if at[b] > 0 else 0.0)
+                if ref > 0 and all(x > 0 for x in at.values()):
+                    p99_ms, profiled_ms = float(np.percentile(ratios, 99)) * ref, ref
             out.append(VariantReport(
                 variant=v, worker=w.worker, loaded=True,
                 qps_served=len(served) / max(inputs.interval_s, 1e-9),
                 peak_qps=1000.0 / max(prof_mean, 1e-6),
-                p99_ms=float(np.percentile([ms for _, ms in served], 99)) if served else 0.0,
-                profiled_ms=prof_p99 if served else 0.0))
+                p99_ms=p99_ms, profiled_ms=profiled_ms))
     return out
 
 

@@ -38,6 +38,7 @@ class VmDecision:
     action: VmAction
     hardware: str
     reason: str
+    interfered: bool = False      # the add is (also) for variants Interfered on every worker of ``hardware``
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def decide_vm(
                                                         f"added {since_add:g} s ago"))
             else:
                 last_add[hw] = now
-                decisions.append(VmDecision("add", hw, "; ".join(reasons)))
+                decisions.append(VmDecision("add", hw, "; ".join(reasons), interfered=all_interfered))
             continue
         busy = n_over > 0 or any(s is VariantState.INTERFERED for s in all_states)
         if util < params.low_utilization and not busy and len(ws) > params.min_workers:

@@ -1,0 +1,168 @@
+"""The decisions of one fleet tick, apart from its I/O: what the daemon (``daemon.app.Daemon``)
+and the replay (``sim.replay_fleet.ReplayFleet``) both call, so the replay cannot drift from the
+daemon (DESIGN "One clock", "Measuring").
+
+A fleet tick (ARCHITECTURE "The path of one fleet tick"; Kairos §5.2 plans the pool, INFaaS
+§4.2.3 starts and retires the VMs) is, in order:
+
+1. :func:`declared_demand` / :func:`planning_demand`: the demand to plan for: measured once the
+   window holds enough queries, never below the declared forecast, times the model loop's
+   capacity hint (:mod:`scaler.replan`);
+2. :func:`stabilized_demand`: the highest of that over the scale-in window (``intervals.scale_in_s``);
+3. :func:`fleet_target`: the pinned pool, or the planner's pick (``scaler.fleet_decision.plan_fleet``)
+   without the types in a capacity cooldown, keeping the pool held when it still fits;
+4. :func:`next_generation` and :func:`plan_id_for`: a new generation when the target moved, and
+   the deterministic plan id (so a restarted daemon re-derives the same ClientTokens, DESIGN
+   invariant 3);
+5. :func:`park_round`: park surplus warm, unpark, retire after the hold (``scaler.parking``), over
+   the live types and the target's;
+6. the actuator applies the result (I/O: ``scaler.actuator.FleetActuator.apply``); when a type of the
+   target ran out of capacity, :func:`replan_without_unavailable` says to decide and apply once
+   more at once.
+
+Between ticks, :func:`replan_early` (checked every model tick) and :func:`hint_replan` (when the
+model loop's capacity hint moved) start a tick before the interval is up.
+
+Pure: the caller passes the window's numbers, the time and the prices; no I/O, no clock.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Callable, Mapping, Sequence
+
+from config.profiles import ProfileTable
+from config.schema import Config
+from scaler.batch_mix import BatchMix, mix_from_dist
+from scaler.cloud import ManagedInstance
+from scaler.fleet_decision import SloCheck, plan_fleet
+from scaler.parking import ParkDecision, ParkState, decide_parking
+from scaler.plan import Plan
+from scaler.replan import DemandView, demand_for_planning, significant_change
+
+#: the model loop's capacity hint moving this far from the one last planned with replans at once
+HINT_REPLAN_DELTA = 0.2
+
+
+def declared_demand(cfg: Config) -> DemandView:
+    """The workload the config declares (``workload.expected_qps``, ``workload.batch_dist`` for the
+    first model's ``max_batch``), used until the window has measured enough."""
+    mix = mix_from_dist(cfg.workload.batch_dist, max_batch=cfg.models[0].max_batch)
+    return DemandView(cfg.workload.expected_qps, mix, False)
+
+
+def planning_demand(measured_qps: float, measured_mix: BatchMix | None, samples: int, declared: DemandView,
+                    capacity_hint: float = 1.0) -> DemandView:
+    """The demand the fleet plans for: :func:`scaler.replan.demand_for_planning` over the window's
+    rate, mix and sample count, times the model loop's capacity hint."""
+    d = demand_for_planning(measured_qps, measured_mix, samples, declared.qps, declared.mix)
+    if capacity_hint != 1.0:
+        d = DemandView(d.qps * capacity_hint, d.mix, d.measured)
+    return d
+
+
+def stabilized_demand(history: Sequence[tuple[float, DemandView]], now: float, demand: DemandView,
+                      window_s: float) -> tuple[DemandView, list[tuple[float, DemandView]]]:
+    """Scale-in stabilization: plan for the highest rate of the last ``window_s`` seconds (with
+    today's batch mix), so demand that dips and comes back does not retire and relaunch instances
+    (the flip-flop the replay found at a steady 36 q/s: t3.xlarge 3 → 2 → 3 within 12 s). Scale-out
+    is not delayed: a rise is the highest rate at once. Returns the demand to plan for and the
+    history to keep (``history`` plus ``demand`` at ``now``, older entries dropped).
+
+    The window is Kubernetes HPA's downscale stabilization (default 300 s); EC2 target tracking
+    waits a 300 s scale-in cooldown the same way."""
+    kept = [(t, d) for t, d in history if now - t < window_s] + [(now, demand)]
+    top = max(kept, key=lambda td: td[1].qps)[1]
+    if top.qps <= demand.qps:
+        return demand, kept
+    return DemandView(top.qps, demand.mix, demand.measured), kept
+
+
+def fleet_target(cfg: Config, profiles: ProfileTable, demand: DemandView, *, slo_check: SloCheck,
+                 unavailable: Sequence[str] = (), current: Mapping[str, int] | None = None,
+                 types: Sequence[str] | None = None) -> tuple[dict[str, int], Plan | None]:
+    """The pool to hold: ``cfg.pinned_pool`` (no plan), or ``plan_fleet``'s pick for ``demand``
+    without the ``unavailable`` types, ``current`` being the target held now (``min_cost`` keeps
+    it while it covers the demand); ``types`` narrows the allowed types (None: all). Raises
+    ``scaler.base_aux.PlanError`` when no pool fits."""
+    if cfg.pinned_pool:
+        return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
+    plan = plan_fleet(cfg, profiles, demand.mix, demand.qps, slo_check=slo_check, exclude=sorted(unavailable),
+                      current=current or None, types=types)
+    return {t: n for t, n in plan.chosen.items() if n > 0}, plan
+
+
+def next_generation(target: Mapping[str, int], previous: Mapping[str, int], generation: int) -> int:
+    """A new generation each time the target moves (its plan id, and so its tokens, change)."""
+    return generation + 1 if dict(target) != dict(previous) else generation
+
+
+def plan_id_for(target: Mapping[str, int], generation: int) -> str:
+    """A deterministic plan id: the same target at the same generation gives the same id, so a
+    restarted daemon re-derives the same ClientTokens (DESIGN invariant 3)."""
+    digest = hashlib.sha256(repr(sorted(target.items())).encode()).hexdigest()[:10]
+    return f"g{generation}-{digest}"
+
+
+def park_round(instances: Sequence[ManagedInstance], target: Mapping[str, int], ready: frozenset[str] | set[str],
+               price: Callable[[str], float], budget: float, now: float, state: ParkState, hold_s: float
+               ) -> tuple[ParkDecision, ParkState]:
+    """:func:`scaler.parking.decide_parking` over the live instances' types and the target's, with
+    their prices from ``price`` (the actuator's)."""
+    types = {i.instance_type for i in instances if i.live} | set(target)
+    prices = {t: price(t) for t in types}
+    return decide_parking(instances, target, ready, prices, budget, now, state, hold_s)
+
+
+def replan_without_unavailable(plan: Plan | None, target: Mapping[str, int], unavailable: set[str]) -> bool:
+    """After an apply: a planned target with a type that ran out of capacity (InsufficientCapacity)
+    is decided again at once without it (a pinned pool is not)."""
+    return plan is not None and bool(unavailable & set(target))
+
+
+#: an interval tick plans again at least this often even when demand held still (s)
+PLAN_MAX_AGE_S = 1800.0
+
+
+def demand_moved(cfg: Config, planned: DemandView, now: DemandView) -> bool:
+    """Demand left what the plan was made for: it rose past half the headroom (the plan covers
+    ``demand × (1 + headroom)``; at least 5 % and 1 q/s), or moved significantly either way
+    (:func:`scaler.replan.significant_change`: 25 % and 2 q/s, or the mean batch 25 %)."""
+    rise = now.qps - planned.qps
+    if rise >= 1.0 and rise > planned.qps * max(cfg.headroom / 2.0, 0.05):
+        return True
+    return significant_change(planned, now)
+
+
+def replan_early(cfg: Config, planned: DemandView | None, now: DemandView) -> bool:
+    """Checked every model tick: replan before the interval when demand moved since the last plan
+    that was made (:func:`demand_moved`; none after a failed one: the fleet interval retries
+    that), never for a pinned pool."""
+    return not cfg.pinned_pool and planned is not None and demand_moved(cfg, planned, now)
+
+
+def plan_due(cfg: Config, planned: DemandView | None, planned_at: float | None, now_demand: DemandView, now: float,
+             unavailable_changed: bool) -> bool:
+    """An interval tick plans again only when something the plan rests on moved: no plan yet (or
+    the last failed), demand moved (:func:`demand_moved`), a type ran out of capacity or came back,
+    or the plan is :data:`PLAN_MAX_AGE_S` old; otherwise it keeps the target and only converges the
+    pool to it (launch what is missing, parking). Ticks for another reason (reload, profiles
+    measured, capacity hint) always plan."""
+    if cfg.pinned_pool or planned is None or planned_at is None or unavailable_changed:
+        return True
+    return now - planned_at >= PLAN_MAX_AGE_S or demand_moved(cfg, planned, now_demand)
+
+
+def fleet_settled(target: Mapping[str, int], serving: Mapping[str, int]) -> bool:
+    """The whole target serves: at least ``target[t]`` workers of every type ``t`` take queries
+    (the model loop's capacity hint rises only then, ``variants.capacity_hint``)."""
+    return all(serving.get(t, 0) >= n for t, n in target.items())
+
+
+def hint_replan(cfg: Config, hint: float, hint_planned: float) -> bool:
+    """Replan at once when the model loop's capacity hint moved :data:`HINT_REPLAN_DELTA` from the
+    hint the last plan used (not for a pinned pool)."""
+    return not cfg.pinned_pool and abs(hint - hint_planned) >= HINT_REPLAN_DELTA
+
+
+__all__ = ["HINT_REPLAN_DELTA", "declared_demand", "planning_demand", "stabilized_demand", "fleet_target", "next_generation",
+           "plan_id_for", "park_round", "replan_without_unavailable", "demand_moved", "replan_early", "plan_due", "PLAN_MAX_AGE_S", "fleet_settled", "hint_replan"]

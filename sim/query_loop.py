@@ -1,0 +1,339 @@
+"""The query loop on a virtual clock over a pool that changes: the dispatcher's admission, routing
+round and re-dispatch (``dispatcher.admission``, ``dispatcher.routing``, ``dispatcher.workers``)
+with workers joining and leaving as the fleet loop launches, parks and retires their instances.
+
+:mod:`sim.engine` serves a fixed pool; this loop serves the pool of the moment and keeps the live
+dispatcher's rules, calling the same functions it calls:
+
+- admission: every arrival is recorded in the demand window (``record``, the fleet loop's
+  ``dispatcher.window.DemandWindow``); a full queue rejects (RESOURCE_EXHAUSTED); in ``drop`` mode a
+  query no live worker can serve within ξ·SLO is rejected at once (``dispatcher.policies.infeasible``);
+- the routing round after every event (Kairos §5.1): at most ``view_factor``·n of the oldest
+  waiting queries, re-dispatched ones first; in ``drop`` mode those that can no longer meet their SLO
+  end (``infeasible``); then ``policy.match(queries, workers, now)`` on the workers that are not
+  draining or parked, ``busy_until`` the predicted finish; one query per worker at a time;
+- a query still unanswered ``query_timeout_s`` after its arrival ends (DEADLINE_EXCEEDED);
+- a worker that leaves with a query in flight: a drained one (parked, or retired by the actuator,
+  which drains first) finishes it; any other has it re-dispatched, at most ``max_retries`` times
+  (DESIGN invariant 4).
+
+``infeasible`` is called only when a cheap scalar test (the same inequality, with a margin) says a
+query may be infeasible, so skipping it never changes an outcome. Service times: the profile mean,
+or the lognormal of :class:`sim.service.ServiceModel` drawn once per query (``z``), times the
+variant's speed factor (1.0: the base variant).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import numpy as np
+
+from dispatcher.policies import infeasible
+from dispatcher.policy import LatencyPredictor, Policy, QueryView, WorkerView
+from sim.service import ServiceModel
+
+#: outcome codes per query
+PENDING, SERVED, REJECTED, DROPPED, EXPIRED, UNAVAILABLE = 0, 1, 2, 3, 4, 5
+_MARGIN_MS = 1e-6      # the scalar pre-test errs towards calling ``infeasible``
+
+
+@dataclass
+class _Worker:
+    wid: str
+    itype: str
+    idle: bool = True
+    draining: bool = False          # parked or drained: no new queries
+    leaving: bool = False           # forgotten while its drained query finishes
+    busy_until: float = 0.0
+    query: int = -1
+    started: float = 0.0
+    busy_s: float = 0.0             # service seconds completed since the last :meth:`QueryLoop.take_samples`
+    samples: list[tuple[int, float]] = field(default_factory=list)   # (batch, service ms) since then
+
+
+@dataclass
+class ServiceTimes:
+    """Predicted (the dispatcher's latency model) and actual service times per (type, batch)."""
+
+    model: str
+    predictor: LatencyPredictor
+    service: ServiceModel
+    z: np.ndarray | None = None                 # one standard normal per query ("sampled")
+    speed: float = 1.0
+    _pred: dict[str, list[float]] = field(default_factory=dict)
+    _logn: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    _mean: dict[str, list[float]] = field(default_factory=dict)
+    max_batch: int = 1000
+
+    def pred_ms(self, itype: str) -> list[float]:
+        tab = self._pred.get(itype)
+        if tab is None:
+            pred = self.predictor.predict_many(self.model, itype, self._grid().astype(float))
+            tab = self._pred[itype] = [float(x) for x in pred]
+        return tab
+
+    def _grid(self) -> np.ndarray:
+        b = np.arange(self.max_batch + 1)
+        b[0] = 1
+        return b
+
+    def actual_s(self, itype: str, q: int, batch: int) -> float:
+        """Service seconds of query ``q`` (batch ``batch``) on ``itype``."""
+        if self.service.kind == "mean" or self.z is None:
+            tab = self._mean.get(itype)
+            if tab is None:
+                tab = self._mean[itype] = self.service.predicted_ms(itype, self._grid()).tolist()
+            return self.speed * tab[batch] / 1000.0
+        par = self._logn.get(itype)
+        if par is None:
+            mu, sig = self.service.lognormal_params(itype, self._grid())
+            par = self._logn[itype] = (mu.tolist(), sig.tolist())
+        return self.speed * math.exp(par[0][batch] + par[1][batch] * float(self.z[q])) / 1000.0
+
+
+class QueryLoop:
+    """Queries ``arrivals``/``batches`` (sorted) served by the workers present at each instant."""
+
+    def __init__(self, arrivals: np.ndarray, batches: np.ndarray, *, model: str, qos_ms: float, policy: Policy,
+                 times: ServiceTimes, on_deadline: Literal["drop", "best_effort"] = "drop", xi: float = 0.98,
+                 view_factor: int = 2, query_timeout_s: float = 30.0, queue_limit: int = 10_000,
+                 max_retries: int = 2, record: Callable[[int, float], None] | None = None) -> None:
+        self.arr = np.asarray(arrivals, dtype=float)
+        self.bat = np.minimum(np.asarray(batches, dtype=np.int64), times.max_batch)
+        self._arr = self.arr.tolist()
+        self._bat = self.bat.tolist()
+        self.n = len(self._arr)
+        self.model, self.qos_ms, self.policy, self.times = model, float(qos_ms), policy, times
+        self.drop = on_deadline == "drop"
+        self.xi, self.view_factor, self.timeout_s = xi, view_factor, query_timeout_s
+        self.queue_limit, self.max_retries = queue_limit, max_retries
+        self.record = record
+        self.latency = np.full(self.n, np.inf)
+        self.outcome = np.zeros(self.n, dtype=np.int8)
+        self.worker_type = np.full(self.n, -1, dtype=np.int16)     # index into type_names of the server
+        self.type_names: list[str] = []
+        self._queue: OrderedDict[int, QueryView] = OrderedDict()
+        self._retry: OrderedDict[int, QueryView] = OrderedDict()
+        self._attempts: dict[int, int] = {}
+        self._heap: list[tuple[float, int, str, int]] = []
+        self._seq = itertools.count()
+        self.workers: dict[str, _Worker] = {}
+        self.i = 0
+        self.now = 0.0
+        self.busy_s = 0.0           # service seconds completed (utilisation for target tracking)
+        self.policy_calls = 0
+        self.requeued = 0
+        self._sampled_at = 0.0
+
+    # -- the pool ------------------------------------------------------------------------------
+    def add_worker(self, wid: str, itype: str, now: float, draining: bool = False) -> None:
+        """A worker registers (its instance runs and its model is loaded)."""
+        if wid in self.workers:
+            return
+        self.times.pred_ms(itype)
+        if itype not in self.type_names:
+            self.type_names.append(itype)
+        self.workers[wid] = _Worker(wid, itype, draining=draining)
+        self._round(now)
+
+    def set_draining(self, wid: str, on: bool, now: float) -> None:
+        """Park/drain (no new queries; a running one finishes) or unpark."""
+        w = self.workers.get(wid)
+        if w is not None and not w.leaving and w.draining != on:
+            w.draining = on
+            self._round(now)
+
+    def remove_worker(self, wid: str, now: float) -> None:
+        """The instance is gone: a drained worker finishes its query, another has it re-dispatched."""
+        w = self.workers.get(wid)
+        if w is None or w.leaving:
+            return
+        if w.query >= 0 and w.draining:
+            w.leaving = True
+            return
+        del self.workers[wid]
+        if w.query >= 0:
+            self._requeue(w.query)
+        self._round(now)
+
+    def registered(self) -> frozenset[str]:
+        """Ids of the workers registered now (parked ones included, as ``Dispatcher.workers``)."""
+        return frozenset(wid for wid, w in self.workers.items() if not w.leaving)
+
+    def serving(self) -> dict[str, int]:
+        """Instance types of the workers that take queries now, counted."""
+        out: dict[str, int] = {}
+        for w in self.workers.values():
+            if not w.draining and not w.leaving:
+                out[w.itype] = out.get(w.itype, 0) + 1
+        return out
+
+    def take_samples(self, now: float) -> dict[str, tuple[float, list[tuple[int, float]]]]:
+        """Per worker taking queries: (busy seconds, [(batch, service ms)]) since the last call
+        (``Dispatcher.take_samples`` and the busy intervals behind ``Dispatcher.utilization``); a
+        query in flight counts its busy time up to ``now``."""
+        out: dict[str, tuple[float, list[tuple[int, float]]]] = {}
+        for wid, w in self.workers.items():
+            busy = w.busy_s
+            if w.query >= 0:
+                busy += now - max(w.started, self._sampled_at)
+            if not w.draining and not w.leaving:
+                out[wid] = (busy, w.samples)
+            w.busy_s, w.samples = 0.0, []
+        self._sampled_at = now
+        return out
+
+    def set_base_type(self, base_type: str) -> None:
+        """``Dispatcher.set_base_type``: the planner's base type for the matching's C_j."""
+        if hasattr(self.policy, "base_type"):
+            self.policy.base_type = base_type  # type: ignore[attr-defined]
+
+    # -- events --------------------------------------------------------------------------------
+    def _next_deadline(self) -> float:
+        heads = [next(iter(d)) for d in (self._queue, self._retry) if d]
+        return min(self._arr[q] for q in heads) + self.timeout_s if heads else math.inf
+
+    def run_until(self, t_end: float) -> None:
+        """Process every query event strictly before ``t_end`` (completions first at equal times)."""
+        arr, heap = self._arr, self._heap
+        while True:
+            tc = heap[0][0] if heap else math.inf
+            ta = arr[self.i] if self.i < self.n else math.inf
+            td = self._next_deadline()
+            t = min(tc, ta, td)
+            if t >= t_end:
+                break
+            self.now = t
+            if td <= tc and td <= ta:
+                self._expire(t)
+            elif tc <= ta:
+                self._complete(t)
+            else:
+                self._arrive(t)
+
+    def _expire(self, now: float) -> None:
+        for d in (self._retry, self._queue):
+            while d:
+                q = next(iter(d))
+                if self._arr[q] + self.timeout_s > now:   # the same sum as _next_deadline (no FP gap)
+                    break
+                del d[q]
+                self.outcome[q] = EXPIRED
+
+    def _complete(self, now: float) -> None:
+        _, _, wid, q = heapq.heappop(self._heap)
+        w = self.workers.get(wid)
+        if w is None or w.query != q:        # re-dispatched when its worker left
+            return
+        self.latency[q] = (now - self._arr[q]) * 1000.0
+        self.outcome[q] = SERVED
+        self.worker_type[q] = self.type_names.index(w.itype)
+        self.busy_s += now - w.started
+        w.busy_s += now - max(w.started, self._sampled_at)
+        w.samples.append((self._bat[q], (now - w.started) * 1000.0))
+        w.query, w.idle, w.busy_until = -1, True, now
+        if w.leaving:
+            del self.workers[wid]
+        self._round(now)
+
+    def _live(self) -> list[_Worker]:
+        return [w for w in self.workers.values() if not w.draining and not w.leaving]
+
+    def _min_pred(self, live: list[_Worker], b: int) -> float:
+        return min(self.times.pred_ms(t)[b] for t in {w.itype for w in live})
+
+    def _arrive(self, now: float) -> None:
+        q = self.i
+        self.i += 1
+        b = self._bat[q]
+        if self.record is not None:
+            self.record(b, now)
+        if len(self._queue) + len(self._retry) >= self.queue_limit:
+            self.outcome[q] = REJECTED
+            return
+        view = QueryView(str(q), self.model, b, now, self.qos_ms)
+        if self.drop:
+            live = self._live()
+            if live and self._min_pred(live, b) > self.xi * self.qos_ms - _MARGIN_MS:
+                views = [WorkerView(w.wid, w.itype, w.busy_until, w.idle) for w in live]
+                if infeasible([view], views, self.times.predictor, now, self.xi):
+                    self.outcome[q] = REJECTED
+                    return
+        self._queue[q] = view
+        self._round(now)
+
+    def _requeue(self, q: int) -> None:
+        a = self._attempts[q] = self._attempts.get(q, 0) + 1
+        if a > self.max_retries:
+            self.outcome[q] = UNAVAILABLE
+            return
+        self.requeued += 1
+        self._retry[q] = QueryView(str(q), self.model, self._bat[q], self._arr[q], self.qos_ms)
+
+    def _head(self, k: int) -> list[QueryView]:
+        return list(itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k))
+
+    def _drop_infeasible(self, qs: list[QueryView], live: list[_Worker], views: list[WorkerView],
+                         now: float) -> list[QueryView]:
+        """``infeasible`` over the round's queries (called only when one may be); they end."""
+        limit = self.xi * self.qos_ms - _MARGIN_MS
+        types = {w.itype for w in live}
+        tabs = [self.times.pred_ms(t) for t in types]
+        if not any(1000.0 * (now - v.arrival) + min(tab[v.batch_size] for tab in tabs) > limit for v in qs):
+            return qs
+        bad = set(infeasible(qs, views, self.times.predictor, now, self.xi))
+        if not bad:
+            return qs
+        for qid in bad:
+            q = int(qid)
+            if self._retry.pop(q, None) is None:
+                del self._queue[q]
+            self.outcome[q] = DROPPED
+        return [v for v in qs if v.query_id not in bad]
+
+    def _round(self, now: float) -> None:
+        """The dispatcher's matching round (``dispatcher.routing.RoutingRound._round``)."""
+        if not (self._queue or self._retry):
+            return
+        live = self._live()
+        if not any(w.idle for w in live):
+            return
+        views = [WorkerView(w.wid, w.itype, w.busy_until, w.idle) for w in live]
+        k = self.view_factor * len(live)
+        while True:
+            qs = self._head(k)
+            if self.drop:
+                qs = self._drop_infeasible(qs, live, views, now)
+            if qs or not (self._queue or self._retry):
+                break
+        if not qs:
+            return
+        self.policy_calls += 1
+        for a in self.policy.match(qs, views, now):
+            w = self.workers.get(a.worker_id)
+            q = int(a.query_id)
+            if w is None or not w.idle or w.draining or w.leaving:
+                continue                      # the policy broke the contract: the query stays queued
+            if self._retry.pop(q, None) is None and self._queue.pop(q, None) is None:
+                continue
+            self._dispatch(q, w, now)
+
+    def _dispatch(self, q: int, w: _Worker, now: float) -> None:
+        b = self._bat[q]
+        w.idle, w.query, w.started = False, q, now
+        w.busy_until = now + self.times.pred_ms(w.itype)[b] / 1000.0
+        heapq.heappush(self._heap, (now + self.times.actual_s(w.itype, q, b), next(self._seq), w.wid, q))
+
+    def finish(self, t_end: float) -> None:
+        """Run the events before ``t_end``; queries still waiting or in flight at the end stay
+        PENDING (counted as misses by the metrics, like drops)."""
+        self.run_until(t_end)
+        self.now = t_end
+
+
+__all__ = ["QueryLoop", "ServiceTimes", "PENDING", "SERVED", "REJECTED", "DROPPED", "EXPIRED", "UNAVAILABLE"]

@@ -1,0 +1,270 @@
+"""Replay a workload through the daemon's loops on one virtual clock, scored in dollars and SLO
+(DESIGN "Measuring": the yardstick of every decision; issue #12).
+
+One :class:`sim.clock.VirtualClock` drives, merged in time order:
+
+- the query loop (:class:`sim.query_loop.QueryLoop`): every arrival and completion, the
+  dispatcher's policy (Kairos §5.1 matching by default) over the workers registered at that instant;
+- the fleet tick every ``intervals.fleet_s`` from 0 (APScheduler's ``next_run_time=now``), the model
+  tick every ``intervals.model_s`` (its replan check, :func:`scaler.fleet_step.replan_early`) and
+  the reconcile tick every ``intervals.reconcile_s``, all through :class:`sim.replay_fleet.ReplayFleet`
+  (the daemon's own decisions and actuator over a fake cloud with boot delays);
+- timed events: a worker registering when its instance runs and its model is loaded, an unparked
+  worker taking queries again, injected faults (InsufficientCapacity on/off, throttling).
+
+Ties: query events strictly before a tick's time run first; at one instant timed events, then the
+fleet tick, the model tick, the reconcile tick. Dollars come from :class:`sim.ledger.CostLedger`
+(the pool observed after every launch and termination). The model loop runs over each model's
+base variant (:mod:`sim.replay_models`): variants are not replayed yet.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Mapping
+
+import numpy as np
+
+from config.profiles import ProfileTable
+from config.schema import Config, ModelSpec
+from dispatcher.latency_model import LatencyModel
+from scaler.cloud import CLUSTER_TAG
+from scaler.fleet_decision import SloCheck
+from scaler.plan import Plan
+from scaler.replan import DemandView
+from sim.clock import VirtualClock
+from sim.ledger import CostLedger
+from sim.policies import DISPATCHER_VIEW_FACTOR, DISPATCHER_XI, dispatcher_policy
+from sim.query_loop import QueryLoop, ServiceTimes
+from sim.replay_fleet import Decisions, ReplayFleet, ReplayWorkers
+from sim.replay_models import ReplayModelLoop
+from sim.service import ServiceKind, ServiceModel
+from sim.slo_check import slo_check as default_slo_check
+from sim.workload import Workload
+
+#: launch-to-running delay by hardware class (issue #12: 90 s for GPU types, 60 s for CPU types)
+DEFAULT_BOOT_S: dict[str, float] = {"gpu": 90.0, "inferentia": 90.0, "cpu": 60.0}
+#: a new worker loads its model before it registers, and an unparked one loads it back (s)
+DEFAULT_LOAD_S = 1.0
+#: the dispatcher's per-query deadline and queue bound (``dispatcher.admission``)
+QUERY_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected cloud fault at ``at_s``: ``capacity`` (launches of ``instance_type`` raise
+    InsufficientCapacity until a ``capacity_end``) or ``throttle`` (the next ``count`` calls)."""
+
+    at_s: float
+    kind: Literal["capacity", "capacity_end", "throttle"]
+    instance_type: str = ""
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """How the replay runs (everything else comes from the config)."""
+
+    model: str | None = None                      # config model replayed (default: the first)
+    service: ServiceKind = "mean"
+    seed: int = 0
+    boot_s: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_BOOT_S))  # class or type -> s
+    load_s: float = DEFAULT_LOAD_S
+    faults: tuple[Fault, ...] = ()
+    warm_start: bool = True     # the first plan's instances run (and serve) at 0; False: they boot
+
+
+@dataclass
+class TargetChange:
+    at_s: float
+    target: dict[str, int]
+    rule: str
+    demand_qps: float
+    upper_bound_qps: float
+
+
+@dataclass
+class ReplayRun:
+    """Everything a replay produced; :mod:`sim.replay_metrics` turns it into the report."""
+
+    cfg: Config
+    model: ModelSpec
+    duration_s: float
+    qloop: QueryLoop
+    ledger: CostLedger
+    decisions: Decisions
+    targets: list[TargetChange]
+    launches: list[tuple[float, str, int]]        # (time, type, count)
+    terminations: list[tuple[float, int]]         # (time, count)
+    errors: list[tuple[float, str]]
+    serving: list[tuple[float, dict[str, int]]]   # (time, types taking queries) after each change
+    wall_s: float
+    fleet_ticks: int = 0
+    plans: int = 0
+    hints: list[tuple[float, float, str]] = field(default_factory=list)   # (time, capacity hint, why)
+
+
+def boot_delays(cfg: Config, boot_s: Mapping[str, float]) -> dict[str, float]:
+    """Per allowed type: its own entry in ``boot_s``, else its hardware class's, else the default."""
+    out = {}
+    for t, it in cfg.catalog().items():
+        out[t] = float(boot_s.get(t, boot_s.get(it.hardware, DEFAULT_BOOT_S.get(it.hardware, 60.0))))
+    return out
+
+
+def service_times(cfg: Config, profiles: ProfileTable, spec: ReplaySpec, model: ModelSpec, n: int) -> ServiceTimes:
+    """The dispatcher's latency model (profiles, as ``Daemon.start`` builds it) and the service
+    times; ``sampled`` draws one standard normal per query from ``spec.seed``."""
+    predictor = LatencyModel.from_profiles(profiles)
+    z = np.random.default_rng([spec.seed, 12]).standard_normal(n) if spec.service == "sampled" else None
+    return ServiceTimes(model.profile_name, predictor, ServiceModel(profiles, model.profile_name, spec.service), z,
+                        max_batch=model.max_batch)
+
+
+def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spec: ReplaySpec,
+                    record: Callable[[int, float], None] | None = None) -> QueryLoop:
+    """A query loop over ``workload`` with the configured policy and the dispatcher's rules."""
+    model = cfg.model(spec.model)
+    times = service_times(cfg, profiles, spec, model, len(workload))
+    return QueryLoop(workload.arrivals, workload.batches, model=model.profile_name, qos_ms=model.qos_ms,
+                     policy=dispatcher_policy(cfg, times.predictor), times=times,
+                     on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCHER_XI, view_factor=DISPATCHER_VIEW_FACTOR,
+                     query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record)
+
+
+def qloop_model(cfg: Config, spec: ReplaySpec) -> str:
+    return cfg.model(spec.model).name
+
+
+class _Timeline:
+    """Timed events (worker registrations, unpark loads, faults) in time order, FIFO at ties."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def schedule(self, t: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self.heap, (t, next(self._seq), fn))
+
+    def next_time(self) -> float:
+        return self.heap[0][0] if self.heap else math.inf
+
+    def run_due(self, t: float) -> None:
+        while self.heap and self.heap[0][0] <= t:
+            heapq.heappop(self.heap)[2]()
+
+
+def _apply_fault(cloud, f: Fault) -> None:  # type: ignore[no-untyped-def]
+    if f.kind == "throttle":
+        cloud.throttle_next(f.count)
+    else:
+        cloud.fail_capacity(f.instance_type, f.kind == "capacity")
+
+
+def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: float,
+           spec: ReplaySpec = ReplaySpec(), *, slo_check: SloCheck = default_slo_check,
+           progress: Callable[[float], None] | None = None, state_dir: Path | None = None,
+           decide_fn: Callable[[float, DemandView], tuple[dict[str, int], Plan | None]] | None = None,
+           on_query_loop: Callable[[QueryLoop], None] | None = None) -> ReplayRun:
+    """Replay ``workload`` (arrivals from 0) for ``duration_s`` virtual seconds under ``cfg``.
+
+    ``decide_fn(now, demand) -> (target, plan)`` replaces the planner on every fleet tick (the
+    baselines of :mod:`sim.replay_baselines`); ``on_query_loop`` receives the query loop once built."""
+    if not duration_s > 0:
+        raise ValueError("duration must be > 0")
+    wall0 = time.perf_counter()
+    clock = VirtualClock(0.0)
+    timeline = _Timeline()
+    targets: list[TargetChange] = []
+
+    def on_target(t: float, target: dict[str, int], plan: Plan | None, demand: DemandView) -> None:
+        targets.append(TargetChange(t, target, plan.rule if plan else "pinned", demand.qps,
+                                    plan.upper_bound_qps if plan else math.nan))
+
+    tmp = tempfile.TemporaryDirectory(prefix="costscale-replay-") if state_dir is None else None
+    fleet = ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir,
+                        boot_by_type=boot_delays(cfg, spec.boot_s), slo_check=slo_check, on_target=on_target,
+                        decide_fn=decide_fn)
+    try:
+        qloop = make_query_loop(cfg, profiles, workload, spec, record=fleet.window.record)
+        if on_query_loop is not None:
+            on_query_loop(qloop)
+        if spec.warm_start:   # the first plan's pool is up at 0, as a daemon that has been running
+            fleet.cloud.warm_until = 0.0
+        fleet.workers = ReplayWorkers(qloop, clock, timeline.schedule, fleet.cloud.running_at, spec.load_s,
+                                      fleet.decisions, warm_until=fleet.cloud.warm_until)
+        fleet.model_loop = ReplayModelLoop(cfg, profiles, qloop.times.predictor, qloop_model(cfg, spec))
+        prices = {t: it.price_per_hour for t, it in cfg.full_catalog().items()}
+        ledger = CostLedger(prices, cfg.budget_per_hour)
+        launches: list[tuple[float, str, int]] = []
+        terminations: list[tuple[float, int]] = []
+        serving: list[tuple[float, dict[str, int]]] = []
+
+        def after_call(op: str, args: dict) -> None:  # type: ignore[type-arg]
+            if op not in ("launch", "terminate"):
+                return
+            now = clock.now()
+            live: dict[str, int] = {}
+            for i in fleet.cloud.all_instances():
+                if i.live and i.tags.get(CLUSTER_TAG) == cfg.cluster:
+                    live[i.instance_type] = live.get(i.instance_type, 0) + 1
+            before = sum(ledger.pool.values())
+            ledger.observe(now, live)
+            if op == "launch" and sum(live.values()) > before:
+                launches.append((now, args["instance_type"], sum(live.values()) - before))
+            elif op == "terminate":
+                terminations.append((now, len(args["instance_ids"])))
+
+        fleet.cloud.after_call.append(after_call)
+        for f in spec.faults:
+            timeline.schedule(f.at_s, lambda f=f: _apply_fault(fleet.cloud, f))
+        iv = cfg.intervals
+        k_fleet, k_model, k_rec = 0, 1, 1
+        last_serving: dict[str, int] = {}
+        last_report = 0.0
+        while True:
+            t = min(k_fleet * iv.fleet_s, k_model * iv.model_s, k_rec * iv.reconcile_s, timeline.next_time(),
+                    duration_s)
+            qloop.run_until(t)
+            clock.advance_to(t)
+            if t >= duration_s:
+                break
+            timeline.run_due(t)
+            if t == k_fleet * iv.fleet_s:
+                fleet.fleet_tick("interval")
+                k_fleet += 1
+            if t == k_model * iv.model_s:
+                fleet.model_tick()
+                k_model += 1
+            if t == k_rec * iv.reconcile_s:
+                fleet.reconcile_tick()
+                k_rec += 1
+            now_serving = qloop.serving()
+            if now_serving != last_serving:
+                serving.append((t, now_serving))
+                last_serving = now_serving
+            if progress is not None and t - last_report >= duration_s / 200:
+                last_report = t
+                progress(t / duration_s)
+        qloop.finish(duration_s)
+        ledger.close(duration_s)
+        if progress is not None:
+            progress(1.0)
+        return ReplayRun(cfg=cfg, model=cfg.model(spec.model), duration_s=duration_s, qloop=qloop, ledger=ledger,
+                         decisions=fleet.decisions, targets=targets, launches=launches, terminations=terminations,
+                         errors=fleet.errors, serving=serving, wall_s=time.perf_counter() - wall0,
+                         fleet_ticks=fleet.mem.ticks, plans=fleet.mem.plans,
+                         hints=list(fleet.model_loop.hint_log) if fleet.model_loop else [])
+    finally:
+        fleet.close()
+        if tmp is not None:
+            tmp.cleanup()
+
+
+__all__ = ["DEFAULT_BOOT_S", "DEFAULT_LOAD_S", "Fault", "ReplayRun", "ReplaySpec", "TargetChange", "boot_delays",
+           "make_query_loop", "replay"]

@@ -1,0 +1,315 @@
+"""The daemon's fleet loop on a virtual clock: ``daemon.app.Daemon.fleet_tick`` / ``_apply`` /
+``_sync_workers``, the replan check of ``model_tick`` and ``reconcile_tick``, step for step,
+through the same decisions (:mod:`scaler.fleet_step`) and the same actuator.
+
+What is real here: ``scaler.actuator.FleetActuator`` (budget-ordered transitions, write-ahead
+intents in a real ``scaler.state.StateStore``, reconciliation) over ``scaler.fake_cloud.FakeCloud``
+(boot delay per type, InsufficientCapacity and throttling injectable), the demand window
+(``dispatcher.window.DemandWindow``), the planner (``plan_fleet`` with ``sim.slo_check.slo_check``)
+and parking. What stands in for I/O: :class:`ReplayWorkers`, the dispatcher's worker registry
+(register when the instance runs and its model is loaded, park, unpark, drain, forget) over
+:class:`sim.query_loop.QueryLoop`.
+
+Differences from the live daemon, all in virtual time: a tick takes no time (the live one plans
+for ~0.3-1 s while queries flow); a drain does not hold the tick up (the drained worker finishes
+its query after its instance stops being billed, by at most one service time); an unpark's loads
+run beside the actuator instead of before it (bounded by 15 s live).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from config.errors import UsageError
+from config.profiles import ProfileTable
+from config.schema import Config
+from dispatcher.window import DemandWindow
+from scaler import fleet_step
+from scaler.actuator import ApplyReport, FleetActuator
+from scaler.base_aux import PlanError
+from scaler.cloud import ManagedInstance
+from scaler.fake_cloud import FakeCloud
+from scaler.fleet_decision import SloCheck
+from scaler.parking import ParkState
+from scaler.plan import Plan
+from scaler.replan import DemandView
+from scaler.state import StateStore
+from sim.clock import VirtualClock
+from sim.query_loop import QueryLoop
+from sim.replay_models import ReplayModelLoop
+
+log = logging.getLogger("costscale.replay")
+
+Schedule = Callable[[float, Callable[[], None]], None]
+
+
+@dataclass
+class Decisions:
+    """What the loops decided, counted (the replay's ``decisions``)."""
+
+    launch: int = 0
+    terminate: int = 0
+    park: int = 0
+    unpark: int = 0
+    variant_load: int = 0
+    variant_unload: int = 0
+
+
+class ReplayWorkers:
+    """The dispatcher's worker registry (``dispatcher.workers.WorkerRegistry``) for the replay: an
+    instance may register once its sync allowed it; its worker joins the query loop when the
+    instance runs and its model is loaded (``load_s``); parked ones take no queries."""
+
+    def __init__(self, qloop: QueryLoop, clock: VirtualClock, schedule: Schedule,
+                 running_at: Callable[[ManagedInstance], float], load_s: float, decisions: Decisions,
+                 warm_until: float = float("-inf")) -> None:
+        self.q, self.clock, self.schedule, self.running_at, self.load_s = qloop, clock, schedule, running_at, load_s
+        self.warm_until = warm_until
+        self.decisions = decisions
+        self.allowed: dict[str, str] = {}
+        self.parked_ids: set[str] = set()
+        self._joining: set[str] = set()
+        self._holding: set[str] = set()    # registered parked workers whose model is still loaded
+
+    def registered(self) -> frozenset[str]:
+        return self.q.registered()
+
+    def allow(self, inst: ManagedInstance) -> None:
+        """``allow_instance``; the worker registers at launch + boot + model load."""
+        self.allowed[inst.instance_id] = inst.instance_type
+        iid = inst.instance_id
+        if iid in self._joining or iid in self.q.workers:
+            return
+        self._joining.add(iid)
+        load = 0.0 if inst.launch_time <= self.warm_until else self.load_s
+        at = max(self.running_at(inst) + load, self.clock.now())
+        self.schedule(at, lambda: self._join(iid))
+
+    def _join(self, iid: str) -> None:
+        self._joining.discard(iid)
+        itype = self.allowed.get(iid)
+        if itype is None:          # terminated before its worker came up
+            return
+        parked = iid in self.parked_ids
+        self.q.add_worker(iid, itype, self.clock.now(), draining=parked)
+        if parked:
+            self._holding.add(iid)
+
+    def forget(self, iid: str) -> None:
+        self.allowed.pop(iid, None)
+        self.parked_ids.discard(iid)
+        self._holding.discard(iid)
+        self.q.remove_worker(iid, self.clock.now())
+
+    def drain(self, iid: str) -> bool:
+        """Before a termination: no new queries (the in-flight one finishes, see the module doc)."""
+        self.q.set_draining(iid, True, self.clock.now())
+        return True
+
+    def mark_parked(self, iid: str) -> None:
+        self.parked_ids.add(iid)
+        if iid in self.q.workers and not self.q.workers[iid].draining:
+            self._holding.add(iid)
+        self.q.set_draining(iid, True, self.clock.now())
+
+    def park(self, iid: str) -> None:
+        """Unload the parked worker's model (once per park; idempotent like ``Dispatcher.park``)."""
+        if iid in self._holding and iid in self.q.workers:
+            self._holding.discard(iid)
+            self.decisions.variant_unload += 1
+
+    def unpark(self, iid: str) -> None:
+        """Load the model back (``load_s``), then take queries again; an unregistered one just
+        stops being parked."""
+        self.parked_ids.discard(iid)
+        w = self.q.workers.get(iid)
+        if w is None or not w.draining:
+            return
+        if iid in self._holding:        # never unloaded: routable at once
+            self._holding.discard(iid)
+            self.q.set_draining(iid, False, self.clock.now())
+            return
+        self.decisions.variant_load += 1
+
+        def back() -> None:
+            if iid not in self.parked_ids and iid in self.q.workers:
+                self.q.set_draining(iid, False, self.clock.now())
+        self.schedule(self.clock.now() + self.load_s, back)
+
+
+@dataclass
+class FleetMemory:
+    """What ``Daemon.status`` and its fields carry between ticks."""
+
+    target: dict[str, int] = field(default_factory=dict)
+    plan: Plan | None = None
+    planned: DemandView | None = None
+    generation: int = 0
+    park: ParkState = ParkState()
+    capacity_hint: float = 1.0
+    hint_planned: float = 1.0
+    last_error: str | None = None
+    ticks: int = 0
+    history: list[tuple[float, DemandView]] = field(default_factory=list)
+    planned_at: float | None = None
+    unavailable_planned: frozenset[str] = frozenset()
+    plans: int = 0
+
+
+class ReplayFleet:
+    """The fleet loop of :class:`daemon.app.Daemon` over a fake cloud, on ``clock``."""
+
+    def __init__(self, cfg: Config, profiles: ProfileTable, clock: VirtualClock, state_dir: Path, *,
+                 boot_by_type: dict[str, float], slo_check: SloCheck,
+                 on_target: Callable[[float, dict[str, int], Plan | None, DemandView], None] | None = None,
+                 decide_fn: Callable[[float, DemandView], tuple[dict[str, int], Plan | None]] | None = None) -> None:
+        self.cfg, self.profiles, self.clock, self.slo_check = cfg, profiles, clock, slo_check
+        self.cloud = FakeCloud(cfg.cluster, clock=clock.now, boot_by_type=boot_by_type)
+        self.store = StateStore.open(state_dir / "state.db")
+        self.workers: ReplayWorkers | None = None
+        self.model_loop: ReplayModelLoop | None = None
+        self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour, clock=clock.now,
+                                      drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s)
+        self.window = DemandWindow()
+        self.declared = fleet_step.declared_demand(cfg)
+        self.mem = FleetMemory()
+        self.decisions = Decisions()
+        self.on_target = on_target
+        self.decide_fn = decide_fn     # a baseline's own rule instead of the planner (sim.replay_baselines)
+        self.errors: list[tuple[float, str]] = []
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _drain(self, iid: str) -> bool:
+        return self.workers.drain(iid) if self.workers is not None else True
+
+    # ---- Daemon.current_demand / decide -------------------------------------------------------
+    def current_demand(self) -> DemandView:
+        snap = self.window.snapshot(self.clock.now())
+        return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, self.declared,
+                                          self.mem.capacity_hint)
+
+    def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
+        return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=self.slo_check,
+                                       unavailable=self.actuator.unavailable_types(), current=self.mem.target)
+
+    # ---- Daemon.fleet_tick ---------------------------------------------------------------------
+    def fleet_tick(self, reason: str = "interval") -> None:
+        m = self.mem
+        m.ticks += 1
+        try:
+            now = self.clock.now()
+            demand, m.history = fleet_step.stabilized_demand(m.history, now, self.current_demand(),
+                                                             self.cfg.intervals.scale_in_s)
+            unavailable = frozenset(self.actuator.unavailable_types())
+            fresh = reason != "interval" or fleet_step.plan_due(self.cfg, m.planned, m.planned_at, demand, now,
+                                                                unavailable != m.unavailable_planned)
+            if self.decide_fn is not None:
+                target, plan = self.decide_fn(now, demand)
+            elif fresh:
+                target, plan = self.decide(demand)
+                m.plans += 1
+            else:   # nothing the plan rests on moved: converge to it
+                target, plan, demand = m.target, m.plan, m.planned or demand
+            m.generation = fleet_step.next_generation(target, m.target, m.generation)
+            self._apply(target, fleet_step.plan_id_for(target, m.generation))
+            if fleet_step.replan_without_unavailable(plan, target, self.actuator.unavailable_types()):
+                target, plan = self.decide(demand)
+                m.generation += 1
+                self._apply(target, fleet_step.plan_id_for(target, m.generation))
+            changed = target != m.target
+            m.plan, m.target, m.planned = plan, target, demand
+            if fresh:
+                m.planned_at, m.unavailable_planned = now, frozenset(self.actuator.unavailable_types())
+            m.hint_planned = m.capacity_hint
+            m.last_error = None
+            if plan is not None and self.workers is not None:
+                self.workers.q.set_base_type(plan.base_type)
+            if changed and self.on_target is not None:
+                self.on_target(self.clock.now(), dict(target), plan, demand)
+        except (UsageError, PlanError) as exc:   # no pool fits: the next interval retries
+            m.planned_at = None
+            m.last_error = str(exc)
+            self.errors.append((self.clock.now(), m.last_error))
+        except Exception as exc:  # noqa: BLE001 - the daemon keeps serving; the next tick retries
+            m.planned_at = None
+            m.last_error = f"{type(exc).__name__}: {exc}"
+            self.errors.append((self.clock.now(), m.last_error))
+        self._sync_workers()
+
+    def _apply(self, target: dict[str, int], plan_id: str) -> ApplyReport:
+        """``Daemon._apply``: park/unpark, then the actuator moves the pool to target + held."""
+        w = self.workers
+        instances = self.cloud.list_managed()
+        ready = w.registered() if w is not None else frozenset()
+        dec, self.mem.park = fleet_step.park_round(instances, target, ready, self.actuator.price, self.actuator.budget,
+                                                   self.clock.now(), self.mem.park, self.cfg.model_scaling.vm_park_s)
+        d = self.decisions
+        if w is not None:
+            for iid in dec.unpark:
+                d.unpark += 1
+                w.unpark(iid)
+            for iid in dec.park:
+                d.park += 1
+                w.mark_parked(iid)
+        report = self.actuator.apply(dec.target, plan_id, dec.retire, instances)
+        if w is not None:
+            gone = set(report.terminated)
+            for iid in self.mem.park.parked:
+                if iid not in gone:
+                    w.park(iid)
+        d.launch += sum(len(ids) for ids in report.launched.values())
+        d.terminate += len(report.terminated)
+        return report
+
+    # ---- Daemon.model_tick (the fleet part), reconcile_tick, _sync_workers --------------------
+    def model_tick(self) -> None:
+        """``Daemon.model_tick``: the model loop's round (:class:`sim.replay_models.ReplayModelLoop`),
+        its capacity hint (a replan when it moved far enough), then the early-replan check."""
+        ml, w = self.model_loop, self.workers
+        if self.decide_fn is not None:      # a baseline: no model loop, no early replans
+            return
+        if ml is not None and w is not None:
+            now = self.clock.now()
+            snap = self.window.snapshot(now)
+            decision = ml.tick(w.q, now, snap.arrival_qps, snap.mean_batch)
+            self.mem.capacity_hint = ml.next_hint(self.mem.capacity_hint, decision, self.mem.target, w.q.serving(), now)
+            if fleet_step.hint_replan(self.cfg, self.mem.capacity_hint, self.mem.hint_planned):
+                self.fleet_tick("model loop capacity hint")
+        if self.cfg.pinned_pool or self.mem.planned is None:
+            return
+        now_demand, _ = fleet_step.stabilized_demand(self.mem.history, self.clock.now(), self.current_demand(),
+                                                     self.cfg.intervals.scale_in_s)
+        if fleet_step.replan_early(self.cfg, self.mem.planned, now_demand):
+            self.fleet_tick("demand changed")
+
+    def reconcile_tick(self) -> None:
+        try:
+            rep = self.actuator.reconcile()
+            self.decisions.terminate += len(rep.terminated_stuck) + len(rep.terminated_unwanted)
+            self.decisions.launch += len(rep.reissued)
+        except Exception as exc:  # noqa: BLE001 - logged live; the next reconcile retries
+            self.errors.append((self.clock.now(), f"reconcile: {type(exc).__name__}: {exc}"))
+        self._sync_workers()
+
+    def _sync_workers(self) -> None:
+        try:
+            instances = self.cloud.list_managed()
+        except Exception:  # noqa: BLE001 - "list instances failed" live: the next sync retries
+            return
+        w = self.workers
+        if w is None:
+            return
+        live = {i.instance_id: i for i in instances if i.live}
+        for inst in live.values():
+            w.allow(inst)
+        for iid in list(w.allowed):
+            if iid not in live:
+                w.forget(iid)
+        w.parked_ids &= set(live)
+
+
+__all__ = ["Decisions", "FleetMemory", "ReplayFleet", "ReplayWorkers"]

@@ -1,0 +1,100 @@
+"""The replay's report (``costscale replay --json``): dollars, SLO attainment, latency, decisions,
+accuracy and the per-minute timeline the plot draws (issue #12 lists the fields).
+
+Attainment counts every query of the trace: ``within_slo / queries``, so drops, rejections, expiries
+and queries still waiting at the end are misses. ``p99_ms`` is the nearest-rank p99 over all
+queries with those as infinitely late (``inf`` when more than 1 % missed; JSON ``null``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from sim.metrics import nearest_rank
+from sim.query_loop import SERVED
+
+#: seconds per point of the timeline
+TIMELINE_STEP_S = 60.0
+
+
+def _finite(x: float) -> float | None:
+    return None if not math.isfinite(x) else round(float(x), 6)
+
+
+def served_accuracy(run: Any) -> dict[str, Any]:
+    """Only each model's base variant is replayed (:mod:`sim.replay_models`): every served query
+    gets the most accurate variant, so the 1-minute mean never drops below it."""
+    return {"mean": 1.0, "max_drop": 0.0, "relative_to": "the most accurate variant", "variants_replayed": False}
+
+
+def timeline(run: Any, step_s: float = TIMELINE_STEP_S) -> dict[str, list[float | None]]:
+    """Per ``step_s`` from 0: arrival rate, goodput, $/hr at the step's start, p99 of the queries
+    that arrived in it (null when none or more than 1 % missed), and the allowable capacity of
+    the target in force (its upper bound; null for a pinned pool)."""
+    q = run.qloop
+    n_steps = max(int(math.ceil(run.duration_s / step_s)), 1)
+    idx = np.minimum((q.arr // step_s).astype(np.int64), n_steps - 1) if q.n else np.zeros(0, dtype=np.int64)
+    within = (q.outcome == SERVED) & (q.latency <= q.qos_ms)
+    arrivals = np.bincount(idx, minlength=n_steps)
+    good = np.bincount(idx, weights=within.astype(float), minlength=n_steps)
+    p99: list[float | None] = []
+    order = np.argsort(idx, kind="stable")
+    bounds = np.searchsorted(idx[order], np.arange(n_steps + 1))
+    lat = np.where(q.outcome == SERVED, q.latency, np.inf)
+    for k in range(n_steps):
+        sl = lat[order[bounds[k]:bounds[k + 1]]]
+        p99.append(_finite(nearest_rank(sl, 99)) if sl.size else None)
+    t = np.arange(n_steps) * step_s
+    cap: list[float | None] = []
+    ti = 0
+    current: float | None = None
+    for x in t:
+        while ti < len(run.targets) and run.targets[ti].at_s <= x:
+            ub = run.targets[ti].upper_bound_qps
+            current = None if not math.isfinite(ub) else round(ub, 3)
+            ti += 1
+        cap.append(current)
+    return {"t_s": [float(x) for x in t],
+            "demand_qps": [round(float(a) / step_s, 4) for a in arrivals],
+            "goodput_qps": [round(float(g) / step_s, 4) for g in good],
+            "cost_per_hour": [round(run.ledger.cost_per_hour_at(float(x)), 6) for x in t],
+            "p99_ms": p99, "capacity_qps": cap}
+
+
+def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
+    """The replay's figures as one JSON-able object."""
+    q = run.qloop
+    served = q.outcome == SERVED
+    within = served & (q.latency <= q.qos_ms)
+    lat = np.where(served, q.latency, np.inf)
+    led = run.ledger
+    out: dict[str, Any] = {
+        "model": run.model.name,
+        "qos_ms": run.model.qos_ms,
+        "hours": round(run.duration_s / 3600.0, 6),
+        "cost_usd": round(led.cost_usd, 6),
+        "queries": int(q.n),
+        "served": int(served.sum()),
+        "within_slo": int(within.sum()),
+        "slo_attainment": round(float(within.sum()) / q.n, 6) if q.n else 1.0,
+        "p99_ms": _finite(nearest_rank(lat, 99)) if q.n else None,
+        "peak_cost_per_hour": round(led.peak_cost_per_hour, 6),
+        "budget_per_hour": run.cfg.budget_per_hour,
+        "budget_violations": len(led.violations),
+        "instance_hours": {t: round(h, 6) for t, h in led.instance_hours.items()},
+        "decisions": asdict(run.decisions),
+        "accuracy": served_accuracy(run),
+        "plans": run.plans,
+        "target_changes": len(run.targets),
+        "errors": len(run.errors),
+        "wall_s": round(run.wall_s, 3),
+    }
+    if with_timeline:
+        out["timeline"] = timeline(run)
+    return out
+
+
+__all__ = ["report", "timeline", "served_accuracy", "TIMELINE_STEP_S"]

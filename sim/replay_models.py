@@ -1,0 +1,92 @@
+"""The daemon's model loop on a virtual clock: ``daemon.model_loop.ModelLoop.tick`` and
+``Daemon._on_vm``, step for step, through the same pure decisions.
+
+Every ``intervals.model_s`` :class:`ReplayModelLoop` snapshots the query loop (the workers taking
+queries, their busy time and what they served since the last tick, each model's arrivals from the
+demand window) into :class:`variants.model_decision.ModelInputs`, runs
+:func:`variants.model_decision.decide` (variant state machine, model autoscaler, VM-autoscaler rules)
+and turns its VM requests into the fleet planner's capacity hint with
+:func:`variants.capacity_hint.next_capacity_hint` (rising only once the fleet holds its target,
+:func:`scaler.fleet_step.fleet_settled`); a hint that moved :data:`scaler.fleet_step.HINT_REPLAN_DELTA`
+replans at once (:func:`scaler.fleet_step.hint_replan`).
+
+Not replayed: variants other than each model's base (the daemon without a variant registry, or
+before its variants are generated): every worker holds the base variant and serves at the profile.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from config.profiles import ProfileTable
+from config.schema import Config
+from dispatcher.latency_model import LatencyModel
+from scaler import fleet_step
+from sim.query_loop import QueryLoop
+from variants.capacity_hint import next_capacity_hint
+from variants.executor import ANY_HARDWARE
+from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopState, VariantCandidate, WorkerSnapshot,
+                                     decide, model_params_for)
+
+
+class ReplayModelLoop:
+    """The model loop over a :class:`sim.query_loop.QueryLoop` (one model, its base variant)."""
+
+    def __init__(self, cfg: Config, profiles: ProfileTable, predictor: LatencyModel, model_name: str) -> None:
+        self.cfg, self.profiles, self.predictor = cfg, profiles, predictor
+        self.params = model_params_for(cfg)
+        self.model = cfg.model(model_name)
+        self.state = ModelLoopState()
+        self.last_at: float | None = None
+        self.hardware = {t: it.hardware for t, it in cfg.full_catalog().items()}
+        self.prices = {t: it.price_per_hour for t, it in cfg.full_catalog().items()}
+        self.rounds = 0
+        self.hint_log: list[tuple[float, float, str]] = []    # (time, hint, why) when the hint moved
+
+    def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
+        """``ModelLoop._profile``: the latency model's mean; the profile's p99 (0 when unprofiled)."""
+        pkey = self.model.profile_name if model == self.model.name else model
+        if stat == "mean":
+            return float(self.predictor.predict_ms(pkey, itype, batch))
+        if self.profiles.has(pkey, itype):
+            return float(self.profiles.latency_ms(pkey, itype, np.asarray([max(batch, 1.0)]), stat)[0])
+        return 0.0
+
+    def snapshot(self, q: QueryLoop, now: float, arrival_qps: float, mean_batch: float) -> ModelInputs:
+        """``ModelLoop.snapshot`` over the query loop."""
+        interval = max(now - self.last_at if self.last_at is not None else self.cfg.intervals.model_s, 1e-3)
+        name = self.model.name
+        workers = []
+        for wid, (busy, served) in q.take_samples(now).items():
+            itype = q.workers[wid].itype
+            workers.append(WorkerSnapshot(wid, itype, self.hardware.get(itype, "cpu"), min(busy / interval, 1.0),
+                                          (name,), tuple((name, int(b), float(ms)) for b, ms in served)))
+        return ModelInputs(now=now, interval_s=interval, workers=tuple(workers),
+                           variants=(VariantCandidate(name, name, ANY_HARDWARE),),
+                           load_qps={name: arrival_qps}, mean_batch={name: mean_batch or 1.0},
+                           slo_ms={name: self.model.qos_ms}, price_per_hour=self.prices, profile=self._profile)
+
+    def tick(self, q: QueryLoop, now: float, arrival_qps: float, mean_batch: float) -> ModelDecision:
+        inputs = self.snapshot(q, now, arrival_qps, mean_batch)
+        self.last_at = now
+        decision, self.state = decide(inputs, self.state, self.params)
+        self.rounds += 1
+        return decision
+
+    def next_hint(self, hint: float, decision: ModelDecision, target: dict[str, int], serving: dict[str, int],
+                  now: float) -> float:
+        """``Daemon._on_vm``: the new capacity hint (logged when it moved)."""
+        new = next_capacity_hint(hint, decision.vm, decision.unmet_qps,
+                                 settled=fleet_step.fleet_settled(target, serving))
+        if new != hint:
+            why = "; ".join(f"{d.action} {d.hardware} ({d.reason})" for d in decision.vm if d.action != "hold")
+            if not why and any(x > 1e-6 for x in decision.unmet_qps.values()):
+                why = "unmet " + ", ".join(f"{m} {x:.1f} q/s" for m, x in decision.unmet_qps.items())
+            self.hint_log.append((now, new, why or "relax"))
+        return new
+
+
+ReplanFn = Callable[[str], None]
+
+__all__ = ["ReplayModelLoop"]

@@ -1,0 +1,54 @@
+"""The replay's timeline as a picture (``costscale replay --plot FILE.png``): demand and the
+allowable capacity of the pool, $/hr against the budget, p99 against the QoS target, launches and
+retirements marked. matplotlib (the ``bench`` extra) is imported only here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from config.errors import UsageError
+
+
+def plot_replay(run: Any, out: dict[str, Any], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("replay --plot needs matplotlib (pip install 'costscale[bench]')") from None
+    tl = out["timeline"]
+    hours = [t / 3600.0 for t in tl["t_s"]]
+    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
+    ax1.plot(hours, tl["demand_qps"], color="tab:blue", lw=1, label="demand (q/s)")
+    ax1.plot(hours, tl["goodput_qps"], color="tab:green", lw=1, alpha=0.7, label="served within SLO (q/s)")
+    cap = [c if c is not None else float("nan") for c in tl["capacity_qps"]]
+    ax1.step(hours, cap, where="post", color="tab:gray", lw=1, ls="--", label="pool's allowable capacity (q/s)")
+    for t, _, n in run.launches:
+        ax1.axvline(t / 3600.0, color="tab:red", alpha=0.25, lw=0.8)
+    for t, n in run.terminations:
+        ax1.axvline(t / 3600.0, color="tab:purple", alpha=0.25, lw=0.8)
+    ax1.set_ylabel("q/s")
+    ax1.legend(loc="upper left", fontsize=8)
+    ax1.set_title(f"costscale replay: {out['model']}, {out['source']} - ${out['cost_usd']:.2f}, "
+                  f"{100 * out['slo_attainment']:.2f} % within SLO (red: launches, purple: retirements)", fontsize=10)
+    ax2.step(hours, tl["cost_per_hour"], where="post", color="tab:orange", label="pool $/hr")
+    ax2.axhline(out["budget_per_hour"], color="black", ls=":", label="budget")
+    for name, b in (out.get("baselines") or {}).items():
+        if name == "static_budget" or out["hours"] <= 0:
+            continue
+        ax2.axhline(b["cost_usd"] / out["hours"], lw=0.8, ls="--", alpha=0.6, label=f"{name} mean $/hr")
+    ax2.set_ylabel("$/hr")
+    ax2.legend(loc="upper left", fontsize=8)
+    p99 = [p if p is not None else float("nan") for p in tl["p99_ms"]]
+    ax3.plot(hours, p99, color="tab:blue", lw=1, label="p99 of each minute's queries (ms; gaps: > 1 % missed)")
+    ax3.axhline(out["qos_ms"], color="black", ls=":", label="QoS")
+    ax3.set_ylabel("ms")
+    ax3.set_xlabel("hours")
+    ax3.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+__all__ = ["plot_replay"]

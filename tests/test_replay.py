@@ -1,0 +1,260 @@
+"""The replay (issue #12): exact dollars, the budget invariant over random traces, the same
+decision functions as the daemon, baselines, and the command's bad input."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from config.profiles import load_profiles_csv
+from config.schema import Config
+from daemon.cli import main
+from scaler import fleet_step
+from scaler.replan import DemandView
+from sim.patterns import parse_pattern, pattern_workload, peak_minute_rate
+from sim.query_loop import EXPIRED
+from sim.replay import ReplaySpec, make_query_loop, replay
+from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, minute_peaks, run_baseline
+from sim.replay_metrics import report
+from sim.slo_check import slo_check
+from sim.workload import Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "replay-rm2.yaml"
+
+
+def _cfg(tmp_path: Path, **over: object) -> Config:
+    raw: dict[str, object] = {
+        "cluster": "replay-test", "budget_per_hour": 2.5, "objective": "min_cost", "headroom": 0.1,
+        "models": [{"name": "rm2", "onnx": "builtin:mlp", "qos_ms": 350, "max_batch": 1000}],
+        "instance_types": [{"type": t} for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")],
+        "launch": {"ami_id": "ami-0123456789abcdef0"},
+        "dispatcher": {"listen": "127.0.0.1:0", "policy": "kairos", "on_deadline": "drop"},
+        "workload": {"batch_dist": "deeprecsys", "expected_qps": 5},
+        "intervals": {"fleet_s": 30, "model_s": 1, "reconcile_s": 60},
+        "state_path": str(tmp_path / "state.db"),
+    }
+    raw.update(over)
+    return Config.model_validate(raw)
+
+
+@pytest.fixture(scope="module")
+def profiles():  # type: ignore[no-untyped-def]
+    return load_profiles_csv(None)
+
+
+def _steps(rates: list[tuple[float, float]], seed: int = 0) -> Workload:
+    """Poisson arrivals at ``rate`` for ``seconds``, one phase after another; batches of 10."""
+    rng = np.random.default_rng(seed)
+    out, t0 = [], 0.0
+    for rate, secs in rates:
+        n = rng.poisson(rate * secs)
+        out.append(np.sort(rng.uniform(t0, t0 + secs, n)))
+        t0 += secs
+    arr = np.concatenate(out)
+    return Workload(arr, np.full(arr.size, 10, dtype=np.int64))
+
+
+# ---- dollars -------------------------------------------------------------------------------------
+
+def test_pinned_pool_costs_price_times_hours(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
+    """Two load steps on a pinned g4dn.xlarge + 2 r5n.large for 2 h: 2 x (0.526 + 2 x 0.149) = $1.648."""
+    cfg = _cfg(tmp_path, pinned_pool={"g4dn.xlarge": 1, "r5n.large": 2})
+    wl = _steps([(2.0, 3600.0), (6.0, 3600.0)])
+    run = replay(cfg, profiles, wl, 7200.0, ReplaySpec())
+    rep = report(run)
+    assert rep["cost_usd"] == pytest.approx(1.648, abs=1e-9)
+    assert rep["instance_hours"] == {"g4dn.xlarge": pytest.approx(2.0), "r5n.large": pytest.approx(4.0)}
+    assert rep["peak_cost_per_hour"] == pytest.approx(0.824)
+    assert rep["queries"] == len(wl) and rep["served"] == rep["within_slo"] == len(wl)
+    assert rep["slo_attainment"] == 1.0 and rep["budget_violations"] == 0
+
+
+def test_pool_switch_is_billed_from_the_tick(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
+    """g4dn.xlarge alone for 30 min, then + 2 r5n.large from the fleet tick at 1800 s: a launched
+    instance is billed while pending: 0.526 x 1 h + 2 x 0.149 x 0.5 h = $0.675."""
+    cfg = _cfg(tmp_path)
+
+    def decide(now: float, demand: DemandView):  # type: ignore[no-untyped-def]
+        return ({"g4dn.xlarge": 1} if now < 1800 else {"g4dn.xlarge": 1, "r5n.large": 2}), None
+    run = replay(cfg, profiles, _steps([(1.0, 1800.0), (3.0, 1800.0)]), 3600.0, ReplaySpec(), decide_fn=decide)
+    assert report(run)["cost_usd"] == pytest.approx(0.675, abs=1e-9)
+    assert [(t, it, n) for t, it, n in run.launches] == [(0.0, "g4dn.xlarge", 1), (1800.0, "r5n.large", 2)]
+
+
+def test_cold_start_boots_before_serving(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
+    """--cold: nothing serves before the GPU's 90 s boot (+1 s load); queries older than the 30 s
+    deadline by then expired. Billing starts at launch (pending counts)."""
+    cfg = _cfg(tmp_path, pinned_pool={"g4dn.xlarge": 1})
+    wl = Workload(np.array([10.0, 50.0, 95.0]), np.array([10, 10, 10]))
+    run = replay(cfg, profiles, wl, 3600.0, ReplaySpec(warm_start=False))
+    assert list(run.qloop.outcome) == [EXPIRED, EXPIRED, 1]
+    assert report(run)["cost_usd"] == pytest.approx(0.526, abs=1e-9)
+
+
+def test_expiry_terminates_at_float_boundaries(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
+    """arrival + 30 s rounds below the deadline for such times: the loop once spun forever there."""
+    cfg = _cfg(tmp_path)
+    wl = Workload(np.array([0.1, 0.7, 3.3]), np.array([1, 1, 1]))
+    q = make_query_loop(cfg, profiles, wl, ReplaySpec())
+    q.run_until(100.0)
+    assert list(q.outcome) == [EXPIRED] * 3
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rates=st.lists(st.floats(1.0, 60.0), min_size=2, max_size=4), budget=st.sampled_from([0.8, 1.5, 2.5]),
+       seed=st.integers(0, 5))
+def test_budget_holds_at_every_instant(tmp_path: Path, profiles, rates: list[float], budget: float,
+                                       seed: int) -> None:  # type: ignore[no-untyped-def]
+    """DESIGN invariant 1 under the replayed loops: the pool's $/hr never passes the budget, whatever
+    the demand asks (the ledger checks every change)."""
+    cfg = _cfg(tmp_path, budget_per_hour=budget, intervals={"fleet_s": 10, "model_s": 1, "reconcile_s": 30})
+    wl = _steps([(r, 120.0) for r in rates], seed)
+    run = replay(cfg, profiles, wl, 120.0 * len(rates), ReplaySpec(boot_s={"gpu": 20.0, "cpu": 10.0}))
+    assert run.ledger.violations == []
+    assert run.ledger.peak_cost_per_hour <= budget + 1e-9
+
+
+# ---- the daemon's decisions ----------------------------------------------------------------------
+
+def test_replay_and_daemon_call_the_same_decisions(tmp_path: Path, profiles, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The fleet step's decisions are module functions that both the daemon and the replay look up
+    at call time: replace them once and both see it (a second implementation would not)."""
+    from daemon.app import Daemon
+
+    seen: dict[str, set[str]] = {"replay": set(), "daemon": set()}
+    who = {"now": "replay"}
+    for name in ("planning_demand", "stabilized_demand", "fleet_target", "plan_due", "park_round",
+                 "next_generation"):
+        real = getattr(fleet_step, name)
+
+        def spy(*a, _real=real, _name=name, **k):  # type: ignore[no-untyped-def]
+            seen[who["now"]].add(_name)
+            return _real(*a, **k)
+        monkeypatch.setattr(fleet_step, name, spy)
+    cfg = _cfg(tmp_path)
+    replay(cfg, profiles, _steps([(5.0, 120.0)]), 120.0, ReplaySpec())
+    who["now"] = "daemon"
+    d = Daemon(_cfg(tmp_path, state_path=str(tmp_path / "d.db")))
+    target, plan = d.decide(d.current_demand())
+    assert plan is not None and target == {t: n for t, n in plan.chosen.items() if n}
+    assert {"planning_demand", "stabilized_demand", "fleet_target", "plan_due", "park_round",
+            "next_generation"} <= seen["replay"]
+    assert {"fleet_target"} <= seen["daemon"]
+
+
+def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
+    """The first fleet tick plans the declared demand with the planner `costscale plan` prints."""
+    from scaler.fleet_decision import plan_fleet
+
+    cfg = _cfg(tmp_path)
+    run = replay(cfg, profiles, _steps([(5.0, 60.0)]), 60.0, ReplaySpec())
+    d = fleet_step.declared_demand(cfg)
+    plan = plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check)
+    assert run.targets[0].at_s == 0.0
+    assert run.targets[0].target == {t: n for t, n in plan.chosen.items() if n}
+
+
+# ---- fleet-step rules ----------------------------------------------------------------------------
+
+def test_stabilized_demand_keeps_the_window_peak() -> None:
+    mix = fleet_step.declared_demand(_cfg(Path("/tmp"))).mix
+    h: list[tuple[float, DemandView]] = []
+    d, h = fleet_step.stabilized_demand(h, 0.0, DemandView(30.0, mix, True), 300.0)
+    assert d.qps == 30.0
+    d, h = fleet_step.stabilized_demand(h, 100.0, DemandView(10.0, mix, True), 300.0)
+    assert d.qps == 30.0                      # a dip within the window plans for its peak
+    d, h = fleet_step.stabilized_demand(h, 301.0, DemandView(12.0, mix, True), 300.0)
+    assert d.qps == 12.0 and [t for t, _ in h] == [100.0, 301.0]
+    d, h = fleet_step.stabilized_demand(h, 302.0, DemandView(40.0, mix, True), 300.0)
+    assert d.qps == 40.0                      # a rise counts at once
+
+
+def test_plan_due_only_when_the_plan_went_stale(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)                      # headroom 0.1: a rise past 5 % (and 1 q/s) replans
+    mix = fleet_step.declared_demand(cfg).mix
+    planned = DemandView(20.0, mix, True)
+    due = lambda q, at=0.0, now=60.0, gone=False: fleet_step.plan_due(  # noqa: E731
+        cfg, planned, at, DemandView(q, mix, True), now, gone)
+    assert not due(20.9) and due(21.1) and not due(16.0) and due(14.9)
+    assert due(20.0, now=fleet_step.PLAN_MAX_AGE_S) and due(20.0, gone=True)
+    assert fleet_step.plan_due(cfg, None, None, planned, 0.0, False)
+
+
+# ---- baselines and patterns ---------------------------------------------------------------------
+
+def test_baselines_run_and_static_budget_is_the_dearest(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
+    cfg = _cfg(tmp_path)
+    spec = parse_pattern("macroburst:low=5,high=20,low_s=300,high_s=300")
+    wl = pattern_workload(spec, 1200.0, cfg.workload.batch_dist, seed=1)
+    planner = PoolPlanner(cfg, profiles, slo_check)
+    reps = {b: report(run_baseline(b, cfg, profiles, wl, 1200.0, ReplaySpec(), planner=planner))
+            for b in BASELINE_NAMES}
+    assert reps["static_budget"]["cost_usd"] >= max(r["cost_usd"] for r in reps.values()) - 1e-9
+    assert all(r["budget_violations"] == 0 for r in reps.values())
+    peak = float(minute_peaks(wl.arrivals, 1200.0).max())
+    assert peak == pytest.approx(peak_minute_rate(wl.arrivals, 1200.0))
+    # the static pool covers the peak: it is the min_cost pool at the peak minute's rate
+    held = planner.pool("min_cost", peak)
+    assert reps["static_peak"]["instance_hours"] == {t: pytest.approx(n * 1200 / 3600) for t, n in held.items()}
+
+
+def test_patterns_are_deterministic_and_shaped() -> None:
+    a = pattern_workload(parse_pattern("diurnal:peak=10,trough=1,period_h=1"), 3600.0, seed=3)
+    b = pattern_workload(parse_pattern("diurnal:peak=10,trough=1,period_h=1"), 3600.0, seed=3)
+    assert np.array_equal(a.arrivals, b.arrivals) and np.array_equal(a.batches, b.batches)
+    per_min = minute_peaks(a.arrivals, 3600.0)
+    # peaks at 11/24 and 20/24 of the period, the trough at night
+    assert per_min[int(60 * 11 / 24)] > 5 * per_min[int(60 * 3 / 24)]
+    m = pattern_workload(parse_pattern("macroburst:low=2,high=20,low_s=600,high_s=600"), 2400.0, seed=0)
+    mp = minute_peaks(m.arrivals, 2400.0)
+    assert mp[:10].mean() < 4 and mp[10:20].mean() > 16
+
+
+# ---- the command --------------------------------------------------------------------------------
+
+def test_replay_json_has_the_fields(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rc = main(["replay", str(EXAMPLE), "--pattern", "step:low=3,high=9", "--hours", "0.1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    for key in ("cost_usd", "hours", "queries", "served", "within_slo", "slo_attainment", "p99_ms",
+                "peak_cost_per_hour", "budget_per_hour", "instance_hours", "decisions", "accuracy", "wall_s"):
+        assert key in out
+    assert set(out["decisions"]) == {"launch", "terminate", "park", "unpark", "variant_load", "variant_unload"}
+    assert out["hours"] == pytest.approx(0.1) and out["queries"] > 0
+
+
+def test_replay_trace_by_application_and_plot(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "t.csv"
+    rows = "".join(f"{100 + i * 0.5},{'rm2' if i % 2 else 'recommend'},{1 + i % 50}\n" for i in range(400))
+    trace.write_text("timestamp,model,batch_size\n" + rows)
+    png = tmp_path / "t.png"
+    rc = main(["replay", str(EXAMPLE), "--trace", str(trace), "--json", "--plot", str(png)])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["queries"] == 400 and png.stat().st_size > 10_000
+    assert out["hours"] == pytest.approx((199.5 + 1.0) / 3600.0, abs=1e-6)   # the span, to one second past the last
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--pattern", "sine"], "unknown pattern 'sine'"),
+    (["--pattern", "step:low=x"], "step: low must be a number"),
+    (["--pattern", "step", "--hours", "-1"], "--hours must be > 0"),
+    (["--trace", "BAD"], "line 3: bad timestamp or batch_size"),
+    (["--trace", "OTHER"], "model 'nosuch' is not in the config"),
+    (["--trace", "MISSING"], "cannot read trace"),
+])
+def test_replay_bad_input_is_one_line_exit_2(capsys, tmp_path: Path, args: list[str], msg: str) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,model,batch_size\n1,rm2,4\nx,rm2,4\n")
+    other = tmp_path / "other.csv"
+    other.write_text("timestamp,model,batch_size\n1,nosuch,4\n")
+    subst = {"BAD": str(bad), "OTHER": str(other), "MISSING": str(tmp_path / "none.csv")}
+    rc = main(["replay", str(EXAMPLE)] + [subst.get(a, a) for a in args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and msg in err[0], err
+    assert math.isfinite(rc)
