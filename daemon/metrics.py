@@ -20,7 +20,7 @@ costscale_slo_violations_total{model}      counter  served late, or refused for 
 costscale_slo_attainment_ratio{model}      gauge    over the last 5 minutes
 costscale_demand_queries_per_second{model} gauge    over the last minute
 costscale_queue_depth                      gauge    queries waiting
-costscale_fleet_decisions_total{kind}      counter  plan, launch, retire, park, unpark
+costscale_fleet_decisions_total{kind}      counter  plan, launch, terminate, park, unpark
 costscale_model_decisions_total{kind}      counter  load, unload, vm_add, vm_remove
 costscale_variant_instances{variant,instance_type}  gauge  workers holding each variant
 costscale_served_accuracy{model}           gauge    mean accuracy of the variants that served, 5 min

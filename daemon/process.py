@@ -16,6 +16,7 @@ from config.schema import Config
 from config.checks import is_loopback, load_checked_config
 from config.errors import UsageError
 from daemon.app import Daemon
+from daemon.audit import configure_logging
 from daemon.local_runner import LocalRunner
 
 log = logging.getLogger("costscale")
@@ -62,11 +63,12 @@ async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
     return 0
 
 
-def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: bool = False) -> int:
+def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: bool = False,
+               log_format: str = "text") -> int:
     """``costscale run``; ``local_workers``: a local worker process per running instance (only with
-    an EC2 emulator on this host, the embedded default)."""
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    an EC2 emulator on this host, the embedded default); ``log_format``: ``text`` or ``json`` (one
+    object per line, the audit events of :mod:`daemon.audit` with their fields)."""
+    configure_logging(log_level, log_format)
     # libraries' routine chatter (APScheduler logs every job run at INFO) stays out of the daemon's log
     for name in ("apscheduler", "botocore", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)

@@ -3,10 +3,13 @@ the dollars spent, the fleet and model loops' decisions with their reasons, and 
 (:class:`dispatcher.status.FleetFacts`).
 
 :class:`StatusFeed` watches the loops from outside, once a second (an APScheduler job on the
-event loop) and whenever Status is asked: a new fleet target (the planner's rule and the demand it
-planned for), each launch, retire, park and unpark (``Daemon.fleet_events``), each variant load
-and unload the model loop applied, each VM-autoscaler add or remove with its reason (INFaaS
-§4.2.3), and errors (a failed fleet tick, a failed placement). The loops do not know it exists.
+event loop) and whenever Status is asked: a new fleet target as ``Daemon.decide`` returns it (the
+planner's rule and the demand it planned for), each launch and termination as its write-ahead
+intent records it (instance ids, type, intent id, the pool's $/hr after), each
+park and unpark (``Daemon.fleet_events``), each variant load and unload the model loop applied,
+each VM-autoscaler add or remove with its reason (INFaaS §4.2.3), and errors (a failed fleet tick,
+a failed intent, a failed placement). The loops do not know it exists. Each decision is also an
+audit event (:mod:`daemon.audit`).
 
 :class:`SpendMeter` integrates the live pool's $/hr over time (each second's sample holds until
 the next). "Today" is since 00:00 UTC (as AWS bills) and is kept across restarts in
@@ -16,6 +19,7 @@ terminate``, after which the last price is 0).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from config.files import write_atomic
+from daemon import audit
 from dispatcher.status import Decision, FleetFacts, pool_cost_per_hour
 from scaler.actuator import pool_text
 
@@ -121,10 +126,11 @@ class StatusFeed:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.last_error = ""
         self.last_error_at = 0.0
-        self._plans = 0
         self._target: dict[str, int] | None = None
         self._fleet_error: str | None = None
         self._event_t = float("-inf")
+        self._intent_t = clock()   # intents settled before (the start-up reconcile) are in its log line
+        self._intent_seen: set[tuple[str, str]] = set()
         self._events_at_t: set[tuple[float, str, str]] = set()
         self._applied = 0
         self._failed = 0
@@ -142,13 +148,62 @@ class StatusFeed:
             async def on_vm(decisions, unmet) -> None:  # type: ignore[no-untyped-def]
                 for v in decisions:
                     if v.action != "hold":
-                        self.record("model", f"vm_{v.action}", f"{v.action} {v.hardware} capacity", v.reason)
+                        self.record("model", f"vm_{v.action}", f"{v.action} {v.hardware} capacity", v.reason,
+                                    hardware=v.hardware)
                 await inner(decisions, unmet)
 
             loop.on_vm = on_vm
+        self._tap_decide(d)
         self.observe()
         scheduler.add_job(self._tick, "interval", seconds=OBSERVE_S, max_instances=1, coalesce=True,
                           id="status-feed")
+
+    def _tap_decide(self, d: Daemon) -> None:
+        """Hear each fleet decision as it is taken (``Daemon.decide``, run in a worker thread):
+        the target, and the rule and demand behind it, before the launches it leads to."""
+        inner = d.decide
+
+        def decide(*args: Any, **kwargs: Any) -> Any:
+            out = inner(*args, **kwargs)
+            try:
+                target, plan = out
+                demand = args[0] if args else kwargs.get("demand")
+                self._on_loop(self._planned, dict(target), plan, demand)
+            except Exception:  # noqa: BLE001 - watching must never break the decision
+                log.exception("status feed: cannot read a fleet decision")
+            return out
+
+        d.decide = decide  # type: ignore[method-assign]
+
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = getattr(self.daemon, "_loop", None)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or loop is running or loop.is_closed():
+            fn(*args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _planned(self, target: dict[str, int], plan: Any, demand: Any) -> None:
+        if target == self._target:
+            return
+        self._target = target
+        d = self.daemon
+        if plan is not None:
+            why = f"{plan.rule} pool"
+        elif d.cfg.pinned_pool:
+            why = "pinned pool (config)"
+        else:
+            why = "conservative pool while a model is profiled"
+        qps, measured = getattr(demand, "qps", None), getattr(demand, "measured", None)
+        if qps is not None:
+            why += f" for {qps:.1f} q/s ({'measured' if measured else 'declared'})"
+        cost = sum(self._price(d, t) * n for t, n in target.items())
+        self.record("fleet", "plan", f"target {pool_text(target) or 'none'} at {cost:.3f} $/hr", why,
+                    target=target, cost_per_hour=round(cost, 6), rule=plan.rule if plan is not None else why,
+                    demand_qps=round(qps, 4) if qps is not None else None, demand_measured=measured)
 
     async def _tick(self) -> None:   # a coroutine: APScheduler runs it on the event loop
         self.observe()
@@ -166,12 +221,15 @@ class StatusFeed:
                           last_error=self.last_error, last_error_at_unix=self.last_error_at,
                           capacity_hint=float(getattr(self.daemon, "capacity_hint", 1.0)))
 
-    def record(self, loop: str, kind: str, summary: str, reason: str = "") -> None:
+    def record(self, loop: str, kind: str, summary: str, reason: str = "", **fields: Any) -> None:
+        """A decision: kept for Status, counted for the metrics, written to the audit log."""
         self.decisions.append(Decision(self.clock(), loop, kind, summary, reason))
         self.counts[(loop, kind)] += 1
+        audit.emit(kind, summary, reason, loop=loop, **fields)
 
     def error(self, message: str) -> None:
         self.last_error, self.last_error_at = message, self.clock()
+        audit.emit("error", message)
 
     # -- watching the loops ------------------------------------------------------------------------
     def observe(self, sample: bool = True) -> None:
@@ -179,6 +237,7 @@ class StatusFeed:
         if sample and d.dispatcher is not None:
             self.spend.sample(self.clock(), pool_cost_per_hour(d.dispatcher))
         self._fleet(d)
+        self._intents(d)
         self._fleet_events(d)
         self._model(d)
 
@@ -188,26 +247,63 @@ class StatusFeed:
         if err and err != self._fleet_error:
             self.error(f"fleet: {err}")
         self._fleet_error = err
-        plans = int(getattr(st, "plans_applied", 0))
-        target = dict(getattr(st, "target", {}) or {})
-        if plans == self._plans:
+
+    @staticmethod
+    def _price(d: Daemon, instance_type: str) -> float:
+        return d.actuator.price(instance_type) if d.actuator is not None else 0.0
+
+    def _intents(self, d: Daemon) -> None:
+        """Launches and terminations as the write-ahead intents record them (DESIGN invariant 3):
+        instance ids, type, intent id, and the pool's $/hr after each."""
+        store = getattr(d, "store", None)
+        if store is None:
             return
-        self._plans = plans
-        if target == self._target:
+        try:
+            changed = store.intents_since(self._intent_t)
+        except Exception as exc:  # noqa: BLE001 - a closed store at shutdown: nothing more to report
+            log.debug("status feed: intents: %s", exc)
             return
-        self._target = target
-        plan, demand = getattr(st, "plan", None), getattr(st, "demand", None)
-        if plan is not None:
-            why = f"{plan.rule} pool"
-        elif d.cfg.pinned_pool:
-            why = "pinned pool (config)"
-        else:
-            why = "conservative pool while a model is profiled"
-        if demand is not None:
-            why += f" for {demand.qps:.1f} q/s ({'measured' if demand.measured else 'declared'})"
-        prices = d.actuator.price if d.actuator is not None else (lambda t: 0.0)
-        cost = sum(prices(t) * n for t, n in target.items())
-        self.record("fleet", "plan", f"target {pool_text(target) or 'none'} at {cost:.3f} $/hr", why)
+        new = [i for i in changed if i.status in ("done", "failed") and (i.client_token, i.status) not in self._intent_seen]
+        if not new:
+            return
+        # the pool before these intents (the cloud view may or may not show them yet), then each one's effect
+        pool = dict((d.dispatcher.cloud_view or {}) if d.dispatcher is not None else {})
+        for it in new:
+            if it.status == "done":
+                if it.kind == "launch":
+                    for iid in it.instance_ids:
+                        pool.pop(iid, None)
+                else:
+                    pool.update({iid: it.instance_type for iid in it.instance_ids})
+        latest = store.latest_plan()
+        stopping = getattr(getattr(d, "_stop", None), "is_set", lambda: False)()
+        for it in new:
+            ids = list(it.instance_ids)
+            if it.status == "failed":
+                self.error(f"fleet: {it.kind} {it.instance_type}×{it.count} (intent {it.client_token}) failed"
+                           + (f": {it.note}" if it.note else ""))
+                continue
+            target = latest.target if latest is not None and latest.plan_id == it.plan_id else (self._target or {})
+            if it.kind == "launch":
+                pool.update({iid: it.instance_type for iid in ids})
+                why = f"pool below the target {pool_text(target) or 'none'}"
+            else:
+                for iid in ids:
+                    pool.pop(iid, None)
+                if it.plan_id.startswith("reconcile:"):
+                    why = f"reconcile: {it.plan_id.removeprefix('reconcile:')}"
+                elif stopping and not any(target.values()):
+                    why = "on_shutdown: terminate"
+                else:
+                    why = f"surplus to the target {pool_text(target) or 'none'}"
+            after = sum(self._price(d, t) for t in pool.values())
+            self.record("fleet", it.kind, f"{it.kind} {', '.join(ids) or '-'} ({it.instance_type}); pool {after:.3f} $/hr after",
+                        why, instance_ids=ids, instance_type=it.instance_type, intent=it.client_token,
+                        plan_id=it.plan_id, cost_per_hour_after=round(after, 6))
+        last = max(i.updated_at for i in new)
+        if last > self._intent_t:
+            self._intent_t, self._intent_seen = last, set()
+        self._intent_seen |= {(i.client_token, i.status) for i in new if i.updated_at == last}
 
     def _fleet_events(self, d: Daemon) -> None:
         events: list[tuple[float, str, str]] = list(getattr(d, "fleet_events", ()))
@@ -217,13 +313,15 @@ class StatusFeed:
         types = {i.instance_id: i.instance_type for i in d.status.instances}
         target = pool_text(self._target or {}) or "none"
         hold = d.cfg.model_scaling.vm_park_s
-        reasons = {"launch": f"pool below the target {target}", "retire": f"surplus to the target {target}",
-                   "park": f"surplus to the target {target}: kept warm up to {hold:g} s before it retires",
+        reasons = {"park": f"surplus to the target {target}: kept warm up to {hold:g} s before it retires",
                    "unpark": f"the target {target} needs it back: warm, before any launch"}
         view = (d.dispatcher.cloud_view or {}) if d.dispatcher is not None else {}
         for t, kind, iid in new:
+            if kind not in reasons:   # launch and retire: from the intents, with their ids
+                continue
             itype = types.get(iid) or view.get(iid, "")
-            self.record("fleet", kind, f"{kind} {iid}" + (f" ({itype})" if itype else ""), reasons.get(kind, ""))
+            self.record("fleet", kind, f"{kind} {iid}" + (f" ({itype})" if itype else ""), reasons[kind],
+                        instance_ids=[iid], instance_type=itype)
         last = max(e[0] for e in new)
         if last > self._event_t:
             self._event_t, self._events_at_t = last, set()
@@ -238,7 +336,8 @@ class StatusFeed:
         for p in applied[self._applied:]:
             self.record("model", p.action, f"{p.action} {p.variant} on {p.worker}",
                         f"model autoscaler ({solver}, INFaaS §4.2) for the demand of {d.dispatcher.variant_model(p.variant)}"
-                        if d.dispatcher is not None else f"model autoscaler ({solver})")
+                        if d.dispatcher is not None else f"model autoscaler ({solver})",
+                        variant=p.variant, instance_id=p.worker)
         self._applied = len(applied)
         failed: list[Any] = loop.failed
         for p, msg in failed[self._failed:]:

@@ -38,7 +38,7 @@ class Decision:
 
     at_unix: float
     loop: str          # fleet | model
-    kind: str          # plan, launch, retire, park, unpark | load, unload, vm_add, vm_remove, ...
+    kind: str          # plan, launch, terminate, park, unpark | load, unload, vm_add, vm_remove, ...
     summary: str
     reason: str = ""
 

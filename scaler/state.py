@@ -241,6 +241,10 @@ class StateStore:
             args.extend(st)
         return [_intent(r) for r in self._qa(sql + " ORDER BY created_at, seq", args)]
 
+    def intents_since(self, t: float) -> list[Intent]:
+        """Intents changed at or after ``t`` (created or given a new status), oldest change first."""
+        return [_intent(r) for r in self._qa("SELECT * FROM intents WHERE updated_at >= ? ORDER BY updated_at, seq", (t,))]
+
     def open_intents(self) -> list[Intent]:
         return self.intents(statuses=OPEN_STATUSES)
 

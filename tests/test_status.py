@@ -266,18 +266,35 @@ def _stub_daemon(tmp_path: Path) -> SimpleNamespace:
     cfg = daemon_config(tmp_path)
     return SimpleNamespace(
         cfg=cfg, status=FleetStatus(), fleet_events=[], dispatcher=None, actuator=None, capacity_hint=1.0,
+        decide=lambda demand: ({"g4dn.xlarge": 2}, None),
         model_loop=SimpleNamespace(applied=[], failed=[], on_vm=None), model_params=SimpleNamespace(solver="greedy"))
 
 
-def test_feed_records_new_targets_events_placements_and_errors_once(tmp_path: Path) -> None:
+def test_feed_records_new_targets_intents_events_placements_and_errors_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from scaler.state import StateStore
+
+    t0 = 1_700_000_000.0
     d = _stub_daemon(tmp_path)
-    feed = StatusFeed(d, clock=lambda: 1_700_000_000.0)   # type: ignore[arg-type]
-    d.status.plans_applied, d.status.target = 1, {"g4dn.xlarge": 2}
-    d.fleet_events += [(5.0, "launch", "i-1"), (5.0, "launch", "i-2")]
+    d.store = StateStore.open(":memory:")
+    d.actuator = SimpleNamespace(price=lambda t: 0.5)
+    d.store.record_intent("old", "launch", "g0-x", "c5n.2xlarge", 1, 0, t0 - 10)   # before the feed: not reported
+    d.store.set_intent_status("old", "done", t0 - 10, instance_ids=["i-0"])
+    feed = StatusFeed(d, clock=lambda: t0)   # type: ignore[arg-type]
+    caplog.set_level("INFO", logger="costscale.audit")
+    feed.start(SimpleNamespace(add_job=lambda *a, **k: None))   # type: ignore[arg-type]
+    d.decide(None)
+    d.store.record_intent("tok-1", "launch", "g1-abc", "g4dn.xlarge", 2, 0, t0)
+    d.store.set_intent_status("tok-1", "done", t0 + 1, instance_ids=["i-1", "i-2"])
     feed.observe()
-    d.status.plans_applied = 2                     # the same target again: no new decision
-    d.fleet_events.append((6.0, "park", "i-2"))
+    d.decide(None)                                 # the same target again: no new decision
+    d.fleet_events += [(5.0, "launch", "i-1"), (6.0, "park", "i-2")]   # launches come from the intents
     d.model_loop.applied.append(SimpleNamespace(action="load", variant="ncf@int8", worker="i-1"))
+    d.store.record_intent("tok-2", "launch", "g1-abc", "r5n.large", 1, 1, t0 + 2)
+    d.store.set_intent_status("tok-2", "failed", t0 + 2, note="InsufficientInstanceCapacity")
+    feed.observe()
+    feed.observe()
+    assert feed.facts().last_error == "fleet: launch r5n.large×1 (intent tok-2) failed: InsufficientInstanceCapacity"
     d.model_loop.failed.append((SimpleNamespace(action="unload", variant="ncf", worker="i-2"), "worker gone"))
     feed.observe()
     assert feed.facts().last_error == "model loop: unload ncf on i-2: worker gone"
@@ -286,15 +303,37 @@ def test_feed_records_new_targets_events_placements_and_errors_once(tmp_path: Pa
     feed.observe()
     facts = feed.facts()
     assert [(x.loop, x.kind) for x in facts.decisions] == [
-        ("fleet", "plan"), ("fleet", "launch"), ("fleet", "launch"), ("fleet", "park"), ("model", "load")]
+        ("fleet", "plan"), ("fleet", "launch"), ("fleet", "park"), ("model", "load")]
     assert facts.decisions[0].reason == "pinned pool (config)"
-    assert facts.decisions[3].summary == "park i-2" and "surplus to the target g4dn.xlarge×2" in facts.decisions[3].reason
-    assert facts.decision_counts == {("fleet", "plan"): 1, ("fleet", "launch"): 2, ("fleet", "park"): 1,
+    assert facts.decisions[1].summary == "launch i-1, i-2 (g4dn.xlarge); pool 1.000 $/hr after"
+    assert facts.decisions[2].summary == "park i-2" and "surplus to the target g4dn.xlarge×2" in facts.decisions[2].reason
+    assert facts.decision_counts == {("fleet", "plan"): 1, ("fleet", "launch"): 1, ("fleet", "park"): 1,
                                      ("model", "load"): 1}
     assert facts.last_error == "fleet: PlanError: no pool fits"
     d.status.last_error = None
     feed.observe()
     assert feed.facts().last_error == "fleet: PlanError: no pool fits"   # the last one is kept, with its time
+    # every decision and error is one audit event, with what it takes to reconstruct the spend
+    events = [r.audit for r in caplog.records if hasattr(r, "audit")]
+    assert [e["event"] for e in events] == ["plan", "launch", "error", "park", "load", "error", "error"]
+    launch = events[1]
+    assert (launch["intent"], launch["instance_ids"], launch["instance_type"], launch["cost_per_hour_after"]) == (
+        "tok-1", ["i-1", "i-2"], "g4dn.xlarge", 1.0)
+    assert events[0]["target"] == {"g4dn.xlarge": 2} and events[0]["cost_per_hour"] == 1.0
+
+
+def test_json_log_lines_carry_the_audit_fields() -> None:
+    import logging
+
+    from daemon.audit import JsonFormatter
+
+    rec = logging.LogRecord("costscale.audit", logging.INFO, __file__, 1, "audit launch: %s", ("i-1",), None)
+    rec.audit = {"event": "launch", "intent": "tok-1", "cost_per_hour_after": 0.5}
+    line = JsonFormatter().format(rec)
+    assert "\n" not in line
+    got = json.loads(line)
+    assert got["message"] == "audit launch: i-1" and got["event"] == "launch" and got["intent"] == "tok-1"
+    assert got["level"] == "INFO" and got["logger"] == "costscale.audit" and got["ts"].endswith("+00:00")
 
 
 def test_feed_hears_the_vm_autoscaler_with_its_reason(tmp_path: Path) -> None:
