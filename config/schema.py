@@ -240,6 +240,8 @@ class Config(_Strict):
     profiles: str | None = Field(None, description="latency profile CSV (default: the shipped Kairos profiles)")
     state_path: str = "/var/lib/costscale/state.db"
     on_shutdown: Literal["keep", "terminate"] = "keep"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="json: one JSON object per log line, audit events with their fields (costscale run)")
     aws: AwsSpec = AwsSpec()
     lease: LeaseSpec = LeaseSpec()
     pinned_pool: dict[str, Annotated[int, Field(ge=0)]] | None = Field(

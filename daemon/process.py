@@ -64,15 +64,16 @@ async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
 
 
 def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: bool = False,
-               log_format: str = "text") -> int:
+               log_format: str | None = None) -> int:
     """``costscale run``; ``local_workers``: a local worker process per running instance (only with
     an EC2 emulator on this host, the embedded default); ``log_format``: ``text`` or ``json`` (one
-    object per line, the audit events of :mod:`daemon.audit` with their fields)."""
-    configure_logging(log_level, log_format)
+    object per line, the audit events of :mod:`daemon.audit` with their fields), default the
+    config's ``log_format``."""
+    cfg = load_checked_config(cfg_path)  # fail fast, one line, exit 2
+    configure_logging(log_level, log_format or cfg.log_format)
     # libraries' routine chatter (APScheduler logs every job run at INFO) stays out of the daemon's log
     for name in ("apscheduler", "botocore", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    cfg = load_checked_config(cfg_path)  # fail fast, one line, exit 2
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")

@@ -1,5 +1,5 @@
-"""The audit log: ``costscale run --log-format json`` writes one JSON object per line, and a
-decision is an event with what it takes to reconstruct the spend: the plan with its rule and
+"""The audit log: ``log_format: json`` (or ``costscale run --log-format json``) writes one JSON
+object per line, and a decision is an event with what it takes to reconstruct the spend: the plan with its rule and
 demand, each launch and termination with instance ids, type, intent id and the pool's $/hr after.
 Against moto in server mode on 127.0.0.1."""
 from __future__ import annotations
@@ -41,6 +41,7 @@ intervals:
   fleet_s: 1
 state_path: {tmp_path / "state.db"}
 on_shutdown: terminate
+log_format: json
 pinned_pool:
   r5n.large: 2
 aws:
@@ -48,7 +49,7 @@ aws:
 """)
     log = tmp_path / "daemon.log"
     with log.open("w") as logf:
-        proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", str(cfg), "--log-format", "json"],
+        proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", str(cfg)],   # log_format: json
                                 stdout=logf, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60      # a hang guard, not a measurement
