@@ -36,7 +36,9 @@ import numpy as np
 from config.schema import Config
 from scaler.batch_mix import sample_batches
 from scaler.transitions import pool_cost
+from sim.ledger import CostLedger
 from sim.metrics import nearest_rank
+from sim.workload import Workload
 
 DEMO_MODEL = "rm2"          # Kairos rm2 profile, QoS 350 ms (Kairos §7): sleeps dominate, robust on 2 cores
 DEMO_QOS_MS = 350.0
@@ -62,6 +64,8 @@ class LoadStats:
     providers: dict[str, int] = field(default_factory=dict)
     #: (monotonic time served, ms) of the last ``P99_WINDOW_S`` seconds, oldest first
     recent: deque[tuple[float, float]] = field(default_factory=deque)
+    #: (s since the load began, batch) of every query sent: the load the hindsight reference prices
+    sent_log: list[tuple[float, int]] = field(default_factory=list)
 
     def record_served(self, ms: float, now: float, instance_type: str = "", provider: str = "") -> None:
         self.ok += 1
@@ -219,13 +223,14 @@ def demo_config(state_dir: Path, endpoint: str, ami: str, budget: float, rate: f
 
 
 async def _load(target: str, model: str, duration: float, rate1: float, rate2: float, seed: int,
-                stats: LoadStats, stop: asyncio.Event, on_tick) -> None:
-    """Open-loop Poisson arrivals: rate1 for the first half, rate2 for the second."""
+                stats: LoadStats, stop: asyncio.Event, on_tick, trace: Workload | None = None) -> None:
+    """Open-loop Poisson arrivals: rate1 for the first half, rate2 for the second; or the
+    ``trace``'s arrivals (s from the start) and batch sizes, in real time."""
     from dispatcher.proto import costscale_pb2 as pb
     from dispatcher.proto import costscale_pb2_grpc as pbg
 
     rng = np.random.default_rng(seed)
-    batches = sample_batches("deeprecsys", 200_000, rng)
+    batches = trace.batches if trace is not None else sample_batches("deeprecsys", 200_000, rng)
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pbg.InferenceStub(channel)
         pending: set[asyncio.Task[None]] = set()
@@ -242,7 +247,7 @@ async def _load(target: str, model: str, duration: float, rate1: float, rate2: f
                                 reply.provider)
 
         start = time.monotonic()
-        next_t = 0.0
+        next_t = float(trace.arrivals[0]) if trace is not None and len(trace) else 0.0
         i = 0
         last_tick = 0.0
         while not stop.is_set():
@@ -251,19 +256,33 @@ async def _load(target: str, model: str, duration: float, rate1: float, rate2: f
                 break
             if elapsed - last_tick >= 0.5:
                 last_tick = elapsed
-                on_tick(elapsed, rate1 if elapsed < duration / 2 else rate2)
+                on_tick(elapsed, trace_rate(trace, elapsed) if trace is not None
+                        else rate1 if elapsed < duration / 2 else rate2)
+            if elapsed >= next_t and trace is not None and i >= len(trace):
+                await asyncio.sleep(min(duration - elapsed, 0.05))
+                continue
             if elapsed >= next_t:
                 task = asyncio.create_task(one(i))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
                 stats.sent += 1
+                stats.sent_log.append((elapsed, int(batches[i % len(batches)])))
                 i += 1
+                if trace is not None:
+                    next_t = float(trace.arrivals[i]) if i < len(trace) else duration
+                    continue
                 rate = rate1 if next_t < duration / 2 else rate2
                 next_t += float(rng.exponential(1.0 / rate))
                 continue
             await asyncio.sleep(min(next_t - elapsed, 0.05))
         if pending:
             await asyncio.wait(pending, timeout=15.0)
+
+
+def trace_rate(trace: Workload, t: float, window_s: float = 10.0) -> float:
+    """The trace's arrival rate over the ``window_s`` before ``t`` (q/s), for the display."""
+    a = trace.arrivals
+    return float(np.searchsorted(a, t) - np.searchsorted(a, t - window_s)) / window_s
 
 
 def _table(rows: list[tuple[str, str]]) -> str:
@@ -273,7 +292,7 @@ def _table(rows: list[tuple[str, str]]) -> str:
 
 async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 36.0, budget: float = 2.5,
                    seed: int = 1, as_json: bool = False, quiet: bool = False, policy: str = "kairos",
-                   pinned_pool: dict[str, int] | None = None) -> int:
+                   pinned_pool: dict[str, int] | None = None, trace: Workload | None = None) -> int:
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -313,10 +332,15 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
         images = ec2.describe_images(Owners=["amazon"]).get("Images") or ec2.describe_images().get("Images")
         ami = images[0]["ImageId"]
+        if trace is not None:   # its span, and its first minute's rate as the declared demand
+            duration = float(trace.arrivals[-1]) + 1.0
+            rate1 = max(float(np.searchsorted(trace.arrivals, 60.0)) / min(60.0, duration), 0.1)
         cfg = demo_config(Path(tmp.name), endpoint, ami, budget, rate1, policy, pinned_pool)
         catalog = cfg.catalog()
+        load_text = (f"trace of {len(trace)} queries over {duration:.0f} s" if trace is not None
+                     else f"load {rate1:g} -> {rate2:g} q/s at t={duration / 2:.0f}s")
         print(f"costscale demo: moto EC2 on {endpoint}, budget {budget:g} $/hr, model {DEMO_MODEL} "
-              f"(QoS p99 {DEMO_QOS_MS:g} ms), load {rate1:g} -> {rate2:g} q/s at t={duration / 2:.0f}s", file=out)
+              f"(QoS p99 {DEMO_QOS_MS:g} ms), {load_text}", file=out)
 
         holder: dict[str, LocalRunner] = {}
 
@@ -332,19 +356,28 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         holder["runner"] = runner
         await daemon.fleet_tick("start")
 
-        # wait (bounded) for the first worker to register before sending load
+        # wait (bounded) for the first worker (a trace: the whole first pool, as a replay starts warm)
         t_wait = time.monotonic()
-        while not stop.is_set() and time.monotonic() - t_wait < 30:
-            if len(daemon.dispatcher.workers) > 0:
+        while not stop.is_set() and time.monotonic() - t_wait < 30 + 30 * (trace is not None):
+            if trace is None and len(daemon.dispatcher.workers) > 0:
+                break
+            serving = daemon.dispatcher.workers.values()
+            if trace is not None and sum(1 for w in serving if not w.draining) >= sum(daemon.status.target.values()):
                 break
             await asyncio.sleep(0.2)
 
         prices = {t: it.price_per_hour for t, it in catalog.items()}
+        ledger = CostLedger(prices, budget)       # dollars: the pool's $/hr over the load, sampled each tick
+        ledger.observe(0.0, daemon.status.pool())
+        targets: list[tuple[float, dict[str, int]]] = [(0.0, dict(daemon.status.target))]
         display = LiveDisplay(out)
 
         def tick(elapsed: float, rate: float) -> None:
             nonlocal peak_cost
             pool = daemon.status.pool()
+            ledger.observe(elapsed, pool)
+            if daemon.status.target != targets[-1][1]:
+                targets.append((round(elapsed, 3), dict(daemon.status.target)))
             cost = pool_cost(pool, prices)
             if cost >= peak_cost:
                 peak_cost = cost
@@ -359,8 +392,10 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
                                f"p99 last {P99_WINDOW_S:g}s {p99:>9}  workers {len(daemon.dispatcher.workers):2d}  "
                                f"pool {pool_s}  ${cost:.3f}/hr")
 
-        await _load(target, DEMO_MODEL, duration, rate1, rate2, seed, stats, stop, tick)
+        await _load(target, DEMO_MODEL, duration, rate1, rate2, seed, stats, stop, tick, trace)
         interrupted = stop.is_set()
+        ledger.close(duration)
+        hindsight = _hindsight(cfg, stats, duration) if stats.sent_log and not interrupted else math.nan
         if not (quiet or as_json):
             display.close()
         pool_end = daemon.status.pool()
@@ -382,6 +417,9 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
             "instances_launched": len(all_inst), "instances_live_after": live_after,
             "worker_pids": runner.started_pids, "workers_alive_after": runner.alive_pids(),
             "plans_applied": daemon.status.plans_applied, "interrupted": interrupted,
+            "cost_usd": round(ledger.cost_usd, 6), "hindsight_cost_usd": _json_num(hindsight),
+            "slo_attainment": round((stats.ok - stats.violations) / stats.sent, 6) if stats.sent else None,
+            "targets": [{"t_s": t, "pool": p} for t, p in targets],
             "dispatcher": daemon.dispatcher.stats() if daemon.dispatcher else {},
         }
         if as_json:
@@ -400,6 +438,9 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
                 ("execution providers", ", ".join(f"{p} {n}" for p, n in stats.providers.items()) or "-"),
                 ("peak pool", " ".join(f"{t}x{n}" for t, n in sorted(peak_pool.items())) or "-"),
                 ("peak $/hr vs budget", f"{peak_cost:.4f} / {budget:g}"),
+                ("dollars spent", f"${ledger.cost_usd:.4f}" + ("" if math.isnan(hindsight) else
+                                  f" (hindsight reference for this load: ${hindsight:.4f}, "
+                                  f"{ledger.cost_usd / hindsight:.2f}x; README \"Replay\")" if hindsight > 0 else "")),
                 ("pool at end of load", " ".join(f"{t}x{n}" for t, n in sorted(pool_end.items())) or "-"),
                 ("instances launched", f"{len(all_inst)} (all terminated: {'yes' if not live_after else 'NO ' + str(live_after)})"),
                 ("worker processes", f"{len(runner.started_pids)} started, {len(runner.alive_pids())} left running"),
@@ -418,6 +459,20 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
             await runner.stop_all()
         moto.stop()
         tmp.cleanup()
+
+
+def _hindsight(cfg: Config, stats: LoadStats, duration: float) -> float:
+    """What the replay's hindsight reference (``sim.replay_baselines``) spends on the load sent."""
+    from config.profiles import load_profiles_csv
+    from sim.replay import ReplaySpec
+    from sim.replay_baselines import run_baseline
+
+    t, b = zip(*stats.sent_log)
+    wl = Workload(np.asarray(t, dtype=float), np.asarray(b, dtype=np.int64))
+    try:
+        return run_baseline("hindsight", cfg, load_profiles_csv(cfg.profiles), wl, duration, ReplaySpec()).ledger.cost_usd
+    except Exception:  # noqa: BLE001 - a reference only; the summary says "-" without it
+        return math.nan
 
 
 def _free_port() -> int:

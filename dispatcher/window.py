@@ -63,9 +63,14 @@ class DemandWindow:
         return mix_from_batches(self.batches(), self.granularity)
 
     def arrival_rate(self, now: float, horizon_s: float | None = 10.0) -> float:
-        """Queries per second over the last ``horizon_s`` seconds (the whole window when it spans
-        less, or when ``horizon_s`` is None): count ÷ time covered; 0 when empty or when no time has
-        passed. A short horizon lets the fleet loop see a load step within seconds."""
+        """Queries per second over the last ``horizon_s`` seconds: the queries that arrived in it ÷
+        ``horizon_s`` (a short horizon lets the fleet loop see a load step within seconds). When the
+        ring has wrapped and holds less time than that, count ÷ time covered; ``horizon_s`` None:
+        the whole window. 0 when empty or when no time has passed.
+
+        A window that holds every query since the start counts over the whole horizon even when
+        its first query is younger: dividing by the first query's age read 3 queries in 0.1 s as
+        30 q/s and bought a pool for it (issue #12, the live side of the replay)."""
         n = len(self)
         if n == 0:
             return 0.0
@@ -73,7 +78,7 @@ class DemandWindow:
         span = now - oldest
         if span <= 0:
             return 0.0
-        if horizon_s is None or span <= horizon_s:
+        if horizon_s is None or (n >= self.capacity and span <= horizon_s):
             return float(n / span)
         recent = int(np.count_nonzero(self._t[:n] > now - horizon_s))
         return float(recent / horizon_s)

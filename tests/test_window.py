@@ -52,3 +52,13 @@ def test_arrival_rate_horizon_sees_a_step() -> None:
         w.record(100, t)
     assert w.arrival_rate(t, horizon_s=None) == pytest.approx(400 / (t - 0.1))
     assert w.arrival_rate(t, horizon_s=5.0) == pytest.approx(150 / 5.0, rel=0.02)
+
+
+def test_a_young_window_counts_over_the_whole_horizon() -> None:
+    """Three queries 0.1 s after the start are 0.3 q/s over the 10 s horizon, not 30 q/s (issue #12:
+    the live demo once bought a $2.34/hr pool for an 8 q/s trace from such a reading)."""
+    w = DemandWindow(100)
+    for t in (0.0, 0.05, 0.1):
+        w.record(10, t)
+    assert w.arrival_rate(0.1) == pytest.approx(3 / 10.0)
+    assert w.arrival_rate(12.0) == pytest.approx(0.0)           # all older than the horizon

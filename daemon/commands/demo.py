@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="query distribution policy (default kairos)")
     p.add_argument("--pool", default=None, metavar="TYPE=N,...",
                    help=f"hold this pool instead of planning (types: {', '.join(DEMO_TYPES)})")
+    p.add_argument("--trace", metavar="CSV", help="send this trace (timestamp, model, batch_size; model rm2) in "
+                   "real time instead of the two rates: the live side of `costscale replay --trace`")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--serve", action="store_true",
@@ -62,6 +64,24 @@ def _run(args: argparse.Namespace) -> int:
 
         with quiet:
             return asyncio.run(run_sandbox(args.budget, args.listen, args.metrics, rate=args.rate, pinned_pool=pool))
+    trace = _trace(args.trace) if args.trace else None
     with quiet:
         return asyncio.run(run_demo(args.duration, args.rate, args.step_rate, args.budget, args.seed, args.json,
-                                    policy=args.policy, pinned_pool=pool))
+                                    policy=args.policy, pinned_pool=pool, trace=trace))
+
+
+def _trace(path: str):  # type: ignore[no-untyped-def]
+    """The trace's rows for the demo's model, from 0; one line and exit 2 when it has none."""
+    import numpy as np
+
+    from daemon.demo import DEMO_MODEL
+    from sim.workload import read_trace_csv, trace_workload
+
+    try:
+        rows = read_trace_csv(path)
+    except ValueError as exc:
+        raise UsageError(f"demo: {exc}") from None
+    keep = np.asarray([n == DEMO_MODEL for n in rows.names], dtype=bool)
+    if not keep.any():
+        raise UsageError(f"demo: {path}: no queries for the demo's model {DEMO_MODEL!r}")
+    return trace_workload(rows, keep)
