@@ -247,6 +247,9 @@ def test_replay_trace_by_application_and_plot(capsys, tmp_path: Path) -> None:  
     (["--trace", "BAD"], "line 3: bad timestamp or batch_size"),
     (["--trace", "OTHER"], "model 'nosuch' is not in the config"),
     (["--trace", "MISSING"], "cannot read trace"),
+    (["--pattern", "step", "--outage", "p9.huge@0"], "'p9.huge' is not an allowed type"),
+    (["--pattern", "step", "--outage", "r5n.large@50-10"], "need 0 <= START < END"),
+    (["--pattern", "step", "--throttle", "x@1"], "give N@T"),
 ])
 def test_replay_bad_input_is_one_line_exit_2(capsys, tmp_path: Path, args: list[str], msg: str) -> None:  # type: ignore[no-untyped-def]
     bad = tmp_path / "bad.csv"
@@ -258,3 +261,36 @@ def test_replay_bad_input_is_one_line_exit_2(capsys, tmp_path: Path, args: list[
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and msg in err[0], err
     assert math.isfinite(rc)
+
+
+# ---- injected faults -----------------------------------------------------------------------------
+
+def test_capacity_outage_replans_without_the_type(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
+    """g4dn.xlarge out of capacity from 0 to 900 s: the first plan needs it, its launch fails, the
+    fleet replans at once without it (no g4dn-hours while the outage lasts), and it comes back after."""
+    from sim.replay import Fault
+
+    cfg = _cfg(tmp_path)
+    spec = ReplaySpec(faults=(Fault(0.0, "capacity", "g4dn.xlarge"), Fault(900.0, "capacity_end", "g4dn.xlarge")))
+    run = replay(cfg, profiles, _steps([(10.0, 1800.0)]), 1800.0, spec)
+    first_g4dn = min((t for t, it, _ in run.launches if it == "g4dn.xlarge"), default=None)
+    # replanned at once without it: the declared mix (batches to 1000) then fits no CPU type, which
+    # the tick records; the next interval plans the measured mix on CPU types
+    assert run.errors[0][0] == 0.0 and "no instance type meets the QoS" in run.errors[0][1]
+    assert "g4dn.xlarge" not in run.targets[0].target
+    assert first_g4dn is None or first_g4dn >= 900.0
+    assert run.ledger.violations == []
+    rep = report(run)
+    assert rep["served"] > 0.9 * rep["queries"]     # nothing served for the first 30 s + 60 s boot
+
+
+def test_throttled_calls_are_retried_by_the_next_tick(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
+    """The first 3 cloud calls are throttled: the first tick fails, a later tick launches the pool;
+    nothing is lost and the error is recorded, not raised."""
+    from sim.replay import Fault
+
+    cfg = _cfg(tmp_path, pinned_pool={"r5n.large": 2})
+    run = replay(cfg, profiles, _steps([(2.0, 600.0)]), 600.0,
+                 ReplaySpec(faults=(Fault(0.0, "throttle", count=3),), warm_start=False))
+    assert run.errors and run.launches and run.launches[0][0] > 0.0
+    assert report(run)["instance_hours"] == {"r5n.large": pytest.approx(2 * (600.0 - run.launches[0][0]) / 3600)}

@@ -17,7 +17,7 @@ from config.errors import UsageError
 from daemon.commands._overrides import resolve
 from daemon.commands._progress import Progress
 from sim.patterns import parse_pattern, pattern_workload
-from sim.replay import DEFAULT_BOOT_S, ReplaySpec, replay
+from sim.replay import DEFAULT_BOOT_S, Fault, ReplaySpec, replay
 from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, run_baseline
 from sim.replay_metrics import report
 from sim.slo_check import slo_check
@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="service times: profile mean, or lognormal fitted to p50/p99 (default mean)")
     p.add_argument("--boot-gpu-s", type=float, default=DEFAULT_BOOT_S["gpu"], help="GPU launch-to-ready s (90)")
     p.add_argument("--boot-cpu-s", type=float, default=DEFAULT_BOOT_S["cpu"], help="CPU launch-to-ready s (60)")
+    p.add_argument("--outage", action="append", default=[], metavar="TYPE@START[-END]",
+                   help="InsufficientCapacity for TYPE from START to END seconds (repeatable)")
+    p.add_argument("--throttle", action="append", default=[], metavar="N@T",
+                   help="the N cloud calls after T seconds are throttled (repeatable)")
     p.add_argument("--cold", action="store_true", help="start with no instances (default: the first pool is up)")
     p.add_argument("--baselines", action="store_true", help="also run " + ", ".join(BASELINE_NAMES))
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -85,6 +89,35 @@ def _workload(args: argparse.Namespace, cfg: Any, model: Any) -> tuple[Workload,
     return wl, hours * 3600.0, f"pattern {spec.text()}"
 
 
+def _faults(args: argparse.Namespace, types: set[str]) -> tuple[Fault, ...]:
+    """--outage TYPE@START[-END] and --throttle N@T as injected faults; one line, exit 2, when bad."""
+    out: list[Fault] = []
+    for text in args.outage:
+        itype, _, when = text.partition("@")
+        start, _, end = when.partition("-")
+        try:
+            t0, t1 = float(start), (float(end) if end else math.inf)
+        except ValueError:
+            raise UsageError(f"replay: --outage {text!r}: give TYPE@START[-END] in seconds") from None
+        if itype not in types:
+            raise UsageError(f"replay: --outage {text!r}: {itype!r} is not an allowed type ({', '.join(sorted(types))})")
+        if not (0 <= t0 < t1):
+            raise UsageError(f"replay: --outage {text!r}: need 0 <= START < END")
+        out.append(Fault(t0, "capacity", itype))
+        if math.isfinite(t1):
+            out.append(Fault(t1, "capacity_end", itype))
+    for text in args.throttle:
+        n, _, when = text.partition("@")
+        try:
+            k, t = int(n), float(when or 0)
+        except ValueError:
+            raise UsageError(f"replay: --throttle {text!r}: give N@T (calls, seconds)") from None
+        if k < 1 or t < 0:
+            raise UsageError(f"replay: --throttle {text!r}: need N >= 1 and T >= 0")
+        out.append(Fault(t, "throttle", count=k))
+    return tuple(sorted(out, key=lambda f: f.at_s))
+
+
 def _bar(total_steps: int, label: str):  # type: ignore[no-untyped-def]
     bar = Progress(total_steps)
     state = {"k": 0}
@@ -110,7 +143,8 @@ def run_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"{cmd}: {len(wl):,} queries is over the limit of {MAX_REPLAY_QUERIES:,}; "
                          "replay fewer hours or a lower rate")
     boot = {"gpu": args.boot_gpu_s, "inferentia": args.boot_gpu_s, "cpu": args.boot_cpu_s}
-    spec = ReplaySpec(model=model.name, service=args.service, seed=args.seed, boot_s=boot, warm_start=not args.cold)
+    spec = ReplaySpec(model=model.name, service=args.service, seed=args.seed, boot_s=boot, warm_start=not args.cold,
+                      faults=_faults(args, set(cfg.catalog())))
     runs = 1 + (len(BASELINE_NAMES) if args.baselines else 0)
     bar, tick = _bar(100 * runs, f"replay {model.name}")
     done = {"n": 0}
