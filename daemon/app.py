@@ -7,6 +7,7 @@ event loop; boto3 calls run in worker threads so the query path never waits on E
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -23,13 +24,13 @@ from config.errors import UsageError
 from scaler.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
-from variants.pipeline import generate_and_profile, hardware_classes
 from daemon.model_loop import ModelLoop
 from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams, model_params_for
 from scaler.actuator import FleetActuator, pool_text
 from scaler.cloud import CloudError, CloudProvider, ManagedInstance, pool_of
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
+from scaler.cluster_lease import Fenced
 from scaler import fleet_step
 from scaler.fleet_step import plan_id_for
 from sim.slo_check import slo_check
@@ -38,9 +39,8 @@ from scaler.base_aux import PlanError
 from scaler.plan import Plan
 from config.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView
-from variants.vm_autoscaler import VmParams
-from variants.registry import VariantRegistry, registered_from_config, registry_path_for
-from daemon.profiling import stored_profiles
+from variants.registry import VariantRegistry, registry_path_for
+from daemon.profiling import generate_config_variants, models_dir, open_config_registry, stored_profiles
 from daemon.self_profiling import SelfProfiler
 from daemon.metrics import MetricsServer, start_observing, stop_observing
 from daemon.status_feed import StatusFeed
@@ -67,6 +67,19 @@ class FleetStatus:
 
     def pool(self) -> dict[str, int]:
         return pool_of(self.instances)
+
+
+def _quiet_at_shutdown(tick: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """A loop's tick cut short by shutdown (APScheduler cancels its task mid EC2 or worker call)
+    returns quietly; a cancellation while running still propagates."""
+    @functools.wraps(tick)
+    async def run(self: "Daemon", *args: object) -> None:
+        try:
+            await tick(self, *args)
+        except asyncio.CancelledError:
+            if not self._stop.is_set():
+                raise
+    return run
 
 
 def load_profiles_for(cfg: Config) -> ProfileTable:
@@ -133,43 +146,6 @@ class Daemon:
             self._declared = (cfg, fleet_step.declared_demand(cfg))
         return self._declared[1]
 
-    def _open_registry(self) -> VariantRegistry:
-        """The variant registry next to the state store; the config's models registered as their
-        base (fp32) variant unless already known with the same file."""
-        reg = VariantRegistry(registry_path_for(self.cfg.state_path))
-        known = {m.name: m for m in reg.models()}
-        for m in self.cfg.models:
-            rm = registered_from_config(m)
-            if known.get(m.name) != rm:
-                reg.register_model(rm)
-        return reg
-
-    async def _generate_config_variants(self) -> None:
-        """Cheaply generate and profile the variants of config models whose ONNX file is at hand
-        (builtin:mlp is), in a worker thread; routing picks them up when done."""
-        from variants.builtin_models import resolve_model
-        from worker.server import default_cache_dir
-
-        assert self.registry is not None
-        hws = hardware_classes(self.cfg.catalog())
-        for m in self.cfg.models:
-            if len(self.registry.variants(model=m.name)) > 1 or not hws:
-                continue
-            rm = self.registry.model(m.name)
-            try:
-                src = await asyncio.to_thread(resolve_model, m.onnx, default_cache_dir())
-                await asyncio.to_thread(generate_and_profile, src, rm, self._models_dir() / m.name, hws, None,
-                                        self.registry)
-            except Exception as exc:  # noqa: BLE001 - variants are an optimisation; the base variant serves
-                log.warning("variants of %s not generated: %s", m.name, exc)
-                continue
-            if self.dispatcher is not None:
-                self.dispatcher.refresh_variants()
-            log.info("generated %d variants of %s", len(self.registry.variants(model=m.name)), m.name)
-
-    def _models_dir(self) -> Path:
-        return Path(self.cfg.state_path + ".models")
-
     async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]
         """VM-autoscaler decisions -> capacity hint for the fleet planner; replan when it moved."""
         serving: dict[str, int] = {}
@@ -201,10 +177,10 @@ class Daemon:
             self._cloud = await asyncio.to_thread(self.aws.open)
         self.predictor = LatencyModel.from_profiles(self.profiles)
         try:
-            self.registry = self._open_registry()
+            self.registry = open_config_registry(cfg)
         except Exception as exc:
             raise DaemonError(f"variant registry {registry_path_for(cfg.state_path)}: {exc}") from None
-        self.dispatcher = Dispatcher(cfg, self.predictor, registry=self.registry, models_dir=self._models_dir())
+        self.dispatcher = Dispatcher(cfg, self.predictor, registry=self.registry, models_dir=models_dir(cfg))
         self.model_loop = ModelLoop(self.dispatcher, self.profiles, self.model_params, on_vm=self._on_vm)
         self.model_loop.interval_s = cfg.intervals.model_s
         try:
@@ -240,7 +216,7 @@ class Daemon:
         self.profiling = SelfProfiler(self)
         self.profiling.start()
         if self.generate_variants:
-            self._gen_task = self._loop.create_task(self._generate_config_variants())
+            self._gen_task = self._loop.create_task(generate_config_variants(cfg, self.registry, self.dispatcher.refresh_variants))
         sdnotify.notify(f"READY=1\nSTATUS=dispatcher on port {self.port}")
         log.info("costscale %s: dispatcher listening on port %d, budget %.4g $/hr", cfg.cluster, self.port,
                  cfg.budget_per_hour)
@@ -273,6 +249,7 @@ class Daemon:
         return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
                                        current=self.status.target, types=self.profiling and self.profiling.plan_types())
 
+    @_quiet_at_shutdown
     async def fleet_tick(self, reason: str = "interval") -> None:
         if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing):
             return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
@@ -310,10 +287,6 @@ class Daemon:
                 cost = sum(self.actuator.price(t) * n for t, n in target.items())
                 sdnotify.notify(f"STATUS=pool {pool_text(target) or 'none'} at {cost:.3f} of {self.actuator.budget:g} $/hr; "
                                 f"demand {demand.qps:.1f} q/s" + (self.profiling.note() if self.profiling else ""))
-            except asyncio.CancelledError:
-                if self._stop.is_set():     # EC2 calls cut short by shutdown
-                    return
-                raise
             except (UsageError, PlanError) as exc:   # no pool fits: one line; the next interval retries
                 self._planned_at = None
                 self.status.last_error = str(exc)
@@ -375,6 +348,7 @@ class Daemon:
                 self._event("launch", iid)
         return report
 
+    @_quiet_at_shutdown
     async def model_tick(self) -> None:
         """Model loop: variant states, model autoscaler and placements, VM-autoscaler hint
         (:mod:`daemon.model_loop`); then replan early on a significant change of demand or mix."""
@@ -383,10 +357,6 @@ class Daemon:
         if self.model_loop is not None and self.dispatcher is not None:
             try:
                 await self.model_loop.tick(time.monotonic())
-            except asyncio.CancelledError:
-                if self._stop.is_set():     # worker calls cut short by shutdown
-                    return
-                raise
             except Exception:  # keep serving; the next tick retries
                 log.exception("model loop tick failed")
         if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
@@ -398,12 +368,15 @@ class Daemon:
         if fleet_step.replan_early(self.cfg, self.status.demand, now_demand):
             await self.fleet_tick("demand changed")
 
+    @_quiet_at_shutdown
     async def reconcile_tick(self) -> None:
         if self._stop.is_set() or self.actuator is None:
             return
         async with self._fleet_lock:
             try:
                 await asyncio.to_thread(self.actuator.reconcile)
+            except UsageError as exc:   # fenced (the lease lost or not renewed): one line
+                log.error("reconcile: %s", exc)
             except Exception:
                 log.exception("reconcile failed")
             await self._sync_workers()
@@ -460,6 +433,21 @@ class Daemon:
             self._loop.create_task(self.fleet_tick("config reloaded"))
         return True
 
+    async def _terminate_fleet(self) -> None:
+        """``on_shutdown: terminate``; with the lease lost, one line instead (the fence refuses, and
+        the daemon holding the lease now owns the instances: no terminate intent is written)."""
+        await self._sync_workers()
+        left = self.aws.left_running(self.status.instances) if self.aws is not None else None
+        if left is not None:
+            log.warning("%s", left)
+            return
+        try:
+            await asyncio.to_thread(self.actuator.apply, {}, plan_id_for({}, self._generation + 1))
+        except Fenced as exc:   # lost or not renewable while terminating
+            log.warning("on_shutdown: terminate refused, instances left running: %s", exc)
+        except Exception:
+            log.exception("terminating the fleet at shutdown failed")
+
     async def wait(self) -> None:
         await self._stop.wait()
 
@@ -474,10 +462,7 @@ class Daemon:
             if self.dispatcher is not None:
                 await self.dispatcher.stop(grace)
             if self.cfg.on_shutdown == "terminate" and self.actuator is not None and self._scheduler is not None:
-                try:
-                    await asyncio.to_thread(self.actuator.apply, {}, plan_id_for({}, self._generation + 1))
-                except Exception:
-                    log.exception("terminating the fleet at shutdown failed")
+                await self._terminate_fleet()
                 await self._sync_workers()
         if self._gen_task is not None and not self._gen_task.done():
             self._gen_task.cancel()

@@ -12,7 +12,9 @@ that the lease fences (what ``Daemon.start`` builds when no cloud is handed to i
 3. ``schedule()``: renewal every ttl/3 (an APScheduler job like the loops); a renewal that finds
    the lease lost has the fence refuse every launch and terminate from then on, logs one line
    and stops the daemon.
-4. ``close()`` (the end of ``Daemon.stop``): gives the lease back, or raises ``LeaseLost`` so that
+4. ``left_running()``: with the lease lost, ``on_shutdown: terminate`` does not try (the fence
+   would refuse): one line says which instances are left running and that the new holder owns them.
+5. ``close()`` (the end of ``Daemon.stop``): gives the lease back, or raises ``LeaseLost`` so that
    ``costscale run`` exits 1 with that line.
 
 The lease table is reached at the config's ``aws.endpoint_url`` (the demo's and the tests' moto).
@@ -24,12 +26,12 @@ import logging
 import os
 import secrets
 import socket
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from config.checks import config_problems
 from config.errors import ConfigError, UsageError
 from config.schema import Config
-from scaler.cloud import CloudConfigError, CloudError, CloudProvider
+from scaler.cloud import CloudConfigError, CloudError, CloudProvider, ManagedInstance
 from scaler.cluster_lease import CLOCK_SAFETY, ClusterLease, FencedCloud
 from scaler.ec2 import Ec2Cloud
 from scaler.lease import Claimant, LeaseLost, holder_text, renew_interval_s, utc
@@ -123,6 +125,19 @@ class AwsWiring:
         self.lease.on_lost = lost
         scheduler.add_job(self._renew, "interval", seconds=renew_interval_s(self.lease.ttl_s), max_instances=1,
                           coalesce=True, id="lease")
+
+    def left_running(self, instances: Sequence[ManagedInstance]) -> str | None:
+        """With the lease lost, the one line ``on_shutdown: terminate`` logs instead of terminating
+        ``instances`` (they belong to the lease's new holder); None while it is not lost."""
+        lease = self.lease
+        if lease is None or lease.lost is None:
+            return None
+        ids = sorted(i.instance_id for i in instances if i.live)
+        new = lease.lost_to
+        why = (f"lost to host {new.host} pid {new.pid} (generation {new.generation}), whose daemon owns them now"
+               if new is not None else "lost (its item was deleted); the next daemon to take it owns them")
+        return (f"on_shutdown: terminate skipped: {len(ids)} instance{'s' * (len(ids) != 1)} left running "
+                f"({', '.join(ids) or 'none'}): the lease of cluster {lease.me.cluster} was {why}")
 
     async def _lease_call(self, method: str) -> CloudError | None:
         """``lease.<method>()`` in a worker thread; a cloud error comes back for one log line."""

@@ -15,6 +15,8 @@ from per-(model, type, batch) service times).
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -25,10 +27,12 @@ from config.schema import Config, ModelSpec
 from daemon.probing import Measure, measure_on_worker
 from dispatcher.worker_client import WorkerClient
 from variants.generator import Variant
-from variants.pipeline import generate_and_register, hardware_classes, measure_here
+from variants.pipeline import generate_and_profile, generate_and_register, hardware_classes, measure_here
 from variants.profiler import LOCAL_TYPE, VariantProfile
 from variants.registry import VariantRegistry, base_variant, registered_from_config, registry_path_for
 from variants.type_profiles import default_batches, estimate_types, is_estimate, monotone, types_for
+
+log = logging.getLogger("costscale")
 
 Step = Callable[[str], None]
 
@@ -43,6 +47,45 @@ def stored_profiles(cfg: Config) -> ProfileTable:
         return reg.type_profiles()
     finally:
         reg.close()
+
+
+def models_dir(cfg: Config) -> Path:
+    """Where the generated variants' ONNX files are kept: beside the state store."""
+    return Path(cfg.state_path + ".models")
+
+
+def open_config_registry(cfg: Config) -> VariantRegistry:
+    """The variant registry next to the state store; the config's models registered as their
+    base (fp32) variant unless already known with the same file."""
+    reg = VariantRegistry(registry_path_for(cfg.state_path))
+    known = {m.name: m for m in reg.models()}
+    for m in cfg.models:
+        rm = registered_from_config(m)
+        if known.get(m.name) != rm:
+            reg.register_model(rm)
+    return reg
+
+
+async def generate_config_variants(cfg: Config, registry: VariantRegistry, refresh: Callable[[], None]) -> None:
+    """The daemon at start: cheaply generate and profile the variants of config models whose ONNX
+    file is at hand (builtin:mlp is), in a worker thread; ``refresh()`` after each model (routing
+    picks them up)."""
+    from variants.builtin_models import resolve_model
+    from worker.server import default_cache_dir
+
+    hws = hardware_classes(cfg.catalog())
+    for m in cfg.models:
+        if len(registry.variants(model=m.name)) > 1 or not hws:
+            continue
+        rm = registry.model(m.name)
+        try:
+            src = await asyncio.to_thread(resolve_model, m.onnx, default_cache_dir())
+            await asyncio.to_thread(generate_and_profile, src, rm, models_dir(cfg) / m.name, hws, None, registry)
+        except Exception as exc:  # noqa: BLE001 - variants are an optimisation; the base variant serves
+            log.warning("variants of %s not generated: %s", m.name, exc)
+            continue
+        refresh()
+        log.info("generated %d variants of %s", len(registry.variants(model=m.name)), m.name)
 
 
 def own_models(cfg: Config, csv: ProfileTable) -> list[ModelSpec]:
@@ -71,7 +114,7 @@ def model_variants(cfg: Config, spec: ModelSpec, registry: VariantRegistry, src:
     have = registry.variants(model=spec.name)
     hws = hardware_classes(cfg.catalog())
     if generate and len(have) <= 1 and hws:
-        have = generate_and_register(src, rm, Path(cfg.state_path + ".models") / spec.name, hws, None, registry)
+        have = generate_and_register(src, rm, models_dir(cfg) / spec.name, hws, None, registry)
     return have or [base_variant(rm)]
 
 

@@ -77,6 +77,7 @@ class ClusterLease:
         self.held: Lease | None = None
         self.taken_from: Lease | None = None   # the expired (or dead) holder's item acquire() replaced
         self.lost: LeaseLost | None = None
+        self.lost_to: Lease | None = None      # the item that took it over (None: deleted)
         self.renew_error: str | None = None    # the last failed renewal, until one lands
         self._deadline = 0.0
         self._mu = threading.Lock()
@@ -127,7 +128,7 @@ class ClusterLease:
                 self.renew_error = str(exc)
                 raise
             if d.action == "lost":
-                self.lost = LeaseLost(lost_line(self.me.cluster, item))
+                self.lost, self.lost_to = LeaseLost(lost_line(self.me.cluster, item)), item
                 self.held = None
                 if self.on_lost is not None:
                     self.on_lost(self.lost)
