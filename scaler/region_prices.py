@@ -184,13 +184,16 @@ def _short(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def regional_config(cfg: Config, prices: RegionPrices | None, fetch: bool = True) -> Config:
+def regional_config(cfg: Config, prices: RegionPrices | None, fetch: bool = True, also: Sequence[str] = ()) -> Config:
     """``cfg`` with its region's prices under the YAML overrides; unchanged (the table's prices)
-    without a price source (the daemon has none for an emulated cloud, ``aws.endpoint_url``)."""
+    without a price source (the daemon has none for an emulated cloud, ``aws.endpoint_url``).
+    ``also``: catalog types to price beyond the allowed ones (``costscale plan --types``)."""
     if prices is None:
         log.debug("prices: emulated cloud (aws.endpoint_url), the shipped table's prices are used")
         return cfg
     wanted = [t.type for t in cfg.instance_types if not t.price_per_hour]
+    overridden = {t.type for t in cfg.instance_types if t.price_per_hour}
+    wanted += [t for t in dict.fromkeys(also) if t in cfg.full_catalog() and t not in wanted and t not in overridden]
     found, warning = prices.lookup(wanted, fetch=fetch)
     if warning:
         log.warning("%s", warning)

@@ -281,3 +281,99 @@ def test_a_pinned_pool_over_the_budget_at_the_regions_prices_is_refused_in_one_l
     err = asyncio.run(scenario())
     assert err.exit_code == 2
     assert err.lines == ["at the on-demand prices of eu-west-3: pinned_pool: costs 0.600 $/hr, over budget_per_hour 0.45"]
+
+
+# -- costscale plan --region-prices ------------------------------------------------------------
+
+def _plan_config(tmp_path: Path, extra: str = "") -> str:
+    path = tmp_path / "costscale.yaml"
+    path.write_text(CONFIG.format(region=REGION, budget=2.5, ami="ami-1", state=tmp_path / "state.db") + extra)
+    return str(path)
+
+
+def _pricing_stub(monkeypatch: pytest.MonkeyPatch, *responses: tuple[str, str]) -> Stubber:
+    """The Price List API ``costscale plan`` reaches through ``daemon.aws_wiring``, stubbed: each
+    (type, usd) answered in turn (none: any request raises)."""
+    import scaler.region_prices as region_prices
+
+    client = pricing_client()
+    stub = Stubber(client)
+    for itype, usd in responses:
+        stub.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [price_entry(itype, usd)]},
+                          request(itype))
+    monkeypatch.setattr(region_prices, "make_pricing_client", lambda max_attempts=3: client)
+    return stub
+
+
+def test_plan_region_prices_prices_the_pool_like_the_daemon_and_caches_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from daemon.cli import main
+
+    cfg = _plan_config(tmp_path)
+    region = {"r5n.large": 0.175, "g4dn.xlarge": 0.631, "t3.xlarge": 0.2}      # t3.xlarge: the YAML override
+    stub = _pricing_stub(monkeypatch, ("r5n.large", "0.1750000000"), ("g4dn.xlarge", "0.6310000000"))
+    with stub:
+        assert main(["plan", cfg, "--region-prices", "--json"]) == 0
+        stub.assert_no_pending_responses()
+    out, err = capsys.readouterr()
+    plan = json.loads(out)
+    assert err == ""
+    assert plan["cost_per_hour"] == pytest.approx(sum(region[t] * n for t, n in plan["chosen"].items()), abs=1e-6)
+    assert all(r["cost_per_hour"] == pytest.approx(sum(region[t] * n for t, n in r["pool"].items()), abs=1e-6)
+               for r in plan["ranked"])
+    assert json.loads((tmp_path / "state.db.prices.json").read_text())["regions"][REGION]["r5n.large"][
+        "usd_per_hour"] == 0.175
+    # a second plan within the cache's TTL asks nothing; without the flag the table prices it
+    with _pricing_stub(monkeypatch) as idle:
+        assert main(["plan", cfg, "--region-prices"]) == 0
+        idle.assert_no_pending_responses()
+        assert main(["plan", cfg, "--json"]) == 0
+    text, table = capsys.readouterr().out.split("\n{", 1)
+    assert text.startswith(f"prices ({REGION}): ") and "r5n.large 0.175" in text.splitlines()[0]
+    table_plan = json.loads("{" + table)
+    assert table_plan["cost_per_hour"] == pytest.approx(
+        sum({"r5n.large": 0.149, "g4dn.xlarge": 0.526, "t3.xlarge": 0.2}[t] * n for t, n in table_plan["chosen"].items()),
+        abs=1e-6)
+
+
+def test_plan_region_prices_falls_back_to_the_table_with_one_warning_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from daemon.cli import main
+
+    cfg = _plan_config(tmp_path)
+    stub = _pricing_stub(monkeypatch)
+    stub.add_client_error("get_products", "AccessDeniedException", "not authorized to perform pricing:GetProducts",
+                          http_status_code=400, expected_params=request("r5n.large"))
+    with stub:
+        assert main(["plan", cfg, "--region-prices", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "costscale: warning: prices for region eu-west-3: the Price List API failed (AccessDeniedException: not "
+        "authorized to perform pricing:GetProducts); using the shipped us-east-1 on-demand prices for r5n.large, "
+        "g4dn.xlarge"]
+    plan = json.loads(out)
+    table = {"r5n.large": 0.149, "g4dn.xlarge": 0.526, "t3.xlarge": 0.2}
+    assert plan["cost_per_hour"] == pytest.approx(sum(table[t] * n for t, n in plan["chosen"].items()), abs=1e-6)
+
+
+def test_plan_region_prices_prices_the_types_flag_and_an_emulator_keeps_the_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from daemon.cli import main
+
+    cfg = _plan_config(tmp_path)
+    stub = _pricing_stub(monkeypatch, ("r5n.large", "0.1750000000"), ("g4dn.xlarge", "0.6310000000"),
+                         ("c5n.2xlarge", "0.5000000000"))
+    with stub:
+        assert main(["plan", cfg, "--region-prices", "--types", "g4dn.xlarge,c5n.2xlarge", "--json"]) == 0
+        stub.assert_no_pending_responses()
+    plan = json.loads(capsys.readouterr().out)
+    assert set(plan["chosen"]) == {"g4dn.xlarge", "c5n.2xlarge"}
+    assert plan["cost_per_hour"] == pytest.approx(
+        sum({"g4dn.xlarge": 0.631, "c5n.2xlarge": 0.5}[t] * n for t, n in plan["chosen"].items()), abs=1e-6)
+    emulated = _plan_config(tmp_path, "aws:\n  endpoint_url: http://127.0.0.1:9\n")
+    with _pricing_stub(monkeypatch) as idle:
+        assert main(["plan", emulated, "--region-prices", "--json"]) == 0
+        idle.assert_no_pending_responses()
+    assert capsys.readouterr().err.splitlines() == [
+        "costscale: warning: plan --region-prices: aws.endpoint_url is set (an emulated cloud, no Price List API): "
+        "the shipped us-east-1 prices are used, as the daemon does"]

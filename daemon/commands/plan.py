@@ -2,13 +2,21 @@
 
 Flags override the config: --model, --budget, --types, --qos-ms, --batch-dist, --profiles; --top K
 pools are listed (default 10); --json prints exactly one JSON object (``Plan.to_json``).
+--region-prices prices the config's region as the daemon does (``daemon.aws_wiring``: the Price
+List API, cached beside the state store; on failure the shipped us-east-1 table, with one warning
+line); without it the shipped table's prices are used.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import sys
+from typing import Iterator, Sequence
 
 from daemon.commands._overrides import add_override_flags, resolve
 from config.errors import UsageError
+from config.schema import Config
 from scaler.base_aux import PlanError
 from scaler.batch_mix import mix_from_dist
 from scaler.fleet_decision import plan_fleet
@@ -25,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", choices=("max_throughput", "min_cost"), help="default: the config's")
     p.add_argument("--demand-qps", metavar="Q", type=float, help="demand for min_cost (default: workload.expected_qps)")
     p.add_argument("--top", metavar="K", type=int, default=10, help="pools to list (default 10)")
+    p.add_argument("--region-prices", action="store_true",
+                   help="price the config's region as the daemon does (AWS Price List API, cached beside the "
+                        "state store; the shipped us-east-1 prices with a warning when that fails)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -45,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("plan: --types needs at least one instance type")
         if len(set(types)) != len(types):
             raise UsageError("plan: --types lists a type twice")
+    if args.region_prices:
+        cfg = region_priced(cfg, types)
     dist = r.batch_dist
     objective = args.objective or cfg.objective
     demand = args.demand_qps if args.demand_qps is not None else cfg.workload.expected_qps
@@ -57,8 +70,42 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(plan.to_json())
     else:
+        if args.region_prices:
+            catalog = cfg.full_catalog()
+            print(f"prices ({cfg.region}): " + ", ".join(f"{t} {catalog[t].price_per_hour:g}" for t in plan.chosen)
+                  + " $/hr")
         print(render(plan, dist))
     return 0
+
+
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """The costscale logger's warnings as ``costscale: warning: ...`` lines while pricing (the
+    CLI configures no logging)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("costscale: warning: %(message)s"))
+    logger = logging.getLogger("costscale")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+def region_priced(cfg: Config, types: Sequence[str] | None) -> Config:
+    """``cfg`` priced in its region through the daemon's own path (``AwsWiring.priced``), with the
+    ``--types`` beyond the allowed ones priced too; an emulated cloud (``aws.endpoint_url``) keeps
+    the table's prices, as the daemon does, and one line says so."""
+    from daemon.aws_wiring import AwsWiring
+
+    wiring = AwsWiring(cfg, None)
+    if wiring.prices is None:
+        print("costscale: warning: plan --region-prices: aws.endpoint_url is set (an emulated cloud, no Price "
+              "List API): the shipped us-east-1 prices are used, as the daemon does", file=sys.stderr)
+        return cfg
+    with _warnings_on_stderr():
+        return wiring.priced(cfg, also=types or ())
 
 
 def render(plan: Plan, dist: str) -> str:
