@@ -125,6 +125,11 @@ def families(reply: pb.StatusReply, hists: Histograms, types: list[str]) -> Iter
             if c.loop == loop:
                 dec.add_metric([c.kind], c.count)
         yield dec
+    prof = GaugeMetricFamily("costscale_model_profiling", "1 while the daemon profiles a model (on a conservative "
+                             "pool until its profiles are measured).", labels=["model"])
+    for p in reply.profiling:
+        prof.add_metric([p.model], 1)
+    yield prof
     var = GaugeMetricFamily("costscale_variant_instances", "Workers holding each variant, by instance type.",
                             labels=["variant", "instance_type"])
     held = Counter((v, w.instance_type) for w in reply.worker_list for v in w.variants)

@@ -29,6 +29,7 @@ from config.profiles import ProfileTable, load_profiles_csv
 from config.schema import ModelSpec
 from daemon.probing import ProbeOutcome, Prober
 from daemon.profiling import ModelProfiles, measure_fn, measured_only, own_models, profile_here, record_measured
+from dispatcher.status import Profiling
 from scaler.actuator import pool_text
 from variants.profiler import VariantProfile
 from variants.type_profiles import conservative_pool, drift, slo_verdict
@@ -47,6 +48,7 @@ class SelfProfiler:
     def __init__(self, daemon: "Daemon") -> None:
         self.d = daemon
         self.held: dict[str, tuple[dict[str, int], str]] = {}   # model -> (conservative pool, why)
+        self.todo: dict[str, list[str]] = {}   # model -> types being profiled (until the round ends)
         self.refreshed: dict[tuple[str, str], float] = {}
         self.probes: ProbeOutcome | None = None   # the last probe round's outcome (logs, tests)
         self.probing = False                      # probes up: the fleet loop waits (daemon.app)
@@ -74,6 +76,17 @@ class SelfProfiler:
     def note(self) -> str:
         return "".join(f"; {m} not profiled yet: conservative pool {pool_text(p) or 'empty'}" for m, (p, _) in self.held.items())
 
+    def status(self) -> tuple[Profiling, ...]:
+        """What ``costscale status`` says: each model being profiled, the conservative pool it is
+        served on meanwhile and why, the types left, and whether probes are up."""
+        out = []
+        for m, types in self.todo.items():
+            held = self.held.get(m)
+            pool = {t: n for t, n in held[0].items() if n} if held is not None else None
+            why = held[1] if held is not None else "planned from its local estimates"
+            out.append(Profiling(m, pool, why, tuple(types), self.probing))
+        return tuple(out)
+
     def plan_types(self) -> list[str] | None:
         """The allowed types the primary model has a profile on, when it is one costscale profiles
         itself and some type could not be profiled (logged: no factor, no probe in the budget)."""
@@ -92,6 +105,7 @@ class SelfProfiler:
             if any(not self.d.profiles.has(spec.profile_name, t) for t in self._types()):
                 self.held[name] = (mins, "measuring it on this machine first: the configured minimum counts")
         if todo:
+            self.todo = dict(todo)
             self._task = asyncio.get_running_loop().create_task(self._run(todo))
         sched = self.d._scheduler
         if sched is not None:
@@ -122,6 +136,7 @@ class SelfProfiler:
             log.exception("profiling on the fleet failed")
         finally:
             self.held.clear()
+            self.todo = {}
         if d._loop is not None and not d._stop.is_set():
             d._loop.create_task(d.fleet_tick("models profiled"))
 

@@ -1,6 +1,6 @@
 """What the daemon adds to the dispatcher's Status (``costscale status``) and so to the metrics:
-the dollars spent, the fleet and model loops' decisions with their reasons, and the last error
-(:class:`dispatcher.status.FleetFacts`).
+the dollars spent, the fleet and model loops' decisions with their reasons, the last error, and
+the models being profiled on a conservative pool (:class:`dispatcher.status.FleetFacts`).
 
 :class:`StatusFeed` watches the loops from outside, once a second (an APScheduler job on the
 event loop) and whenever Status is asked: a new fleet target as ``Daemon.decide`` returns it (the
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from config.files import write_atomic
 from daemon import audit
-from dispatcher.status import Decision, FleetFacts, pool_cost_per_hour
+from dispatcher.status import Decision, FleetFacts, Profiling, pool_cost_per_hour
 from scaler.actuator import pool_text
 
 if TYPE_CHECKING:
@@ -219,7 +219,13 @@ class StatusFeed:
         return FleetFacts(spent_usd_today=self.spend.today, spent_usd_total=self.spend.total,
                           decisions=tuple(self.decisions), decision_counts=dict(self.counts),
                           last_error=self.last_error, last_error_at_unix=self.last_error_at,
-                          capacity_hint=float(getattr(self.daemon, "capacity_hint", 1.0)))
+                          capacity_hint=float(getattr(self.daemon, "capacity_hint", 1.0)),
+                          profiling=self._profiling())
+
+    def _profiling(self) -> tuple[Profiling, ...]:
+        """The models the daemon is profiling and the conservative pool each is served on meanwhile."""
+        profiler = getattr(self.daemon, "profiling", None)
+        return profiler.status() if profiler is not None else ()
 
     def record(self, loop: str, kind: str, summary: str, reason: str = "", **fields: Any) -> None:
         """A decision: kept for Status, counted for the metrics, written to the audit log."""

@@ -2,8 +2,9 @@
 the same reply, so the two agree): the pool by type and state and its $/hr against the budget,
 each model's demand, SLO attainment and served accuracy over the last 1, 5 and 15 minutes
 (:mod:`dispatcher.outcomes`), the variants on each worker, and -- from the daemon, when one runs
-this dispatcher -- the dollars spent, the last fleet and model decisions with their reasons, and
-the last error (:class:`FleetFacts`, given by ``Dispatcher.status_source``).
+this dispatcher -- the dollars spent, the last fleet and model decisions with their reasons, the
+last error, and the models it is profiling with the conservative pool each is served on meanwhile
+(:class:`FleetFacts`, given by ``Dispatcher.status_source``).
 
 An instance's state: ``parked`` (surplus kept warm, :mod:`scaler.parking`), ``draining``
 (finishing its query before it retires), ``pending`` (booting on EC2) or ``running`` (serving,
@@ -44,6 +45,18 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Profiling:
+    """A model the daemon is profiling (``daemon.self_profiling``) and the conservative pool it is
+    served on until its profiles are measured (``pool`` None: planned from its local estimates)."""
+
+    model: str
+    pool: Mapping[str, int] | None = None
+    reason: str = ""
+    types_left: tuple[str, ...] = ()   # allowed types without a measured profile yet
+    probing: bool = False              # probe instances are up measuring it
+
+
+@dataclass(frozen=True)
 class FleetFacts:
     """What only the daemon knows: money spent, decisions, errors (``daemon.status_feed``)."""
 
@@ -54,6 +67,7 @@ class FleetFacts:
     last_error: str = ""
     last_error_at_unix: float = 0.0
     capacity_hint: float = 1.0
+    profiling: tuple[Profiling, ...] = ()
 
 
 def worker_state(w: WorkerState) -> str:
@@ -154,4 +168,8 @@ def build_status_reply(d: Dispatcher) -> pb.StatusReply:
             reply.decisions.add(at_unix=x.at_unix, loop=x.loop, kind=x.kind, summary=x.summary, reason=x.reason)
         for (loop, kind), n in sorted(facts.decision_counts.items()):
             reply.decision_counts.add(loop=loop, kind=kind, count=n)
+        for p in facts.profiling:
+            reply.profiling.add(model=p.model, conservative_pool=dict(p.pool or {}), reason=p.reason,
+                                types_left=list(p.types_left), probing=p.probing,
+                                on_conservative_pool=p.pool is not None)
     return reply

@@ -131,7 +131,7 @@ def test_status_json_and_metrics_agree_on_a_running_daemon(tmp_path: Path) -> No
     plan = [x for x in st["decisions"] if x["kind"] == "plan"]
     assert plan and plan[0]["reason"] == "pinned pool (config) for 0.0 q/s (declared)"
     assert sorted(x["kind"] for x in st["decisions"] if x["kind"] == "launch") == ["launch"] * 3
-    assert st["last_error"] is None
+    assert st["last_error"] is None and st["profiling"] == []     # every model has its profiles
     # the metrics say the same
     assert m[("costscale_pool_cost_dollars_per_hour", ())] == pytest.approx(st["pool_cost_per_hour"])
     assert m[("costscale_budget_dollars_per_hour", ())] == 2.5

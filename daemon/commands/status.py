@@ -5,8 +5,9 @@ Status RPC (:mod:`dispatcher.status`; the Prometheus metrics read the same reply
 
 The pool by type and state (pending, running, parked, draining), $/hr now against the budget,
 dollars spent today (UTC), each model's demand and SLO attainment over the last 1, 5 and 15
-minutes, the variants on each worker, the last ten fleet and model decisions with their reasons,
-and the last error. ``--json`` prints one object (with ``--watch``, one per line). Bad flags: one
+minutes, the models being profiled and the conservative pool each is served on meanwhile, the
+variants on each worker, the last ten fleet and model decisions with their reasons, and the last
+error. ``--json`` prints one object (with ``--watch``, one per line). Bad flags: one
 line, exit 2; the dispatcher unreachable: one line, exit 1.
 """
 from __future__ import annotations
@@ -107,6 +108,9 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "decisions": [{"at": _iso(x.at_unix), "loop": x.loop, "kind": x.kind, "summary": x.summary,
                        "reason": x.reason} for x in r.decisions],
         "decision_counts": counts,
+        "profiling": [{"model": p.model, "conservative_pool": dict(sorted(p.conservative_pool.items()))
+                       if p.on_conservative_pool else None, "reason": p.reason, "types_left": list(p.types_left),
+                       "probing": p.probing} for p in r.profiling],
         "last_error": r.last_error or None, "last_error_at": _iso(r.last_error_at_unix) if r.last_error else None,
     }
 
@@ -141,6 +145,12 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
         a = "/".join(_pct(m["attainment"].get(k)) for k in ("1m", "5m", "15m"))
         acc = m["served_accuracy"].get("5m")
         out.append(f"  {name:20}{d:>26}{a:>30}{'-' if acc is None else f'{acc:.3f}':>13}")
+    for p in s["profiling"]:
+        pool = p["conservative_pool"]
+        meanwhile = (f"served on a conservative pool {', '.join(f'{t}×{n}' for t, n in pool.items()) or '(empty)'} "
+                     f"until then: {p['reason']}" if pool is not None else p["reason"])
+        out.append(f"  {p['model']}: being profiled ({'probes up; ' if p['probing'] else ''}not measured yet on "
+                   f"{', '.join(p['types_left'])}); {meanwhile}")
     out.append("")
     out.append("workers")
     for w in s["workers"]:

@@ -245,8 +245,31 @@ class DecisionCount(_message.Message):
     count: int
     def __init__(self, loop: _Optional[str] = ..., kind: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
+class ProfilingStatus(_message.Message):
+    __slots__ = ("model", "conservative_pool", "reason", "types_left", "probing", "on_conservative_pool")
+    class ConservativePoolEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CONSERVATIVE_POOL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TYPES_LEFT_FIELD_NUMBER: _ClassVar[int]
+    PROBING_FIELD_NUMBER: _ClassVar[int]
+    ON_CONSERVATIVE_POOL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    conservative_pool: _containers.ScalarMap[str, int]
+    reason: str
+    types_left: _containers.RepeatedScalarFieldContainer[str]
+    probing: bool
+    on_conservative_pool: bool
+    def __init__(self, model: _Optional[str] = ..., conservative_pool: _Optional[_Mapping[str, int]] = ..., reason: _Optional[str] = ..., types_left: _Optional[_Iterable[str]] = ..., probing: _Optional[bool] = ..., on_conservative_pool: _Optional[bool] = ...) -> None: ...
+
 class StatusReply(_message.Message):
-    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon")
+    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon", "profiling")
     class PoolEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +300,7 @@ class StatusReply(_message.Message):
     CAPACITY_HINT_FIELD_NUMBER: _ClassVar[int]
     NOW_UNIX_FIELD_NUMBER: _ClassVar[int]
     DAEMON_FIELD_NUMBER: _ClassVar[int]
+    PROFILING_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     budget_per_hour: float
     cost_per_hour: float
@@ -300,7 +324,8 @@ class StatusReply(_message.Message):
     capacity_hint: float
     now_unix: float
     daemon: bool
-    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ...) -> None: ...
+    profiling: _containers.RepeatedCompositeFieldContainer[ProfilingStatus]
+    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ..., profiling: _Optional[_Iterable[_Union[ProfilingStatus, _Mapping]]] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("instance_id", "instance_type", "address", "token", "providers", "executor")
