@@ -63,6 +63,17 @@ async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
     return 0
 
 
+#: libraries whose routine chatter (APScheduler logs every job run at INFO) stays out of the log
+CHATTY_LIBRARIES = ("apscheduler", "botocore", "urllib3")
+
+
+def quiet_libraries() -> None:
+    """Keep :data:`CHATTY_LIBRARIES` at WARNING: 386 of 428 INFO lines in three minutes were
+    APScheduler's "Running job" / "executed successfully" (issue #17 item 9)."""
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: bool = False,
                log_format: str | None = None) -> int:
     """``costscale run``; ``local_workers``: a local worker process per running instance (only with
@@ -71,9 +82,7 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     config's ``log_format``."""
     cfg = load_checked_config(cfg_path)  # fail fast, one line, exit 2
     configure_logging(log_level, log_format or cfg.log_format)
-    # libraries' routine chatter (APScheduler logs every job run at INFO) stays out of the daemon's log
-    for name in ("apscheduler", "botocore", "urllib3"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_libraries()
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")
