@@ -13,53 +13,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-import boto3
 import pytest
 
-from config.schema import parse_config_text
-from scaler.lease import Claimant, Lease, LeaseLost
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.lease import Claimant, LeaseLost
 from scaler.state import StateStore
+from tests.test_cluster_lease import _daemon_config, _live, _table, lease_of
 
-CONFIG = """\
-cluster: stopping
-budget_per_hour: 1.0
-models:
-  - name: rm2
-    qos_ms: 350
-instance_types:
-  - type: r5n.large
-launch:
-  ami_id: {ami}
-dispatcher:
-  listen: 127.0.0.1:0
-intervals:
-  fleet_s: 3600
-  reconcile_s: 3600
-state_path: {state}
-pinned_pool:
-  r5n.large: 1
-on_shutdown: {on_shutdown}
-model_scaling:
-  generate_variants: false
-aws:
-  endpoint_url: {endpoint}
-"""
-THIEF = Claimant(cluster="stopping", owner="ctl-b:22:bbbb", host="ctl-b", pid=22)
-
-
-def _config(tmp_path: Path, endpoint: str, on_shutdown: str):  # type: ignore[no-untyped-def]
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    ami = ec2.describe_images()["Images"][0]["ImageId"]
-    return parse_config_text(CONFIG.format(ami=ami, state=tmp_path / "state.db", on_shutdown=on_shutdown,
-                                           endpoint=endpoint))
-
-
-def _live(endpoint: str) -> list[str]:
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    res = ec2.describe_instances(Filters=[{"Name": "tag:costscale:cluster", "Values": ["stopping"]},
-                                          {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    return sorted(i["InstanceId"] for r in res["Reservations"] for i in r["Instances"])
+THIEF = Claimant(cluster="owned", owner="ctl-b:22:bbbb", host="ctl-b", pid=22)
 
 
 async def _until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -78,7 +38,7 @@ def test_a_reconcile_cut_short_by_the_stop_returns_quietly(moto_endpoint: str, t
                                                            caplog: pytest.LogCaptureFixture) -> None:
     from daemon.app import Daemon
 
-    cfg = _config(tmp_path, moto_endpoint, "keep")
+    cfg = _daemon_config(tmp_path, moto_endpoint, "host-a")      # on_shutdown: keep
     entered, release = threading.Event(), threading.Event()
 
     def slow_reconcile():  # type: ignore[no-untyped-def]
@@ -110,8 +70,8 @@ def test_terminate_at_shutdown_after_the_lease_was_lost_leaves_the_instances_in_
         moto_endpoint: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from daemon.app import Daemon
 
-    cfg = _config(tmp_path, moto_endpoint, "terminate")
-    table = DynamoLeaseTable("costscale-leases", make_dynamodb_client("us-east-1", moto_endpoint))
+    cfg = _daemon_config(tmp_path, moto_endpoint, "host-a").model_copy(update={"on_shutdown": "terminate"})
+    table = _table(moto_endpoint)
 
     async def scenario() -> tuple[list[str], str]:
         d = Daemon(cfg, None, listen="127.0.0.1:0")
@@ -119,12 +79,10 @@ def test_terminate_at_shutdown_after_the_lease_was_lost_leaves_the_instances_in_
         try:
             await d.fleet_tick("test")
             assert d.aws is not None and d.aws.lease is not None
-            held = table.get("stopping")
+            held = table.get("owned")
             assert held is not None and held.generation == 1
             # another daemon takes the cluster over (as after a partition that outlasted the lease)
-            now = time.time()
-            assert table.write(Lease(cluster="stopping", owner=THIEF.owner, host=THIEF.host, pid=THIEF.pid,
-                                     since=now, expires_at=now + 600, generation=2), held)
+            assert table.write(lease_of(THIEF, time.time(), time.time() + 600, 2), held)
             with pytest.raises(LeaseLost):              # the holder's next renewal finds it
                 await asyncio.to_thread(d.aws.lease.renew)
             await _until(d._stop.is_set, "the lost lease to stop the daemon")
@@ -141,7 +99,7 @@ def test_terminate_at_shutdown_after_the_lease_was_lost_leaves_the_instances_in_
     assert len(before) == 1 and _live(moto_endpoint) == before          # left running
     assert _tracebacks(caplog.records) == [f"costscale: {lost_line}"]     # the loss itself, once
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "on_shutdown" in r.getMessage()] == [
-        f"on_shutdown: terminate skipped: 1 instance left running ({before[0]}): the lease of cluster stopping was "
+        f"on_shutdown: terminate skipped: 1 instance left running ({before[0]}): the lease of cluster owned was "
         "lost to host ctl-b pid 22 (generation 2), whose daemon owns them now"]
     with StateStore.open(cfg.state_path) as store:      # nothing for a later reconcile to finish
         assert [i.kind for i in store.intents()] == ["launch"] and store.open_intents() == []
