@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from config.pids import pid_alive
 from scaler.cloud import ManagedInstance
 
 log = logging.getLogger("costscale.local")
@@ -108,19 +109,5 @@ class LocalRunner:
             self.workers.clear()
 
     def alive_pids(self) -> list[int]:
-        return [pid for pid in self.started_pids if _alive(pid)]
+        return [pid for pid in self.started_pids if pid_alive(pid, zombie_alive=False)]   # a zombie: gone
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child counts as gone
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return False

@@ -21,12 +21,12 @@ conditional writes, and the new owner adopts what it finds by the cluster tag.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any, Callable, Protocol
 
 from config.errors import UsageError
+from config.pids import pid_alive
 from scaler.cloud import CloudConfigError, CloudError, CloudProvider, ManagedInstance
 from scaler.lease import Claimant, Lease, LeaseDecision, LeaseHeld, LeaseLost, decide, held_line, lost_line, released, utc
 
@@ -46,17 +46,6 @@ class Fenced(CloudConfigError, UsageError):
     """A launch or terminate refused: this daemon does not own the cluster (now). A
     ``CloudConfigError`` so the actuator stops at once, a ``UsageError`` so the fleet loop logs
     it as one line."""
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid runs on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ClusterLease:
