@@ -54,6 +54,28 @@ def backoff_delay(attempt: int, u: float, base: float = BACKOFF_BASE_S, cap: flo
     return u * min(cap, base * (2 ** attempt))
 
 
+def aws_call(op: str, call: Callable[[], Any], typed: Callable[[str, str], CloudError | None]) -> Any:
+    """``call()`` (one boto3 call) at the error boundary: a ClientError becomes ``typed(code,
+    message)``, the typed error to raise (None: the ClientError itself is raised, for a caller
+    that judges that code); no credentials → ``CloudConfigError``; any other botocore failure (an
+    unreachable endpoint) → ``CloudError``."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        return call()
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        mapped = typed(code, str(err.get("Message", "")) or code)
+        if mapped is None:
+            raise
+        raise mapped from None
+    except NoCredentialsError as exc:
+        raise CloudConfigError(f"{op}: no AWS credentials ({exc})") from None
+    except BotoCoreError as exc:
+        raise CloudError(f"{op}: {exc}") from None
+
+
 def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
                     cluster_token: str | None = None, models: Sequence[tuple[str, str]] = (),
                     worker_port: int = 50052) -> str:
@@ -149,29 +171,22 @@ class Ec2Cloud:
 
     # -- the error boundary ------------------------------------------------------------------
     def _call(self, op: str, instance_type: str | None = None, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+        def typed(code: str, msg: str) -> CloudError:
+            if code in THROTTLE_CODES:   # retried below; raised after the last attempt
+                return Throttled(f"{op}: throttled by EC2 ({code}) after {self.max_attempts} attempts")
+            if code in CAPACITY_CODES:
+                return InsufficientCapacity(instance_type or "?", f"{op}: {code}: {msg}")
+            if code in AUTH_CODES or code.startswith("Invalid"):
+                return CloudConfigError(f"{op}: {code}: {msg}")
+            return CloudError(f"{op}: {code}: {msg}")
 
         for attempt in range(self.max_attempts):
             try:
-                return getattr(self.client, op)(**kwargs)
-            except ClientError as exc:
-                err = exc.response.get("Error", {})
-                code = str(err.get("Code", ""))
-                msg = str(err.get("Message", "")) or code
-                if code in THROTTLE_CODES:
-                    if attempt + 1 >= self.max_attempts:
-                        raise Throttled(f"{op}: throttled by EC2 ({code}) after {self.max_attempts} attempts") from None
-                    self.sleep(backoff_delay(attempt, self.rng.random()))
-                    continue
-                if code in CAPACITY_CODES:
-                    raise InsufficientCapacity(instance_type or "?", f"{op}: {code}: {msg}") from None
-                if code in AUTH_CODES or code.startswith("Invalid"):
-                    raise CloudConfigError(f"{op}: {code}: {msg}") from None
-                raise CloudError(f"{op}: {code}: {msg}") from None
-            except NoCredentialsError as exc:
-                raise CloudConfigError(f"{op}: no AWS credentials ({exc})") from None
-            except BotoCoreError as exc:
-                raise CloudError(f"{op}: {exc}") from None
+                return aws_call(op, lambda: getattr(self.client, op)(**kwargs), typed)
+            except Throttled:
+                if attempt + 1 >= self.max_attempts:
+                    raise
+                self.sleep(backoff_delay(attempt, self.rng.random()))
         raise AssertionError("unreachable")
 
     def _describe(self, filters: list[dict[str, Any]]) -> list[ManagedInstance]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaler.cloud import CloudConfigError, CloudError
-from scaler.ec2 import AUTH_CODES
+from scaler.ec2 import AUTH_CODES, aws_call
 from scaler.lease import Lease
 
 DEFAULT_TABLE = "costscale-leases"
@@ -68,25 +68,16 @@ class DynamoLeaseTable:
     def _call(self, op: str, judged: tuple[str, ...] = (), **kwargs: Any) -> Any:
         """One DynamoDB call; the ``judged`` error codes (a failed condition, no table yet, a table
         being created) come back as the ClientError for the caller, the rest as typed cloud errors."""
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-        try:
-            return getattr(self.client, op)(**kwargs)
-        except ClientError as exc:
-            err = exc.response.get("Error", {})
-            code = str(err.get("Code", ""))
+        def typed(code: str, msg: str) -> CloudError | None:
             if code in judged:
-                raise
-            msg = str(err.get("Message", "")) or code
+                return None
             if code == NOT_FOUND:
-                raise CloudConfigError(f"{op}: table {self.table} not found ({msg})") from None
+                return CloudConfigError(f"{op}: table {self.table} not found ({msg})")
             if code in CONFIG_CODES:
-                raise CloudConfigError(f"{op}: {code}: {msg}") from None
-            raise CloudError(f"{op}: {code}: {msg}") from None
-        except NoCredentialsError as exc:
-            raise CloudConfigError(f"{op}: no AWS credentials ({exc})") from None
-        except BotoCoreError as exc:
-            raise CloudError(f"{op}: {exc}") from None
+                return CloudConfigError(f"{op}: {code}: {msg}")
+            return CloudError(f"{op}: {code}: {msg}")
+
+        return aws_call(op, lambda: getattr(self.client, op)(**kwargs), typed)
 
     @staticmethod
     def _code(exc: Exception) -> str:
