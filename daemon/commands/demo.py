@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 
-from config.hostport import split_hostport
+from config.hostport import hostport_arg
 from daemon.commands._overrides import parse_counts
 from daemon.demo import DEMO_TYPES
 from config.errors import UsageError
@@ -33,19 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--serve", action="store_true",
                    help="keep the cluster up for your own clients until Ctrl-C, no scripted load; print the endpoints")
-    p.add_argument("--listen", type=_hostport, default="127.0.0.1:50051", metavar="HOST:PORT",
+    p.add_argument("--listen", type=hostport_arg, default="127.0.0.1:50051", metavar="HOST:PORT",
                    help="with --serve: the API and Open Inference Protocol port (default 127.0.0.1:50051)")
-    p.add_argument("--metrics", type=_hostport, default="127.0.0.1:9464", metavar="HOST:PORT",
+    p.add_argument("--metrics", type=hostport_arg, default="127.0.0.1:9464", metavar="HOST:PORT",
                    help="with --serve: the Prometheus endpoint (default 127.0.0.1:9464)")
     p.set_defaults(func=_run)
-
-
-def _hostport(text: str) -> str:
-    try:
-        split_hostport(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text.strip()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -17,19 +17,12 @@ from pathlib import Path
 
 import grpc
 
-from config.hostport import split_hostport
+from config.hostport import hostport_arg
 from config.errors import UsageError
+
 
 class RpcFailed(UsageError):
     exit_code = 1
-
-
-def _hostport(text: str) -> str:
-    try:
-        split_hostport(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text.strip()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     msub.required = True
     reg = msub.add_parser("register", help="register an ONNX model: generate, profile and store its variants")
     reg.add_argument("name", metavar="NAME")
-    reg.add_argument("--dispatcher", required=True, type=_hostport, metavar="HOST:PORT")
+    reg.add_argument("--dispatcher", required=True, type=hostport_arg, metavar="HOST:PORT")
     reg.add_argument("--application", required=True, metavar="APP")
     reg.add_argument("--onnx", required=True, metavar="FILE", help="the model file (sent as bytes)")
     reg.add_argument("--validation", metavar="FILE.npz", help="validation set with arrays x and labels")
@@ -49,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     reg.add_argument("--json", action="store_true", help="print one JSON object")
     reg.set_defaults(func=run_register)
     ls = msub.add_parser("list", help="list registered variants")
-    ls.add_argument("--dispatcher", required=True, type=_hostport, metavar="HOST:PORT")
+    ls.add_argument("--dispatcher", required=True, type=hostport_arg, metavar="HOST:PORT")
     g = ls.add_mutually_exclusive_group()
     g.add_argument("--model", default="")
     g.add_argument("--application", default="")
@@ -60,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     osub = o.add_subparsers(dest="offline_command", metavar="ACTION", parser_class=type(o))
     osub.required = True
     sm = osub.add_parser("submit", help="run a model over a .npy/.npz file or folder while the fleet is idle")
-    sm.add_argument("--dispatcher", required=True, type=_hostport, metavar="HOST:PORT")
+    sm.add_argument("--dispatcher", required=True, type=hostport_arg, metavar="HOST:PORT")
     g2 = sm.add_mutually_exclusive_group(required=True)
     g2.add_argument("--model", default="")
     g2.add_argument("--application", default="")
@@ -72,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sm.set_defaults(func=run_offline_submit)
     st = osub.add_parser("status", help="progress of an offline job")
     st.add_argument("job", metavar="JOB")
-    st.add_argument("--dispatcher", required=True, type=_hostport, metavar="HOST:PORT")
+    st.add_argument("--dispatcher", required=True, type=hostport_arg, metavar="HOST:PORT")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=run_offline_status)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from config.hostport import split_hostport
+from config.hostport import hostport_arg
 from daemon.commands.models import RpcFailed
 
 DEFAULT_DISPATCHER = "127.0.0.1:50051"
@@ -29,14 +29,6 @@ DEFAULT_DISPATCHER = "127.0.0.1:50051"
 CALL_TIMEOUT_S = 5.0
 WINDOW_NAMES = {60: "1m", 300: "5m", 900: "15m"}
 STATES = ("pending", "running", "parked", "draining")
-
-
-def _hostport(text: str) -> str:
-    try:
-        split_hostport(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text.strip()
 
 
 def _interval(text: str) -> float:
@@ -51,7 +43,7 @@ def _interval(text: str) -> float:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="pool, spend, demand, SLO attainment and decisions of a running daemon")
-    p.add_argument("--dispatcher", type=_hostport, default=DEFAULT_DISPATCHER, metavar="HOST:PORT",
+    p.add_argument("--dispatcher", type=hostport_arg, default=DEFAULT_DISPATCHER, metavar="HOST:PORT",
                    help=f"the daemon's dispatcher (default {DEFAULT_DISPATCHER})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
