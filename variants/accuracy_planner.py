@@ -1,0 +1,353 @@
+"""The accuracy planner (Proteus §4): which variant each worker hosts and how each model's queries
+are split over the workers, so that the fleet serves the most demand and, among the placements
+that do, the highest accuracy-weighted throughput; among those, the fewest swaps from the current
+placement. Pure: the workers, profiles, demand and SLOs come in, an :class:`AccuracyPlan` goes out.
+
+**Capacity** (Proteus §4, "Estimation of throughput capacity"): a variant on an instance type runs
+batches of the largest profiled size whose latency is at most half the model's SLO (a query that
+arrives just after a batch starts waits for the next one, so it answers within twice the batch
+latency); its capacity is that batch over that latency, in queries per second (a query is one
+request of the batch). A variant with no such batch on a type cannot go there, and a variant below
+its model's ``min_accuracy`` goes nowhere.
+
+**The MILP.** Proteus writes it per device d with binaries x_{d,m} (Eq. 1: at most one variant per
+device), routing fractions y_{d,q} and served rates z_{d,q} (Eq. 4-5), and the accuracy of a query
+type a_q = Σ_m A_m Σ_d x_{d,m} z_{d,q} s_q: a product of a binary and a continuous variable
+(bilinear), as is Eq. 3's "the variant on d serves q". Linearised here:
+
+- the served rate is indexed by what serves it, z_{t,m} >= 0 (q/s of variant m's model served by
+  variant m on workers of type t), and Eq. 3-5 become one linear bound z_{t,m} <= P_{t,m} n_{t,m},
+  the standard product linearisation with the capacity as its big-M (z = 0 unless m is placed);
+- so a_q = Σ_{m of q} A_m Σ_t z_{t,m} is linear;
+- workers of one type are interchangeable, so the integer n_{t,m} counts the type's workers that
+  host m (Σ_m n_{t,m} <= N_t, Eq. 1 summed over the type's workers) instead of one binary per
+  worker: the same optima without the symmetry that slows branch and bound. A per-type plan becomes
+  a per-worker one with each (t, m) group's rate split evenly over its workers.
+
+Served demand per model is at most its demand (Eq. 2 and 6: Proteus lowers s_q until the MILP is
+feasible; here the served rate is a variable, so one solve finds the most that can be served).
+
+**Objective**, lexicographic, as three CBC solves (a single weighted sum would need a weight larger
+than any accuracy/throughput trade-off can be, which CBC's tolerances do not survive):
+
+1. the most demand served, Σ z;
+2. with that held (within :data:`REL_TOL`), the highest accuracy-weighted throughput Σ A_m z_{t,m};
+3. with that held, the most workers that keep what they host: keep_{t,v} <= n_{t,v} and
+   keep_{t,v} <= the type's workers hosting v now, for every variant v and for "nothing" (a worker
+   the plan does not need keeps what it has, nothing included).
+
+The MILP chooses the placement; the rates are then recomputed for that placement exactly (per
+model, the most accurate placed variants fill the demand first, which is what steps 1-2 do for a
+fixed placement), so the plan's numbers carry no solver tolerance.
+"""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import pulp
+
+#: Relative tolerance (of the total demand) with which step 1's served rate and step 2's accuracy-
+#: weighted throughput are held in the next step: above CBC's own feasibility tolerance (1e-7),
+#: far below any difference a placement makes to real profiles.
+REL_TOL = 1e-6
+#: Tolerance for "all demand served" (q/s, relative to the model's demand).
+FEASIBLE_TOL = 1e-6
+#: CBC's integrality tolerance: its default (1e-6) lets a worker count of 1e-6 buy a sliver of a
+#: fast variant's capacity; the plan rounds counts anyway, so ask for counts that round honestly.
+INTEGER_TOL = 1e-9
+#: Wall-clock budget of the three solves together (s). Past it a solve returns the best placement it
+#: has (``status`` "time_limit"). Small fleets are proven optimal in tens of ms; at 40 workers x 50
+#: variants x 9 models CBC does not prove optimality within 10 s, and its placement after 1 s is far
+#: from its placement after 10 s (BENCHMARKS.md "accuracy-planner"), so the budget is a third of
+#: the model loop's 30 s period, not the issue's 1 s goal.
+DEFAULT_TIME_LIMIT_S = 10.0
+#: The least a solve is given when the budget is spent (s): enough for CBC to read a warm start.
+MIN_STEP_S = 0.05
+
+
+@dataclass(frozen=True)
+class VariantProfile:
+    """One variant of a model: its accuracy and its latency (ms) per instance type and batch size."""
+
+    model: str
+    variant: str
+    accuracy: float
+    latency_ms: Mapping[str, Mapping[int, float]]   # instance type -> batch size -> ms
+
+
+@dataclass(frozen=True)
+class AccuracyPlan:
+    """The planner's answer. ``placement``: worker id -> variant (None: the worker hosts nothing);
+    ``routing``: model -> worker id -> fraction of the model's served queries (sums to 1 for a
+    model served at all); ``effective_accuracy``: accuracy averaged over the served queries (None
+    when nothing is served); ``feasible``: every model's demand is served."""
+
+    placement: dict[str, str | None]
+    worker_types: dict[str, str]
+    routing: dict[str, dict[str, float]]
+    served_qps: dict[str, float]
+    demand_qps: dict[str, float]
+    accuracy: dict[str, float | None]            # per model, over its served queries
+    effective_accuracy: float | None
+    feasible: bool
+    swaps: int                                   # workers whose variant changes
+    solve_ms: float
+    status: str                                  # "optimal"; "time_limit": the best found by then
+    batch: dict[str, int] = field(default_factory=dict)   # variant@type -> batch it runs
+
+    @property
+    def total_served_qps(self) -> float:
+        return sum(self.served_qps.values())
+
+    @property
+    def accuracy_weighted_qps(self) -> float:
+        return sum((self.accuracy[m] or 0.0) * q for m, q in self.served_qps.items())
+
+
+def capacity(latency_ms: Mapping[int, float], slo_ms: float) -> tuple[int, float] | None:
+    """Proteus §4: (the largest batch whose latency is <= slo/2, that batch over its latency in
+    q/s), or None when not even the smallest batch fits."""
+    fits = [b for b, lat in latency_ms.items() if lat <= slo_ms / 2.0]
+    if not fits:
+        return None
+    b = max(fits)
+    return b, b * 1000.0 / latency_ms[b]
+
+
+def profiles_from_rows(rows: Iterable[Any]) -> list[VariantProfile]:
+    """Profiles from family CSV rows (anything with ``model, variant, instance_type, batch_size,
+    latency_ms, accuracy``, e.g. :class:`variants.families.profiles.ProfileRow`). ValueError when a
+    variant has two accuracies, belongs to two models, or has a (type, batch) twice."""
+    lat: dict[str, dict[str, dict[int, float]]] = {}
+    meta: dict[str, tuple[str, float]] = {}
+    for r in rows:
+        model, acc = meta.setdefault(r.variant, (r.model, float(r.accuracy)))
+        if model != r.model:
+            raise ValueError(f"variant {r.variant} belongs to two models ({model}, {r.model})")
+        if acc != float(r.accuracy):
+            raise ValueError(f"variant {r.variant} has two accuracies ({acc:g}, {float(r.accuracy):g})")
+        by_batch = lat.setdefault(r.variant, {}).setdefault(r.instance_type, {})
+        if int(r.batch_size) in by_batch:
+            raise ValueError(f"variant {r.variant} on {r.instance_type}: batch {int(r.batch_size)} twice")
+        by_batch[int(r.batch_size)] = float(r.latency_ms)
+    return [VariantProfile(meta[v][0], v, meta[v][1], lat[v]) for v in meta]
+
+
+def workers_from_counts(pool: Mapping[str, int]) -> dict[str, str]:
+    """``{type: N}`` -> ``{"TYPE-0": type, ..., "TYPE-(N-1)": type}`` (types in sorted order)."""
+    return {f"{t}-{i}": t for t in sorted(pool) for i in range(int(pool[t]))}
+
+
+@dataclass(frozen=True)
+class _Option:
+    """A variant that may go on a type: its capacity there (q/s) and the batch it runs."""
+
+    itype: str
+    variant: str
+    model: str
+    accuracy: float
+    qps: float
+    batch: int
+
+
+def _options(types: Iterable[str], variants: Sequence[VariantProfile], slo_ms: Mapping[str, float],
+             min_accuracy: Mapping[str, float]) -> list[_Option]:
+    out = []
+    for t in sorted(set(types)):
+        for v in variants:
+            if v.model not in slo_ms or v.accuracy < min_accuracy.get(v.model, 0.0) or t not in v.latency_ms:
+                continue
+            cap = capacity(v.latency_ms[t], slo_ms[v.model])
+            if cap is not None:
+                out.append(_Option(t, v.variant, v.model, v.accuracy, cap[1], cap[0]))
+    return out
+
+
+def _fill(options: Sequence[_Option], counts: Mapping[tuple[str, str], int],
+          demand: Mapping[str, float]) -> dict[tuple[str, str], float]:
+    """The best rates for a fixed placement: per model, the most accurate placed (type, variant)
+    groups take the demand first, each up to its capacity times its workers. (type, variant) ->
+    q/s served by the group."""
+    rates: dict[tuple[str, str], float] = {}
+    for model, want in demand.items():
+        groups = sorted((o for o in options if o.model == model and counts.get((o.itype, o.variant), 0) > 0),
+                        key=lambda o: (-o.accuracy, -o.qps, o.itype, o.variant))
+        left = max(0.0, float(want))
+        for o in groups:
+            take = min(left, o.qps * counts[(o.itype, o.variant)])
+            rates[(o.itype, o.variant)] = take
+            left -= take
+    return rates
+
+
+def _solve(prob: pulp.LpProblem, deadline: float, warm: bool) -> tuple[bool, bool]:
+    """CBC until ``deadline`` (perf_counter; at least :data:`MIN_STEP_S`): (a solution was found,
+    it is proven optimal)."""
+    limit = max(MIN_STEP_S, deadline - time.perf_counter())
+    with warnings.catch_warnings():  # PuLP 3.x deprecates PULP_CBC_CMD, the bundled CBC we use
+        warnings.simplefilter("ignore", DeprecationWarning)
+        prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, warmStart=warm,
+                                     options=[f"integerTolerance {INTEGER_TOL}"]))
+    found = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    return found and prob.objective.value() is not None, prob.sol_status == pulp.LpSolutionOptimal
+
+
+def _milp_counts(options: Sequence[_Option], type_counts: Mapping[str, int], demand: Mapping[str, float],
+                 current_counts: Mapping[tuple[str, str | None], int],
+                 deadline: float) -> tuple[dict[tuple[str, str], int], str]:
+    """The three lexicographic solves; (type, variant) -> workers, and "optimal" (every step
+    proven), "time_limit" (the best placement found by the deadline) or "no_solution"."""
+    prob = pulp.LpProblem("proteus_accuracy", pulp.LpMaximize)
+    n: dict[tuple[str, str], pulp.LpVariable] = {}
+    z: dict[tuple[str, str], pulp.LpVariable] = {}
+    for i, o in enumerate(options):
+        key = (o.itype, o.variant)
+        n[key] = prob.add_variable(f"n{i}", lowBound=0, upBound=type_counts[o.itype], cat="Integer")
+        z[key] = prob.add_variable(f"z{i}", lowBound=0)
+        # Eq. 3-5, linearised; a worker serves no more than its model's demand (a tighter big-M)
+        prob += z[key] <= min(o.qps, max(0.0, demand.get(o.model, 0.0))) * n[key], f"cap{i}"
+    for j, t in enumerate(sorted(type_counts)):
+        prob += pulp.lpSum(n[(o.itype, o.variant)] for o in options if o.itype == t) <= type_counts[t], f"one{j}"  # Eq. 1
+    for j, (model, want) in enumerate(sorted(demand.items())):                                  # Eq. 2, 6
+        prob += pulp.lpSum(z[(o.itype, o.variant)] for o in options if o.model == model) <= max(0.0, want), f"dem{j}"
+    served = pulp.lpSum(z.values())
+    acc_weighted = pulp.lpSum(o.accuracy * z[(o.itype, o.variant)] for o in options)   # Σ_q a_q
+    tol = REL_TOL * max(1.0, sum(max(0.0, d) for d in demand.values()))
+
+    def counts() -> dict[tuple[str, str], int]:
+        return {k: int(round(v.varValue or 0.0)) for k, v in n.items()}
+
+    prob.setObjective(served)                                                           # 1. serve the most
+    found, proven = _solve(prob, deadline, warm=False)
+    if not found:
+        return {}, "no_solution"
+    best, all_proven = counts(), proven
+    prob += served >= prob.objective.value() - tol, "hold_served"
+    prob.setObjective(acc_weighted)                                                     # 2. most accurate
+    found, proven = _solve(prob, deadline, warm=True)
+    if not found:
+        return best, "time_limit"
+    best, all_proven = counts(), all_proven and proven
+    prob += acc_weighted >= prob.objective.value() - tol, "hold_accuracy"
+    keep = []                                                                           # 3. fewest swaps
+    for i, ((t, v), cur) in enumerate(sorted(current_counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))):
+        if v is not None and (t, v) not in n:
+            continue                                  # hosts a variant that may not stay: a swap
+        k = prob.add_variable(f"keep{i}", lowBound=0, upBound=cur, cat="Integer")
+        hosted = (n[(t, v)] if v is not None
+                  else type_counts[t] - pulp.lpSum(n[(o.itype, o.variant)] for o in options if o.itype == t))
+        prob += k <= hosted, f"keep{i}"
+        keep.append(k)
+    if keep:
+        for k in keep:                                # a feasible start for the warm start: keep nothing
+            k.setInitialValue(0)
+        prob.setObjective(pulp.lpSum(keep))
+        found, proven = _solve(prob, deadline, warm=True)
+        if found:
+            best, all_proven = counts(), all_proven and proven
+        else:
+            all_proven = False
+    return best, "optimal" if all_proven else "time_limit"
+
+
+def _assign(workers: Mapping[str, str], counts: Mapping[tuple[str, str], int],
+            current: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Per-type counts -> worker ids: a worker keeps its variant while the type's count of it lasts
+    (workers in id order), the rest take the remaining slots (variants in name order)."""
+    placement: dict[str, str | None] = {}
+    for t in sorted(set(workers.values())):
+        ids = sorted(w for w, wt in workers.items() if wt == t)
+        left = {v: c for (tt, v), c in counts.items() if tt == t and c > 0}
+        free = len(ids) - sum(left.values())
+        rest = []
+        for w in ids:
+            cur = current.get(w)
+            if cur is not None and left.get(cur, 0) > 0:
+                placement[w] = cur
+                left[cur] -= 1
+            elif cur is None and free > 0:
+                placement[w] = None
+                free -= 1
+            else:
+                rest.append(w)
+        slots = [v for v in sorted(left) for _ in range(left[v])] + [None] * free
+        placement.update(zip(rest, slots))
+    return placement
+
+
+def plan_accuracy(workers: Mapping[str, str], variants: Sequence[VariantProfile], demand_qps: Mapping[str, float],
+                  slo_ms: Mapping[str, float], min_accuracy: Mapping[str, float] | None = None,
+                  current: Mapping[str, str | None] | None = None,
+                  time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> AccuracyPlan:
+    """Proteus §4 over ``workers`` (worker id -> instance type; see :func:`workers_from_counts`).
+
+    ``variants``: every variant of every model (:func:`profiles_from_rows`); ``demand_qps`` and
+    ``slo_ms``: per model (a model with demand needs an SLO and at least one variant);
+    ``min_accuracy``: per model, variants below it are never chosen; ``current``: worker id ->
+    the variant it hosts now, to prefer among equal optima. ValueError for demand of a model with
+    no variant or no SLO, a negative demand, or an SLO that is not positive. ``time_limit_s``: the
+    budget of the solves together; past it the best placement found is returned (``status``
+    "time_limit")."""
+    min_accuracy = dict(min_accuracy or {})
+    current = dict(current or {})
+    t0 = time.perf_counter()
+    models = {v.model for v in variants}
+    for m, q in demand_qps.items():
+        if not (math.isfinite(q) and q >= 0):
+            raise ValueError(f"demand for {m} must be a finite number >= 0, got {q!r}")
+        if m not in models:
+            raise ValueError(f"demand for {m}: no variant of it is profiled")
+        if m not in slo_ms:
+            raise ValueError(f"demand for {m}: no SLO given")
+    for m, s in slo_ms.items():
+        if not (math.isfinite(s) and s > 0):
+            raise ValueError(f"SLO of {m} must be > 0 ms, got {s!r}")
+    demand = {m: float(q) for m, q in demand_qps.items()}
+    slo = {m: float(s) for m, s in slo_ms.items() if m in demand}
+    type_counts: dict[str, int] = {}
+    for t in workers.values():
+        type_counts[t] = type_counts.get(t, 0) + 1
+    options = _options(type_counts, variants, slo, min_accuracy)
+    placeable = {(o.itype, o.variant) for o in options}
+    current_counts: dict[tuple[str, str | None], int] = {}
+    for w, t in workers.items():
+        cur = current.get(w)
+        key = (t, cur if (t, cur) in placeable else None) if cur is not None else (t, None)
+        if cur is not None and key[1] is None:
+            continue                                  # its variant cannot stay: it swaps whatever happens
+        current_counts[key] = current_counts.get(key, 0) + 1
+    if options and any(q > 0 for q in demand.values()):
+        counts, status = _milp_counts(options, type_counts, demand, current_counts, t0 + time_limit_s)
+    else:                                             # nothing to serve or nothing to serve it with
+        counts = {(t, v): c for (t, v), c in current_counts.items() if v is not None}
+        status = "optimal"
+    placement = _assign(workers, counts, current)
+    rates = _fill(options, counts, demand)
+    by_key = {(o.itype, o.variant): o for o in options}
+    served = {m: 0.0 for m in demand}
+    acc_sum = {m: 0.0 for m in demand}
+    for key, q in rates.items():
+        served[by_key[key].model] += q
+        acc_sum[by_key[key].model] += q * by_key[key].accuracy
+    routing: dict[str, dict[str, float]] = {m: {} for m in demand}
+    for w in sorted(placement):
+        v = placement[w]
+        key = (workers[w], v)
+        if v is None or rates.get(key, 0.0) <= 0.0:
+            continue
+        model = by_key[key].model
+        routing[model][w] = rates[key] / counts[key] / served[model]
+    accuracy = {m: (acc_sum[m] / served[m] if served[m] > 0 else None) for m in demand}
+    total = sum(served.values())
+    feasible = all(served[m] >= demand[m] * (1.0 - FEASIBLE_TOL) - FEASIBLE_TOL for m in demand)
+    swaps = sum(1 for w in workers if placement.get(w) != current.get(w))
+    return AccuracyPlan(
+        placement={w: placement.get(w) for w in sorted(workers)}, worker_types=dict(sorted(workers.items())),
+        routing=routing, served_qps=served, demand_qps=demand, accuracy=accuracy,
+        effective_accuracy=(sum(acc_sum.values()) / total if total > 0 else None), feasible=feasible,
+        swaps=swaps, solve_ms=(time.perf_counter() - t0) * 1000.0, status=status,
+        batch={f"{o.variant}@{o.itype}": o.batch for o in options if counts.get((o.itype, o.variant), 0) > 0})
