@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,18 +44,48 @@ aws:
 """)
 
 
-def _recv_until(sock: socket.socket, needle: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    got = ""
-    while time.monotonic() < deadline:
-        sock.settimeout(max(0.05, deadline - time.monotonic()))
-        try:
-            got += sock.recv(4096).decode() + "\n"
-        except socket.timeout:
-            break
-        if needle in got:
-            return got
-    return got
+class _NotifyReader:
+    """The test's systemd: reads the NOTIFY_SOCKET continuously on a thread, as PID 1 does. A reader
+    that stopped between checks let the datagram queue fill (net.unix.max_dgram_qlen, 10 by default;
+    systemd raises it to 512) and the daemon's next notify blocked its event loop: on a loaded
+    machine the second daemon's start took long enough for that, and SIGHUP was never handled."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._got: list[str] = []
+        self._seen = 0            # datagrams handed out by until()
+        self._mu = threading.Lock()
+        self._stop = threading.Event()
+        sock.settimeout(0.1)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self._sock.recv(4096).decode()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self._mu:
+                self._got.append(data)
+
+    def until(self, needle: str, timeout: float) -> str:
+        """What came since the last call, once it holds ``needle`` (or at the deadline)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._mu:
+                got = "".join(d + "\n" for d in self._got[self._seen:])
+                n = len(self._got)
+            if needle in got or time.monotonic() >= deadline:
+                self._seen = n
+                return got
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def _live(ec2) -> list[dict]:
@@ -72,14 +103,15 @@ def test_run_reload_lock_and_stop(moto_endpoint: str, tmp_path: Path) -> None:
     notify_path = str(tmp_path / "notify.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(notify_path)
+    notes = _NotifyReader(sock)
     env = dict(os.environ, NOTIFY_SOCKET=notify_path, PYTHONUNBUFFERED="1")
     log = tmp_path / "daemon.log"
     with log.open("w") as logf:
         proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", str(cfg)], stdout=logf,
                                 stderr=subprocess.STDOUT, env=env)
     try:
-        assert "READY=1" in _recv_until(sock, "READY=1", 30), log.read_text()[-3000:]
-        assert "STATUS=pool r5n.large×2 at 0.298 of 1 $/hr" in _recv_until(sock, "STATUS=pool", 30)
+        assert "READY=1" in notes.until("READY=1", 30), log.read_text()[-3000:]
+        assert "STATUS=pool r5n.large×2 at 0.298 of 1 $/hr" in notes.until("STATUS=pool", 30)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and len(_live(ec2)) < 2:
             time.sleep(0.2)
@@ -100,7 +132,7 @@ def test_run_reload_lock_and_stop(moto_endpoint: str, tmp_path: Path) -> None:
             time.sleep(0.1)
         assert "reload rejected" in log.read_text()
         # systemd hears of the reload and of its outcome (RELOADING=1, then READY=1 with a STATUS=)
-        assert "RELOADING=1" in _recv_until(sock, "reload rejected", 10)
+        assert "RELOADING=1" in notes.until("reload rejected", 10)
         time.sleep(1.5)
         assert proc.poll() is None
         assert len(_live(ec2)) == 2
@@ -113,6 +145,7 @@ def test_run_reload_lock_and_stop(moto_endpoint: str, tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        notes.close()
         sock.close()
     out = subprocess.run(["pgrep", "-f", f"daemon.cli run {cfg}"], capture_output=True, text=True)
     assert out.stdout.strip() == ""
