@@ -54,6 +54,9 @@ class _Worker:
     started: float = 0.0
     busy_s: float = 0.0             # service seconds completed since the last :meth:`QueryLoop.take_samples`
     samples: list[tuple[int, float]] = field(default_factory=list)   # (batch, service ms) since then
+    tix: int = -1                   # index of ``itype`` in :attr:`QueryLoop.type_names`
+    pred: list[float] = field(default_factory=list, repr=False)      # predicted ms by batch on ``itype``
+    view: WorkerView | None = field(default=None, repr=False)        # the policy's view; None: stale
 
 
 @dataclass
@@ -97,7 +100,12 @@ class ServiceTimes:
 
 
 class QueryLoop:
-    """Queries ``arrivals``/``batches`` (sorted) served by the workers present at each instant."""
+    """Queries ``arrivals``/``batches`` (sorted) served by the workers present at each instant.
+
+    Kept incrementally rather than rebuilt per event (none of it changes an outcome): the workers
+    taking queries (``_live``, rebuilt after a pool change), how many of them are idle, each
+    worker's :class:`WorkerView` (rebuilt after its dispatch or completion), the least predicted
+    time per batch over the live types, and the next deadline (recomputed after a queue change)."""
 
     def __init__(self, arrivals: np.ndarray, batches: np.ndarray, *, model: str, qos_ms: float, policy: Policy,
                  times: ServiceTimes, on_deadline: Literal["drop", "best_effort"] = "drop", xi: float = 0.98,
@@ -129,16 +137,23 @@ class QueryLoop:
         self.policy_calls = 0
         self.requeued = 0
         self._sampled_at = 0.0
+        # derived state (class doc): None means "recompute"
+        self._live: list[_Worker] | None = None
+        self._idle_live = 0
+        self._min_ms: list[float] | None = None      # least predicted ms by batch over the live types
+        self._min_by_types: dict[frozenset[str], list[float]] = {}
+        self._td: float | None = None                # the next deadline
 
     # -- the pool ------------------------------------------------------------------------------
     def add_worker(self, wid: str, itype: str, now: float, draining: bool = False) -> None:
         """A worker registers (its instance runs and its model is loaded)."""
         if wid in self.workers:
             return
-        self.times.pred_ms(itype)
+        pred = self.times.pred_ms(itype)
         if itype not in self.type_names:
             self.type_names.append(itype)
-        self.workers[wid] = _Worker(wid, itype, draining=draining)
+        self.workers[wid] = _Worker(wid, itype, draining=draining, tix=self.type_names.index(itype), pred=pred)
+        self._live = None
         self._round(now)
 
     def set_draining(self, wid: str, on: bool, now: float) -> None:
@@ -146,6 +161,7 @@ class QueryLoop:
         w = self.workers.get(wid)
         if w is not None and not w.leaving and w.draining != on:
             w.draining = on
+            self._live = None
             self._round(now)
 
     def remove_worker(self, wid: str, now: float) -> None:
@@ -157,6 +173,7 @@ class QueryLoop:
             w.leaving = True
             return
         del self.workers[wid]
+        self._live = None
         if w.query >= 0:
             self._requeue(w.query)
         self._round(now)
@@ -193,30 +210,74 @@ class QueryLoop:
         if hasattr(self.policy, "base_type"):
             self.policy.base_type = base_type  # type: ignore[attr-defined]
 
-    # -- events --------------------------------------------------------------------------------
-    def _next_deadline(self) -> float:
-        heads = [next(iter(d)) for d in (self._queue, self._retry) if d]
-        return min(self._arr[q] for q in heads) + self.timeout_s if heads else math.inf
+    # -- derived state -------------------------------------------------------------------------
+    def _refresh_live(self) -> list[_Worker]:
+        """The workers taking queries (registry order), their idle count and least predicted times."""
+        live = self._live = [w for w in self.workers.values() if not w.draining and not w.leaving]
+        self._idle_live = sum(1 for w in live if w.idle)
+        if not live:
+            self._min_ms = None
+            return live
+        types = frozenset(w.itype for w in live)
+        mins = self._min_by_types.get(types)
+        if mins is None:
+            tabs = [self.times.pred_ms(t) for t in types]
+            mins = self._min_by_types[types] = [min(col) for col in zip(*tabs)]
+        self._min_ms = mins
+        return live
 
+    @staticmethod
+    def _views(live: list[_Worker]) -> list[WorkerView]:
+        out = []
+        for w in live:
+            v = w.view
+            if v is None:
+                v = w.view = WorkerView(w.wid, w.itype, w.busy_until, w.idle)
+            out.append(v)
+        return out
+
+    def _next_deadline(self) -> float:
+        """The earlier arrival of the two queues' heads plus the timeout (``_expire`` adds the same)."""
+        queue, retry, arr = self._queue, self._retry, self._arr
+        if queue:
+            first = arr[next(iter(queue))]
+            if retry:
+                first = min(first, arr[next(iter(retry))])
+        elif retry:
+            first = arr[next(iter(retry))]
+        else:
+            return math.inf
+        return first + self.timeout_s
+
+    # -- events --------------------------------------------------------------------------------
     def run_until(self, t_end: float) -> None:
         """Process every query event strictly before ``t_end`` (completions first at equal times)."""
-        arr, heap = self._arr, self._heap
+        arr, heap, n, inf = self._arr, self._heap, self.n, math.inf
+        expire, complete, arrive = self._expire, self._complete, self._arrive
         while True:
-            tc = heap[0][0] if heap else math.inf
-            ta = arr[self.i] if self.i < self.n else math.inf
-            td = self._next_deadline()
-            t = min(tc, ta, td)
-            if t >= t_end:
-                break
-            self.now = t
+            tc = heap[0][0] if heap else inf
+            ta = arr[self.i] if self.i < n else inf
+            td = self._td
+            if td is None:
+                td = self._td = self._next_deadline()
             if td <= tc and td <= ta:
-                self._expire(t)
+                if td >= t_end:
+                    break
+                self.now = td
+                expire(td)
             elif tc <= ta:
-                self._complete(t)
+                if tc >= t_end:
+                    break
+                self.now = tc
+                complete(tc)
             else:
-                self._arrive(t)
+                if ta >= t_end:
+                    break
+                self.now = ta
+                arrive(ta)
 
     def _expire(self, now: float) -> None:
+        self._td = None
         for d in (self._retry, self._queue):
             while d:
                 q = next(iter(d))
@@ -230,22 +291,21 @@ class QueryLoop:
         w = self.workers.get(wid)
         if w is None or w.query != q:        # re-dispatched when its worker left
             return
+        started = w.started
         self.latency[q] = (now - self._arr[q]) * 1000.0
         self.outcome[q] = SERVED
-        self.worker_type[q] = self.type_names.index(w.itype)
-        self.busy_s += now - w.started
-        w.busy_s += now - max(w.started, self._sampled_at)
-        w.samples.append((self._bat[q], (now - w.started) * 1000.0))
-        w.query, w.idle, w.busy_until = -1, True, now
+        self.worker_type[q] = w.tix
+        self.busy_s += now - started
+        w.busy_s += now - max(started, self._sampled_at)
+        w.samples.append((self._bat[q], (now - started) * 1000.0))
+        w.query, w.idle, w.busy_until, w.view = -1, True, now, None
         if w.leaving:
             del self.workers[wid]
-        self._round(now)
-
-    def _live(self) -> list[_Worker]:
-        return [w for w in self.workers.values() if not w.draining and not w.leaving]
-
-    def _min_pred(self, live: list[_Worker], b: int) -> float:
-        return min(self.times.pred_ms(t)[b] for t in {w.itype for w in live})
+            self._live = None
+        elif not w.draining and self._live is not None:
+            self._idle_live += 1
+        if self._queue or self._retry:
+            self._round(now)
 
     def _arrive(self, now: float) -> None:
         q = self.i
@@ -258,13 +318,13 @@ class QueryLoop:
             return
         view = QueryView(str(q), self.model, b, now, self.qos_ms)
         if self.drop:
-            live = self._live()
-            if live and self._min_pred(live, b) > self.xi * self.qos_ms - _MARGIN_MS:
-                views = [WorkerView(w.wid, w.itype, w.busy_until, w.idle) for w in live]
-                if infeasible([view], views, self.times.predictor, now, self.xi):
+            live = self._live if self._live is not None else self._refresh_live()
+            if live and self._min_ms[b] > self.xi * self.qos_ms - _MARGIN_MS:  # type: ignore[index]
+                if infeasible([view], self._views(live), self.times.predictor, now, self.xi):
                     self.outcome[q] = REJECTED
                     return
         self._queue[q] = view
+        self._td = None
         self._round(now)
 
     def _requeue(self, q: int) -> None:
@@ -274,21 +334,26 @@ class QueryLoop:
             return
         self.requeued += 1
         self._retry[q] = QueryView(str(q), self.model, self._bat[q], self._arr[q], self.qos_ms)
+        self._td = None
 
     def _head(self, k: int) -> list[QueryView]:
+        if not self._retry:
+            return list(itertools.islice(self._queue.values(), k))
         return list(itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k))
 
-    def _drop_infeasible(self, qs: list[QueryView], live: list[_Worker], views: list[WorkerView],
-                         now: float) -> list[QueryView]:
+    def _drop_infeasible(self, qs: list[QueryView], views: list[WorkerView], now: float) -> list[QueryView]:
         """``infeasible`` over the round's queries (called only when one may be); they end."""
         limit = self.xi * self.qos_ms - _MARGIN_MS
-        types = {w.itype for w in live}
-        tabs = [self.times.pred_ms(t) for t in types]
-        if not any(1000.0 * (now - v.arrival) + min(tab[v.batch_size] for tab in tabs) > limit for v in qs):
+        mins = self._min_ms
+        for v in qs:
+            if 1000.0 * (now - v.arrival) + mins[v.batch_size] > limit:  # type: ignore[index]
+                break
+        else:
             return qs
         bad = set(infeasible(qs, views, self.times.predictor, now, self.xi))
         if not bad:
             return qs
+        self._td = None
         for qid in bad:
             q = int(qid)
             if self._retry.pop(q, None) is None:
@@ -298,35 +363,41 @@ class QueryLoop:
 
     def _round(self, now: float) -> None:
         """The dispatcher's matching round (``dispatcher.routing.RoutingRound._round``)."""
-        if not (self._queue or self._retry):
+        queue, retry = self._queue, self._retry
+        if not (queue or retry):
             return
-        live = self._live()
-        if not any(w.idle for w in live):
+        live = self._live
+        if live is None:
+            live = self._refresh_live()
+        if not self._idle_live:
             return
-        views = [WorkerView(w.wid, w.itype, w.busy_until, w.idle) for w in live]
+        views = self._views(live)
         k = self.view_factor * len(live)
         while True:
             qs = self._head(k)
             if self.drop:
-                qs = self._drop_infeasible(qs, live, views, now)
-            if qs or not (self._queue or self._retry):
+                qs = self._drop_infeasible(qs, views, now)
+            if qs or not (queue or retry):
                 break
         if not qs:
             return
         self.policy_calls += 1
+        workers = self.workers
         for a in self.policy.match(qs, views, now):
-            w = self.workers.get(a.worker_id)
+            w = workers.get(a.worker_id)
             q = int(a.query_id)
             if w is None or not w.idle or w.draining or w.leaving:
                 continue                      # the policy broke the contract: the query stays queued
-            if self._retry.pop(q, None) is None and self._queue.pop(q, None) is None:
+            if retry.pop(q, None) is None and queue.pop(q, None) is None:
                 continue
+            self._td = None
             self._dispatch(q, w, now)
 
     def _dispatch(self, q: int, w: _Worker, now: float) -> None:
         b = self._bat[q]
-        w.idle, w.query, w.started = False, q, now
-        w.busy_until = now + self.times.pred_ms(w.itype)[b] / 1000.0
+        w.idle, w.query, w.started, w.view = False, q, now, None
+        w.busy_until = now + w.pred[b] / 1000.0
+        self._idle_live -= 1                  # w is live (``_round`` checked), so the count is current
         heapq.heappush(self._heap, (now + self.times.actual_s(w.itype, q, b), next(self._seq), w.wid, q))
 
     def finish(self, t_end: float) -> None:
