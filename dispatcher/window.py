@@ -26,6 +26,11 @@ class WindowSnapshot:
     span_s: float               # now − oldest arrival in the window
 
 
+#: a window younger than the horizon is read as count ÷ span only past both of these
+YOUNG_MIN_QUERIES = 20
+YOUNG_MIN_SPAN_S = 1.0
+
+
 class DemandWindow:
     def __init__(self, capacity: int = 10_000, granularity: int = 10) -> None:
         if capacity < 1:
@@ -63,14 +68,16 @@ class DemandWindow:
         return mix_from_batches(self.batches(), self.granularity)
 
     def arrival_rate(self, now: float, horizon_s: float | None = 10.0) -> float:
-        """Queries per second over the last ``horizon_s`` seconds: the queries that arrived in it ÷
-        ``horizon_s`` (a short horizon lets the fleet loop see a load step within seconds). When the
-        ring has wrapped and holds less time than that, count ÷ time covered; ``horizon_s`` None:
-        the whole window. 0 when empty or when no time has passed.
+        """Queries per second over the last ``horizon_s`` seconds (a short horizon lets the fleet
+        loop see a load step within seconds): the queries that arrived in it ÷ ``horizon_s``. When
+        all the window holds is younger than the horizon (the ring wrapped at a high rate, or the
+        load began less than ``horizon_s`` ago), count ÷ time covered, once that is at least
+        :data:`YOUNG_MIN_QUERIES` queries over :data:`YOUNG_MIN_SPAN_S`; ``horizon_s`` None: the
+        whole window. 0 when empty or when no time has passed.
 
-        A window that holds every query since the start counts over the whole horizon even when
-        its first query is younger: dividing by the first query's age read 3 queries in 0.1 s as
-        30 q/s and bought a pool for it (issue #12, the live side of the replay)."""
+        A handful of queries is not a rate: 3 queries in 0.1 s read as 30 q/s and once bought a
+        $2.34/hr pool for an 8 q/s trace (issue #12, the live side of the replay); below those
+        minimums they count over the whole horizon."""
         n = len(self)
         if n == 0:
             return 0.0
@@ -80,6 +87,10 @@ class DemandWindow:
             return 0.0
         if horizon_s is None or (n >= self.capacity and span <= horizon_s):
             return float(n / span)
+        if span < horizon_s:    # the load began within the horizon
+            if n >= YOUNG_MIN_QUERIES and span >= YOUNG_MIN_SPAN_S:
+                return float(n / span)
+            return float(n / horizon_s)
         recent = int(np.count_nonzero(self._t[:n] > now - horizon_s))
         return float(recent / horizon_s)
 

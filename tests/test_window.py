@@ -62,3 +62,8 @@ def test_a_young_window_counts_over_the_whole_horizon() -> None:
         w.record(10, t)
     assert w.arrival_rate(0.1) == pytest.approx(3 / 10.0)
     assert w.arrival_rate(12.0) == pytest.approx(0.0)           # all older than the horizon
+    # a step from nothing is seen within seconds once it is a rate: 24 queries over 2 s are 12 q/s
+    v = DemandWindow(100)
+    for i in range(24):
+        v.record(10, 100.0 + i / 12.0)
+    assert v.arrival_rate(102.0) == pytest.approx(24 / 2.0)
