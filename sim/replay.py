@@ -102,11 +102,8 @@ class ReplayRun:
     launches: list[tuple[float, str, int]]        # (time, type, count)
     terminations: list[tuple[float, int]]         # (time, count)
     errors: list[tuple[float, str]]
-    serving: list[tuple[float, dict[str, int]]]   # (time, types taking queries) after each change
     wall_s: float
-    fleet_ticks: int = 0
     plans: int = 0
-    hints: list[tuple[float, float, str]] = field(default_factory=list)   # (time, capacity hint, why)
 
 
 def boot_delays(cfg: Config, boot_s: Mapping[str, float]) -> dict[str, float]:
@@ -117,7 +114,7 @@ def boot_delays(cfg: Config, boot_s: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-def service_times(cfg: Config, profiles: ProfileTable, spec: ReplaySpec, model: ModelSpec, n: int) -> ServiceTimes:
+def service_times(profiles: ProfileTable, spec: ReplaySpec, model: ModelSpec, n: int) -> ServiceTimes:
     """The dispatcher's latency model (profiles, as ``Daemon.start`` builds it) and the service
     times; ``sampled`` draws one standard normal per query from ``spec.seed``."""
     predictor = LatencyModel.from_profiles(profiles)
@@ -130,15 +127,11 @@ def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spe
                     record: Callable[[int, float], None] | None = None) -> QueryLoop:
     """A query loop over ``workload`` with the configured policy and the dispatcher's rules."""
     model = cfg.model(spec.model)
-    times = service_times(cfg, profiles, spec, model, len(workload))
+    times = service_times(profiles, spec, model, len(workload))
     return QueryLoop(workload.arrivals, workload.batches, model=model.profile_name, qos_ms=model.qos_ms,
                      policy=dispatcher_policy(cfg, times.predictor), times=times,
                      on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCHER_XI, view_factor=DISPATCHER_VIEW_FACTOR,
                      query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record)
-
-
-def qloop_model(cfg: Config, spec: ReplaySpec) -> str:
-    return cfg.model(spec.model).name
 
 
 class _Timeline:
@@ -198,12 +191,11 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
             fleet.cloud.warm_until = 0.0
         fleet.workers = ReplayWorkers(qloop, clock, timeline.schedule, fleet.cloud.running_at, spec.load_s,
                                       fleet.decisions, warm_until=fleet.cloud.warm_until)
-        fleet.model_loop = ReplayModelLoop(cfg, profiles, qloop.times.predictor, qloop_model(cfg, spec))
+        fleet.model_loop = ReplayModelLoop(cfg, profiles, qloop.times.predictor, cfg.model(spec.model).name)
         prices = {t: it.price_per_hour for t, it in cfg.full_catalog().items()}
         ledger = CostLedger(prices, cfg.budget_per_hour)
         launches: list[tuple[float, str, int]] = []
         terminations: list[tuple[float, int]] = []
-        serving: list[tuple[float, dict[str, int]]] = []
 
         def after_call(op: str, args: dict) -> None:  # type: ignore[type-arg]
             if op not in ("launch", "terminate"):
@@ -225,7 +217,6 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
             timeline.schedule(f.at_s, lambda f=f: _apply_fault(fleet.cloud, f))
         iv = cfg.intervals
         k_fleet, k_model, k_rec = 0, 1, 1
-        last_serving: dict[str, int] = {}
         last_report = 0.0
         while True:
             t = min(k_fleet * iv.fleet_s, k_model * iv.model_s, k_rec * iv.reconcile_s, timeline.next_time(),
@@ -244,10 +235,6 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
             if t == k_rec * iv.reconcile_s:
                 fleet.reconcile_tick()
                 k_rec += 1
-            now_serving = qloop.serving()
-            if now_serving != last_serving:
-                serving.append((t, now_serving))
-                last_serving = now_serving
             if progress is not None and t - last_report >= duration_s / 200:
                 last_report = t
                 progress(t / duration_s)
@@ -257,9 +244,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
             progress(1.0)
         return ReplayRun(cfg=cfg, model=cfg.model(spec.model), duration_s=duration_s, qloop=qloop, ledger=ledger,
                          decisions=fleet.decisions, targets=targets, launches=launches, terminations=terminations,
-                         errors=fleet.errors, serving=serving, wall_s=time.perf_counter() - wall0,
-                         fleet_ticks=fleet.mem.ticks, plans=fleet.mem.plans,
-                         hints=list(fleet.model_loop.hint_log) if fleet.model_loop else [])
+                         errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.mem.plans)
     finally:
         fleet.close()
         if tmp is not None:

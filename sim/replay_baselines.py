@@ -28,6 +28,7 @@ from config.profiles import ProfileTable
 from config.schema import Config
 from dispatcher.policy import pick_base_type
 from scaler.fleet_decision import SloCheck, plan_fleet
+from scaler.fleet_step import declared_demand
 from scaler.plan import Plan
 from scaler.replan import DemandView
 from scaler.transitions import pool_cost
@@ -66,8 +67,6 @@ class PoolPlanner:
     """``plan_fleet`` with the config's declared batch mix, memoised per (objective, grid rate)."""
 
     def __init__(self, cfg: Config, profiles: ProfileTable, slo_check: SloCheck) -> None:
-        from scaler.fleet_step import declared_demand
-
         self.cfg, self.profiles, self.slo_check = cfg, profiles, slo_check
         self.mix = declared_demand(cfg).mix
         self._memo: dict[tuple[str, float], dict[str, int]] = {}

@@ -151,7 +151,6 @@ class FleetMemory:
     capacity_hint: float = 1.0
     hint_planned: float = 1.0
     last_error: str | None = None
-    ticks: int = 0
     history: list[tuple[float, DemandView]] = field(default_factory=list)
     planned_at: float | None = None
     unavailable_planned: frozenset[str] = frozenset()
@@ -199,7 +198,6 @@ class ReplayFleet:
     # ---- Daemon.fleet_tick ---------------------------------------------------------------------
     def fleet_tick(self, reason: str = "interval") -> None:
         m = self.mem
-        m.ticks += 1
         try:
             now = self.clock.now()
             demand, m.history = fleet_step.stabilized_demand(m.history, now, self.current_demand(),
@@ -276,7 +274,7 @@ class ReplayFleet:
             now = self.clock.now()
             snap = self.window.snapshot(now)
             decision = ml.tick(w.q, now, snap.arrival_qps, snap.mean_batch)
-            self.mem.capacity_hint = ml.next_hint(self.mem.capacity_hint, decision, self.mem.target, w.q.serving(), now)
+            self.mem.capacity_hint = ml.next_hint(self.mem.capacity_hint, decision, self.mem.target, w.q.serving())
             if fleet_step.hint_replan(self.cfg, self.mem.capacity_hint, self.mem.hint_planned):
                 self.fleet_tick("model loop capacity hint")
         if self.cfg.pinned_pool or self.mem.planned is None:

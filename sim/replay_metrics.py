@@ -24,7 +24,7 @@ def _finite(x: float) -> float | None:
     return None if not math.isfinite(x) else round(float(x), 6)
 
 
-def served_accuracy(run: Any) -> dict[str, Any]:
+def served_accuracy() -> dict[str, Any]:
     """Only each model's base variant is replayed (:mod:`sim.replay_models`): every served query
     gets the most accurate variant, so the 1-minute mean never drops below it."""
     return {"mean": 1.0, "max_drop": 0.0, "relative_to": "the most accurate variant", "variants_replayed": False}
@@ -86,7 +86,7 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
         "budget_violations": len(led.violations),
         "instance_hours": {t: round(h, 6) for t, h in led.instance_hours.items()},
         "decisions": asdict(run.decisions),
-        "accuracy": served_accuracy(run),
+        "accuracy": served_accuracy(),
         "plans": run.plans,
         "target_changes": len(run.targets),
         "errors": len(run.errors),

@@ -15,8 +15,6 @@ before its variants are generated): every worker holds the base variant and serv
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 from config.profiles import ProfileTable
@@ -42,7 +40,6 @@ class ReplayModelLoop:
         self.hardware = {t: it.hardware for t, it in cfg.full_catalog().items()}
         self.prices = {t: it.price_per_hour for t, it in cfg.full_catalog().items()}
         self.rounds = 0
-        self.hint_log: list[tuple[float, float, str]] = []    # (time, hint, why) when the hint moved
 
     def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
         """``ModelLoop._profile``: the latency model's mean; the profile's p99 (0 when unprofiled)."""
@@ -74,19 +71,10 @@ class ReplayModelLoop:
         self.rounds += 1
         return decision
 
-    def next_hint(self, hint: float, decision: ModelDecision, target: dict[str, int], serving: dict[str, int],
-                  now: float) -> float:
-        """``Daemon._on_vm``: the new capacity hint (logged when it moved)."""
-        new = next_capacity_hint(hint, decision.vm, decision.unmet_qps,
-                                 settled=fleet_step.fleet_settled(target, serving))
-        if new != hint:
-            why = "; ".join(f"{d.action} {d.hardware} ({d.reason})" for d in decision.vm if d.action != "hold")
-            if not why and any(x > 1e-6 for x in decision.unmet_qps.values()):
-                why = "unmet " + ", ".join(f"{m} {x:.1f} q/s" for m, x in decision.unmet_qps.items())
-            self.hint_log.append((now, new, why or "relax"))
-        return new
-
-
-ReplanFn = Callable[[str], None]
+    def next_hint(self, hint: float, decision: ModelDecision, target: dict[str, int],
+                  serving: dict[str, int]) -> float:
+        """``Daemon._on_vm``: the new capacity hint."""
+        return next_capacity_hint(hint, decision.vm, decision.unmet_qps,
+                                  settled=fleet_step.fleet_settled(target, serving))
 
 __all__ = ["ReplayModelLoop"]

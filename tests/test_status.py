@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.app import Daemon, FleetStatus
-from daemon.commands.status import render, status_dict
+from daemon.commands.status import status_dict
 from daemon.status_feed import SpendMeter, StatusFeed, day_start
 from dispatcher.latency_model import LatencyModel
 from dispatcher.outcomes import LATENCY_BUCKETS_S, OutcomeLedger

@@ -37,8 +37,6 @@ def generate_and_profile(src: Path, rm, out_dir: Path, hardware: tuple[str, ...]
                          registry, batch_sizes: tuple[int, ...] = (1, 8, 32), repeats: int = 2) -> list:
     """Adapter (blocking): :func:`generate_and_register`, then profile each variant briefly on this
     machine's CPU provider (Variant-Profiler; instance type "local") into the registry."""
-    from variants.profiler import profile_variant
-
     variants = generate_and_register(src, rm, out_dir, hardware, validation, registry)
     for p in measure_here(variants, batch_sizes, repeats).values():
         if not isinstance(p, str):   # e.g. fp16 kernels missing on CPU: left unprofiled

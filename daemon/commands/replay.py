@@ -155,15 +155,12 @@ def run_replay(args: argparse.Namespace) -> int:
         run = replay(cfg, r.profiles, wl, duration, spec, progress=progress)
         out = report(run, with_timeline=bool(args.plot))
         out["source"] = source
-        base_runs = {}
         if args.baselines:
             planner = PoolPlanner(cfg, r.profiles, slo_check)
             out["baselines"] = {}
             for name in BASELINE_NAMES:
                 done["n"] += 1
-                br = run_baseline(name, cfg, r.profiles, wl, duration, spec, planner=planner)
-                base_runs[name] = br
-                rep = report(br)
+                rep = report(run_baseline(name, cfg, r.profiles, wl, duration, spec, planner=planner))
                 out["baselines"][name] = {k: rep[k] for k in ("cost_usd", "slo_attainment", "p99_ms",
                                                               "peak_cost_per_hour", "instance_hours", "decisions")}
     finally:
@@ -175,14 +172,13 @@ def run_replay(args: argparse.Namespace) -> int:
             plot_replay(run, out, args.plot)
         except OSError as exc:
             raise UsageError(f"{cmd}: cannot write {args.plot}: {exc.strerror or exc}") from None
-    timeline = out.pop("timeline", None)
+    out.pop("timeline", None)     # drawn, not printed
     if args.json:
         print(json.dumps(out, sort_keys=True))
     else:
         _print(out)
         if args.plot:
             print(f"timeline drawn to {args.plot}")
-    del timeline
     return 0
 
 
