@@ -31,6 +31,16 @@ def _check_name(v: str) -> str:
 Name = Annotated[str, AfterValidator(_check_name)]
 
 
+def _optional_hostport(v: str | None, message: str) -> str | None:
+    """A field validator's check: None, or a HOST:PORT :func:`config.hostport.split_hostport` accepts."""
+    if v is not None:
+        try:
+            split_hostport(v)
+        except ValueError:
+            raise ValueError(message) from None
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -119,13 +129,7 @@ class DispatcherSpec(_Strict):
     @field_validator("listen", "advertise")
     @classmethod
     def _hostport(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            split_hostport(v)
-        except ValueError:
-            raise ValueError("must be HOST:PORT") from None
-        return v
+        return _optional_hostport(v, "must be HOST:PORT")
 
 
     def token(self) -> str | None:
@@ -150,13 +154,7 @@ class MetricsSpec(_Strict):
     @field_validator("listen")
     @classmethod
     def _hostport(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            split_hostport(v)
-        except ValueError:
-            raise ValueError("must be HOST:PORT (or null for no metrics endpoint)") from None
-        return v
+        return _optional_hostport(v, "must be HOST:PORT (or null for no metrics endpoint)")
 
 
 class IntervalsSpec(_Strict):
@@ -284,6 +282,10 @@ class Config(_Strict):
         """The catalog restricted to the allowed types, with YAML price overrides applied."""
         full = self.full_catalog()
         return {t.type: full[t.type] for t in self.instance_types}
+
+    def prices(self, allowed_only: bool = False) -> dict[str, float]:
+        """$/hr by instance type, as :meth:`full_catalog` (or :meth:`catalog`) prices them."""
+        return {t: it.price_per_hour for t, it in (self.catalog() if allowed_only else self.full_catalog()).items()}
 
     def model(self, name: str | None = None) -> ModelSpec:
         if name is None:

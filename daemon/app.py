@@ -148,10 +148,7 @@ class Daemon:
 
     async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]
         """VM-autoscaler decisions -> capacity hint for the fleet planner; replan when it moved."""
-        serving: dict[str, int] = {}
-        for w in (self.dispatcher.workers.values() if self.dispatcher is not None else ()):
-            if not (w.draining or w.removed):
-                serving[w.instance_type] = serving.get(w.instance_type, 0) + 1
+        serving = self.dispatcher.serving_by_type() if self.dispatcher is not None else {}
         self.capacity_hint = next_capacity_hint(self.capacity_hint, decisions, unmet,
                                                 settled=fleet_step.fleet_settled(self.status.target, serving))
         for d in decisions:

@@ -22,7 +22,6 @@ import os
 import secrets
 import signal
 import sys
-import tempfile
 import time
 import warnings
 from collections import deque
@@ -33,12 +32,14 @@ from typing import Any, Iterator, TextIO
 import grpc
 import numpy as np
 
+from config.profiles import ProfileTable
 from config.schema import Config
 from scaler.batch_mix import sample_batches
 from scaler.transitions import pool_cost
 from sim.ledger import CostLedger
 from sim.metrics import nearest_rank
 from sim.workload import Workload
+from daemon.embedded import EmbeddedCloud
 
 DEMO_MODEL = "rm2"          # Kairos rm2 profile, QoS 350 ms (Kairos §7): sleeps dominate, robust on 2 cores
 DEMO_QOS_MS = 350.0
@@ -293,18 +294,10 @@ def _table(rows: list[tuple[str, str]]) -> str:
 async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 36.0, budget: float = 2.5,
                    seed: int = 1, as_json: bool = False, quiet: bool = False, policy: str = "kairos",
                    pinned_pool: dict[str, int] | None = None, trace: Workload | None = None) -> int:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
     from daemon.app import Daemon
     from daemon.local_runner import LocalRunner
 
     out = sys.stderr if as_json else sys.stdout
-    # The demo's cloud is moto on loopback: use throwaway credentials so nothing can reach real AWS.
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        os.environ.pop(key, None)
-    os.environ.update(AWS_ACCESS_KEY_ID="costscale-demo", AWS_SECRET_ACCESS_KEY="costscale-demo",
-                      AWS_DEFAULT_REGION="us-east-1")
     stop = asyncio.Event()
     signals: list[int] = []
 
@@ -316,11 +309,8 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
 
-    port = _free_port()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    moto.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    tmp = tempfile.TemporaryDirectory(prefix="costscale-demo-")
+    cloud = EmbeddedCloud("demo")
+    endpoint = cloud.endpoint
     daemon: Daemon | None = None
     runner: LocalRunner | None = None
     stats = LoadStats()
@@ -329,14 +319,9 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
     result: dict[str, Any] = {}
     interrupted = False
     try:
-        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-        images = ec2.describe_images(Owners=["amazon"]).get("Images") or ec2.describe_images().get("Images")
-        ami = images[0]["ImageId"]
-        if trace is not None:   # its span, and its first minute's rate as the declared demand
-            duration = float(trace.arrivals[-1]) + 1.0
-            rate1 = max(float(np.searchsorted(trace.arrivals, 60.0)) / min(60.0, duration), 0.1)
-        cfg = demo_config(Path(tmp.name), endpoint, ami, budget, rate1, policy, pinned_pool)
-        catalog = cfg.catalog()
+        if trace is not None:
+            duration, rate1 = trace_span_and_rate(trace)
+        cfg = demo_config(cloud.state_dir, endpoint, cloud.ami, budget, rate1, policy, pinned_pool)
         load_text = (f"trace of {len(trace)} queries over {duration:.0f} s" if trace is not None
                      else f"load {rate1:g} -> {rate2:g} q/s at t={duration / 2:.0f}s")
         print(f"costscale demo: moto EC2 on {endpoint}, budget {budget:g} $/hr, model {DEMO_MODEL} "
@@ -366,7 +351,7 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
                 break
             await asyncio.sleep(0.2)
 
-        prices = {t: it.price_per_hour for t, it in catalog.items()}
+        prices = cfg.prices(allowed_only=True)
         ledger = CostLedger(prices, budget)       # dollars: the pool's $/hr over the load, sampled each tick
         ledger.observe(0.0, daemon.status.pool())
         targets: list[tuple[float, dict[str, int]]] = [(0.0, dict(daemon.status.target))]
@@ -395,7 +380,7 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         await _load(target, DEMO_MODEL, duration, rate1, rate2, seed, stats, stop, tick, trace)
         interrupted = stop.is_set()
         ledger.close(duration)
-        hindsight = _hindsight(cfg, stats, duration) if stats.sent_log and not interrupted else math.nan
+        hindsight = _hindsight(cfg, daemon.profiles, stats, duration) if stats.sent_log and not interrupted else math.nan
         if not (quiet or as_json):
             display.close()
         pool_end = daemon.status.pool()
@@ -404,9 +389,8 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         # ---- teardown: terminate every instance, stop every process -----------------------------
         await daemon.stop(grace=5.0)
         await runner.stop_all()
-        described = ec2.describe_instances(Filters=[{"Name": "tag:costscale:cluster", "Values": [cfg.cluster]}])
-        all_inst = [i for r in described["Reservations"] for i in r["Instances"]]
-        live_after = [i["InstanceId"] for i in all_inst if i["State"]["Name"] in ("pending", "running")]
+        all_inst = cloud.instances(cfg.cluster)
+        live_after = cloud.live_instances(cfg.cluster)
         result = {
             "sent": stats.sent, "served": stats.ok, "slo_violations": stats.violations, "dropped": stats.dropped,
             "slo_misses": stats.misses, "slo_miss_pct": _json_num(stats.miss_pct()),
@@ -457,27 +441,25 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
                 logging.getLogger("costscale").exception("demo: stopping the daemon failed")
         if runner is not None:
             await runner.stop_all()
-        moto.stop()
-        tmp.cleanup()
+        cloud.stop()
 
 
-def _hindsight(cfg: Config, stats: LoadStats, duration: float) -> float:
-    """What the replay's hindsight reference (``sim.replay_baselines``) spends on the load sent."""
-    from config.profiles import load_profiles_csv
+def trace_span_and_rate(trace: Workload) -> tuple[float, float]:
+    """A trace's length (to a second past its last query) and its first minute's rate, which the
+    demo declares as its expected demand (at least 0.1 q/s)."""
+    duration = float(trace.arrivals[-1]) + 1.0
+    return duration, max(float(np.searchsorted(trace.arrivals, 60.0)) / min(60.0, duration), 0.1)
+
+
+def _hindsight(cfg: Config, profiles: ProfileTable, stats: LoadStats, duration: float) -> float:
+    """What the replay's hindsight reference (``sim.replay_baselines``) spends on the load sent,
+    with the daemon's own profiles."""
     from sim.replay import ReplaySpec
     from sim.replay_baselines import run_baseline
 
     t, b = zip(*stats.sent_log)
     wl = Workload(np.asarray(t, dtype=float), np.asarray(b, dtype=np.int64))
     try:
-        return run_baseline("hindsight", cfg, load_profiles_csv(cfg.profiles), wl, duration, ReplaySpec()).ledger.cost_usd
+        return run_baseline("hindsight", cfg, profiles, wl, duration, ReplaySpec()).ledger.cost_usd
     except Exception:  # noqa: BLE001 - a reference only; the summary says "-" without it
         return math.nan
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

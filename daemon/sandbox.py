@@ -12,16 +12,14 @@ A port that cannot be bound, or a first worker that never registers, is one line
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import TextIO
 
 from config.schema import MetricsSpec
-from daemon.demo import DEMO_MODEL, _free_port, demo_config
+from daemon.demo import DEMO_MODEL, demo_config
+from daemon.embedded import EmbeddedCloud
 
 #: how long the sandbox waits for its first worker before it gives up (s)
 READY_TIMEOUT_S = 120.0
@@ -47,28 +45,17 @@ async def run_sandbox(budget: float = 2.5, listen: str = "127.0.0.1:50051", metr
                       rate: float = 5.0, pinned_pool: dict[str, int] | None = None, out: TextIO = sys.stdout) -> int:
     """The sandbox (see the module docstring); ``rate``: the demand the planner assumes until it
     measures one; ``pinned_pool``: hold this pool instead of planning."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
     from daemon.app import Daemon
     from daemon.aws_wiring import DaemonError
     from daemon.local_runner import LocalRunner
 
-    # the cloud is moto on loopback: throwaway credentials, so nothing can reach real AWS
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        os.environ.pop(key, None)
-    os.environ.update(AWS_ACCESS_KEY_ID="costscale-sandbox", AWS_SECRET_ACCESS_KEY="costscale-sandbox",
-                      AWS_DEFAULT_REGION="us-east-1")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
-    port = _free_port()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    moto.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    tmp = tempfile.TemporaryDirectory(prefix="costscale-sandbox-")
+    cloud = EmbeddedCloud("sandbox")   # moto on loopback, throwaway credentials
+    endpoint = cloud.endpoint
     daemon: Daemon | None = None
     runner: LocalRunner | None = None
     holder: dict[str, LocalRunner] = {}
@@ -78,9 +65,7 @@ async def run_sandbox(budget: float = 2.5, listen: str = "127.0.0.1:50051", metr
             await holder["runner"].sync(instances)
 
     try:
-        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-        images = ec2.describe_images(Owners=["amazon"]).get("Images") or ec2.describe_images().get("Images")
-        cfg = demo_config(Path(tmp.name), endpoint, images[0]["ImageId"], budget, rate, pinned_pool=pinned_pool)
+        cfg = demo_config(cloud.state_dir, endpoint, cloud.ami, budget, rate, pinned_pool=pinned_pool)
         cfg = cfg.model_copy(update={"metrics": MetricsSpec(listen=metrics)})
         daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen=listen)
         try:
@@ -115,14 +100,11 @@ async def run_sandbox(budget: float = 2.5, listen: str = "127.0.0.1:50051", metr
         if daemon is not None:
             await daemon.stop(grace=2.0)   # on_shutdown: terminate -- every instance goes
             try:
-                found = ec2.describe_instances(Filters=[{"Name": "tag:costscale:cluster", "Values": [cfg.cluster]}])
-                live = [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]
-                        if i["State"]["Name"] in ("pending", "running")]
+                live = cloud.live_instances(cfg.cluster)
             except Exception as exc:  # noqa: BLE001 - say so rather than claim a clean stop
                 live = [f"(cannot list: {type(exc).__name__})"]
         if runner is not None:
             await runner.stop_all()
-        moto.stop()
-        tmp.cleanup()
+        cloud.stop()
         print("costscale demo --serve: stopped; " + (f"still live: {', '.join(live)}" if live
               else "every instance terminated, every worker stopped"), file=out, flush=True)

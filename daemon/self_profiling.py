@@ -153,7 +153,7 @@ class SelfProfiler:
         check = slo_verdict(table, spec.profile_name, self._types(), spec.qos_ms, spec.max_batch, spec.name)
         if check.line():
             log.warning("%s", check.line())
-        prices = {t: it.price_per_hour for t, it in d.cfg.catalog().items()}
+        prices = d.cfg.prices(allowed_only=True)
         mins = {t.type: t.min for t in d.cfg.instance_types}
         pool, why = conservative_pool(check, prices, mins, d.cfg.budget_per_hour)
         self.held[spec.name] = (pool, why)

@@ -16,6 +16,7 @@ bytes. BYTES and BF16 are refused with INVALID_ARGUMENT.
 from __future__ import annotations
 
 import math
+from typing import Callable
 import grpc
 import numpy as np
 
@@ -63,6 +64,11 @@ def _text(name: str, p: oip.InferParameter) -> str | Error:
     return SC.INVALID_ARGUMENT, f"parameter {name}: expected a string, got {kind or 'nothing'}"
 
 
+#: the request parameters a ModelInfer may carry, each with its reader (SubmitRequest field = name)
+REQUEST_PARAMETERS: dict[str, Callable[[str, oip.InferParameter], float | str | Error]] = {
+    "latency_slo_ms": _number, "min_accuracy": _number, "idempotency_key": _text, "variant": _text}
+
+
 def _input_array(t: oip.ModelInferRequest.InferInputTensor, raw: bytes | None) -> np.ndarray | Error:
     dtype = DATATYPES.get(t.datatype)
     if dtype is None:
@@ -91,18 +97,12 @@ def submit_request(r: oip.ModelInferRequest, *, model: str = "", application: st
     model or an application (and ``model_version`` to a variant, or none)."""
     sub = pb.SubmitRequest(model=model, application=application, variant=variant)
     params = r.parameters
-    for name in ("latency_slo_ms", "min_accuracy"):
+    for name, read in REQUEST_PARAMETERS.items():
         if name in params:
-            x = _number(name, params[name])
-            if isinstance(x, tuple):
-                return x
-            setattr(sub, name, x)
-    for name in ("idempotency_key", "variant"):
-        if name in params:
-            s = _text(name, params[name])
-            if isinstance(s, tuple):
-                return s
-            setattr(sub, name, s)
+            value = read(name, params[name])
+            if isinstance(value, tuple):
+                return value
+            setattr(sub, name, value)
     if not r.inputs:
         return SC.INVALID_ARGUMENT, "give at least one input tensor"
     if r.raw_input_contents and len(r.raw_input_contents) != len(r.inputs):

@@ -8,9 +8,12 @@ assigned stay queued.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from config.schema import Config
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,23 @@ def pick_base_type(types: Sequence[str], latency_ms: Callable[[str], float]) -> 
     if not types:
         raise ValueError("no instance type to pick a base from")
     return min(sorted(types), key=lambda t: (float(latency_ms(t)), t))
+
+#: the dispatcher's tunables, one source for the daemon and the replay: ξ, the share of a query's
+#: SLO a placement may use (Kairos §5.1), and the routing round's view of ``view_factor`` x (live
+#: workers) oldest waiting queries
+DISPATCH_XI = 0.98
+DISPATCH_VIEW_FACTOR = 2
+
+
+def default_base_type(cfg: "Config", latency_ms: Callable[[str, str, float], float], model: str | None = None) -> str:
+    """The base type before the planner names one: :func:`pick_base_type` over the configured types
+    for ``model``'s (default: the first model's) largest batch, ``latency_ms(profile name, type, batch)``
+    being the latency model's mean."""
+    from config.batch_dist import DEFAULT_MAX_BATCH
+
+    m = cfg.model(model)
+    b = float(min(m.max_batch, DEFAULT_MAX_BATCH))
+    return pick_base_type([t.type for t in cfg.instance_types], lambda t: latency_ms(m.profile_name, t, b))
 
 
 class Policy(Protocol):

@@ -46,7 +46,7 @@ from dispatcher.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipService
 from dispatcher.outcomes import OutcomeLedger
 from dispatcher.placement import VariantPlacement
 from dispatcher.policies import make_policy
-from dispatcher.policy import Policy, pick_base_type
+from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI, Policy, default_base_type
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip_pb2_grpc as oipg
 from dispatcher.routing import RoutingRound
 from dispatcher.servicers import _ControlServicer, _InferenceServicer
@@ -103,8 +103,8 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         self.clock = clock
         self.base_type = base_type or self._default_base_type()
         # the policy's tunables (one source: passed to the policy built here)
-        self.xi = 0.98
-        self.view_factor = 2
+        self.xi = DISPATCH_XI
+        self.view_factor = DISPATCH_VIEW_FACTOR
         self.policy: Policy = policy or make_policy(cfg.dispatcher.policy, predictor, self.base_type,
                                                     xi=self.xi, max_queue_factor=self.view_factor)
         self.window = DemandWindow()
@@ -130,11 +130,8 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
 
     # -- configuration -----------------------------------------------------------------------------
     def _default_base_type(self) -> str:
-        """Before the first plan: :func:`dispatcher.policy.pick_base_type` over the configured types."""
-        m = self.cfg.models[0]
-        b = float(min(m.max_batch, 1000))
-        return pick_base_type([t.type for t in self.cfg.instance_types],
-                              lambda t: self.predictor.predict_ms(m.profile_name, t, b))
+        """Before the first plan: :func:`dispatcher.policy.default_base_type`."""
+        return default_base_type(self.cfg, self.predictor.predict_ms)
 
     def set_catalog(self, catalog: Mapping[str, InstanceType]) -> None:
         """The allowed instance types and their prices (at start and on a config reload)."""

@@ -273,6 +273,14 @@ class WorkerRegistry:
             if w.health_failures >= self.health_failures:
                 self._remove_worker(w, "failed health checks")
 
+    def serving_by_type(self) -> dict[str, int]:
+        """Workers taking queries (not draining, parked or removed), counted by instance type."""
+        out: dict[str, int] = {}
+        for w in self.workers.values():
+            if not (w.draining or w.removed):
+                out[w.instance_type] = out.get(w.instance_type, 0) + 1
+        return out
+
     def utilization(self, w: WorkerState, now: float | None = None) -> float:
         now = self.clock() if now is None else now
         return ml.busy_fraction(w.busy, now, self.utilization_horizon_s, 1)

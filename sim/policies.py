@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from dispatcher.policy import FirstIdlePolicy, Policy, pick_base_type
+from dispatcher.policy import (DISPATCH_VIEW_FACTOR, DISPATCH_XI, FirstIdlePolicy, Policy, default_base_type,
+                              pick_base_type)
 from config.batch_dist import DEFAULT_MAX_BATCH
 from config.profiles import ProfileTable
 
@@ -16,9 +17,6 @@ if TYPE_CHECKING:
     from dispatcher.latency_model import LatencyModel
 
 SIM_POLICY_NAMES: tuple[str, ...] = ("kairos", "fcfs", "drs", "clockwork", "first-idle")
-#: the dispatcher's policy tunables (``Dispatcher.xi``, ``Dispatcher.view_factor``)
-DISPATCHER_XI = 0.98
-DISPATCHER_VIEW_FACTOR = 2
 
 
 def base_type_of(pool: Mapping[str, int], profiles: ProfileTable, model: str,
@@ -57,12 +55,9 @@ def policy_factory(name: str, profiles: ProfileTable, model: str, pool: Mapping[
 
 def dispatcher_policy(cfg: "Config", predictor: "LatencyModel") -> Policy:
     """The policy ``dispatcher.server.Dispatcher`` builds for ``cfg`` before the first plan: the
-    configured one, ξ = 0.98, a view of 2n queries, and the base type
-    :func:`dispatcher.policy.pick_base_type` gives over the configured types for the first model's
-    largest batch (``Dispatcher._default_base_type``); the fleet loop then sets the planner's."""
+    configured one with the dispatcher's tunables and :func:`dispatcher.policy.default_base_type`;
+    the fleet loop then sets the planner's base."""
     from dispatcher.policies import make_policy
 
-    m = cfg.models[0]
-    b = float(min(m.max_batch, DEFAULT_MAX_BATCH))
-    base = pick_base_type([t.type for t in cfg.instance_types], lambda t: predictor.predict_ms(m.profile_name, t, b))
-    return make_policy(cfg.dispatcher.policy, predictor, base, xi=DISPATCHER_XI, max_queue_factor=DISPATCHER_VIEW_FACTOR)
+    base = default_base_type(cfg, predictor.predict_ms)
+    return make_policy(cfg.dispatcher.policy, predictor, base, xi=DISPATCH_XI, max_queue_factor=DISPATCH_VIEW_FACTOR)

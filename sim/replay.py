@@ -33,13 +33,14 @@ import numpy as np
 from config.profiles import ProfileTable
 from config.schema import Config, ModelSpec
 from dispatcher.latency_model import LatencyModel
-from scaler.cloud import CLUSTER_TAG
+from scaler.cloud import CLUSTER_TAG, pool_of
 from scaler.fleet_decision import SloCheck
 from scaler.plan import Plan
 from scaler.replan import DemandView
 from sim.clock import VirtualClock
 from sim.ledger import CostLedger
-from sim.policies import DISPATCHER_VIEW_FACTOR, DISPATCHER_XI, dispatcher_policy
+from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
+from sim.policies import dispatcher_policy
 from sim.query_loop import QueryLoop, ServiceTimes
 from sim.replay_fleet import Decisions, ReplayFleet, ReplayWorkers
 from sim.replay_models import ReplayModelLoop
@@ -130,7 +131,7 @@ def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spe
     times = service_times(profiles, spec, model, len(workload))
     return QueryLoop(workload.arrivals, workload.batches, model=model.profile_name, qos_ms=model.qos_ms,
                      policy=dispatcher_policy(cfg, times.predictor), times=times,
-                     on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCHER_XI, view_factor=DISPATCHER_VIEW_FACTOR,
+                     on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
                      query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record)
 
 
@@ -192,7 +193,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
         fleet.workers = ReplayWorkers(qloop, clock, timeline.schedule, fleet.cloud.running_at, spec.load_s,
                                       fleet.decisions, warm_until=fleet.cloud.warm_until)
         fleet.model_loop = ReplayModelLoop(cfg, profiles, qloop.times.predictor, cfg.model(spec.model).name)
-        prices = {t: it.price_per_hour for t, it in cfg.full_catalog().items()}
+        prices = cfg.prices()
         ledger = CostLedger(prices, cfg.budget_per_hour)
         launches: list[tuple[float, str, int]] = []
         terminations: list[tuple[float, int]] = []
@@ -201,10 +202,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
             if op not in ("launch", "terminate"):
                 return
             now = clock.now()
-            live: dict[str, int] = {}
-            for i in fleet.cloud.all_instances():
-                if i.live and i.tags.get(CLUSTER_TAG) == cfg.cluster:
-                    live[i.instance_type] = live.get(i.instance_type, 0) + 1
+            live = pool_of([i for i in fleet.cloud.all_instances() if i.tags.get(CLUSTER_TAG) == cfg.cluster])
             before = sum(ledger.pool.values())
             ledger.observe(now, live)
             if op == "launch" and sum(live.values()) > before:

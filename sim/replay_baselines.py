@@ -23,10 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-from config.batch_dist import DEFAULT_MAX_BATCH
 from config.profiles import ProfileTable
 from config.schema import Config
-from dispatcher.policy import pick_base_type
+from dispatcher.policy import default_base_type
 from scaler.fleet_decision import SloCheck, plan_fleet
 from scaler.fleet_step import declared_demand
 from scaler.plan import Plan
@@ -123,11 +122,12 @@ class Reactive:
 
 
 def base_type_for(cfg: Config, profiles: ProfileTable, model: str | None) -> str:
-    """The planner's base type: the allowed type that serves the model's largest batch fastest."""
-    m = cfg.model(model)
-    b = float(min(m.max_batch, DEFAULT_MAX_BATCH))
-    types = [t.type for t in cfg.instance_types if profiles.has(m.profile_name, t.type)]
-    return pick_base_type(types, lambda t: float(profiles.latency_ms(m.profile_name, t, np.asarray([b]), "mean")[0]))
+    """The base type: :func:`dispatcher.policy.default_base_type` on the profiles' means (a type
+    without a profile never wins)."""
+    def mean_ms(name: str, itype: str, batch: float) -> float:
+        return float(profiles.latency_ms(name, itype, np.asarray([batch]), "mean")[0]) if profiles.has(name, itype) \
+            else math.inf
+    return default_base_type(cfg, mean_ms, model)
 
 
 def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: float,
@@ -146,8 +146,8 @@ def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workl
         itype = base_type_for(cfg, profiles, spec.model)
         price = cfg.catalog()[itype].price_per_hour
         first = planner.pool("min_cost", float(minute_peaks(workload.arrivals, min(duration_s, 60.0))[0]))
-        n0 = max(1, min(int(math.ceil(pool_cost(first, {t: it.price_per_hour for t, it in cfg.catalog().items()})
-                                      / price)), int(cfg.budget_per_hour // price)))
+        n0 = max(1, min(int(math.ceil(pool_cost(first, cfg.prices(allowed_only=True)) / price)),
+                        int(cfg.budget_per_hour // price)))
         ctl = Reactive(itype, price, cfg.budget_per_hour, n=n0)
         iv = base_cfg.intervals.model_copy(update={"fleet_s": REACTIVE_PERIOD_S})
         return replay(base_cfg.model_copy(update={"intervals": iv}), profiles, workload, duration_s, spec,

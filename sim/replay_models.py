@@ -37,8 +37,9 @@ class ReplayModelLoop:
         self.model = cfg.model(model_name)
         self.state = ModelLoopState()
         self.last_at: float | None = None
-        self.hardware = {t: it.hardware for t, it in cfg.full_catalog().items()}
-        self.prices = {t: it.price_per_hour for t, it in cfg.full_catalog().items()}
+        full = cfg.full_catalog()
+        self.hardware = {t: it.hardware for t, it in full.items()}
+        self.prices = {t: it.price_per_hour for t, it in full.items()}
         self.rounds = 0
 
     def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:

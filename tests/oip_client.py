@@ -19,8 +19,16 @@ import numpy as np
 
 
 def descriptors() -> dict[str, Any]:
+    """tritonclient's own table (this process loads its messages, not ours)."""
     from tritonclient.grpc import service_pb2
 
+    return descriptor_table(service_pb2.DESCRIPTOR)
+
+
+def descriptor_table(file_descriptor: Any) -> dict[str, Any]:
+    """Every message of a generated protobuf file (nested ones as ``Outer.Inner``) with its
+    fields' names, numbers, types and message types, and the GRPCInferenceService's methods: what
+    wire compatibility rests on. tests/test_oip.py runs it on ``oip_pb2`` too."""
     out: dict[str, Any] = {}
 
     def walk(d: Any, prefix: str) -> None:
@@ -29,9 +37,9 @@ def descriptors() -> dict[str, Any]:
         for n in d.nested_types:
             walk(n, prefix + d.name + ".")
 
-    for d in service_pb2.DESCRIPTOR.message_types_by_name.values():
+    for d in file_descriptor.message_types_by_name.values():
         walk(d, "")
-    svc = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    svc = file_descriptor.services_by_name["GRPCInferenceService"]
     out["service:" + svc.full_name] = sorted([m.name, m.input_type.full_name, m.output_type.full_name]
                                              for m in svc.methods)
     return out

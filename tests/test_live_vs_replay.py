@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from config.profiles import load_profiles_csv
-from daemon.demo import demo_config, run_demo
+from daemon.demo import demo_config, run_demo, trace_span_and_rate
 from scaler.batch_mix import sample_batches
 from sim.replay import ReplaySpec, replay
 from sim.replay_metrics import report
@@ -38,8 +38,7 @@ def test_live_and_replay_agree(capsys, tmp_path: Path) -> None:  # type: ignore[
     rc = asyncio.run(run_demo(as_json=True, quiet=True, trace=wl))
     live = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and live["sent"] == len(wl)
-    duration = float(wl.arrivals[-1]) + 1.0
-    rate1 = float(np.searchsorted(wl.arrivals, 60.0)) / min(60.0, duration)
+    duration, rate1 = trace_span_and_rate(wl)      # what the demo declares for the trace
     cfg = demo_config(tmp_path, "http://127.0.0.1:1", "ami-1", 2.5, rate1)
     run = replay(cfg, load_profiles_csv(cfg.profiles), wl, duration,
                  ReplaySpec(boot_s={"gpu": 0.0, "cpu": 0.0, "inferentia": 0.0}, load_s=2.0))

@@ -74,7 +74,7 @@ def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
         parse_batch_dist(dist)
     except ValueError as exc:
         raise UsageError(f"{cmd}: --batch-dist: {exc}") from None
-    prices = {n: it.price_per_hour for n, it in cfg.full_catalog().items()}
+    prices = cfg.prices()
     return Resolved(cfg=cfg, model=spec.name, profile_model=spec.profile_name,
                     qos_ms=float(qos if qos is not None else spec.qos_ms), batch_dist=dist,
                     max_batch=spec.max_batch, profiles=profiles, prices=prices)

@@ -190,7 +190,7 @@ def _document(cfg: Config, results: "list[ModelProfiles]", types: list[str], ski
     from variants.type_profiles import is_estimate, slo_verdict
 
     models = []
-    prices = {t: it.price_per_hour for t, it in cfg.full_catalog().items()}
+    prices = cfg.prices()
     for r in results:
         base = r.by_type.get(r.spec.name, {})
         table = ProfileTable({(r.spec.profile_name, t): p.to_latency_profile(r.spec.profile_name)
