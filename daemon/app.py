@@ -148,6 +148,8 @@ class Daemon:
 
     async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]
         """VM-autoscaler decisions -> capacity hint for the fleet planner; replan when it moved."""
+        if self.status_feed is not None:
+            self.status_feed.vm(decisions)
         serving = self.dispatcher.serving_by_type() if self.dispatcher is not None else {}
         self.capacity_hint = next_capacity_hint(self.capacity_hint, decisions, unmet,
                                                 settled=fleet_step.fleet_settled(self.status.target, serving))
@@ -246,6 +248,13 @@ class Daemon:
         return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
                                        current=self.status.target, types=self.profiling and self.profiling.plan_types())
 
+    async def _decided(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
+        """:meth:`decide` off the event loop; the status feed hears the decision before it is applied."""
+        target, plan = await asyncio.to_thread(self.decide, demand)
+        if self.status_feed is not None:
+            self.status_feed.planned(dict(target), plan, demand)
+        return target, plan
+
     @_quiet_at_shutdown
     async def fleet_tick(self, reason: str = "interval") -> None:
         if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing):
@@ -259,7 +268,7 @@ class Daemon:
                 fresh = reason != "interval" or fleet_step.plan_due(self.cfg, self.status.demand, self._planned_at,
                                                                     demand, now, unavailable != self._unavailable_planned)
                 if fresh:
-                    target, plan = await asyncio.to_thread(self.decide, demand)
+                    target, plan = await self._decided(demand)
                 else:   # nothing the plan rests on moved: converge the pool to it
                     target, plan, demand = self.status.target, self.status.plan, self.status.demand or demand
                 self._generation = fleet_step.next_generation(target, self.status.target, self._generation)
@@ -267,7 +276,7 @@ class Daemon:
                 report = await self._apply(target, pid)
                 if fleet_step.replan_without_unavailable(plan, target, self.actuator.unavailable_types()):
                     # InsufficientCapacity: replan at once without the unavailable types.
-                    target, plan = await asyncio.to_thread(self.decide, demand)
+                    target, plan = await self._decided(demand)
                     self._generation += 1
                     pid = plan_id_for(target, self._generation)
                     report = await self._apply(target, pid)

@@ -2,14 +2,14 @@
 the dollars spent, the fleet and model loops' decisions with their reasons, the last error, and
 the models being profiled on a conservative pool (:class:`dispatcher.status.FleetFacts`).
 
-:class:`StatusFeed` watches the loops from outside, once a second (an APScheduler job on the
-event loop) and whenever Status is asked: a new fleet target as ``Daemon.decide`` returns it (the
-planner's rule and the demand it planned for), each launch and termination as its write-ahead
-intent records it (instance ids, type, intent id, the pool's $/hr after), each
-park and unpark (``Daemon.fleet_events``), each variant load and unload the model loop applied,
-each VM-autoscaler add or remove with its reason (INFaaS §4.2.3), and errors (a failed fleet tick,
-a failed intent, a failed placement). The loops do not know it exists. Each decision is also an
-audit event (:mod:`daemon.audit`).
+:class:`StatusFeed` hears each new fleet target from ``Daemon.fleet_tick`` (the planner's rule
+and the demand it planned for) and each VM-autoscaler add or remove from ``Daemon._on_vm`` (with its
+reason, INFaaS §4.2.3), and watches the rest once a second (an APScheduler job on the event loop)
+and whenever Status is asked: each launch and termination as its write-ahead intent records it
+(instance ids, type, intent id, the pool's $/hr after), each park and unpark
+(``Daemon.fleet_events``), each variant load and unload the model loop applied, and errors (a
+failed fleet tick, a failed intent, a failed placement). Each decision is also an audit event
+(:mod:`daemon.audit`).
 
 :class:`SpendMeter` integrates the live pool's $/hr over time (each second's sample holds until
 the next). "Today" is since 00:00 UTC (as AWS bills) and is kept across restarts in
@@ -19,7 +19,6 @@ terminate``, after which the last price is 0).
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -137,56 +136,24 @@ class StatusFeed:
 
     # -- wiring ------------------------------------------------------------------------------------
     def start(self, scheduler: AsyncIOScheduler) -> None:
-        """Observe every :data:`OBSERVE_S`, answer the dispatcher's Status, and hear the VM autoscaler."""
+        """Observe every :data:`OBSERVE_S` and answer the dispatcher's Status."""
         d = self.daemon
         if d.dispatcher is not None:
             d.dispatcher.status_source = self.facts
-        loop = d.model_loop
-        if loop is not None and loop.on_vm is not None:
-            inner = loop.on_vm
-
-            async def on_vm(decisions, unmet) -> None:  # type: ignore[no-untyped-def]
-                for v in decisions:
-                    if v.action != "hold":
-                        self.record("model", f"vm_{v.action}", f"{v.action} {v.hardware} capacity", v.reason,
-                                    hardware=v.hardware)
-                await inner(decisions, unmet)
-
-            loop.on_vm = on_vm
-        self._tap_decide(d)
         self.observe()
         scheduler.add_job(self._tick, "interval", seconds=OBSERVE_S, max_instances=1, coalesce=True,
                           id="status-feed")
 
-    def _tap_decide(self, d: Daemon) -> None:
-        """Hear each fleet decision as it is taken (``Daemon.decide``, run in a worker thread):
-        the target, and the rule and demand behind it, before the launches it leads to."""
-        inner = d.decide
+    def vm(self, decisions: Any) -> None:
+        """The VM autoscaler's adds and removes (``Daemon._on_vm`` tells it)."""
+        for v in decisions:
+            if v.action != "hold":
+                self.record("model", f"vm_{v.action}", f"{v.action} {v.hardware} capacity", v.reason,
+                            hardware=v.hardware)
 
-        def decide(*args: Any, **kwargs: Any) -> Any:
-            out = inner(*args, **kwargs)
-            try:
-                target, plan = out
-                demand = args[0] if args else kwargs.get("demand")
-                self._on_loop(self._planned, dict(target), plan, demand)
-            except Exception:  # noqa: BLE001 - watching must never break the decision
-                log.exception("status feed: cannot read a fleet decision")
-            return out
-
-        d.decide = decide  # type: ignore[method-assign]
-
-    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
-        loop = getattr(self.daemon, "_loop", None)
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or loop is running or loop.is_closed():
-            fn(*args)
-        else:
-            loop.call_soon_threadsafe(fn, *args)
-
-    def _planned(self, target: dict[str, int], plan: Any, demand: Any) -> None:
+    def planned(self, target: dict[str, int], plan: Any, demand: Any) -> None:
+        """A fleet decision as ``Daemon.fleet_tick`` takes it, before the launches it leads to:
+        the target, and the rule and demand behind it (a target held again is not a new decision)."""
         if target == self._target:
             return
         self._target = target

@@ -274,7 +274,7 @@ def _stub_daemon(tmp_path: Path) -> SimpleNamespace:
     return SimpleNamespace(
         cfg=cfg, status=FleetStatus(), fleet_events=[], dispatcher=None, actuator=None, capacity_hint=1.0,
         decide=lambda demand: ({"g4dn.xlarge": 2}, None),
-        model_loop=SimpleNamespace(applied=[], failed=[], on_vm=None), model_params=SimpleNamespace(solver="greedy"))
+        model_loop=SimpleNamespace(applied=[], failed=[]), model_params=SimpleNamespace(solver="greedy"))
 
 
 def test_feed_records_new_targets_intents_events_placements_and_errors_once(
@@ -290,11 +290,11 @@ def test_feed_records_new_targets_intents_events_placements_and_errors_once(
     feed = StatusFeed(d, clock=lambda: t0)   # type: ignore[arg-type]
     caplog.set_level("INFO", logger="costscale.audit")
     feed.start(SimpleNamespace(add_job=lambda *a, **k: None))   # type: ignore[arg-type]
-    d.decide(None)
+    feed.planned(*d.decide(None), None)           # what Daemon.fleet_tick tells the feed
     d.store.record_intent("tok-1", "launch", "g1-abc", "g4dn.xlarge", 2, 0, t0)
     d.store.set_intent_status("tok-1", "done", t0 + 1, instance_ids=["i-1", "i-2"])
     feed.observe()
-    d.decide(None)                                 # the same target again: no new decision
+    feed.planned(*d.decide(None), None)            # the same target again: no new decision
     d.fleet_events += [(5.0, "launch", "i-1"), (6.0, "park", "i-2")]   # launches come from the intents
     d.model_loop.applied.append(SimpleNamespace(action="load", variant="ncf@int8", worker="i-1"))
     d.store.record_intent("tok-2", "launch", "g1-abc", "r5n.large", 1, 1, t0 + 2)
@@ -344,19 +344,16 @@ def test_json_log_lines_carry_the_audit_fields() -> None:
 
 
 def test_feed_hears_the_vm_autoscaler_with_its_reason(tmp_path: Path) -> None:
+    """Daemon._on_vm tells the feed each add or remove, and still turns them into the capacity hint."""
+    from variants.vm_autoscaler import VmDecision
+
     d = _stub_daemon(tmp_path)
-    heard: list[Any] = []
-
-    async def inner(decisions, unmet) -> None:  # type: ignore[no-untyped-def]
-        heard.append(decisions)
-
-    d.model_loop.on_vm = inner
     feed = StatusFeed(d)   # type: ignore[arg-type]
     feed.start(SimpleNamespace(add_job=lambda *a, **k: None))   # type: ignore[arg-type]
-    vm = [SimpleNamespace(action="add", hardware="gpu", reason="80% of gpu instances overloaded"),
-          SimpleNamespace(action="hold", hardware="cpu", reason="")]
-    run(lambda: d.model_loop.on_vm(vm, {}))
-    assert heard == [vm]
+    d.status_feed, d._hint_planned, d._loop = feed, 1.0, None
+    vm = [VmDecision("add", "gpu", "80% of gpu instances overloaded", interfered=True), VmDecision("hold", "cpu", "")]
+    run(lambda: Daemon._on_vm(d, vm, {}))    # type: ignore[arg-type]
+    assert d.capacity_hint == pytest.approx(1.1)
     assert [(x.kind, x.reason) for x in feed.decisions] == [("vm_add", "80% of gpu instances overloaded")]
 
 
