@@ -2,7 +2,9 @@
 
 The fleet loop plans from what the query loop measured (DESIGN "three loops"; Kairos §5.2 works from
 the batch-size mix and the arrival rate). A fixed-size ring buffer of numpy arrays; pure data, the
-caller passes the times.
+caller passes the times. The batch-size mix and the mean batch are kept up to date as queries come
+and go (counts per profile-grid size, a running sum), so a snapshot costs O(grid sizes), not
+O(window): the fleet and model loops read it every tick, and the replay runs a day of ticks.
 """
 from __future__ import annotations
 
@@ -41,11 +43,28 @@ class DemandWindow:
         self._t = np.zeros(capacity, dtype=float)
         self._next = 0
         self.total = 0
+        self._grid_counts = np.zeros(1, dtype=np.int64)   # queries per ceil(batch / granularity)
+        self._batch_sum = 0
+
+    def _grid_index(self, batch_size: int) -> int:
+        g = self.granularity
+        return (batch_size + g - 1) // g
 
     def __len__(self) -> int:
         return min(self.total, self.capacity)
 
     def record(self, batch_size: int, arrival: float) -> None:
+        batch_size = int(batch_size)
+        if self.total >= self.capacity:     # the oldest query leaves the window
+            old = int(self._batch[self._next])
+            self._grid_counts[self._grid_index(old)] -= 1
+            self._batch_sum -= old
+        k = self._grid_index(batch_size)
+        if k >= self._grid_counts.size:
+            self._grid_counts = np.concatenate(
+                [self._grid_counts, np.zeros(k + 1 - self._grid_counts.size, dtype=np.int64)])
+        self._grid_counts[k] += 1
+        self._batch_sum += batch_size
         self._batch[self._next] = batch_size
         self._t[self._next] = arrival
         self._next = (self._next + 1) % self.capacity
@@ -65,7 +84,13 @@ class DemandWindow:
         return np.roll(self._t, -self._next)
 
     def mix(self) -> BatchMix:
-        return mix_from_batches(self.batches(), self.granularity)
+        """The batch-size mix of the window: what ``mix_from_batches(self.batches())`` computes, from
+        the counts kept per grid size."""
+        idx = np.flatnonzero(self._grid_counts)
+        counts = self._grid_counts[idx]
+        if not idx.size:
+            return mix_from_batches(np.array([], dtype=np.int64), self.granularity)
+        return BatchMix(idx.astype(np.int64) * self.granularity, counts / counts.sum())
 
     def arrival_rate(self, now: float, horizon_s: float | None = 10.0) -> float:
         """Queries per second over the last ``horizon_s`` seconds (a short horizon lets the fleet
@@ -96,8 +121,7 @@ class DemandWindow:
 
     def snapshot(self, now: float) -> WindowSnapshot:
         n = len(self)
-        b = self.batches()
-        oldest = float(self.arrivals()[0]) if n else now
+        oldest = (float(self._t[0]) if n < self.capacity else float(self._t[self._next])) if n else now
         return WindowSnapshot(now=now, count=n, total=self.total, arrival_qps=self.arrival_rate(now),
-                              mean_batch=float(b.mean()) if n else 0.0, mix=self.mix(),
+                              mean_batch=self._batch_sum / n if n else 0.0, mix=self.mix(),
                               span_s=max(now - oldest, 0.0))

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dispatcher.window import DemandWindow
+from scaler.batch_mix import mix_from_batches
 
 
 def test_empty_window() -> None:
@@ -37,6 +38,12 @@ def test_window_matches_the_tail_of_the_stream(batches: list[int], cap: int) -> 
     assert w.batches().tolist() == batches[-cap:]
     assert w.mix().fractions.sum() == pytest.approx(1.0)
     assert np.all(np.diff(w.arrivals()) > 0)
+    # the mix and mean kept as queries come and go are exactly those of the window's contents
+    ref = mix_from_batches(np.array(batches[-cap:]), w.granularity)
+    snap = w.snapshot(0.5 * len(batches))
+    assert snap.mix.sizes.tolist() == ref.sizes.tolist() and snap.mix.sizes.dtype == ref.sizes.dtype
+    assert snap.mix.fractions.tolist() == ref.fractions.tolist()
+    assert snap.mean_batch == float(np.mean(batches[-cap:]))
 
 
 def test_arrival_rate_horizon_sees_a_step() -> None:
