@@ -1,0 +1,281 @@
+"""Accuracy scaling on a virtual clock: a fixed pool serving one application whose queries any of its
+variants may answer, the variants placed and the queries routed by an allocation policy, each worker
+batching its queue (Proteus §3-§6: the Resource Manager, the request router, the workers).
+
+Decisions come from the shared pure functions: placement and routing from
+:func:`variants.accuracy_planner.plan_accuracy` (Proteus §4), query assignment from
+:class:`dispatcher.plan_routing.PlanRouter`, batching from :func:`variants.adaptive_batching.batch_step`
+(Proteus §5). Allocation policies (Proteus §6.1 baselines, on the same pool):
+
+- ``proteus``: the MILP over every variant for β × the measured demand (β = 1.05, Proteus's default),
+  every ``replan_s`` and at once on a burst (measured demand over ``burst_factor`` × the planned);
+- ``no_scaling`` (Clipper-HA): the most accurate variant on every worker, routed by the same MILP;
+  queries beyond its capacity miss;
+- ``clipper_ht``: the least accurate (fastest) variant everywhere;
+- ``infaas_accuracy``: INFaaS's greedy allocation with accuracy as the objective (Proteus §6.1
+  "INFaaS-Accuracy"): from the most accurate variant everywhere, downgrade one worker at a time to
+  its next faster variant, the step that gains the most capacity per accuracy point lost, until the
+  capacity covers β × demand; queries split in proportion to capacity.
+
+A worker that changes variant serves nothing for ``swap_s`` after its running batch; its queued
+queries are routed again. A query that can no longer finish within its SLO is dropped (a miss).
+Results: per query, served or not, latency and the accuracy of the variant that served it.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dispatcher.plan_routing import PlanRouter, headroom_routing
+from variants.accuracy_planner import VariantProfile, capacity, plan_accuracy
+from variants.adaptive_batching import BatchingPolicy, batch_step, interpolated_latency_s
+from variants.spare_workers import fill_spare
+
+ALLOCATIONS = ("proteus", "no_scaling", "clipper_ht", "infaas_accuracy")
+#: Proteus's demand multiplier β (its artifact's default, appendix "hyper-parameters")
+BETA = 1.05
+
+Allocation = tuple[dict[str, str | None], dict[str, float]]     # worker -> variant, worker -> fraction
+
+
+@dataclass(frozen=True)
+class AccuracySpec:
+    allocation: str = "proteus"
+    batching: BatchingPolicy = "proteus"
+    replan_s: float = 30.0
+    tick_s: float = 0.5                # how often measured demand is checked for a burst
+    demand_window_s: float = 5.0
+    burst_window_s: float = 1.0        # a burst is read over this shorter window, and planned for
+    burst_factor: float = 1.2
+    replan_delta: float = 0.10         # a periodic replan only when demand moved this much (relative)
+    beta: float = BETA
+    swap_s: float = 0.2                # a worker changing variant serves nothing this long (load time)
+    min_accuracy: float = 0.0
+
+
+@dataclass
+class AccuracyResult:
+    served: np.ndarray                 # bool per query: answered within the SLO
+    latency_ms: np.ndarray             # inf when dropped
+    accuracy: np.ndarray               # accuracy of the serving variant; nan when dropped
+    arrivals: np.ndarray
+    top_accuracy: float
+    replans: int
+    swaps: int
+    solve_ms: list[float] = field(default_factory=list)
+
+    def summary(self, window_s: float = 60.0) -> dict[str, float]:
+        """SLO attainment (within SLO / all queries), mean served accuracy, and the largest drop of a
+        ``window_s`` mean of served accuracy below the most accurate variant (points)."""
+        n = int(self.arrivals.size)
+        ok = ~np.isnan(self.accuracy)
+        mean_acc = float(self.accuracy[ok].mean()) if ok.any() else float("nan")
+        drop = 0.0
+        if n:
+            win = np.floor(self.arrivals / window_s).astype(np.int64)
+            for k in np.unique(win[ok]):
+                sel = ok & (win == k)
+                drop = max(drop, self.top_accuracy - float(self.accuracy[sel].mean()))
+        return {"queries": n, "slo_attainment": float(self.served.sum() / n) if n else 1.0,
+                "mean_accuracy": mean_acc, "max_drop_points": 100.0 * drop,
+                "missed": int(n - self.served.sum()), "replans": self.replans, "swaps": self.swaps,
+                "max_solve_ms": max(self.solve_ms, default=0.0)}
+
+
+def _greedy_infaas(workers: dict[str, str], variants: Sequence[VariantProfile], slo_ms: float,
+                   demand: float) -> Allocation:
+    """INFaaS-Accuracy (see the module docstring)."""
+    by_acc = sorted(variants, key=lambda v: -v.accuracy)
+    opts: dict[str, list[tuple[str, float, float]]] = {}     # type -> [(variant, accuracy, q/s)], accurate first
+    for t in set(workers.values()):
+        opts[t] = [(v.variant, v.accuracy, c[1]) for v in by_acc
+                   if (c := capacity(v.latency_ms.get(t, {}), slo_ms)) is not None]
+    level = {w: 0 for w in workers if opts[workers[w]]}
+
+    def cap() -> float:
+        return sum(opts[workers[w]][k][2] for w, k in level.items())
+
+    while cap() < demand:
+        best, best_gain = None, 0.0
+        for w, k in level.items():
+            o = opts[workers[w]]
+            if k + 1 < len(o):
+                gain = (o[k + 1][2] - o[k][2]) / max(o[k][1] - o[k + 1][1], 1e-9)
+                if gain > best_gain:
+                    best, best_gain = w, gain
+        if best is None:
+            break
+        level[best] += 1
+    placement = {w: (opts[workers[w]][level[w]][0] if w in level else None) for w in workers}
+    total = cap()
+    fractions = {w: opts[workers[w]][k][2] / total for w, k in level.items()} if total > 0 else {}
+    return placement, fractions
+
+
+class _Worker:
+    def __init__(self, wid: str, itype: str) -> None:
+        self.wid, self.itype = wid, itype
+        self.variant: str | None = None
+        self.busy_until = 0.0
+        self.ready_at = 0.0
+        self.queue: deque[int] = deque()
+        self.wake_at: float | None = None
+
+
+def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], model: str, slo_ms: float,
+                      arrivals: np.ndarray, spec: AccuracySpec = AccuracySpec(),
+                      on_replan: Callable[[float, dict[str, str | None]], None] | None = None) -> AccuracyResult:
+    """Serve ``arrivals`` (s, sorted; one request each) of ``model`` on the workers ``pool`` (worker id ->
+    instance type) with ``variants`` (that model's, :func:`variants.accuracy_planner.profiles_from_rows`)."""
+    if spec.allocation not in ALLOCATIONS:
+        raise ValueError(f"unknown allocation {spec.allocation!r} (one of {', '.join(ALLOCATIONS)})")
+    vs = [v for v in variants if v.model == model and v.accuracy >= spec.min_accuracy]
+    if not vs:
+        raise ValueError(f"no variant of {model!r} at or above the minimum accuracy")
+    acc = {v.variant: v.accuracy for v in vs}
+    top = max(acc.values())
+    allowed = {"no_scaling": [max(vs, key=lambda v: v.accuracy)],
+               "clipper_ht": [min(vs, key=lambda v: v.accuracy)]}.get(spec.allocation, vs)
+    proc = {(v.variant, t): interpolated_latency_s(dict(lat)) for v in vs for t, lat in v.latency_ms.items()}
+    maxb = {(v.variant, t): c[0] for v in vs for t, lat in v.latency_ms.items()
+            if (c := capacity(lat, slo_ms)) is not None}
+    cap = {(v.variant, t): c[1] for v in vs for t, lat in v.latency_ms.items()
+           if (c := capacity(lat, slo_ms)) is not None}
+    best_by_type: dict[str, str] = {}
+    for v in sorted(allowed, key=lambda v: v.accuracy):     # the most accurate placeable, last wins
+        for t in set(pool.values()):
+            if (v.variant, t) in cap:
+                best_by_type[t] = v.variant
+    arr = np.asarray(arrivals, dtype=float)
+    n = int(arr.size)
+    latency = np.full(n, np.inf)
+    served_acc = np.full(n, np.nan)
+    slo_s = slo_ms / 1000.0
+    workers = {w: _Worker(w, t) for w, t in pool.items()}
+    router = PlanRouter()
+    heap: list[tuple[float, int, str]] = []
+    seq = 0
+    res = AccuracyResult(np.zeros(n, dtype=bool), latency, served_acc, arr, top, 0, 0)
+    recent: deque[float] = deque()
+    planned = 0.0
+
+    def push(t: float, wid: str) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (t, seq, wid))
+
+    def allocate(now: float, demand: float) -> None:
+        nonlocal planned
+        target = max(demand, 1e-6) * spec.beta
+        if spec.allocation == "infaas_accuracy":
+            placement, fractions = _greedy_infaas(pool, vs, slo_ms, target)
+        else:
+            plan = plan_accuracy(pool, allowed, {model: target}, {model: slo_ms},
+                                 current={w: x.variant for w, x in workers.items()})
+            res.solve_ms.append(plan.solve_ms)
+            placement = fill_spare(plan.placement, pool, best_by_type)
+            # the plan's split fills the most accurate workers to capacity; keep each below it
+            fractions = headroom_routing({w: (acc[v], cap[(v, pool[w])]) for w, v in placement.items()
+                                          if v is not None and (v, pool[w]) in cap}, demand, spec.beta)
+        res.replans += 1
+        planned = demand
+        requeue: list[int] = []
+        for w, x in workers.items():
+            new = placement.get(w)
+            if new != x.variant:
+                if x.variant is not None or new is not None:
+                    res.swaps += 1
+                x.variant = new
+                x.ready_at = max(now, x.busy_until) + (spec.swap_s if new is not None else 0.0)
+                push(x.ready_at, w)
+                requeue.extend(x.queue)
+                x.queue.clear()
+        router.set_plan({model: fractions})
+        for q in sorted(requeue):
+            route(q, now)
+        if on_replan is not None:
+            on_replan(now, dict(placement))
+
+    def route(q: int, now: float) -> None:
+        wid = router.route(model)
+        if wid is None:
+            return                               # nothing serves the model: a miss
+        workers[wid].queue.append(q)
+        start(workers[wid], now)
+
+    def start(x: _Worker, now: float) -> None:
+        if x.variant is None or now < x.busy_until or now < x.ready_at or not x.queue:
+            return
+        key = (x.variant, x.itype)
+        p = proc[key]
+        while x.queue and now + p(1) > arr[x.queue[0]] + slo_s:
+            x.queue.popleft()                    # can no longer meet its SLO: dropped
+        if not x.queue:
+            return
+        step = batch_step(spec.batching, [arr[q] + slo_s for q in x.queue], now, p, maxb.get(key, 1))
+        if step.send:
+            done = now + p(step.send)
+            for _ in range(step.send):
+                q = x.queue.popleft()
+                latency[q] = (done - arr[q]) * 1000.0
+                served_acc[q] = acc[x.variant]
+            x.busy_until = done
+            push(done, x.wid)
+        elif step.wait_until is not None and (x.wake_at is None or x.wake_at <= now or step.wait_until < x.wake_at):
+            x.wake_at = step.wait_until
+            push(step.wait_until, x.wid)
+
+    def rate(now: float, window_s: float) -> float:
+        """Arrivals per second over the last ``window_s`` (``recent`` holds the last ``replan_s``)."""
+        while recent and recent[0] <= now - max(spec.replan_s, spec.demand_window_s):
+            recent.popleft()
+        k, lo, c = len(recent), now - window_s, 0
+        while c < k and recent[k - 1 - c] > lo:
+            c += 1
+        return c / window_s
+
+    # the first allocation for the trace's first window, as if the system had been running
+    allocate(0.0, float(np.count_nonzero(arr < spec.demand_window_s)) / spec.demand_window_s)
+    # steady: the demand of the last plan that was not a burst's (a burst is confirmed against it)
+    next_tick, next_plan, planned_at, steady = spec.tick_s, spec.replan_s, 0.0, planned
+    i = 0
+    while i < n or heap:
+        t_arr = arr[i] if i < n else np.inf
+        t_ev = heap[0][0] if heap else np.inf
+        t_tick = next_tick if i < n else np.inf
+        now = min(t_arr, t_ev, t_tick)
+        if now == np.inf:
+            break
+        if now == t_ev:
+            _, _, wid = heapq.heappop(heap)
+            start(workers[wid], now)
+        elif now == t_tick:
+            # at once on a burst (the short window over burst_factor x the planned demand, the
+            # demand window over it too), for the burst's rate; every replan_s when the mean rate
+            # since the last one moved by replan_delta (a plan for the same demand only shuffles
+            # variants, and a swap stops a worker for swap_s)
+            short = rate(now, spec.burst_window_s)
+            # (a burst's plan rests on a few seconds of arrivals: it is checked again after the
+            # demand window, over the time since)
+            if short > spec.burst_factor * planned and rate(now, spec.demand_window_s) > (1 + spec.replan_delta) * steady:
+                allocate(now, short)
+                planned_at, next_plan = now, now + spec.demand_window_s
+            elif now >= next_plan:
+                mean = rate(now, min(spec.replan_s, now - planned_at))
+                if abs(mean - planned) > spec.replan_delta * max(planned, 1e-9):
+                    allocate(now, mean)
+                planned_at, next_plan, steady = now, now + spec.replan_s, planned
+            next_tick = now + spec.tick_s
+        else:
+            recent.append(now)
+            route(i, now)
+            i += 1
+    res.served[:] = latency <= slo_ms * (1 + 1e-9)
+    return res
+
+
+__all__ = ["ALLOCATIONS", "AccuracyResult", "AccuracySpec", "BETA", "simulate_accuracy"]
