@@ -32,7 +32,7 @@ import numpy as np
 
 from dispatcher.plan_routing import PlanRouter, headroom_routing
 from variants.accuracy_planner import VariantProfile, capacity, plan_accuracy
-from variants.adaptive_batching import BatchingPolicy, batch_step, interpolated_latency_s
+from variants.adaptive_batching import BatchingPolicy, batch_step, early_drops, interpolated_latency_s
 from variants.spare_workers import fill_spare
 
 ALLOCATIONS = ("proteus", "no_scaling", "clipper_ht", "infaas_accuracy")
@@ -55,6 +55,7 @@ class AccuracySpec:
     beta: float = BETA
     swap_s: float = 0.2                # a worker changing variant serves nothing this long (load time)
     min_accuracy: float = 0.0
+    early_drop: bool = True            # drop heads that keep batches small (variants.adaptive_batching.early_drops)
 
 
 @dataclass
@@ -168,7 +169,7 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
         seq += 1
         heapq.heappush(heap, (t, seq, wid))
 
-    def allocate(now: float, demand: float) -> None:
+    def allocate(now: float, demand: float, swap_s: float = spec.swap_s) -> None:
         nonlocal planned
         target = max(demand, 1e-6) * spec.beta
         if spec.allocation == "infaas_accuracy":
@@ -190,7 +191,7 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
                 if x.variant is not None or new is not None:
                     res.swaps += 1
                 x.variant = new
-                x.ready_at = max(now, x.busy_until) + (spec.swap_s if new is not None else 0.0)
+                x.ready_at = max(now, x.busy_until) + (swap_s if new is not None else 0.0)
                 push(x.ready_at, w)
                 requeue.extend(x.queue)
                 x.queue.clear()
@@ -216,7 +217,14 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
             x.queue.popleft()                    # can no longer meet its SLO: dropped
         if not x.queue:
             return
-        step = batch_step(spec.batching, [arr[q] + slo_s for q in x.queue], now, p, maxb.get(key, 1))
+        mb = maxb.get(key, 1)
+        exp = [arr[q] + slo_s for q in x.queue]      # at most SLO x rate long: expired queries leave
+        if spec.early_drop:
+            k = early_drops(exp, now, p, mb)
+            for _ in range(k):
+                x.queue.popleft()
+            exp = exp[k:]
+        step = batch_step(spec.batching, exp, now, p, mb)
         if step.send:
             done = now + p(step.send)
             for _ in range(step.send):
@@ -238,8 +246,8 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
             c += 1
         return c / window_s
 
-    # the first allocation for the trace's first window, as if the system had been running
-    allocate(0.0, float(np.count_nonzero(arr < spec.demand_window_s)) / spec.demand_window_s)
+    # the first allocation for the trace's first window, loaded, as if the system had been running
+    allocate(0.0, float(np.count_nonzero(arr < spec.demand_window_s)) / spec.demand_window_s, swap_s=0.0)
     # steady: the demand of the last plan that was not a burst's (a burst is confirmed against it)
     next_tick, next_plan, planned_at, steady = spec.tick_s, spec.replan_s, 0.0, planned
     i = 0

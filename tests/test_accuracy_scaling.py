@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from dispatcher.plan_routing import PlanRouter, headroom_routing
 from sim.accuracy_sim import AccuracySpec, simulate_accuracy
 from variants.accuracy_planner import VariantProfile
-from variants.adaptive_batching import BatchStep, batch_step, interpolated_latency_s
+from variants.adaptive_batching import BatchStep, batch_step, early_drops, interpolated_latency_s
 from variants.spare_workers import fill_spare
 
 
@@ -50,6 +50,28 @@ def test_a_batch_never_makes_the_head_miss_when_one_query_would_not(exp: list[fl
         assert now + linear(step.send) <= exp[0] + 1e-12 or step.send == 1
     else:
         assert policy == "proteus" and step.wait_until is not None and step.wait_until > now
+
+
+def test_early_drop_only_when_a_full_batch_is_cheaper_per_query() -> None:
+    economy = interpolated_latency_s({1: 10.0, 4: 16.0})         # 10 ms for 1 query, 4 ms a query in 4
+    # the head (expiring at 12 ms) allows a batch of 1; from the second query on a full batch of 4 fits
+    assert early_drops([0.012, 0.030, 0.031, 0.032, 0.033], 0.0, economy, 4) == 1
+    assert early_drops([0.020, 0.030, 0.031, 0.032, 0.033], 0.0, economy, 4) == 0   # the head fits a full batch
+    flat = linear                                                 # no economy: dropping only loses queries
+    assert early_drops([0.15, 1.0, 1.0, 1.0, 1.0], 0.0, flat, 4) == 0
+    assert early_drops([0.001], 0.0, economy, 4) == 0
+
+
+def test_a_worker_behind_catches_up_with_early_drop() -> None:
+    """With batching economy, a backlog (here all four queries due soon, then a steady stream) makes
+    small batches forever unless the heads that keep them small are dropped."""
+    v = VariantProfile("m", "v", 0.9, {"t": {1: 5.0, 10: 10.0, 40: 20.0}})   # SLO 50: batch 40 at 20 ms
+    arr = np.sort(np.concatenate([np.full(300, 0.5), np.arange(0, 10.0, 1 / 1500.0)]))   # 1500 q/s: 75 %
+    late = simulate_accuracy({"w": "t"}, [v], "m", 50.0, arr, AccuracySpec(early_drop=False, swap_s=0.0,
+                                                                                batching="work_conserving"))
+    caught = simulate_accuracy({"w": "t"}, [v], "m", 50.0, arr, AccuracySpec(swap_s=0.0, batching="work_conserving"))
+    print(late.summary()["slo_attainment"], caught.summary()["slo_attainment"])
+    assert late.summary()["slo_attainment"] < 0.9 < 0.97 < caught.summary()["slo_attainment"]
 
 
 def test_interpolated_latency() -> None:

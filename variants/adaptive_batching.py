@@ -20,6 +20,8 @@ from typing import Callable, Literal, Sequence
 
 BatchingPolicy = Literal["proteus", "work_conserving", "none"]
 BATCHING_POLICIES: tuple[str, ...] = ("proteus", "work_conserving", "none")
+#: early drop only when a full batch is at least this much cheaper per query than the head's batch
+EARLY_DROP_GAIN = 0.10
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,29 @@ def batch_step(policy: BatchingPolicy, expiries: Sequence[float], now: float,
     return BatchStep(_largest_fitting(q, now, head, process_s))
 
 
+def early_drops(expiries: Sequence[float], now: float, process_s: Callable[[int], float], max_batch: int) -> int:
+    """How many queries at the head of the queue to drop before batching (Nexus's early drop, Shen et
+    al., SOSP 2019, §6.3): slide a window of the batch size from the head and drop the queries before
+    the first one that can be served in a full batch (min(queries from it on, ``max_batch``)) by its
+    deadline; 0 when none can (the largest batch the head allows goes, :func:`batch_step`).
+
+    Without it a worker that fell behind (a burst, a variant swap) never catches up when per-query
+    cost falls with the batch: each batch serves queries near their deadline, so it stays small and
+    slow, and the queue behind it ages into the same state. Only when the full batch costs at least
+    :data:`EARLY_DROP_GAIN` less per query than the batch the head allows."""
+    n, mb = len(expiries), max(int(max_batch), 1)
+    if n < 2:
+        return 0
+    head_fit = _largest_fitting(min(n, mb), now, expiries[0], process_s)
+    for k in range(n):
+        full = min(n - k, mb)
+        if now + process_s(full) <= expiries[k]:
+            # worth it only when the full batch costs less per query than the one the head allows
+            # (with no batching economy, as on a CPU, dropping only loses queries)
+            return k if process_s(full) / full < process_s(head_fit) / head_fit * (1 - EARLY_DROP_GAIN) else 0
+    return 0
+
+
 def interpolated_latency_s(latency_ms: dict[int, float]) -> Callable[[int], float]:
     """T_process(n) from a profile measured at some batch sizes: linear between the measured sizes,
     the smallest size's time below it, linear beyond the largest from its last two points (seconds).
@@ -82,4 +107,4 @@ def interpolated_latency_s(latency_ms: dict[int, float]) -> Callable[[int], floa
     return f
 
 
-__all__ = ["BATCHING_POLICIES", "BatchStep", "BatchingPolicy", "batch_step", "interpolated_latency_s"]
+__all__ = ["BATCHING_POLICIES", "BatchStep", "BatchingPolicy", "batch_step", "early_drops", "interpolated_latency_s"]
