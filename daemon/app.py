@@ -184,6 +184,8 @@ class Daemon:
         self.model_loop.interval_s = cfg.intervals.model_s
         try:
             self.port = await self.dispatcher.start(self._listen or cfg.dispatcher.listen)
+        except UsageError:   # no client authentication beyond loopback, an unreadable certificate or token
+            raise
         except Exception as exc:
             raise DaemonError(f"dispatcher cannot listen on {self._listen or cfg.dispatcher.listen}: {exc}") from None
         self.cloud = self._cloud
