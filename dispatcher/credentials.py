@@ -16,13 +16,17 @@ from config.errors import ConfigError
 from config.security import TlsSpec, WorkerTlsSpec, read_pem
 
 
+_CONFIG_FIELDS = ("dispatcher.tls.cert_file", "dispatcher.tls.key_file", "dispatcher.tls.client_ca_file")
+
+
 def server_credentials(cert_file: str, key_file: str, client_ca_file: str | None = None,
-                       field: str = "dispatcher.tls") -> grpc.ServerCredentials:
+                       fields: tuple[str, str, str] = _CONFIG_FIELDS) -> grpc.ServerCredentials:
     """TLS server credentials; with ``client_ca_file``, mutual TLS: a client without a certificate
-    signed by that CA is refused during the handshake."""
-    cert = read_pem(cert_file, f"{field}.cert_file")
-    key = read_pem(key_file, f"{field}.key_file")
-    ca = read_pem(client_ca_file, f"{field}.client_ca_file") if client_ca_file else None
+    signed by that CA is refused during the handshake. ``fields`` name the three files in errors
+    (config fields, or a worker's flags)."""
+    cert = read_pem(cert_file, fields[0])
+    key = read_pem(key_file, fields[1])
+    ca = read_pem(client_ca_file, fields[2]) if client_ca_file else None
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
 
 
@@ -34,14 +38,14 @@ def dispatcher_server_credentials(tls: TlsSpec | None) -> grpc.ServerCredentials
 
 
 def channel_credentials(ca_file: str | None, cert_file: str | None = None, key_file: str | None = None,
-                        field: str = "tls") -> grpc.ChannelCredentials:
+                        fields: tuple[str, str, str] = ("ca_file", "cert_file", "key_file")) -> grpc.ChannelCredentials:
     """TLS channel credentials that trust ``ca_file`` (None: the system's roots) and present
     ``cert_file``/``key_file`` as the client certificate when both are given."""
     if bool(cert_file) != bool(key_file):
-        raise ConfigError(f"{field}: give both cert_file and key_file for a client certificate, or neither")
-    ca = read_pem(ca_file, f"{field}.ca_file") if ca_file else None
-    cert = read_pem(cert_file, f"{field}.cert_file") if cert_file else None
-    key = read_pem(key_file, f"{field}.key_file") if key_file else None
+        raise ConfigError(f"{fields[1]}, {fields[2]}: give both for a client certificate, or neither")
+    ca = read_pem(ca_file, fields[0]) if ca_file else None
+    cert = read_pem(cert_file, fields[1]) if cert_file else None
+    key = read_pem(key_file, fields[2]) if key_file else None
     return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 
 
@@ -57,7 +61,8 @@ class WorkerChannelSecurity:
     def from_spec(cls, spec: WorkerTlsSpec | None) -> "WorkerChannelSecurity":
         if spec is None:
             return PLAINTEXT
-        return cls(channel_credentials(spec.ca_file, spec.cert_file, spec.key_file, "dispatcher.worker_tls"),
+        names = tuple(f"dispatcher.worker_tls.{f}" for f in ("ca_file", "cert_file", "key_file"))
+        return cls(channel_credentials(spec.ca_file, spec.cert_file, spec.key_file, names),  # type: ignore[arg-type]
                    spec.server_name)
 
     def options(self) -> Sequence[tuple[str, str]]:

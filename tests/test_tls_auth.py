@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from config.errors import ConfigError
-from config.security import TlsSpec
+from config.security import TlsSpec, WorkerTlsSpec
 from dispatcher.auth import bearer_metadata, presented_token, token_matches
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip_pb2 as oip, oip_pb2_grpc as oipg
@@ -171,3 +171,66 @@ def test_costscale_run_refuses_a_public_listen_without_client_auth(tmp_path: Pat
     ok = subprocess.run([sys.executable, "-m", "daemon.cli", "validate", str(tmp_path / "c.yaml")],
                         capture_output=True, text=True, timeout=60, cwd=REPO)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_worker_channels_over_mutual_tls_with_the_cluster_token(tmp_path: Path) -> None:
+    """The whole path under TLS: a client with a certificate queries the dispatcher (mTLS); a worker
+    registers over TLS (trusting the dispatcher's CA, its own certificate as client certificate);
+    the dispatcher dials the worker over mTLS and sends the cluster token, which the worker
+    requires. A channel without the CA, without a client certificate, or without the token fails."""
+    from dispatcher.credentials import WorkerChannelSecurity
+    from dispatcher.worker_client import WorkerClient
+    from tests.test_modelless import _cfg
+    from worker.server import WorkerOptions, serve_worker
+
+    ca = TestCa(tmp_path / "ca")
+    disp, worker, client = ca.issue("dispatcher"), ca.issue("worker", dns=("costscale-worker",), ips=()), ca.issue("client")
+    base = _cfg(tmp_path)
+    cfg = base.model_copy(update={"dispatcher": base.dispatcher.model_copy(update={
+        "cluster_token": "cluster-s3cret",
+        "tls": TlsSpec(cert_file=str(disp.cert), key_file=str(disp.key), client_ca_file=str(ca.ca_file)),
+        "worker_tls": WorkerTlsSpec(ca_file=str(ca.ca_file), cert_file=str(disp.cert), key_file=str(disp.key))})})
+
+    async def go() -> None:
+        d = Dispatcher(cfg, LatencyModel())
+        port = await d.start("127.0.0.1:0")
+        d.allow_instance("i-1", "c5n.2xlarge")
+        stop = asyncio.Event()
+        opts = WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge", models={"rm2": "builtin:mlp"},
+                             cache_dir=tmp_path / "cache", threads=1, listen="127.0.0.1:0",
+                             dispatcher=f"localhost:{port}", token="cluster-s3cret", register_attempts=20,
+                             register_backoff_s=0.05, tls_cert=str(worker.cert), tls_key=str(worker.key),
+                             tls_client_ca=str(ca.ca_file), dispatcher_ca=str(ca.ca_file))
+        task = asyncio.create_task(serve_worker(opts, stop=stop))
+        try:
+            for _ in range(400):
+                if "i-1" in d.workers or task.done():
+                    break
+                await asyncio.sleep(0.025)
+            assert "i-1" in d.workers, task.result() if task.done() else "worker did not register"
+            async with grpc.aio.secure_channel(f"localhost:{port}", _creds(ca, client)) as ch:
+                r = await pbg.InferenceStub(ch).Submit(pb.SubmitRequest(model="rm2", batch_size=4), timeout=30)
+            assert r.instance_id == "i-1" and r.outputs
+            address = d.workers["i-1"].address
+            good = WorkerChannelSecurity.from_spec(cfg.dispatcher.worker_tls)
+            no_cert = WorkerChannelSecurity(_creds(ca), "costscale-worker")
+            for security, token, code in ((good, "cluster-s3cret", None),
+                                          (good, None, grpc.StatusCode.UNAUTHENTICATED),
+                                          (no_cert, "cluster-s3cret", grpc.StatusCode.UNAVAILABLE),
+                                          (WorkerChannelSecurity(), "cluster-s3cret", grpc.StatusCode.UNAVAILABLE)):
+                c = WorkerClient(address, security, token)
+                try:
+                    if code is None:
+                        assert (await c.health(10)).instance_id == "i-1"
+                    else:
+                        with pytest.raises(grpc.aio.AioRpcError) as ei:
+                            await c.health(10)
+                        assert ei.value.code() == code
+                finally:
+                    await c.close()
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            await d.stop(0.5)
+
+    _run(go())
