@@ -45,6 +45,7 @@ from dispatcher.auth import BearerTokenInterceptor
 from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity, dispatcher_server_credentials
 from dispatcher.admission import SC, Admission
 from dispatcher.latency_model import LatencyModel
+from dispatcher.object_store import ObjectStore, S3Objects
 from dispatcher.offline import OfflineJobs
 from dispatcher.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipServicer
 from dispatcher.outcomes import OutcomeLedger
@@ -101,8 +102,10 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
 
     def __init__(self, cfg: Config, predictor: LatencyModel, *, clock: Callable[[], float] = time.monotonic,
                  policy: Policy | None = None, base_type: str | None = None, registry=None,
-                 models_dir: str | Path | None = None) -> None:
+                 models_dir: str | Path | None = None, objects: ObjectStore | None = None) -> None:
         self.cfg = cfg
+        #: where offline inputs and outputs and registered models' files are read and written (S3)
+        self.objects: ObjectStore = objects or S3Objects(cfg.region, cfg.aws.endpoint_url)
         self.predictor = predictor
         self.clock = clock
         self.base_type = base_type or self._default_base_type()
