@@ -49,6 +49,26 @@ class WorkerTlsSpec(_Strict):
                              description="the name (DNS SAN) every worker certificate carries")
 
 
+#: where a launched worker finds its TLS files (baked into the AMI, or written by launch.user_data)
+WORKER_TLS_DIR = "/etc/costscale/tls"
+
+
+def worker_tls_flags(tls: TlsSpec | None, worker_tls: WorkerTlsSpec | None) -> list[str]:
+    """The ``costscale worker`` flags a launched worker needs for the configured TLS: the CA of the
+    dispatcher's certificate (``ca.crt``) to register over TLS, and its own certificate and key
+    (``worker.crt``, ``worker.key``; presented to a dispatcher under mutual TLS as well), with
+    ``ca.crt`` as the CA its clients need when the dispatcher presents a client certificate."""
+    flags: list[str] = []
+    ca = f"{WORKER_TLS_DIR}/ca.crt"
+    if tls is not None:
+        flags += ["--dispatcher-ca", ca]
+    if worker_tls is not None or (tls is not None and tls.mutual):
+        flags += ["--tls-cert", f"{WORKER_TLS_DIR}/worker.crt", "--tls-key", f"{WORKER_TLS_DIR}/worker.key"]
+    if worker_tls is not None and worker_tls.cert_file:
+        flags += ["--tls-client-ca", ca]
+    return flags
+
+
 def is_loopback(hostport: str) -> bool:
     """True when HOST of HOST:PORT is a loopback address or ``localhost`` (not ``0.0.0.0``)."""
     host, _ = split_hostport(hostport)

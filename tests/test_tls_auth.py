@@ -234,3 +234,44 @@ def test_worker_channels_over_mutual_tls_with_the_cluster_token(tmp_path: Path) 
             await d.stop(0.5)
 
     _run(go())
+
+
+def test_launched_workers_are_told_where_their_tls_files_are() -> None:
+    from config.security import WORKER_TLS_DIR, WorkerTlsSpec, worker_tls_flags
+    from scaler.ec2 import build_user_data
+
+    assert worker_tls_flags(None, None) == []
+    tls = TlsSpec(cert_file="d.crt", key_file="d.key", client_ca_file="c.crt")
+    flags = worker_tls_flags(tls, WorkerTlsSpec(ca_file="w.crt", cert_file="dc.crt", key_file="dc.key"))
+    assert flags == ["--dispatcher-ca", f"{WORKER_TLS_DIR}/ca.crt", "--tls-cert", f"{WORKER_TLS_DIR}/worker.crt",
+                     "--tls-key", f"{WORKER_TLS_DIR}/worker.key", "--tls-client-ca", f"{WORKER_TLS_DIR}/ca.crt"]
+    ud = build_user_data("c1", "10.0.0.10:50051", cluster_token="t", worker_flags=flags)
+    assert ud.rstrip().endswith("--dispatcher 10.0.0.10:50051 " + " ".join(flags))
+
+
+def test_status_cli_over_tls_with_a_bearer_token(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from daemon.cli import main as cli_main
+
+    ca = TestCa(tmp_path / "ca")
+    server = ca.issue("dispatcher")
+    (tmp_path / "token").write_text("tok-123\n")
+    cfg = make_config(tls={"cert_file": str(server.cert), "key_file": str(server.key)},
+                      auth_token_file=str(tmp_path / "token"))
+
+    async def go() -> tuple[int, int]:
+        d = Dispatcher(cfg, LatencyModel())
+        port = await d.start("127.0.0.1:0")
+        try:
+            base = ["status", "--dispatcher", f"localhost:{port}", "--json", "--ca", str(ca.ca_file)]
+            without = await asyncio.to_thread(cli_main, base)
+            with_token = await asyncio.to_thread(cli_main, base + ["--token-file", str(tmp_path / "token")])
+            return without, with_token
+        finally:
+            await d.stop(0.1)
+
+    without, with_token = _run(go())
+    out, err = capsys.readouterr()
+    assert without == 1 and "UNAUTHENTICATED" in err and len(err.strip().splitlines()) == 1 and "tok-123" not in err
+    assert with_token == 0 and json.loads(out.strip().splitlines()[-1])["budget_per_hour"] == 2.5
