@@ -88,6 +88,9 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     cfg = load_checked_config(cfg_path)  # fail fast, one line, exit 2
     configure_logging(log_level, log_format or cfg.log_format)
     quiet_libraries()
+    if local_workers and (cfg.dispatcher.tls is not None or cfg.dispatcher.worker_tls is not None):
+        raise UsageError("run: --local-workers starts its workers without TLS files: leave dispatcher.tls and "
+                         "dispatcher.worker_tls unset (the embedded cloud listens on loopback only)")
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")
