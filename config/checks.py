@@ -9,13 +9,13 @@ region table (no network).
 """
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
 from config.errors import ConfigError
 from config.hostport import split_hostport
 from config.profiles import ProfileTable, load_profiles_csv
 from config.schema import Config, load_config
+from config.security import client_auth_missing, is_loopback
 
 
 def known_regions() -> frozenset[str]:
@@ -27,17 +27,6 @@ def known_regions() -> frozenset[str]:
     for partition in session.get_available_partitions():
         out.update(session.get_available_regions("ec2", partition_name=partition, allow_non_regional=False))
     return frozenset(out)
-
-
-def is_loopback(hostport: str) -> bool:
-    host, _ = split_hostport(hostport)
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def config_problems(cfg: Config) -> list[str]:
@@ -72,6 +61,9 @@ def config_problems(cfg: Config) -> list[str]:
     if launches_on_aws and d.advertise is None and is_loopback(d.listen):
         problems.append(f"dispatcher: listen {d.listen} is loopback and no advertise is set: launched instances "
                         "would dial 127.0.0.1; set dispatcher.advertise to an address they can reach")
+    unauthenticated = client_auth_missing(d.listen, d.auth_token_file, d.tls)
+    if unauthenticated:
+        problems.append(unauthenticated)
     if cfg.metrics.listen and split_hostport(cfg.metrics.listen)[1] == split_hostport(d.listen)[1] != 0:
         problems.append(f"metrics: listen {cfg.metrics.listen} takes the dispatcher's port ({d.listen}); "
                         "give the metrics endpoint a port of its own")

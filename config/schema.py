@@ -18,6 +18,7 @@ from config.hostport import split_hostport
 from config.errors import ConfigError
 from config.batch_dist import parse_batch_dist
 from config.catalog import InstanceType, load_catalog
+from config.security import TlsSpec, WorkerTlsSpec
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -125,6 +126,10 @@ class DispatcherSpec(_Strict):
     worker_port: Annotated[int, Field(ge=1, le=65535)] = 50052
     cluster_token: str | None = Field(None, description="shared secret workers present when they register")
     cluster_token_file: str | None = None
+    tls: TlsSpec | None = Field(None, description="TLS on this port (config.security); client_ca_file: mutual TLS")
+    auth_token_file: str | None = Field(
+        None, description="clients of Inference and OIP send this file's token as 'authorization: Bearer <token>'")
+    worker_tls: WorkerTlsSpec | None = Field(None, description="TLS on the channels to the workers")
 
     @field_validator("listen", "advertise")
     @classmethod

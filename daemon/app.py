@@ -40,6 +40,7 @@ from scaler.plan import Plan
 from config.profiles import ProfileTable, load_profiles_csv
 from scaler.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
+from daemon.cluster_token import with_cluster_token
 from daemon.profiling import generate_config_variants, models_dir, open_config_registry, stored_profiles
 from daemon.self_profiling import SelfProfiler
 from daemon.metrics import MetricsServer, start_observing, stop_observing
@@ -170,6 +171,8 @@ class Daemon:
             raise
         except Exception as exc:  # lock held or unwritable state path
             raise DaemonError(f"state store {cfg.state_path}: {exc}") from None
+        # beyond loopback, workers register with a cluster token: generated (0600) if none is named
+        self.cfg = cfg = with_cluster_token(cfg, self._listen)
         if self._cloud is None:   # the region's prices; the cluster's lease before reconciling; EC2 fenced by it
             self.aws = AwsWiring(cfg, self._listen)
             self.cfg = cfg = await asyncio.to_thread(self.aws.priced, cfg)
@@ -184,6 +187,8 @@ class Daemon:
         self.model_loop.interval_s = cfg.intervals.model_s
         try:
             self.port = await self.dispatcher.start(self._listen or cfg.dispatcher.listen)
+        except UsageError:   # no client authentication beyond loopback, an unreadable certificate or token
+            raise
         except Exception as exc:
             raise DaemonError(f"dispatcher cannot listen on {self._listen or cfg.dispatcher.listen}: {exc}") from None
         self.cloud = self._cloud
@@ -413,7 +418,7 @@ class Daemon:
             return False
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
-            new = load_checked_config(self.cfg_path)
+            new = with_cluster_token(load_checked_config(self.cfg_path), self._listen)
             new = self.aws.priced(new, fetch=False) if self.aws is not None else new
         except UsageError as exc:
             log.error("reload rejected, keeping the running config: %s", exc.lines[0])

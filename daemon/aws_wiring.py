@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 from config.checks import config_problems
 from config.errors import ConfigError, UsageError
 from config.schema import Config
+from config.security import worker_tls_flags
 from scaler.cloud import CloudConfigError, CloudError, CloudProvider, ManagedInstance
 from scaler.cluster_lease import CLOCK_SAFETY, ClusterLease, FencedCloud
 from scaler.ec2 import Ec2Cloud
@@ -109,7 +110,8 @@ class AwsWiring:
         advertise = cfg.dispatcher.advertise or (self.listen or cfg.dispatcher.listen)
         ec2 = Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,
                        max_attempts=cfg.aws.max_attempts, dispatcher=advertise, cluster_token=cfg.dispatcher.token(),
-                       models=[(m.name, m.onnx) for m in cfg.models], worker_port=cfg.dispatcher.worker_port)
+                       models=[(m.name, m.onnx) for m in cfg.models], worker_port=cfg.dispatcher.worker_port,
+                       worker_flags=worker_tls_flags(cfg.dispatcher.tls, cfg.dispatcher.worker_tls))
         return FencedCloud(ec2, lease)
 
     def schedule(self, scheduler: Any, stop: Callable[[], None]) -> None:

@@ -62,7 +62,7 @@ class LocalRunner:
 
     def _command(self, inst: ManagedInstance) -> list[str]:
         cmd = [sys.executable, "-m", "daemon.cli", "worker", "--listen", "127.0.0.1:0",
-               "--dispatcher", self.dispatcher_address, "--token", self.token,
+               "--dispatcher", self.dispatcher_address,
                "--instance-id", inst.instance_id, "--instance-type", inst.instance_type]
         for name, spec, _profile in self.models:
             cmd += ["--model", f"{name}={spec}"]
@@ -85,7 +85,8 @@ class LocalRunner:
                 self.workers[iid] = await self._start_worker(inst)
 
     async def _start_worker(self, inst: ManagedInstance) -> LocalWorker:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
+        # the cluster token in the environment, not in argv (which any local user can read in ps)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", COSTSCALE_CLUSTER_TOKEN=self.token, **{PARENT_ENV: str(os.getpid())})
         proc = subprocess.Popen(self._command(inst), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         self.started_pids.append(proc.pid)
         worker = LocalWorker(inst.instance_id, inst.instance_type, proc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from pathlib import Path
 from urllib.parse import urlparse
@@ -47,7 +48,7 @@ async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
         await daemon.stop(grace=0.0)   # close what started (the listening port) before the one-line error
         raise
     if local_workers:
-        runner = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.token() or "",
+        runner = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.cfg.dispatcher.token() or "",
                              [(m.name, m.onnx, m.profile_name) for m in cfg.models], profiles_csv=cfg.profiles)
         log.info("EC2 is an emulator on this host (%s): local worker processes serve its instances",
                  cfg.aws.endpoint_url)
@@ -62,6 +63,9 @@ async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
                 await runner.stop_all()
     return 0
 
+
+#: what the daemon creates is its own: no group or other bits (issue #14; the systemd unit sets the same)
+DAEMON_UMASK = 0o077
 
 #: libraries whose routine chatter (APScheduler logs every job run at INFO) stays out of the log
 CHATTY_LIBRARIES = ("apscheduler", "botocore", "urllib3")
@@ -80,9 +84,13 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     an EC2 emulator on this host, the embedded default); ``log_format``: ``text`` or ``json`` (one
     object per line, the audit events of :mod:`daemon.audit` with their fields), default the
     config's ``log_format``."""
+    os.umask(DAEMON_UMASK)   # the state store, tokens, generated variants, caches: 0600 files, 0700 folders
     cfg = load_checked_config(cfg_path)  # fail fast, one line, exit 2
     configure_logging(log_level, log_format or cfg.log_format)
     quiet_libraries()
+    if local_workers and (cfg.dispatcher.tls is not None or cfg.dispatcher.worker_tls is not None):
+        raise UsageError("run: --local-workers starts its workers without TLS files: leave dispatcher.tls and "
+                         "dispatcher.worker_tls unset (the embedded cloud listens on loopback only)")
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")

@@ -1,18 +1,25 @@
 """Offline jobs (INFaaS §3.1 offline_query, §5): a file of inputs run through the normal queue,
 chunk by chunk, while the online utilization of the workers that serve its model stays under the
 threshold (40 %); above it the job waits (state ``throttled``) and resumes later -- it is never
-dropped. Its outputs go to one .npz file.
+dropped. Its outputs are one .npz file.
+
+Inputs and outputs never touch the control host's paths (issue #14): the inputs come inline (one
+.npy/.npz file's bytes) or from S3 (``s3://bucket/key``, or ``s3://bucket/prefix/`` of such files,
+as INFaaS keeps offline inputs in S3), and the outputs go to ``output_uri`` in S3 or, without one,
+into the done job's reply (:mod:`dispatcher.object_store`). A local path is INVALID_ARGUMENT.
 
 :class:`OfflineJobs` is a part of :class:`dispatcher.server.Dispatcher` (``d.offline``); the
 Dispatcher forwards ``submit_offline`` and ``offline_jobs``, ``offline_threshold``,
 ``offline_chunk``, ``offline_poll_s`` to it.
 Owns: ``jobs``, ``threshold``, ``chunk``, ``poll_s``. Reads from the Dispatcher: ``workers``,
-``online_utilization``, ``_eligible``, ``_validate``, ``_start_load``, ``enqueue_offline``,
+``objects``, ``online_utilization``, ``_eligible``, ``_validate``, ``_start_load``, ``enqueue_offline``,
 ``_loop``, ``_stopping``.
 """
 from __future__ import annotations
 
 import asyncio
+import io
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,10 +27,10 @@ from typing import TYPE_CHECKING
 import grpc
 import numpy as np
 
-from config.files import replace_atomic
 from config.schema import ModelSpec
 from dispatcher import modelless as ml
 from dispatcher.admission import SC
+from dispatcher.object_store import ObjectStore, parse_s3_uri
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.proto.tensors import tensor_to_array
 from dispatcher.workers import WorkerState
@@ -40,23 +47,48 @@ class OfflineJob:
     model: ModelSpec
     variant: str
     inputs: list[tuple[str, np.ndarray]]
-    output: Path
+    output_uri: str          # s3://bucket/key, or "": the outputs stay in ``output`` for the reply
     total: int
     done: int = 0
     state: str = "queued"
     message: str = ""
     retries: int = 0
     throttled_polls: int = 0
+    output: bytes = b""
     task: asyncio.Task | None = None
 
     def reply(self) -> pb.OfflineJobReply:
         return pb.OfflineJobReply(job_id=self.job_id, state=self.state, done=self.done, total=self.total,
-                                  message=self.message)
+                                  message=self.message, output=self.output if self.state == "done" else b"")
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def arrays_from_bytes(data: bytes, name: str, stem: str = "input") -> list[tuple[str, np.ndarray]]:
+    """(key, rows) arrays of one .npy file's bytes (key: ``stem``) or .npz file's (one per array).
+    ValueError with one line naming ``name``."""
+    try:
+        if data.startswith(_NPY_MAGIC):
+            arrs = [(stem, np.load(io.BytesIO(data), allow_pickle=False))]
+        elif data.startswith(_ZIP_MAGIC):
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                arrs = [(k, np.asarray(z[k])) for k in z.files]
+        else:
+            raise ValueError(f"{name}: expected a .npy or .npz file")
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{name}: cannot read ({exc})") from None
+    for k, a in arrs:
+        if a.ndim < 1 or a.shape[0] == 0 or a.dtype.hasobject:
+            raise ValueError(f"{name}: array {k!r} needs a non-empty first (row) dimension of numbers")
+    return arrs
 
 
 def offline_inputs(path: Path) -> list[tuple[str, np.ndarray]]:
-    """(key, rows) arrays of an offline job: a .npy file (key: its stem), a .npz file (one per
-    array) or a folder of them (keys prefixed by the file stem). ValueError with one line."""
+    """(key, rows) arrays of local offline inputs (the CLI, which sends them inline): a .npy file
+    (key: its stem), a .npz file (one per array) or a folder of them (keys prefixed by the file
+    stem). ValueError with one line."""
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix in (".npy", ".npz"))
         if not files:
@@ -67,24 +99,42 @@ def offline_inputs(path: Path) -> list[tuple[str, np.ndarray]]:
         return out
     if not path.exists():
         raise ValueError(f"{path}: no such file or folder")
+    if path.suffix not in (".npy", ".npz"):
+        raise ValueError(f"{path}: expected a .npy or .npz file or a folder of them")
     try:
-        if path.suffix == ".npy":
-            arrs = [(path.stem, np.load(str(path), allow_pickle=False))]
-        elif path.suffix == ".npz":
-            with np.load(str(path), allow_pickle=False) as data:
-                arrs = [(k, np.asarray(data[k])) for k in data.files]
-        else:
-            raise ValueError(f"{path}: expected a .npy or .npz file or a folder of them")
-    except (OSError, EOFError) as exc:
-        raise ValueError(f"{path}: cannot read ({exc})") from None
-    for k, a in arrs:
-        if a.ndim < 1 or a.shape[0] == 0 or a.dtype.hasobject:
-            raise ValueError(f"{path}: array {k!r} needs a non-empty first (row) dimension of numbers")
-    return arrs
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return arrays_from_bytes(data, str(path), path.stem)
 
 
-def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    replace_atomic(path, lambda tmp: np.savez(str(tmp), **arrays), suffix=".tmp.npz")
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """One .npz file's bytes holding ``arrays``."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+def remote_inputs(r: pb.OfflineJobRequest, objects: ObjectStore) -> list[tuple[str, np.ndarray]]:
+    """A request's inputs: inline bytes, one S3 object, or every .npy/.npz under an S3 prefix
+    (keys as :func:`offline_inputs` gives a folder's). Blocking (S3); ValueError with one line."""
+    if bool(r.input) == bool(r.input_uri):
+        raise ValueError("give exactly one of input (a .npy/.npz file's bytes) and input_uri (s3://bucket/key)")
+    if r.input:
+        return arrays_from_bytes(r.input, "input")
+    bucket, key = parse_s3_uri(r.input_uri, "input_uri")
+    if not key.endswith("/"):
+        return arrays_from_bytes(objects.get(r.input_uri), r.input_uri, key.rpartition("/")[2].rpartition(".")[0] or key)
+    uris = [u for u in objects.list(r.input_uri) if u.endswith((".npy", ".npz"))]
+    if not uris:
+        raise ValueError(f"{r.input_uri}: no .npy or .npz objects under the prefix")
+    out: list[tuple[str, np.ndarray]] = []
+    for u in uris:
+        name = u.rpartition("/")[2]
+        stem = name.rpartition(".")[0]
+        got = arrays_from_bytes(objects.get(u), u, stem)
+        out += [(f"{stem}/{k}" if name.endswith(".npz") else k, a) for k, a in got]
+    return out
 
 
 class OfflineJobs:
@@ -98,11 +148,11 @@ class OfflineJobs:
         self.poll_s = 0.2
 
     async def submit(self, r: pb.OfflineJobRequest) -> pb.OfflineJobReply | tuple[grpc.StatusCode, str]:
-        if not r.input_path or not r.output_path:
-            return SC.INVALID_ARGUMENT, "give input_path and output_path"
-        try:   # reading the inputs (whole .npy/.npz files) stays off the query loop
-            inputs = await asyncio.to_thread(offline_inputs, Path(r.input_path))
-        except ValueError as exc:
+        try:   # reading the inputs (whole .npy/.npz files, S3) stays off the query loop
+            if r.output_uri:
+                parse_s3_uri(r.output_uri, "output_uri")
+            inputs = await asyncio.to_thread(remote_inputs, r, self.d.objects)
+        except ValueError as exc:   # ObjectError too: a local path, a missing object
             return SC.INVALID_ARGUMENT, str(exc)
         probe = pb.SubmitRequest(model=r.model, application=r.application, batch_size=1, min_accuracy=r.min_accuracy)
         v = self.d._validate(probe)
@@ -110,7 +160,7 @@ class OfflineJobs:
             return v[0], v[1]  # type: ignore[return-value]
         m, _, _, variant, choice = v  # type: ignore[misc]
         job = OfflineJob(job_id=f"job-{len(self.jobs) + 1}", model=m, variant=variant, inputs=inputs,
-                         output=Path(r.output_path),
+                         output_uri=r.output_uri,
                          total=sum(ml.chunks(a.shape[0], self.chunk).__len__() for _, a in inputs))
         self.jobs[job.job_id] = job
         self.d._start_load(choice)
@@ -160,8 +210,13 @@ class OfflineJobs:
                         raise RuntimeError(f"{key} rows {s}-{e}: {exc}") from None
                     outputs.setdefault(key, []).append(got)
                     job.done += 1
-            await asyncio.to_thread(_save_npz, job.output, {k: np.concatenate(v) for k, v in outputs.items()})
-            job.state, job.message = "done", f"wrote {job.output}"
+            data = await asyncio.to_thread(npz_bytes, {k: np.concatenate(v) for k, v in outputs.items()})
+            if job.output_uri:
+                await asyncio.to_thread(self.d.objects.put, job.output_uri, data)
+                job.message = f"wrote {job.output_uri}"
+            else:
+                job.output, job.message = data, f"outputs in this reply ({len(data)} bytes, .npz)"
+            job.state = "done"
         except asyncio.CancelledError:
             job.state, job.message = "failed", "dispatcher stopped"
             raise

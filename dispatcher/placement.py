@@ -13,7 +13,7 @@ and unpark; a parked worker is loaded only by unpark.
 the Dispatcher forwards its public methods and state under the names the daemon and the tests use.
 Owns: ``models``, ``apps``, ``cfg_models``, ``registry``, ``models_dir``, ``variant_meta``,
 ``variant_path``, ``app_models``, ``grid_cache``, ``variant_states``, ``loading``, ``load_ops``,
-``unload_ops``. Reads from the Dispatcher: ``cfg``, ``workers``, ``clock``, ``predictor``,
+``unload_ops``. Reads from the Dispatcher: ``cfg``, ``objects``, ``workers``, ``clock``, ``predictor``,
 ``_catalog``, ``_loop``, ``_tasks``, ``_kick``.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from config.files import write_atomic
 from config.schema import ModelSpec
 from dispatcher import modelless as ml
 from dispatcher.admission import SC
+from dispatcher.object_store import ObjectError, parse_s3_uri
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.workers import WorkerState
 from variants.executor import ANY_HARDWARE
@@ -259,6 +260,11 @@ class VariantPlacement:
         rows = {v.name: v for v in self.registry.variants(model=model or None)} if self.registry is not None else {}
         return [self.variant_info(n, rows) for n in names]
 
+    def _fetch(self, uri: str, what: str) -> bytes:
+        """An S3 object a request names (ObjectError for a local path or a missing object)."""
+        parse_s3_uri(uri, what)
+        return self.d.objects.get(uri)
+
     async def register_model(self, r: pb.RegisterModelRequest) -> pb.RegisterModelReply | tuple[grpc.StatusCode, str]:
         """INFaaS §3.1 register_model: store the ONNX file, generate and profile its variants."""
         if self.registry is None or self.models_dir is None:
@@ -275,21 +281,23 @@ class VariantPlacement:
             return SC.ALREADY_EXISTS, f"model {name!r} comes from the config"
         if r.qos_ms < 0 or r.max_batch < 0:
             return SC.INVALID_ARGUMENT, "qos_ms and max_batch must be >= 0"
-        if bool(r.onnx) == bool(r.onnx_path):
-            return SC.INVALID_ARGUMENT, "give exactly one of onnx (bytes) and onnx_path"
+        if bool(r.onnx) == bool(r.onnx_uri):
+            return SC.INVALID_ARGUMENT, "give exactly one of onnx (the file's bytes) and onnx_uri (s3://bucket/key)"
+        if r.validation and r.validation_uri:
+            return SC.INVALID_ARGUMENT, "give at most one of validation (bytes) and validation_uri (s3://bucket/key)"
         out_dir = self.models_dir / name
-        try:
-            if r.onnx:
-                src = out_dir / "source.onnx"
-                await asyncio.to_thread(write_atomic, src, r.onnx)
-            else:
-                src = Path(r.onnx_path)
+        try:   # the files come as bytes or from S3, never from a path on this host (issue #14)
+            onnx = r.onnx or await asyncio.to_thread(self._fetch, r.onnx_uri, "onnx_uri")
+            validation = r.validation or (await asyncio.to_thread(self._fetch, r.validation_uri, "validation_uri")
+                                          if r.validation_uri else b"")
+            src = out_dir / "source.onnx"
+            await asyncio.to_thread(write_atomic, src, onnx)
             src = await asyncio.to_thread(resolve_model, str(src), self.models_dir)
-        except ModelError as exc:
+            val = out_dir / "validation.npz" if validation else None
+            if val is not None:
+                await asyncio.to_thread(write_atomic, val, validation)
+        except (ModelError, ObjectError) as exc:
             return SC.INVALID_ARGUMENT, str(exc)
-        val = Path(r.validation_path) if r.validation_path else None
-        if val is not None and not val.is_file():
-            return SC.INVALID_ARGUMENT, f"{val}: validation set not found"
         hws = hardware_classes(self.d._catalog) or ("cpu",)
         rm = RegisteredModel(name=name, application=app, onnx_path=str(src), qos_ms=float(r.qos_ms or 1000.0),
                              max_batch=int(r.max_batch or 64), profile=name)

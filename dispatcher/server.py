@@ -38,9 +38,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from config.catalog import InstanceType
+from config.errors import ConfigError
 from config.schema import Config
+from config.security import client_auth_missing, read_token
+from dispatcher.auth import BearerTokenInterceptor
+from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity, dispatcher_server_credentials
 from dispatcher.admission import SC, Admission
 from dispatcher.latency_model import LatencyModel
+from dispatcher.object_store import ObjectStore, S3Objects
 from dispatcher.offline import OfflineJobs
 from dispatcher.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipServicer
 from dispatcher.outcomes import OutcomeLedger
@@ -97,8 +102,10 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
 
     def __init__(self, cfg: Config, predictor: LatencyModel, *, clock: Callable[[], float] = time.monotonic,
                  policy: Policy | None = None, base_type: str | None = None, registry=None,
-                 models_dir: str | Path | None = None) -> None:
+                 models_dir: str | Path | None = None, objects: ObjectStore | None = None) -> None:
         self.cfg = cfg
+        #: where offline inputs and outputs and registered models' files are read and written (S3)
+        self.objects: ObjectStore = objects or S3Objects(cfg.region, cfg.aws.endpoint_url)
         self.predictor = predictor
         self.clock = clock
         self.base_type = base_type or self._default_base_type()
@@ -116,6 +123,8 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         self.status_source: Callable[[], FleetFacts] | None = None
         # lifecycle
         self._token: str | None = None
+        #: how worker channels are dialled (dispatcher.worker_tls), read at start
+        self.worker_security: WorkerChannelSecurity = PLAINTEXT
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -148,11 +157,30 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         return self.cfg.dispatcher.token()
 
     # -- lifecycle ---------------------------------------------------------------------------------
+    def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        """Client authentication by bearer token (``dispatcher.auth_token_file``) on the Inference and
+        OIP services (:mod:`dispatcher.auth`); none without one."""
+        path = self.cfg.dispatcher.auth_token_file
+        if not path:
+            return []
+        return [BearerTokenInterceptor(read_token(path, "dispatcher.auth_token_file"), (SERVICE_NAME, OIP_SERVICE_NAME))]
+
     async def start(self, listen: str | None = None) -> int:
+        """Listen on ``listen`` (default ``dispatcher.listen``); ConfigError (one line, exit 2) when
+        that is not loopback and no client authentication is configured (:mod:`config.security`), or
+        when a certificate, key or token file cannot be read."""
+        spec = self.cfg.dispatcher
+        address = listen or spec.listen
+        refusal = client_auth_missing(address, spec.auth_token_file, spec.tls)
+        if refusal:
+            raise ConfigError(refusal)
+        credentials = dispatcher_server_credentials(spec.tls)
+        interceptors = self._interceptors()
+        self.worker_security = WorkerChannelSecurity.from_spec(spec.worker_tls)
         self._loop = asyncio.get_running_loop()
         self._token = self._read_token()
         limit = self.cfg.dispatcher.max_payload_bytes + 1024 * 1024
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+        server = grpc.aio.server(interceptors=interceptors, options=[("grpc.max_receive_message_length", limit),
                                           ("grpc.max_send_message_length", 64 * 1024 * 1024),
                                           ("grpc.so_reuseport", 0)])
         pbg.add_InferenceServicer_to_server(_InferenceServicer(self), server)
@@ -163,9 +191,10 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         # server reflection: grpcurl and other generic clients list and call the services
         reflection.enable_server_reflection((SERVICE_NAME, "costscale.v1.Control", OIP_SERVICE_NAME,
                                              health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        port = server.add_insecure_port(listen or self.cfg.dispatcher.listen)
+        port = (server.add_secure_port(address, credentials) if credentials is not None
+                else server.add_insecure_port(address))
         if port == 0:
-            raise OSError(f"cannot listen on {listen or self.cfg.dispatcher.listen}")
+            raise OSError(f"cannot listen on {address}")
         await server.start()
         self._server = server
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import grpc
 
+from dispatcher.auth import bearer_metadata
+from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
 # codes after which we consider the worker dead (connection refused / reset / server shut down)
@@ -29,25 +31,32 @@ def is_worker_failure(code: grpc.StatusCode | None) -> bool:
 
 
 class WorkerClient:
-    """A persistent channel to one worker at ``address`` (HOST:PORT)."""
+    """A persistent channel to one worker at ``address`` (HOST:PORT): TLS when ``security`` has
+    credentials (``dispatcher.worker_tls``), and the cluster token, when there is one, as a bearer
+    token on every call (a worker started with a token refuses calls without it)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, security: WorkerChannelSecurity = PLAINTEXT, token: str | None = None) -> None:
         self.address = address
-        self._channel = grpc.aio.insecure_channel(address, options=_OPTIONS)
+        options = _OPTIONS + list(security.options())
+        if security.credentials is not None:
+            self._channel = grpc.aio.secure_channel(address, security.credentials, options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(address, options=options)
         self._stub = pbg.WorkerStub(self._channel)
+        self._metadata = bearer_metadata(token) if token else None
         self.closed = False
 
     async def infer(self, request: pb.InferRequest, timeout: float) -> pb.InferReply:
-        return await self._stub.Infer(request, timeout=max(timeout, 0.001))
+        return await self._stub.Infer(request, timeout=max(timeout, 0.001), metadata=self._metadata)
 
     async def health(self, timeout: float) -> pb.HealthReply:
-        return await self._stub.Health(pb.HealthRequest(), timeout=max(timeout, 0.001))
+        return await self._stub.Health(pb.HealthRequest(), timeout=max(timeout, 0.001), metadata=self._metadata)
 
     async def load_variant(self, request: pb.VariantRequest, timeout: float) -> pb.VariantReply:
-        return await self._stub.LoadVariant(request, timeout=max(timeout, 0.001))
+        return await self._stub.LoadVariant(request, timeout=max(timeout, 0.001), metadata=self._metadata)
 
     async def unload_variant(self, request: pb.VariantRequest, timeout: float) -> pb.VariantReply:
-        return await self._stub.UnloadVariant(request, timeout=max(timeout, 0.001))
+        return await self._stub.UnloadVariant(request, timeout=max(timeout, 0.001), metadata=self._metadata)
 
     async def close(self) -> None:
         if not self.closed:

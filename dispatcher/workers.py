@@ -17,7 +17,7 @@ admission does not refuse on that ground.
 :class:`WorkerRegistry` is a mixin of :class:`dispatcher.server.Dispatcher`.
 Owns: ``workers``, ``_allowed``, ``parked_ids``, ``cloud_view``, ``cloud_pending``, ``_health_task`` (started by ``start``) and the
 tunables ``health_interval_s``, ``health_timeout_s``, ``health_failures``, ``utilization_horizon_s``.
-Reads: ``clock``, ``_catalog``, ``_loop``, ``_token``, ``_spawn`` (server); ``_inflight``
+Reads: ``clock``, ``_catalog``, ``_loop``, ``_token``, ``worker_security``, ``_spawn`` (server); ``_inflight``
 (admission); ``_kick``, ``_requeue`` (routing); ``loaded_on``, ``cfg_model_names``,
 ``load_variant``, ``unload_variant`` (placement).
 """
@@ -144,7 +144,7 @@ class WorkerRegistry:
             if old.address == address and old.instance_type == instance_type:
                 return
             self._remove_worker(old, "re-registered")
-        w = WorkerState(instance_id, instance_type, address, WorkerClient(address))
+        w = WorkerState(instance_id, instance_type, address, WorkerClient(address, self.worker_security, self._token))
         it = self._catalog.get(instance_type)
         w.hardware = it.hardware if it is not None else "cpu"
         w.idle_event.set()

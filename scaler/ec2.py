@@ -78,8 +78,9 @@ def aws_call(op: str, call: Callable[[], Any], typed: Callable[[str, str], Cloud
 
 def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
                     cluster_token: str | None = None, models: Sequence[tuple[str, str]] = (),
-                    worker_port: int = 50052) -> str:
-    """The worker's cloud-init script: the user's extra lines, then ``costscale worker``.
+                    worker_port: int = 50052, worker_flags: Sequence[str] = ()) -> str:
+    """The worker's cloud-init script: the user's extra lines, then ``costscale worker``
+    (with ``worker_flags``: the TLS files, :func:`config.security.worker_tls_flags`).
 
     The instance learns its own id, type and private address from the instance metadata service
     (IMDSv2, token-based) and registers with the dispatcher under them; the dispatcher accepts only
@@ -104,6 +105,7 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
         cmd += f" --model {shlex.quote(f'{name}={spec}')}"
     if dispatcher:
         cmd += f" --dispatcher {shlex.quote(dispatcher)}"
+    cmd += "".join(f" {shlex.quote(f)}" for f in worker_flags)
     lines.append(cmd)
     return "\n".join(lines) + "\n"
 
@@ -155,6 +157,7 @@ class Ec2Cloud:
         cluster_token: str | None = None,
         models: Sequence[tuple[str, str]] = (),
         worker_port: int = 50052,
+        worker_flags: Sequence[str] = (),
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -168,6 +171,7 @@ class Ec2Cloud:
         self.cluster_token = cluster_token
         self.models = tuple(models)
         self.worker_port = worker_port
+        self.worker_flags = tuple(worker_flags)
 
     # -- the error boundary ------------------------------------------------------------------
     def _call(self, op: str, instance_type: str | None = None, **kwargs: Any) -> Any:
@@ -236,7 +240,7 @@ class Ec2Cloud:
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
                                   {"ResourceType": "volume", "Tags": tag_list}],
             "UserData": build_user_data(self.cluster, self.dispatcher, getattr(spec, "user_data", None),
-                                        self.cluster_token, self.models, self.worker_port),
+                                        self.cluster_token, self.models, self.worker_port, self.worker_flags),
         }
         if getattr(spec, "ami_id", None):
             kw["ImageId"] = spec.ami_id

@@ -255,7 +255,7 @@ async def _grpc_register(tmp: Path, members: list[Member]) -> None:
             stub = pbg.InferenceStub(ch)
             for m in members:
                 rep = await stub.RegisterModel(pb.RegisterModelRequest(
-                    name=m.name, application="digits", onnx_path=str(m.path), validation_path=val,
+                    name=m.name, application="digits", onnx=m.path.read_bytes(), validation=Path(val).read_bytes(),
                     qos_ms=dg.SPEC.qos_ms, max_batch=dg.SPEC.max_batch), timeout=120)
                 got = {v.name: v for v in rep.variants}
                 # the base variant carries the fp32 file's measured accuracy (the pipeline marks the

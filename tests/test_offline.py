@@ -3,6 +3,7 @@ under the threshold, are throttled -- never dropped -- above it, and write every
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 
 import grpc
@@ -74,8 +75,7 @@ async def _job(tmp: Path, wport: int) -> None:
             w = d.workers["i-1"]
             now = d.clock()
             w.busy.append((now - 10.0, now + 3600.0))
-            job = await stub.SubmitOffline(pb.OfflineJobRequest(application="rec", input_path=str(tmp / "in.npz"),
-                                                                output_path=str(tmp / "out.npz")))
+            job = await stub.SubmitOffline(pb.OfflineJobRequest(application="rec", input=(tmp / "in.npz").read_bytes()))
             assert job.total == 3
             for _ in range(20):
                 await asyncio.sleep(0.03)
@@ -89,7 +89,7 @@ async def _job(tmp: Path, wport: int) -> None:
                     break
                 await asyncio.sleep(0.02)
             assert (st_.state, st_.done, st_.total) == ("done", 3, 3), st_.message
-            with np.load(tmp / "out.npz") as out:
+            with np.load(io.BytesIO(st_.output)) as out:    # no output_uri: the outputs come in the reply
                 assert out["x"].shape == (10, 8)
             served_online = d.online_utilization()
             assert served_online == 0.0  # offline chunks do not count as online load
@@ -97,8 +97,7 @@ async def _job(tmp: Path, wport: int) -> None:
                 await stub.GetOfflineJob(pb.OfflineJobReply(job_id="job-99"))
             assert ei.value.code() == grpc.StatusCode.NOT_FOUND
             with pytest.raises(grpc.aio.AioRpcError) as ei:
-                await stub.SubmitOffline(pb.OfflineJobRequest(model="rm2", input_path=str(tmp / "nope"),
-                                                              output_path=str(tmp / "o.npz")))
+                await stub.SubmitOffline(pb.OfflineJobRequest(model="rm2", input=b"not numpy"))
             assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     finally:
         await d.stop(1.0)

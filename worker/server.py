@@ -35,6 +35,8 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from config.hostport import split_hostport
+from dispatcher.auth import BearerTokenInterceptor
+from dispatcher.credentials import channel_credentials, server_credentials
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from config.files import write_atomic
 from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
@@ -86,6 +88,13 @@ class WorkerOptions:
     register_attempts: int | None = None    # None: retry until the dispatcher answers
     register_backoff_s: float = 0.5
     seed: int = 0
+    # TLS (issue #14): this worker's certificate and key (its server side, and its client side
+    # towards a dispatcher under mutual TLS); a CA whose clients alone may call it (mutual TLS);
+    # the CA of the dispatcher's certificate (registration over TLS)
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    dispatcher_ca: str | None = None
 
 
 def padding_profile(opts: WorkerOptions) -> LatencyProfile | None:
@@ -210,7 +219,10 @@ class WorkerServer(pbg.WorkerServicer):
         self._load_lock = asyncio.Lock()
         for name, path in self._model_paths.items():
             await asyncio.to_thread(self._load, name, name, path)
-        server = grpc.aio.server(options=[
+        # with a cluster token, the Worker service answers only the dispatcher, which sends it as a
+        # bearer token (dispatcher.worker_client); health checks stay open
+        interceptors = [BearerTokenInterceptor(self.opts.token, (WORKER_SERVICE,))] if self.opts.token else []
+        server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ])
@@ -218,7 +230,12 @@ class WorkerServer(pbg.WorkerServicer):
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         try:
-            port = server.add_insecure_port(self.opts.listen)
+            if self.opts.tls_cert and self.opts.tls_key:
+                creds = server_credentials(self.opts.tls_cert, self.opts.tls_key, self.opts.tls_client_ca,
+                                           ("--tls-cert", "--tls-key", "--tls-client-ca"))
+                port = server.add_secure_port(self.opts.listen, creds)
+            else:
+                port = server.add_insecure_port(self.opts.listen)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {self.opts.listen} ({exc})") from None
         if port == 0:
@@ -273,6 +290,16 @@ class WorkerServer(pbg.WorkerServicer):
         self._loop = None
 
     # -- registration ----------------------------------------------------------------------------
+    def _dispatcher_channel(self) -> grpc.aio.Channel:
+        """The channel to the dispatcher: TLS trusting ``dispatcher_ca`` (this worker's certificate
+        as its client certificate, for a dispatcher under mutual TLS) or plaintext without one."""
+        assert self.opts.dispatcher
+        if not self.opts.dispatcher_ca:
+            return grpc.aio.insecure_channel(self.opts.dispatcher)
+        creds = channel_credentials(self.opts.dispatcher_ca, self.opts.tls_cert, self.opts.tls_key,
+                                    ("--dispatcher-ca", "--tls-cert", "--tls-key"))
+        return grpc.aio.secure_channel(self.opts.dispatcher, creds)
+
     async def register(self) -> pb.RegisterWorkerReply:
         """Control.RegisterWorker with retries (exponential backoff, at most 10 s apart) until the
         dispatcher answers. Raises RegistrationRefused / RegistrationFailed."""
@@ -285,7 +312,7 @@ class WorkerServer(pbg.WorkerServicer):
         while True:
             attempt += 1
             try:
-                async with grpc.aio.insecure_channel(self.opts.dispatcher) as ch:
+                async with self._dispatcher_channel() as ch:
                     reply = await pbg.ControlStub(ch).RegisterWorker(req, timeout=5.0)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):

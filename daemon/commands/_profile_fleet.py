@@ -47,6 +47,7 @@ async def profile_on_fleet(cfg: Config, specs: Sequence[ModelSpec], srcs: dict[s
                            bar: Progress, have: ProfileTable) -> tuple[list[ModelProfiles], ProbeOutcome]:
     """Probe every type of ``types`` some model of ``specs`` has no profile on in ``have``."""
     from daemon.aws_wiring import AwsWiring
+    from daemon.cluster_token import with_cluster_token
     from daemon.local_runner import LocalRunner
     from daemon.process import on_this_host
     from dispatcher.server import Dispatcher
@@ -55,6 +56,7 @@ async def profile_on_fleet(cfg: Config, specs: Sequence[ModelSpec], srcs: dict[s
                for m in specs]
     todo = [t for t in types if any(not have.has(r.spec.profile_name, t) for r in results)]
     store = StateStore.open(cfg.state_path)   # the daemon's lock: refused (one line) while it runs
+    cfg = with_cluster_token(cfg)             # probes register as the daemon's workers do
     wiring = AwsWiring(cfg, None)
     dispatcher = runner = renewal = None
     try:

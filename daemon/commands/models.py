@@ -1,11 +1,15 @@
 """``costscale models`` and ``costscale offline``: the model-less API of a running dispatcher
 (INFaaS §3.1: register_model, list variants, offline_query).
 
-    costscale models register --dispatcher HOST:PORT NAME --application APP --onnx FILE [--validation FILE.npz]
+    costscale models register --dispatcher HOST:PORT NAME --application APP --onnx FILE|s3://B/K [--validation FILE.npz|s3://B/K]
     costscale models list --dispatcher HOST:PORT [--model M | --application A] [--json]
-    costscale offline submit --dispatcher HOST:PORT (--model M | --application A) --input PATH --output PATH [--wait]
-    costscale offline status --dispatcher HOST:PORT JOB
+    costscale offline submit --dispatcher HOST:PORT (--model M | --application A) --input PATH|s3://B/K[/] [--output PATH|s3://B/K] [--wait]
+    costscale offline status --dispatcher HOST:PORT JOB [--output PATH]
 
+The dispatcher never reads or writes a path on its host for a caller (issue #14): a local file is
+read here and sent inline (a folder of .npy/.npz inputs as one .npz), an ``s3://`` URI is passed on
+for the daemon to read or write in S3, and a done job's outputs without an S3 ``--output`` come back
+in the reply and are written here. Connection flags (TLS, tokens): :mod:`daemon.commands._client`.
 Bad flags: one line, exit 2. The dispatcher unreachable or refusing: one line, exit 1.
 """
 from __future__ import annotations
@@ -19,6 +23,7 @@ import grpc
 
 from config.hostport import hostport_arg
 from config.errors import UsageError
+from daemon.commands._client import add_client_flags, call_metadata, open_channel
 
 
 class RpcFailed(UsageError):
@@ -34,12 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     reg.add_argument("name", metavar="NAME")
     reg.add_argument("--dispatcher", required=True, type=hostport_arg, metavar="HOST:PORT")
     reg.add_argument("--application", required=True, metavar="APP")
-    reg.add_argument("--onnx", required=True, metavar="FILE", help="the model file (sent as bytes)")
-    reg.add_argument("--validation", metavar="FILE.npz", help="validation set with arrays x and labels")
+    reg.add_argument("--onnx", required=True, metavar="FILE|s3://B/K", help="the model file (a local one is sent as bytes)")
+    reg.add_argument("--validation", metavar="FILE.npz|s3://B/K", help="validation set with arrays x and labels")
     reg.add_argument("--qos-ms", type=float, default=0.0, help="latency target (default: dispatcher's)")
     reg.add_argument("--max-batch", type=int, default=0)
     reg.add_argument("--timeout", type=float, default=300.0)
     reg.add_argument("--json", action="store_true", help="print one JSON object")
+    add_client_flags(reg)
     reg.set_defaults(func=run_register)
     ls = msub.add_parser("list", help="list registered variants")
     ls.add_argument("--dispatcher", required=True, type=hostport_arg, metavar="HOST:PORT")
@@ -47,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--model", default="")
     g.add_argument("--application", default="")
     ls.add_argument("--json", action="store_true")
+    add_client_flags(ls)
     ls.set_defaults(func=run_list)
 
     o = sub.add_parser("offline", help="offline (batch) jobs on a running dispatcher")
@@ -57,25 +64,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     g2 = sm.add_mutually_exclusive_group(required=True)
     g2.add_argument("--model", default="")
     g2.add_argument("--application", default="")
-    sm.add_argument("--input", required=True, metavar="PATH")
-    sm.add_argument("--output", required=True, metavar="PATH")
+    sm.add_argument("--input", required=True, metavar="PATH|s3://B/K",
+                    help="a .npy/.npz file or folder here (sent inline), or an S3 object or prefix ending in /")
+    sm.add_argument("--output", metavar="PATH|s3://B/K",
+                    help="where the outputs (.npz) go: an S3 object the daemon writes, or a file here (needs --wait)")
     sm.add_argument("--min-accuracy", type=float, default=0.0)
     sm.add_argument("--wait", action="store_true", help="poll until the job is done or failed")
     sm.add_argument("--json", action="store_true")
+    add_client_flags(sm)
     sm.set_defaults(func=run_offline_submit)
     st = osub.add_parser("status", help="progress of an offline job")
     st.add_argument("job", metavar="JOB")
     st.add_argument("--dispatcher", required=True, type=hostport_arg, metavar="HOST:PORT")
+    st.add_argument("--output", metavar="PATH", help="write a done job's outputs (.npz) here")
     st.add_argument("--json", action="store_true")
+    add_client_flags(st)
     st.set_defaults(func=run_offline_status)
 
 
-def _call(target: str, method: str, request, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+def _is_s3(text: str) -> bool:
+    return text.startswith("s3://")
+
+
+def _call(target: str, method: str, request, timeout: float = 30.0,  # type: ignore[no-untyped-def]
+          conn: argparse.Namespace | None = None):
     from dispatcher.proto import costscale_pb2_grpc as pbg
 
+    conn = conn or argparse.Namespace()
     try:
-        with grpc.insecure_channel(target) as ch:
-            return getattr(pbg.InferenceStub(ch), method)(request, timeout=timeout)
+        with open_channel(target, conn) as ch:
+            return getattr(pbg.InferenceStub(ch), method)(request, timeout=timeout, metadata=call_metadata(conn))
     except grpc.RpcError as exc:
         code = exc.code()  # type: ignore[attr-defined]
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -107,17 +125,19 @@ def _print_variants(variants, as_json: bool, extra: dict | None = None) -> None:
 def run_register(args: argparse.Namespace) -> int:
     from dispatcher.proto import costscale_pb2 as pb
 
-    onnx = Path(args.onnx)
-    if not onnx.is_file():
-        raise UsageError(f"--onnx: {onnx}: no such file")
-    if args.validation and not Path(args.validation).is_file():
-        raise UsageError(f"--validation: {args.validation}: no such file")
     if args.qos_ms < 0 or args.max_batch < 0:
         raise UsageError("--qos-ms and --max-batch must be >= 0")
-    req = pb.RegisterModelRequest(name=args.name, application=args.application, onnx=onnx.read_bytes(),
-                                  validation_path=str(Path(args.validation).resolve()) if args.validation else "",
-                                  qos_ms=args.qos_ms, max_batch=args.max_batch)
-    reply = _call(args.dispatcher, "RegisterModel", req, timeout=args.timeout)
+    req = pb.RegisterModelRequest(name=args.name, application=args.application, qos_ms=args.qos_ms,
+                                  max_batch=args.max_batch)
+    if _is_s3(args.onnx):
+        req.onnx_uri = args.onnx
+    else:
+        req.onnx = _local_bytes("--onnx", args.onnx)
+    if args.validation and _is_s3(args.validation):
+        req.validation_uri = args.validation
+    elif args.validation:
+        req.validation = _local_bytes("--validation", args.validation)
+    reply = _call(args.dispatcher, "RegisterModel", req, timeout=args.timeout, conn=args)
     _print_variants(reply.variants, args.json, {"model": reply.name})
     return 0
 
@@ -125,7 +145,8 @@ def run_register(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     from dispatcher.proto import costscale_pb2 as pb
 
-    reply = _call(args.dispatcher, "ListVariants", pb.ListVariantsRequest(model=args.model, application=args.application))
+    reply = _call(args.dispatcher, "ListVariants", pb.ListVariantsRequest(model=args.model, application=args.application),
+                  conn=args)
     _print_variants(reply.variants, args.json)
     return 0
 
@@ -141,20 +162,51 @@ def _print_job(r, as_json: bool) -> None:  # type: ignore[no-untyped-def]
         print(f"{r.job_id}: {r.state} {r.done}/{r.total}" + (f" ({r.message})" if r.message else ""))
 
 
+def _local_bytes(flag: str, path: str) -> bytes:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{flag}: {p}: no such file")
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot read {p} ({exc.strerror or exc})") from None
+
+
+def _save_outputs(reply, path: str | None) -> None:  # type: ignore[no-untyped-def]
+    """Write a done job's inline outputs to ``path`` (a file here)."""
+    from config.files import write_atomic
+
+    if path and reply.state == "done" and reply.output:
+        try:
+            write_atomic(Path(path), reply.output)
+        except OSError as exc:
+            raise UsageError(f"--output: cannot write {path} ({exc.strerror or exc})") from None
+
+
 def run_offline_submit(args: argparse.Namespace) -> int:
+    from dispatcher.offline import npz_bytes, offline_inputs
     from dispatcher.proto import costscale_pb2 as pb
 
-    src = Path(args.input)
-    if not src.exists():
-        raise UsageError(f"--input: {src}: no such file or folder")
     if not 0 <= args.min_accuracy <= 1:
         raise UsageError("--min-accuracy must be in [0, 1]")
-    reply = _call(args.dispatcher, "SubmitOffline", pb.OfflineJobRequest(
-        model=args.model, application=args.application, input_path=str(src.resolve()),
-        output_path=str(Path(args.output).resolve()), min_accuracy=args.min_accuracy))
+    local_output = args.output if args.output and not _is_s3(args.output) else None
+    if local_output and not args.wait:
+        raise UsageError("--output: a local file needs --wait (the outputs come back when the job is done); "
+                         "or give an s3:// URI, or fetch them later with `offline status JOB --output FILE`")
+    req = pb.OfflineJobRequest(model=args.model, application=args.application, min_accuracy=args.min_accuracy,
+                               output_uri=args.output if args.output and _is_s3(args.output) else "")
+    if _is_s3(args.input):
+        req.input_uri = args.input
+    else:   # read here, sent inline: the dispatcher reads no path of its host for a caller
+        try:
+            req.input = npz_bytes(dict(offline_inputs(Path(args.input))))
+        except ValueError as exc:
+            raise UsageError(f"--input: {exc}") from None
+    reply = _call(args.dispatcher, "SubmitOffline", req, conn=args)
     while args.wait and reply.state not in ("done", "failed"):
         time.sleep(0.5)
-        reply = _call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=reply.job_id))
+        reply = _call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=reply.job_id), conn=args)
+    _save_outputs(reply, local_output)
     _print_job(reply, args.json)
     return 1 if reply.state == "failed" else 0
 
@@ -162,6 +214,7 @@ def run_offline_submit(args: argparse.Namespace) -> int:
 def run_offline_status(args: argparse.Namespace) -> int:
     from dispatcher.proto import costscale_pb2 as pb
 
-    reply = _call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=args.job))
+    reply = _call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=args.job), conn=args)
+    _save_outputs(reply, args.output)
     _print_job(reply, args.json)
     return 1 if reply.state == "failed" else 0

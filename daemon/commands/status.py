@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from config.hostport import hostport_arg
+from daemon.commands._client import add_client_flags, call_metadata, open_channel
 from daemon.commands.models import RpcFailed
 
 DEFAULT_DISPATCHER = "127.0.0.1:50051"
@@ -48,15 +49,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
     p.add_argument("--interval", type=_interval, default=2.0, metavar="S", help="seconds between refreshes (2)")
+    add_client_flags(p)
     p.set_defaults(func=run_status)
 
 
-def fetch(target: str):  # type: ignore[no-untyped-def]
+def fetch(target: str, conn: argparse.Namespace | None = None):  # type: ignore[no-untyped-def]
+    """The Status reply; ``conn``: the connection flags (:mod:`daemon.commands._client`)."""
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
+    conn = conn or argparse.Namespace()
     try:
-        with grpc.insecure_channel(target) as ch:
-            return pbg.InferenceStub(ch).Status(pb.StatusRequest(), timeout=CALL_TIMEOUT_S)
+        with open_channel(target, conn) as ch:
+            return pbg.InferenceStub(ch).Status(pb.StatusRequest(), timeout=CALL_TIMEOUT_S,
+                                                metadata=call_metadata(conn))
     except grpc.RpcError as exc:
         code = exc.code()  # type: ignore[attr-defined]
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -164,7 +169,7 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
 
 
 def _show(args: argparse.Namespace, clear: bool) -> None:
-    s = status_dict(fetch(args.dispatcher))
+    s = status_dict(fetch(args.dispatcher, args))
     if args.json:
         print(json.dumps(s), flush=True)
         return

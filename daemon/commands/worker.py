@@ -48,8 +48,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", default=None, metavar="DIR", help="where built-in and pushed models are written")
     p.add_argument("--register-attempts", type=int, default=None, metavar="N",
                    help="give up registering after N failed attempts [retry until answered]")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve over TLS with this certificate (and --tls-key); also the "
+                                                      "client certificate towards a dispatcher under mutual TLS")
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument("--tls-client-ca", metavar="PEM", help="mutual TLS: only clients with a certificate this CA signed")
+    p.add_argument("--dispatcher-ca", metavar="PEM", help="register over TLS, trusting this CA for the dispatcher")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=run)
+
+
+def _tls_flags(args: argparse.Namespace) -> dict[str, str | None]:
+    """The TLS files, each readable PEM (UsageError naming the flag otherwise)."""
+    from config.security import read_pem
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        raise UsageError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
+    out = {"tls_cert": args.tls_cert, "tls_key": args.tls_key, "tls_client_ca": args.tls_client_ca,
+           "dispatcher_ca": args.dispatcher_ca}
+    for key, path in out.items():
+        if path:
+            read_pem(path, "--" + key.replace("_", "-"))
+    return out
 
 
 def _hostport(flag: str, value: str) -> str:
@@ -106,7 +127,7 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
         providers=providers, emulate_profile=args.emulate_profile,
         profiles_path=Path(args.profiles) if args.profiles else None,
         cache_dir=Path(args.cache_dir) if args.cache_dir else default_cache_dir(),
-        threads=args.threads, register_attempts=args.register_attempts)
+        threads=args.threads, register_attempts=args.register_attempts, **_tls_flags(args))
 
 
 def run(args: argparse.Namespace) -> int:

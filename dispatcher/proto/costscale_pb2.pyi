@@ -63,22 +63,24 @@ class SubmitReply(_message.Message):
     def __init__(self, outputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ..., instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., queue_ms: _Optional[float] = ..., service_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., slo_met: _Optional[bool] = ..., provider: _Optional[str] = ...) -> None: ...
 
 class RegisterModelRequest(_message.Message):
-    __slots__ = ("name", "application", "onnx", "onnx_path", "validation_path", "qos_ms", "max_batch")
+    __slots__ = ("name", "application", "onnx", "onnx_uri", "validation_uri", "qos_ms", "max_batch", "validation")
     NAME_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
     ONNX_FIELD_NUMBER: _ClassVar[int]
-    ONNX_PATH_FIELD_NUMBER: _ClassVar[int]
-    VALIDATION_PATH_FIELD_NUMBER: _ClassVar[int]
+    ONNX_URI_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_URI_FIELD_NUMBER: _ClassVar[int]
     QOS_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     application: str
     onnx: bytes
-    onnx_path: str
-    validation_path: str
+    onnx_uri: str
+    validation_uri: str
     qos_ms: float
     max_batch: int
-    def __init__(self, name: _Optional[str] = ..., application: _Optional[str] = ..., onnx: _Optional[bytes] = ..., onnx_path: _Optional[str] = ..., validation_path: _Optional[str] = ..., qos_ms: _Optional[float] = ..., max_batch: _Optional[int] = ...) -> None: ...
+    validation: bytes
+    def __init__(self, name: _Optional[str] = ..., application: _Optional[str] = ..., onnx: _Optional[bytes] = ..., onnx_uri: _Optional[str] = ..., validation_uri: _Optional[str] = ..., qos_ms: _Optional[float] = ..., max_batch: _Optional[int] = ..., validation: _Optional[bytes] = ...) -> None: ...
 
 class RegisterModelReply(_message.Message):
     __slots__ = ("name", "variants")
@@ -129,32 +131,36 @@ class ListVariantsReply(_message.Message):
     def __init__(self, variants: _Optional[_Iterable[_Union[VariantInfo, _Mapping]]] = ...) -> None: ...
 
 class OfflineJobRequest(_message.Message):
-    __slots__ = ("model", "application", "input_path", "output_path", "min_accuracy")
+    __slots__ = ("model", "application", "input_uri", "output_uri", "min_accuracy", "input")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_FIELD_NUMBER: _ClassVar[int]
-    INPUT_PATH_FIELD_NUMBER: _ClassVar[int]
-    OUTPUT_PATH_FIELD_NUMBER: _ClassVar[int]
+    INPUT_URI_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_URI_FIELD_NUMBER: _ClassVar[int]
     MIN_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
     model: str
     application: str
-    input_path: str
-    output_path: str
+    input_uri: str
+    output_uri: str
     min_accuracy: float
-    def __init__(self, model: _Optional[str] = ..., application: _Optional[str] = ..., input_path: _Optional[str] = ..., output_path: _Optional[str] = ..., min_accuracy: _Optional[float] = ...) -> None: ...
+    input: bytes
+    def __init__(self, model: _Optional[str] = ..., application: _Optional[str] = ..., input_uri: _Optional[str] = ..., output_uri: _Optional[str] = ..., min_accuracy: _Optional[float] = ..., input: _Optional[bytes] = ...) -> None: ...
 
 class OfflineJobReply(_message.Message):
-    __slots__ = ("job_id", "state", "done", "total", "message")
+    __slots__ = ("job_id", "state", "done", "total", "message", "output")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: str
     done: int
     total: int
     message: str
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    output: bytes
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., message: _Optional[str] = ..., output: _Optional[bytes] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

@@ -1,0 +1,37 @@
+"""How the client commands (``status``, ``models``, ``offline``) reach a dispatcher that has TLS or
+client authentication: ``--tls`` / ``--ca PEM`` (TLS, trusting the system's roots or that CA),
+``--cert PEM --key PEM`` (a client certificate, for mutual TLS) and ``--token-file F`` (a bearer
+token, sent as ``authorization: Bearer <token>``). Without them: plaintext, as on loopback. Bad
+files: one line, exit 2 (UsageError)."""
+from __future__ import annotations
+
+import argparse
+
+import grpc
+
+from config.security import read_token
+from dispatcher.auth import bearer_metadata
+from dispatcher.credentials import channel_credentials
+
+
+def add_client_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection (a dispatcher with TLS or client authentication)")
+    g.add_argument("--tls", action="store_true", help="TLS, trusting the system's root CAs")
+    g.add_argument("--ca", metavar="PEM", help="TLS, trusting this CA for the dispatcher's certificate")
+    g.add_argument("--cert", metavar="PEM", help="client certificate (mutual TLS), with --key")
+    g.add_argument("--key", metavar="PEM", help="its private key")
+    g.add_argument("--token-file", metavar="F", help="bearer token for the Inference API (dispatcher.auth_token_file)")
+
+
+def open_channel(target: str, args: argparse.Namespace) -> grpc.Channel:
+    """A channel to ``target`` as the flags say (TLS when --tls, --ca or --cert is given)."""
+    ca, cert, key = getattr(args, "ca", None), getattr(args, "cert", None), getattr(args, "key", None)
+    if not (getattr(args, "tls", False) or ca or cert or key):
+        return grpc.insecure_channel(target)
+    return grpc.secure_channel(target, channel_credentials(ca, cert, key, ("--ca", "--cert", "--key")))
+
+
+def call_metadata(args: argparse.Namespace) -> tuple[tuple[str, str], ...] | None:
+    """The bearer token's metadata (--token-file), or None."""
+    path = getattr(args, "token_file", None)
+    return bearer_metadata(read_token(path, "--token-file")) if path else None

@@ -1,0 +1,78 @@
+"""Client authentication on the dispatcher's port: a server interceptor that lets a call to a
+guarded service (costscale's ``Inference``, the Open Inference Protocol) through only with
+``authorization: Bearer <token>`` metadata equal to the configured token, compared in constant time
+(:func:`hmac.compare_digest`); any other call gets UNAUTHENTICATED before its handler runs. Worker
+registration (``Control``) carries the cluster token in its request instead, and health checks and
+reflection stay open (they reveal no data).
+
+Mutual TLS needs no interceptor: grpc refuses a client without a certificate during the handshake
+(:mod:`dispatcher.credentials`). The token itself is never logged or echoed.
+"""
+from __future__ import annotations
+
+import hmac
+from typing import Awaitable, Callable, Iterable
+
+import grpc
+
+#: the metadata key and scheme of a bearer token (RFC 6750 §2.1; gRPC metadata keys are lower case)
+AUTHORIZATION = "authorization"
+BEARER = "bearer "
+
+
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """The metadata a client sends with each call."""
+    return ((AUTHORIZATION, f"Bearer {token}"),)
+
+
+def presented_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
+    """The bearer token in a call's metadata; None when there is none."""
+    for key, value in metadata or ():
+        if key.lower() == AUTHORIZATION:
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            if text[:len(BEARER)].lower() == BEARER:
+                return text[len(BEARER):].strip()
+    return None
+
+
+def token_matches(presented: str | None, expected: str) -> bool:
+    """Constant-time comparison (no early exit on the first differing byte)."""
+    return presented is not None and hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as ``handler`` that ends the call with UNAUTHENTICATED."""
+    async def refuse(request_or_iterator, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse, **kw)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse, **kw)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(refuse, **kw)
+    return grpc.unary_unary_rpc_method_handler(refuse, **kw)
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Requires the bearer token on every method of the services named in ``guarded`` (full service
+    names, e.g. ``costscale.v1.Inference``)."""
+
+    def __init__(self, token: str, guarded: Iterable[str]) -> None:
+        if not token:
+            raise ValueError("an empty token authenticates no one")
+        self._token = token
+        self._prefixes = tuple(f"/{s}/" for s in guarded)
+
+    async def intercept_service(
+            self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+            details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or not details.method.startswith(self._prefixes):
+            return handler
+        given = presented_token(details.invocation_metadata)
+        if token_matches(given, self._token):
+            return handler
+        why = "missing bearer token (metadata 'authorization: Bearer <token>')" if given is None else "bad bearer token"
+        return _refusal(handler, why)
