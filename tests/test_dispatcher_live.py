@@ -276,9 +276,15 @@ def test_fault_two_of_four_workers_die_under_load() -> None:
             assert set(d.workers) == {"i-2", "i-3"}
             s = d.stats()
             assert s["served"] == len(ok) and s["queued"] == 0 and s["in_flight"] == 0
-            # no query ran to completion twice on the workers
+            # a query ran to completion twice only when its first run was on a killed worker whose
+            # reply died with it (the kill can land between the worker's finish and its reply; on a
+            # loaded machine it did): never twice on the survivors, never re-sent after a reply came
             done = [q for w in ws for q in w.servicer.completed]
-            assert len(done) == len(set(done))
+            twice = {q for q in done if done.count(q) > 1}
+            on_killed = set(ws[0].servicer.completed) | set(ws[1].servicer.completed)
+            assert twice <= on_killed and all(done.count(q) == 2 for q in twice)
+            survivors = [q for w in ws[2:] for q in w.servicer.completed]
+            assert len(survivors) == len(set(survivors))
         finally:
             await teardown(d, ws, ch)
     run(body, timeout=25)
