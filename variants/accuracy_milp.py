@@ -6,8 +6,9 @@ throughput, then the fewest swaps. Pure: options, worker counts and demand in, w
 The model is written once as plain columns and rows and handed to one of two solvers:
 
 - **HiGHS** through ``highspy`` (the ``accuracy`` extra), the default where it is installed: at 40
-  workers x 50 variants x 9 models it reaches, within 1 s, placements as good as CBC's after 10 s
-  (BENCHMARKS.md "accuracy-planner"); each step is warm-started from the previous step's answer;
+  workers x 50 variants x 9 models its placements within 1 s are far more accurate than CBC's
+  within 1 s, though not always as accurate as CBC's within 10 s (BENCHMARKS.md
+  "accuracy-planner"); each step is warm-started from the previous step's answer;
 - **CBC** through PuLP otherwise (and in the tests, both).
 
 Step 1 is solved to optimality (no gap: the served demand is never traded for speed); steps 2-3
