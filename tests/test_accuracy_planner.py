@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.cli import main
+from variants import accuracy_milp
 from variants.accuracy_planner import VariantProfile, capacity, plan_accuracy, profiles_from_rows, workers_from_counts
 from variants.families.profiles import read_csv, shipped_csv
 
@@ -17,6 +18,15 @@ FAST = VariantProfile("m", "fast", 0.70, {"cpu": {1: 10, 2: 20, 4: 40, 8: 80}, "
 BEST = VariantProfile("m", "best", 0.90, {"cpu": {1: 25, 2: 50, 4: 100}, "gpu": {1: 5, 8: 40}})        # cpu 40, gpu 200 q/s
 SLO = {"m": 100.0}
 TWO_CPU = {"w0": "cpu", "w1": "cpu"}
+
+
+@pytest.fixture(autouse=True, params=accuracy_milp.SOLVERS)
+def solver(request):
+    """Every test runs on each installed solver (HiGHS where highspy is installed, and CBC)."""
+    saved = accuracy_milp.SOLVER
+    accuracy_milp.SOLVER = request.param
+    yield request.param
+    accuracy_milp.SOLVER = saved
 
 
 def test_capacity_is_the_largest_batch_within_half_the_slo_over_its_latency():
@@ -92,6 +102,20 @@ def test_the_current_placement_is_kept_among_equal_optima():
     p = plan_accuracy(TWO_CPU, [FAST, BEST], {"m": 30.0}, SLO, current={"w0": "fast", "w1": "best"})
     assert p.placement == {"w0": "fast", "w1": "best"} and p.swaps == 0
     assert p.routing == {"m": {"w1": 1.0}}
+
+
+def test_a_dominated_variant_a_worker_hosts_stays_when_the_demand_does_not_need_better():
+    # "slow" is less accurate and slower than "best" on cpu: pruned, unless a worker hosts it now
+    slow = VariantProfile("m", "slow", 0.80, {"cpu": {1: 40}})                      # 25 q/s
+    p = plan_accuracy(TWO_CPU, [BEST, slow], {"m": 30.0}, SLO, current={"w0": "best", "w1": "slow"})
+    assert p.placement == {"w0": "best", "w1": "slow"} and p.swaps == 0 and p.routing == {"m": {"w0": 1.0}}
+    p = plan_accuracy(TWO_CPU, [BEST, slow], {"m": 60.0}, SLO, current={"w0": "best", "w1": "slow"})
+    assert p.placement == {"w0": "best", "w1": "best"} and p.swaps == 1
+
+
+def test_a_proven_plan_reports_no_gap():
+    p = plan_accuracy(TWO_CPU, [FAST, BEST], {"m": 120.0}, SLO)
+    assert p.status == "optimal" and p.gap == 0.0
 
 
 def test_a_current_variant_below_min_accuracy_is_swapped_out():
@@ -177,7 +201,8 @@ def _cases(draw):
     return workers, variants, demand, slo, floor, current
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(_cases())
 def test_the_linearised_milp_equals_a_brute_force_over_every_placement(case):
     workers, variants, demand, slo, floor, current = case
@@ -196,7 +221,8 @@ def test_the_linearised_milp_equals_a_brute_force_over_every_placement(case):
             assert sum(split.values()) == pytest.approx(1.0)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(_cases())
 def test_min_accuracy_is_never_violated(case):
     workers, variants, demand, slo, floor, current = case
@@ -231,6 +257,14 @@ def test_cli_json_has_the_issues_fields(capsys):
     assert sum(doc["routing"]["resnet"].values()) == pytest.approx(1.0)
     assert doc["served_qps"] == {"resnet": pytest.approx(100.0)} and doc["demand_qps"] == {"resnet": 100.0}
     assert doc["feasible"] is True and 0.69 < doc["effective_accuracy"] < 0.79 and doc["solve_ms"] >= 0
+
+
+def test_cli_json_is_all_the_process_writes_to_stdout(capfd):
+    # file-descriptor level: a solver's banner on stdout would break `--json` for a pipe
+    code = main(["accuracy", "plan", "--variants", str(shipped_csv("resnet")), "--pool", "g4dn.xlarge=2",
+                 "--demand", "resnet=100", "--slo-ms", "resnet=100", "--json"])
+    out, _ = capfd.readouterr()
+    assert code == 0 and set(json.loads(out)) >= {"placement", "routing", "solve_ms"}
 
 
 def test_cli_min_accuracy_and_text_output(capsys):
