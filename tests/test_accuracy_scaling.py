@@ -168,3 +168,36 @@ def test_min_accuracy_is_never_violated(floor: float, seed: int) -> None:
 def test_spare_workers_host_the_most_accurate_variant_of_their_type() -> None:
     got = fill_spare({"a": "mid", "b": None, "c": None}, {"a": "t", "b": "t", "c": "u"}, {"t": "big"})
     assert got == {"a": "mid", "b": "big", "c": None}
+
+
+def _replay_cli(capsys, *args: str):  # type: ignore[no-untyped-def]
+    from daemon.cli import main
+    from variants.families.profiles import shipped_csv
+
+    code = main(["accuracy", "replay", "--variants", str(shipped_csv("resnet")), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_replay_cli_json_with_baselines(capsys) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = _replay_cli(capsys, "--pool", "r5n.large=2", "--slo-ms", "1000", "--minutes", "2",
+                               "--pattern", "macroburst:low=3,high=12,low_s=40,high_s=40", "--baselines", "--json")
+    assert code == 0
+    import json
+    got = json.loads(out)
+    fields = {"queries", "slo_attainment", "mean_accuracy", "max_drop_points", "missed", "replans", "swaps", "max_solve_ms"}
+    assert fields <= set(got) and set(got["baselines"]) == {"no_scaling", "clipper_ht", "infaas_accuracy"}
+    assert got["baselines"]["no_scaling"]["mean_accuracy"] == pytest.approx(0.78312)
+    assert got["baselines"]["clipper_ht"]["mean_accuracy"] == pytest.approx(0.69758)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--pool", "r5n.large=1", "--slo-ms", "1000", "--pattern", "nope"], "unknown pattern"),
+    (["--pool", "r5n.large=1", "--slo-ms", "0", "--pattern", "step"], "--slo-ms must be > 0"),
+    (["--pool", "x1.huge=1", "--slo-ms", "1000", "--pattern", "step"], "x1.huge"),
+    (["--pool", "r5n.large=1", "--slo-ms", "1000", "--pattern", "step", "--model", "bert"], "no variant of 'bert'"),
+    (["--pool", "r5n.large=1", "--slo-ms", "1000", "--pattern", "step", "--min-accuracy", "0.9"], "reaches 0.9"),
+])
+def test_replay_cli_bad_input_is_one_line_exit_2(capsys, args: list[str], needle: str) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = _replay_cli(capsys, *args)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""

@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--min-accuracy", metavar="MODEL=A,...", help="lowest accuracy per model (a fraction, 0-1)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.set_defaults(func=run_plan)
+    from daemon.commands import accuracy_replay
+
+    accuracy_replay.register(asub)
 
 
 def _parse_map(text: str | None, flag: str, models: Collection[str]) -> dict[str, float]:
