@@ -12,6 +12,11 @@ Decisions come from the shared pure functions: placement and routing from
 - ``no_scaling`` (Clipper-HA): the most accurate variant on every worker, routed by the same MILP;
   queries beyond its capacity miss;
 - ``clipper_ht``: the least accurate (fastest) variant everywhere;
+- ``slackfit`` (SuperServe §4.2, :mod:`variants.slackfit`): every variant resident on every worker,
+  one queue; a free worker serves the earliest queries with the (variant, batch) whose latency
+  bucket fits the earliest deadline's slack; no plan, no swaps, ``batching`` unused;
+  ``slackfit_queue`` (ours): the same queue, the most accurate variant that serves what waits within
+  the slack (:func:`variants.slackfit.choose_for_queue`);
 - ``infaas_accuracy``: INFaaS's greedy allocation with accuracy as the objective (Proteus §6.1
   "INFaaS-Accuracy"): from the most accurate variant everywhere, downgrade one worker at a time to
   its next faster variant, the step that gains the most capacity per accuracy point lost, until the
@@ -33,9 +38,11 @@ import numpy as np
 from dispatcher.plan_routing import PlanRouter, headroom_routing
 from variants.accuracy_planner import VariantProfile, capacity, plan_accuracy
 from variants.adaptive_batching import BatchingPolicy, batch_step, early_drops, interpolated_latency_s
+from variants.slackfit import buckets as slackfit_buckets, choose as slackfit_choose, choose_for_queue, pareto
 from variants.spare_workers import fill_spare
 
-ALLOCATIONS = ("proteus", "no_scaling", "clipper_ht", "infaas_accuracy")
+ALLOCATIONS = ("proteus", "no_scaling", "clipper_ht", "infaas_accuracy", "slackfit", "slackfit_queue")
+SHARED_QUEUE = ("slackfit", "slackfit_queue")
 #: Proteus's demand multiplier β (its artifact's default, appendix "hyper-parameters")
 BETA = 1.05
 
@@ -201,7 +208,45 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
         if on_replan is not None:
             on_replan(now, dict(placement))
 
+    shared: deque[int] = deque()                 # slackfit's one queue
+    on_type = {t: ({v.variant: (v.accuracy, proc[(v.variant, t)]) for v in vs if (v.variant, t) in proc},
+                   {v.variant: max(v.latency_ms[t]) for v in vs if t in v.latency_ms}) for t in set(pool.values())}
+    tables = {t: slackfit_buckets(*on_type[t]) for t in on_type} if spec.allocation == "slackfit" else {}
+    fronts = {t: pareto(on_type[t][0]) for t in on_type}
+
+    def slackfit(x: _Worker, now: float) -> None:
+        if now < x.busy_until or not shared:
+            return
+        while shared:
+            slack = arr[shared[0]] + slo_s - now
+            if spec.allocation == "slackfit":
+                b = slackfit_choose(tables[x.itype], slack)
+                pick = (b.variant, min(b.batch, len(shared))) if b is not None else None
+            else:
+                pick = choose_for_queue(*on_type[x.itype], fronts[x.itype], len(shared), slack)
+            if pick is not None:
+                break
+            shared.popleft()                     # nothing fits its slack: it cannot meet its SLO
+        else:
+            return
+        variant, n_send = pick
+        done = now + proc[(variant, x.itype)](n_send)
+        for _ in range(n_send):
+            q = shared.popleft()
+            latency[q] = (done - arr[q]) * 1000.0
+            served_acc[q] = acc[variant]
+        x.busy_until = done
+        push(done, x.wid)
+
     def route(q: int, now: float) -> None:
+        if spec.allocation in SHARED_QUEUE:
+            shared.append(q)
+            for x in workers.values():
+                if now >= x.busy_until:
+                    slackfit(x, now)
+                    if not shared:
+                        break
+            return
         wid = router.route(model)
         if wid is None:
             return                               # nothing serves the model: a miss
@@ -247,20 +292,21 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
         return c / window_s
 
     # the first allocation for the trace's first window, loaded, as if the system had been running
-    allocate(0.0, float(np.count_nonzero(arr < spec.demand_window_s)) / spec.demand_window_s, swap_s=0.0)
+    if spec.allocation not in SHARED_QUEUE:
+        allocate(0.0, float(np.count_nonzero(arr < spec.demand_window_s)) / spec.demand_window_s, swap_s=0.0)
     # steady: the demand of the last plan that was not a burst's (a burst is confirmed against it)
     next_tick, next_plan, planned_at, steady = spec.tick_s, spec.replan_s, 0.0, planned
     i = 0
     while i < n or heap:
         t_arr = arr[i] if i < n else np.inf
         t_ev = heap[0][0] if heap else np.inf
-        t_tick = next_tick if i < n else np.inf
+        t_tick = next_tick if i < n and spec.allocation not in SHARED_QUEUE else np.inf
         now = min(t_arr, t_ev, t_tick)
         if now == np.inf:
             break
         if now == t_ev:
             _, _, wid = heapq.heappop(heap)
-            start(workers[wid], now)
+            (slackfit if spec.allocation in SHARED_QUEUE else start)(workers[wid], now)
         elif now == t_tick:
             # at once on a burst (the short window over burst_factor x the planned demand, the
             # demand window over it too), for the burst's rate; every replan_s when the mean rate

@@ -186,7 +186,7 @@ def test_replay_cli_json_with_baselines(capsys) -> None:  # type: ignore[no-unty
     import json
     got = json.loads(out)
     fields = {"queries", "slo_attainment", "mean_accuracy", "max_drop_points", "missed", "replans", "swaps", "max_solve_ms"}
-    assert fields <= set(got) and set(got["baselines"]) == {"no_scaling", "clipper_ht", "infaas_accuracy"}
+    assert fields <= set(got) and set(got["baselines"]) == {"no_scaling", "clipper_ht", "infaas_accuracy", "slackfit", "slackfit_queue"}
     assert got["baselines"]["no_scaling"]["mean_accuracy"] == pytest.approx(0.78312)
     assert got["baselines"]["clipper_ht"]["mean_accuracy"] == pytest.approx(0.69758)
 
@@ -201,3 +201,34 @@ def test_replay_cli_json_with_baselines(capsys) -> None:  # type: ignore[no-unty
 def test_replay_cli_bad_input_is_one_line_exit_2(capsys, args: list[str], needle: str) -> None:  # type: ignore[no-untyped-def]
     code, out, err = _replay_cli(capsys, *args)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_slackfit_buckets_and_choice_hand_computed() -> None:
+    from variants.slackfit import buckets, choose, choose_for_queue, pareto
+
+    fast = (0.70, lambda n: 0.010 * n)           # 10 ms a query
+    slow = (0.80, lambda n: 0.040 * n)           # 40 ms a query
+    worse = (0.65, lambda n: 0.050 * n)          # slower and less accurate than "fast": not on the front
+    vs = {"fast": fast, "slow": slow, "worse": worse}
+    assert pareto(vs) == ["fast", "slow"]
+    table = buckets(vs, {"fast": 4, "slow": 4, "worse": 4}, n_buckets=3)
+    # from 10 ms (fast, 1) to 160 ms (slow, 4): caps 60, 110, 160 ms; the largest batch wins, then accuracy
+    assert [(round(b.latency_s, 3), b.variant, b.batch) for b in table] == [
+        (0.06, "fast", 4), (0.11, "fast", 4), (0.16, "slow", 4)]
+    assert choose(table, 0.05) is None and choose(table, 0.12).latency_s == pytest.approx(0.11)
+    # ours: the most accurate that serves what waits within the slack
+    front = pareto(vs)
+    mb = {"fast": 4, "slow": 4}
+    assert choose_for_queue(vs, mb, front, 2, 0.1) == ("slow", 2)       # 80 ms fits
+    assert choose_for_queue(vs, mb, front, 3, 0.1) == ("fast", 3)       # 120 ms does not: fast
+    assert choose_for_queue(vs, mb, front, 4, 0.025) == ("fast", 2)     # fast, as many as fit
+    assert choose_for_queue(vs, mb, front, 1, 0.005) is None
+
+
+def test_slackfit_serves_bursts_from_one_queue_without_plans() -> None:
+    pool = {f"w{i}": "t" for i in range(4)}
+    arr = _burst()
+    for alloc in ("slackfit", "slackfit_queue"):
+        s = simulate_accuracy(pool, _family(), "m", 200.0, arr, AccuracySpec(allocation=alloc)).summary()
+        assert s["replans"] == 0 and s["swaps"] == 0
+        assert s["slo_attainment"] > 0.95 and 0.70 <= s["mean_accuracy"] <= 0.80

@@ -37,7 +37,8 @@ def register(asub: argparse._SubParsersAction) -> None:
     src.add_argument("--trace", metavar="CSV", help="timestamp,model,batch_size rows (one request each)")
     r.add_argument("--minutes", type=float, default=30.0, help="length of a --pattern run (default 30)")
     r.add_argument("--model", help="the application (default: the CSV's only one)")
-    r.add_argument("--allocation", default="proteus", choices=ALLOCATIONS)
+    r.add_argument("--allocation", default="proteus", choices=ALLOCATIONS,
+                   help="proteus (default), no_scaling, clipper_ht, infaas_accuracy, slackfit, slackfit_queue")
     r.add_argument("--batching", default="proteus", choices=BATCHING_POLICIES)
     r.add_argument("--min-accuracy", type=float, default=0.0, metavar="A", help="lowest accuracy (0-1)")
     r.add_argument("--swap-s", type=float, default=0.2, metavar="S", help="a worker changing variant serves nothing this long")
