@@ -7,7 +7,7 @@ double, uint64 or a decimal string, since tritonclient sends no floats), ``idemp
 ``variant`` (strings). Other parameters (Triton's ``timeout``, ``priority``, ...) are ignored.
 Reply parameters: ``model`` (the model that served: for an application, the one getVariant
 chose), ``variant``, ``instance_id``, ``instance_type``, ``provider``, ``queue_ms``,
-``service_ms``, ``total_ms`` and ``slo_met``.
+``service_ms``, ``total_ms``, ``accuracy`` (the serving variant's; 0 when not known) and ``slo_met``.
 
 Tensors are numeric (BOOL, INT8-64, UINT8-64, FP16, FP32, FP64), as raw little-endian bytes
 (``raw_input_contents``, what tritonclient sends) or typed ``contents``; outputs go back as raw
@@ -139,7 +139,7 @@ def infer_response(r: oip.ModelInferRequest, reply: pb.SubmitReply) -> oip.Model
     p = out.parameters
     for key in ("model", "variant", "instance_id", "instance_type", "provider"):
         p[key].string_param = getattr(reply, key)
-    for key in ("queue_ms", "service_ms", "total_ms"):
+    for key in ("queue_ms", "service_ms", "total_ms", "accuracy"):
         p[key].double_param = getattr(reply, key)
     p["slo_met"].bool_param = reply.slo_met
     return out

@@ -33,6 +33,7 @@ from dispatcher.policies import infeasible
 from dispatcher.policy import WorkerView
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.worker_client import is_worker_failure
+from variants.naming import base_name
 from dispatcher.workers import WorkerState
 
 #: weight of the newest call in a worker's smoothed call overhead
@@ -215,11 +216,14 @@ class RoutingRound:
             self._observe(q.model.profile_name, w.instance_type, q.batch, service_ms)
             if current:
                 total = 1000.0 * (now - q.arrival)
+                variant = reply.variant or q.variant
+                meta = self._variant_meta.get(variant) or self._variant_meta.get(base_name(variant))
                 self._finish(q, pb.SubmitReply(
-                    outputs=reply.outputs, model=q.model.name, variant=reply.variant or q.variant,
+                    outputs=reply.outputs, model=q.model.name, variant=variant,
                     instance_id=w.instance_id, instance_type=w.instance_type,
                     queue_ms=1000.0 * (q.dispatched_at - q.arrival), service_ms=service_ms, total_ms=total,
-                    slo_met=total <= q.qos_ms, provider=reply.provider))
+                    slo_met=total <= q.qos_ms, provider=reply.provider,
+                    accuracy=meta.accuracy if meta is not None else 0.0))
         else:
             if w.removed or is_worker_failure(code):
                 self._remove_worker(w, f"Infer failed: {code.name if code else '?'} {details}")

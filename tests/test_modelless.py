@@ -143,6 +143,8 @@ async def _live(cfg: Config, tmp: Path, wport: int) -> None:
             stub = pbg.InferenceStub(ch)
             r = await stub.Submit(pb.SubmitRequest(application="rec", batch_size=4), timeout=20)
             assert (r.variant, r.instance_id, r.model) == ("rm2", "i-1", "rm2")
+            # the reply says how accurate the variant that served it is (issue #13)
+            assert r.accuracy > 0 and r.accuracy == pytest.approx(d._variant_meta["rm2"].accuracy)
             with pytest.raises(grpc.aio.AioRpcError) as ei:
                 await stub.Submit(pb.SubmitRequest(application="nope", batch_size=1), timeout=5)
             assert ei.value.code() == grpc.StatusCode.NOT_FOUND

@@ -236,7 +236,7 @@ def test_the_reply_says_what_served_it_and_returns_the_outputs_asked_for() -> No
     y = np.arange(4, dtype=np.float32).reshape(2, 2)
     reply = pb.SubmitReply(model="mlp", variant="mlp-int8", instance_id="i-7", instance_type="g4dn.xlarge",
                            queue_ms=1.5, service_ms=2.5, total_ms=4.0, slo_met=True, provider="CPUExecutionProvider",
-                           outputs=[pb.Tensor(name="y", shape=[2, 2], dtype="float32", data=y.tobytes()),
+                           accuracy=0.7613, outputs=[pb.Tensor(name="y", shape=[2, 2], dtype="float32", data=y.tobytes()),
                                     pb.Tensor(name="z", shape=[2], dtype="int64", data=np.zeros(2, np.int64).tobytes())])
     r = _request(id="q-1", outputs=[oip.ModelInferRequest.InferRequestedOutputTensor(name="y")])
     resp = oip_codec.infer_response(r, reply)
@@ -246,5 +246,6 @@ def test_the_reply_says_what_served_it_and_returns_the_outputs_asked_for() -> No
     p = resp.parameters
     assert (p["variant"].string_param, p["instance_type"].string_param, p["queue_ms"].double_param,
             p["service_ms"].double_param, p["slo_met"].bool_param) == ("mlp-int8", "g4dn.xlarge", 1.5, 2.5, True)
+    assert p["accuracy"].double_param == 0.7613
     everything = oip_codec.infer_response(_request(), reply)
     assert [o.datatype for o in everything.outputs] == ["FP32", "INT64"]  # type: ignore[union-attr]

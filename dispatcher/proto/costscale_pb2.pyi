@@ -39,7 +39,7 @@ class SubmitRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ..., application: _Optional[str] = ..., variant: _Optional[str] = ..., batch_size: _Optional[int] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., latency_slo_ms: _Optional[float] = ..., min_accuracy: _Optional[float] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class SubmitReply(_message.Message):
-    __slots__ = ("outputs", "model", "variant", "instance_id", "instance_type", "queue_ms", "service_ms", "total_ms", "slo_met", "provider")
+    __slots__ = ("outputs", "model", "variant", "instance_id", "instance_type", "queue_ms", "service_ms", "total_ms", "slo_met", "provider", "accuracy")
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class SubmitReply(_message.Message):
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
     SLO_MET_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
     outputs: _containers.RepeatedCompositeFieldContainer[Tensor]
     model: str
     variant: str
@@ -60,7 +61,8 @@ class SubmitReply(_message.Message):
     total_ms: float
     slo_met: bool
     provider: str
-    def __init__(self, outputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ..., instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., queue_ms: _Optional[float] = ..., service_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., slo_met: _Optional[bool] = ..., provider: _Optional[str] = ...) -> None: ...
+    accuracy: float
+    def __init__(self, outputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ..., instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., queue_ms: _Optional[float] = ..., service_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., slo_met: _Optional[bool] = ..., provider: _Optional[str] = ..., accuracy: _Optional[float] = ...) -> None: ...
 
 class RegisterModelRequest(_message.Message):
     __slots__ = ("name", "application", "onnx", "onnx_uri", "validation_uri", "qos_ms", "max_batch", "validation")
