@@ -18,7 +18,7 @@ import pytest
 from config.errors import ConfigError
 from daemon.cluster_token import cluster_token_path, with_cluster_token
 from tests.dispatch_helpers import make_config
-from tests.test_daemon_lifecycle import _config, _NotifyReader
+from tests.test_daemon_lifecycle import _config, _NotifyReader, _reap
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,9 +83,5 @@ def test_costscale_run_creates_its_files_private(moto_endpoint: str, tmp_path: P
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        notes.close()
-        sock.close()
+        _reap(proc, notes, sock)
         os.umask(old)

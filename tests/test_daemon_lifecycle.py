@@ -94,6 +94,15 @@ def _live(ec2) -> list[dict]:
     return [i for r in res["Reservations"] for i in r["Instances"]]
 
 
+
+def _reap(proc: subprocess.Popen, *closing) -> None:  # type: ignore[type-arg, no-untyped-def]
+    """A daemon a test started: killed if still running, and what the test opened beside it closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for c in closing:
+        c.close()
+
 def test_run_reload_lock_and_stop(moto_endpoint: str, tmp_path: Path) -> None:
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
@@ -142,10 +151,6 @@ def test_run_reload_lock_and_stop(moto_endpoint: str, tmp_path: Path) -> None:
         assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
         assert len(_live(ec2)) == 2
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        notes.close()
-        sock.close()
+        _reap(proc, notes, sock)
     out = subprocess.run(["pgrep", "-f", f"daemon.cli run {cfg}"], capture_output=True, text=True)
     assert out.stdout.strip() == ""
