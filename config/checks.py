@@ -64,6 +64,10 @@ def config_problems(cfg: Config) -> list[str]:
     unauthenticated = client_auth_missing(d.listen, d.auth_token_file, d.tls)
     if unauthenticated:
         problems.append(unauthenticated)
+    if cfg.metrics.listen and not cfg.metrics.public and not is_loopback(cfg.metrics.listen):
+        problems.append(f"metrics: listen {cfg.metrics.listen} is not loopback and the endpoint has no "
+                        "authentication: keep it on 127.0.0.1 behind an authenticating proxy, or set "
+                        "metrics.public: true")
     if cfg.metrics.listen and split_hostport(cfg.metrics.listen)[1] == split_hostport(d.listen)[1] != 0:
         problems.append(f"metrics: listen {cfg.metrics.listen} takes the dispatcher's port ({d.listen}); "
                         "give the metrics endpoint a port of its own")

@@ -155,6 +155,9 @@ class MetricsSpec(_Strict):
     as time series."""
 
     listen: str | None = Field("127.0.0.1:9464", description="HOST:PORT of the metrics endpoint; null: none")
+    public: bool = Field(False, description="allow a listen beyond loopback: the endpoint has no authentication "
+                                            "(read-only figures: spend, pool, counts); scrape it through a "
+                                            "proxy that authenticates, or set this to say you accept that")
 
     @field_validator("listen")
     @classmethod

@@ -173,6 +173,24 @@ def test_costscale_run_refuses_a_public_listen_without_client_auth(tmp_path: Pat
     assert ok.returncode == 0, ok.stderr
 
 
+def test_a_public_metrics_listen_needs_saying_so(tmp_path: Path) -> None:
+    """/metrics has no authentication: beyond loopback it is refused in one line unless
+    metrics.public says the user accepts that."""
+    raw = yaml.safe_load((REPO / "config" / "costscale.example.yaml").read_text())
+    raw["metrics"] = {"listen": "0.0.0.0:9464"}
+    raw["state_path"] = str(tmp_path / "state.db")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    bad = subprocess.run([sys.executable, "-m", "daemon.cli", "validate", str(tmp_path / "c.yaml")],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "metrics: listen 0.0.0.0:9464 is not loopback" in bad.stderr and "metrics.public" in bad.stderr
+    raw["metrics"]["public"] = True
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    ok = subprocess.run([sys.executable, "-m", "daemon.cli", "validate", str(tmp_path / "c.yaml")],
+                        capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert ok.returncode == 0, ok.stderr
+
+
 def test_worker_channels_over_mutual_tls_with_the_cluster_token(tmp_path: Path) -> None:
     """The whole path under TLS: a client with a certificate queries the dispatcher (mTLS); a worker
     registers over TLS (trusting the dispatcher's CA, its own certificate as client certificate);
