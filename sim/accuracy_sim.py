@@ -37,6 +37,7 @@ import numpy as np
 
 from dispatcher.plan_routing import PlanRouter, headroom_routing
 from variants.accuracy_planner import VariantProfile, capacity, plan_accuracy
+from variants.accuracy_trigger import TriggerParams, initial_state, replan
 from variants.adaptive_batching import BatchingPolicy, batch_step, early_drops, interpolated_latency_s
 from variants.slackfit import buckets as slackfit_buckets, choose as slackfit_choose, choose_for_queue, pareto
 from variants.spare_workers import fill_spare
@@ -294,8 +295,10 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
     # the first allocation for the trace's first window, loaded, as if the system had been running
     if spec.allocation not in SHARED_QUEUE:
         allocate(0.0, float(np.count_nonzero(arr < spec.demand_window_s)) / spec.demand_window_s, swap_s=0.0)
-    # steady: the demand of the last plan that was not a burst's (a burst is confirmed against it)
-    next_tick, next_plan, planned_at, steady = spec.tick_s, spec.replan_s, 0.0, planned
+    trigger = TriggerParams(spec.replan_s, spec.demand_window_s, spec.burst_window_s, spec.burst_factor,
+                            spec.replan_delta)
+    tstate = initial_state(planned, trigger)
+    next_tick = spec.tick_s
     i = 0
     while i < n or heap:
         t_arr = arr[i] if i < n else np.inf
@@ -308,21 +311,9 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
             _, _, wid = heapq.heappop(heap)
             (slackfit if spec.allocation in SHARED_QUEUE else start)(workers[wid], now)
         elif now == t_tick:
-            # at once on a burst (the short window over burst_factor x the planned demand, the
-            # demand window over it too), for the burst's rate; every replan_s when the mean rate
-            # since the last one moved by replan_delta (a plan for the same demand only shuffles
-            # variants, and a swap stops a worker for swap_s)
-            short = rate(now, spec.burst_window_s)
-            # (a burst's plan rests on a few seconds of arrivals: it is checked again after the
-            # demand window, over the time since)
-            if short > spec.burst_factor * planned and rate(now, spec.demand_window_s) > (1 + spec.replan_delta) * steady:
-                allocate(now, short)
-                planned_at, next_plan = now, now + spec.demand_window_s
-            elif now >= next_plan:
-                mean = rate(now, min(spec.replan_s, now - planned_at))
-                if abs(mean - planned) > spec.replan_delta * max(planned, 1e-9):
-                    allocate(now, mean)
-                planned_at, next_plan, steady = now, now + spec.replan_s, planned
+            demand, tstate = replan(tstate, now, lambda w: rate(now, w), trigger)
+            if demand is not None:
+                allocate(now, demand)
             next_tick = now + spec.tick_s
         else:
             recent.append(now)

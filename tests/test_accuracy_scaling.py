@@ -232,3 +232,23 @@ def test_slackfit_serves_bursts_from_one_queue_without_plans() -> None:
         s = simulate_accuracy(pool, _family(), "m", 200.0, arr, AccuracySpec(allocation=alloc)).summary()
         assert s["replans"] == 0 and s["swaps"] == 0
         assert s["slo_attainment"] > 0.95 and 0.70 <= s["mean_accuracy"] <= 0.80
+
+
+def test_replan_trigger_hand_computed() -> None:
+    from variants.accuracy_trigger import TriggerParams, initial_state, replan
+
+    p = TriggerParams()                                   # 30 s timer, 5 s window, 1 s burst window, 1.2x, 10 %
+    s = initial_state(100.0, p)
+    flat = {1.0: 105.0, 5.0: 104.0}                      # noise: no burst, and before the timer nothing
+    d, s2 = replan(s, 10.0, lambda w: flat.get(w, 103.0), p)
+    assert d is None and s2 == s
+    # a burst: 1 s at 150 q/s (> 120) confirmed by the 5 s rate (> 110): plan for 150, look again in 5 s
+    burst = {1.0: 150.0, 5.0: 120.0}
+    d, s3 = replan(s, 12.0, burst.__getitem__, p)
+    assert d == 150.0 and (s3.planned, s3.steady, s3.planned_at, s3.next_plan) == (150.0, 100.0, 12.0, 17.0)
+    # 5 s later the mean since (5 s) is 140, within 10 % of 150: the plan stays, and becomes steady
+    d, s4 = replan(s3, 17.0, lambda w: 140.0, p)
+    assert d is None and (s4.planned, s4.steady, s4.next_plan) == (150.0, 150.0, 47.0)
+    # the timer with the mean moved by more than 10 %: plan for it
+    d, s5 = replan(s4, 47.0, lambda w: {1.0: 100.0, 5.0: 100.0, 30.0: 90.0}[w], p)
+    assert d == 90.0 and (s5.planned, s5.steady, s5.planned_at) == (90.0, 90.0, 47.0)
