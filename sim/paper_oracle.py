@@ -18,6 +18,9 @@ Our reading, made exact:
   "within QoS" = service time <= ``xi * qos_ms`` (no wait, so latency = service time);
 - throughput = queries served / the time the last one finishes (the makespan). Queries no
   instance of the pool serves within QoS are never run; ``served_fraction`` says how many ran.
+  The allowable throughput is a p99 figure (Kairos §7 "Metrics"): a pool that leaves more than
+  ``100 - percentile`` % of the sequence unserved (a pool of auxiliary types only, on a mix with
+  queries beyond their QoS region) has allowable throughput 0, as in the fluid LP.
 - the base type of a pool is ``sim.policies.base_type_of`` (the fastest type on the largest
   batch, Kairos Definition 1 / §7) unless given.
 
@@ -28,6 +31,7 @@ heuristic schedule with perfect knowledge; it is not an upper bound on every pol
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -56,6 +60,7 @@ def paper_oracle(
     *,
     base_type: str | None = None,
     xi: float = 1.0,
+    percentile: float = 99.0,
 ) -> PaperOracleResult:
     """Kairos §7 ORCL throughput of one pool on the query sequence ``batches`` (see module doc)."""
     live = {t: int(c) for t, c in pool.items() if c > 0}
@@ -106,8 +111,9 @@ def paper_oracle(
         served_by[t] += 1
         heapq.heappush(heap, (done, rank, k, t))
     served = sum(served_by.values())
+    enough = served >= math.ceil(percentile / 100.0 * n - 1e-9)
     return PaperOracleResult(
-        allowable_qps=served / makespan if makespan > 0 else 0.0,
+        allowable_qps=served / makespan if makespan > 0 and enough else 0.0,
         served_fraction=served / n,
         makespan_s=makespan,
         base_type=base,
@@ -116,12 +122,12 @@ def paper_oracle(
 
 
 def best_paper_oracle(pools: Iterable[Mapping[str, int]], model: str, profiles: ProfileTable, qos_ms: float,
-                      batches: np.ndarray, *, xi: float = 1.0) -> tuple[float, dict[str, int]]:
+                      batches: np.ndarray, *, xi: float = 1.0, percentile: float = 99.0) -> tuple[float, dict[str, int]]:
     """Kairos §7: the largest ORCL throughput among ``pools`` and the pool that has it
     (``(0.0, {})`` when none serves anything)."""
     best, best_pool = 0.0, {}
     for p in pools:
-        q = paper_oracle(p, model, profiles, qos_ms, batches, xi=xi).allowable_qps
+        q = paper_oracle(p, model, profiles, qos_ms, batches, xi=xi, percentile=percentile).allowable_qps
         if q > best:
             best, best_pool = q, {t: int(c) for t, c in p.items() if c > 0}
     return best, best_pool

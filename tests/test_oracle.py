@@ -111,9 +111,11 @@ def test_paper_oracle_hand_computed_two_types_six_queries() -> None:
 def test_paper_oracle_never_runs_a_query_past_qos() -> None:
     # cpu alone: 200 (20.5 ms) and 500 (50.5 ms) miss the 20 ms QoS and never run;
     # 10, 20, 30, 100 back to back: 1.5 + 2.5 + 3.5 + 10.5 = 18 ms
-    o = paper_oracle({"cpu": 1}, "m", HAND, 20.0, SIX)
+    o = paper_oracle({"cpu": 1}, "m", HAND, 20.0, SIX, percentile=50.0)
     assert o.served_fraction == pytest.approx(4 / 6)
     assert o.allowable_qps == pytest.approx(4 / 0.018)
+    # at p99 (the default), 2 of 6 unserved is too many: allowable throughput 0
+    assert paper_oracle({"cpu": 1}, "m", HAND, 20.0, SIX).allowable_qps == 0.0
     # the gpu alone serves all six largest first: 6 + 3 + 2 + 1.3 + 1.2 + 1.1 = 14.6 ms
     g = paper_oracle({"gpu": 1}, "m", HAND, 20.0, SIX)
     assert g.allowable_qps == pytest.approx(6 / 0.0146)
