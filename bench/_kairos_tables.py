@@ -83,7 +83,8 @@ def claims_table(rows: list[dict], scenario_claim: str) -> str:
     ])
 
 
-def goals(results: Mapping[tuple[str, str], dict], scenarios: Mapping[str, tuple]) -> str:
+def goals(results: Mapping[tuple[str, str], dict], scenarios: Mapping[str, tuple],
+          latency: Sequence[dict] = ()) -> str:
     """Issue 16's goals, each with its figure."""
     def worst(scen: Sequence[str], a: str, b: str) -> tuple[float, str]:
         vals = [(_div(r[a], r[b]), f"{s}/{m}") for (s, m), r in results.items() if s in scen]
@@ -94,16 +95,24 @@ def goals(results: Mapping[tuple[str, str], dict], scenarios: Mapping[str, tuple
                                 ("ours ÷ best homogeneous (scaled), every model, distribution and budget",
                                  ["base", "4x-budget", "gaussian", "gaussian-4x"], 1.0),
                                 ("ours ÷ best homogeneous (scaled), deeprecsys", ["base", "4x-budget"], 1.3),
-                                ("ours ÷ best homogeneous (scaled), 5% latency noise", ["noise"], 1.0)):
-        den = "oracle" if "oracle" in label else "homo"
+                                ("ours ÷ best homogeneous (scaled), 5% latency noise", ["noise"], 1.0),
+                                ("ours ÷ best homogeneous as measured (raw, not scaled for the budget slack), every "
+                                 "scenario", list(scenarios), 1.0)):
+        den = "oracle" if "oracle" in label else ("homo_raw" if "raw" in label else "homo")
         v, at = worst(scen, "ours_qps", den)
         if v != v:
             continue
         lines.append(f"| {label} | >= {target:.2f} | {v:.2f} ({at}) | {'yes' if v >= target else 'no'} |")
     plan = [(r["plan_s"], f"{s}/{m}") for (s, m), r in results.items() if scenarios[s][0] == 2.5]
-    if plan:
+    if latency:
+        w = max(latency, key=lambda r: r["confirm_s"])
+        busy = f"; {max(plan)[0]:.2f} s ({max(plan)[1]}) inside this run, 2 processes on a shared machine" if plan else ""
+        lines.append(f"| planning latency with the confirmation, 2.5 $/hr, one process | <= 2 s | {w['confirm_s']:.2f} s "
+                     f"({w['dist']}/{w['model']}, section kairos-plan-latency){busy} "
+                     f"| {'yes' if w['confirm_s'] <= 2.0 else 'no'} |")
+    elif plan:
         v, at = max(plan)
-        lines.append(f"| planning latency with the confirmation, 2.5 $/hr, one process | <= 2 s | {v:.2f} s ({at}) "
+        lines.append(f"| planning latency with the confirmation, 2.5 $/hr (inside this run) | <= 2 s | {v:.2f} s ({at}) "
                      f"| {'yes' if v <= 2.0 else 'no'} |")
     return "\n".join(lines)
 
