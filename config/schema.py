@@ -118,7 +118,7 @@ class LaunchSpec(_Strict):
 
 class DispatcherSpec(_Strict):
     listen: str = "127.0.0.1:50051"
-    policy: Literal["kairos", "fcfs", "drs", "clockwork"] = "kairos"
+    policy: Literal["kairos", "kairos-strict", "fcfs", "drs", "clockwork"] = "kairos-strict"
     queue_limit: Annotated[int, Field(ge=1)] = 10_000
     on_deadline: Literal["drop", "best_effort"] = "drop"
     max_payload_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024

@@ -7,6 +7,10 @@ daemon's fleet loop, ``costscale plan`` and the simulator.
   (Eq. 9-15, ``scaler.upper_bound``), then the similarity pick: if the top-3 pools have the same
   base count take the top one ("top3-same-base"); otherwise, among the top 10, the pool with the
   least sum of squared Euclidean distances (over count vectors) to the other nine ("min-sse-top10").
+  The pick is then never *dominated* (issue 16): when another pool within the budget and the
+  per-type bounds holds at least as many instances of every type, the highest-bound such pool that
+  is maximal (no instance fits beside it) replaces it, provided its bound is no lower
+  (:func:`undominated`); the rule keeps its name. ``scaler.confirm`` checks the pick by simulation.
 - ``min_cost`` (INFaaS §4.2.3 style): the cheapest pool whose estimated capacity (its upper bound)
   covers ``demand_qps * (1 + headroom)`` ("min-cost"); if none does, the pool with the highest upper
   bound within the budget, flagged ``demand_unmet`` ("min-cost-unmet").
@@ -25,7 +29,7 @@ import numpy as np
 from scaler.base_aux import BaseAux, PlanError, split_base_aux
 from scaler.batch_mix import BatchMix, mix_from_dist
 from config.profiles import LatencyProfile, ProfileTable, Stat
-from scaler.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
+from scaler.upper_bound import BUDGET_EPS, DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
 
 Objective = Literal["max_throughput", "min_cost"]
 SIMILARITY_TOP = 10
@@ -173,6 +177,30 @@ def similarity_pick(counts: np.ndarray, base_col: int, top: int = SIMILARITY_TOP
     return int(np.argmin(d.sum(axis=1))), "min-sse-top10"
 
 
+def maximal_pools(ranking: Ranking, inputs: PlanInputs) -> np.ndarray:
+    """Mask of the ranked pools beside which no further instance of any allowed type fits (budget
+    and per-type maxima): exactly the pools no other pool within budget dominates."""
+    if len(ranking) == 0:
+        return np.zeros(0, dtype=bool)
+    price = np.array([inputs.prices[t] for t in ranking.types], dtype=float)
+    cap = np.array([inputs.bounds.get(t, (0, None))[1] for t in ranking.types], dtype=object)
+    hi = np.array([np.inf if c is None else float(c) for c in cap], dtype=float)
+    room = ranking.counts < hi[None, :]
+    add = np.where(room, price[None, :], np.inf).min(axis=1)
+    return ranking.cost + add > inputs.budget_per_hour + BUDGET_EPS
+
+
+def undominated(ranking: Ranking, inputs: PlanInputs, idx: int, maximal: np.ndarray | None = None) -> int:
+    """Row of the highest-bound maximal pool holding at least row ``idx``'s count of every type
+    with a bound no lower than row ``idx``'s (row ``idx`` itself when it is maximal or none is)."""
+    mask = maximal_pools(ranking, inputs) if maximal is None else maximal
+    if mask[idx]:
+        return idx
+    hit = np.flatnonzero(mask & np.all(ranking.counts >= ranking.counts[idx], axis=1)
+                         & (ranking.bound >= ranking.bound[idx]))
+    return int(hit[0]) if hit.size else idx
+
+
 def _full_pool(inputs: PlanInputs, ranking: Ranking, i: int) -> dict[str, int]:
     got = ranking.pool(i)
     return {t: got.get(t, 0) for t in inputs.types}
@@ -273,6 +301,7 @@ def choose_pool(
     demand_unmet = False
     if objective == "max_throughput":
         idx, rule = similarity_pick(ranking.counts, ranking.types.index(ba.base_type))
+        idx = undominated(ranking, inputs, idx)
     else:
         need = demand_qps * (1.0 + headroom)
         ok = np.flatnonzero((ranking.bound >= need) & (ranking.bound > 0))

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from config.schema import Config
     from dispatcher.latency_model import LatencyModel
 
-SIM_POLICY_NAMES: tuple[str, ...] = ("kairos", "fcfs", "drs", "clockwork", "first-idle")
+SIM_POLICY_NAMES: tuple[str, ...] = ("kairos", "kairos-strict", "fcfs", "drs", "clockwork", "first-idle")
 
 
 def base_type_of(pool: Mapping[str, int], profiles: ProfileTable, model: str,

@@ -41,7 +41,7 @@ def test_price_override_and_defaults() -> None:
     assert list(cat) == ["g4dn.xlarge", "r5n.large"]
     assert cat["g4dn.xlarge"].price_per_hour == 0.526
     assert cat["r5n.large"].price_per_hour == 0.2
-    assert cfg.dispatcher.policy == "kairos"
+    assert cfg.dispatcher.policy == "kairos-strict"   # the default changed with issue 16 (was "kairos")
     assert cfg.on_shutdown == "keep"
 
 

@@ -85,3 +85,45 @@ def test_oracle_never_below_any_policy(model: str, qos: float, pool: dict[str, i
         assert cap.allowable_qps <= bound, name
         if name == "kairos":
             assert cap.allowable_qps > 0
+
+
+# ---------------------------------------------------------------- the paper's ORCL (Kairos §7)
+
+from sim.paper_oracle import best_paper_oracle, paper_oracle  # noqa: E402
+
+# gpu (base): 1 + b/100 ms; cpu: b/10 + 0.5 ms, within the 20 ms QoS up to batch 100 only
+HAND = grid_profiles({"gpu": lambda b: 1 + b / 100, "cpu": lambda b: b / 10 + 0.5})
+SIX = np.array([200, 10, 500, 30, 100, 20])
+
+
+def test_paper_oracle_hand_computed_two_types_six_queries() -> None:
+    # sorted: 10 20 30 100 200 500. t=0: gpu takes 500 (6 ms, free at 6), cpu takes 10 (1.5 -> 1.5),
+    # then 20 (2.5 -> 4.0), then 30 (3.5 -> 7.5); t=6: gpu takes the largest left, 200 (3 -> 9);
+    # t=7.5: cpu takes the smallest left, 100 (10.5 -> 18); nothing left: 6 queries in 18 ms
+    o = paper_oracle({"gpu": 1, "cpu": 1}, "m", HAND, 20.0, SIX)
+    assert o.base_type == "gpu"
+    assert o.makespan_s == pytest.approx(0.018)
+    assert o.allowable_qps == pytest.approx(6 / 0.018)
+    assert o.served_fraction == 1.0
+    assert o.share_by_type == {"gpu": pytest.approx(2 / 6), "cpu": pytest.approx(4 / 6)}
+
+
+def test_paper_oracle_never_runs_a_query_past_qos() -> None:
+    # cpu alone: 200 (20.5 ms) and 500 (50.5 ms) miss the 20 ms QoS and never run;
+    # 10, 20, 30, 100 back to back: 1.5 + 2.5 + 3.5 + 10.5 = 18 ms
+    o = paper_oracle({"cpu": 1}, "m", HAND, 20.0, SIX, percentile=50.0)
+    assert o.served_fraction == pytest.approx(4 / 6)
+    assert o.allowable_qps == pytest.approx(4 / 0.018)
+    # at p99 (the default), 2 of 6 unserved is too many: allowable throughput 0
+    assert paper_oracle({"cpu": 1}, "m", HAND, 20.0, SIX).allowable_qps == 0.0
+    # the gpu alone serves all six largest first: 6 + 3 + 2 + 1.3 + 1.2 + 1.1 = 14.6 ms
+    g = paper_oracle({"gpu": 1}, "m", HAND, 20.0, SIX)
+    assert g.allowable_qps == pytest.approx(6 / 0.0146)
+
+
+def test_best_paper_oracle_is_the_max_over_pools() -> None:
+    pools = [{"cpu": 1}, {"gpu": 1}, {"gpu": 1, "cpu": 1}, {"gpu": 2}]
+    # two gpus: 500 | 200, then 100 (2 ms) on the one free at 3, ... = max(6 + 1.2, 3 + 2 + 1.3 + 1.1) = 7.4 ms
+    q, pool = best_paper_oracle(pools, "m", HAND, 20.0, SIX)
+    assert pool == {"gpu": 2}
+    assert q == pytest.approx(6 / 0.0074)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scaler.base_aux import PlanError
 from scaler.batch_mix import BatchMix, mix_from_dist
 from scaler.kairos_plus import kairos_plus, kairos_plus_search
-from scaler.plan import PlanInputs, choose_pool, plan_inputs_from_config, rank_inputs, similarity_pick
+from scaler.plan import PlanInputs, choose_pool, maximal_pools, plan_inputs_from_config, rank_inputs, similarity_pick
 from config.profiles import LatencyProfile, load_profiles_csv
 from scaler.upper_bound import enumerate_pools, rank_pools
 
@@ -101,8 +101,9 @@ def test_plan_json_shape_and_excluded_type() -> None:
     d = json.loads(p.to_json())
     assert list(d) == ["model", "budget_per_hour", "base_type", "chosen", "cost_per_hour", "upper_bound_qps",
                        "rule", "pools_ranked", "ranked"]
-    # gpu x3, x2, x1 (bounds 1500, 1000, 500): top-3 base counts differ -> the SSE centre, gpu x2
-    assert d["chosen"] == {"gpu": 2, "cpu": 0} and d["rule"] == "min-sse-top10"
+    # gpu x3, x2, x1 (bounds 1500, 1000, 500): top-3 base counts differ -> the SSE centre, gpu x2;
+    # issue 16: gpu x2 is dominated by gpu x3 within the budget, so the pick is gpu x3 (was gpu x2)
+    assert d["chosen"] == {"gpu": 3, "cpu": 0} and d["rule"] == "min-sse-top10"
     assert d["pools_ranked"] == 3 and len(d["ranked"]) == 2
     assert all(r["pool"]["cpu"] == 0 for r in d["ranked"])
     assert list(d["ranked"][0]) == ["pool", "cost_per_hour", "upper_bound_qps"]
@@ -164,7 +165,15 @@ def test_plan_properties(inp: PlanInputs, objective: str, demand: float) -> None
     assert [b for _, _, b in plan.ranked] == sorted((b for _, _, b in plan.ranked), reverse=True)
     if objective == "max_throughput":
         assert plan.rule in ("top3-same-base", "min-sse-top10")
-        assert plan.chosen in [p for p, _, _ in plan.ranked[:10]]
+        # issue 16: the similarity pick among the top 10 (was: the pick itself is in the top 10), or
+        # the maximal pool that replaces it when it is dominated, with a bound no lower
+        chosen = np.array([plan.chosen[t] for t in ranking.types])
+        top = [np.array([p[t] for t in ranking.types]) for p, _, _ in plan.ranked[:10]]
+        assert any(np.all(chosen >= x) for x in top)
+        ok = maximal_pools(ranking, inp)
+        row = int(np.flatnonzero(np.all(ranking.counts == chosen, axis=1))[0])
+        dominating = np.all(ranking.counts >= chosen, axis=1) & ~np.all(ranking.counts == chosen, axis=1)
+        assert ok[row] or not np.any(dominating & ok & (ranking.bound >= ranking.bound[row]))
     elif plan.demand_unmet:
         assert plan.rule == "min-cost-unmet" and plan.upper_bound_qps == pytest.approx(ranking.bound[0])
         assert ranking.bound[0] < demand * 1.1 or ranking.bound[0] <= 0
@@ -239,5 +248,6 @@ def test_plan_inputs_from_config_falls_back_to_declared_mix() -> None:
     assert inp.prices == {"g4dn.xlarge": 0.526, "t3.xlarge": 0.2}
     assert inp.bounds == {"g4dn.xlarge": (0, 3), "t3.xlarge": (0, None)}
     plan = choose_pool(inp)
-    # t3 excluded, g4dn max 3: pools g4dn x3, x2, x1 -> top-3 base counts differ -> SSE centre x2
-    assert (plan.chosen, plan.rule, plan.pools_ranked) == ({"g4dn.xlarge": 2, "t3.xlarge": 0}, "min-sse-top10", 3)
+    # t3 excluded, g4dn max 3: pools g4dn x3, x2, x1 -> top-3 base counts differ -> SSE centre x2;
+    # issue 16: x2 is dominated by x3 within the budget and the max, so x3 (was x2)
+    assert (plan.chosen, plan.rule, plan.pools_ranked) == ({"g4dn.xlarge": 3, "t3.xlarge": 0}, "min-sse-top10", 3)

@@ -101,3 +101,19 @@ def test_plan_model_without_profiles(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_plan_missing_config(tmp_path: Path) -> None:
     assert main(["plan", str(tmp_path / "none.yaml")]) == 2
+
+
+def test_plan_confirm_json_and_the_issue_16_case(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 16: budget 1, g4dn + r5n, 10 ms, fixed:64 used to pick r5n x3 ($0.447) though r5n x6 fits
+    argv = ["plan", cfg, "--model", "ncf", "--budget", "1", "--types", "g4dn.xlarge,r5n.large", "--qos-ms", "10",
+            "--batch-dist", "fixed:64", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["chosen"] == {"g4dn.xlarge": 0, "r5n.large": 6}
+    assert main(argv + ["--confirm", "2"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    c = d["confirmation"]
+    # the pick is the homogeneous base pool itself: one simulation answers both
+    assert d["rule"].startswith("confirmed:") and len(c["evaluated"]) == 1
+    assert c["homogeneous"] == {"g4dn.xlarge": 0, "r5n.large": 6} == c["evaluated"][0]["pool"]
+    assert c["pick_qps"] >= c["homogeneous_qps"] > 0
+    assert main(["plan", cfg, "--confirm", "1"]) == 2

@@ -256,3 +256,35 @@ def test_kairos_single_query_fast_path_equals_the_matrix_path(batch: int, waited
     _, cols = linear_sum_assignment(cost)
     j = int(cols[0])
     assert got == ([Assignment("q", f"w{j}")] if workers[j].idle else [])
+
+
+# ---------------------------------------------------------------- kairos-strict (ours, issue 16)
+
+from dispatcher.policies import KairosStrictPolicy  # noqa: E402
+
+
+def test_kairos_strict_holds_a_pair_that_misses_eq5_where_kairos_dispatches_it() -> None:
+    # QoS 10 ms, ξ = 0.98: slack 9.8 ms. Two queries, one idle B: q3 on B takes 12 ms (misses),
+    # q2 on B 7.5 ms (meets). A busy for 5 ms more: q3 on A = 5 + 4 = 9 ms (meets), q2 on A 8 ms.
+    # C_B = 4/12. Costs C·L: A: q2 8, q3 9; B: q2 2.5, q3 10 (penalty 100 × 1/3 = 33.3).
+    # Matching: q2→B + q3→A = 11.5 (q2→A + q3→B = 41.3): both policies dispatch q2 to B.
+    queue = [q("q2", 2, 0.0, qos=10), q("q3", 3, 0.0, qos=10)]
+    workers = [w("a", "A", busy_until=0.005), w("b", "B")]
+    assert pairs(KairosPolicy(P, "A").match(queue, workers, 0.0)) == {("q2", "b")}
+    assert pairs(KairosStrictPolicy(P, "A").match(queue, workers, 0.0)) == {("q2", "b")}
+    # Three queries of batch 3 and one idle B: every pair with B misses (12 ms); Eq. 7 makes Kairos
+    # dispatch one of them to B anyway, late; kairos-strict keeps them queued for A (9 ms, in time)
+    queue3 = [q("x", 3, 0.0, qos=10), q("y", 3, 0.0, qos=10), q("z", 3, 0.0, qos=10)]
+    assert len(KairosPolicy(P, "A").match(queue3, workers, 0.0)) == 1
+    assert KairosStrictPolicy(P, "A").match(queue3, workers, 0.0) == []
+    # one query alone (the scalar path) behaves the same
+    assert KairosStrictPolicy(P, "A").match(queue3[:1], workers, 0.0) == []
+    assert pairs(KairosPolicy(P, "A").match(queue3[:1], workers, 0.0)) == set()   # argmin is A (busy)
+
+
+def test_kairos_strict_serves_queries_late_everywhere_as_kairos_does() -> None:
+    # QoS 3 ms: batch 3 takes >= 4 ms on every type, hopeless: best effort, dispatched as by Kairos
+    queue = [q("x", 3, 0.0, qos=3), q("y", 3, 0.0, qos=3)]
+    workers = [w("a", "A"), w("b", "B")]
+    assert pairs(KairosStrictPolicy(P, "A").match(queue, workers, 0.0)) == pairs(KairosPolicy(P, "A").match(queue, workers, 0.0))
+    assert len(KairosStrictPolicy(P, "A").match(queue[:1], [w("b", "B")], 0.0)) == 1

@@ -2,6 +2,9 @@
 
 Flags override the config: --model, --budget, --types, --qos-ms, --batch-dist, --profiles; --top K
 pools are listed (default 10); --json prints exactly one JSON object (``Plan.to_json``).
+--confirm N (max_throughput) confirms the pick with Kairos+ (``scaler.confirm``) using the simulator
+as evaluator (``sim.pick_eval``, the config's dispatch policy) within N evaluations; the homogeneous
+pool of the base type is always one of them.
 --region-prices prices the config's region as the daemon does (``daemon.aws_wiring``: the Price
 List API, cached beside the state store; on failure the shipped us-east-1 table, with one warning
 line); without it the shipped table's prices are used.
@@ -10,18 +13,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import sys
 from typing import Iterator, Sequence
 
-from daemon.commands._overrides import add_override_flags, resolve
+from daemon.commands._overrides import Resolved, add_override_flags, resolve
 from config.errors import UsageError
 from config.schema import Config
 from scaler.base_aux import PlanError
-from scaler.batch_mix import mix_from_dist
+from scaler.batch_mix import BatchMix, mix_from_dist
 from scaler.fleet_decision import plan_fleet
 from sim.slo_check import slo_check
-from scaler.plan import MIX_SEED, Plan
+from scaler.confirm import Confirmation, confirm_pick
+from scaler.plan import MIX_SEED, Plan, plan_inputs_from_config
+from sim.pick_eval import capacity_evaluator
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--region-prices", action="store_true",
                    help="price the config's region as the daemon does (AWS Price List API, cached beside the "
                         "state store; the shipped us-east-1 prices with a warning when that fails)")
+    p.add_argument("--confirm", metavar="N", type=int,
+                   help="max_throughput: confirm the pick by simulating at most N pools (Kairos+; >= 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -47,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("plan: --top must be >= 1")
     if args.demand_qps is not None and args.demand_qps < 0:
         raise UsageError("plan: --demand-qps must be >= 0")
+    if args.confirm is not None and args.confirm < 2:
+        raise UsageError("plan: --confirm must be >= 2 (the pick and the homogeneous pool)")
     r = resolve(args, "plan")
     cfg = r.cfg
     types = None
@@ -65,17 +75,42 @@ def run(args: argparse.Namespace) -> int:
         mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=r.max_batch)
         plan = plan_fleet(cfg, r.profiles, mix, demand, slo_check=slo_check, model=r.model, types=types, budget=args.budget,
                           qos_ms=args.qos_ms, objective=objective, top_k=args.top)
+        conf = None
+        if args.confirm is not None:
+            if objective != "max_throughput":
+                raise UsageError("plan: --confirm applies to the max_throughput objective")
+            conf = _confirm(cfg, r, mix, types, args, plan.base_type)
+            plan = conf.plan
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
     if args.json:
-        print(plan.to_json())
+        d = plan.to_dict()
+        if conf is not None:
+            d["confirmation"] = {"pick_qps": round(conf.pick_qps, 3), "similarity_qps": round(conf.similarity_qps, 3),
+                                 "homogeneous": conf.homogeneous, "homogeneous_qps": round(conf.homogeneous_qps, 3),
+                                 "evaluated": [{"pool": p, "qps": round(q, 3)} for p, q in conf.evaluated]}
+        print(json.dumps(d))
     else:
         if args.region_prices:
             catalog = cfg.full_catalog()
             print(f"prices ({cfg.region}): " + ", ".join(f"{t} {catalog[t].price_per_hour:g}" for t in plan.chosen)
                   + " $/hr")
         print(render(plan, dist))
+        if conf is not None:
+            print(f"confirmed by {len(conf.evaluated)} simulated pools ({cfg.dispatcher.policy}): pick "
+                  f"{conf.pick_qps:.1f} q/s, similarity pick {conf.similarity_qps:.1f} q/s, homogeneous "
+                  + ", ".join(f"{t} x{c}" for t, c in conf.homogeneous.items() if c) + f" {conf.homogeneous_qps:.1f} q/s")
     return 0
+
+
+def _confirm(cfg: Config, r: Resolved, mix: BatchMix, types: Sequence[str] | None, args: argparse.Namespace,
+             base_type: str) -> Confirmation:
+    """The pick confirmed by Kairos+ with the simulator (the config's policy, the planner's base)."""
+    inputs = plan_inputs_from_config(cfg, r.profiles, r.model, mix, types=types, budget=args.budget, qos_ms=args.qos_ms)
+    spec = cfg.model(r.model)
+    evaluate = capacity_evaluator(spec.profile_name, r.profiles, inputs.qos_ms, inputs.mix,
+                                  policy=cfg.dispatcher.policy, base_type=base_type)
+    return confirm_pick(inputs, evaluate, args.confirm, top_k=args.top)
 
 
 @contextlib.contextmanager

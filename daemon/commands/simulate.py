@@ -3,7 +3,9 @@
 - ``simulate CONFIG --pool TYPE=N,... [--policy P] [--rate QPS | --trace CSV] [--duration S]``:
   one run; prints served, p50/p99, SLO violation ratio, throughput, $/hr and utilization.
 - ``capacity CONFIG --pool ... [--policy P]``: the allowable throughput (Kairos §7): the highest
-  Poisson rate with p99 <= QoS, plus the oracle's fluid bound for the same pool.
+  Poisson rate with p99 <= QoS, beside the paper's oracle (Kairos §7 ORCL, ``sim.paper_oracle``:
+  ``oracle_qps``) and the fluid LP bound (``sim.oracle``: ``fluid_bound_qps``) for the same pool
+  and the same queries.
 Both take the override flags of :mod:`daemon.commands._overrides`; ``--json`` prints one object.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sim.capacity import pool_capacity
 from sim.engine import simulate
 from sim.metrics import summarize
 from sim.oracle import oracle_capacity
+from sim.paper_oracle import paper_oracle
 from sim.policies import SIM_POLICY_NAMES, policy_factory
 from sim.workload import load_trace_csv, make_workload, unit_poisson_workload
 
@@ -150,14 +153,16 @@ def run_capacity(args: argparse.Namespace) -> int:
     wl = unit_poisson_workload(args.queries, r.batch_dist, seed=args.seed, max_batch=r.max_batch)
     cap = pool_capacity(pool, r.profile_model, r.profiles, r.qos_ms, make, workload=wl, seed=args.seed,
                         service=args.service, noise=args.noise, precision=args.precision)
-    orc = oracle_capacity(pool, r.profile_model, r.profiles, r.qos_ms, wl.batches, service=args.service,
-                          noise=args.noise)
+    fluid = oracle_capacity(pool, r.profile_model, r.profiles, r.qos_ms, wl.batches, service=args.service,
+                            noise=args.noise)
+    orc = paper_oracle(pool, r.profile_model, r.profiles, r.qos_ms, wl.batches)
     cost = pool_cost(pool, r.prices)
     if args.json:
         print(json.dumps({
             "model": r.model, "policy": name, "pool": pool, "qos_ms": r.qos_ms,
             "allowable_qps": _num(cap.allowable_qps), "p99_ms": _num(cap.p99_ms), "cost_per_hour": _num(cost),
-            "oracle_qps": _num(orc.allowable_qps), "evaluations": len(cap.evaluations),
+            "oracle_qps": _num(orc.allowable_qps), "fluid_bound_qps": _num(fluid.allowable_qps),
+            "evaluations": len(cap.evaluations),
             "precision": args.precision, "queries": args.queries,
         }))
         return 0
@@ -165,5 +170,6 @@ def run_capacity(args: argparse.Namespace) -> int:
           f"{', '.join(f'{t} x{c}' for t, c in pool.items())} ({cost:.4f} $/hr)")
     p99 = "n/a" if not math.isfinite(cap.p99_ms) else f"{cap.p99_ms:.3f} ms"
     print(f"allowable throughput {cap.allowable_qps:.1f} q/s (p99 {p99}; {len(cap.evaluations)} runs of "
-          f"{args.queries} queries, precision {args.precision:.0%}); oracle bound {orc.allowable_qps:.1f} q/s")
+          f"{args.queries} queries, precision {args.precision:.0%}); paper oracle (Kairos §7) "
+          f"{orc.allowable_qps:.1f} q/s, fluid LP bound {fluid.allowable_qps:.1f} q/s")
     return 0

@@ -1,6 +1,7 @@
 """Query-distribution policies behind the :class:`dispatcher.policy.Policy` interface.
 
-``kairos`` (Kairos §5.1 matching) and the baselines of Kairos §7: ``fcfs`` (Ribbon), ``drs``
+``kairos`` (Kairos §5.1 matching, as the paper states it), ``kairos-strict`` (ours: the same
+matching, never dispatching a pair that misses Eq. 5; the default) and the baselines of Kairos §7: ``fcfs`` (Ribbon), ``drs``
 (DeepRecSys threshold), ``clockwork``. Also :func:`infeasible`, the queries no worker can serve
 within their SLO (the dispatcher's ``drop`` mode).
 """
@@ -15,11 +16,15 @@ from dispatcher.policies.clockwork import ClockworkPolicy
 from dispatcher.policies.drs import DrsPolicy, sweep_drs_threshold
 from dispatcher.policies.fcfs import FcfsPolicy
 from dispatcher.policies.kairos import KairosPolicy
+from dispatcher.policies.kairos_strict import KairosStrictPolicy
 from dispatcher.policy import LatencyPredictor, Policy, QueryView, WorkerView
 
-POLICY_NAMES: tuple[str, ...] = ("kairos", "fcfs", "drs", "clockwork")
+POLICY_NAMES: tuple[str, ...] = ("kairos", "kairos-strict", "fcfs", "drs", "clockwork")
+#: the policy a config gets when it names none (``config.schema``'s default): the best measured
+DEFAULT_POLICY = "kairos-strict"
 
-__all__ = ["POLICY_NAMES", "make_policy", "infeasible", "sweep_drs_threshold", "KairosPolicy",
+__all__ = ["POLICY_NAMES", "DEFAULT_POLICY", "make_policy", "infeasible", "sweep_drs_threshold", "KairosPolicy",
+           "KairosStrictPolicy",
            "FcfsPolicy", "DrsPolicy", "ClockworkPolicy"]
 
 
@@ -28,6 +33,8 @@ def make_policy(name: str, predictor: LatencyPredictor, base_type: str, *, xi: f
     """A fresh policy by name (one of :data:`POLICY_NAMES`); ValueError for another name."""
     if name == "kairos":
         return KairosPolicy(predictor, base_type, xi=xi, max_queue_factor=max_queue_factor)
+    if name == "kairos-strict":
+        return KairosStrictPolicy(predictor, base_type, xi=xi, max_queue_factor=max_queue_factor)
     if name == "fcfs":
         return FcfsPolicy(predictor, base_type)
     if name == "drs":
