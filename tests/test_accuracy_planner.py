@@ -302,3 +302,12 @@ def test_cli_malformed_csv_and_missing_slo(tmp_path, capsys):
     code, _, err = _cli(capsys, "--variants", str(shipped_csv("resnet")), "--pool", "g4dn.xlarge=1",
                         "--demand", "resnet=1", "--slo-ms", "")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no SLO for resnet" in err
+
+
+def test_a_worker_the_plan_does_not_need_keeps_its_variant() -> None:
+    """Found by the brute-force test on HiGHS: two equal variants hosted, a better one needed on one
+    worker; the other worker keeps what it hosts (one swap, not two)."""
+    lat = {"t0": {1: 1.0, 4: 1.0, 16: 4.0}}
+    vs = [VariantProfile("a", "v0", 0.5, lat), VariantProfile("a", "v2", 0.5, lat), VariantProfile("a", "v5", 0.66, lat)]
+    p = plan_accuracy({"w0": "t0", "w1": "t0"}, vs, {"a": 1.0}, {"a": 20.0}, {}, {"w0": "v0", "w1": "v2"})
+    assert p.swaps == 1 and sorted(v for v in p.placement.values() if v) in (["v0", "v5"], ["v2", "v5"])
