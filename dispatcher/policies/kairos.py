@@ -80,15 +80,22 @@ class KairosPolicy:
 
     def _match_one(self, q: QueryView, workers: Sequence[WorkerView], now: float) -> list[Assignment]:
         """One waiting query: Eq. 6 with m = 1 is the argmin of its cost row (first minimum on ties,
-        as ``linear_sum_assignment`` breaks them). The same arithmetic as :meth:`cost_matrix`, on
-        scalars: a round with a single waiting query (the usual case below saturation) makes no
-        numpy calls."""
+        as ``linear_sum_assignment`` breaks them)."""
+        w = workers[self._best_one(q, workers, now)[0]]
+        return [Assignment(q.query_id, w.worker_id)] if w.idle else []
+
+    def _best_one(self, q: QueryView, workers: Sequence[WorkerView], now: float
+                  ) -> tuple[int, bool, dict[str, float], float]:
+        """The argmin of one query's cost row: (its worker's index, whether that pair misses Eq. 5,
+        the predicted service ms by type, the query's slack ξ·T_qos − W in ms). The same arithmetic
+        as :meth:`cost_matrix`, on scalars: a round with a single waiting query (the usual case
+        below saturation) makes no numpy calls."""
         predict = self.predictor.predict_ms
         base_ms = predict(q.model, self.base_type, q.batch_size)
         slack = self.xi * q.qos_ms - 1000.0 * (now - q.arrival)
         penalty = self.penalty_factor * q.qos_ms
         by_type: dict[str, float] = {}
-        best, best_j = float("inf"), -1
+        best, best_j, best_late = float("inf"), -1, False
         for j, w in enumerate(workers):
             s = by_type.get(w.instance_type)
             if s is None:
@@ -96,6 +103,5 @@ class KairosPolicy:
             L = s + mx.busy_ms(w, now)
             cost = (base_ms / max(s, 1e-12)) * (penalty if L > slack else L)
             if cost < best or best_j < 0:
-                best, best_j = cost, j
-        w = workers[best_j]
-        return [Assignment(q.query_id, w.worker_id)] if w.idle else []
+                best, best_j, best_late = cost, j, L > slack
+        return best_j, best_late, by_type, slack

@@ -51,22 +51,9 @@ class KairosStrictPolicy(KairosPolicy):
 
     def _strict_one(self, q: QueryView, workers: Sequence[WorkerView], now: float) -> list[Assignment]:
         """One waiting query, on scalars (the usual round below saturation): the argmin of its cost
-        row as :meth:`KairosPolicy._match_one`, dispatched when that worker is idle and the pair
+        row (:meth:`KairosPolicy._best_one`), dispatched when that worker is idle and the pair
         meets Eq. 5 (or no worker could serve it in time)."""
-        predict = self.predictor.predict_ms
-        base_ms = predict(q.model, self.base_type, q.batch_size)
-        slack = self.xi * q.qos_ms - 1000.0 * (now - q.arrival)
-        penalty = self.penalty_factor * q.qos_ms
-        by_type: dict[str, float] = {}
-        best, best_j, best_late = float("inf"), -1, False
-        for j, w in enumerate(workers):
-            s = by_type.get(w.instance_type)
-            if s is None:
-                s = by_type[w.instance_type] = predict(q.model, w.instance_type, q.batch_size)
-            L = s + mx.busy_ms(w, now)
-            cost = (base_ms / max(s, 1e-12)) * (penalty if L > slack else L)
-            if cost < best or best_j < 0:
-                best, best_j, best_late = cost, j, L > slack
-        w = workers[best_j]
+        j, late, by_type, slack = self._best_one(q, workers, now)
+        w = workers[j]
         hopeless = min(by_type.values()) > slack
-        return [Assignment(q.query_id, w.worker_id)] if w.idle and (not best_late or hopeless) else []
+        return [Assignment(q.query_id, w.worker_id)] if w.idle and (not late or hopeless) else []
