@@ -25,7 +25,7 @@ from sim.workload import gamma_arrivals, poisson_arrivals  # noqa: E402
 from config.profiles import load_profiles_csv  # noqa: E402
 from variants.accuracy_planner import VariantProfile, capacity, profiles_from_rows, workers_from_counts  # noqa: E402
 from variants.families.profiles import read_csv, shipped_csv  # noqa: E402
-from variants.families import resnet  # noqa: E402
+from variants.families import spec as family_spec  # noqa: E402
 
 #: the pool: 2.32 $/hr of the catalog's prices, under the examples' 2.5 $/hr budget
 POOL = {"g4dn.xlarge": 1, "c5n.2xlarge": 2, "r5n.large": 4, "t3.xlarge": 2}
@@ -61,7 +61,7 @@ def main() -> int:
     args = ap.parse_args()
     vs = profiles_from_rows(read_csv(shipped_csv(args.family)))
     model = vs[0].model
-    slo = resnet.SPEC.qos_ms if args.family == "resnet" else float(args.family == "digits" and 50.0)
+    slo = family_spec(args.family).qos_ms
     pool = workers_from_counts(POOL)
     top = max(vs, key=lambda v: v.accuracy)
     full = sum(capacity(top.latency_ms[t], slo)[1] for t in pool.values())  # type: ignore[index]

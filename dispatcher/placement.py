@@ -33,6 +33,7 @@ from dispatcher.object_store import ObjectError, parse_s3_uri
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.workers import WorkerState
 from variants.executor import ANY_HARDWARE
+from variants.naming import base_name
 from variants.pipeline import generate_and_profile, hardware_classes
 
 if TYPE_CHECKING:
@@ -121,6 +122,12 @@ class VariantPlacement:
     def variant_model(self, variant: str) -> str:
         meta = self.variant_meta.get(variant)
         return meta.model if meta is not None else variant
+
+    def variant_accuracy(self, variant: str) -> float:
+        """The registered accuracy of ``variant`` (a name routing expanded with ``@hardware`` too);
+        0 when not known."""
+        meta = self.variant_meta.get(variant) or self.variant_meta.get(base_name(variant))
+        return meta.accuracy if meta is not None else 0.0
 
     def variants_for(self, application: str, model: str) -> list[str]:
         models = [model] if model else self.app_models.get(application, [])

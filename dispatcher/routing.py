@@ -19,7 +19,7 @@ Owns: ``_kick_pending``, ``_catch``, ``_caught``, ``redispatched``, ``_pending_o
 Reads: ``cfg``, ``clock``, ``predictor``, ``policy``, ``xi``, ``view_factor``, ``_loop``,
 ``_stopping``, ``_spawn`` (server); ``_queue``, ``_retry``, ``_inflight``, ``query_timeout_s``,
 ``_finish`` (admission); ``workers``, ``utilization_horizon_s``, ``_remove_worker`` (workers);
-``placement``, ``loaded_on``, ``variant_model`` (placement).
+``placement`` (``variant_model``, ``variant_accuracy``), ``loaded_on``, ``variant_model`` (placement).
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from dispatcher.policies import infeasible
 from dispatcher.policy import WorkerView
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.worker_client import is_worker_failure
-from variants.naming import base_name
 from dispatcher.workers import WorkerState
 
 #: weight of the newest call in a worker's smoothed call overhead
@@ -217,13 +216,12 @@ class RoutingRound:
             if current:
                 total = 1000.0 * (now - q.arrival)
                 variant = reply.variant or q.variant
-                meta = self._variant_meta.get(variant) or self._variant_meta.get(base_name(variant))
                 self._finish(q, pb.SubmitReply(
                     outputs=reply.outputs, model=q.model.name, variant=variant,
                     instance_id=w.instance_id, instance_type=w.instance_type,
                     queue_ms=1000.0 * (q.dispatched_at - q.arrival), service_ms=service_ms, total_ms=total,
                     slo_met=total <= q.qos_ms, provider=reply.provider,
-                    accuracy=meta.accuracy if meta is not None else 0.0))
+                    accuracy=self.placement.variant_accuracy(variant)))
         else:
             if w.removed or is_worker_failure(code):
                 self._remove_worker(w, f"Infer failed: {code.name if code else '?'} {details}")

@@ -8,7 +8,7 @@ Decisions come from the shared pure functions: placement and routing from
 (Proteus §5). Allocation policies (Proteus §6.1 baselines, on the same pool):
 
 - ``proteus``: the MILP over every variant for β × the measured demand (β = 1.05, Proteus's default),
-  every ``replan_s`` and at once on a burst (measured demand over ``burst_factor`` × the planned);
+  replanned when :func:`variants.accuracy_trigger.replan` says (a burst at once, else on a timer);
 - ``no_scaling`` (Clipper-HA): the most accurate variant on every worker, routed by the same MILP;
   queries beyond its capacity miss;
 - ``clipper_ht``: the least accurate (fastest) variant everywhere;
@@ -54,12 +54,8 @@ Allocation = tuple[dict[str, str | None], dict[str, float]]     # worker -> vari
 class AccuracySpec:
     allocation: str = "proteus"
     batching: BatchingPolicy = "proteus"
-    replan_s: float = 30.0
+    trigger: TriggerParams = TriggerParams()   # when to replan (variants.accuracy_trigger)
     tick_s: float = 0.5                # how often measured demand is checked for a burst
-    demand_window_s: float = 5.0
-    burst_window_s: float = 1.0        # a burst is read over this shorter window, and planned for
-    burst_factor: float = 1.2
-    replan_delta: float = 0.10         # a periodic replan only when demand moved this much (relative)
     beta: float = BETA
     swap_s: float = 0.2                # a worker changing variant serves nothing this long (load time)
     min_accuracy: float = 0.0
@@ -84,11 +80,11 @@ class AccuracyResult:
         ok = ~np.isnan(self.accuracy)
         mean_acc = float(self.accuracy[ok].mean()) if ok.any() else float("nan")
         drop = 0.0
-        if n:
-            win = np.floor(self.arrivals / window_s).astype(np.int64)
-            for k in np.unique(win[ok]):
-                sel = ok & (win == k)
-                drop = max(drop, self.top_accuracy - float(self.accuracy[sel].mean()))
+        if ok.any():
+            win = np.floor(self.arrivals[ok] / window_s).astype(np.int64)
+            count = np.bincount(win)
+            mean = np.bincount(win, weights=self.accuracy[ok])[count > 0] / count[count > 0]
+            drop = max(0.0, float(self.top_accuracy - mean.min()))
         return {"queries": n, "slo_attainment": float(self.served.sum() / n) if n else 1.0,
                 "mean_accuracy": mean_acc, "max_drop_points": 100.0 * drop,
                 "missed": int(n - self.served.sum()), "replans": self.replans, "swaps": self.swaps,
@@ -150,10 +146,10 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
     allowed = {"no_scaling": [max(vs, key=lambda v: v.accuracy)],
                "clipper_ht": [min(vs, key=lambda v: v.accuracy)]}.get(spec.allocation, vs)
     proc = {(v.variant, t): interpolated_latency_s(dict(lat)) for v in vs for t, lat in v.latency_ms.items()}
-    maxb = {(v.variant, t): c[0] for v in vs for t, lat in v.latency_ms.items()
-            if (c := capacity(lat, slo_ms)) is not None}
-    cap = {(v.variant, t): c[1] for v in vs for t, lat in v.latency_ms.items()
-           if (c := capacity(lat, slo_ms)) is not None}
+    fits = {(v.variant, t): c for v in vs for t, lat in v.latency_ms.items()
+            if (c := capacity(lat, slo_ms)) is not None}        # (largest batch within SLO/2, q/s)
+    maxb = {k: c[0] for k, c in fits.items()}
+    cap = {k: c[1] for k, c in fits.items()}
     best_by_type: dict[str, str] = {}
     for v in sorted(allowed, key=lambda v: v.accuracy):     # the most accurate placeable, last wins
         for t in set(pool.values()):
@@ -169,8 +165,6 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
     heap: list[tuple[float, int, str]] = []
     seq = 0
     res = AccuracyResult(np.zeros(n, dtype=bool), latency, served_acc, arr, top, 0, 0)
-    recent: deque[float] = deque()
-    planned = 0.0
 
     def push(t: float, wid: str) -> None:
         nonlocal seq
@@ -178,7 +172,6 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
         heapq.heappush(heap, (t, seq, wid))
 
     def allocate(now: float, demand: float, swap_s: float = spec.swap_s) -> None:
-        nonlocal planned
         target = max(demand, 1e-6) * spec.beta
         if spec.allocation == "infaas_accuracy":
             placement, fractions = _greedy_infaas(pool, vs, slo_ms, target)
@@ -191,7 +184,6 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
             fractions = headroom_routing({w: (acc[v], cap[(v, pool[w])]) for w, v in placement.items()
                                           if v is not None and (v, pool[w]) in cap}, demand, spec.beta)
         res.replans += 1
-        planned = demand
         requeue: list[int] = []
         for w, x in workers.items():
             new = placement.get(w)
@@ -284,20 +276,16 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
             push(step.wait_until, x.wid)
 
     def rate(now: float, window_s: float) -> float:
-        """Arrivals per second over the last ``window_s`` (``recent`` holds the last ``replan_s``)."""
-        while recent and recent[0] <= now - max(spec.replan_s, spec.demand_window_s):
-            recent.popleft()
-        k, lo, c = len(recent), now - window_s, 0
-        while c < k and recent[k - 1 - c] > lo:
-            c += 1
-        return c / window_s
+        """Arrivals per second over the last ``window_s``: those arrived so far (index < i) after
+        ``now - window_s``."""
+        return max(i - int(np.searchsorted(arr, now - window_s, side="right")), 0) / window_s
 
+    trigger = spec.trigger
     # the first allocation for the trace's first window, loaded, as if the system had been running
+    first = float(np.count_nonzero(arr < trigger.demand_window_s)) / trigger.demand_window_s
     if spec.allocation not in SHARED_QUEUE:
-        allocate(0.0, float(np.count_nonzero(arr < spec.demand_window_s)) / spec.demand_window_s, swap_s=0.0)
-    trigger = TriggerParams(spec.replan_s, spec.demand_window_s, spec.burst_window_s, spec.burst_factor,
-                            spec.replan_delta)
-    tstate = initial_state(planned, trigger)
+        allocate(0.0, first, swap_s=0.0)
+    tstate = initial_state(first, trigger)
     next_tick = spec.tick_s
     i = 0
     while i < n or heap:
@@ -316,7 +304,6 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
                 allocate(now, demand)
             next_tick = now + spec.tick_s
         else:
-            recent.append(now)
             route(i, now)
             i += 1
     res.served[:] = latency <= slo_ms * (1 + 1e-9)

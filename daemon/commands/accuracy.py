@@ -66,25 +66,27 @@ def _parse_map(text: str | None, flag: str, models: Collection[str]) -> dict[str
     return out
 
 
-def _load(path: str):
+def load_variants(path: str, cmd: str = CMD):
+    """The rows of a family profile CSV and their :class:`VariantProfile`s; bad input is a
+    :class:`UsageError` naming ``cmd``."""
     from variants.families.profiles import read_csv
 
     try:
         rows = read_csv(path)
     except OSError as exc:
-        raise UsageError(f"{CMD}: --variants: cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"{cmd}: --variants: cannot read {path}: {exc.strerror or exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{CMD}: --variants: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"{cmd}: --variants: {str(exc).splitlines()[0]}") from None
     if not rows:
-        raise UsageError(f"{CMD}: --variants: {path} has no rows")
+        raise UsageError(f"{cmd}: --variants: {path} has no rows")
     try:
         return rows, profiles_from_rows(rows)
     except ValueError as exc:
-        raise UsageError(f"{CMD}: --variants: {path}: {exc}") from None
+        raise UsageError(f"{cmd}: --variants: {path}: {exc}") from None
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    rows, variants = _load(args.variants)
+    rows, variants = load_variants(args.variants)
     models = {v.model for v in variants}
     pool = parse_counts(args.pool, CMD, {r.instance_type for r in rows})
     demand = _parse_map(args.demand, "--demand", models)

@@ -24,7 +24,7 @@ CMD = "accuracy replay"
 
 
 def register(asub: argparse._SubParsersAction) -> None:
-    from sim.accuracy_sim import ALLOCATIONS
+    from sim.accuracy_sim import ALLOCATIONS, AccuracySpec
     from variants.adaptive_batching import BATCHING_POLICIES
 
     r = asub.add_parser("replay", help="accuracy scaling over a trace on virtual time, against baselines")
@@ -41,7 +41,8 @@ def register(asub: argparse._SubParsersAction) -> None:
                    help="proteus (default), no_scaling, clipper_ht, infaas_accuracy, slackfit, slackfit_queue")
     r.add_argument("--batching", default="proteus", choices=BATCHING_POLICIES)
     r.add_argument("--min-accuracy", type=float, default=0.0, metavar="A", help="lowest accuracy (0-1)")
-    r.add_argument("--swap-s", type=float, default=0.2, metavar="S", help="a worker changing variant serves nothing this long")
+    r.add_argument("--swap-s", type=float, default=AccuracySpec().swap_s, metavar="S",
+                   help="a worker changing variant serves nothing this long (default %(default)g)")
     r.add_argument("--baselines", action="store_true", help="also run every other allocation")
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--json", action="store_true", help="print one JSON object")
@@ -68,11 +69,11 @@ def _arrivals(args: argparse.Namespace, model: str):  # type: ignore[no-untyped-
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from daemon.commands.accuracy import _load
+    from daemon.commands.accuracy import load_variants
     from sim.accuracy_sim import ALLOCATIONS, AccuracySpec, simulate_accuracy
     from variants.accuracy_planner import workers_from_counts
 
-    rows, variants = _load(args.variants)
+    rows, variants = load_variants(args.variants, CMD)
     models = sorted({v.model for v in variants})
     model = args.model or (models[0] if len(models) == 1 else None)
     if model is None:
