@@ -18,7 +18,7 @@ from config.hostport import split_hostport
 from config.errors import ConfigError
 from config.batch_dist import parse_batch_dist
 from config.catalog import InstanceType, load_catalog
-from config.security import TlsSpec, WorkerTlsSpec
+from config.security import TlsSpec, WorkerTlsSpec, read_token
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -138,15 +138,11 @@ class DispatcherSpec(_Strict):
 
 
     def token(self) -> str | None:
-        """The cluster token (from cluster_token_file when given); None when unset."""
+        """The cluster token (from cluster_token_file when given); None when unset. An empty or
+        unreadable token file is a ConfigError (an empty one once read as "no token", which left
+        worker registration open beyond loopback)."""
         if self.cluster_token_file:
-            from pathlib import Path as _P
-
-            try:
-                return _P(self.cluster_token_file).read_text(encoding="utf-8").strip() or None
-            except OSError as exc:
-                raise ConfigError(f"dispatcher.cluster_token_file: cannot read {self.cluster_token_file} "
-                                  f"({exc.strerror or exc})") from None
+            return read_token(self.cluster_token_file, "dispatcher.cluster_token_file")
         return self.cluster_token
 
 

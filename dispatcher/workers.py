@@ -24,13 +24,13 @@ Reads: ``clock``, ``_catalog``, ``_loop``, ``_token``, ``worker_security``, ``_s
 from __future__ import annotations
 
 import asyncio
-import hmac
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from config.hostport import split_hostport
 from dispatcher import modelless as ml
+from dispatcher.auth import token_matches
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.worker_client import WorkerClient
 from scaler.cloud import ManagedInstance
@@ -154,7 +154,7 @@ class WorkerRegistry:
         self._kick()
 
     def register(self, req: pb.RegisterWorkerRequest) -> pb.RegisterWorkerReply:
-        if self._token is not None and not hmac.compare_digest(req.token.encode(), self._token.encode()):
+        if self._token is not None and not token_matches(req.token, self._token):
             return pb.RegisterWorkerReply(accepted=False, message="bad cluster token")
         want = self._allowed.get(req.instance_id)
         if want is None:

@@ -42,6 +42,15 @@ def test_a_cluster_token_is_generated_beyond_loopback_only(tmp_path: Path) -> No
     assert not cluster_token_path(named).exists()
 
 
+def test_an_empty_cluster_token_file_is_refused_not_read_as_no_token(tmp_path: Path) -> None:
+    """An empty token file once read as "no token": registration was then open to any worker."""
+    (tmp_path / "t").write_text("  \n")
+    cfg = make_config().model_copy(update={"state_path": str(tmp_path / "state.db")})
+    cfg = cfg.model_copy(update={"dispatcher": cfg.dispatcher.model_copy(update={"cluster_token_file": str(tmp_path / "t")})})
+    with pytest.raises(ConfigError, match=r"dispatcher.cluster_token_file: .*/t is empty"):
+        cfg.dispatcher.token()
+
+
 def test_an_unwritable_token_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "ro").mkdir(mode=0o500)
     cfg = make_config().model_copy(update={"state_path": str(tmp_path / "ro" / "state.db")})

@@ -171,6 +171,7 @@ class WorkerServer(pbg.WorkerServicer):
         self._rng = np.random.default_rng(opts.seed)
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
+        self._dispatcher_creds: grpc.ChannelCredentials | None = None   # read once, on first use
         self.port: int | None = None
         self.served = 0
         self.in_flight = 0
@@ -296,9 +297,10 @@ class WorkerServer(pbg.WorkerServicer):
         assert self.opts.dispatcher
         if not self.opts.dispatcher_ca:
             return grpc.aio.insecure_channel(self.opts.dispatcher)
-        creds = channel_credentials(self.opts.dispatcher_ca, self.opts.tls_cert, self.opts.tls_key,
-                                    ("--dispatcher-ca", "--tls-cert", "--tls-key"))
-        return grpc.aio.secure_channel(self.opts.dispatcher, creds)
+        if self._dispatcher_creds is None:    # not on every registration retry
+            self._dispatcher_creds = channel_credentials(self.opts.dispatcher_ca, self.opts.tls_cert, self.opts.tls_key,
+                                                         ("--dispatcher-ca", "--tls-cert", "--tls-key"))
+        return grpc.aio.secure_channel(self.opts.dispatcher, self._dispatcher_creds)
 
     async def register(self) -> pb.RegisterWorkerReply:
         """Control.RegisterWorker with retries (exponential backoff, at most 10 s apart) until the

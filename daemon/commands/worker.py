@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from config.hostport import split_hostport
 from config.errors import UsageError
+from config.security import read_token
 from config.catalog import load_catalog
 from variants.builtin_models import ModelError
 from variants.executor import parse_providers
@@ -90,12 +91,7 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
     advertise = _hostport("--advertise", args.advertise) if args.advertise else None
     token = args.token or os.environ.get("COSTSCALE_CLUSTER_TOKEN", "")
     if args.token_file:
-        try:
-            token = Path(args.token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise UsageError(f"--token-file: cannot read {args.token_file} ({exc.strerror or exc})") from None
-        if not token:
-            raise UsageError(f"--token-file: {args.token_file} is empty")
+        token = read_token(args.token_file, "--token-file")     # ConfigError: one line, exit 2
     instance_id = args.instance_id or os.environ.get("COSTSCALE_INSTANCE_ID")
     if not instance_id:
         raise UsageError("--instance-id: missing (give the flag or set COSTSCALE_INSTANCE_ID)")
