@@ -170,6 +170,20 @@ class IntervalsSpec(_Strict):
     scale_in_s: Annotated[float, Field(ge=0)] = 300.0
 
 
+class AccuracyScalingSpec(_Strict):
+    """Accuracy scaling (Proteus §3-§4): an application with variants of more than one accuracy is
+    placed and routed by the accuracy planner instead of the INFaaS model autoscaler, so a spike past
+    what the pool serves at full accuracy is served by less accurate variants, never below the
+    application's floor, and full accuracy comes back when it ends."""
+
+    enabled: bool = False
+    replan_s: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="plan again this often when demand moved 10 % (a burst plans at once)")
+    beta: Annotated[float, Field(ge=1, le=2)] = Field(1.05, description="plan for demand x beta (Proteus's default 1.05)")
+    min_accuracy: dict[Name, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict, description="application -> the least accuracy its queries may be served at")
+
+
 class ModelScalingSpec(_Strict):
     """The model loop (INFaaS §4.2): which model-autoscaler decides the variant instances, and the
     VM-autoscaler's timing."""
@@ -180,6 +194,7 @@ class ModelScalingSpec(_Strict):
     vm_add_cooldown_s: Annotated[float, Field(ge=0)] = 30.0
     vm_remove_cooldown_s: Annotated[float, Field(ge=0)] = 120.0
     vm_low_utilization: Annotated[float, Field(gt=0, lt=1)] = 0.40
+    accuracy_scaling: AccuracyScalingSpec = AccuracyScalingSpec()
     vm_park_s: Annotated[float, Field(ge=0)] = Field(
         120.0, description="a surplus instance stays parked (warm, no variant loaded, no queries) this long before it "
                            "is terminated; a spike meanwhile loads its variants back instead of launching; 0: terminate at once")

@@ -6,7 +6,8 @@ served, the variants, each model's arrivals), runs the pure round
 (unloads first: they free the slots) and hands the VM-autoscaler's decisions to ``on_vm`` (the
 daemon turns them into the fleet loop's capacity hint, :func:`variants.capacity_hint.next_capacity_hint`).
 This loop never launches or terminates anything: the money invariant (DESIGN invariant 1) stays
-with the fleet planner.
+with the fleet planner. With ``model_scaling.accuracy_scaling`` on, each round is the accuracy
+planner's instead (:mod:`daemon.accuracy_loop`, Proteus); the INFaaS autoscaler does not run.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Awaitable, Callable, Mapping, Sequence
 
 import numpy as np
 
+from daemon.accuracy_loop import AccuracyLoop
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement,
                                      VariantCandidate, WorkerSnapshot, decide)
@@ -40,6 +42,7 @@ class ModelLoop:
         self.applied: list[Placement] = []    # (placements skipped because the worker was parked meanwhile are in neither)
         self.failed: list[tuple[Placement, str]] = []
         self.interval_s = 1.0
+        self.accuracy = AccuracyLoop(dispatcher)
 
     def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
         """Mean: the dispatcher's latency model (profile, else what it has learned). p99: the
@@ -80,7 +83,14 @@ class ModelLoop:
                            slo_ms={n: m.qos_ms for n, m in d._models.items()},
                            price_per_hour=dict(d._prices), profile=self._profile)
 
-    async def tick(self, now: float) -> ModelDecision:
+    async def tick(self, now: float) -> ModelDecision | None:
+        if self.params.accuracy is not None:   # accuracy scaling: the accuracy planner places the variants
+            await self.accuracy.tick(now, self.params.accuracy)
+            self.rounds += 1
+            if self.on_vm is not None:
+                last = self.accuracy.state.last
+                await self.on_vm((), last.unmet_qps() if last is not None else {})
+            return None
         inputs = self.snapshot(now)
         self.last_at = now
         decision, self.state = decide(inputs, self.state, self.params)

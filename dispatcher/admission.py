@@ -20,7 +20,7 @@ timer over a heap of deadlines) ends each query at its overall deadline, so noth
 Owns: ``_queue``, ``_retry``, ``_inflight``, ``_idem``, ``_ids``, ``accepted``, ``served``,
 ``rejected``, ``_recent``, ``_deadlines``, ``_deadline_timer``, ``_deadline_at`` and the tunables
 ``query_timeout_s``, ``idempotency_capacity``.
-Reads: ``cfg``, ``clock``, ``predictor``, ``xi``, ``window``, ``model_windows``, ``_loop``,
+Reads: ``cfg``, ``clock``, ``predictor``, ``xi``, ``window``, ``model_windows``, ``accuracy``, ``_loop``,
 ``_stopping`` (server); ``workers``, ``utilization``, ``cloud_view``, ``booting`` (workers);
 ``placement``, ``loaded_on`` and ``ensure_loaded`` (placement); ``_kick``, ``_round_catching``,
 ``_run``, ``_release``, ``_completed`` (routing).
@@ -70,6 +70,7 @@ class _Query:
     gen: int = 0
     dispatched_at: float = 0.0
     offline: bool = False
+    application: str = ""     # the application it named (routing by the accuracy plan)
 
 
 class Admission:
@@ -141,6 +142,12 @@ class Admission:
         acc = float(r.min_accuracy)
         if not math.isfinite(acc) or acc < 0 or acc > 1:
             return SC.INVALID_ARGUMENT, f"min_accuracy must be in [0, 1], got {r.min_accuracy}"
+        if not variant and r.application and (slo <= 0 or slo >= m.qos_ms):
+            # an accuracy-scaled application: the variant the live accuracy plan routes it to
+            planned = self.accuracy.route(r.application, acc)
+            if planned is not None:
+                m = p.models.get(p.variant_meta[planned].model, m)
+                return m, batch, (slo if slo > 0 else m.qos_ms), planned, None
         if not variant and (r.application or acc > 0) and p.variant_meta:
             # model-less query (INFaaS §4.1 getVariant): pick the variant and where it runs
             req = VariantRequest(model=r.model or None, latency_slo_ms=slo if slo > 0 else float("inf"),
@@ -193,6 +200,8 @@ class Admission:
         if mw is None:
             mw = self.model_windows[m.name] = DemandWindow(capacity=self.window.capacity)
         mw.record(batch, now)
+        if r.application:
+            self.accuracy.record(r.application, batch, now)
         idle_fleet = self._nothing_serves(m)
         if idle_fleet is not None:
             return self._reject(SC.UNAVAILABLE, idle_fleet)
@@ -202,7 +211,7 @@ class Admission:
         self._start_load(choice)
         loop = asyncio.get_running_loop()
         q = _Query(qid, m, variant, batch, now, qos, now + self.query_timeout_s, list(r.inputs), view,
-                   loop.create_future(), key)
+                   loop.create_future(), key, application=r.application)
         if key:
             self._idem[key] = q
             while len(self._idem) > self.idempotency_capacity:

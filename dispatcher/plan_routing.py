@@ -51,40 +51,4 @@ class PlanRouter:
         return best
 
 
-
-
-
-def headroom_routing(workers: Mapping[str, tuple[float, float]], demand_qps: float, beta: float = 1.05
-                     ) -> dict[str, float]:
-    """Fractions of one model's queries over the workers that host one of its variants, each given
-    as (accuracy, capacity q/s), for ``demand_qps``: the most accurate variants take the demand
-    first, as the accuracy plan does (Proteus §4), but each worker only up to ``capacity / beta``
-    while others have room (a worker loaded to its full capacity queues past its SLO on every
-    burst of arrivals); within one accuracy, in proportion to capacity. Demand beyond every
-    worker's ``capacity / beta`` is spread in proportion to the headroom left. Empty when no
-    worker has capacity."""
-    live = {w: (a, c) for w, (a, c) in workers.items() if c > 0}
-    if not live:
-        return {}
-    if demand_qps <= 0:
-        total = sum(c for _, c in live.values())
-        return {w: c / total for w, (_, c) in sorted(live.items())}
-    load: dict[str, float] = {w: 0.0 for w in live}
-    left = demand_qps
-    for acc in sorted({a for a, _ in live.values()}, reverse=True):
-        level = {w: c / beta for w, (a, c) in live.items() if a == acc}
-        room = sum(level.values())
-        take = min(left, room)
-        for w, c in level.items():
-            load[w] += take * c / room
-        left -= take
-        if left <= 0:
-            break
-    if left > 0:
-        head = {w: c - load[w] for w, (_, c) in live.items()}
-        room = sum(head.values())
-        for w, h in head.items():
-            load[w] += min(left, room) * h / room if room > 0 else 0.0
-    total = sum(load.values())
-    return {w: x / total for w, x in sorted(load.items()) if x > 0}
-__all__ = ["PlanRouter", "headroom_routing"]
+__all__ = ["PlanRouter"]

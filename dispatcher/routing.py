@@ -19,7 +19,8 @@ Owns: ``_kick_pending``, ``_catch``, ``_caught``, ``redispatched``, ``_pending_o
 Reads: ``cfg``, ``clock``, ``predictor``, ``policy``, ``xi``, ``view_factor``, ``_loop``,
 ``_stopping``, ``_spawn`` (server); ``_queue``, ``_retry``, ``_inflight``, ``query_timeout_s``,
 ``_finish`` (admission); ``workers``, ``utilization_horizon_s``, ``_remove_worker`` (workers);
-``placement`` (``variant_model``, ``variant_accuracy``), ``loaded_on``, ``variant_model`` (placement).
+``placement`` (``variant_model``, ``variant_accuracy``), ``loaded_on``, ``variant_model`` (placement);
+``accuracy`` (a requeued query of a planned application whose variant moved takes the plan's).
 """
 from __future__ import annotations
 
@@ -238,6 +239,7 @@ class RoutingRound:
                     gone = {q.variant} if q.variant else {v for v in self.loaded_on(w) if self.variant_model(v) == q.model.name}
                     w.loaded = self.loaded_on(w) - gone
                     self._requeue(q, f"worker {w.instance_id} does not hold {q.variant or q.model.name}: {details}")
+                    self.accuracy.repin_if_unplaced(q)
                 else:
                     self._requeue(q, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
 

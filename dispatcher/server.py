@@ -43,6 +43,7 @@ from config.schema import Config
 from config.security import client_auth_missing, read_token
 from dispatcher.auth import BearerTokenInterceptor
 from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity, dispatcher_server_credentials
+from dispatcher.accuracy_routing import AccuracyRouting
 from dispatcher.admission import SC, Admission
 from dispatcher.latency_model import LatencyModel
 from dispatcher.object_store import ObjectStore, S3Objects
@@ -135,6 +136,7 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         self._init_admission()
         self._init_routing()
         self.placement = VariantPlacement(self, registry, models_dir)
+        self.accuracy = AccuracyRouting(self)
         self.offline = OfflineJobs(self)
 
     # -- configuration -----------------------------------------------------------------------------

@@ -7,8 +7,8 @@ Decisions come from the shared pure functions: placement and routing from
 :class:`dispatcher.plan_routing.PlanRouter`, batching from :func:`variants.adaptive_batching.batch_step`
 (Proteus §5). Allocation policies (Proteus §6.1 baselines, on the same pool):
 
-- ``proteus``: the MILP over every variant for β × the measured demand (β = 1.05, Proteus's default),
-  replanned when :func:`variants.accuracy_trigger.replan` says (a burst at once, else on a timer);
+- ``proteus``: :func:`variants.accuracy_allocation.allocate` (the MILP over every variant for β × the
+  measured demand, spare workers, headroom routing: what the daemon's model loop runs), replanned when :func:`variants.accuracy_trigger.replan` says (a burst at once, else on a timer);
 - ``no_scaling`` (Clipper-HA): the most accurate variant on every worker, routed by the same MILP;
   queries beyond its capacity miss;
 - ``clipper_ht``: the least accurate (fastest) variant everywhere;
@@ -35,19 +35,17 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dispatcher.plan_routing import PlanRouter, headroom_routing
-from variants.accuracy_planner import VariantProfile, capacity, plan_accuracy
+from dispatcher.plan_routing import PlanRouter
+from variants.accuracy_allocation import BETA, allocate as proteus_allocation
+from variants.accuracy_planner import VariantProfile, capacity
 from variants.accuracy_trigger import TriggerParams, initial_state, replan
 from variants.adaptive_batching import BatchingPolicy, batch_step, early_drops, interpolated_latency_s
 from variants.slackfit import buckets as slackfit_buckets, choose as slackfit_choose, choose_for_queue, pareto
-from variants.spare_workers import fill_spare
 
 ALLOCATIONS = ("proteus", "no_scaling", "clipper_ht", "infaas_accuracy", "slackfit", "slackfit_queue")
 SHARED_QUEUE = ("slackfit", "slackfit_queue")
-#: Proteus's demand multiplier β (its artifact's default, appendix "hyper-parameters")
-BETA = 1.05
 
-Allocation = tuple[dict[str, str | None], dict[str, float]]     # worker -> variant, worker -> fraction
+Greedy = tuple[dict[str, str | None], dict[str, float]]     # worker -> variant, worker -> fraction
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,7 @@ class AccuracyResult:
 
 
 def _greedy_infaas(workers: dict[str, str], variants: Sequence[VariantProfile], slo_ms: float,
-                   demand: float) -> Allocation:
+                   demand: float) -> Greedy:
     """INFaaS-Accuracy (see the module docstring)."""
     by_acc = sorted(variants, key=lambda v: -v.accuracy)
     opts: dict[str, list[tuple[str, float, float]]] = {}     # type -> [(variant, accuracy, q/s)], accurate first
@@ -149,12 +147,6 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
     fits = {(v.variant, t): c for v in vs for t, lat in v.latency_ms.items()
             if (c := capacity(lat, slo_ms)) is not None}        # (largest batch within SLO/2, q/s)
     maxb = {k: c[0] for k, c in fits.items()}
-    cap = {k: c[1] for k, c in fits.items()}
-    best_by_type: dict[str, str] = {}
-    for v in sorted(allowed, key=lambda v: v.accuracy):     # the most accurate placeable, last wins
-        for t in set(pool.values()):
-            if (v.variant, t) in cap:
-                best_by_type[t] = v.variant
     arr = np.asarray(arrivals, dtype=float)
     n = int(arr.size)
     latency = np.full(n, np.inf)
@@ -172,17 +164,13 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
         heapq.heappush(heap, (t, seq, wid))
 
     def allocate(now: float, demand: float, swap_s: float = spec.swap_s) -> None:
-        target = max(demand, 1e-6) * spec.beta
         if spec.allocation == "infaas_accuracy":
-            placement, fractions = _greedy_infaas(pool, vs, slo_ms, target)
+            placement, fractions = _greedy_infaas(pool, vs, slo_ms, max(demand, 1e-6) * spec.beta)
         else:
-            plan = plan_accuracy(pool, allowed, {model: target}, {model: slo_ms},
-                                 current={w: x.variant for w, x in workers.items()})
-            res.solve_ms.append(plan.solve_ms)
-            placement = fill_spare(plan.placement, pool, best_by_type)
-            # the plan's split fills the most accurate workers to capacity; keep each below it
-            fractions = headroom_routing({w: (acc[v], cap[(v, pool[w])]) for w, v in placement.items()
-                                          if v is not None and (v, pool[w]) in cap}, demand, spec.beta)
+            alloc = proteus_allocation(pool, allowed, {model: demand}, {model: slo_ms},
+                                       current={w: x.variant for w, x in workers.items()}, beta=spec.beta)
+            res.solve_ms.append(alloc.plan.solve_ms)
+            placement, fractions = alloc.placement, alloc.routing.get(model, {})
         res.replans += 1
         requeue: list[int] = []
         for w, x in workers.items():

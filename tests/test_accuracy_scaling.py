@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dispatcher.plan_routing import PlanRouter, headroom_routing
+from dispatcher.plan_routing import PlanRouter
+from variants.accuracy_allocation import headroom_routing
 from sim.accuracy_sim import AccuracySpec, simulate_accuracy
 from variants.accuracy_planner import VariantProfile
 from variants.adaptive_batching import BatchStep, batch_step, early_drops, interpolated_latency_s

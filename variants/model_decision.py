@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from variants.accuracy_round import AccuracyRoundParams
+from variants.accuracy_trigger import TriggerParams
 from variants.naming import expand_name, split_name
 from variants.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
 from variants.autoscale_greedy import GreedyState, greedy_scale
@@ -87,15 +89,22 @@ class ModelLoopParams:
     min_qps: float = 0.01                    # keep one instance of every model with a variant
     state: StateParams = StateParams()
     vm: VmParams = VmParams()
+    #: accuracy scaling (Proteus): applications with variants of several accuracies are placed and
+    #: routed by :func:`variants.accuracy_round.accuracy_round` instead of the autoscaler above
+    accuracy: AccuracyRoundParams | None = None
 
 
 def model_params_for(cfg: "Config") -> ModelLoopParams:
     """The model loop's parameters from the config (``model_scaling`` and ``headroom``): what the
     daemon and the replay both run with."""
     ms = cfg.model_scaling
+    acc = ms.accuracy_scaling
+    accuracy = (AccuracyRoundParams(trigger=TriggerParams(replan_s=acc.replan_s), beta=acc.beta,
+                                    min_accuracy=tuple(sorted(acc.min_accuracy.items())))
+                if acc.enabled else None)
     return ModelLoopParams(solver=ms.solver, headroom=cfg.headroom,
                            vm=VmParams(add_cooldown_s=ms.vm_add_cooldown_s, remove_cooldown_s=ms.vm_remove_cooldown_s,
-                                       low_utilization=ms.vm_low_utilization))
+                                       low_utilization=ms.vm_low_utilization), accuracy=accuracy)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The accuracy planner (Proteus §4) places just enough capacity for the demand; a worker it does not
 need is held and paid for anyway (the fleet planner decides what is held), so leaving it empty wastes
 the capacity that absorbs the next burst. Hosting the most accurate variant that fits its type within
-the SLO costs no accuracy: routing (:func:`dispatcher.plan_routing.headroom_routing`) fills the most
+the SLO costs no accuracy: routing (:func:`variants.accuracy_allocation.headroom_routing`) fills the most
 accurate workers first, and the extra worker lowers every worker's load.
 """
 from __future__ import annotations

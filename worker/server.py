@@ -112,6 +112,18 @@ def padding_profile(opts: WorkerOptions) -> LatencyProfile | None:
     return table.get(opts.emulate_profile, opts.instance_type)
 
 
+def model_profile(opts: WorkerOptions, model: str) -> LatencyProfile | None:
+    """The profile a variant of ``model`` is padded to when the CSV has ``model`` itself on this
+    worker's type (a member of a variant family, profiled in its own right), so each of a family's
+    models loaded on one emulating worker runs at its own latency; None otherwise (the worker's
+    profile times the variant's speed factor applies). Only a worker that pads to a CSV profile
+    (``emulate_profile``, no explicit ``profile``) does this."""
+    if opts.profile is not None or not opts.emulate_profile or model == opts.emulate_profile:
+        return None
+    table = load_profiles_csv(opts.profiles_path)
+    return table.get(model, opts.instance_type) if table.has(model, opts.instance_type) else None
+
+
 def type_factor_fn(opts: WorkerOptions, profile: LatencyProfile | None) -> Callable[[int], float] | None:
     """For a model the profile CSV does not know: batch -> the emulation factor of the type this
     worker stands for (config.emulation rule 2); None when the worker pads to a profile or not at all."""
@@ -144,6 +156,7 @@ class _Loaded:
     path: Path
     signature: list
     speed_factor: float = 1.0   # the dispatcher's measured relative latency (padding only)
+    profile: LatencyProfile | None = None   # its own model's profile on this type (padding only)
 
 
 class WorkerServer(pbg.WorkerServicer):
@@ -211,7 +224,7 @@ class WorkerServer(pbg.WorkerServicer):
         t0 = time.perf_counter()
         self.executor.load(name, path)
         self._variants[name] = _Loaded(model=model, path=path, signature=input_signature(path),
-                                       speed_factor=speed_factor)
+                                       speed_factor=speed_factor, profile=model_profile(self.opts, model))
         return (time.perf_counter() - t0) * 1000.0
 
     async def start_async(self) -> int:
@@ -390,8 +403,9 @@ class WorkerServer(pbg.WorkerServicer):
                         await context.abort(code, f"variant {name}: {msg}")
                     t1 = time.perf_counter()
                     compute_ms = (t1 - t0) * 1000.0
-                    pad = padding_ms(self.profile, batch, compute_ms, compute_ms, self.opts.profile_stat,
-                                     self._variants[name].speed_factor,
+                    loaded = self._variants[name]
+                    pad = padding_ms(loaded.profile or self.profile, batch, compute_ms, compute_ms,
+                                     self.opts.profile_stat, loaded.speed_factor,
                                      self.type_factor(batch) if self.type_factor is not None else None)
                     if pad > 0:
                         await asyncio.sleep(pad / 1000.0)

@@ -1,0 +1,110 @@
+"""The model loop's accuracy round, the adapter (issue #13 "Live"; Proteus §3-§4): snapshot the
+dispatcher, decide with :func:`variants.accuracy_round.accuracy_round`, apply the swaps with the
+Worker RPCs and hand the routing to the dispatcher (:class:`dispatcher.accuracy_routing.AccuracyRouting`).
+
+A swap loads the new variant first, then routes by the new plan, then unloads the old one: the worker
+holds both for the length of a load, and no query waits on a worker with nothing it may serve. A load
+that fails leaves the worker with what it had (and out of the new routing). Demand the plan cannot
+serve at any allowed accuracy goes to the fleet loop as unmet load (the capacity hint), as the INFaaS
+round's does; this loop never launches or terminates anything (DESIGN invariant 1).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from variants.accuracy_allocation import Allocation
+from variants.accuracy_planner import VariantProfile
+from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState, accuracy_round, swaps
+from variants.executor import ANY_HARDWARE
+
+if TYPE_CHECKING:
+    from dispatcher.server import Dispatcher
+
+log = logging.getLogger("costscale.model")
+
+
+def scaled_applications(d: "Dispatcher") -> dict[str, list[str]]:
+    """Application -> its variants, for the applications with variants of more than one accuracy."""
+    p = d.placement
+    out = {}
+    for app in sorted(p.app_models):
+        names = p.variants_for(app, "")
+        if len({p.variant_meta[n].accuracy for n in names}) > 1:
+            out[app] = names
+    return out
+
+
+def accuracy_inputs(d: "Dispatcher", now: float, plan: dict[str, str | None]) -> AccuracyInputs:
+    """What the round sees: the live workers (not parked, draining or removed), the scaled variant
+    each hosts (the plan's when it holds several, mid-swap), every scaled variant's latency on the
+    live types at its application's mean batch (one query per call: batch 1 to the planner)."""
+    p = d.placement
+    apps = scaled_applications(d)
+    workers = {iid: w.instance_type for iid, w in d.workers.items() if not (w.draining or w.removed or w.parked)}
+    scaled = {n for names in apps.values() for n in names}
+    hosted: dict[str, str | None] = {}
+    for iid in workers:
+        mine = sorted(scaled & d.loaded_on(d.workers[iid]))
+        hosted[iid] = plan.get(iid) if plan.get(iid) in mine else (mine[0] if mine else None)
+    types = sorted(set(workers.values()))
+    profiles = []
+    for app, names in apps.items():
+        batch = d.accuracy.mean_batch(app)
+        for n in names:
+            meta = p.variant_meta[n]
+            spec = p.models.get(meta.model)
+            if spec is None:
+                continue
+            lat = {t: {1: meta.speed_factor * d.predictor.predict_ms(spec.profile_name, t, batch)} for t in types
+                   if meta.hardware in (ANY_HARDWARE, d._catalog[t].hardware)}
+            profiles.append(VariantProfile(app, n, meta.accuracy, lat))
+    return AccuracyInputs(now, workers, hosted, tuple(profiles),
+                          {app: p.apps[app].qos_ms for app in apps}, d.accuracy.rate)
+
+
+class AccuracyLoop:
+    """One accuracy round per model-loop tick (see the module docstring)."""
+
+    def __init__(self, dispatcher: "Dispatcher") -> None:
+        self.d = dispatcher
+        self.state = AccuracyState()
+        self.allocations: list[tuple[float, Allocation]] = []
+        self.failed: list[tuple[str, str, str]] = []       # (worker, variant, why)
+
+    async def tick(self, now: float, params: AccuracyRoundParams) -> Allocation | None:
+        d = self.d
+        inp = accuracy_inputs(d, now, d.accuracy.placement)
+        alloc, self.state = accuracy_round(inp, self.state, params)
+        if alloc is None:
+            return None
+        self.allocations.append((now, alloc))
+        moves = swaps(inp.hosted, alloc.placement)
+        todo = [(w, new) for w, _, new in moves if new is not None]
+        got = await asyncio.gather(*(d.load_variant(w, v) for w, v in todo), return_exceptions=True)
+        placement = dict(alloc.placement)
+        for (w, v), r in zip(todo, got):
+            if isinstance(r, BaseException) or not r[0]:
+                why = str(r if isinstance(r, BaseException) else r[1])
+                self.failed.append((w, v, why))
+                log.warning("accuracy plan: load %s on %s failed: %s", v, w, why)
+                placement[w] = inp.hosted.get(w)
+        routing = {app: {w: f for w, f in fr.items() if placement.get(w) == alloc.placement.get(w)}
+                   for app, fr in alloc.routing.items()}
+        d.accuracy.set_plan(placement, routing)
+        old = [(w, prev) for w, prev, _ in moves if prev is not None and placement.get(w) != prev]
+        await asyncio.gather(*(d.unload_variant(w, v) for w, v in old), return_exceptions=True)
+        plan = alloc.plan
+        log.info("accuracy plan for %s q/s: %s; served %s q/s at accuracy %s (%d swaps, %.0f ms, %s)",
+                 _fmt(plan.demand_qps), ", ".join(f"{w}={v}" for w, v in sorted(placement.items())),
+                 _fmt(plan.served_qps), "-" if plan.effective_accuracy is None else f"{plan.effective_accuracy:.4f}",
+                 len(moves), plan.solve_ms, plan.status)
+        return alloc
+
+
+def _fmt(m: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1f}" for k, v in sorted(m.items()))
+
+
+__all__ = ["AccuracyLoop", "accuracy_inputs", "scaled_applications"]

@@ -1,0 +1,120 @@
+"""Accuracy scaling in the daemon (issue #13 "Live"), the parts without a network: the model loop's
+accuracy round (variants.accuracy_round), the dispatcher's routing by the plan
+(dispatcher.accuracy_routing) and a worker padding each family member to its own profile."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import numpy as np
+
+from config.profiles import LatencyProfile, save_profiles_csv
+from dispatcher.accuracy_routing import AccuracyRouting
+from dispatcher.modelless import VariantMeta
+from dispatcher.policy import QueryView
+from variants.accuracy_planner import VariantProfile
+from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState, accuracy_round, swaps
+from variants.accuracy_trigger import TriggerParams
+
+# two variants of application "a" on type T, SLO 200 ms (placeable at latency <= 100 ms):
+# hi: 50 ms, accuracy 0.9 -> 20 q/s per worker; lo: 10 ms, accuracy 0.8 -> 100 q/s per worker
+VARIANTS = (VariantProfile("a", "hi", 0.9, {"T": {1: 50.0}}), VariantProfile("a", "lo", 0.8, {"T": {1: 10.0}}))
+PARAMS = AccuracyRoundParams(trigger=TriggerParams(replan_s=30.0), beta=1.05)
+
+
+def inputs(now: float, rate: float, hosted: dict, workers: dict | None = None) -> AccuracyInputs:
+    workers = workers or {"w1": "T", "w2": "T"}
+    return AccuracyInputs(now, workers, hosted, VARIANTS, {"a": 200.0}, lambda app, window: rate)
+
+
+def test_the_round_plans_full_accuracy_then_trades_it_for_a_burst_and_comes_back() -> None:
+    # first round: 10 q/s x 1.05 fits one "hi" worker (20 q/s); the spare one hosts "hi" too, and
+    # routing splits the measured 10 q/s evenly (each below its 20 / 1.05)
+    alloc, st = accuracy_round(inputs(0.0, 10.0, {"w1": None, "w2": None}), AccuracyState(), PARAMS)
+    assert alloc is not None
+    assert alloc.placement == {"w1": "hi", "w2": "hi"}
+    assert alloc.routing == {"a": {"w1": pytest.approx(0.5), "w2": pytest.approx(0.5)}}
+    assert alloc.unmet_qps() == {"a": 0.0}
+    # the same rate a second later: nothing to do
+    again, st = accuracy_round(inputs(1.0, 10.0, {"w1": "hi", "w2": "hi"}), st, PARAMS)
+    assert again is None
+    # a burst to 60 q/s (63 with beta): two "hi" serve 40; one swaps to "lo" (20 + 100 >= 63), the
+    # fewest swaps; "hi" takes 20 / 1.05 of the 60 first, "lo" the rest
+    burst, st = accuracy_round(inputs(2.0, 60.0, {"w1": "hi", "w2": "hi"}), st, PARAMS)
+    assert burst is not None
+    assert sorted(burst.placement.values()) == ["hi", "lo"]
+    lo = next(w for w, v in burst.placement.items() if v == "lo")
+    hi = next(w for w, v in burst.placement.items() if v == "hi")
+    assert burst.routing["a"][hi] == pytest.approx((20.0 / 1.05) / 60.0)
+    assert burst.routing["a"][lo] == pytest.approx(1.0 - (20.0 / 1.05) / 60.0)
+    assert swaps({"w1": "hi", "w2": "hi"}, burst.placement) == [(lo, "hi", "lo")]
+    # the burst ends: the next timer look plans for the mean rate; every query goes to "hi" again.
+    # The "lo" worker the plan does not need keeps its variant (fewest swaps) with no queries: it
+    # takes the overflow of the next burst at once
+    hosted = dict(burst.placement)
+    back, st = accuracy_round(inputs(60.0, 10.0, hosted), st, PARAMS)
+    assert back is not None and back.placement == hosted
+    assert back.routing == {"a": {hi: 1.0}} and back.plan.accuracy == {"a": pytest.approx(0.9)}
+
+
+def test_a_change_of_live_workers_plans_again_at_once() -> None:
+    _, st = accuracy_round(inputs(0.0, 10.0, {"w1": None, "w2": None}), AccuracyState(), PARAMS)
+    alloc, _ = accuracy_round(inputs(1.0, 10.0, {"w1": "hi"}, workers={"w1": "T"}), st, PARAMS)
+    assert alloc is not None and alloc.placement == {"w1": "hi"}
+
+
+def test_the_floor_is_kept_and_unmet_demand_reported() -> None:
+    # "lo" is below the floor: 60 q/s x 1.05 on two "hi" workers leaves 23 q/s unserved
+    params = AccuracyRoundParams(beta=1.05, min_accuracy=(("a", 0.85),))
+    alloc, _ = accuracy_round(inputs(0.0, 60.0, {"w1": None, "w2": None}), AccuracyState(), params)
+    assert alloc is not None and set(alloc.placement.values()) == {"hi"}
+    assert alloc.unmet_qps()["a"] == pytest.approx(63.0 - 40.0)
+
+
+def _dispatcher(queued: list) -> SimpleNamespace:
+    metas = {"hi": VariantMeta("hi", "m-hi", "any", 0.9, 1), "lo": VariantMeta("lo", "m-lo", "any", 0.8, 1)}
+    models = {"m-hi": SimpleNamespace(name="m-hi", profile_name="m-hi"), "m-lo": SimpleNamespace(name="m-lo", profile_name="m-lo")}
+    kicks = []
+    return SimpleNamespace(clock=lambda: 0.0, placement=SimpleNamespace(variant_meta=metas, models=models),
+                           _queue={q.query_id: q for q in queued}, _retry={}, _kick=lambda: kicks.append(1), kicks=kicks)
+
+
+def _query(qid: str, variant: str, model: str) -> SimpleNamespace:
+    return SimpleNamespace(query_id=qid, application="a", variant=variant, model=SimpleNamespace(name=model),
+                           view=QueryView(qid, model, 1, 0.0, 200.0))
+
+
+def test_routing_follows_the_plan_and_queued_queries_follow_a_swap() -> None:
+    q = _query("q1", "hi", "m-hi")
+    d = _dispatcher([q])
+    r = AccuracyRouting(d)  # type: ignore[arg-type]
+    assert r.route("a", 0.0) is None                       # no plan yet: getVariant decides
+    r.set_plan({"w1": "hi", "w2": "hi"}, {"a": {"w1": 0.5, "w2": 0.5}})
+    assert q.variant == "hi"                               # still placed: stays
+    r.set_plan({"w1": "lo", "w2": "lo"}, {"a": {"w1": 0.5, "w2": 0.5}})
+    assert (q.variant, q.model.name, q.view.model) == ("lo", "m-lo", "m-lo")
+    assert r.rerouted == 1 and d.kicks
+    # 1 in 4 queries to "hi", in the plan's proportions; a floor above "lo" refuses its share
+    r.set_plan({"w1": "hi", "w2": "lo"}, {"a": {"w1": 0.25, "w2": 0.75}})
+    picks = [r.route("a", 0.0) for _ in range(8)]
+    assert picks.count("hi") == 2 and picks.count("lo") == 6
+    assert {r.route("a", 0.85) for _ in range(8)} == {"hi", None}
+
+
+def test_a_worker_pads_a_family_member_to_its_own_profile(tmp_path: Path) -> None:
+    from worker.server import WorkerOptions, model_profile
+
+    def prof(model: str, ms: float) -> LatencyProfile:
+        b, lat = np.array([1.0, 2.0]), np.array([ms, 2 * ms])
+        return LatencyProfile(model, "c5n.2xlarge", b, lat, lat, lat)
+
+    csv = tmp_path / "p.csv"
+    save_profiles_csv(csv, [prof("rm2", 5.0), prof("member-a", 40.0)])
+    opts = WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge", emulate_profile="rm2", profiles_path=csv)
+    got = model_profile(opts, "member-a")
+    assert got is not None and float(got.latency_ms(1)) == 40.0
+    assert model_profile(opts, "rm2") is None             # the worker's own profile applies
+    assert model_profile(opts, "unknown") is None
+    assert model_profile(WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge"), "member-a") is None
