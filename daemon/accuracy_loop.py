@@ -73,6 +73,12 @@ class AccuracyLoop:
         self.allocations: list[tuple[float, Allocation]] = []
         self.failed: list[tuple[str, str, str]] = []       # (worker, variant, why)
 
+    def reset(self) -> None:
+        """Accuracy scaling turned off (a reload): drop the plan, so getVariant routes again."""
+        if self.state.last is not None:
+            self.d.accuracy.set_plan({}, {})
+            self.state = AccuracyState()
+
     async def tick(self, now: float, params: AccuracyRoundParams) -> Allocation | None:
         d = self.d
         inp = accuracy_inputs(d, now, d.accuracy.placement)

@@ -91,6 +91,7 @@ class ModelLoop:
                 last = self.accuracy.state.last
                 await self.on_vm((), last.unmet_qps() if last is not None else {})
             return None
+        self.accuracy.reset()                   # turned off by a reload: getVariant routes again
         inputs = self.snapshot(now)
         self.last_at = now
         decision, self.state = decide(inputs, self.state, self.params)

@@ -3,6 +3,7 @@ accuracy round (variants.accuracy_round), the dispatcher's routing by the plan
 (dispatcher.accuracy_routing) and a worker padding each family member to its own profile."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,62 +16,80 @@ from dispatcher.accuracy_routing import AccuracyRouting
 from dispatcher.modelless import VariantMeta
 from dispatcher.policy import QueryView
 from variants.accuracy_planner import VariantProfile
-from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState, accuracy_round, swaps
+from variants.accuracy_round import (AccuracyInputs, AccuracyRoundParams, AccuracyState, accuracy_round, max_utilization,
+                                     planner_profiles, swaps)
 from variants.accuracy_trigger import TriggerParams
 
-# two variants of application "a" on type T, SLO 200 ms (placeable at latency <= 100 ms):
-# hi: 50 ms, accuracy 0.9 -> 20 q/s per worker; lo: 10 ms, accuracy 0.8 -> 100 q/s per worker
-VARIANTS = (VariantProfile("a", "hi", 0.9, {"T": {1: 50.0}}), VariantProfile("a", "lo", 0.8, {"T": {1: 10.0}}))
+# two variants of application "a" on type T, SLO 1000 ms, served one query at a time:
+# hi: 100 ms, accuracy 0.9; lo: 20 ms, accuracy 0.8. Capacity per worker: the M/D/1 rate whose p99
+# stays within the SLO (max_utilization): 7.59 q/s for hi, 47.7 q/s for lo
+VARIANTS = (VariantProfile("a", "hi", 0.9, {"T": {1: 100.0}}), VariantProfile("a", "lo", 0.8, {"T": {1: 20.0}}))
 PARAMS = AccuracyRoundParams(trigger=TriggerParams(replan_s=30.0), beta=1.05)
+CAP_HI = 1000.0 / 100.0 * max_utilization(100.0, 1000.0)
+
+
+def test_max_utilization_solves_the_tail_condition() -> None:
+    # rho exp(-2 (1 - rho) (slo - s) / s) = 1 %: at s = 100, slo = 1000 the exponent is 18 (1 - rho)
+    rho = max_utilization(100.0, 1000.0)
+    assert rho * math.exp(-18.0 * (1.0 - rho)) == pytest.approx(0.01, rel=1e-6)
+    assert 0.759 < rho < 0.760
+    assert max_utilization(100.0, 300.0) < max_utilization(100.0, 1000.0) < max_utilization(10.0, 1000.0) < 1.0
+    assert max_utilization(100.0, 100.0) == 0.0 and max_utilization(100.0, 50.0) == 0.0
+    # the planner sees 1 / rho of the service time, and an SLO that admits it (Proteus's SLO/2 rule)
+    profiles, slo = planner_profiles(VARIANTS, {"a": 1000.0})
+    assert profiles[0].latency_ms == {"T": {1: pytest.approx(100.0 / rho)}}
+    assert slo == {"a": pytest.approx(2 * 100.0 / rho)}
+    gone, _ = planner_profiles((VariantProfile("a", "slow", 0.95, {"T": {1: 1200.0}}),), {"a": 1000.0})
+    assert gone[0].latency_ms == {}
 
 
 def inputs(now: float, rate: float, hosted: dict, workers: dict | None = None) -> AccuracyInputs:
     workers = workers or {"w1": "T", "w2": "T"}
-    return AccuracyInputs(now, workers, hosted, VARIANTS, {"a": 200.0}, lambda app, window: rate)
+    return AccuracyInputs(now, workers, hosted, VARIANTS, {"a": 1000.0}, lambda app, window: rate)
 
 
 def test_the_round_plans_full_accuracy_then_trades_it_for_a_burst_and_comes_back() -> None:
-    # first round: 10 q/s x 1.05 fits one "hi" worker (20 q/s); the spare one hosts "hi" too, and
-    # routing splits the measured 10 q/s evenly (each below its 20 / 1.05)
-    alloc, st = accuracy_round(inputs(0.0, 10.0, {"w1": None, "w2": None}), AccuracyState(), PARAMS)
+    # first round: 5 q/s x 1.05 fits one "hi" worker (7.59 q/s); the spare one hosts "hi" too, and
+    # routing splits the measured 5 q/s evenly (each below its 7.59 / 1.05)
+    alloc, st = accuracy_round(inputs(0.0, 5.0, {"w1": None, "w2": None}), AccuracyState(), PARAMS)
     assert alloc is not None
     assert alloc.placement == {"w1": "hi", "w2": "hi"}
     assert alloc.routing == {"a": {"w1": pytest.approx(0.5), "w2": pytest.approx(0.5)}}
     assert alloc.unmet_qps() == {"a": 0.0}
     # the same rate a second later: nothing to do
-    again, st = accuracy_round(inputs(1.0, 10.0, {"w1": "hi", "w2": "hi"}), st, PARAMS)
+    again, st = accuracy_round(inputs(1.0, 5.0, {"w1": "hi", "w2": "hi"}), st, PARAMS)
     assert again is None
-    # a burst to 60 q/s (63 with beta): two "hi" serve 40; one swaps to "lo" (20 + 100 >= 63), the
-    # fewest swaps; "hi" takes 20 / 1.05 of the 60 first, "lo" the rest
-    burst, st = accuracy_round(inputs(2.0, 60.0, {"w1": "hi", "w2": "hi"}), st, PARAMS)
+    # a burst to 30 q/s (31.5 with beta): two "hi" serve 15.2; one swaps to "lo" (7.6 + 47.7 >= 31.5),
+    # the fewest swaps; "hi" takes 7.59 / 1.05 of the 30 first, "lo" the rest
+    burst, st = accuracy_round(inputs(2.0, 30.0, {"w1": "hi", "w2": "hi"}), st, PARAMS)
     assert burst is not None
     assert sorted(burst.placement.values()) == ["hi", "lo"]
     lo = next(w for w, v in burst.placement.items() if v == "lo")
     hi = next(w for w, v in burst.placement.items() if v == "hi")
-    assert burst.routing["a"][hi] == pytest.approx((20.0 / 1.05) / 60.0)
-    assert burst.routing["a"][lo] == pytest.approx(1.0 - (20.0 / 1.05) / 60.0)
+    assert burst.routing["a"][hi] == pytest.approx((CAP_HI / 1.05) / 30.0)
+    assert burst.routing["a"][lo] == pytest.approx(1.0 - (CAP_HI / 1.05) / 30.0)
     assert swaps({"w1": "hi", "w2": "hi"}, burst.placement) == [(lo, "hi", "lo")]
     # the burst ends: the next timer look plans for the mean rate; every query goes to "hi" again.
     # The "lo" worker the plan does not need keeps its variant (fewest swaps) with no queries: it
     # takes the overflow of the next burst at once
     hosted = dict(burst.placement)
-    back, st = accuracy_round(inputs(60.0, 10.0, hosted), st, PARAMS)
+    back, st = accuracy_round(inputs(60.0, 5.0, hosted), st, PARAMS)
     assert back is not None and back.placement == hosted
     assert back.routing == {"a": {hi: 1.0}} and back.plan.accuracy == {"a": pytest.approx(0.9)}
 
 
 def test_a_change_of_live_workers_plans_again_at_once() -> None:
-    _, st = accuracy_round(inputs(0.0, 10.0, {"w1": None, "w2": None}), AccuracyState(), PARAMS)
-    alloc, _ = accuracy_round(inputs(1.0, 10.0, {"w1": "hi"}, workers={"w1": "T"}), st, PARAMS)
+    _, st = accuracy_round(inputs(0.0, 5.0, {"w1": None, "w2": None}), AccuracyState(), PARAMS)
+    alloc, _ = accuracy_round(inputs(1.0, 5.0, {"w1": "hi"}, workers={"w1": "T"}), st, PARAMS)
     assert alloc is not None and alloc.placement == {"w1": "hi"}
 
 
 def test_the_floor_is_kept_and_unmet_demand_reported() -> None:
-    # "lo" is below the floor: 60 q/s x 1.05 on two "hi" workers leaves 23 q/s unserved
+    # "lo" is below the floor: 30 q/s x 1.05 on two "hi" workers leaves 31.5 - 2 x 7.59 unserved
     params = AccuracyRoundParams(beta=1.05, min_accuracy=(("a", 0.85),))
-    alloc, _ = accuracy_round(inputs(0.0, 60.0, {"w1": None, "w2": None}), AccuracyState(), params)
+    alloc, _ = accuracy_round(inputs(0.0, 30.0, {"w1": None, "w2": None}), AccuracyState(), params)
     assert alloc is not None and set(alloc.placement.values()) == {"hi"}
-    assert alloc.unmet_qps()["a"] == pytest.approx(63.0 - 40.0)
+    assert alloc.unmet_qps()["a"] == pytest.approx(31.5 - 2 * CAP_HI)
 
 
 def _dispatcher(queued: list) -> SimpleNamespace:

@@ -14,14 +14,19 @@ joined, left or was parked) plans again at once for the demand last planned. A p
 query types jointly); the demand of an application whose trigger did not fire is the one last
 planned for it.
 
-**Live capacity.** The dispatcher sends one query per worker call (no batching across queries on
-the live path), so a variant's latency on a type is given here at the application's mean batch as
-batch 1: its capacity is one query at a time at that latency, placeable when it is within SLO/2
-(:func:`variants.accuracy_planner.capacity`, Proteus's rule), as the INFaaS model loop counts it
-(:mod:`variants.model_decision`).
+**Live capacity** (ours). Proteus sizes a worker by its largest batch within SLO/2 (a query waits at
+most one batch); the live dispatcher sends one query per worker call, so queries wait in a queue
+instead, and a worker loaded near 1000/latency q/s (what β = 1.05 allows) queues far past its SLO: a
+first live run planned two workers at 97 % of that for a 40 q/s spike and missed 9 % of it. Here a
+worker's capacity is the largest rate at which its waiting time's 99th percentile plus the service
+stays within the SLO (:func:`max_utilization`), and a variant goes on a type where that rate is
+above zero; the planner receives the service time stretched by 1 / that utilization and an SLO
+that admits every such variant (:func:`planner_profiles`). The latency comes in at the
+application's mean batch, given as batch 1.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
@@ -43,7 +48,8 @@ class AccuracyInputs:
     now: float
     workers: Mapping[str, str]                  # live worker id -> instance type (not parked, not draining)
     hosted: Mapping[str, str | None]            # worker -> the accuracy-scaled variant it hosts (None: none)
-    variants: Sequence[VariantProfile]          # every accuracy-scaled variant, ``model`` = its application
+    variants: Sequence[VariantProfile]          # every accuracy-scaled variant, ``model`` = its application,
+                                                # its service ms per type at batch 1
     slo_ms: Mapping[str, float]                 # application -> SLO (ms)
     rate: Callable[[str, float], float]         # (application, window s) -> arrivals per second
 
@@ -53,6 +59,49 @@ class AccuracyState:
     triggers: Mapping[str, TriggerState] = field(default_factory=dict)
     workers: tuple[tuple[str, str], ...] = ()   # the live workers the last plan was made for
     last: Allocation | None = None
+
+
+def max_utilization(service_ms: float, slo_ms: float, quantile: float = 0.99) -> float:
+    """The largest utilization rho at which a worker serving one query at a time (Poisson arrivals,
+    a fixed service time: M/D/1) answers ``quantile`` of its queries within ``slo_ms``. Waiting times
+    by Kingman's heavy-traffic approximation: P(wait > t) = rho exp(-2 (1 - rho) t / service), so
+    the condition is rho exp(-2 (1 - rho) (slo - service) / service) <= 1 - quantile, increasing in
+    rho; solved by bisection. 0 when the service alone misses the SLO."""
+    if service_ms <= 0 or slo_ms <= service_ms:
+        return 0.0
+    x = 2.0 * (slo_ms - service_ms) / service_ms
+    tail = 1.0 - quantile
+
+    def ok(rho: float) -> bool:
+        return rho * math.exp(-x * (1.0 - rho)) <= tail
+
+    if ok(1.0 - 1e-9):
+        return 1.0 - 1e-9
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def planner_profiles(variants: Sequence[VariantProfile], slo_ms: Mapping[str, float]
+                     ) -> tuple[list[VariantProfile], dict[str, float]]:
+    """The live capacity rule in the planner's terms: each (variant, type)'s service time at batch 1
+    divided by :func:`max_utilization` (the type left out where that is 0), and per application an
+    SLO twice the largest such time, so that Proteus's "latency within SLO/2" admits exactly the
+    types where the rate is above zero and the capacity is rho x 1000 / service."""
+    out: list[VariantProfile] = []
+    slo: dict[str, float] = {}
+    for v in variants:
+        lat = {}
+        for t, by_batch in v.latency_ms.items():
+            s = by_batch.get(1)
+            rho = max_utilization(s, slo_ms[v.model]) if s is not None else 0.0
+            if rho > 0:
+                lat[t] = {1: s / rho}
+                slo[v.model] = max(slo.get(v.model, 0.0), 2.0 * lat[t][1])
+        out.append(VariantProfile(v.model, v.variant, v.accuracy, lat))
+    return out, {a: slo.get(a, float(slo_ms[a])) for a in slo_ms}
 
 
 def accuracy_round(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRoundParams = AccuracyRoundParams()
@@ -77,7 +126,8 @@ def accuracy_round(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRo
         demand[app] = d_new if d_new is not None else triggers[app].planned
     if not fired:
         return None, replace(state, triggers=triggers)
-    alloc = allocate(inp.workers, inp.variants, demand, {a: inp.slo_ms[a] for a in apps},
+    profiles, slo = planner_profiles(inp.variants, {a: inp.slo_ms[a] for a in apps})
+    alloc = allocate(inp.workers, profiles, demand, slo,
                      current=inp.hosted, beta=params.beta,
                      min_accuracy={a: dict(params.min_accuracy).get(a, 0.0) for a in apps},
                      time_limit_s=params.time_limit_s)
@@ -90,4 +140,5 @@ def swaps(hosted: Mapping[str, str | None], placement: Mapping[str, str | None])
     return [(w, hosted.get(w), new) for w, new in sorted(placement.items()) if hosted.get(w) != new]
 
 
-__all__ = ["AccuracyInputs", "AccuracyRoundParams", "AccuracyState", "accuracy_round", "swaps"]
+__all__ = ["AccuracyInputs", "AccuracyRoundParams", "AccuracyState", "accuracy_round", "max_utilization",
+           "planner_profiles", "swaps"]

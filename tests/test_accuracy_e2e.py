@@ -1,0 +1,173 @@
+"""Acceptance (issue #13 "Live"): a spike past what the budget's pool serves at full accuracy is
+served by less accurate variants with SLO attainment >= 99 %, and accuracy returns to the top variant
+after it; the real daemon in-process against moto in server mode, two local worker processes.
+
+The application is the digits family (:mod:`variants.families.digits`: four models trained here,
+accuracies measured on the shipped validation split), registered through the registry as
+``register_family`` does. Its models run in well under a millisecond on this machine, so the workers
+pad each member to a latency profile written for this test (10, 20, 50 and 100 ms at batch 1 on
+c5n.2xlarge, the most accurate slowest: a 10x latency range) -- the emulation every e2e test uses
+(``config.emulation``), with the family's real accuracies. Pool: c5n.2xlarge x 2, pinned (the
+budget buys no more). SLO 1 s. At full accuracy the pool serves 2 x 7.6 = 15.2 q/s with its p99
+within the SLO (:func:`variants.accuracy_round.max_utilization`: one query at a time, 100 ms each);
+the spike is 30 q/s, twice that.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from config.profiles import LatencyProfile, load_profiles_csv, save_profiles_csv
+from config.schema import Config
+from daemon.demo import demo_config
+from variants.families import digits as dg
+from variants.families.profiles import ProfileRow
+from variants.families.registration import register_family
+from variants.registry import VariantRegistry, registry_path_for
+
+pytestmark = pytest.mark.slow
+
+TYPE = "c5n.2xlarge"
+SLO_MS = 1000.0
+#: member -> ms at batch 1 (batch 2 twice that): the most accurate is the slowest
+LATENCY_MS = {"digits-pca8": 10.0, "digits-softmax": 20.0, "digits-mlp512x2": 50.0, "digits-svm": 100.0}
+LOW_QPS, SPIKE_QPS = 5.0, 30.0
+
+
+def _profiles(tmp: Path) -> Path:
+    """The shipped Kairos profiles (the config's model) and the members' test profiles."""
+    table = load_profiles_csv(None)
+    rows = list(table.profiles.values())
+    for name, ms in LATENCY_MS.items():
+        b, lat = np.array([1.0, 2.0]), np.array([ms, 2 * ms])
+        rows.append(LatencyProfile(name, TYPE, b, lat, lat, lat))
+    path = tmp / "profiles.csv"
+    save_profiles_csv(path, rows)
+    return path
+
+
+def test_a_spike_is_served_at_lower_accuracy_and_accuracy_comes_back(moto_endpoint: str, tmp_path: Path) -> None:
+    members = dg.build(tmp_path / "digits")
+    asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path, members), timeout=300))
+
+
+async def _phase(stub, pb, rate: float, duration: float, rng, out: list, phase: str, until=None,  # noqa: ANN001
+                 max_duration: float = 0.0) -> None:
+    """Poisson arrivals of the application at ``rate`` for ``duration`` s (with ``until``: on until
+    it holds, at most ``max_duration``); each answer as (phase, latency ms or None, variant, accuracy)."""
+    pending: set[asyncio.Task] = set()
+
+    async def one() -> None:
+        t0 = time.perf_counter()
+        try:
+            r = await stub.Submit(pb.SubmitRequest(application="digits", batch_size=1), timeout=10.0)
+        except grpc.aio.AioRpcError as exc:
+            out.append((phase, None, exc.code().name, 0.0))
+            return
+        out.append((phase, (time.perf_counter() - t0) * 1000.0, r.variant, r.accuracy))
+
+    start = time.monotonic()
+    next_t = 0.0
+    while True:
+        el = time.monotonic() - start
+        if el >= duration and (until is None or until() or el >= max_duration):
+            break
+        if el >= next_t:
+            t = asyncio.create_task(one())
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+            next_t += float(rng.exponential(1.0 / rate))
+            continue
+        await asyncio.sleep(min(next_t - el, 0.02))
+    if pending:
+        await asyncio.wait(pending, timeout=15.0)
+
+
+async def _scenario(endpoint: str, tmp: Path, members) -> None:  # noqa: ANN001
+    import boto3
+
+    from daemon.app import Daemon
+    from daemon.local_runner import LocalRunner
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
+    ami = ec2.describe_images()["Images"][0]["ImageId"]
+    raw = demo_config(tmp, endpoint, ami, budget=2.5, rate=LOW_QPS, policy="kairos-strict",
+                      pinned_pool={TYPE: 2}).model_dump()
+    raw["profiles"] = str(_profiles(tmp))
+    raw["intervals"] = {"fleet_s": 2, "model_s": 0.25, "reconcile_s": 30}
+    raw["model_scaling"]["generate_variants"] = False
+    raw["model_scaling"]["accuracy_scaling"] = {"enabled": True, "replan_s": 3.0}
+    cfg = Config.model_validate(raw)
+    reg = VariantRegistry(registry_path_for(cfg.state_path))
+    rows = [ProfileRow("digits", m.name, TYPE, b, LATENCY_MS[m.name] * b, m.accuracy) for m in members for b in (1, 2)]
+    register_family(reg, dg.SPEC, members, rows, qos_ms=SLO_MS)
+    reg.close()
+    acc = {m.name: m.accuracy for m in members}
+    top = max(acc, key=acc.__getitem__)
+    holder: dict[str, LocalRunner] = {}
+
+    async def on_fleet_change(instances):  # noqa: ANN001
+        if "r" in holder:
+            await holder["r"].sync(instances)
+
+    daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0", generate_variants=False)
+    await daemon.start()
+    holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
+                              [("rm2", "builtin:mlp", "rm2")], profiles_csv=cfg.profiles)
+    d = daemon.dispatcher
+    try:
+        await daemon.fleet_tick("start")
+        t0 = time.monotonic()
+        while len(d.workers) < 2 and time.monotonic() - t0 < 120:
+            await asyncio.sleep(0.2)
+        assert len(d.workers) == 2, "the pinned pool's workers did not register"
+        rng = np.random.default_rng(13)
+        out: list = []
+
+        def placed_top() -> bool:   # the plan routes the application to the most accurate member only
+            fr = d.accuracy.router.workers_for("digits")
+            return bool(fr) and all(d.accuracy.placement.get(w) == top for w in fr)
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
+            stub = pbg.InferenceStub(ch)
+            # warm: the first plan loads the members onto the workers
+            await _phase(stub, pb, LOW_QPS, 3.0, rng, out, "warm", until=placed_top, max_duration=60.0)
+            await _phase(stub, pb, LOW_QPS, 10.0, rng, out, "low")
+            await _phase(stub, pb, SPIKE_QPS, 30.0, rng, out, "spike")
+            t_after = time.monotonic()
+            await _phase(stub, pb, LOW_QPS, 5.0, rng, out, "after", until=placed_top, max_duration=60.0)
+            back_s = time.monotonic() - t_after
+            await _phase(stub, pb, LOW_QPS, 8.0, rng, out, "settled")
+        loop = daemon.model_loop.accuracy
+        by = {ph: [o for o in out if o[0] == ph] for ph in ("warm", "low", "spike", "after", "settled")}
+        measured = by["low"] + by["spike"] + by["after"] + by["settled"]
+        within = sum(1 for _, ms, _, _ in measured if ms is not None and ms <= SLO_MS)
+        attainment = within / len(measured)
+        spike_variants = {v for _, ms, v, _ in by["spike"] if ms is not None}
+        spike_acc = [a for _, ms, _, a in by["spike"] if ms is not None]
+        print(f"\naccuracy e2e: {len(measured)} queries after warm-up, SLO attainment {attainment:.2%} "
+              f"(<= {SLO_MS:g} ms); back to {top} {back_s:.1f} s after the spike; plans {len(loop.allocations)}, "
+              f"re-pinned {d.accuracy.rerouted}, failed loads {loop.failed}")
+        for ph, rows_ in by.items():
+            ok = [o for o in rows_ if o[1] is not None]
+            errs = sorted({o[2] for o in rows_ if o[1] is None})
+            print(f"  {ph}: {len(rows_)} sent, late {sum(1 for o in ok if o[1] > SLO_MS)}, errors {len(rows_) - len(ok)} {errs}, "
+                  f"variants {sorted({o[2] for o in ok})}, mean accuracy {np.mean([o[3] for o in ok]) if ok else float('nan'):.4f}")
+        for t, a in loop.allocations:
+            print(f"  plan at {t - t0:.1f} s: demand {a.plan.demand_qps}, {a.placement}, served {a.plan.served_qps}")
+        assert attainment >= 0.99
+        assert spike_variants - {top}, "the spike was not served by a less accurate variant"
+        assert min(spike_acc) >= min(acc.values()) and np.mean(spike_acc) < acc[top]
+        # the replies carry the accuracy of the variant that served them
+        assert all(a == pytest.approx(acc[v]) for _, ms, v, a in measured if ms is not None)
+        assert {v for _, ms, v, _ in by["settled"] if ms is not None} == {top}, "accuracy did not come back to the top variant"
+        assert all(ms is not None for _, ms, _, _ in by["low"] + by["settled"])
+    finally:
+        await daemon.stop(grace=3.0)
+        await holder["r"].stop_all()
