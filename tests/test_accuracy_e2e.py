@@ -29,6 +29,7 @@ from variants.families import digits as dg
 from variants.families.profiles import ProfileRow
 from variants.families.registration import register_family
 from variants.registry import VariantRegistry, registry_path_for
+from tests.load_helpers import poisson_phase
 
 pytestmark = pytest.mark.slow
 
@@ -60,8 +61,6 @@ async def _phase(stub, pb, rate: float, duration: float, rng, out: list, phase: 
                  max_duration: float = 0.0) -> None:
     """Poisson arrivals of the application at ``rate`` for ``duration`` s (with ``until``: on until
     it holds, at most ``max_duration``); each answer as (phase, latency ms or None, variant, accuracy)."""
-    pending: set[asyncio.Task] = set()
-
     async def one() -> None:
         t0 = time.perf_counter()
         try:
@@ -71,21 +70,7 @@ async def _phase(stub, pb, rate: float, duration: float, rng, out: list, phase: 
             return
         out.append((phase, (time.perf_counter() - t0) * 1000.0, r.variant, r.accuracy))
 
-    start = time.monotonic()
-    next_t = 0.0
-    while True:
-        el = time.monotonic() - start
-        if el >= duration and (until is None or until() or el >= max_duration):
-            break
-        if el >= next_t:
-            t = asyncio.create_task(one())
-            pending.add(t)
-            t.add_done_callback(pending.discard)
-            next_t += float(rng.exponential(1.0 / rate))
-            continue
-        await asyncio.sleep(min(next_t - el, 0.02))
-    if pending:
-        await asyncio.wait(pending, timeout=15.0)
+    await poisson_phase(lambda _: one(), rate, duration, rng, until, max_duration, tick_s=0.02)
 
 
 async def _scenario(endpoint: str, tmp: Path, members) -> None:  # noqa: ANN001

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Awaitable
 
 import grpc
 import numpy as np
@@ -25,6 +26,7 @@ from daemon.demo import demo_config
 from variants.model_decision import ModelLoopParams
 from scaler.batch_mix import sample_batches
 from variants.vm_autoscaler import VmParams
+from tests.load_helpers import poisson_phase
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +38,6 @@ async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict
                  until=None, max_duration: float = 0.0) -> None:  # noqa: ANN001
     """Poisson arrivals at ``rate`` for ``duration`` s; with ``until``, go on (up to
     ``max_duration``) until it returns True."""
-    pending: set[asyncio.Task] = set()
-
     async def one(b: int) -> None:
         t0 = time.perf_counter()
         try:
@@ -53,23 +53,13 @@ async def _phase(stub, pb, rate: float, duration: float, rng, batches, out: dict
         out["late_by_phase"][phase] = out["late_by_phase"].get(phase, 0) + (ms > 350.0)
         out["variants"].add(r.variant)
 
-    start = time.monotonic()
-    next_t = 0.0
-    while True:
-        el = time.monotonic() - start
-        if el >= duration and (until is None or until() or el >= max_duration):
-            break
-        if el >= next_t:
-            t = asyncio.create_task(one(int(batches[out["sent"] % len(batches)])))
-            pending.add(t)
-            t.add_done_callback(pending.discard)
-            out["sent"] += 1
-            out["sent_by_phase"][phase] = out["sent_by_phase"].get(phase, 0) + 1
-            next_t += float(rng.exponential(1.0 / rate))
-            continue
-        await asyncio.sleep(min(next_t - el, 0.05))
-    if pending:
-        await asyncio.wait(pending, timeout=15.0)
+    def send(_: int) -> Awaitable[None]:
+        b = int(batches[out["sent"] % len(batches)])
+        out["sent"] += 1
+        out["sent_by_phase"][phase] = out["sent_by_phase"].get(phase, 0) + 1
+        return one(b)
+
+    await poisson_phase(send, rate, duration, rng, until, max_duration)
 
 
 def test_load_fall_and_spike(moto_endpoint: str, tmp_path: Path) -> None:
