@@ -4,7 +4,8 @@ spent and why can be reconstructed from the daemon's log alone.
 Events (``event`` field): ``plan`` (the new target, its $/hr, the planner's rule, the demand it
 planned for), ``launch`` and ``terminate`` (instance ids, type, intent id -- the write-ahead
 ClientToken -- and the pool's $/hr after), ``park`` and ``unpark``, ``load`` and ``unload`` (a
-variant on a worker), ``vm_add`` and ``vm_remove`` (the VM autoscaler, with its reason), and
+variant on a worker), ``vm_add`` and ``vm_remove`` (the VM autoscaler, with its reason),
+``accuracy_plan`` (accuracy scaling: a new placement, the demand it serves and at what accuracy), and
 ``error``. :class:`daemon.status_feed.StatusFeed` emits them as it sees the loops' decisions.
 
 With ``costscale run --log-format json`` every log record, audit events included, is one JSON

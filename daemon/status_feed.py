@@ -133,6 +133,9 @@ class StatusFeed:
         self._events_at_t: set[tuple[float, str, str]] = set()
         self._applied = 0
         self._failed = 0
+        self._acc_plans = 0
+        self._acc_failed = 0
+        self._acc_placement: dict[str, str | None] | None = None
 
     # -- wiring ------------------------------------------------------------------------------------
     def start(self, scheduler: AsyncIOScheduler) -> None:
@@ -316,3 +319,23 @@ class StatusFeed:
         for p, msg in failed[self._failed:]:
             self.error(f"model loop: {p.action} {p.variant} on {p.worker}: {msg}")
         self._failed = len(failed)
+        self._accuracy(loop.accuracy)
+
+    def _accuracy(self, acc: Any) -> None:
+        """The accuracy round's plans (a placement that changed) and failed loads."""
+        for _, a in acc.allocations[self._acc_plans:]:
+            if a.placement == self._acc_placement:
+                continue
+            self._acc_placement = dict(a.placement)
+            p = a.plan
+            served = ", ".join(f"{m} {q:.1f} of {p.demand_qps[m]:.1f} q/s" for m, q in sorted(p.served_qps.items()))
+            at = "-" if p.effective_accuracy is None else f"{p.effective_accuracy:.4f}"
+            self.record("model", "accuracy_plan",
+                        ", ".join(f"{w}={v or '-'}" for w, v in sorted(a.placement.items())),
+                        f"accuracy planner (Proteus §4): serves {served} at accuracy {at}",
+                        placement=dict(a.placement), demand_qps=dict(p.demand_qps), served_qps=dict(p.served_qps),
+                        effective_accuracy=p.effective_accuracy)
+        self._acc_plans = len(acc.allocations)
+        for w, v, why in acc.failed[self._acc_failed:]:
+            self.error(f"accuracy plan: load {v} on {w}: {why}")
+        self._acc_failed = len(acc.failed)

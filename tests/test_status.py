@@ -274,7 +274,34 @@ def _stub_daemon(tmp_path: Path) -> SimpleNamespace:
     return SimpleNamespace(
         cfg=cfg, status=FleetStatus(), fleet_events=[], dispatcher=None, actuator=None, capacity_hint=1.0,
         decide=lambda demand: ({"g4dn.xlarge": 2}, None),
-        model_loop=SimpleNamespace(applied=[], failed=[]), model_params=SimpleNamespace(solver="greedy"))
+        model_loop=SimpleNamespace(applied=[], failed=[], accuracy=SimpleNamespace(allocations=[], failed=[])),
+        model_params=SimpleNamespace(solver="greedy"))
+
+
+def test_feed_records_an_accuracy_plan_when_its_placement_changes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = _stub_daemon(tmp_path)
+    feed = StatusFeed(d, clock=lambda: 0.0)   # type: ignore[arg-type]
+    caplog.set_level("INFO", logger="costscale.audit")
+
+    def alloc(placement: dict, served: float, acc: float) -> tuple:
+        plan = SimpleNamespace(served_qps={"digits": served}, demand_qps={"digits": 31.5}, effective_accuracy=acc)
+        return (0.0, SimpleNamespace(placement=placement, plan=plan))
+
+    acc = d.model_loop.accuracy
+    acc.allocations += [alloc({"i-1": "svm", "i-2": "svm"}, 5.25, 0.9944), alloc({"i-1": "svm", "i-2": "svm"}, 6.3, 0.9944)]
+    feed.observe()
+    acc.allocations.append(alloc({"i-1": "mlp", "i-2": "softmax"}, 31.5, 0.9612))
+    acc.failed.append(("i-2", "softmax", "LoadVariant softmax on i-2: unavailable"))
+    feed.observe()
+    feed.observe()
+    facts = feed.facts()
+    assert [(x.kind, x.summary) for x in facts.decisions] == [
+        ("accuracy_plan", "i-1=svm, i-2=svm"), ("accuracy_plan", "i-1=mlp, i-2=softmax")]
+    assert facts.decisions[1].reason == "accuracy planner (Proteus §4): serves digits 31.5 of 31.5 q/s at accuracy 0.9612"
+    assert facts.last_error == "accuracy plan: load softmax on i-2: LoadVariant softmax on i-2: unavailable"
+    events = [r.audit for r in caplog.records if hasattr(r, "audit")]
+    assert [e["event"] for e in events] == ["accuracy_plan", "accuracy_plan", "error"]
+    assert events[1]["placement"] == {"i-1": "mlp", "i-2": "softmax"} and events[1]["effective_accuracy"] == 0.9612
 
 
 def test_feed_records_new_targets_intents_events_placements_and_errors_once(
