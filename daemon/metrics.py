@@ -21,7 +21,7 @@ costscale_slo_attainment_ratio{model}      gauge    over the last 5 minutes
 costscale_demand_queries_per_second{model} gauge    over the last minute
 costscale_queue_depth                      gauge    queries waiting
 costscale_fleet_decisions_total{kind}      counter  plan, launch, terminate, park, unpark
-costscale_model_decisions_total{kind}      counter  load, unload, vm_add, vm_remove
+costscale_model_decisions_total{kind}      counter  load, unload, vm_add, vm_remove, accuracy_plan
 costscale_variant_instances{variant,instance_type}  gauge  workers holding each variant
 costscale_served_accuracy{model}           gauge    mean accuracy of the variants that served, 5 min
 costscale_workers                          gauge    registered workers
