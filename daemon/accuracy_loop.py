@@ -2,7 +2,8 @@
 dispatcher, decide with :func:`variants.accuracy_round.accuracy_round`, apply the swaps with the
 Worker RPCs and hand the routing to the dispatcher (:class:`dispatcher.accuracy_routing.AccuracyRouting`).
 
-A swap loads the new variant first, then routes by the new plan, then unloads the old one: the worker
+The trigger runs on the event loop (it reads the demand windows); the MILP runs in a thread on a
+snapshot, so queries keep flowing while it solves. A swap loads the new variant first, then routes by the new plan, then unloads the old one: the worker
 holds both for the length of a load, and no query waits on a worker with nothing it may serve. A load
 that fails leaves the worker with what it had (and out of the new routing). Demand the plan cannot
 serve at any allowed accuracy goes to the fleet loop as unmet load (the capacity hint), as the INFaaS
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from variants.accuracy_allocation import Allocation
 from variants.accuracy_planner import VariantProfile
-from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState, accuracy_round, swaps
+from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState, due, plan_for, swaps
 from variants.executor import ANY_HARDWARE
 
 if TYPE_CHECKING:
@@ -82,9 +84,12 @@ class AccuracyLoop:
     async def tick(self, now: float, params: AccuracyRoundParams) -> Allocation | None:
         d = self.d
         inp = accuracy_inputs(d, now, d.accuracy.placement)
-        alloc, self.state = accuracy_round(inp, self.state, params)
-        if alloc is None:
+        demand, self.state = due(inp, self.state, params)
+        if demand is None:
             return None
+        # the MILP off the event loop (queries keep flowing meanwhile); its inputs are a snapshot
+        alloc = await asyncio.to_thread(plan_for, inp, demand, params)
+        self.state = replace(self.state, last=alloc)
         self.allocations.append((now, alloc))
         moves = swaps(inp.hosted, alloc.placement)
         todo = [(w, new) for w, _, new in moves if new is not None]

@@ -104,9 +104,10 @@ def planner_profiles(variants: Sequence[VariantProfile], slo_ms: Mapping[str, fl
     return out, {a: slo.get(a, float(slo_ms[a])) for a in slo_ms}
 
 
-def accuracy_round(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRoundParams = AccuracyRoundParams()
-                   ) -> tuple[Allocation | None, AccuracyState]:
-    """(a new allocation, or None to keep the current one; the new state)."""
+def due(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRoundParams = AccuracyRoundParams()
+        ) -> tuple[dict[str, float] | None, AccuracyState]:
+    """The trigger half of a round (cheap; reads the rates): (per application the demand to plan
+    for now, or None to keep the plan; the new state, ``last`` unchanged)."""
     apps = sorted({v.model for v in inp.variants})
     live = tuple(sorted(inp.workers.items()))
     if not apps or not live:
@@ -124,14 +125,29 @@ def accuracy_round(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRo
         d_new, triggers[app] = replan(t, inp.now, lambda w, a=app: inp.rate(a, w), params.trigger)
         fired = fired or d_new is not None
         demand[app] = d_new if d_new is not None else triggers[app].planned
-    if not fired:
-        return None, replace(state, triggers=triggers)
+    return (demand if fired else None), AccuracyState(triggers, live, state.last)
+
+
+def plan_for(inp: AccuracyInputs, demand: Mapping[str, float], params: AccuracyRoundParams = AccuracyRoundParams()
+             ) -> Allocation:
+    """The planning half (the MILP; up to ``params.time_limit_s``): one allocation of every
+    application's ``demand`` over the live workers, by the live capacity rule."""
+    apps = sorted(demand)
     profiles, slo = planner_profiles(inp.variants, {a: inp.slo_ms[a] for a in apps})
-    alloc = allocate(inp.workers, profiles, demand, slo,
-                     current=inp.hosted, beta=params.beta,
-                     min_accuracy={a: dict(params.min_accuracy).get(a, 0.0) for a in apps},
-                     time_limit_s=params.time_limit_s)
-    return alloc, AccuracyState(triggers, live, alloc)
+    return allocate(inp.workers, profiles, demand, slo, current=inp.hosted, beta=params.beta,
+                    min_accuracy={a: dict(params.min_accuracy).get(a, 0.0) for a in apps},
+                    time_limit_s=params.time_limit_s)
+
+
+def accuracy_round(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRoundParams = AccuracyRoundParams()
+                   ) -> tuple[Allocation | None, AccuracyState]:
+    """One round: :func:`due`, then :func:`plan_for` when it says so (a new allocation, or None to
+    keep the current one; the new state)."""
+    demand, st = due(inp, state, params)
+    if demand is None:
+        return None, st
+    alloc = plan_for(inp, demand, params)
+    return alloc, replace(st, last=alloc)
 
 
 def swaps(hosted: Mapping[str, str | None], placement: Mapping[str, str | None]) -> list[tuple[str, str | None, str | None]]:
@@ -140,5 +156,5 @@ def swaps(hosted: Mapping[str, str | None], placement: Mapping[str, str | None])
     return [(w, hosted.get(w), new) for w, new in sorted(placement.items()) if hosted.get(w) != new]
 
 
-__all__ = ["AccuracyInputs", "AccuracyRoundParams", "AccuracyState", "accuracy_round", "max_utilization",
-           "planner_profiles", "swaps"]
+__all__ = ["AccuracyInputs", "AccuracyRoundParams", "AccuracyState", "accuracy_round", "due", "max_utilization",
+           "plan_for", "planner_profiles", "swaps"]
