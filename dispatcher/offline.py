@@ -115,14 +115,24 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def remote_inputs(r: pb.OfflineJobRequest, objects: ObjectStore) -> list[tuple[str, np.ndarray]]:
-    """A request's inputs: inline bytes, one S3 object, or every .npy/.npz under an S3 prefix
-    (keys as :func:`offline_inputs` gives a folder's). Blocking (S3); ValueError with one line."""
+def check_request(r: pb.OfflineJobRequest) -> None:
+    """What a request names, checked without reading anything: exactly one input, and S3 URIs
+    (a local path is refused). ValueError (ObjectError) with one line."""
     if bool(r.input) == bool(r.input_uri):
         raise ValueError("give exactly one of input (a .npy/.npz file's bytes) and input_uri (s3://bucket/key)")
+    if r.input_uri:
+        parse_s3_uri(r.input_uri, "input_uri")
+    if r.output_uri:
+        parse_s3_uri(r.output_uri, "output_uri")
+
+
+def remote_inputs(r: pb.OfflineJobRequest, objects: ObjectStore) -> list[tuple[str, np.ndarray]]:
+    """A checked request's (:func:`check_request`) inputs: inline bytes, one S3 object, or every
+    .npy/.npz under an S3 prefix (keys as :func:`offline_inputs` gives a folder's). Blocking (S3);
+    ValueError with one line."""
     if r.input:
         return arrays_from_bytes(r.input, "input")
-    bucket, key = parse_s3_uri(r.input_uri, "input_uri")
+    _, key = parse_s3_uri(r.input_uri, "input_uri")
     if not key.endswith("/"):
         return arrays_from_bytes(objects.get(r.input_uri), r.input_uri, key.rpartition("/")[2].rpartition(".")[0] or key)
     uris = [u for u in objects.list(r.input_uri) if u.endswith((".npy", ".npz"))]
@@ -148,17 +158,20 @@ class OfflineJobs:
         self.poll_s = 0.2
 
     async def submit(self, r: pb.OfflineJobRequest) -> pb.OfflineJobReply | tuple[grpc.StatusCode, str]:
-        try:   # reading the inputs (whole .npy/.npz files, S3) stays off the query loop
-            if r.output_uri:
-                parse_s3_uri(r.output_uri, "output_uri")
-            inputs = await asyncio.to_thread(remote_inputs, r, self.d.objects)
-        except ValueError as exc:   # ObjectError too: a local path, a missing object
+        try:
+            check_request(r)
+        except ValueError as exc:   # ObjectError too: a local path
             return SC.INVALID_ARGUMENT, str(exc)
+        # the model before the inputs: nothing is downloaded for a model the dispatcher does not serve
         probe = pb.SubmitRequest(model=r.model, application=r.application, batch_size=1, min_accuracy=r.min_accuracy)
         v = self.d._validate(probe)
         if isinstance(v[0], grpc.StatusCode):
             return v[0], v[1]  # type: ignore[return-value]
         m, _, _, variant, choice = v  # type: ignore[misc]
+        try:   # reading the inputs (whole .npy/.npz files, S3) stays off the query loop
+            inputs = await asyncio.to_thread(remote_inputs, r, self.d.objects)
+        except ValueError as exc:   # ObjectError too: a missing object
+            return SC.INVALID_ARGUMENT, str(exc)
         job = OfflineJob(job_id=f"job-{len(self.jobs) + 1}", model=m, variant=variant, inputs=inputs,
                          output_uri=r.output_uri,
                          total=sum(ml.chunks(a.shape[0], self.chunk).__len__() for _, a in inputs))

@@ -14,7 +14,8 @@ from hypothesis import given, strategies as st
 from dispatcher import modelless as ml
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.offline import offline_inputs
+from dispatcher.admission import SC
+from dispatcher.offline import OfflineJob, OfflineJobs, offline_inputs, remote_inputs
 from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
 from tests.test_modelless import _cfg
@@ -102,3 +103,46 @@ async def _job(tmp: Path, wport: int) -> None:
     finally:
         await d.stop(1.0)
         reg.close()
+
+
+class _Store:
+    """An in-memory :class:`dispatcher.object_store.ObjectStore` that records what was read."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects, self.gets = objects, []  # type: list[str]
+
+    def get(self, uri: str) -> bytes:
+        self.gets.append(uri)
+        return self.objects[uri]
+
+    def put(self, uri: str, data: bytes) -> None:
+        self.objects[uri] = data
+
+    def list(self, uri: str) -> list[str]:
+        return sorted(u for u in self.objects if u.startswith(uri))
+
+
+def _npy(rows: int) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((rows, 64), np.float32))
+    return buf.getvalue()
+
+
+def test_a_job_for_an_unknown_model_downloads_nothing(tmp_path: Path) -> None:
+    """The model (or application) is checked before any S3 object is read: a request for one the
+    dispatcher does not serve costs no download."""
+    store = _Store({"s3://jobs/in/x.npy": _npy(3)})
+    d = Dispatcher(_cfg(tmp_path), LatencyModel(), objects=store)
+
+    async def go() -> None:
+        for req, code in ((pb.OfflineJobRequest(model="nope", input_uri="s3://jobs/in/x.npy"), SC.INVALID_ARGUMENT),
+                          (pb.OfflineJobRequest(application="nope", input_uri="s3://jobs/in/"), SC.NOT_FOUND)):
+            got = await d.submit_offline(req)
+            assert isinstance(got, tuple) and got[0] == code and "nope" in got[1]
+        assert store.gets == [] and not d.offline_jobs
+        job = await d.submit_offline(pb.OfflineJobRequest(model="rm2", input_uri="s3://jobs/in/x.npy"))
+        assert store.gets == ["s3://jobs/in/x.npy"] and job.total == 1   # a known model: read once
+        d._stopping = True    # the job, with no worker, ends at its next poll
+        await d.offline_jobs[job.job_id].task
+
+    asyncio.run(asyncio.wait_for(go(), 30))
