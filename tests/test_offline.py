@@ -146,3 +146,12 @@ def test_a_job_for_an_unknown_model_downloads_nothing(tmp_path: Path) -> None:
         await d.offline_jobs[job.job_id].task
 
     asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_single_object_input_is_keyed_by_its_name() -> None:
+    """One .npy object's outputs are keyed by the object's name without extension, never by its
+    whole key, with or without an extension (as a prefix's objects and a local file's are)."""
+    store = _Store({"s3://b/dir/batch": _npy(2), "s3://b/dir/run.v2.npy": _npy(2), "s3://b/many/a.npy": _npy(1)})
+    for uri, key in (("s3://b/dir/batch", "batch"), ("s3://b/dir/run.v2.npy", "run.v2"), ("s3://b/many/", "a")):
+        got = remote_inputs(pb.OfflineJobRequest(model="rm2", input_uri=uri), store)
+        assert [(k, a.shape) for k, a in got] == [(key, (2 if "dir" in uri else 1, 64))]
