@@ -46,7 +46,7 @@ class OfflineJob:
     job_id: str
     model: ModelSpec
     variant: str
-    inputs: list[tuple[str, np.ndarray]]
+    inputs: list[tuple[str, np.ndarray]]   # emptied when the job ends
     output_uri: str          # s3://bucket/key, or "": the outputs stay in ``output`` for the reply
     total: int
     done: int = 0
@@ -217,7 +217,8 @@ class OfflineJobs:
 
     async def _run(self, job: OfflineJob) -> None:
         """Run the job chunk by chunk while online utilization stays under the threshold; above it
-        the job waits (state ``throttled``) and resumes later -- it is never dropped."""
+        the job waits (state ``throttled``) and resumes later -- it is never dropped. Once it ends
+        it holds no inputs (jobs are kept for GetOfflineJob; their inputs would pile up)."""
         outputs: dict[str, list[np.ndarray]] = {}
         try:
             for key, arr in job.inputs:
@@ -240,3 +241,5 @@ class OfflineJobs:
             raise
         except Exception as exc:  # noqa: BLE001 - reported through GetOfflineJob
             job.state, job.message = "failed", str(exc)
+        finally:   # done, failed or stopped: the inputs go; state, counts and outputs stay for GetOfflineJob
+            job.inputs = []

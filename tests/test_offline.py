@@ -90,6 +90,7 @@ async def _job(tmp: Path, wport: int) -> None:
                     break
                 await asyncio.sleep(0.02)
             assert (st_.state, st_.done, st_.total) == ("done", 3, 3), st_.message
+            assert d.offline_jobs[job.job_id].inputs == []   # the outputs stay, the inputs go
             with np.load(io.BytesIO(st_.output)) as out:    # no output_uri: the outputs come in the reply
                 assert out["x"].shape == (10, 8)
             served_online = d.online_utilization()
@@ -155,3 +156,29 @@ def test_a_single_object_input_is_keyed_by_its_name() -> None:
     for uri, key in (("s3://b/dir/batch", "batch"), ("s3://b/dir/run.v2.npy", "run.v2"), ("s3://b/many/", "a")):
         got = remote_inputs(pb.OfflineJobRequest(model="rm2", input_uri=uri), store)
         assert [(k, a.shape) for k, a in got] == [(key, (2 if "dir" in uri else 1, 64))]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_finished_job_lets_go_of_its_inputs(tmp_path: Path, fails: bool) -> None:
+    """Done or failed, a job no longer holds its inputs; its state, counts and outputs stay for
+    GetOfflineJob."""
+    jobs = OfflineJobs(Dispatcher(_cfg(tmp_path), LatencyModel(), objects=_Store({})))
+    jobs.chunk = 4
+
+    async def chunk(job: OfflineJob, rows: np.ndarray) -> np.ndarray:
+        if fails and job.done == 1:
+            raise RuntimeError("UNKNOWN: worker broke")
+        return rows[:, :2] + 1
+
+    jobs._chunk = chunk  # type: ignore[method-assign]
+    x = np.zeros((10, 64), np.float32)
+    job = OfflineJob("job-1", _cfg(tmp_path).models[0], "", [("x", x)], "", total=3)
+    asyncio.run(asyncio.wait_for(jobs._run(job), 30))
+    assert job.inputs == []
+    reply = job.reply()
+    if fails:
+        assert (reply.state, reply.done, reply.total) == ("failed", 1, 3) and "x rows 4-8" in reply.message
+        return
+    assert (reply.state, reply.done, reply.total) == ("done", 3, 3)
+    with np.load(io.BytesIO(reply.output)) as out:
+        assert out["x"].shape == (10, 2) and (out["x"] == 1).all()
