@@ -40,3 +40,12 @@ def test_register_refuses_an_unreadable_or_empty_local_file_before_calling(
         rc, out, err = _cli(capsys, *argv)
         assert (rc, out, len(err)) == (2, "", 1), err
         assert err[0].startswith(f"costscale: {flag}: ") and words in err[0] and str(bad) in err[0]
+
+
+@pytest.mark.parametrize("argv", [["status"], ["models", "list"], ["offline", "status", "job-1"]])
+def test_an_unreachable_dispatcher_is_the_same_line_for_every_command(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    target = f"127.0.0.1:{free_port()}"
+    rc, out, err = _cli(capsys, *argv, "--dispatcher", target)
+    assert (rc, out) == (1, "")
+    assert err == [f"costscale: cannot reach dispatcher {target}: UNAVAILABLE"]

@@ -19,16 +19,10 @@ import json
 import time
 from pathlib import Path
 
-import grpc
-
 from config.hostport import hostport_arg
 from config.errors import UsageError
 from config.security import read_file_bytes
-from daemon.commands._client import add_client_flags, call_metadata, open_channel
-
-
-class RpcFailed(UsageError):
-    exit_code = 1
+from daemon.commands._client import add_client_flags, call
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,21 +77,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.set_defaults(func=run_offline_status)
 
 
-def _call(target: str, method: str, request, timeout: float = 30.0,  # type: ignore[no-untyped-def]
-          conn: argparse.Namespace | None = None):
-    from dispatcher.proto import costscale_pb2_grpc as pbg
-
-    conn = conn or argparse.Namespace()
-    try:
-        with open_channel(target, conn) as ch:
-            return getattr(pbg.InferenceStub(ch), method)(request, timeout=timeout, metadata=call_metadata(conn))
-    except grpc.RpcError as exc:
-        code = exc.code()  # type: ignore[attr-defined]
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise RpcFailed(f"cannot reach dispatcher {target}: {code.name}") from None
-        raise RpcFailed(f"{method}: {code.name}: {exc.details()}") from None  # type: ignore[attr-defined]
-
-
 def _variant_dict(v) -> dict:  # type: ignore[no-untyped-def]
     return {"name": v.name, "model": v.model, "application": v.application, "precision": v.precision,
             "hardware": v.hardware, "tuned_batch": v.tuned_batch, "accuracy": round(v.accuracy, 6),
@@ -135,7 +114,7 @@ def run_register(args: argparse.Namespace) -> int:
         req.validation_uri = args.validation
     elif args.validation:
         req.validation = read_file_bytes(args.validation, "--validation")
-    reply = _call(args.dispatcher, "RegisterModel", req, timeout=args.timeout, conn=args)
+    reply = call(args.dispatcher, "RegisterModel", req, timeout=args.timeout, conn=args)
     _print_variants(reply.variants, args.json, {"model": reply.name})
     return 0
 
@@ -143,8 +122,8 @@ def run_register(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     from dispatcher.proto import costscale_pb2 as pb
 
-    reply = _call(args.dispatcher, "ListVariants", pb.ListVariantsRequest(model=args.model, application=args.application),
-                  conn=args)
+    reply = call(args.dispatcher, "ListVariants", pb.ListVariantsRequest(model=args.model, application=args.application),
+                 conn=args)
     _print_variants(reply.variants, args.json)
     return 0
 
@@ -191,10 +170,10 @@ def run_offline_submit(args: argparse.Namespace) -> int:
             req.input = npz_bytes(dict(offline_inputs(Path(args.input))))
         except ValueError as exc:
             raise UsageError(f"--input: {exc}") from None
-    reply = _call(args.dispatcher, "SubmitOffline", req, conn=args)
+    reply = call(args.dispatcher, "SubmitOffline", req, conn=args)
     while args.wait and reply.state not in ("done", "failed"):
         time.sleep(0.5)
-        reply = _call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=reply.job_id), conn=args)
+        reply = call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=reply.job_id), conn=args)
     _save_outputs(reply, local_output)
     _print_job(reply, args.json)
     return 1 if reply.state == "failed" else 0
@@ -203,7 +182,7 @@ def run_offline_submit(args: argparse.Namespace) -> int:
 def run_offline_status(args: argparse.Namespace) -> int:
     from dispatcher.proto import costscale_pb2 as pb
 
-    reply = _call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=args.job), conn=args)
+    reply = call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=args.job), conn=args)
     _save_outputs(reply, args.output)
     _print_job(reply, args.json)
     return 1 if reply.state == "failed" else 0
