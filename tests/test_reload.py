@@ -11,31 +11,18 @@ import pytest
 
 from config.checks import load_checked_config
 from daemon.app import Daemon
+from tests.test_config_checks import BASE
 from tests.tls_helpers import TestCa
 
-BASE = """\
-cluster: t
-budget_per_hour: 2.5
-models:
-  - name: ncf
-    qos_ms: 1000
-instance_types:
-  - type: g4dn.xlarge
-  - type: r5n.large
-launch:
-  ami_id: ami-1
-state_path: {state}
-metrics:
-  listen: 127.0.0.1:9464
-dispatcher:
-  listen: 127.0.0.1:50051
-  advertise: 10.0.0.5:50051
-"""
+
+def _text(state: Path) -> str:
+    """costscale validate's base config (tests.test_config_checks) with a state path and metrics."""
+    return BASE.replace("dispatcher:\n", f"state_path: {state}\nmetrics:\n  listen: 127.0.0.1:9464\ndispatcher:\n")
 
 
 def _daemon(tmp_path: Path) -> tuple[Daemon, Path]:
     path = tmp_path / "c.yaml"
-    path.write_text(BASE.format(state=tmp_path / "state.db"))
+    path.write_text(_text(tmp_path / "state.db"))
     return Daemon(load_checked_config(path), path), path
 
 
@@ -49,7 +36,7 @@ def test_a_reload_keeps_the_security_settings_and_applies_the_rest(
     before = d.cfg
     pem = TestCa(tmp_path / "ca").issue("dispatcher")
     (tmp_path / "token").write_text("client-token-1\n")
-    path.write_text(BASE.format(state=tmp_path / "state.db")
+    path.write_text(_text(tmp_path / "state.db")
                     .replace("budget_per_hour: 2.5", "budget_per_hour: 3.0")
                     .replace("  listen: 127.0.0.1:9464", "  listen: 127.0.0.1:9470\n  public: true")
                     .replace("  listen: 127.0.0.1:50051", "  listen: 127.0.0.1:50061")
@@ -70,7 +57,7 @@ def test_a_reload_keeps_the_security_settings_and_applies_the_rest(
 def test_a_reload_without_security_changes_says_nothing_of_a_restart(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     d, path = _daemon(tmp_path)
-    path.write_text(BASE.format(state=tmp_path / "state.db").replace("budget_per_hour: 2.5", "budget_per_hour: 2.0"))
+    path.write_text(_text(tmp_path / "state.db").replace("budget_per_hour: 2.5", "budget_per_hour: 2.0"))
     with caplog.at_level(logging.INFO):
         assert d.reload() is True
     assert d.cfg.budget_per_hour == 2.0 and _restart_lines(caplog) == []
