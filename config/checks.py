@@ -4,8 +4,9 @@ otherwise pass ``costscale validate`` and fail later, in the daemon (DESIGN inva
 ``config_problems(cfg)`` returns the problems as one line each; ``validate`` prints them and exits
 2, and ``costscale run`` refuses to start on them. ``config_warnings(cfg)`` returns what works but
 deserves a look (a model without latency profiles: the daemon profiles it, INFaaS §3.2);
-``validate`` prints them and exits 0. Pure but for reading the profile CSV and botocore's bundled
-region table (no network).
+``validate`` prints them and exits 0. Pure but for reading the profile CSV, the certificates, keys
+and tokens the config names (as the daemon reads them at start), and botocore's bundled region
+table (no network).
 """
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 from config.errors import ConfigError
 from config.hostport import split_hostport
 from config.profiles import ProfileTable, load_profiles_csv
-from config.schema import Config, load_config
-from config.security import client_auth_missing, is_loopback
+from config.schema import Config, DispatcherSpec, load_config
+from config.security import client_auth_missing, is_loopback, read_pem, read_token
 
 
 def known_regions() -> frozenset[str]:
@@ -71,6 +72,27 @@ def config_problems(cfg: Config) -> list[str]:
     if cfg.metrics.listen and split_hostport(cfg.metrics.listen)[1] == split_hostport(d.listen)[1] != 0:
         problems.append(f"metrics: listen {cfg.metrics.listen} takes the dispatcher's port ({d.listen}); "
                         "give the metrics endpoint a port of its own")
+    return problems + security_file_problems(d)
+
+
+def security_file_problems(d: DispatcherSpec) -> list[str]:
+    """One line per certificate, key or CA bundle (``dispatcher.tls``, ``dispatcher.worker_tls``)
+    or token file (``auth_token_file``, ``cluster_token_file``) that the daemon would refuse at
+    start: unreadable, empty, not PEM. The contents are never part of a line."""
+    pems: list[tuple[str | None, str]] = []
+    for section in ("tls", "worker_tls"):
+        spec = getattr(d, section)
+        if spec is not None:
+            pems += [(getattr(spec, f), f"dispatcher.{section}.{f}") for f in type(spec).model_fields if f.endswith("_file")]
+    tokens = [(d.auth_token_file, "dispatcher.auth_token_file"), (d.cluster_token_file, "dispatcher.cluster_token_file")]
+    problems = []
+    for read, files in ((read_pem, pems), (read_token, tokens)):
+        for path, field in files:
+            if path:
+                try:
+                    read(path, field)
+                except ConfigError as exc:
+                    problems.append(str(exc))
     return problems
 
 

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from config.errors import ConfigError
 from config.hostport import split_hostport
+
+if TYPE_CHECKING:
+    from config.schema import Config
 
 #: the server name a worker's certificate carries (a DNS SAN), checked by the dispatcher whatever
 #: address the worker has: instances come and go with addresses no certificate can name in advance
@@ -88,6 +92,24 @@ def client_auth_missing(listen: str, auth_token_file: str | None, tls: TlsSpec |
         return None
     return (f"dispatcher: listen {listen} is not loopback and no client authentication is configured: "
             "set dispatcher.auth_token_file (bearer token) or dispatcher.tls.client_ca_file (mutual TLS)")
+
+
+#: what the daemon reads once, at start -- the addresses it binds, the certificates and tokens it
+#: loads, the interceptors it builds from them -- by config section: a reload keeps the running values
+RESTART_ONLY: dict[str, tuple[str, ...]] = {
+    "dispatcher": ("listen", "tls", "worker_tls", "auth_token_file", "cluster_token", "cluster_token_file"),
+    "metrics": ("listen", "public"),
+}
+
+
+def restart_only_changes(running: Config, new: Config) -> tuple[Config, list[str]]:
+    """``new`` with the running values of the :data:`RESTART_ONLY` settings, and the names of those
+    it changed (``dispatcher.tls``, ...; names only: a token is a secret)."""
+    changed = [f"{section}.{f}" for section, fields in RESTART_ONLY.items() for f in fields
+               if getattr(getattr(new, section), f) != getattr(getattr(running, section), f)]
+    kept = {section: getattr(new, section).model_copy(update={f: getattr(getattr(running, section), f) for f in fields})
+            for section, fields in RESTART_ONLY.items()}
+    return new.model_copy(update=kept), changed
 
 
 def read_file_bytes(path: str, field: str) -> bytes:

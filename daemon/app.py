@@ -21,6 +21,7 @@ from daemon import sdnotify
 from config.schema import Config
 from config.checks import load_checked_config
 from config.errors import UsageError
+from config.security import restart_only_changes
 from scaler.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
@@ -413,7 +414,8 @@ class Daemon:
         self._stop.set()
 
     def reload(self) -> bool:
-        """SIGHUP: load the config again; an invalid one is rejected and the old one kept."""
+        """SIGHUP: load the config again; an invalid one is rejected and the old one kept. The
+        settings read only at start (``config.security.RESTART_ONLY``) keep their running values."""
         if self.cfg_path is None:
             return False
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
@@ -427,6 +429,9 @@ class Daemon:
         if new.cluster != self.cfg.cluster or new.state_path != self.cfg.state_path:
             log.error("reload rejected: cluster and state_path cannot change while running")
             return False
+        new, unapplied = restart_only_changes(self.cfg, new)   # the rest of the reload goes on
+        if unapplied:
+            log.warning("reload: %s changed: restart to apply (the running values are kept)", ", ".join(unapplied))
         self.cfg = new
         if self._explicit_params is None:
             self.model_params = model_params_for(new)
@@ -439,7 +444,8 @@ class Daemon:
         if self.dispatcher is not None:   # prices the model loop and Status use
             self.dispatcher.set_catalog(new.catalog())
         log.info("reloaded %s (budget %.4g $/hr)", self.cfg_path, new.budget_per_hour)
-        sdnotify.notify(f"READY=1\nSTATUS=reloaded, budget {new.budget_per_hour:g} $/hr")
+        sdnotify.notify(f"READY=1\nSTATUS=reloaded, budget {new.budget_per_hour:g} $/hr"
+                        + (f"; restart to apply {', '.join(unapplied)}" if unapplied else ""))
         if self._loop is not None:
             self._loop.create_task(self.fleet_tick("config reloaded"))
         return True

@@ -21,9 +21,15 @@ class ObjectError(ValueError):
     """A bad URI, or an object that cannot be read or written: one line, the caller's problem."""
 
 
+def is_s3_uri(text: str) -> bool:
+    """True when ``text`` names an S3 object (``s3://...``), not a local path: the CLI sends a local
+    file's bytes and passes an S3 name on."""
+    return text.startswith(S3_SCHEME)
+
+
 def parse_s3_uri(uri: str, what: str = "uri") -> tuple[str, str]:
     """(bucket, key) of ``s3://bucket/key``; ObjectError naming ``what`` for anything else."""
-    if not uri.startswith(S3_SCHEME):
+    if not is_s3_uri(uri):
         raise ObjectError(f"{what}: {uri!r} is not an s3://bucket/key URI; remote callers cannot name paths on "
                           "the control host (send the file's bytes, or upload it to S3; the costscale CLI sends "
                           "local files)")

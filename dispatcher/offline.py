@@ -46,7 +46,7 @@ class OfflineJob:
     job_id: str
     model: ModelSpec
     variant: str
-    inputs: list[tuple[str, np.ndarray]]
+    inputs: list[tuple[str, np.ndarray]]   # emptied when the job ends
     output_uri: str          # s3://bucket/key, or "": the outputs stay in ``output`` for the reply
     total: int
     done: int = 0
@@ -115,23 +115,38 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-def remote_inputs(r: pb.OfflineJobRequest, objects: ObjectStore) -> list[tuple[str, np.ndarray]]:
-    """A request's inputs: inline bytes, one S3 object, or every .npy/.npz under an S3 prefix
-    (keys as :func:`offline_inputs` gives a folder's). Blocking (S3); ValueError with one line."""
+def check_request(r: pb.OfflineJobRequest) -> None:
+    """What a request names, checked without reading anything: exactly one input, and S3 URIs
+    (a local path is refused). ValueError (ObjectError) with one line."""
     if bool(r.input) == bool(r.input_uri):
         raise ValueError("give exactly one of input (a .npy/.npz file's bytes) and input_uri (s3://bucket/key)")
+    if r.input_uri:
+        parse_s3_uri(r.input_uri, "input_uri")
+    if r.output_uri:
+        parse_s3_uri(r.output_uri, "output_uri")
+
+
+def _stem(name: str) -> str:
+    """An object's name without its extension (``a.npy`` -> ``a``); a name without one as it is."""
+    return name.rpartition(".")[0] or name
+
+
+def remote_inputs(r: pb.OfflineJobRequest, objects: ObjectStore) -> list[tuple[str, np.ndarray]]:
+    """A checked request's (:func:`check_request`) inputs: inline bytes, one S3 object (key: the
+    stem of its name, as a local file's), or every .npy/.npz under an S3 prefix (keys as
+    :func:`offline_inputs` gives a folder's). Blocking (S3); ValueError with one line."""
     if r.input:
         return arrays_from_bytes(r.input, "input")
-    bucket, key = parse_s3_uri(r.input_uri, "input_uri")
+    _, key = parse_s3_uri(r.input_uri, "input_uri")
     if not key.endswith("/"):
-        return arrays_from_bytes(objects.get(r.input_uri), r.input_uri, key.rpartition("/")[2].rpartition(".")[0] or key)
+        return arrays_from_bytes(objects.get(r.input_uri), r.input_uri, _stem(key.rpartition("/")[2]))
     uris = [u for u in objects.list(r.input_uri) if u.endswith((".npy", ".npz"))]
     if not uris:
         raise ValueError(f"{r.input_uri}: no .npy or .npz objects under the prefix")
     out: list[tuple[str, np.ndarray]] = []
     for u in uris:
         name = u.rpartition("/")[2]
-        stem = name.rpartition(".")[0]
+        stem = _stem(name)
         got = arrays_from_bytes(objects.get(u), u, stem)
         out += [(f"{stem}/{k}" if name.endswith(".npz") else k, a) for k, a in got]
     return out
@@ -148,17 +163,20 @@ class OfflineJobs:
         self.poll_s = 0.2
 
     async def submit(self, r: pb.OfflineJobRequest) -> pb.OfflineJobReply | tuple[grpc.StatusCode, str]:
-        try:   # reading the inputs (whole .npy/.npz files, S3) stays off the query loop
-            if r.output_uri:
-                parse_s3_uri(r.output_uri, "output_uri")
-            inputs = await asyncio.to_thread(remote_inputs, r, self.d.objects)
-        except ValueError as exc:   # ObjectError too: a local path, a missing object
+        try:
+            check_request(r)
+        except ValueError as exc:   # ObjectError too: a local path
             return SC.INVALID_ARGUMENT, str(exc)
+        # the model before the inputs: nothing is downloaded for a model the dispatcher does not serve
         probe = pb.SubmitRequest(model=r.model, application=r.application, batch_size=1, min_accuracy=r.min_accuracy)
         v = self.d._validate(probe)
         if isinstance(v[0], grpc.StatusCode):
             return v[0], v[1]  # type: ignore[return-value]
         m, _, _, variant, choice = v  # type: ignore[misc]
+        try:   # reading the inputs (whole .npy/.npz files, S3) stays off the query loop
+            inputs = await asyncio.to_thread(remote_inputs, r, self.d.objects)
+        except ValueError as exc:   # ObjectError too: a missing object
+            return SC.INVALID_ARGUMENT, str(exc)
         job = OfflineJob(job_id=f"job-{len(self.jobs) + 1}", model=m, variant=variant, inputs=inputs,
                          output_uri=r.output_uri,
                          total=sum(ml.chunks(a.shape[0], self.chunk).__len__() for _, a in inputs))
@@ -199,7 +217,8 @@ class OfflineJobs:
 
     async def _run(self, job: OfflineJob) -> None:
         """Run the job chunk by chunk while online utilization stays under the threshold; above it
-        the job waits (state ``throttled``) and resumes later -- it is never dropped."""
+        the job waits (state ``throttled``) and resumes later -- it is never dropped. Once it ends
+        it holds no inputs (jobs are kept for GetOfflineJob; their inputs would pile up)."""
         outputs: dict[str, list[np.ndarray]] = {}
         try:
             for key, arr in job.inputs:
@@ -222,3 +241,5 @@ class OfflineJobs:
             raise
         except Exception as exc:  # noqa: BLE001 - reported through GetOfflineJob
             job.state, job.message = "failed", str(exc)
+        finally:   # done, failed or stopped: the inputs go; state, counts and outputs stay for GetOfflineJob
+            job.inputs = []

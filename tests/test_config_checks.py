@@ -88,3 +88,32 @@ def test_regions_and_loopback_helpers() -> None:
     assert {"us-east-1", "eu-west-3", "ap-southeast-2"} <= regions and "mars-north-1" not in regions
     assert is_loopback("127.0.0.1:1") and is_loopback("localhost:1") and is_loopback("[::1]:1")
     assert not is_loopback("0.0.0.0:1") and not is_loopback("10.0.0.5:1") and not is_loopback("ctl.internal:1")
+
+
+def test_validate_reads_the_certificates_keys_and_tokens_the_config_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What `run` would refuse at start -- a TLS file or token file unreadable, empty or not PEM --
+    `validate` refuses now, one line per file naming its field, never the file's contents."""
+    from tests.tls_helpers import TestCa
+
+    ca = TestCa(tmp_path / "ca")
+    pem = ca.issue("dispatcher")
+    (tmp_path / "token").write_text("tok-1\n")
+
+    def text(cert: Path, key: Path, client_ca: Path, workers_ca: Path, token: Path, cluster: Path) -> str:
+        return BASE + (f"  auth_token_file: {token}\n  cluster_token_file: {cluster}\n"
+                       f"  tls: {{cert_file: {cert}, key_file: {key}, client_ca_file: {client_ca}}}\n"
+                       f"  worker_tls: {{ca_file: {workers_ca}}}\n")
+
+    good = (pem.cert, pem.key, ca.ca_file, ca.ca_file, tmp_path / "token", tmp_path / "token")
+    code, out = _validate(tmp_path, text(*good), capsys)
+    assert code == 0, out
+    (tmp_path / "plain.key").write_text("my-secret-key-material\n")
+    (tmp_path / "empty").write_text("  \n")
+    code, out = _validate(tmp_path, text(tmp_path / "missing.crt", tmp_path / "plain.key", tmp_path / "empty",
+                                         tmp_path / "nowhere", tmp_path / "empty", tmp_path / "gone"), capsys)
+    assert code == 2 and not any("Traceback" in ln or "my-secret" in ln for ln in out), out
+    for expect in ("dispatcher.tls.cert_file: cannot read", "dispatcher.tls.key_file: ", "is not a PEM file",
+                   "dispatcher.tls.client_ca_file: ", "dispatcher.worker_tls.ca_file: cannot read",
+                   "dispatcher.auth_token_file: ", "dispatcher.cluster_token_file: cannot read"):
+        assert sum(expect in ln for ln in out) == 1, (expect, out)

@@ -14,7 +14,8 @@ from hypothesis import given, strategies as st
 from dispatcher import modelless as ml
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.offline import offline_inputs
+from dispatcher.admission import SC
+from dispatcher.offline import OfflineJob, OfflineJobs, offline_inputs, remote_inputs
 from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
 from tests.test_modelless import _cfg
@@ -89,6 +90,7 @@ async def _job(tmp: Path, wport: int) -> None:
                     break
                 await asyncio.sleep(0.02)
             assert (st_.state, st_.done, st_.total) == ("done", 3, 3), st_.message
+            assert d.offline_jobs[job.job_id].inputs == []   # the outputs stay, the inputs go
             with np.load(io.BytesIO(st_.output)) as out:    # no output_uri: the outputs come in the reply
                 assert out["x"].shape == (10, 8)
             served_online = d.online_utilization()
@@ -102,3 +104,81 @@ async def _job(tmp: Path, wport: int) -> None:
     finally:
         await d.stop(1.0)
         reg.close()
+
+
+class _Store:
+    """An in-memory :class:`dispatcher.object_store.ObjectStore` that records what was read."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects, self.gets = objects, []  # type: list[str]
+
+    def get(self, uri: str) -> bytes:
+        self.gets.append(uri)
+        return self.objects[uri]
+
+    def put(self, uri: str, data: bytes) -> None:
+        self.objects[uri] = data
+
+    def list(self, uri: str) -> list[str]:
+        return sorted(u for u in self.objects if u.startswith(uri))
+
+
+def _npy(rows: int) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((rows, 64), np.float32))
+    return buf.getvalue()
+
+
+def test_a_job_for_an_unknown_model_downloads_nothing(tmp_path: Path) -> None:
+    """The model (or application) is checked before any S3 object is read: a request for one the
+    dispatcher does not serve costs no download."""
+    store = _Store({"s3://jobs/in/x.npy": _npy(3)})
+    d = Dispatcher(_cfg(tmp_path), LatencyModel(), objects=store)
+
+    async def go() -> None:
+        for req, code in ((pb.OfflineJobRequest(model="nope", input_uri="s3://jobs/in/x.npy"), SC.INVALID_ARGUMENT),
+                          (pb.OfflineJobRequest(application="nope", input_uri="s3://jobs/in/"), SC.NOT_FOUND)):
+            got = await d.submit_offline(req)
+            assert isinstance(got, tuple) and got[0] == code and "nope" in got[1]
+        assert store.gets == [] and not d.offline_jobs
+        job = await d.submit_offline(pb.OfflineJobRequest(model="rm2", input_uri="s3://jobs/in/x.npy"))
+        assert store.gets == ["s3://jobs/in/x.npy"] and job.total == 1   # a known model: read once
+        d._stopping = True    # the job, with no worker, ends at its next poll
+        await d.offline_jobs[job.job_id].task
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
+def test_a_single_object_input_is_keyed_by_its_name() -> None:
+    """One .npy object's outputs are keyed by the object's name without extension, never by its
+    whole key, with or without an extension (as a prefix's objects and a local file's are)."""
+    store = _Store({"s3://b/dir/batch": _npy(2), "s3://b/dir/run.v2.npy": _npy(2), "s3://b/many/a.npy": _npy(1)})
+    for uri, key in (("s3://b/dir/batch", "batch"), ("s3://b/dir/run.v2.npy", "run.v2"), ("s3://b/many/", "a")):
+        got = remote_inputs(pb.OfflineJobRequest(model="rm2", input_uri=uri), store)
+        assert [(k, a.shape) for k, a in got] == [(key, (2 if "dir" in uri else 1, 64))]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_finished_job_lets_go_of_its_inputs(tmp_path: Path, fails: bool) -> None:
+    """Done or failed, a job no longer holds its inputs; its state, counts and outputs stay for
+    GetOfflineJob."""
+    jobs = OfflineJobs(Dispatcher(_cfg(tmp_path), LatencyModel(), objects=_Store({})))
+    jobs.chunk = 4
+
+    async def chunk(job: OfflineJob, rows: np.ndarray) -> np.ndarray:
+        if fails and job.done == 1:
+            raise RuntimeError("UNKNOWN: worker broke")
+        return rows[:, :2] + 1
+
+    jobs._chunk = chunk  # type: ignore[method-assign]
+    x = np.zeros((10, 64), np.float32)
+    job = OfflineJob("job-1", _cfg(tmp_path).models[0], "", [("x", x)], "", total=3)
+    asyncio.run(asyncio.wait_for(jobs._run(job), 30))
+    assert job.inputs == []
+    reply = job.reply()
+    if fails:
+        assert (reply.state, reply.done, reply.total) == ("failed", 1, 3) and "x rows 4-8" in reply.message
+        return
+    assert (reply.state, reply.done, reply.total) == ("done", 3, 3)
+    with np.load(io.BytesIO(reply.output)) as out:
+        assert out["x"].shape == (10, 2) and (out["x"] == 1).all()

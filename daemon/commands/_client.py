@@ -2,13 +2,16 @@
 client authentication: ``--tls`` / ``--ca PEM`` (TLS, trusting the system's roots or that CA),
 ``--cert PEM --key PEM`` (a client certificate, for mutual TLS) and ``--token-file F`` (a bearer
 token, sent as ``authorization: Bearer <token>``). Without them: plaintext, as on loopback. Bad
-files: one line, exit 2 (UsageError)."""
+files: one line, exit 2 (UsageError). :func:`call` makes one Inference call that way; the
+dispatcher unreachable or refusing: one line, exit 1 (:class:`RpcFailed`)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import grpc
 
+from config.errors import UsageError
 from config.security import read_token
 from dispatcher.auth import bearer_metadata
 from dispatcher.credentials import channel_credentials
@@ -35,3 +38,27 @@ def call_metadata(args: argparse.Namespace) -> tuple[tuple[str, str], ...] | Non
     """The bearer token's metadata (--token-file), or None."""
     path = getattr(args, "token_file", None)
     return bearer_metadata(read_token(path, "--token-file")) if path else None
+
+
+class RpcFailed(UsageError):
+    """The dispatcher unreachable, or refusing a call: one line, exit 1."""
+
+    exit_code = 1
+
+
+def call(target: str, method: str, request: Any, conn: argparse.Namespace | None = None,
+         timeout: float = 30.0) -> Any:
+    """The reply of the Inference service's ``method`` on the dispatcher at ``target``, over the
+    channel and with the token ``conn``'s connection flags say (:func:`add_client_flags`; None:
+    plaintext, no token). RpcFailed when it cannot be reached or refuses."""
+    from dispatcher.proto import costscale_pb2_grpc as pbg
+
+    conn = conn or argparse.Namespace()
+    try:
+        with open_channel(target, conn) as ch:
+            return getattr(pbg.InferenceStub(ch), method)(request, timeout=timeout, metadata=call_metadata(conn))
+    except grpc.RpcError as exc:
+        code = exc.code()  # type: ignore[attr-defined]
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise RpcFailed(f"cannot reach dispatcher {target}: {code.name}") from None
+        raise RpcFailed(f"{method}: {code.name}: {exc.details()}") from None  # type: ignore[attr-defined]

@@ -19,15 +19,10 @@ import json
 import time
 from pathlib import Path
 
-import grpc
-
 from config.hostport import hostport_arg
 from config.errors import UsageError
-from daemon.commands._client import add_client_flags, call_metadata, open_channel
-
-
-class RpcFailed(UsageError):
-    exit_code = 1
+from config.security import read_file_bytes
+from daemon.commands._client import add_client_flags, call
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,25 +77,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.set_defaults(func=run_offline_status)
 
 
-def _is_s3(text: str) -> bool:
-    return text.startswith("s3://")
-
-
-def _call(target: str, method: str, request, timeout: float = 30.0,  # type: ignore[no-untyped-def]
-          conn: argparse.Namespace | None = None):
-    from dispatcher.proto import costscale_pb2_grpc as pbg
-
-    conn = conn or argparse.Namespace()
-    try:
-        with open_channel(target, conn) as ch:
-            return getattr(pbg.InferenceStub(ch), method)(request, timeout=timeout, metadata=call_metadata(conn))
-    except grpc.RpcError as exc:
-        code = exc.code()  # type: ignore[attr-defined]
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise RpcFailed(f"cannot reach dispatcher {target}: {code.name}") from None
-        raise RpcFailed(f"{method}: {code.name}: {exc.details()}") from None  # type: ignore[attr-defined]
-
-
 def _variant_dict(v) -> dict:  # type: ignore[no-untyped-def]
     return {"name": v.name, "model": v.model, "application": v.application, "precision": v.precision,
             "hardware": v.hardware, "tuned_batch": v.tuned_batch, "accuracy": round(v.accuracy, 6),
@@ -123,21 +99,22 @@ def _print_variants(variants, as_json: bool, extra: dict | None = None) -> None:
 
 
 def run_register(args: argparse.Namespace) -> int:
+    from dispatcher.object_store import is_s3_uri
     from dispatcher.proto import costscale_pb2 as pb
 
     if args.qos_ms < 0 or args.max_batch < 0:
         raise UsageError("--qos-ms and --max-batch must be >= 0")
     req = pb.RegisterModelRequest(name=args.name, application=args.application, qos_ms=args.qos_ms,
                                   max_batch=args.max_batch)
-    if _is_s3(args.onnx):
+    if is_s3_uri(args.onnx):
         req.onnx_uri = args.onnx
-    else:
-        req.onnx = _local_bytes("--onnx", args.onnx)
-    if args.validation and _is_s3(args.validation):
+    else:   # read here, sent inline; unreadable or empty: one line, exit 2
+        req.onnx = read_file_bytes(args.onnx, "--onnx")
+    if args.validation and is_s3_uri(args.validation):
         req.validation_uri = args.validation
     elif args.validation:
-        req.validation = _local_bytes("--validation", args.validation)
-    reply = _call(args.dispatcher, "RegisterModel", req, timeout=args.timeout, conn=args)
+        req.validation = read_file_bytes(args.validation, "--validation")
+    reply = call(args.dispatcher, "RegisterModel", req, timeout=args.timeout, conn=args)
     _print_variants(reply.variants, args.json, {"model": reply.name})
     return 0
 
@@ -145,8 +122,8 @@ def run_register(args: argparse.Namespace) -> int:
 def run_list(args: argparse.Namespace) -> int:
     from dispatcher.proto import costscale_pb2 as pb
 
-    reply = _call(args.dispatcher, "ListVariants", pb.ListVariantsRequest(model=args.model, application=args.application),
-                  conn=args)
+    reply = call(args.dispatcher, "ListVariants", pb.ListVariantsRequest(model=args.model, application=args.application),
+                 conn=args)
     _print_variants(reply.variants, args.json)
     return 0
 
@@ -162,16 +139,6 @@ def _print_job(r, as_json: bool) -> None:  # type: ignore[no-untyped-def]
         print(f"{r.job_id}: {r.state} {r.done}/{r.total}" + (f" ({r.message})" if r.message else ""))
 
 
-def _local_bytes(flag: str, path: str) -> bytes:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"{flag}: {p}: no such file")
-    try:
-        return p.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{flag}: cannot read {p} ({exc.strerror or exc})") from None
-
-
 def _save_outputs(reply, path: str | None) -> None:  # type: ignore[no-untyped-def]
     """Write a done job's inline outputs to ``path`` (a file here)."""
     from config.files import write_atomic
@@ -184,28 +151,29 @@ def _save_outputs(reply, path: str | None) -> None:  # type: ignore[no-untyped-d
 
 
 def run_offline_submit(args: argparse.Namespace) -> int:
+    from dispatcher.object_store import is_s3_uri
     from dispatcher.offline import npz_bytes, offline_inputs
     from dispatcher.proto import costscale_pb2 as pb
 
     if not 0 <= args.min_accuracy <= 1:
         raise UsageError("--min-accuracy must be in [0, 1]")
-    local_output = args.output if args.output and not _is_s3(args.output) else None
+    local_output = args.output if args.output and not is_s3_uri(args.output) else None
     if local_output and not args.wait:
         raise UsageError("--output: a local file needs --wait (the outputs come back when the job is done); "
                          "or give an s3:// URI, or fetch them later with `offline status JOB --output FILE`")
     req = pb.OfflineJobRequest(model=args.model, application=args.application, min_accuracy=args.min_accuracy,
-                               output_uri=args.output if args.output and _is_s3(args.output) else "")
-    if _is_s3(args.input):
+                               output_uri=args.output if args.output and is_s3_uri(args.output) else "")
+    if is_s3_uri(args.input):
         req.input_uri = args.input
     else:   # read here, sent inline: the dispatcher reads no path of its host for a caller
         try:
             req.input = npz_bytes(dict(offline_inputs(Path(args.input))))
         except ValueError as exc:
             raise UsageError(f"--input: {exc}") from None
-    reply = _call(args.dispatcher, "SubmitOffline", req, conn=args)
+    reply = call(args.dispatcher, "SubmitOffline", req, conn=args)
     while args.wait and reply.state not in ("done", "failed"):
         time.sleep(0.5)
-        reply = _call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=reply.job_id), conn=args)
+        reply = call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=reply.job_id), conn=args)
     _save_outputs(reply, local_output)
     _print_job(reply, args.json)
     return 1 if reply.state == "failed" else 0
@@ -214,7 +182,7 @@ def run_offline_submit(args: argparse.Namespace) -> int:
 def run_offline_status(args: argparse.Namespace) -> int:
     from dispatcher.proto import costscale_pb2 as pb
 
-    reply = _call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=args.job), conn=args)
+    reply = call(args.dispatcher, "GetOfflineJob", pb.OfflineJobReply(job_id=args.job), conn=args)
     _save_outputs(reply, args.output)
     _print_job(reply, args.json)
     return 1 if reply.state == "failed" else 0

@@ -19,11 +19,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-import grpc
-
 from config.hostport import hostport_arg
-from daemon.commands._client import add_client_flags, call_metadata, open_channel
-from daemon.commands.models import RpcFailed
+from daemon.commands._client import add_client_flags, call
 
 DEFAULT_DISPATCHER = "127.0.0.1:50051"
 #: how long one Status call may take (s)
@@ -55,18 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def fetch(target: str, conn: argparse.Namespace | None = None):  # type: ignore[no-untyped-def]
     """The Status reply; ``conn``: the connection flags (:mod:`daemon.commands._client`)."""
-    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+    from dispatcher.proto import costscale_pb2 as pb
 
-    conn = conn or argparse.Namespace()
-    try:
-        with open_channel(target, conn) as ch:
-            return pbg.InferenceStub(ch).Status(pb.StatusRequest(), timeout=CALL_TIMEOUT_S,
-                                                metadata=call_metadata(conn))
-    except grpc.RpcError as exc:
-        code = exc.code()  # type: ignore[attr-defined]
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise RpcFailed(f"status: cannot reach dispatcher {target}: {code.name}") from None
-        raise RpcFailed(f"status: {code.name}: {exc.details()}") from None  # type: ignore[attr-defined]
+    return call(target, "Status", pb.StatusRequest(), conn, timeout=CALL_TIMEOUT_S)
 
 
 def _iso(t: float) -> str | None:

@@ -2,7 +2,8 @@
 
 Beyond the schema it runs :func:`config.checks.config_problems`: what would pass the schema and
 fail later in the daemon (an unknown region, a budget no allowed type fits, minimum counts over
-the budget, an unreadable profile CSV, launched workers told to dial 127.0.0.1), and prints
+the budget, an unreadable profile CSV, launched workers told to dial 127.0.0.1, a TLS certificate,
+key or token file the daemon could not read), and prints
 :func:`config.checks.config_warnings` on stderr without failing (a model with no latency profile:
 the daemon can profile it)."""
 from __future__ import annotations

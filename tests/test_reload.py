@@ -1,0 +1,63 @@
+"""SIGHUP reloads the config (``daemon.app.Daemon.reload``): what the daemon reads only at start --
+the dispatcher's listen, TLS, tokens, the metrics endpoint (``config.security.RESTART_ONLY``) --
+keeps its running values, with one log line naming the fields and "restart to apply"; the rest of
+the reload (the budget here) is applied. No daemon is started: reload reads the file and swaps."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from config.checks import load_checked_config
+from daemon.app import Daemon
+from tests.test_config_checks import BASE
+from tests.tls_helpers import TestCa
+
+
+def _text(state: Path) -> str:
+    """costscale validate's base config (tests.test_config_checks) with a state path and metrics."""
+    return BASE.replace("dispatcher:\n", f"state_path: {state}\nmetrics:\n  listen: 127.0.0.1:9464\ndispatcher:\n")
+
+
+def _daemon(tmp_path: Path) -> tuple[Daemon, Path]:
+    path = tmp_path / "c.yaml"
+    path.write_text(_text(tmp_path / "state.db"))
+    return Daemon(load_checked_config(path), path), path
+
+
+def _restart_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "restart to apply" in r.getMessage()]
+
+
+def test_a_reload_keeps_the_security_settings_and_applies_the_rest(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d, path = _daemon(tmp_path)
+    before = d.cfg
+    pem = TestCa(tmp_path / "ca").issue("dispatcher")
+    (tmp_path / "token").write_text("client-token-1\n")
+    path.write_text(_text(tmp_path / "state.db")
+                    .replace("budget_per_hour: 2.5", "budget_per_hour: 3.0")
+                    .replace("  listen: 127.0.0.1:9464", "  listen: 127.0.0.1:9470\n  public: true")
+                    .replace("  listen: 127.0.0.1:50051", "  listen: 127.0.0.1:50061")
+                    + f"  auth_token_file: {tmp_path / 'token'}\n  cluster_token: cluster-secret-2\n"
+                    + f"  tls: {{cert_file: {pem.cert}, key_file: {pem.key}}}\n")
+    with caplog.at_level(logging.INFO):
+        assert d.reload() is True
+    assert d.cfg.budget_per_hour == 3.0                          # the rest of the reload is applied
+    assert d.cfg.dispatcher == before.dispatcher and d.cfg.metrics == before.metrics
+    lines = _restart_lines(caplog)
+    assert len(lines) == 1, lines
+    for field in ("dispatcher.listen", "dispatcher.tls", "dispatcher.auth_token_file", "dispatcher.cluster_token",
+                  "metrics.listen", "metrics.public"):
+        assert field in lines[0], lines[0]
+    assert "cluster-secret-2" not in caplog.text and "client-token-1" not in caplog.text
+
+
+def test_a_reload_without_security_changes_says_nothing_of_a_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d, path = _daemon(tmp_path)
+    path.write_text(_text(tmp_path / "state.db").replace("budget_per_hour: 2.5", "budget_per_hour: 2.0"))
+    with caplog.at_level(logging.INFO):
+        assert d.reload() is True
+    assert d.cfg.budget_per_hour == 2.0 and _restart_lines(caplog) == []
