@@ -143,7 +143,8 @@ class DispatcherSpec(_Strict):
         worker registration open beyond loopback)."""
         if self.cluster_token_file:
             return read_token(self.cluster_token_file, "dispatcher.cluster_token_file")
-        return self.cluster_token
+        # an empty inline token is no token (beyond loopback one is then generated), never "" to compare
+        return (self.cluster_token or "").strip() or None
 
 
 class MetricsSpec(_Strict):

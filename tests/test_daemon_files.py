@@ -51,6 +51,16 @@ def test_an_empty_cluster_token_file_is_refused_not_read_as_no_token(tmp_path: P
         cfg.dispatcher.token()
 
 
+def test_an_empty_inline_cluster_token_is_no_token(tmp_path: Path) -> None:
+    """A blank inline token is no token: beyond loopback one is generated (it once left registration
+    open there, a whitespace token being "named")."""
+    for i, blank in enumerate(("", "  ")):
+        cfg = make_config(cluster_token=blank).model_copy(update={"state_path": str(tmp_path / f"s{i}.db")})
+        assert cfg.dispatcher.token() is None
+        got = with_cluster_token(cfg, "0.0.0.0:50051")
+        assert got.dispatcher.token() and cluster_token_path(cfg).exists()
+
+
 def test_an_unwritable_token_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "ro").mkdir(mode=0o500)
     cfg = make_config().model_copy(update={"state_path": str(tmp_path / "ro" / "state.db")})
