@@ -53,6 +53,10 @@ def row(name: str, s: dict, wall: float) -> str:
             f"{s['max_drop_points']:.2f} | {s['replans']} | {s['swaps']} | {s['max_solve_ms']:.0f} | {wall:.1f} |")
 
 
+#: demand multipliers tried for Proteus at equal attainment (1.05: Proteus's default)
+EQUAL_BETAS = (1.05, 1.25, 1.5, 2.0, 3.0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", default="resnet")
@@ -76,7 +80,9 @@ def main() -> int:
              "Goals (issue #13): attainment ≥ 99.9 % and max accuracy drop ≤ 4 points on a macro-burst whose high "
              "phase is 2x the full-accuracy capacity (Proteus §6.3: 4.85 % max drop, INFaaS 13.7 %); adaptive "
              "batching misses fewer SLOs than no batching and than work-conserving on Poisson and Gamma "
-             "arrivals (Proteus §6.4: 2-4x). Max drop: the largest drop of a 1-minute mean of served accuracy "
+             "arrivals (Proteus §6.4: 2-4x); SlackFit more accurate than the Proteus planner at equal attainment "
+             "(SuperServe: +4.65 points at 0.99999; here Proteus reaches SlackFit's attainment by planning for beta x "
+             "demand). Max drop: the largest drop of a 1-minute mean of served accuracy "
              "below the most accurate variant. A variant swap stops the worker 0.2 s (`swap_s`)."]
     head = ("| allocation | SLO attainment | missed | mean accuracy % | max drop (points) | replans | swaps | "
             "max solve ms | wall s |\n|---|---|---|---|---|---|---|---|---|")
@@ -101,15 +107,29 @@ def main() -> int:
         for name, a in (("Poisson", poisson_arrivals(load * full, rng, duration=min(dur, 600.0))),
                         ("Gamma (CV² 20)", gamma_arrivals(load * full, 20.0, rng, duration=min(dur, 600.0)))):
             cells = []
+            got = {}
             for alloc in ("proteus", "slackfit", "slackfit_queue"):
-                s_ = simulate_accuracy(pool, vs, model, slo, a, AccuracySpec(allocation=alloc)).summary()
+                s_ = got[alloc] = simulate_accuracy(pool, vs, model, slo, a, AccuracySpec(allocation=alloc)).summary()
                 cells.append(f"{100 * s_['slo_attainment']:.2f} % / {100 * s_['mean_accuracy']:.2f}")
+            # equal attainment: Proteus planning for more than 1.05 x the measured demand, the
+            # smallest beta that reaches slackfit_queue's attainment; the accuracy it keeps there
+            want = got["slackfit_queue"]["slo_attainment"]
+            cell = "not reached at beta <= 3"
+            for beta in EQUAL_BETAS:
+                s_ = simulate_accuracy(pool, vs, model, slo, a, AccuracySpec(beta=beta)).summary()
+                if s_["slo_attainment"] >= want - 1e-12:
+                    gain = 100 * (got["slackfit_queue"]["mean_accuracy"] - s_["mean_accuracy"])
+                    cell = (f"beta {beta:g}: {100 * s_['slo_attainment']:.2f} % / {100 * s_['mean_accuracy']:.2f} "
+                            f"(SlackFit on the queue {gain:+.2f} points)")
+                    break
+            cells.append(cell)
             lines.append(f"| {load:g}x | {name} | {a.size:,} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
     parts.append("### SlackFit against the Proteus planner on micro-bursts (attainment / mean accuracy %), "
                  f"{min(dur, 600.0):g} s at a multiple of the full-accuracy capacity\n\n"
                  "| load | arrivals | queries | Proteus planner + batching | SlackFit (paper) | SlackFit on the queue "
-                 "(ours) |\n|---|---|---|---|---|---|\n" + "\n".join(lines))
+                 "(ours) | Proteus at SlackFit on the queue's attainment |\n|---|---|---|---|---|---|---|\n"
+                 + "\n".join(lines))
     # micro-bursts: a constant rate, three inter-arrival shapes, three batchers, on two profiles
     rm2 = kairos_variant("rm2", ("g4dn.xlarge", "r5n.large"))
     rm2_pool = {"g4dn.xlarge-0": "g4dn.xlarge", "r5n.large-0": "r5n.large"}
