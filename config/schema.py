@@ -121,6 +121,9 @@ class DispatcherSpec(_Strict):
     policy: Literal["kairos", "kairos-strict", "fcfs", "drs", "clockwork"] = "kairos-strict"
     queue_limit: Annotated[int, Field(ge=1)] = 10_000
     on_deadline: Literal["drop", "best_effort"] = "drop"
+    batching: Literal["none", "work_conserving"] = Field(
+        "none", description="work_conserving: queries waiting for the same variant join a dispatched one in one "
+                            "worker call while the batch fits every one's SLO (dispatcher.batch_join)")
     max_payload_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024
     advertise: str | None = Field(None, description="HOST:PORT workers use to reach the dispatcher (default: listen)")
     worker_port: Annotated[int, Field(ge=1, le=65535)] = 50052

@@ -32,7 +32,7 @@ import heapq
 import itertools
 import math
 from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
 import grpc
@@ -71,6 +71,8 @@ class _Query:
     dispatched_at: float = 0.0
     offline: bool = False
     application: str = ""     # the application it named (routing by the accuracy plan)
+    #: queries that joined it in one worker call (dispatcher.batch_join), set at each dispatch
+    followers: list["_Query"] = field(default_factory=list)
 
 
 class Admission:

@@ -9,6 +9,10 @@ may receive work; 2·n, the same bound the Kairos policy documents), re-dispatch
 variant's queries go only to workers where it is loaded (INFaaS §3.2): one matching per group of
 queries with the same eligible workers.
 
+With ``dispatcher.batching: work_conserving`` a dispatched query takes the waiting queries of its
+group that fit with it into the same worker call (:mod:`dispatcher.batch_join`); each gets its own
+rows of the outputs, and a failed call settles each of them as it would settle one.
+
 A query whose worker dies (RPC UNAVAILABLE/CANCELLED) goes back to the head of the queue, at most
 ``max_retries`` times. Measured service times feed the latency model in batches
 (``observe_batch``, ``observe_delay_s``) and the model loop's samples.
@@ -29,6 +33,7 @@ import itertools
 
 import grpc
 
+from dispatcher import batch_join
 from dispatcher.admission import SC, _Query
 from dispatcher.policies import infeasible
 from dispatcher.policy import WorkerView
@@ -38,6 +43,8 @@ from dispatcher.workers import WorkerState
 
 #: weight of the newest call in a worker's smoothed call overhead
 OVERHEAD_EWMA = 0.1
+#: how far down the queue a dispatched query looks for queries to join it (dispatcher.batch_join)
+JOIN_SCAN = 1024
 
 
 class RoutingRound:
@@ -122,8 +129,30 @@ class RoutingRound:
         variant_model = self.placement.variant_model
         return any(variant_model(x) == name for x in w.loaded)
 
+    def _join(self, q: _Query, w: WorkerState, now: float) -> list[_Query]:
+        """The queries of ``q``'s group still waiting that join it in one call (dispatcher.batch_join):
+        looked for in queue order beyond the round's view, among the first JOIN_SCAN waiting."""
+        key = self._group_key(q)
+        waiting = [x for x in itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
+                   if x is not q and not x.offline and self._group_key(x) == key][:batch_join.MAX_QUERIES]
+        if not waiting:
+            return []
+        picks = batch_join.followers(q.view, batch_join.signature(q.inputs, q.batch),
+                                     [(x.view, batch_join.signature(x.inputs, x.batch)) for x in waiting],
+                                     w.instance_type, self.predictor, now, q.model.max_batch, self.xi)
+        return [waiting[i] for i in picks]
+
     def _dispatch(self, q: _Query, w: WorkerState, now: float) -> None:
-        pred = self.predictor.predict_ms(q.model.profile_name, w.instance_type, q.batch)
+        joined: list[_Query] = []
+        if not q.offline and self.cfg.dispatcher.batching == "work_conserving":
+            joined = self._join(q, w, now)
+        for f in joined:
+            self._retry.pop(f.query_id, None) or self._queue.pop(f.query_id, None)
+            f.dispatched_at = now
+            f.gen += 1
+            self._inflight[f.query_id] = f
+        q.followers = joined
+        pred = self.predictor.predict_ms(q.model.profile_name, w.instance_type, q.batch + sum(f.batch for f in joined))
         w.idle = False
         w.idle_event.clear()
         w.in_flight = q.query_id
@@ -178,8 +207,13 @@ class RoutingRound:
             w.idle_event.set()
 
     async def _run(self, q: _Query, w: WorkerState, gen: int) -> None:
-        req = pb.InferRequest(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=q.batch,
-                              inputs=q.inputs)
+        """One worker call for ``q`` and the queries that joined it (dispatcher.batch_join), then each
+        one's outcome."""
+        members = [(q, gen), *((f, f.gen) for f in q.followers)]
+        batch = sum(m.batch for m, _ in members)
+        inputs = q.inputs if len(members) == 1 else batch_join.stack([m.inputs for m, _ in members])
+        req = pb.InferRequest(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=batch,
+                              inputs=inputs)
         code: grpc.StatusCode | None = None
         details = ""
         reply: pb.InferReply | None = None
@@ -196,52 +230,66 @@ class RoutingRound:
             code, details = SC.UNKNOWN, repr(exc)
         now = self.clock()
         self._release(w, q.query_id)
-        current = q.gen == gen and not q.future.done()
-        if current:
-            self._inflight.pop(q.query_id, None)
         if reply is not None:
             w.served += 1
             service_ms = reply.service_ms if reply.service_ms > 0 else 1000.0 * (now - q.dispatched_at)
             if not q.offline:
                 w.busy.append((q.dispatched_at, now))
-                # one query per worker at a time: end times only increase, so what ended before
+                # one call per worker at a time: end times only increase, so what ended before
                 # the utilization horizon is at the left
                 lo = now - self.utilization_horizon_s
                 while w.busy and w.busy[0][1] < lo:
                     w.busy.popleft()
-            w.samples.append((reply.variant or q.variant or q.model.name, q.batch, service_ms, q.offline))
+            w.samples.append((reply.variant or q.variant or q.model.name, batch, service_ms, q.offline))
             if reply.service_ms > 0:
                 extra = max(1000.0 * (now - q.dispatched_at) - service_ms, 0.0)
                 w.overhead_ms += OVERHEAD_EWMA * (extra - w.overhead_ms)
-            self._observe(q.model.profile_name, w.instance_type, q.batch, service_ms)
-            if current:
-                total = 1000.0 * (now - q.arrival)
-                variant = reply.variant or q.variant
-                self._finish(q, pb.SubmitReply(
-                    outputs=reply.outputs, model=q.model.name, variant=variant,
+            self._observe(q.model.profile_name, w.instance_type, batch, service_ms)
+            outputs: list = [list(reply.outputs)]
+            if len(members) > 1:
+                try:
+                    outputs = batch_join.split(reply.outputs, [m.batch for m, _ in members])
+                except ValueError as exc:     # outputs not batch-major: no query gets a wrong slice
+                    for m, g in members:
+                        if m.gen == g and not m.future.done():
+                            self._inflight.pop(m.query_id, None)
+                            self._finish(m, (SC.INTERNAL, f"cannot split the batch's outputs by query: {exc}"))
+                    return
+            for (m, g), out in zip(members, outputs):
+                if m.gen != g or m.future.done():
+                    continue
+                self._inflight.pop(m.query_id, None)
+                total = 1000.0 * (now - m.arrival)
+                variant = reply.variant or m.variant
+                self._finish(m, pb.SubmitReply(
+                    outputs=out, model=m.model.name, variant=variant,
                     instance_id=w.instance_id, instance_type=w.instance_type,
-                    queue_ms=1000.0 * (q.dispatched_at - q.arrival), service_ms=service_ms, total_ms=total,
-                    slo_met=total <= q.qos_ms, provider=reply.provider,
+                    queue_ms=1000.0 * (m.dispatched_at - m.arrival), service_ms=service_ms, total_ms=total,
+                    slo_met=total <= m.qos_ms, provider=reply.provider,
                     accuracy=self.placement.variant_accuracy(variant)))
-        else:
-            if w.removed or is_worker_failure(code):
-                self._remove_worker(w, f"Infer failed: {code.name if code else '?'} {details}")
-                if current:
-                    self._requeue(q, f"worker {w.instance_id} failed ({code.name if code else '?'})")
-            elif current:
-                if code == SC.DEADLINE_EXCEEDED:
-                    self._finish(q, (SC.DEADLINE_EXCEEDED, f"no result within {self.query_timeout_s:g} s"))
-                elif code == SC.INVALID_ARGUMENT:
-                    self._finish(q, (SC.INVALID_ARGUMENT, f"worker rejected the query: {details}"))
-                elif code == SC.NOT_FOUND:
-                    # the worker does not hold what we routed (an unload raced with this query):
-                    # it is authoritative, so stop routing that variant there and try elsewhere
-                    gone = {q.variant} if q.variant else {v for v in self.loaded_on(w) if self.variant_model(v) == q.model.name}
-                    w.loaded = self.loaded_on(w) - gone
-                    self._requeue(q, f"worker {w.instance_id} does not hold {q.variant or q.model.name}: {details}")
-                    self.accuracy.repin_if_unplaced(q)
-                else:
-                    self._requeue(q, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
+            return
+        failed = w.removed or is_worker_failure(code)
+        if failed:
+            self._remove_worker(w, f"Infer failed: {code.name if code else '?'} {details}")
+        for m, g in members:
+            if m.gen != g or m.future.done():
+                continue
+            self._inflight.pop(m.query_id, None)
+            if failed:
+                self._requeue(m, f"worker {w.instance_id} failed ({code.name if code else '?'})")
+            elif code == SC.DEADLINE_EXCEEDED:
+                self._finish(m, (SC.DEADLINE_EXCEEDED, f"no result within {self.query_timeout_s:g} s"))
+            elif code == SC.INVALID_ARGUMENT:
+                self._finish(m, (SC.INVALID_ARGUMENT, f"worker rejected the query: {details}"))
+            elif code == SC.NOT_FOUND:
+                # the worker does not hold what we routed (an unload raced with this query):
+                # it is authoritative, so stop routing that variant there and try elsewhere
+                gone = {m.variant} if m.variant else {v for v in self.loaded_on(w) if self.variant_model(v) == m.model.name}
+                w.loaded = self.loaded_on(w) - gone
+                self._requeue(m, f"worker {w.instance_id} does not hold {m.variant or m.model.name}: {details}")
+                self.accuracy.repin_if_unplaced(m)
+            else:
+                self._requeue(m, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
 
     def _requeue(self, q: _Query, reason: str) -> None:
         q.attempts += 1

@@ -244,8 +244,12 @@ class WorkerRegistry:
         if w.in_flight is not None:
             q = self._inflight.pop(w.in_flight, None)
             w.in_flight = None
-            if q is not None and not q.future.done():
-                self._requeue(q, f"worker {w.instance_id} removed ({reason})")
+            if q is not None:
+                for x in [q, *q.followers]:     # the query and those that joined it in one call
+                    if x is not q:
+                        self._inflight.pop(x.query_id, None)
+                    if not x.future.done():
+                        self._requeue(x, f"worker {w.instance_id} removed ({reason})")
         w.idle = False
         w.idle_event.set()
         self._spawn(w.client.close())
