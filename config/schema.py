@@ -181,6 +181,10 @@ class AccuracyScalingSpec(_Strict):
     application's floor, and full accuracy comes back when it ends."""
 
     enabled: bool = False
+    mode: Literal["plan", "slackfit"] = Field(
+        "plan", description="plan: the accuracy planner places one variant per worker and routes queries (Proteus); "
+                            "slackfit: every variant stays loaded and each dispatch picks the most accurate one that "
+                            "serves the waiting queries within the head's slack (SuperServe §4.2, choose_for_queue)")
     replan_s: Annotated[float, Field(gt=0)] = Field(
         30.0, description="plan again this often when demand moved 10 % (a burst plans at once)")
     beta: Annotated[float, Field(ge=1, le=2)] = Field(1.05, description="plan for demand x beta (Proteus's default 1.05)")

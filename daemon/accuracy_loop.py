@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("costscale.model")
 
+#: SlackFit mode: a variant whose load failed on a worker is tried there again after this long (s)
+RETRY_S = 60.0
+
 
 def scaled_applications(d: "Dispatcher") -> dict[str, list[str]]:
     """Application -> its variants, for the applications with variants of more than one accuracy."""
@@ -74,15 +77,52 @@ class AccuracyLoop:
         self.state = AccuracyState()
         self.allocations: list[tuple[float, Allocation]] = []
         self.failed: list[tuple[str, str, str]] = []       # (worker, variant, why)
+        self._refused: dict[tuple[str, str], float] = {}   # (worker, variant) -> when its load failed
 
     def reset(self) -> None:
         """Accuracy scaling turned off (a reload): drop the plan, so getVariant routes again."""
+        self.d.accuracy.late_bound = set()
         if self.state.last is not None:
             self.d.accuracy.set_plan({}, {})
             self.state = AccuracyState()
 
+    async def resident(self, now: float) -> int:
+        """SlackFit mode: every variant of every scaled application loaded on each live worker that
+        runs it (its hardware, its service at batch 1 within the SLO); the applications' queries are
+        bound to a variant at dispatch. Returns the loads started."""
+        d = self.d
+        if self.state.last is not None:     # from plan mode: the plan's routing no longer applies
+            d.accuracy.set_plan({}, {})
+            self.state = AccuracyState()
+        apps = scaled_applications(d)
+        d.accuracy.late_bound = set(apps)
+        p = d.placement
+        todo = []
+        for iid, w in list(d.workers.items()):
+            if w.draining or w.removed or w.parked:
+                continue
+            have = d.loaded_on(w)
+            for app, names in apps.items():
+                for n in names:
+                    meta, spec = p.variant_meta[n], p.models.get(p.variant_meta[n].model)
+                    if (n in have or spec is None or meta.hardware not in (ANY_HARDWARE, w.hardware)
+                            or now - self._refused.get((iid, n), -RETRY_S) < RETRY_S):
+                        continue
+                    if meta.speed_factor * d.predictor.predict_ms(spec.profile_name, w.instance_type, 1.0) < p.apps[app].qos_ms:
+                        todo.append((iid, n))
+        got = await asyncio.gather(*(d.load_variant(w, v) for w, v in todo), return_exceptions=True)
+        for (w, v), r in zip(todo, got):
+            if isinstance(r, BaseException) or not r[0]:
+                self.failed.append((w, v, str(r if isinstance(r, BaseException) else r[1])))
+                self._refused[(w, v)] = now
+        return len(todo)
+
     async def tick(self, now: float, params: AccuracyRoundParams) -> Allocation | None:
         d = self.d
+        if params.mode == "slackfit":
+            await self.resident(now)
+            return None
+        d.accuracy.late_bound = set()
         inp = accuracy_inputs(d, now, d.accuracy.placement)
         demand, self.state = due(inp, self.state, params)
         if demand is None:

@@ -11,21 +11,36 @@ through getVariant (INFaaS §4.1) as before. When a plan moves a variant off eve
 queries still waiting for it are routed again by the new plan instead of waiting for a variant
 that will not come back.
 
+**SlackFit mode** (``accuracy_scaling.mode: slackfit``; SuperServe §4.2): no plan; every variant of
+an application stays loaded, a query of it waits unbound, and when it is dispatched to a worker
+:meth:`AccuracyRouting.bind` chooses the variant and how many waiting queries go with it.
+
 A part of :class:`dispatcher.server.Dispatcher` (``d.accuracy``). Owns: the router, the plan's
-placement, each application's demand window. Reads: ``clock``, ``placement`` (``variant_meta``,
-``models``), ``_queue``, ``_retry``, ``_kick``.
+placement, each application's demand window, the late-bound applications. Reads: ``clock``, ``xi``,
+``predictor``, ``placement`` (``variant_meta``, ``models``, ``app_models``), ``loaded_on``, ``_queue``,
+``_retry``, ``_kick``.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Mapping
+import itertools
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from dispatcher import batch_join
 from dispatcher.plan_routing import PlanRouter
 from dispatcher.window import DemandWindow
+from variants.slackfit import choose_for_queue, pareto
 
 if TYPE_CHECKING:
     from dispatcher.admission import _Query
     from dispatcher.server import Dispatcher
+    from dispatcher.workers import WorkerState
+
+
+#: SlackFit mode: the arrival rate each worker must keep up with is measured over this window (s),
+#: and kept up with at most 1 / this busy (a worker served at its full rate queues past the SLO)
+LATE_RATE_WINDOW_S = 1.0
+LATE_HEADROOM = 1.5
 
 
 class AccuracyRouting:
@@ -38,6 +53,9 @@ class AccuracyRouting:
         self.windows: dict[str, DemandWindow] = {}     # application -> its arrivals
         self.plans = 0
         self.rerouted = 0
+        #: applications whose variant is chosen per dispatch (SlackFit mode), not by a plan
+        self.late_bound: set[str] = set()
+        self.bound: dict[str, int] = {}                # variant -> queries SlackFit sent to it
 
     # -- demand ------------------------------------------------------------------------------------
     def record(self, application: str, batch: int, now: float) -> None:
@@ -86,6 +104,53 @@ class AccuracyRouting:
             return None
         meta = self.d.placement.variant_meta.get(v)
         return v if meta is not None and meta.accuracy >= min_accuracy else None
+
+    # -- SlackFit: the variant at dispatch -----------------------------------------------------------
+    def holds(self, w: "WorkerState", application: str) -> bool:
+        """Whether ``w`` holds a variant of ``application`` (a late-bound query may go there)."""
+        models = set(self.d.placement.app_models.get(application, ()))
+        return any(self.d.placement.variant_model(v) in models for v in self.d.loaded_on(w))
+
+    def bind(self, q: "_Query", w: "WorkerState", now: float, waiting: Sequence["_Query"]) -> list["_Query"]:
+        """SlackFit on the live path (SuperServe §4.2; :func:`variants.slackfit.choose_for_queue`, the
+        rule that did best in the simulator): among the variants of ``q``'s application resident on
+        ``w`` (at or above the query's ``min_accuracy``), the most accurate one that serves ``q`` and
+        the waiting queries behind it (``waiting``, queue order, those whose inputs stack with it) within
+        ``q``'s slack, in one call; when none does, the fastest with the largest batch that fits (one
+        query at least). ``q`` and the queries that join it take that variant; returns the joiners."""
+        p = self.d.placement
+        models = set(p.app_models.get(q.application, ()))
+        names = sorted(v for v in self.d.loaded_on(w) if p.variant_model(v) in models
+                       and p.variant_meta.get(v) is not None and p.variant_meta[v].accuracy >= q.min_accuracy)
+        if not names:
+            return []
+        sig = batch_join.signature(q.inputs, q.batch)
+        group = [q] + [x for x in waiting if sig is not None and x.min_accuracy <= q.min_accuracy
+                       and batch_join.signature(x.inputs, x.batch) == sig]
+        rows = list(itertools.accumulate(x.batch for x in group))
+        predict = self.d.predictor.predict_ms
+
+        def seconds(v: str) -> Callable[[int], float]:
+            profile = p.models[p.variant_model(v)].profile_name
+            return lambda n: p.variant_meta[v].speed_factor * predict(profile, w.instance_type, rows[min(n, len(rows)) - 1]) / 1000.0
+
+        fns = {v: (p.variant_meta[v].accuracy, seconds(v)) for v in names}
+        fits = {v: max(1, sum(1 for r in rows if r <= p.models[p.variant_model(v)].max_batch)) for v in names}
+        front = pareto(fns)
+        slack_s = (self.d.xi * q.qos_ms - 1000.0 * (now - q.arrival)) / 1000.0
+        # each worker holding the application must keep up with its share of the arrivals, and takes
+        # its share of what waits (idle ones take the rest in this round: one worker does not take it all)
+        holders = [x for x in self.d.workers.values() if not (x.draining or x.removed) and self.holds(x, q.application)]
+        share = LATE_HEADROOM * self.rate(q.application, LATE_RATE_WINDOW_S) / max(len(holders), 1)
+        idle = 1 + sum(1 for x in holders if x.idle and x is not w)
+        mine = -(-len(group) // idle)
+        # half the slack (Proteus §4's SLO/2): a query arriving as this call starts waits for it, then
+        # needs its own; the whole slack let one long call make the queries behind it miss
+        variant, n = choose_for_queue(fns, fits, front, mine, slack_s / 2.0, min_qps=share) or (front[0], 1)
+        for x in group[:n]:
+            self._repin(x, variant)
+        self.bound[variant] = self.bound.get(variant, 0) + n
+        return group[1:n]
 
     def _repin(self, q: "_Query", variant: str) -> None:
         p = self.d.placement

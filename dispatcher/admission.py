@@ -71,6 +71,8 @@ class _Query:
     dispatched_at: float = 0.0
     offline: bool = False
     application: str = ""     # the application it named (routing by the accuracy plan)
+    late: bool = False        # its variant is chosen when it is dispatched (SlackFit, dispatcher.accuracy_routing)
+    min_accuracy: float = 0.0
     #: queries that joined it in one worker call (dispatcher.batch_join), set at each dispatch
     followers: list["_Query"] = field(default_factory=list)
 
@@ -144,6 +146,8 @@ class Admission:
         acc = float(r.min_accuracy)
         if not math.isfinite(acc) or acc < 0 or acc > 1:
             return SC.INVALID_ARGUMENT, f"min_accuracy must be in [0, 1], got {r.min_accuracy}"
+        if not variant and r.application in self.accuracy.late_bound and (slo <= 0 or slo >= m.qos_ms):
+            return m, batch, (slo if slo > 0 else m.qos_ms), "", None    # SlackFit: chosen at dispatch
         if not variant and r.application and (slo <= 0 or slo >= m.qos_ms):
             # an accuracy-scaled application: the variant the live accuracy plan routes it to
             planned = self.accuracy.route(r.application, acc)
@@ -213,7 +217,8 @@ class Admission:
         self._start_load(choice)
         loop = asyncio.get_running_loop()
         q = _Query(qid, m, variant, batch, now, qos, now + self.query_timeout_s, list(r.inputs), view,
-                   loop.create_future(), key, application=r.application)
+                   loop.create_future(), key, application=r.application,
+                   late=not variant and r.application in self.accuracy.late_bound, min_accuracy=float(r.min_accuracy))
         if key:
             self._idem[key] = q
             while len(self._idem) > self.idempotency_capacity:

@@ -118,6 +118,8 @@ class RoutingRound:
                 self._dispatch(q, w, now)
 
     def _group_key(self, q: _Query) -> str:
+        if q.late:
+            return "a:" + q.application
         return "v:" + q.variant if q.variant else "m:" + q.model.name
 
     def _eligible(self, w: WorkerState, gkey: str) -> bool:
@@ -126,15 +128,21 @@ class RoutingRound:
         kind, name = gkey[:2], gkey[2:]
         if kind == "v:":
             return name in w.loaded
+        if kind == "a:":
+            return self.accuracy.holds(w, name)
         variant_model = self.placement.variant_model
         return any(variant_model(x) == name for x in w.loaded)
 
-    def _join(self, q: _Query, w: WorkerState, now: float) -> list[_Query]:
-        """The queries of ``q``'s group still waiting that join it in one call (dispatcher.batch_join):
-        looked for in queue order beyond the round's view, among the first JOIN_SCAN waiting."""
+    def _waiting_like(self, q: _Query) -> list[_Query]:
+        """The queries of ``q``'s group still waiting, in queue order, looked for beyond the round's
+        view among the first JOIN_SCAN waiting (at most batch_join.MAX_QUERIES)."""
         key = self._group_key(q)
-        waiting = [x for x in itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
-                   if x is not q and not x.offline and self._group_key(x) == key][:batch_join.MAX_QUERIES]
+        return [x for x in itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
+                if x is not q and not x.offline and self._group_key(x) == key][:batch_join.MAX_QUERIES]
+
+    def _join(self, q: _Query, w: WorkerState, now: float) -> list[_Query]:
+        """The queries of ``q``'s group still waiting that join it in one call (dispatcher.batch_join)."""
+        waiting = self._waiting_like(q)
         if not waiting:
             return []
         picks = batch_join.followers(q.view, batch_join.signature(q.inputs, q.batch),
@@ -144,7 +152,9 @@ class RoutingRound:
 
     def _dispatch(self, q: _Query, w: WorkerState, now: float) -> None:
         joined: list[_Query] = []
-        if not q.offline and self.cfg.dispatcher.batching == "work_conserving":
+        if q.late:     # SlackFit: the variant and the batch from the head's slack, on this worker
+            joined = self.accuracy.bind(q, w, now, self._waiting_like(q))
+        elif not q.offline and self.cfg.dispatcher.batching == "work_conserving":
             joined = self._join(q, w, now)
         for f in joined:
             self._retry.pop(f.query_id, None) or self._queue.pop(f.query_id, None)

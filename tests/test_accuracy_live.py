@@ -137,3 +137,45 @@ def test_a_worker_pads_a_family_member_to_its_own_profile(tmp_path: Path) -> Non
     assert model_profile(opts, "rm2") is None             # the worker's own profile applies
     assert model_profile(opts, "unknown") is None
     assert model_profile(WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge"), "member-a") is None
+
+
+class PerRow:
+    """ms per row by profile name."""
+
+    def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
+        return {"m-hi": 100.0, "m-lo": 10.0}[model] * batch_size
+
+
+def _slackfit_dispatcher(waiting: int) -> tuple[SimpleNamespace, SimpleNamespace, list]:
+    from dispatcher.modelless import VariantMeta
+
+    metas = {"hi": VariantMeta("hi", "m-hi", "any", 0.9, 8), "lo": VariantMeta("lo", "m-lo", "any", 0.8, 8)}
+    models = {m: SimpleNamespace(name=m, profile_name=m, max_batch=100) for m in ("m-hi", "m-lo")}
+    w = SimpleNamespace(instance_type="T", draining=False, removed=False, idle=True, loaded={"hi", "lo"})
+    placement = SimpleNamespace(variant_meta=metas, models=models, app_models={"a": ["m-hi", "m-lo"]},
+                                variant_model=lambda v: metas[v].model if v in metas else v)
+    d = SimpleNamespace(clock=lambda: 10.0, placement=placement, workers={"w": w}, loaded_on=lambda x: set(x.loaded),
+                        predictor=PerRow(), xi=1.0, _queue={}, _retry={}, _kick=lambda: None)
+    qs = [SimpleNamespace(query_id=f"q{i}", application="a", variant="", model=models["m-hi"], batch=1, inputs=[],
+                          min_accuracy=0.0, arrival=10.0, qos_ms=1000.0, view=QueryView(f"q{i}", "m-hi", 1, 10.0, 1000.0))
+          for i in range(waiting + 1)]
+    return d, w, qs
+
+
+def test_slackfit_binds_the_most_accurate_variant_that_serves_the_queue_in_half_the_slack() -> None:
+    # slack 1 s, half of it 0.5 s: four queries of "hi" take 0.4 s -> "hi" for all four
+    d, w, qs = _slackfit_dispatcher(3)
+    r = AccuracyRouting(d)  # type: ignore[arg-type]
+    assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:]
+    assert {q.variant for q in qs} == {"hi"} and r.bound == {"hi": 4}
+    # seven take 0.7 s on "hi": "lo" (0.07 s) serves them all
+    d, w, qs = _slackfit_dispatcher(6)
+    r = AccuracyRouting(d)  # type: ignore[arg-type]
+    assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:] and {q.variant for q in qs} == {"lo"}
+    assert qs[0].model.name == "m-lo" and qs[0].view.model == "m-lo"
+    # 30 q/s arriving: "hi" serves 10 q/s however it batches, under 1.5 x 30 -> "lo"
+    d, w, qs = _slackfit_dispatcher(3)
+    r = AccuracyRouting(d)  # type: ignore[arg-type]
+    for i in range(30):
+        r.record("a", 1, 9.0 + i / 30.0)
+    assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:] and {q.variant for q in qs} == {"lo"}

@@ -41,6 +41,7 @@ class AccuracyRoundParams:
     beta: float = BETA
     time_limit_s: float = 2.0          # the solves' budget: the round runs on the model loop's tick
     min_accuracy: tuple[tuple[str, float], ...] = ()   # (application, floor)
+    mode: str = "plan"                 # "slackfit": no plan, every variant resident (daemon.accuracy_loop)
 
 
 @dataclass(frozen=True)

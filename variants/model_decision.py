@@ -100,7 +100,7 @@ def model_params_for(cfg: "Config") -> ModelLoopParams:
     ms = cfg.model_scaling
     acc = ms.accuracy_scaling
     accuracy = (AccuracyRoundParams(trigger=TriggerParams(replan_s=acc.replan_s), beta=acc.beta,
-                                    min_accuracy=tuple(sorted(acc.min_accuracy.items())))
+                                    min_accuracy=tuple(sorted(acc.min_accuracy.items())), mode=acc.mode)
                 if acc.enabled else None)
     return ModelLoopParams(solver=ms.solver, headroom=cfg.headroom,
                            vm=VmParams(add_cooldown_s=ms.vm_add_cooldown_s, remove_cooldown_s=ms.vm_remove_cooldown_s,
