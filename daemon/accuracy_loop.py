@@ -78,10 +78,13 @@ class AccuracyLoop:
         self.allocations: list[tuple[float, Allocation]] = []
         self.failed: list[tuple[str, str, str]] = []       # (worker, variant, why)
         self._refused: dict[tuple[str, str], float] = {}   # (worker, variant) -> when its load failed
+        self.late = False                                  # SlackFit mode bound the applications' queries late
 
     def reset(self) -> None:
         """Accuracy scaling turned off (a reload): drop the plan, so getVariant routes again."""
-        self.d.accuracy.late_bound = set()
+        if self.late:
+            self.d.accuracy.late_bound = set()
+            self.late = False
         if self.state.last is not None:
             self.d.accuracy.set_plan({}, {})
             self.state = AccuracyState()
@@ -95,7 +98,7 @@ class AccuracyLoop:
             d.accuracy.set_plan({}, {})
             self.state = AccuracyState()
         apps = scaled_applications(d)
-        d.accuracy.late_bound = set(apps)
+        d.accuracy.late_bound, self.late = set(apps), True
         p = d.placement
         todo = []
         for iid, w in list(d.workers.items()):
@@ -122,7 +125,8 @@ class AccuracyLoop:
         if params.mode == "slackfit":
             await self.resident(now)
             return None
-        d.accuracy.late_bound = set()
+        if self.late:                       # from SlackFit mode (a reload): queries are routed by plans again
+            d.accuracy.late_bound, self.late = set(), False
         inp = accuracy_inputs(d, now, d.accuracy.placement)
         demand, self.state = due(inp, self.state, params)
         if demand is None:
