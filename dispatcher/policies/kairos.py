@@ -73,10 +73,19 @@ class KairosPolicy:
         if len(queue) == 1:
             return self._match_one(queue[0], workers, now)
         q = mx.earliest(queue, self.max_queue_factor * len(workers))
-        cost, _, _ = self.cost_matrix(q, workers, now)
+        cost, L, _ = self.cost_matrix(q, workers, now)
+        cost, allowed = self._restrict(q, workers, now, cost, L)
         rows, cols = linear_sum_assignment(cost)
         return [Assignment(q[i].query_id, workers[j].worker_id)
-                for i, j in zip(rows.tolist(), cols.tolist()) if workers[j].idle]
+                for i, j in zip(rows.tolist(), cols.tolist())
+                if workers[j].idle and (allowed is None or allowed[i, j])]
+
+    def _restrict(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float,
+                  cost: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The hook a stricter matching overrides: the cost the assignment minimises and which
+        matched pairs may be dispatched (``None``: every pair with an idle worker). The paper's:
+        the penalised cost of :meth:`cost_matrix` as it is, every pair."""
+        return cost, None
 
     def _match_one(self, q: QueryView, workers: Sequence[WorkerView], now: float) -> list[Assignment]:
         """One waiting query: Eq. 6 with m = 1 is the argmin of its cost row (first minimum on ties,
@@ -84,12 +93,13 @@ class KairosPolicy:
         w = workers[self._best_one(q, workers, now)[0]]
         return [Assignment(q.query_id, w.worker_id)] if w.idle else []
 
-    def _best_one(self, q: QueryView, workers: Sequence[WorkerView], now: float
+    def _best_one(self, q: QueryView, workers: Sequence[WorkerView], now: float, *, on_time_only: bool = False
                   ) -> tuple[int, bool, dict[str, float], float]:
         """The argmin of one query's cost row: (its worker's index, whether that pair misses Eq. 5,
         the predicted service ms by type, the query's slack ξ·T_qos − W in ms). The same arithmetic
         as :meth:`cost_matrix`, on scalars: a round with a single waiting query (the usual case
-        below saturation) makes no numpy calls."""
+        below saturation) makes no numpy calls. ``on_time_only``: the argmin over the workers where
+        the query meets Eq. 5 (index -1 when there is none)."""
         predict = self.predictor.predict_ms
         base_ms = predict(q.model, self.base_type, q.batch_size)
         slack = self.xi * q.qos_ms - 1000.0 * (now - q.arrival)
@@ -101,7 +111,10 @@ class KairosPolicy:
             if s is None:
                 s = by_type[w.instance_type] = predict(q.model, w.instance_type, q.batch_size)
             L = s + mx.busy_ms(w, now)
-            cost = (base_ms / max(s, 1e-12)) * (penalty if L > slack else L)
+            late = L > slack
+            if late and on_time_only:
+                continue
+            cost = (base_ms / max(s, 1e-12)) * (penalty if late else L)
             if cost < best or best_j < 0:
-                best, best_j, best_late = cost, j, L > slack
+                best, best_j, best_late = cost, j, late
         return best_j, best_late, by_type, slack
