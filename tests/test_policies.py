@@ -305,8 +305,9 @@ def test_kairos_strict_masks_late_pairs_before_matching_so_the_late_query_is_ser
     # QoS 10 ms (slack 9.8, penalty 100). x (batch 3): A 9 (on time), B 150 (late: 100 × 0.06 = 6);
     # y (batch 1): A 1, B 9 × 0.06 = 0.54 (both on time). Paper's costs: x→B + y→A = 6 + 1 = 7 beats
     # x→A + y→B = 9.54, so Kairos dispatches x late to B; filtering that pair after the matching
-    # (kairos-strict before the mask) leaves x waiting while A takes y. Masked, x→B costs
-    # M = 1 + 2 × 9 = 19 > any on-time pair: x→A + y→B = 9.54 < 20, both on time, both served.
+    # (kairos-strict before the mask) leaves x waiting while A takes y. Masked: each row also gets
+    # its laxity (x: 9.8 - 9 = 0.8, y: 9.8 - 1 = 8.8), x→B costs M = 1 + 2 × 9.8 = 20.6 > any
+    # on-time pair: x→A + y→B = 9.8 + 9.34 = 19.14 < 20.6 + 9.8, both on time, both served.
     pred = _SlowAux()
     queue = [q("x", 3, qos=10), q("y", 1, qos=10)]
     workers = [w("a", "A"), w("b", "B")]
@@ -316,7 +317,7 @@ def test_kairos_strict_masks_late_pairs_before_matching_so_the_late_query_is_ser
     np.testing.assert_allclose(cost, [[9.0, 6.0], [1.0, 0.54]])
     assert pairs(KairosPolicy(pred, "A").match(queue, workers, 0.0)) == {("x", "b"), ("y", "a")}
     masked, allowed = pol._restrict(queue, workers, 0.0, cost, L)
-    np.testing.assert_allclose(masked, [[9.0, 19.0], [1.0, 0.54]])
+    np.testing.assert_allclose(masked, [[9.8, 20.6], [9.8, 9.34]])
     assert allowed is not None and allowed.tolist() == [[True, False], [True, True]]
     assert pairs(pol.match(queue, workers, 0.0)) == {("x", "a"), ("y", "b")}
     # one query alone: the paper's argmin is B (6 < 9, late); ours is A, the on-time worker
@@ -363,3 +364,18 @@ def test_kairos_strict_dispatches_no_late_pair_and_matches_the_most_on_time_pair
         j = int(linear_sum_assignment(masked)[1][0])
         expect = [Assignment("q0", f"w{j}")] if workers[j].idle and (on_time[0, j] or hopeless) else []
         assert got == expect
+
+
+def test_kairos_strict_serves_the_query_with_the_least_laxity_first() -> None:
+    """One base worker A (QoS 10 ms, slack 9.8). "first" (batch 3) takes A at t=0 for 4 ms; "x"
+    (batch 3, 4 ms) arrived at 0 and "y" (batch 2, 3 ms) at 2 ms wait for it. At t=4: x has 5.8 ms
+    left, laxity 1.8; y 7.8 left, laxity 4.8. The paper's cost serves the shorter y first (3 < 4):
+    y ends at 7, x starts late (waited 7 + 4 > 9.8), 2 of 3 on time. With the laxity x (4 + 1.8 =
+    5.8) goes before y (3 + 4.8 = 7.8): x ends at 8, y at 11 (9 ms after it arrived), 3 of 3."""
+    now = 0.004
+    queue = [q("x", 3, 0.0, qos=10), q("y", 2, 0.002, qos=10)]
+    assert pairs(KairosPolicy(P, "A").match(queue, [w("a", "A")], now)) == {("y", "a")}
+    assert pairs(KairosStrictPolicy(P, "A").match(queue, [w("a", "A")], now)) == {("x", "a")}
+    arrivals = [(0.0, "first", 3), (0.0, "x", 3), (2.0, "y", 2)]
+    assert _simulate(KairosPolicy(P, "A"), arrivals, [("a", "A")], 10.0) == 2
+    assert _simulate(KairosStrictPolicy(P, "A"), arrivals, [("a", "A")], 10.0) == 3
