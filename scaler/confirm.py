@@ -15,15 +15,13 @@ budget, in this order:
 
 The best measured candidate wins; ties go to the earlier one (the similarity pick first). Only the
 homogeneous pool may be dominated (when the evaluator measures it strictly above every maximal
-pool evaluated, i.e. adding instances made it worse). :class:`PickCache` keeps confirmed picks per
-(batch mix, QoS, budget, types and prices, bounds, policy), so a daemon replans without
-re-simulating while the inputs stay the same.
+pool evaluated, i.e. adding instances made it worse). ``costscale plan --confirm`` and the repro
+bench call it; the daemon's fleet loop does not (yet), so nothing caches a confirmation.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Callable, Hashable
+from typing import Callable
 
 import numpy as np
 
@@ -98,41 +96,3 @@ def confirm_pick(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = 
         evaluated=tuple((ranking.pool(i), measured[i]) for i in order),
     )
 
-
-def mix_key(inputs: PlanInputs, extra: Hashable = None) -> Hashable:
-    """Cache key of a confirmation: batch mix, QoS, budget, types with prices and bounds, exclusions
-    and ``extra`` (the evaluator's policy, say)."""
-    mix = (tuple(np.asarray(inputs.mix.sizes).tolist()), tuple(np.round(inputs.mix.fractions, 4).tolist()))
-    return (inputs.model, mix, round(inputs.qos_ms, 6), round(inputs.budget_per_hour, 6),
-            tuple(sorted((t, round(p, 6)) for t, p in inputs.prices.items())),
-            tuple(sorted(inputs.bounds.items(), key=lambda kv: kv[0])), inputs.exclude, extra)
-
-
-class PickCache:
-    """Confirmed picks per :func:`mix_key`, least recently used dropped beyond ``capacity``."""
-
-    def __init__(self, capacity: int = 32) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[Hashable, Confirmation] = OrderedDict()
-
-    def get(self, key: Hashable) -> Confirmation | None:
-        got = self._items.get(key)
-        if got is not None:
-            self._items.move_to_end(key)
-        return got
-
-    def put(self, key: Hashable, value: Confirmation) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def confirm(self, inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = DEFAULT_EVALUATIONS,
-                extra: Hashable = None) -> Confirmation:
-        """:func:`confirm_pick`, answered from the cache when the inputs were confirmed before."""
-        key = mix_key(inputs, (extra, max_evaluations))
-        got = self.get(key)
-        if got is None:
-            got = confirm_pick(inputs, evaluate, max_evaluations)
-            self.put(key, got)
-        return got

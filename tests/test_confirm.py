@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings, strategies as st
 from config.profiles import ProfileTable, profiles_from_rows
 from scaler.base_aux import PlanError
 from scaler.batch_mix import mix_from_dist
-from scaler.confirm import PickCache, confirm_pick, homogeneous_row
+from scaler.confirm import confirm_pick, homogeneous_row
 from scaler.plan import PlanInputs, choose_pool, rank_inputs
 from sim.pick_eval import capacity_evaluator
 
@@ -49,23 +49,6 @@ def test_homogeneous_pool_is_always_evaluated_and_the_best_measured_wins() -> No
     assert {t: c for t, c in flat.plan.chosen.items() if c} == pick and flat.plan.rule.startswith("confirmed:")
     with pytest.raises(ValueError):
         confirm_pick(inp, lambda p: 1.0, 1)
-
-
-def test_pick_cache_answers_the_same_inputs_without_evaluating() -> None:
-    prof = table({"gpu": (1.0, 0.01), "cpu": (0.5, 0.05)})
-    inp = inputs(prof, {"gpu": 0.5, "cpu": 0.15}, 20.0, 1.2)
-    calls: list[dict[str, int]] = []
-
-    def ev(p: dict[str, int]) -> float:
-        calls.append(p)
-        return float(sum(p.values()))
-
-    cache = PickCache(capacity=2)
-    a = cache.confirm(inp, ev, 3, extra="kairos-strict")
-    n = len(calls)
-    assert cache.confirm(inp, ev, 3, extra="kairos-strict") is a and len(calls) == n
-    cache.confirm(inputs(prof, {"gpu": 0.5, "cpu": 0.15}, 25.0, 1.2), ev, 3, extra="kairos-strict")   # other QoS
-    assert len(calls) > n
 
 
 @settings(max_examples=12, deadline=None)
