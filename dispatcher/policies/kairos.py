@@ -27,7 +27,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from dispatcher.policies import _matrix as mx
-from dispatcher.policy import Assignment, LatencyPredictor, QueryView, WorkerView
+from dispatcher.policy import (DISPATCH_VIEW_FACTOR, DISPATCH_XI, Assignment, LatencyPredictor, QueryView,
+                              WorkerView)
 
 PENALTY_FACTOR = 10.0
 
@@ -35,8 +36,8 @@ PENALTY_FACTOR = 10.0
 class KairosPolicy:
     name = "kairos"
 
-    def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = 0.98,
-                 max_queue_factor: int = 2, penalty_factor: float = PENALTY_FACTOR) -> None:
+    def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = DISPATCH_XI,
+                 max_queue_factor: int = DISPATCH_VIEW_FACTOR, penalty_factor: float = PENALTY_FACTOR) -> None:
         if max_queue_factor < 1:
             raise ValueError("max_queue_factor must be >= 1")
         self.predictor = predictor
