@@ -316,7 +316,7 @@ def test_kairos_strict_masks_late_pairs_before_matching_so_the_late_query_is_ser
     np.testing.assert_allclose(C, [1.0, 0.06])
     np.testing.assert_allclose(cost, [[9.0, 6.0], [1.0, 0.54]])
     assert pairs(KairosPolicy(pred, "A").match(queue, workers, 0.0)) == {("x", "b"), ("y", "a")}
-    masked, allowed = pol._restrict(queue, workers, 0.0, cost, L)
+    masked, allowed = pol._restrict(pol._terms(queue, workers, 0.0))
     np.testing.assert_allclose(masked, [[9.8, 20.6], [9.8, 9.34]])
     assert allowed is not None and allowed.tolist() == [[True, False], [True, True]]
     assert pairs(pol.match(queue, workers, 0.0)) == {("x", "a"), ("y", "b")}
@@ -352,7 +352,7 @@ def test_kairos_strict_dispatches_no_late_pair_and_matches_the_most_on_time_pair
     slack = np.array([0.98 * 10.0 - 1000.0 * (now - x.arrival) for x in view])[:, None]
     on_time = L <= slack
     hopeless = bool((L - remaining_ms(workers, now)[None, :] > slack).all())
-    masked, allowed = pol._restrict(view, workers, now, cost, L)
+    masked, allowed = pol._restrict(pol._terms(view, workers, now))
     got = pol.match(queue, workers, now)
     index = {x.query_id: i for i, x in enumerate(view)}
     wix = {x.worker_id: j for j, x in enumerate(workers)}

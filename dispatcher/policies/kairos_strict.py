@@ -42,8 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dispatcher.policies import _matrix as mx
-from dispatcher.policies.kairos import KairosPolicy
+from dispatcher.policies.kairos import KairosPolicy, RoundTerms
 from dispatcher.policy import Assignment, QueryView, WorkerView
 
 
@@ -55,19 +54,17 @@ LAXITY_WEIGHT = 1.0
 class KairosStrictPolicy(KairosPolicy):
     name = "kairos-strict"
 
-    def _restrict(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float,
-                  cost: np.ndarray, L: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def _restrict(self, t: RoundTerms) -> tuple[np.ndarray, np.ndarray | None]:
         """The paper's cost plus each query's laxity, with the pairs that miss Eq. 5 (with ξ) masked
         out: their cost exceeds the sum of any on-time pairs, and they are not dispatched. The
         paper's cost and every pair when every query in the view is late on every worker, even an
         idle one (best effort)."""
-        slack = np.array([self.xi * x.qos_ms - 1000.0 * (now - x.arrival) for x in queue], dtype=float)
-        on_time = L <= slack[:, None]                                # Eq. 5 holds (with ξ)
-        service = L - mx.remaining_ms(workers, now)[None, :]
-        if (service > slack[:, None]).all():                         # every query hopeless
-            return cost, None
-        laxity = np.maximum(slack - service.min(axis=1), 0.0)        # ms it may still wait
-        return _mask(cost + LAXITY_WEIGHT * laxity[:, None], on_time), on_time
+        fastest = (t.L - t.busy[None, :]).min(axis=1)                # service on the fastest type
+        if (fastest > t.slack).all():                                # every query hopeless
+            return t.cost, None
+        on_time = t.L <= t.slack[:, None]                            # Eq. 5 holds (with ξ)
+        laxity = np.maximum(t.slack - fastest, 0.0)                  # ms it may still wait
+        return _mask(t.cost + LAXITY_WEIGHT * laxity[:, None], on_time), on_time
 
     def _match_one(self, q: QueryView, workers: Sequence[WorkerView], now: float) -> list[Assignment]:
         """One waiting query, on scalars: the argmin of its cost row over the workers where it meets
@@ -86,6 +83,6 @@ def _mask(cost: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """``cost`` with every pair not ``allowed`` set to M > min(m, n) × (the largest allowed cost):
     an assignment with one more allowed pair always costs less than one with fewer (costs are
     >= 0), so the solver maximises the allowed pairs first, then minimises their cost."""
-    top = float(cost[allowed].max()) if allowed.any() else 0.0
+    top = float(np.max(cost, where=allowed, initial=0.0))
     big = 1.0 + min(cost.shape) * top
     return np.where(allowed, cost, big)
