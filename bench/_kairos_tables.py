@@ -13,12 +13,13 @@ def fmt_pool(p: Mapping[str, int]) -> str:
     return " ".join(f"{c}{SHORT.get(t, t)}" for t, c in sorted(p.items()) if c) or "-"
 
 
-def _r(a: float, b: float) -> str:
-    return f"{a / b:.2f}" if b > 0 else "inf"
-
-
 def _div(a: float, b: float) -> float:
     return a / b if b > 0 else float("inf")
+
+
+def _r(a: float, b: float) -> str:
+    """``a ÷ b`` as the tables print it (``inf`` when ``b`` is 0)."""
+    return f"{_div(a, b):.2f}"
 
 
 def main_table(rows: list[dict]) -> str:

@@ -52,6 +52,7 @@ from scaler.batch_mix import BatchMix, mix_from_batches  # noqa: E402
 from scaler.confirm import DEFAULT_EVALUATIONS, confirm_pick  # noqa: E402
 from scaler.kairos_plus import kairos_plus  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
+from config.catalog import load_catalog  # noqa: E402
 from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
 from scaler.upper_bound import Ranking  # noqa: E402
 from sim.capacity import pool_capacity  # noqa: E402
@@ -63,7 +64,8 @@ from sim.policies import base_type_of, policy_factory  # noqa: E402
 from sim.workload import Workload, make_workload, unit_poisson_workload  # noqa: E402
 
 MODELS = {"ncf": 5.0, "rm2": 350.0, "wnd": 25.0, "mtwnd": 25.0, "dien": 35.0}
-PRICES = {"g4dn.xlarge": 0.526, "c5n.2xlarge": 0.432, "r5n.large": 0.149, "t3.xlarge": 0.1664}
+#: the four types of Kairos §7 Table 3, priced from the shipped catalog (config/instance_catalog.csv)
+PRICES = {t: load_catalog()[t].price_per_hour for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")}
 #: name -> (budget $/hr, batch sizes, relative Gaussian noise on service times)
 SCENARIOS = {"base": (2.5, "deeprecsys", 0.0), "4x-budget": (10.0, "deeprecsys", 0.0), "gaussian": (2.5, "gaussian", 0.0),
              "gaussian-4x": (10.0, "gaussian", 0.0), "noise": (2.5, "deeprecsys", 0.05)}
@@ -247,8 +249,8 @@ def run_model(scenario: str, model: str, n_queries: int, precision: float, max_e
     opools = {_key(p): p for p in [_nz(ranking.pool(i)) for i in idx] + cands + [homo_pool]
               + [_nz(p) for p, _ in kp.evaluated] + [_nz(p) for p, _ in conf.evaluated] if p}
     paper_qps, paper_pool = best_paper_oracle(opools.values(), model, prof, qos, wl.batches, xi=1.0)
-    lp_qps, lp_pool = max((oracle_capacity(p, model, prof, qos, wl.batches, drain_s=qos / 1000).allowable_qps, p)
-                          for p in opools.values())
+    lp_qps, lp_pool = max(((oracle_capacity(p, model, prof, qos, wl.batches, drain_s=qos / 1000).allowable_qps, p)
+                           for p in opools.values()), key=lambda qp: qp[0])     # ties: the first pool
     return {"scenario": scenario, "model": model, "homo": homo, "homo_raw": homo_raw, "homo_pool": homo_pool,
             "pick": pick, "pick_qps": cap(pick), "ours": ours, "ours_qps": cap(ours, OURS), "ours_rule": conf.plan.rule,
             "pick_ours_qps": cap(pick, OURS), "plan_s": plan_s, "confirm_evals": len(conf.evaluated),

@@ -29,11 +29,13 @@ import numpy as np  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
 from scaler.batch_mix import mix_from_dist  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
+from config.catalog import load_catalog  # noqa: E402
 from config.profiles import LatencyProfile, load_profiles_csv  # noqa: E402
 from scaler.upper_bound import upper_bound_one  # noqa: E402
 
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
-PRICES = {"g4dn.xlarge": 0.526, "c5n.2xlarge": 0.432, "r5n.large": 0.149, "t3.xlarge": 0.1664,
+#: Kairos §7 Table 3's types at the shipped catalog's prices, and two synthetic types with their own
+PRICES = {**{t: load_catalog()[t].price_per_hour for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")},
           "g4dn.synth-fast": 0.75, "r5n.synth-slow": 0.10}
 SYNTH = {"g4dn.synth-fast": ("g4dn.xlarge", 0.7), "r5n.synth-slow": ("r5n.large", 1.4)}
 

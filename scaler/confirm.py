@@ -10,20 +10,23 @@ budget, in this order:
 1. the (undominated) similarity pick;
 2. the homogeneous pool of the base type: as many base instances as the budget and bounds allow
    (Kairos §8.1), always evaluated, so the result is never below it *as measured*;
-3. Kairos+ (Algorithm 1) over the maximal pools (those no pool within budget dominates) in
+3. the pick with one more base instance: the maximal pool with the highest upper bound among
+   those holding one more base instance than the pick (ours). The bound is a fluid bound: it
+   ignores the queue of the queries only the base type serves in time, which is what decides the
+   p99 at tight QoS, so the measured best often holds one base instance more than the bound's
+   best (BENCHMARKS.md "kairos-repro": dien at 2.5 $/hr, 3 g4dn + 6 r5n over 2 + 9);
+4. Kairos+ (Algorithm 1) over the maximal pools (those no pool within budget dominates) in
    descending upper bound, until the budget is spent or every bound is <= the best measured.
 
 The best measured candidate wins; ties go to the earlier one (the similarity pick first). Only the
 homogeneous pool may be dominated (when the evaluator measures it strictly above every maximal
-pool evaluated, i.e. adding instances made it worse). :class:`PickCache` keeps confirmed picks per
-(batch mix, QoS, budget, types and prices, bounds, policy), so a daemon replans without
-re-simulating while the inputs stay the same.
+pool evaluated, i.e. adding instances made it worse). ``costscale plan --confirm`` and the repro
+bench call it; the daemon's fleet loop does not (yet), so nothing caches a confirmation.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Callable, Hashable
+from typing import Callable
 
 import numpy as np
 
@@ -31,7 +34,7 @@ from scaler.plan import Plan, PlanInputs, choose_pool, maximal_pools, rank_input
 from scaler.upper_bound import Ranking
 
 Evaluate = Callable[[dict[str, int]], float]
-#: evaluations a confirmation may spend by default (pick + homogeneous + Kairos+)
+#: evaluations a confirmation may spend by default (pick, homogeneous, one more base, Kairos+)
 DEFAULT_EVALUATIONS = 4
 
 
@@ -56,6 +59,14 @@ def homogeneous_row(ranking: Ranking, base_type: str) -> int | None:
     return int(rows[np.argmax(ranking.counts[rows, j])])
 
 
+def more_base_row(ranking: Ranking, base_type: str, row: int, maximal: np.ndarray) -> int | None:
+    """Row of the highest-bound maximal pool with one more instance of the base type than row
+    ``row`` (ranked pools come in descending bound); None when there is none."""
+    j = ranking.types.index(base_type)
+    hit = np.flatnonzero(maximal & (ranking.counts[:, j] == ranking.counts[row, j] + 1))
+    return int(hit[0]) if hit.size else None
+
+
 def confirm_pick(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = DEFAULT_EVALUATIONS,
                  top_k: int = 10) -> Confirmation:
     """The max_throughput pick, confirmed by at most ``max_evaluations`` (>= 2) evaluations."""
@@ -78,15 +89,20 @@ def confirm_pick(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = 
     homo_i = homogeneous_row(ranking, ba.base_type)
     if homo_i is not None:
         measure(homo_i)
+    maximal = maximal_pools(ranking, inputs)
+    more_i = more_base_row(ranking, ba.base_type, pick_i, maximal)
+    if more_i is not None and len(measured) < max_evaluations:
+        measure(more_i)
     # Kairos+ (Algorithm 1) over the maximal pools: none is a sub-pool of another, so only the
     # bound test prunes; already measured pools cost nothing
-    for i in np.flatnonzero(maximal_pools(ranking, inputs)).tolist():
+    for i in np.flatnonzero(maximal).tolist():
         best = max(measured.values())
         if ranking.bound[i] <= best or (len(measured) >= max_evaluations and i not in measured):
             break
         measure(i)
     win = max(order, key=lambda i: (measured[i], -order.index(i)))
-    rule = plan.rule if win == pick_i else ("homogeneous" if win == homo_i else "kairos+")
+    rule = (plan.rule if win == pick_i else "homogeneous" if win == homo_i else "more-base" if win == more_i
+            else "kairos+")
     chosen = {t: 0 for t in inputs.types}
     chosen.update({t: int(c) for t, c in zip(ranking.types, ranking.counts[win])})
     confirmed = replace(plan, chosen=chosen, cost_per_hour=float(ranking.cost[win]),
@@ -98,41 +114,3 @@ def confirm_pick(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = 
         evaluated=tuple((ranking.pool(i), measured[i]) for i in order),
     )
 
-
-def mix_key(inputs: PlanInputs, extra: Hashable = None) -> Hashable:
-    """Cache key of a confirmation: batch mix, QoS, budget, types with prices and bounds, exclusions
-    and ``extra`` (the evaluator's policy, say)."""
-    mix = (tuple(np.asarray(inputs.mix.sizes).tolist()), tuple(np.round(inputs.mix.fractions, 4).tolist()))
-    return (inputs.model, mix, round(inputs.qos_ms, 6), round(inputs.budget_per_hour, 6),
-            tuple(sorted((t, round(p, 6)) for t, p in inputs.prices.items())),
-            tuple(sorted(inputs.bounds.items(), key=lambda kv: kv[0])), inputs.exclude, extra)
-
-
-class PickCache:
-    """Confirmed picks per :func:`mix_key`, least recently used dropped beyond ``capacity``."""
-
-    def __init__(self, capacity: int = 32) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[Hashable, Confirmation] = OrderedDict()
-
-    def get(self, key: Hashable) -> Confirmation | None:
-        got = self._items.get(key)
-        if got is not None:
-            self._items.move_to_end(key)
-        return got
-
-    def put(self, key: Hashable, value: Confirmation) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def confirm(self, inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = DEFAULT_EVALUATIONS,
-                extra: Hashable = None) -> Confirmation:
-        """:func:`confirm_pick`, answered from the cache when the inputs were confirmed before."""
-        key = mix_key(inputs, (extra, max_evaluations))
-        got = self.get(key)
-        if got is None:
-            got = confirm_pick(inputs, evaluate, max_evaluations)
-            self.put(key, got)
-        return got

@@ -57,13 +57,22 @@ def allowable_throughput(evaluate: Callable[[float], float], qos_ms: float, star
             hi, lo = lo, lo / 2
             if lo < min_qps or len(tried) >= max_steps:
                 return CapacityResult(0.0, float("nan"), tried)
-    while (hi - lo) / hi > precision and len(tried) < max_steps:
+    lo = bisect_rate(ok, lo, hi, precision, max_steps - len(tried))
+    return CapacityResult(lo, cache[lo], tried)
+
+
+def bisect_rate(holds: Callable[[float], bool], lo: float, hi: float, precision: float, max_calls: int = 60) -> float:
+    """The highest rate found to hold by bisecting between ``lo`` (holds) and ``hi`` (does not, or
+    is a bound) until ``(hi - lo) / hi <= precision`` or ``max_calls`` calls of ``holds``."""
+    calls = 0
+    while (hi - lo) / hi > precision and calls < max_calls:
         mid = (lo + hi) / 2
-        if ok(mid):
+        calls += 1
+        if holds(mid):
             lo = mid
         else:
             hi = mid
-    return CapacityResult(lo, cache[lo], tried)
+    return lo
 
 
 def pool_capacity(

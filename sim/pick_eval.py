@@ -14,19 +14,16 @@ one core for a 10-20 instance pool.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
 
 from config.profiles import ProfileTable
 from scaler.batch_mix import BatchMix
-from sim.capacity import pool_capacity
-from sim.engine import simulate
-from sim.metrics import nearest_rank
+from sim.capacity import bisect_rate, pool_capacity
 from sim.oracle import oracle_capacity
 from sim.policies import policy_factory
-from sim.slo_check import batches_from_mix
+from sim.slo_check import batches_from_mix, holds_p99
 from sim.workload import Workload
 
 #: queries per simulated rate, and the search's relative precision, of a planning evaluation
@@ -49,7 +46,6 @@ def capacity_evaluator(model: str, profiles: ProfileTable, qos_ms: float, mix: B
                        precision: float = EVAL_PRECISION, seed: int = 0) -> Callable[[dict[str, int]], float]:
     """``evaluate(pool)``: the pool's allowable throughput under ``policy`` (see module doc)."""
     wl = mix_workload(mix, n_queries, seed)
-    allowed = n_queries - max(int(math.ceil(0.99 * n_queries - 1e-9)), 1)   # misses a p99 <= QoS allows
 
     def evaluate(pool: dict[str, int]) -> float:
         live = {t: int(c) for t, c in pool.items() if c > 0}
@@ -58,23 +54,15 @@ def capacity_evaluator(model: str, profiles: ProfileTable, qos_ms: float, mix: B
         make = policy_factory(policy, profiles, model, live, base_type=base_type)
 
         def holds(rate: float) -> bool:
-            res = simulate(live, model, profiles, make(), wl.arrivals / rate, wl.batches, qos_ms, seed=seed,
-                           stop_after_misses=allowed)
-            return not res.extra.get("stopped_early") and bool(nearest_rank(res.latency_ms, 99) <= qos_ms)
+            return holds_p99(live, model, profiles, make(), wl.arrivals / rate, wl.batches, qos_ms, seed=seed)
 
         bound = oracle_capacity(live, model, profiles, qos_ms, wl.batches, drain_s=qos_ms / 1000.0).allowable_qps
         if bound <= 0:
             return 0.0
-        lo, hi = LOW_START * bound, bound
+        lo = LOW_START * bound
         if not holds(lo):                  # far below the bound: the generic bracketing search
             return pool_capacity(live, model, profiles, qos_ms, make, workload=wl, seed=seed, precision=precision,
                                  start_qps=lo / 2).allowable_qps
-        while (hi - lo) / hi > precision:
-            mid = (lo + hi) / 2
-            if holds(mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return bisect_rate(holds, lo, bound, precision)
 
     return evaluate

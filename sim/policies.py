@@ -28,7 +28,7 @@ def base_type_of(pool: Mapping[str, int], profiles: ProfileTable, model: str,
 
 
 def policy_factory(name: str, profiles: ProfileTable, model: str, pool: Mapping[str, int], *,
-                   xi: float = 0.98, drs_threshold: int | None = None,
+                   xi: float = DISPATCH_XI, drs_threshold: int | None = None,
                    base_type: str | None = None) -> Callable[[], Policy]:
     """A function returning a *fresh* policy (policies may keep state: one per run).
 

@@ -34,7 +34,7 @@ from typing import Callable, Literal
 import numpy as np
 
 from dispatcher.policies import infeasible
-from dispatcher.policy import LatencyPredictor, Policy, QueryView, WorkerView
+from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI, LatencyPredictor, Policy, QueryView, WorkerView
 from sim.service import ServiceModel
 
 #: outcome codes per query
@@ -108,8 +108,8 @@ class QueryLoop:
     time per batch over the live types, and the next deadline (recomputed after a queue change)."""
 
     def __init__(self, arrivals: np.ndarray, batches: np.ndarray, *, model: str, qos_ms: float, policy: Policy,
-                 times: ServiceTimes, on_deadline: Literal["drop", "best_effort"] = "drop", xi: float = 0.98,
-                 view_factor: int = 2, query_timeout_s: float = 30.0, queue_limit: int = 10_000,
+                 times: ServiceTimes, on_deadline: Literal["drop", "best_effort"] = "drop", xi: float = DISPATCH_XI,
+                 view_factor: int = DISPATCH_VIEW_FACTOR, query_timeout_s: float = 30.0, queue_limit: int = 10_000,
                  max_retries: int = 2, record: Callable[[int, float], None] | None = None) -> None:
         self.arr = np.asarray(arrivals, dtype=float)
         self.bat = np.minimum(np.asarray(batches, dtype=np.int64), times.max_batch)

@@ -5,10 +5,11 @@ Kairos's upper bound (§5.2) is a fluid bound, and a pool run near it queues pas
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
+from dispatcher.policy import Policy
 from scaler.batch_mix import BatchMix
 from config.profiles import ProfileTable
 from sim.engine import simulate
@@ -34,9 +35,6 @@ def slo_check(model: str, profiles: ProfileTable, qos_ms: float, rate_qps: float
     deterministic per seed). Types without a profile make the pool fail."""
     rng = np.random.default_rng(seed)
     arrivals = poisson_arrivals(rate_qps, rng, n=n_queries)
-    # p99 <= QoS holds exactly when at most n - ceil(0.99 n) queries miss it (nearest rank): a
-    # simulation past that many misses is decided, and stops (most candidates that fail, fail early)
-    allowed_misses = n_queries - max(int(math.ceil(0.99 * n_queries - 1e-9)), 1)
     batches = batches_from_mix(mix, n_queries, rng)
 
     def meets(pool: dict[str, int], base_type: str | None = None) -> bool:
@@ -44,8 +42,21 @@ def slo_check(model: str, profiles: ProfileTable, qos_ms: float, rate_qps: float
         if not live or any(not profiles.has(model, t) for t in live):
             return False
         make = policy_factory(policy, profiles, model, live, base_type=base_type)
-        res = simulate(live, model, profiles, make(), arrivals, batches, qos_ms, seed=seed,
-                       stop_after_misses=allowed_misses)
-        return not res.extra.get("stopped_early") and bool(nearest_rank(res.latency_ms, 99) <= qos_ms)
+        return holds_p99(live, model, profiles, make(), arrivals, batches, qos_ms, seed=seed)
 
     return meets
+
+
+def allowed_misses(n_queries: int) -> int:
+    """How many of ``n_queries`` may miss the QoS with the p99 still within it: n - ceil(0.99 n)
+    (nearest rank; at least one query counts)."""
+    return n_queries - max(int(math.ceil(0.99 * n_queries - 1e-9)), 1)
+
+
+def holds_p99(pool: Mapping[str, int], model: str, profiles: ProfileTable, policy: Policy, arrivals: np.ndarray,
+              batches: np.ndarray, qos_ms: float, *, seed: int = 0) -> bool:
+    """Whether ``policy`` on ``pool`` keeps the p99 of these queries within ``qos_ms``. A simulation
+    past :func:`allowed_misses` misses is decided, and stops (most pools that fail, fail early)."""
+    res = simulate(pool, model, profiles, policy, arrivals, batches, qos_ms, seed=seed,
+                   stop_after_misses=allowed_misses(len(arrivals)))
+    return not res.extra.get("stopped_early") and bool(nearest_rank(res.latency_ms, 99) <= qos_ms)

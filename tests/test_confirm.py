@@ -10,8 +10,8 @@ from hypothesis import assume, given, settings, strategies as st
 from config.profiles import ProfileTable, profiles_from_rows
 from scaler.base_aux import PlanError
 from scaler.batch_mix import mix_from_dist
-from scaler.confirm import PickCache, confirm_pick, homogeneous_row
-from scaler.plan import PlanInputs, choose_pool, rank_inputs
+from scaler.confirm import confirm_pick, homogeneous_row, more_base_row
+from scaler.plan import PlanInputs, choose_pool, maximal_pools, rank_inputs
 from sim.pick_eval import capacity_evaluator
 
 SIZES = list(range(10, 1001, 10))
@@ -51,21 +51,23 @@ def test_homogeneous_pool_is_always_evaluated_and_the_best_measured_wins() -> No
         confirm_pick(inp, lambda p: 1.0, 1)
 
 
-def test_pick_cache_answers_the_same_inputs_without_evaluating() -> None:
+def test_the_pool_with_one_more_base_instance_is_evaluated_third() -> None:
+    # pools within 1.2 $/hr (gpu 0.5, cpu 0.15), by bound: 2gpu+1cpu 674 (maximal), 1gpu+4cpu 643
+    # (maximal; the similarity pick), 2gpu 587, ...; the pick holds 1 gpu, so the one-more-base
+    # candidate is 2gpu+1cpu, evaluated after the pick and the homogeneous 2gpu
     prof = table({"gpu": (1.0, 0.01), "cpu": (0.5, 0.05)})
     inp = inputs(prof, {"gpu": 0.5, "cpu": 0.15}, 20.0, 1.2)
-    calls: list[dict[str, int]] = []
-
-    def ev(p: dict[str, int]) -> float:
-        calls.append(p)
-        return float(sum(p.values()))
-
-    cache = PickCache(capacity=2)
-    a = cache.confirm(inp, ev, 3, extra="kairos-strict")
-    n = len(calls)
-    assert cache.confirm(inp, ev, 3, extra="kairos-strict") is a and len(calls) == n
-    cache.confirm(inputs(prof, {"gpu": 0.5, "cpu": 0.15}, 25.0, 1.2), ev, 3, extra="kairos-strict")   # other QoS
-    assert len(calls) > n
+    pick, homo, more = {"gpu": 1, "cpu": 4}, {"gpu": 2, "cpu": 0}, {"gpu": 2, "cpu": 1}
+    assert {t: c for t, c in choose_pool(inp).chosen.items() if c} == pick
+    _, ranking = rank_inputs(inp)
+    assert ranking.pool(more_base_row(ranking, "gpu", 1, maximal_pools(ranking, inp))) == more
+    qps = {(1, 4): 80.0, (2, 0): 60.0, (2, 1): 90.0}
+    got = confirm_pick(inp, lambda p: qps[(p.get("gpu", 0), p.get("cpu", 0))], 3)
+    assert [({"gpu": 0, "cpu": 0} | p) for p, _ in got.evaluated] == [pick, homo, more]
+    assert got.plan.rule == "confirmed:more-base" and got.pick_qps == 90.0 and got.similarity_qps == 80.0
+    # two evaluations: the pick and the homogeneous pool only
+    two = confirm_pick(inp, lambda p: qps[(p.get("gpu", 0), p.get("cpu", 0))], 2)
+    assert len(two.evaluated) == 2 and two.plan.rule == "confirmed:" + choose_pool(inp).rule
 
 
 @settings(max_examples=12, deadline=None)

@@ -288,3 +288,94 @@ def test_kairos_strict_serves_queries_late_everywhere_as_kairos_does() -> None:
     workers = [w("a", "A"), w("b", "B")]
     assert pairs(KairosStrictPolicy(P, "A").match(queue, workers, 0.0)) == pairs(KairosPolicy(P, "A").match(queue, workers, 0.0))
     assert len(KairosStrictPolicy(P, "A").match(queue[:1], [w("b", "B")], 0.0)) == 1
+
+
+class _SlowAux:
+    """Base "A" and a slow auxiliary "B" (C_B = 9 / 150 = 0.06): the Eq. 8 penalty on B is cheap."""
+    TABLE = {"A": {1: 1.0, 3: 9.0}, "B": {1: 9.0, 3: 150.0}}
+
+    def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
+        return self.TABLE[instance_type][int(batch_size)]
+
+    def predict_many(self, model: str, instance_type: str, batch_sizes: np.ndarray) -> np.ndarray:
+        return np.array([self.TABLE[instance_type][int(b)] for b in batch_sizes], dtype=float)
+
+
+def test_kairos_strict_masks_late_pairs_before_matching_so_the_late_query_is_served_in_time() -> None:
+    # QoS 10 ms (slack 9.8, penalty 100). x (batch 3): A 9 (on time), B 150 (late: 100 × 0.06 = 6);
+    # y (batch 1): A 1, B 9 × 0.06 = 0.54 (both on time). Paper's costs: x→B + y→A = 6 + 1 = 7 beats
+    # x→A + y→B = 9.54, so Kairos dispatches x late to B; filtering that pair after the matching
+    # (kairos-strict before the mask) leaves x waiting while A takes y. Masked: each row also gets
+    # its laxity (x: 9.8 - 9 = 0.8, y: 9.8 - 1 = 8.8), x→B costs M = 1 + 2 × 9.8 = 20.6 > any
+    # on-time pair: x→A + y→B = 9.8 + 9.34 = 19.14 < 20.6 + 9.8, both on time, both served.
+    pred = _SlowAux()
+    queue = [q("x", 3, qos=10), q("y", 1, qos=10)]
+    workers = [w("a", "A"), w("b", "B")]
+    pol = KairosStrictPolicy(pred, "A")
+    cost, L, C = pol.cost_matrix(queue, workers, 0.0)
+    np.testing.assert_allclose(C, [1.0, 0.06])
+    np.testing.assert_allclose(cost, [[9.0, 6.0], [1.0, 0.54]])
+    assert pairs(KairosPolicy(pred, "A").match(queue, workers, 0.0)) == {("x", "b"), ("y", "a")}
+    masked, allowed = pol._restrict(pol._terms(queue, workers, 0.0))
+    np.testing.assert_allclose(masked, [[9.8, 20.6], [9.8, 9.34]])
+    assert allowed is not None and allowed.tolist() == [[True, False], [True, True]]
+    assert pairs(pol.match(queue, workers, 0.0)) == {("x", "a"), ("y", "b")}
+    # one query alone: the paper's argmin is B (6 < 9, late); ours is A, the on-time worker
+    assert pairs(KairosPolicy(pred, "A").match(queue[:1], workers, 0.0)) == {("x", "b")}
+    assert pairs(pol.match(queue[:1], workers, 0.0)) == {("x", "a")}
+    # hopeless (QoS 0.5 ms: late everywhere even idle): best effort, the paper's choice
+    lost = [q("x", 3, qos=0.5), q("y", 1, qos=0.5)]
+    assert pairs(pol.match(lost, workers, 0.0)) == pairs(KairosPolicy(pred, "A").match(lost, workers, 0.0))
+    assert pairs(pol.match(lost[:1], workers, 0.0)) == {("x", "b")}
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.integers(1, 3), min_size=1, max_size=8),
+       waits=st.lists(st.floats(0, 0.012), min_size=8, max_size=8),
+       wtypes=st.lists(st.tuples(st.sampled_from("ABD"), st.sampled_from([0.0, 0.0, 0.002, 0.008])),
+                       min_size=1, max_size=6))
+def test_kairos_strict_dispatches_no_late_pair_and_matches_the_most_on_time_pairs(
+        batches: list[int], waits: list[float], wtypes: list[tuple[str, float]]) -> None:
+    """Unless every query in the view is hopeless, no dispatched pair misses Eq. 5, and the masked
+    matching holds at least as many on-time pairs as the paper's; with one query the scalar path
+    equals the matrix path (the argmin over the on-time workers)."""
+    from scipy.optimize import linear_sum_assignment
+
+    from dispatcher.policies._matrix import earliest, remaining_ms
+
+    now = 1.0
+    queue = [q(f"q{i}", b, now - waits[i], 10.0) for i, b in enumerate(batches)]
+    workers = [w(f"w{j}", t, (now + busy) if busy else 0.0) for j, (t, busy) in enumerate(wtypes)]
+    pol = KairosStrictPolicy(P, "A")
+    view = earliest(queue, 2 * len(workers))
+    cost, L, _ = pol.cost_matrix(view, workers, now)
+    slack = np.array([0.98 * 10.0 - 1000.0 * (now - x.arrival) for x in view])[:, None]
+    on_time = L <= slack
+    hopeless = bool((L - remaining_ms(workers, now)[None, :] > slack).all())
+    masked, allowed = pol._restrict(pol._terms(view, workers, now))
+    got = pol.match(queue, workers, now)
+    index = {x.query_id: i for i, x in enumerate(view)}
+    wix = {x.worker_id: j for j, x in enumerate(workers)}
+    if not hopeless:
+        assert all(on_time[index[a.query_id], wix[a.worker_id]] for a in got)
+        ours, paper = linear_sum_assignment(masked), linear_sum_assignment(cost)
+        assert on_time[ours].sum() >= on_time[paper].sum()
+    if len(queue) == 1:
+        j = int(linear_sum_assignment(masked)[1][0])
+        expect = [Assignment("q0", f"w{j}")] if workers[j].idle and (on_time[0, j] or hopeless) else []
+        assert got == expect
+
+
+def test_kairos_strict_serves_the_query_with_the_least_laxity_first() -> None:
+    """One base worker A (QoS 10 ms, slack 9.8). "first" (batch 3) takes A at t=0 for 4 ms; "x"
+    (batch 3, 4 ms) arrived at 0 and "y" (batch 2, 3 ms) at 2 ms wait for it. At t=4: x has 5.8 ms
+    left, laxity 1.8; y 7.8 left, laxity 4.8. The paper's cost serves the shorter y first (3 < 4):
+    y ends at 7, x starts late (waited 7 + 4 > 9.8), 2 of 3 on time. With the laxity x (4 + 1.8 =
+    5.8) goes before y (3 + 4.8 = 7.8): x ends at 8, y at 11 (9 ms after it arrived), 3 of 3."""
+    now = 0.004
+    queue = [q("x", 3, 0.0, qos=10), q("y", 2, 0.002, qos=10)]
+    assert pairs(KairosPolicy(P, "A").match(queue, [w("a", "A")], now)) == {("y", "a")}
+    assert pairs(KairosStrictPolicy(P, "A").match(queue, [w("a", "A")], now)) == {("x", "a")}
+    arrivals = [(0.0, "first", 3), (0.0, "x", 3), (2.0, "y", 2)]
+    assert _simulate(KairosPolicy(P, "A"), arrivals, [("a", "A")], 10.0) == 2
+    assert _simulate(KairosStrictPolicy(P, "A"), arrivals, [("a", "A")], 10.0) == 3

@@ -17,19 +17,17 @@ from dispatcher.policies.drs import DrsPolicy, sweep_drs_threshold
 from dispatcher.policies.fcfs import FcfsPolicy
 from dispatcher.policies.kairos import KairosPolicy
 from dispatcher.policies.kairos_strict import KairosStrictPolicy
-from dispatcher.policy import LatencyPredictor, Policy, QueryView, WorkerView
+from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI, LatencyPredictor, Policy, QueryView, WorkerView
 
 POLICY_NAMES: tuple[str, ...] = ("kairos", "kairos-strict", "fcfs", "drs", "clockwork")
-#: the policy a config gets when it names none (``config.schema``'s default): the best measured
-DEFAULT_POLICY = "kairos-strict"
 
-__all__ = ["POLICY_NAMES", "DEFAULT_POLICY", "make_policy", "infeasible", "sweep_drs_threshold", "KairosPolicy",
+__all__ = ["POLICY_NAMES", "make_policy", "infeasible", "sweep_drs_threshold", "KairosPolicy",
            "KairosStrictPolicy",
            "FcfsPolicy", "DrsPolicy", "ClockworkPolicy"]
 
 
-def make_policy(name: str, predictor: LatencyPredictor, base_type: str, *, xi: float = 0.98,
-                drs_threshold: int | None = None, max_queue_factor: int = 2) -> Policy:
+def make_policy(name: str, predictor: LatencyPredictor, base_type: str, *, xi: float = DISPATCH_XI,
+                drs_threshold: int | None = None, max_queue_factor: int = DISPATCH_VIEW_FACTOR) -> Policy:
     """A fresh policy by name (one of :data:`POLICY_NAMES`); ValueError for another name."""
     if name == "kairos":
         return KairosPolicy(predictor, base_type, xi=xi, max_queue_factor=max_queue_factor)
@@ -45,7 +43,7 @@ def make_policy(name: str, predictor: LatencyPredictor, base_type: str, *, xi: f
 
 
 def infeasible(queue: Sequence[QueryView], workers: Sequence[WorkerView], predictor: LatencyPredictor,
-               now: float, xi: float = 0.98) -> list[str]:
+               now: float, xi: float = DISPATCH_XI) -> list[str]:
     """Ids of queries that miss ξ·SLO on every worker even if that worker started them now:
     ``W_i + min_j S_ij > ξ·T_qos_i`` (Kairos §5.1 Eq. 5 without the busy term). With no workers
     nothing is judged infeasible (capacity may yet arrive)."""

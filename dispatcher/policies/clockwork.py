@@ -18,13 +18,13 @@ from typing import Sequence
 import numpy as np
 
 from dispatcher.policies import _matrix as mx
-from dispatcher.policy import Assignment, LatencyPredictor, QueryView, WorkerView
+from dispatcher.policy import DISPATCH_XI, Assignment, LatencyPredictor, QueryView, WorkerView
 
 
 class ClockworkPolicy:
     name = "clockwork"
 
-    def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = 0.98) -> None:
+    def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = DISPATCH_XI) -> None:
         self.predictor = predictor
         self.base_type = base_type
         self.xi = xi

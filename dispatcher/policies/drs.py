@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from dispatcher.policies import _matrix as mx
-from dispatcher.policy import Assignment, LatencyPredictor, QueryView, WorkerView
+from dispatcher.policy import DISPATCH_XI, Assignment, LatencyPredictor, QueryView, WorkerView
 
 MAX_BATCH = 1000
 
@@ -40,7 +40,7 @@ class DrsPolicy:
     name = "drs"
 
     def __init__(self, predictor: LatencyPredictor, base_type: str, *, threshold: int | None = None,
-                 xi: float = 0.98) -> None:
+                 xi: float = DISPATCH_XI) -> None:
         self.predictor = predictor
         self.base_type = base_type
         self.threshold = threshold

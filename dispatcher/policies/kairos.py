@@ -21,22 +21,36 @@ changing who is served first; later arrivals enter the window as older ones leav
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from dispatcher.policies import _matrix as mx
-from dispatcher.policy import Assignment, LatencyPredictor, QueryView, WorkerView
+from dispatcher.policy import (DISPATCH_VIEW_FACTOR, DISPATCH_XI, Assignment, LatencyPredictor, QueryView,
+                              WorkerView)
 
 PENALTY_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class RoundTerms:
+    """One matching round's arrays (m queries × n workers, ms): what :meth:`KairosPolicy._restrict`
+    works from."""
+
+    cost: np.ndarray        # C·L after the Eq. 8 penalty
+    L: np.ndarray           # completion time from now: remaining busy time + service (Eq. 2)
+    C: np.ndarray           # heterogeneity coefficient per worker (Definition 1)
+    slack: np.ndarray       # per query: ξ·T_qos − W (Eq. 5's right-hand side less the wait)
+    busy: np.ndarray        # per worker: remaining busy time
 
 
 class KairosPolicy:
     name = "kairos"
 
-    def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = 0.98,
-                 max_queue_factor: int = 2, penalty_factor: float = PENALTY_FACTOR) -> None:
+    def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = DISPATCH_XI,
+                 max_queue_factor: int = DISPATCH_VIEW_FACTOR, penalty_factor: float = PENALTY_FACTOR) -> None:
         if max_queue_factor < 1:
             raise ValueError("max_queue_factor must be >= 1")
         self.predictor = predictor
@@ -49,6 +63,10 @@ class KairosPolicy:
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(cost = C·L after the penalty, L before the penalty, C per worker) for ``queue`` as given
         (no bounding); exposed for tests and the simulator's diagnostics."""
+        t = self._terms(queue, workers, now)
+        return t.cost, t.L, t.C
+
+    def _terms(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> RoundTerms:
         types, tix = mx.type_index(workers)
         m = len(queue)
         xi, pf = self.xi, self.penalty_factor
@@ -59,13 +77,14 @@ class KairosPolicy:
         # service times of every query on every type, plus the base type for C_j (last column)
         cols = types if self.base_type in types else types + [self.base_type]
         s_types = mx.service_by_type(queue, cols, self.predictor, b)
+        busy = mx.remaining_ms(workers, now)
         L = s_types[:, tix]
-        L += mx.remaining_ms(workers, now)
+        L += busy
         row = s_types[int(np.argmax(b))]                      # the largest waiting query
         C = (row[cols.index(self.base_type)] / np.maximum(row[: len(types)], 1e-12))[tix]
         Lp = np.where(L > per_q[:, 1:2], per_q[:, 2:3], L)
         Lp *= C
-        return Lp, L, C
+        return RoundTerms(Lp, L, C, per_q[:, 1], busy)
 
     def match(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]:
         if not queue or not workers or not any(w.idle for w in workers):
@@ -73,10 +92,17 @@ class KairosPolicy:
         if len(queue) == 1:
             return self._match_one(queue[0], workers, now)
         q = mx.earliest(queue, self.max_queue_factor * len(workers))
-        cost, _, _ = self.cost_matrix(q, workers, now)
+        cost, allowed = self._restrict(self._terms(q, workers, now))
         rows, cols = linear_sum_assignment(cost)
         return [Assignment(q[i].query_id, workers[j].worker_id)
-                for i, j in zip(rows.tolist(), cols.tolist()) if workers[j].idle]
+                for i, j in zip(rows.tolist(), cols.tolist())
+                if workers[j].idle and (allowed is None or allowed[i, j])]
+
+    def _restrict(self, t: RoundTerms) -> tuple[np.ndarray, np.ndarray | None]:
+        """The hook a stricter matching overrides: the cost the assignment minimises and which
+        matched pairs may be dispatched (``None``: every pair with an idle worker). The paper's:
+        the penalised cost of :meth:`cost_matrix` as it is, every pair."""
+        return t.cost, None
 
     def _match_one(self, q: QueryView, workers: Sequence[WorkerView], now: float) -> list[Assignment]:
         """One waiting query: Eq. 6 with m = 1 is the argmin of its cost row (first minimum on ties,
@@ -84,12 +110,13 @@ class KairosPolicy:
         w = workers[self._best_one(q, workers, now)[0]]
         return [Assignment(q.query_id, w.worker_id)] if w.idle else []
 
-    def _best_one(self, q: QueryView, workers: Sequence[WorkerView], now: float
+    def _best_one(self, q: QueryView, workers: Sequence[WorkerView], now: float, *, on_time_only: bool = False
                   ) -> tuple[int, bool, dict[str, float], float]:
         """The argmin of one query's cost row: (its worker's index, whether that pair misses Eq. 5,
         the predicted service ms by type, the query's slack ξ·T_qos − W in ms). The same arithmetic
         as :meth:`cost_matrix`, on scalars: a round with a single waiting query (the usual case
-        below saturation) makes no numpy calls."""
+        below saturation) makes no numpy calls. ``on_time_only``: the argmin over the workers where
+        the query meets Eq. 5 (index -1 when there is none)."""
         predict = self.predictor.predict_ms
         base_ms = predict(q.model, self.base_type, q.batch_size)
         slack = self.xi * q.qos_ms - 1000.0 * (now - q.arrival)
@@ -101,7 +128,10 @@ class KairosPolicy:
             if s is None:
                 s = by_type[w.instance_type] = predict(q.model, w.instance_type, q.batch_size)
             L = s + mx.busy_ms(w, now)
-            cost = (base_ms / max(s, 1e-12)) * (penalty if L > slack else L)
+            late = L > slack
+            if late and on_time_only:
+                continue
+            cost = (base_ms / max(s, 1e-12)) * (penalty if late else L)
             if cost < best or best_j < 0:
-                best, best_j, best_late = cost, j, L > slack
+                best, best_j, best_late = cost, j, late
         return best_j, best_late, by_type, slack

@@ -6,54 +6,83 @@ feasible. With more queries than workers Eq. 7 makes every worker take a query, 
 *does* pair queries with workers where they miss ξ·T_qos, and :class:`KairosPolicy` dispatches them:
 the worker then spends its time on a query that is late anyway, at the moment the pool is
 saturated (what tight QoS targets, wnd and mtwnd 25 ms, dien 35 ms, run into first: large queries
-stranded on auxiliary instances). Here the matching is the paper's (same L, C, penalty, solver,
-2n-query view), and a matched pair is dispatched only when it meets Eq. 5; the query stays queued
-for a worker that can still serve it in time, or reaches its deadline.
+stranded on auxiliary instances). Here Eq. 5 is a constraint of the matching, not a price:
+
+- **Mask before matching.** A pair that misses Eq. 5 costs more than any set of on-time pairs
+  (:func:`_mask`), so the assignment first serves as many queries on time as it can, then
+  minimises the paper's cost C·L among those (same L, C, solver, 2n-query view). A query the
+  penalty would have paired late with a cheap auxiliary is matched to a worker where it is on
+  time, if one is left, in the same round.
+- **Never dispatch a late pair.** A matched pair that still misses Eq. 5 (no on-time worker was
+  left for it) is not dispatched: the query stays queued for a worker that can still serve it in
+  time, or reaches its deadline.
+- **The least laxity first.** With more queries than workers the paper's cost C·L prefers the
+  smallest queries for the base instances (shortest job first): a large query that only the base
+  serves in time loses the base to smaller ones that arrived after it until it has waited too
+  long (seen in the simulator's traces: mtwnd's and dien's misses are such queries). Each
+  query's laxity (ξ·T_qos − W minus its fastest service time in the pool, the time it may still
+  wait, ms) is added to its on-time pairs: a term per row, so it changes which queries are served
+  this round, not where a query goes; between two queries competing for a worker the one closer
+  to its latest start wins unless the other saves more than the difference in C·L.
+- **One query** (the usual round below saturation): the argmin of its cost row over the workers
+  where it is on time (the laxity, one term, changes nothing).
 
 Liveness: a query that no worker type could serve within ξ·T_qos even if started now (it is late
 whatever happens; the dispatcher drops these first with ``on_deadline: drop``) is still served
-when every query in the view is such a query (``on_deadline: best_effort``), as Kairos would.
+when every query in the view is such a query (``on_deadline: best_effort``), as Kairos would: the
+paper's penalised cost, every matched pair.
 
-Measured (BENCHMARKS.md "kairos-repro"): allowable throughput +2-5 % over ``kairos`` on wnd, mtwnd
-and dien at 2.5 $/hr on the same pools.
+Measured (BENCHMARKS.md "kairos-repro", where the ideas tried and dropped are listed too): the
+laxity term raises allowable throughput by 3-7 % on the tight-QoS models (wnd, mtwnd, dien) at
+2.5 $/hr; the mask alone changes little, as the paper's penalty already prices most late pairs out.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
-from dispatcher.policies import _matrix as mx
-from dispatcher.policies.kairos import KairosPolicy
+from dispatcher.policies.kairos import KairosPolicy, RoundTerms
 from dispatcher.policy import Assignment, QueryView, WorkerView
+
+
+#: weight of a query's laxity (ms) against the paper's cost C·L (base-type ms) in the matching's
+#: objective; 0.5 and 2 measured within one bisection step of 1 (BENCHMARKS.md "kairos-repro")
+LAXITY_WEIGHT = 1.0
 
 
 class KairosStrictPolicy(KairosPolicy):
     name = "kairos-strict"
 
-    def match(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]:
-        if not queue or not workers or not any(w.idle for w in workers):
-            return []
-        if len(queue) == 1:
-            return self._strict_one(queue[0], workers, now)
-        q = mx.earliest(queue, self.max_queue_factor * len(workers))
-        cost, L, _ = self.cost_matrix(q, workers, now)
-        slack = np.array([self.xi * x.qos_ms - 1000.0 * (now - x.arrival) for x in q], dtype=float)
-        misses = L > slack[:, None]                                  # Eq. 5 violated (with ξ)
-        service = L - mx.remaining_ms(workers, now)[None, :]
-        hopeless = (service > slack[:, None]).all(axis=1)            # late on every worker, even idle
-        if hopeless.all():
-            misses = np.zeros_like(misses)                           # best effort: serve them, as Kairos
-        rows, cols = linear_sum_assignment(cost)
-        return [Assignment(q[i].query_id, workers[j].worker_id)
-                for i, j in zip(rows.tolist(), cols.tolist()) if workers[j].idle and not misses[i, j]]
+    def _restrict(self, t: RoundTerms) -> tuple[np.ndarray, np.ndarray | None]:
+        """The paper's cost plus each query's laxity, with the pairs that miss Eq. 5 (with ξ) masked
+        out: their cost exceeds the sum of any on-time pairs, and they are not dispatched. The
+        paper's cost and every pair when every query in the view is late on every worker, even an
+        idle one (best effort)."""
+        fastest = (t.L - t.busy[None, :]).min(axis=1)                # service on the fastest type
+        if (fastest > t.slack).all():                                # every query hopeless
+            return t.cost, None
+        on_time = t.L <= t.slack[:, None]                            # Eq. 5 holds (with ξ)
+        laxity = np.maximum(t.slack - fastest, 0.0)                  # ms it may still wait
+        return _mask(t.cost + LAXITY_WEIGHT * laxity[:, None], on_time), on_time
 
-    def _strict_one(self, q: QueryView, workers: Sequence[WorkerView], now: float) -> list[Assignment]:
-        """One waiting query, on scalars (the usual round below saturation): the argmin of its cost
-        row (:meth:`KairosPolicy._best_one`), dispatched when that worker is idle and the pair
-        meets Eq. 5 (or no worker could serve it in time)."""
-        j, late, by_type, slack = self._best_one(q, workers, now)
-        w = workers[j]
-        hopeless = min(by_type.values()) > slack
-        return [Assignment(q.query_id, w.worker_id)] if w.idle and (not late or hopeless) else []
+    def _match_one(self, q: QueryView, workers: Sequence[WorkerView], now: float) -> list[Assignment]:
+        """One waiting query, on scalars: the argmin of its cost row over the workers where it meets
+        Eq. 5, dispatched when that worker is idle; when no type could serve it in time even idle
+        (hopeless), the paper's argmin (:meth:`KairosPolicy._match_one`)."""
+        j, _, by_type, slack = self._best_one(q, workers, now, on_time_only=True)
+        if j >= 0:
+            w = workers[j]
+            return [Assignment(q.query_id, w.worker_id)] if w.idle else []
+        if min(by_type.values()) > slack:
+            return super()._match_one(q, workers, now)
+        return []
+
+
+def _mask(cost: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """``cost`` with every pair not ``allowed`` set to M > min(m, n) × (the largest allowed cost):
+    an assignment with one more allowed pair always costs less than one with fewer (costs are
+    >= 0), so the solver maximises the allowed pairs first, then minimises their cost."""
+    top = float(np.max(cost, where=allowed, initial=0.0))
+    big = 1.0 + min(cost.shape) * top
+    return np.where(allowed, cost, big)
