@@ -240,7 +240,8 @@ class Daemon:
         if self.dispatcher is None:
             return declared
         snap = self.dispatcher.window_snapshot()
-        return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, declared, self.capacity_hint)
+        return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, declared, self.capacity_hint,
+                                          snap.steady_qps)
 
     def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
         """The fleet decision (:func:`scaler.fleet_step.fleet_target`, the same function the replay

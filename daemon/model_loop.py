@@ -114,5 +114,5 @@ class ModelLoop:
         if decision.placements:
             log.info("model loop: %s", ", ".join(f"{p.action} {p.variant} on {p.worker}" for p in decision.placements))
         if self.on_vm is not None:
-            await self.on_vm(decision.vm, decision.unmet_qps)
+            await self.on_vm(decision.vm, decision.shortfall_qps)
         return decision

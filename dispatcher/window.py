@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scaler.batch_mix import BatchMix, mix_from_batches
+from scaler.replan import SHORT_HORIZON_S, STEADY_HORIZON_S
 
 
 @dataclass(frozen=True)
@@ -22,10 +23,11 @@ class WindowSnapshot:
     now: float
     count: int                  # queries in the window
     total: int                  # queries ever recorded
-    arrival_qps: float          # queries per second over the window
+    arrival_qps: float          # queries per second over the last SHORT_HORIZON_S (10 s)
     mean_batch: float
     mix: BatchMix               # batch sizes rounded up to the profile grid
     span_s: float               # now − oldest arrival in the window
+    steady_qps: float = 0.0     # queries per second over the last STEADY_HORIZON_S (60 s)
 
 
 #: a window younger than the horizon is read as count ÷ span only past both of these
@@ -92,7 +94,7 @@ class DemandWindow:
             return mix_from_batches(np.array([], dtype=np.int64), self.granularity)
         return BatchMix(idx.astype(np.int64) * self.granularity, counts / counts.sum())
 
-    def arrival_rate(self, now: float, horizon_s: float | None = 10.0) -> float:
+    def arrival_rate(self, now: float, horizon_s: float | None = SHORT_HORIZON_S) -> float:
         """Queries per second over the last ``horizon_s`` seconds (a short horizon lets the fleet
         loop see a load step within seconds): the queries that arrived in it ÷ ``horizon_s``. When
         all the window holds is younger than the horizon (the ring wrapped at a high rate, or the
@@ -124,4 +126,4 @@ class DemandWindow:
         oldest = (float(self._t[0]) if n < self.capacity else float(self._t[self._next])) if n else now
         return WindowSnapshot(now=now, count=n, total=self.total, arrival_qps=self.arrival_rate(now),
                               mean_batch=self._batch_sum / n if n else 0.0, mix=self.mix(),
-                              span_s=max(now - oldest, 0.0))
+                              span_s=max(now - oldest, 0.0), steady_qps=self.arrival_rate(now, STEADY_HORIZON_S))

@@ -247,7 +247,8 @@ def _memo(meets: Meets) -> Meets:
 
 def _keep_current(ranking: Ranking, current: Mapping[str, int], need: float, max_cost: float, idx: int) -> int | None:
     """Row of ``current`` in the ranking when it differs from row ``idx``, covers ``need`` by its
-    bound and costs at most ``max_cost``; None otherwise (also when it is not a ranked pool)."""
+    bound, costs at most ``max_cost`` and row ``idx`` is no part of it (reaching the pick would
+    launch an instance); None otherwise (also when it is not a ranked pool)."""
     cols = {t: j for j, t in enumerate(ranking.types)}
     if any(n > 0 and t not in cols for t, n in current.items()):
         return None
@@ -259,6 +260,8 @@ def _keep_current(ranking: Ranking, current: Mapping[str, int], need: float, max
     if not rows.size or int(rows[0]) == idx:
         return None
     r = int(rows[0])
+    if bool(np.all(ranking.counts[idx] <= vec)):
+        return None     # the pick is a part of the pool held: retiring the rest launches nothing
     if ranking.bound[r] >= need and ranking.bound[r] > 0 and ranking.cost[r] <= max_cost + 1e-9:
         return r
     return None
@@ -287,7 +290,10 @@ def choose_pool(
     ``current`` (min_cost): the pool held now. It is kept (rule ``min-cost-kept``) when it still
     covers the demand (bound, and ``meets`` when given) and costs at most ``keep_within`` (10 %)
     more than the pick: swapping instance types for a small saving costs launches, boot time and
-    churn, and a demand estimate moving by a few percent would otherwise flip between pools.
+    churn, and a demand estimate moving by a few percent would otherwise flip between pools. A pick
+    that is part of the pool held (fewer instances, no new type) is never passed over for it: the
+    move only retires instances (no launch, no boot), and past seven r5n.large one of them is under
+    10 % of the pool's cost, so a falling load kept it until the pick was two instances smaller.
     """
     if objective not in ("max_throughput", "min_cost"):
         raise PlanError(f"unknown objective {objective!r}")

@@ -189,7 +189,7 @@ class ReplayFleet:
     def current_demand(self) -> DemandView:
         snap = self.window.snapshot(self.clock.now())
         return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, self.declared,
-                                          self.mem.capacity_hint)
+                                          self.mem.capacity_hint, snap.steady_qps)
 
     def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
         return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=self.slo_check,

@@ -75,7 +75,7 @@ class ReplayModelLoop:
     def next_hint(self, hint: float, decision: ModelDecision, target: dict[str, int],
                   serving: dict[str, int]) -> float:
         """``Daemon._on_vm``: the new capacity hint."""
-        return next_capacity_hint(hint, decision.vm, decision.unmet_qps,
+        return next_capacity_hint(hint, decision.vm, decision.shortfall_qps,
                                   settled=fleet_step.fleet_settled(target, serving))
 
 __all__ = ["ReplayModelLoop"]

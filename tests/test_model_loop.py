@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from hypothesis import given, settings, strategies as st
+import pytest
 
 from daemon.model_loop import ModelLoop
 from variants.capacity_hint import HintParams, next_capacity_hint
 from variants.model_decision import (ModelInputs, ModelLoopParams, VariantCandidate, WorkerSnapshot, decide,
-                                     placements_for)
+                                     placements_for, shortfall)
 from dispatcher.latency_model import LatencyModel
 from dispatcher.modelless import VariantMeta
 from config.profiles import load_profiles_csv
@@ -56,6 +57,17 @@ def test_scale_up_replicates_on_free_workers_and_reports_unmet() -> None:
     assert d.unmet_qps == {}
     d2, _ = decide(inputs(0.0, 40.0, workers))  # 42 q/s > 3 slots: VM autoscaling is needed
     assert d2.unmet_qps["m"] == 42.0 - 30.0
+    assert d2.shortfall_qps["m"] == pytest.approx(40.0 - 30.0)   # below the load itself: 10 q/s
+
+
+def test_a_shortfall_is_only_what_the_load_itself_misses() -> None:
+    """The capacity hint acts on the shortfall: 29 q/s asks for 30.45 on 30 q/s of slots, 0.45
+    unmet, all of it headroom (1.45 q/s): no shortfall."""
+    workers = ws({"w1": ("m",), "w2": (), "w3": ()})
+    d, _ = decide(inputs(0.0, 29.0, workers))
+    assert d.unmet_qps["m"] == pytest.approx(0.45) and d.shortfall_qps == {}
+    assert next_capacity_hint(1.0, d.vm, d.shortfall_qps) == 1.0
+    assert shortfall({"m": 0.45, "n": 3.0}, {"m": 29.0, "n": 20.0}, 0.05) == {"n": 2.0}
 
 
 def test_states_and_vm_add_from_reports() -> None:

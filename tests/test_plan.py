@@ -51,10 +51,10 @@ def test_min_cost_picks_cheapest_covering_pool() -> None:
 def test_min_cost_keeps_the_current_pool_when_it_covers_and_is_close_in_cost() -> None:
     inp = hand_inputs()
     # needs 660: the pick is (1 gpu, 1 cpu) at $1.5
-    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 1, "cpu": 2})
+    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 2})
     assert (p.chosen, p.rule) == ({"gpu": 1, "cpu": 1}, "min-cost")          # $2 is 33 % dearer: swap
-    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 1, "cpu": 2}, keep_within=0.4)
-    assert (p.chosen, p.rule) == ({"gpu": 1, "cpu": 2}, "min-cost-kept")
+    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 2}, keep_within=0.4)
+    assert (p.chosen, p.rule) == ({"gpu": 2, "cpu": 0}, "min-cost-kept")     # the swap would launch a cpu
     assert p.cost_per_hour == pytest.approx(2.0) and p.upper_bound_qps == pytest.approx(1000)
     # needs 1000: both $2 pools cover it; whichever is held stays
     for held in ({"gpu": 2}, {"gpu": 1, "cpu": 2}):
@@ -65,6 +65,16 @@ def test_min_cost_keeps_the_current_pool_when_it_covers_and_is_close_in_cost() -
     assert p.chosen == {"gpu": 1, "cpu": 1} and p.rule == "min-cost"
     p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"tpu": 1}, keep_within=5.0)
     assert p.rule == "min-cost"
+
+
+def test_min_cost_takes_a_pick_that_is_part_of_the_pool_held() -> None:
+    """Moving to a pick inside the pool held launches nothing (it only retires), so no keep_within
+    passes it over: (1 gpu, 2 cpu) at $2 is within 40 % of the pick's $1.5 but gives way to it."""
+    inp = hand_inputs()
+    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 1, "cpu": 2}, keep_within=0.4)
+    assert (p.chosen, p.rule) == ({"gpu": 1, "cpu": 1}, "min-cost")
+    p = choose_pool(inp, "min_cost", demand_qps=600, headroom=0.1, current={"gpu": 1, "cpu": 1}, keep_within=0.4)
+    assert (p.chosen, p.rule) == ({"gpu": 1, "cpu": 1}, "min-cost")          # the pick itself is held
 
 
 def test_min_cost_demand_unmet_takes_max_bound_pool() -> None:

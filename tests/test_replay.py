@@ -181,7 +181,10 @@ def test_plan_due_only_when_the_plan_went_stale(tmp_path: Path) -> None:
     planned = DemandView(20.0, mix, True)
     due = lambda q, at=0.0, now=60.0, gone=False: fleet_step.plan_due(  # noqa: E731
         cfg, planned, at, DemandView(q, mix, True), now, gone)
-    assert not due(20.9) and due(21.1) and not due(18.5) and due(17.9)
+    assert not due(20.9) and due(21.1) and not due(19.1) and due(18.9)    # a fall: 3 % and 1 q/s
+    high = DemandView(100.0, mix, True)
+    assert not fleet_step.plan_due(cfg, high, 0.0, DemandView(97.1, mix, True), 60.0, False)
+    assert fleet_step.plan_due(cfg, high, 0.0, DemandView(96.9, mix, True), 60.0, False)
     assert due(20.0, now=fleet_step.PLAN_MAX_AGE_S) and due(20.0, gone=True)
     assert fleet_step.plan_due(cfg, None, None, planned, 0.0, False)
 

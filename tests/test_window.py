@@ -74,3 +74,14 @@ def test_a_young_window_counts_over_the_whole_horizon() -> None:
     for i in range(24):
         v.record(10, 100.0 + i / 12.0)
     assert v.arrival_rate(102.0) == pytest.approx(24 / 2.0)
+
+
+def test_snapshot_has_the_steady_rate_over_60_s() -> None:
+    w = DemandWindow(10_000)
+    for i in range(600):            # 10 q/s for 60 s, then 30 q/s for 10 s
+        w.record(10, 0.05 + i / 10.0)
+    for i in range(300):
+        w.record(10, 60.0 + (i + 1) / 30.0)
+    s = w.snapshot(70.0)
+    assert s.arrival_qps == pytest.approx(300 / 10.0)
+    assert s.steady_qps == pytest.approx((500 + 300) / 60.0)   # arrivals after 10.0 s

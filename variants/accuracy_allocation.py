@@ -16,7 +16,7 @@ makes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from variants.accuracy_planner import AccuracyPlan, VariantProfile, capacity, plan_accuracy
@@ -31,10 +31,12 @@ class Allocation:
     plan: AccuracyPlan                              # the planner's answer (before spare workers)
     placement: dict[str, str | None]                # worker -> variant it hosts (spare workers filled)
     routing: dict[str, dict[str, float]]            # model -> worker -> fraction of its queries
+    demand_qps: dict[str, float] = field(default_factory=dict)   # the measured demand (the plan's is β x it)
 
     def unmet_qps(self) -> dict[str, float]:
-        """Per model, the β x demand the plan could not serve (q/s; 0 when served)."""
-        return {m: max(0.0, d - self.plan.served_qps.get(m, 0.0)) for m, d in self.plan.demand_qps.items()}
+        """Per model, the measured demand the plan cannot serve (q/s; 0 when served): the shortfall
+        below the load itself, not below β x it (what the fleet's capacity hint acts on)."""
+        return {m: max(0.0, d - self.plan.served_qps.get(m, 0.0)) for m, d in self.demand_qps.items()}
 
 
 def headroom_routing(workers: Mapping[str, tuple[float, float]], demand_qps: float, beta: float = BETA
@@ -109,7 +111,7 @@ def allocate(workers: Mapping[str, str], variants: Sequence[VariantProfile], dem
         fr = headroom_routing(hosts, q, beta)
         if fr:
             routing[m] = fr
-    return Allocation(plan, placement, routing)
+    return Allocation(plan, placement, routing, dict(demand_qps))
 
 
 __all__ = ["Allocation", "BETA", "allocate", "headroom_routing", "most_accurate_by_type"]

@@ -23,7 +23,9 @@ def next_capacity_hint(hint: float, decisions: Sequence[VmDecision], unmet_qps: 
                        p: HintParams = HintParams(), *, settled: bool = True) -> float:
     """The fleet planner plans for demand × hint. INFaaS §4.2.3 "add" for variants Interfered on
     every worker of a hardware class (measured slower than profiled: the planner's capacities are
-    too high), or load the model autoscaler could not place (§4.2.2 step d), raises it; "remove"
+    too high), or load the model autoscaler could not place (§4.2.2 step d; ``unmet_qps``: the
+    caller passes ``ModelDecision.shortfall_qps``, what is missing below the load itself, not the
+    autoscaler's headroom on top), raises it; "remove"
     lowers it; otherwise it relaxes toward 1. An "add" for utilization or Overloaded variants alone
     does not: the fleet planner already sizes the pool for the measured demand plus headroom with
     an SLO-checked simulation, and a hint on top bought capacity the load did not need (issue #12:
