@@ -239,7 +239,7 @@ class Daemon:
         declared = self._declared_demand()
         if self.dispatcher is None:
             return declared
-        snap = self.dispatcher.window_snapshot()
+        snap = self.dispatcher.window_snapshot(steady_s=fleet_step.steady_horizon(self.cfg))
         return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, declared, self.capacity_hint,
                                           snap.steady_qps)
 

@@ -59,6 +59,7 @@ from dispatcher.servicers import _ControlServicer, _InferenceServicer
 from dispatcher.status import FleetFacts, build_status_reply, record_outcome
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.workers import WorkerRegistry, WorkerState
+from scaler.replan import STEADY_HORIZON_S
 
 SERVICE_NAME = "costscale.v1.Inference"
 _EMPTY_WINDOW = DemandWindow(capacity=1)
@@ -284,11 +285,12 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         return await self.offline.submit(r)
 
     # -- reporting ---------------------------------------------------------------------------------
-    def window_snapshot(self, model: str | None = None) -> WindowSnapshot:
-        """The demand window of all queries, or of one model's (empty when it has had none)."""
+    def window_snapshot(self, model: str | None = None, steady_s: float = STEADY_HORIZON_S) -> WindowSnapshot:
+        """The demand window of all queries, or of one model's (empty when it has had none); its
+        steady rate over the last ``steady_s`` seconds."""
         if model is None:
-            return self.window.snapshot(self.clock())
-        return self.model_windows.get(model, _EMPTY_WINDOW).snapshot(self.clock())
+            return self.window.snapshot(self.clock(), steady_s)
+        return self.model_windows.get(model, _EMPTY_WINDOW).snapshot(self.clock(), steady_s)
 
     def stats(self) -> dict[str, float | int]:
         lat = np.fromiter(self._recent, dtype=float) if self._recent else np.zeros(0)

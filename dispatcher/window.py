@@ -27,7 +27,7 @@ class WindowSnapshot:
     mean_batch: float
     mix: BatchMix               # batch sizes rounded up to the profile grid
     span_s: float               # now − oldest arrival in the window
-    steady_qps: float = 0.0     # queries per second over the last STEADY_HORIZON_S (60 s)
+    steady_qps: float = 0.0     # queries per second over the last steady_s (STEADY_HORIZON_S, 60 s)
 
 
 #: a window younger than the horizon is read as count ÷ span only past both of these
@@ -121,9 +121,10 @@ class DemandWindow:
         recent = int(np.count_nonzero(self._t[:n] > now - horizon_s))
         return float(recent / horizon_s)
 
-    def snapshot(self, now: float) -> WindowSnapshot:
+    def snapshot(self, now: float, steady_s: float = STEADY_HORIZON_S) -> WindowSnapshot:
+        """The window at ``now``; ``steady_qps`` is the rate over the last ``steady_s`` seconds."""
         n = len(self)
         oldest = (float(self._t[0]) if n < self.capacity else float(self._t[self._next])) if n else now
         return WindowSnapshot(now=now, count=n, total=self.total, arrival_qps=self.arrival_rate(now),
                               mean_batch=self._batch_sum / n if n else 0.0, mix=self.mix(),
-                              span_s=max(now - oldest, 0.0), steady_qps=self.arrival_rate(now, STEADY_HORIZON_S))
+                              span_s=max(now - oldest, 0.0), steady_qps=self.arrival_rate(now, steady_s))

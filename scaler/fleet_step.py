@@ -37,7 +37,8 @@ from scaler.cloud import ManagedInstance
 from scaler.fleet_decision import SloCheck, plan_fleet
 from scaler.parking import ParkDecision, ParkState, decide_parking
 from scaler.plan import Plan
-from scaler.replan import DemandView, demand_for_planning, planning_rate, significant_change
+from scaler.replan import (SHORT_HORIZON_S, STEADY_HORIZON_S, DemandView, demand_for_planning, planning_rate,
+                           significant_change)
 
 #: the model loop's capacity hint moving this far from the one last planned with replans at once
 HINT_REPLAN_DELTA = 0.2
@@ -62,6 +63,14 @@ def planning_demand(measured_qps: float, measured_mix: BatchMix | None, samples:
     if capacity_hint != 1.0:
         d = DemandView(d.qps * capacity_hint, d.mix, d.measured)
     return d
+
+
+def steady_horizon(cfg: Config) -> float:
+    """The horizon of the rate the fleet plans from (:func:`scaler.replan.planning_rate`):
+    :data:`scaler.replan.STEADY_HORIZON_S` (60 s), never longer than the scale-in window
+    (``intervals.scale_in_s``: a rate counted over more would hold a peak past it) nor shorter than
+    :data:`scaler.replan.SHORT_HORIZON_S` (10 s)."""
+    return max(SHORT_HORIZON_S, min(STEADY_HORIZON_S, cfg.intervals.scale_in_s))
 
 
 def stabilized_demand(history: Sequence[tuple[float, DemandView]], now: float, demand: DemandView,
@@ -177,5 +186,5 @@ def hint_replan(cfg: Config, hint: float, hint_planned: float) -> bool:
     return not cfg.pinned_pool and abs(hint - hint_planned) >= HINT_REPLAN_DELTA
 
 
-__all__ = ["HINT_REPLAN_DELTA", "declared_demand", "planning_demand", "stabilized_demand", "fleet_target", "next_generation",
+__all__ = ["HINT_REPLAN_DELTA", "declared_demand", "planning_demand", "steady_horizon", "stabilized_demand", "fleet_target", "next_generation",
            "plan_id_for", "park_round", "replan_without_unavailable", "demand_moved", "replan_early", "plan_due", "PLAN_MAX_AGE_S", "fleet_settled", "hint_replan"]

@@ -187,7 +187,7 @@ class ReplayFleet:
 
     # ---- Daemon.current_demand / decide -------------------------------------------------------
     def current_demand(self) -> DemandView:
-        snap = self.window.snapshot(self.clock.now())
+        snap = self.window.snapshot(self.clock.now(), fleet_step.steady_horizon(self.cfg))
         return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, self.declared,
                                           self.mem.capacity_hint, snap.steady_qps)
 

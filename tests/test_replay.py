@@ -175,6 +175,13 @@ def test_stabilized_demand_keeps_the_window_peak() -> None:
     assert d.qps == 40.0                      # a rise counts at once
 
 
+def test_the_steady_rate_is_never_counted_over_more_than_the_scale_in_window(tmp_path: Path) -> None:
+    assert fleet_step.steady_horizon(_cfg(tmp_path)) == 60.0                  # scale_in_s 300 (default)
+    iv = {"fleet_s": 30, "model_s": 1, "reconcile_s": 60}
+    assert fleet_step.steady_horizon(_cfg(tmp_path, intervals={**iv, "scale_in_s": 30})) == 30.0
+    assert fleet_step.steady_horizon(_cfg(tmp_path, intervals={**iv, "scale_in_s": 2})) == 10.0   # the short one
+
+
 def test_plan_due_only_when_the_plan_went_stale(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)                      # headroom 0.1: a rise past 5 % (and 1 q/s) replans
     mix = fleet_step.declared_demand(cfg).mix
