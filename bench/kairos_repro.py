@@ -10,7 +10,8 @@ Allowable throughput (Kairos §7 "Metrics": the highest Poisson rate with p99 <=
   matching ``kairos`` (§5.1); the budget slack of the pick is *not* compensated (the paper's
   conservative choice);
 - **ours**: that pick confirmed by Kairos+ with the simulator as evaluator (``scaler.confirm``,
-  ``sim.pick_eval``, the homogeneous base pool always evaluated), served by ``kairos-strict``;
+  ``sim.pick_eval``, the homogeneous base pool and the pick with one more base instance always
+  evaluated), served by ``kairos-strict``;
   the planning time of the confirmation is reported;
 - **Kairos+** (Algorithm 1; each evaluation = one simulated capacity search), evaluations / space;
 - **paper oracle** (§7 ORCL, ``sim.paper_oracle``) and **fluid LP** (``sim.oracle``), each the max
@@ -45,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from bench._kairos_notes import NOTES  # noqa: E402
 from bench._kairos_tables import baseline_table, claims_table, goals, main_table, plot  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
 from dispatcher.policies import sweep_drs_threshold  # noqa: E402
@@ -71,29 +73,6 @@ SCENARIOS = {"base": (2.5, "deeprecsys", 0.0), "4x-budget": (10.0, "deeprecsys",
              "gaussian-4x": (10.0, "gaussian", 0.0), "noise": (2.5, "deeprecsys", 0.05)}
 #: our dispatch policy (the default); "kairos" is the paper's
 OURS = "kairos-strict"
-#: where the tight-QoS models lose throughput (issue 16, item 3), from the simulator's traces
-NOTES = (
-    "Where wnd, mtwnd and dien lose throughput (simulator traces at the allowable rate, 4000 queries, 0.5-2% "
-    "precision; mtwnd on 2 g4dn + 9 r5n at 950 q/s): the base type is the bottleneck (94% busy, r5n 82%) and the "
-    "misses are the largest queries (batch 500-1000) dropped while waiting for a base instance. (1) *Doomed "
-    "dispatches*: with more queries than workers Eq. 7 makes every worker take one, so `kairos` dispatches pairs "
-    "its own Eq. 5 rejects (penalised, Eq. 8), e.g. batch-999 queries on r5n, late anyway; `kairos-strict` keeps "
-    "them queued: +3.7% wnd (1 g4dn 13 r5n), +5.2% dien (2 g4dn 9 r5n), +0-2% mtwnd and dien's 3 g4dn 6 r5n. (2) The 2n queue view: 4n and "
-    "8n change nothing. (3) The QoS penalty: leaving it unscaled by C_j (so a penalised auxiliary pair never "
-    "looks cheap) costs 2-13%. (4) ξ: not a lever with profile-mean service (2% of QoS). (5) The heterogeneity "
-    "coefficient: from the largest *waiting* query (ours, as before) all idle workers tie for a lone small query "
-    "and the first (the base) takes it (424 of the base's 1051 queries are <= 200); C_j from batch 1000 (Definition "
-    "1 read literally) moves them to r5n (base 68% busy) but r5n then saturates: 0% mtwnd and dien's 2 g4dn 9 "
-    "r5n, -7% dien's 3 g4dn 6 r5n; from the fluid split (batch 400): +2% mtwnd, +1% / -1% dien; tie-breaks "
-    "towards auxiliaries: within 1.5%. "
-    "(6) Deferring a query for its most efficient type (a dummy column per query) loses 10-15%: work "
-    "conservation matters more. The remaining gap to the oracle is queueing: the ORCL packs a sorted sequence "
-    "with no arrivals, while at p99 a Poisson stream cannot keep two or three base instances near 100% busy with "
-    "deadlines of 2-3 service times (per pool, kairos-strict reaches 0.89 of the ORCL on dien's 3 g4dn + 6 r5n, "
-    "0.81 on 2 g4dn + 9 r5n, the ORCL's best pool). The paper oracle is not a bound: it serves every query, "
-    "the largest included, where p99 lets 1% go unserved, so at 10 $/hr (60-instance pools, little queueing) "
-    "the measured pick exceeds it (1.02-1.08); the fluid LP, which may skip 1%, bounds every policy."
-)
 BASELINES = ("fcfs", "drs", "clockwork")
 LABEL = {"fcfs": "Ribbon (FCFS)", "drs": "DRS", "clockwork": "CLKWRK"}
 XI = 0.98
@@ -360,9 +339,10 @@ def main() -> None:
           "pool cost; *raw* = before scaling. **Kairos pick**: the paper's method, §5.2 upper bound + similarity pick "
           "(made undominated, issue 16), served by the paper's matching (`kairos`, §5.1). **Ours**: that pick "
           "confirmed by Kairos+ with the simulator as evaluator (`scaler.confirm`, `sim.pick_eval`: 1000 queries "
-          f"from the planner's mix, 5% precision, at most {args.confirm_evals} simulated pools, the homogeneous base "
-          "pool always among them; *plan s* = that planning time, *rule* = which candidate won), served by "
-          "`kairos-strict` (ours: the §5.1 matching, never dispatching a pair that misses Eq. 5; the default policy). "
+          f"from the planner's mix, 5% precision, at most {args.confirm_evals} simulated pools: the pick, the "
+          "homogeneous base pool, the pick with one more base instance, then Kairos+ in bound order; *plan s* = that "
+          "planning time, *rule* = which candidate won), served by `kairos-strict` (ours: the §5.1 matching with the "
+          "pairs that miss Eq. 5 masked and never dispatched, the least laxity first; the default policy). "
           f"**Kairos+** (Algorithm 1, at most {args.max_evals} evaluations, kairos policy, {nq}-query evaluations). "
           "**Ribbon / DRS / CLKWRK** (§7) each get their own best pool (§8.2) among the candidates: our pick, the "
           "Kairos pick, the Kairos+ optimum, the top-2 pools by upper bound, the best-bounded pool with 1 and 2 more "
