@@ -124,7 +124,7 @@ def test_routing_follows_the_plan_and_queued_queries_follow_a_swap() -> None:
 
 
 def test_a_worker_pads_a_family_member_to_its_own_profile(tmp_path: Path) -> None:
-    from worker.server import WorkerOptions, model_profile
+    from worker.server import WorkerOptions, own_profiles
 
     def prof(model: str, ms: float) -> LatencyProfile:
         b, lat = np.array([1.0, 2.0]), np.array([ms, 2 * ms])
@@ -133,11 +133,11 @@ def test_a_worker_pads_a_family_member_to_its_own_profile(tmp_path: Path) -> Non
     csv = tmp_path / "p.csv"
     save_profiles_csv(csv, [prof("rm2", 5.0), prof("member-a", 40.0)])
     opts = WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge", emulate_profile="rm2", profiles_path=csv)
-    got = model_profile(opts, "member-a")
+    got = own_profiles(opts).get("member-a")
     assert got is not None and float(got.latency_ms(1)) == 40.0
-    assert model_profile(opts, "rm2") is None             # the worker's own profile applies
-    assert model_profile(opts, "unknown") is None
-    assert model_profile(WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge"), "member-a") is None
+    assert own_profiles(opts).get("rm2") is None             # the worker's own profile applies
+    assert own_profiles(opts).get("unknown") is None
+    assert own_profiles(WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge")).get("member-a") is None
 
 
 class PerRow:

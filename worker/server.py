@@ -41,7 +41,7 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from config.files import write_atomic
 from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
 from config.catalog import load_catalog
-from config.profiles import LatencyProfile, Stat, load_profiles_csv
+from config.profiles import LatencyProfile, ProfileTable, Stat, load_profiles_csv
 from variants import neuron_executor
 from variants.builtin_models import input_signature, make_inputs_for, resolve_model
 from config.emulation import emulation_factors, padding_ms, reference_profiles
@@ -97,13 +97,22 @@ class WorkerOptions:
     dispatcher_ca: str | None = None
 
 
-def padding_profile(opts: WorkerOptions) -> LatencyProfile | None:
-    """The profile this worker pads to: explicit, else (emulate_profile, instance_type) from the CSV."""
+def padding_table(opts: WorkerOptions) -> ProfileTable | None:
+    """The profile CSV a worker that pads to it reads (once, at start); None for a worker with an
+    explicit profile or none to emulate."""
+    if opts.profile is not None or not opts.emulate_profile:
+        return None
+    return load_profiles_csv(opts.profiles_path)
+
+
+def padding_profile(opts: WorkerOptions, table: ProfileTable | None = None) -> LatencyProfile | None:
+    """The profile this worker pads to: explicit, else (emulate_profile, instance_type) from the CSV
+    (``table``: :func:`padding_table`, read here when not given)."""
     if opts.profile is not None:
         return opts.profile
     if not opts.emulate_profile:
         return None
-    table = load_profiles_csv(opts.profiles_path)
+    table = table if table is not None else load_profiles_csv(opts.profiles_path)
     if opts.emulate_profile not in table.models():
         return None   # nobody has profiled it: padded by the type's emulation factor (type_factor_fn)
     if not table.has(opts.emulate_profile, opts.instance_type):
@@ -112,16 +121,16 @@ def padding_profile(opts: WorkerOptions) -> LatencyProfile | None:
     return table.get(opts.emulate_profile, opts.instance_type)
 
 
-def model_profile(opts: WorkerOptions, model: str) -> LatencyProfile | None:
-    """The profile a variant of ``model`` is padded to when the CSV has ``model`` itself on this
+def own_profiles(opts: WorkerOptions, table: ProfileTable | None = None) -> dict[str, LatencyProfile]:
+    """Model -> the profile a variant of it is padded to because the CSV has that model itself on this
     worker's type (a member of a variant family, profiled in its own right), so each of a family's
-    models loaded on one emulating worker runs at its own latency; None otherwise (the worker's
-    profile times the variant's speed factor applies). Only a worker that pads to a CSV profile
-    (``emulate_profile``, no explicit ``profile``) does this."""
-    if opts.profile is not None or not opts.emulate_profile or model == opts.emulate_profile:
-        return None
-    table = load_profiles_csv(opts.profiles_path)
-    return table.get(model, opts.instance_type) if table.has(model, opts.instance_type) else None
+    models loaded on one emulating worker runs at its own latency; a model not here is padded to the
+    worker's profile times the variant's speed factor. Only a worker that pads to a CSV profile
+    (``emulate_profile``, no explicit ``profile``) has any. ``table``: :func:`padding_table`."""
+    table = table if table is not None else padding_table(opts)
+    if table is None:
+        return {}
+    return {m: p for (m, t), p in table.profiles.items() if t == opts.instance_type and m != opts.emulate_profile}
 
 
 def type_factor_fn(opts: WorkerOptions, profile: LatencyProfile | None) -> Callable[[int], float] | None:
@@ -166,7 +175,9 @@ class WorkerServer(pbg.WorkerServicer):
     def __init__(self, opts: WorkerOptions, executor: Executor | None = None) -> None:
         self.opts = opts
         self.hardware: Hardware = hardware_of(opts)
-        self.profile = padding_profile(opts)
+        table = padding_table(opts)
+        self.profile = padding_profile(opts, table)
+        self._own_profiles = own_profiles(opts, table)   # read once: a variant load looks up its model here
         self.type_factor = type_factor_fn(opts, self.profile)
         self._model_paths = {name: resolve_model(spec, opts.cache_dir) for name, spec in opts.models.items()}
         if executor is None:
@@ -224,7 +235,7 @@ class WorkerServer(pbg.WorkerServicer):
         t0 = time.perf_counter()
         self.executor.load(name, path)
         self._variants[name] = _Loaded(model=model, path=path, signature=input_signature(path),
-                                       speed_factor=speed_factor, profile=model_profile(self.opts, model))
+                                       speed_factor=speed_factor, profile=self._own_profiles.get(model))
         return (time.perf_counter() - t0) * 1000.0
 
     async def start_async(self) -> int:
