@@ -32,7 +32,7 @@ import heapq
 import itertools
 import math
 from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 import grpc
@@ -73,8 +73,6 @@ class _Query:
     application: str = ""     # the application it named (routing by the accuracy plan)
     late: bool = False        # its variant is chosen when it is dispatched (SlackFit, dispatcher.accuracy_routing)
     min_accuracy: float = 0.0
-    #: queries that joined it in one worker call (dispatcher.batch_join), set at each dispatch
-    followers: list["_Query"] = field(default_factory=list)
 
 
 class Admission:
@@ -239,7 +237,10 @@ class Admission:
             try:
                 await self._run(q, w, gen)
             except asyncio.CancelledError:
-                # the client went away mid-call: free the worker; nobody can collect the answer
+                # the client went away mid-call: free the worker; nobody can collect the answer.
+                # Queries that joined its call go back to the queue
+                if w.call is not None and w.in_flight == qid:
+                    self._requeue_call([m for m in w.call[0] if m[0] is not q], "the call's head was cancelled")
                 self._release(w, qid)
                 self._drop_cancelled(q)
                 self._kick()

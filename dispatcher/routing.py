@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Collection
 
 import grpc
 
@@ -106,7 +107,9 @@ class RoutingRound:
                   for w in live if self._eligible(w, gkey)]
             if not any(x.idle for x in gw):
                 continue
-            for a in self.policy.match([q.view for q in gqs], gw, now):
+            matches = self.policy.match([q.view for q in gqs], gw, now)
+            reserved = {a.query_id for a in matches}   # matched to their own workers: none joins another call
+            for a in matches:
                 w = self.workers.get(a.worker_id)
                 q = self._retry.pop(a.query_id, None) or self._queue.pop(a.query_id, None)
                 if q is None:
@@ -115,7 +118,7 @@ class RoutingRound:
                     self._retry[q.query_id] = q   # policy broke the contract: keep it queued
                     continue
                 taken.add(w.instance_id)
-                self._dispatch(q, w, now)
+                self._dispatch(q, w, now, reserved)
 
     def _group_key(self, q: _Query) -> str:
         if q.late:
@@ -133,43 +136,45 @@ class RoutingRound:
         variant_model = self.placement.variant_model
         return any(variant_model(x) == name for x in w.loaded)
 
-    def _waiting_like(self, q: _Query) -> list[_Query]:
+    def _waiting_like(self, q: _Query, reserved: Collection[str] = ()) -> list[_Query]:
         """The queries of ``q``'s group still waiting, in queue order, looked for beyond the round's
-        view among the first JOIN_SCAN waiting (at most batch_join.MAX_QUERIES)."""
+        view among the first JOIN_SCAN waiting (at most batch_join.MAX_QUERIES), but for those the
+        round already matched to a worker (``reserved``)."""
         key = self._group_key(q)
-        return [x for x in itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
-                if x is not q and not x.offline and self._group_key(x) == key][:batch_join.MAX_QUERIES]
+        scan = itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
+        return list(itertools.islice((x for x in scan if x is not q and not x.offline and x.query_id not in reserved
+                                      and self._group_key(x) == key), batch_join.MAX_QUERIES))
 
-    def _join(self, q: _Query, w: WorkerState, now: float) -> list[_Query]:
+    def _join(self, q: _Query, w: WorkerState, now: float, reserved: Collection[str]) -> list[_Query]:
         """The queries of ``q``'s group still waiting that join it in one call (dispatcher.batch_join)."""
-        waiting = self._waiting_like(q)
+        sig = batch_join.signature(q.inputs, q.batch)
+        waiting = self._waiting_like(q, reserved) if sig is not None else []
         if not waiting:
             return []
-        picks = batch_join.followers(q.view, batch_join.signature(q.inputs, q.batch),
-                                     [(x.view, batch_join.signature(x.inputs, x.batch)) for x in waiting],
+        picks = batch_join.followers(q.view, sig, [(x.view, batch_join.signature(x.inputs, x.batch)) for x in waiting],
                                      w.instance_type, self.predictor, now, q.model.max_batch, self.xi)
         return [waiting[i] for i in picks]
 
-    def _dispatch(self, q: _Query, w: WorkerState, now: float) -> None:
+    def _dispatch(self, q: _Query, w: WorkerState, now: float, reserved: Collection[str] = ()) -> None:
         joined: list[_Query] = []
         if q.late:     # SlackFit: the variant and the batch from the head's slack, on this worker
-            joined = self.accuracy.bind(q, w, now, self._waiting_like(q))
+            joined = self.accuracy.bind(q, w, now, self._waiting_like(q, reserved))
         elif not q.offline and self.cfg.dispatcher.batching == "work_conserving":
-            joined = self._join(q, w, now)
-        for f in joined:
-            self._retry.pop(f.query_id, None) or self._queue.pop(f.query_id, None)
-            f.dispatched_at = now
-            f.gen += 1
-            self._inflight[f.query_id] = f
-        q.followers = joined
+            joined = self._join(q, w, now, reserved)
+        for x in (q, *joined):
+            if x is not q:
+                self._retry.pop(x.query_id, None) or self._queue.pop(x.query_id, None)
+            x.dispatched_at = now
+            x.gen += 1
+            self._inflight[x.query_id] = x
+        # the call is fixed now: who is in it (at which generation) and what it sends
+        members = [(x, x.gen) for x in (q, *joined)]
+        w.call = (members, q.inputs if not joined else batch_join.stack([x.inputs for x in (q, *joined)]))
         pred = self.predictor.predict_ms(q.model.profile_name, w.instance_type, q.batch + sum(f.batch for f in joined))
         w.idle = False
         w.idle_event.clear()
         w.in_flight = q.query_id
         w.busy_until = now + (pred + w.overhead_ms) / 1000.0
-        q.dispatched_at = now
-        q.gen += 1
-        self._inflight[q.query_id] = q
         if self._catch is q or self._catch is w:
             self._caught = (q, w, q.gen)    # the coroutine running this round serves it itself
         else:
@@ -210,7 +215,7 @@ class RoutingRound:
 
     def _release(self, w: WorkerState, qid: str) -> None:
         if w.in_flight == qid:
-            w.in_flight = None
+            w.in_flight, w.call = None, None
         if not w.removed:
             w.idle = True
             w.busy_until = self.clock()
@@ -219,9 +224,9 @@ class RoutingRound:
     async def _run(self, q: _Query, w: WorkerState, gen: int) -> None:
         """One worker call for ``q`` and the queries that joined it (dispatcher.batch_join), then each
         one's outcome."""
-        members = [(q, gen), *((f, f.gen) for f in q.followers)]
+        call = w.call
+        members, inputs = call if call is not None and call[0][0] == (q, gen) else ([(q, gen)], q.inputs)
         batch = sum(m.batch for m, _ in members)
-        inputs = q.inputs if len(members) == 1 else batch_join.stack([m.inputs for m, _ in members])
         req = pb.InferRequest(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=batch,
                               inputs=inputs)
         code: grpc.StatusCode | None = None
@@ -241,7 +246,7 @@ class RoutingRound:
         now = self.clock()
         self._release(w, q.query_id)
         if reply is not None:
-            w.served += 1
+            w.served += len(members)
             service_ms = reply.service_ms if reply.service_ms > 0 else 1000.0 * (now - q.dispatched_at)
             if not q.offline:
                 w.busy.append((q.dispatched_at, now))
@@ -300,6 +305,16 @@ class RoutingRound:
                 self.accuracy.repin_if_unplaced(m)
             else:
                 self._requeue(m, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
+
+    def _requeue_call(self, members: list[tuple[_Query, int]], reason: str) -> None:
+        """Back to the queue: the queries of a call that will not answer them, those still current."""
+        for m, g in members:
+            if m.gen != g:
+                continue                    # requeued already, perhaps in flight elsewhere now
+            if m.future.done():
+                self._inflight.pop(m.query_id, None)
+            else:
+                self._requeue(m, reason)
 
     def _requeue(self, q: _Query, reason: str) -> None:
         q.attempts += 1

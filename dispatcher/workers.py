@@ -47,6 +47,9 @@ class WorkerState:
     idle: bool = True
     busy_until: float = 0.0
     in_flight: str | None = None
+    #: the call under way: its (query, generation) pairs, head first, taken at dispatch (with the
+    #: queries that joined it, dispatcher.batch_join), and the inputs it sends; None when idle
+    call: tuple[list, list] | None = None
     served: int = 0
     draining: bool = False
     removed: bool = False
@@ -241,15 +244,9 @@ class WorkerRegistry:
         w.removed = True
         if self.workers.get(w.instance_id) is w:
             del self.workers[w.instance_id]
-        if w.in_flight is not None:
-            q = self._inflight.pop(w.in_flight, None)
-            w.in_flight = None
-            if q is not None:
-                for x in [q, *q.followers]:     # the query and those that joined it in one call
-                    if x is not q:
-                        self._inflight.pop(x.query_id, None)
-                    if not x.future.done():
-                        self._requeue(x, f"worker {w.instance_id} removed ({reason})")
+        if w.in_flight is not None and w.call is not None:
+            self._requeue_call(w.call[0], f"worker {w.instance_id} removed ({reason})")
+        w.in_flight, w.call = None, None
         w.idle = False
         w.idle_event.set()
         self._spawn(w.client.close())

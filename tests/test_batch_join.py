@@ -129,3 +129,41 @@ def test_a_live_dispatcher_joins_waiting_queries_into_one_call(batching: str, ca
             await server.stop(0)
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_queries_the_round_matched_to_other_workers_do_not_join_a_call() -> None:
+    """Three queries wait and three workers join in one event-loop turn: the matching gives each
+    worker a query, and none of those is taken into another worker's call (each worker serves one)."""
+    async def main() -> None:
+        d = Dispatcher(make_config(batching="work_conserving"), LatencyModel.from_profiles(load_profiles_csv()))
+        port = await d.start("127.0.0.1:0")
+        echoes, servers = [], []
+        for i in range(3):
+            e = EchoWorker()
+            srv = grpc.aio.server()
+            pbg.add_WorkerServicer_to_server(e, srv)
+            echoes.append((e, srv.add_insecure_port("127.0.0.1:0")))
+            await srv.start()
+            servers.append(srv)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                stub = pbg.InferenceStub(ch)
+
+                async def call(i: int) -> pb.SubmitReply:
+                    x = np.full((1, 4), i, np.float32)
+                    return await stub.Submit(pb.SubmitRequest(model="big", inputs=[array_to_tensor("x", x)]), timeout=15)
+
+                tasks = [asyncio.create_task(call(i)) for i in range(3)]
+                while len(d._queue) < 3:                    # no worker yet: all three wait
+                    await asyncio.sleep(0.01)
+                for i, (_, wport) in enumerate(echoes):     # one turn: one matching round for all three
+                    d.add_worker_direct(f"i-{i}", "g4dn.xlarge", f"127.0.0.1:{wport}")
+                replies = await asyncio.gather(*tasks)
+            assert sorted(r.instance_id for r in replies) == ["i-0", "i-1", "i-2"]
+            assert [e.calls for e, _ in echoes] == [[1], [1], [1]]
+        finally:
+            await d.stop(grace=1.0)
+            for srv in servers:
+                await srv.stop(0)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
