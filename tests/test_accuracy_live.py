@@ -124,7 +124,8 @@ def test_routing_follows_the_plan_and_queued_queries_follow_a_swap() -> None:
 
 
 def test_a_worker_pads_a_family_member_to_its_own_profile(tmp_path: Path) -> None:
-    from worker.server import WorkerOptions, own_profiles
+    from worker.padding import own_profiles
+    from worker.server import WorkerOptions
 
     def prof(model: str, ms: float) -> LatencyProfile:
         b, lat = np.array([1.0, 2.0]), np.array([ms, 2 * ms])

@@ -17,7 +17,6 @@ with ``Control.RegisterWorker`` (retrying until the dispatcher answers; a refusa
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
@@ -41,12 +40,13 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from config.files import write_atomic
 from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
 from config.catalog import load_catalog
-from config.profiles import LatencyProfile, ProfileTable, Stat, load_profiles_csv
+from config.profiles import LatencyProfile, Stat
 from variants import neuron_executor
 from variants.builtin_models import input_signature, make_inputs_for, resolve_model
-from config.emulation import emulation_factors, padding_ms, reference_profiles
+from config.emulation import padding_ms
 from variants.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
 from variants.onnx_executor import OnnxExecutor
+from worker.padding import own_profiles, padding_profile, padding_table, type_factor_fn
 
 log = logging.getLogger(__name__)
 
@@ -95,59 +95,6 @@ class WorkerOptions:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     dispatcher_ca: str | None = None
-
-
-def padding_table(opts: WorkerOptions) -> ProfileTable | None:
-    """The profile CSV a worker that pads to it reads (once, at start); None for a worker with an
-    explicit profile or none to emulate."""
-    if opts.profile is not None or not opts.emulate_profile:
-        return None
-    return load_profiles_csv(opts.profiles_path)
-
-
-def padding_profile(opts: WorkerOptions, table: ProfileTable | None = None) -> LatencyProfile | None:
-    """The profile this worker pads to: explicit, else (emulate_profile, instance_type) from the CSV
-    (``table``: :func:`padding_table`, read here when not given)."""
-    if opts.profile is not None:
-        return opts.profile
-    if not opts.emulate_profile:
-        return None
-    table = table if table is not None else load_profiles_csv(opts.profiles_path)
-    if opts.emulate_profile not in table.models():
-        return None   # nobody has profiled it: padded by the type's emulation factor (type_factor_fn)
-    if not table.has(opts.emulate_profile, opts.instance_type):
-        raise ValueError(f"no latency profile for model {opts.emulate_profile!r} on {opts.instance_type!r} "
-                         f"(profiled types: {', '.join(table.types(opts.emulate_profile)) or 'none'})")
-    return table.get(opts.emulate_profile, opts.instance_type)
-
-
-def own_profiles(opts: WorkerOptions, table: ProfileTable | None = None) -> dict[str, LatencyProfile]:
-    """Model -> the profile a variant of it is padded to because the CSV has that model itself on this
-    worker's type (a member of a variant family, profiled in its own right), so each of a family's
-    models loaded on one emulating worker runs at its own latency; a model not here is padded to the
-    worker's profile times the variant's speed factor. Only a worker that pads to a CSV profile
-    (``emulate_profile``, no explicit ``profile``) has any. ``table``: :func:`padding_table`."""
-    table = table if table is not None else padding_table(opts)
-    if table is None:
-        return {}
-    return {m: p for (m, t), p in table.profiles.items() if t == opts.instance_type and m != opts.emulate_profile}
-
-
-def type_factor_fn(opts: WorkerOptions, profile: LatencyProfile | None) -> Callable[[int], float] | None:
-    """For a model the profile CSV does not know: batch -> the emulation factor of the type this
-    worker stands for (config.emulation rule 2); None when the worker pads to a profile or not at all."""
-    if profile is not None or not opts.emulate_profile:
-        return None
-    ref = reference_profiles()
-    if emulation_factors(ref, opts.instance_type, [1]) is None:
-        raise ValueError(f"no latency profile for model {opts.emulate_profile!r} and no emulation factor for "
-                         f"{opts.instance_type!r} (types with one: {', '.join(ref.types())})")
-
-    @functools.lru_cache(maxsize=4096)
-    def factor(batch: int) -> float:
-        return float(emulation_factors(ref, opts.instance_type, [batch])[0])  # type: ignore[index]
-
-    return factor
 
 
 def hardware_of(opts: WorkerOptions) -> Hardware:

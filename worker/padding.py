@@ -1,0 +1,69 @@
+"""What an emulating worker pads a query's service time to (DESIGN "Where it runs";
+:mod:`config.emulation` has the rules): its profile from the CSV, each family member's own profile,
+or the type's emulation factor for a model nobody profiled. Read once, when the worker starts."""
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Callable
+
+from config.emulation import emulation_factors, reference_profiles
+from config.profiles import LatencyProfile, ProfileTable, load_profiles_csv
+
+if TYPE_CHECKING:
+    from worker.server import WorkerOptions
+
+
+def padding_table(opts: WorkerOptions) -> ProfileTable | None:
+    """The profile CSV a worker that pads to it reads (once, at start); None for a worker with an
+    explicit profile or none to emulate."""
+    if opts.profile is not None or not opts.emulate_profile:
+        return None
+    return load_profiles_csv(opts.profiles_path)
+
+
+def padding_profile(opts: WorkerOptions, table: ProfileTable | None = None) -> LatencyProfile | None:
+    """The profile this worker pads to: explicit, else (emulate_profile, instance_type) from the CSV
+    (``table``: :func:`padding_table`, read here when not given)."""
+    if opts.profile is not None:
+        return opts.profile
+    if not opts.emulate_profile:
+        return None
+    table = table if table is not None else load_profiles_csv(opts.profiles_path)
+    if opts.emulate_profile not in table.models():
+        return None   # nobody has profiled it: padded by the type's emulation factor (type_factor_fn)
+    if not table.has(opts.emulate_profile, opts.instance_type):
+        raise ValueError(f"no latency profile for model {opts.emulate_profile!r} on {opts.instance_type!r} "
+                         f"(profiled types: {', '.join(table.types(opts.emulate_profile)) or 'none'})")
+    return table.get(opts.emulate_profile, opts.instance_type)
+
+
+def own_profiles(opts: WorkerOptions, table: ProfileTable | None = None) -> dict[str, LatencyProfile]:
+    """Model -> the profile a variant of it is padded to because the CSV has that model itself on this
+    worker's type (a member of a variant family, profiled in its own right), so each of a family's
+    models loaded on one emulating worker runs at its own latency; a model not here is padded to the
+    worker's profile times the variant's speed factor. Only a worker that pads to a CSV profile
+    (``emulate_profile``, no explicit ``profile``) has any. ``table``: :func:`padding_table`."""
+    table = table if table is not None else padding_table(opts)
+    if table is None:
+        return {}
+    return {m: p for (m, t), p in table.profiles.items() if t == opts.instance_type and m != opts.emulate_profile}
+
+
+def type_factor_fn(opts: WorkerOptions, profile: LatencyProfile | None) -> Callable[[int], float] | None:
+    """For a model the profile CSV does not know: batch -> the emulation factor of the type this
+    worker stands for (config.emulation rule 2); None when the worker pads to a profile or not at all."""
+    if profile is not None or not opts.emulate_profile:
+        return None
+    ref = reference_profiles()
+    if emulation_factors(ref, opts.instance_type, [1]) is None:
+        raise ValueError(f"no latency profile for model {opts.emulate_profile!r} and no emulation factor for "
+                         f"{opts.instance_type!r} (types with one: {', '.join(ref.types())})")
+
+    @functools.lru_cache(maxsize=4096)
+    def factor(batch: int) -> float:
+        return float(emulation_factors(ref, opts.instance_type, [batch])[0])  # type: ignore[index]
+
+    return factor
+
+
+__all__ = ["own_profiles", "padding_profile", "padding_table", "type_factor_fn"]
