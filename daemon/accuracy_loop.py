@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from variants.accuracy_allocation import Allocation
 from variants.accuracy_planner import VariantProfile
 from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState, due, plan_for, swaps
-from variants.executor import ANY_HARDWARE
 
 if TYPE_CHECKING:
     from dispatcher.server import Dispatcher
@@ -42,10 +41,9 @@ def scaled_applications(d: "Dispatcher") -> dict[str, list[str]]:
 
 
 def accuracy_inputs(d: "Dispatcher", now: float, plan: dict[str, str | None]) -> AccuracyInputs:
-    """What the round sees: the live workers (not parked, draining or removed), the scaled variant
-    each hosts (the plan's when it holds several, mid-swap), every scaled variant's latency on the
-    live types at its application's mean batch (one query per call: batch 1 to the planner)."""
-    p = d.placement
+    """What the round's trigger sees: the live workers (not parked, draining or removed), the scaled
+    variant each hosts (the plan's when it holds several, mid-swap), the applications' SLOs and
+    rates. The profiles :func:`with_profiles` adds only when a plan is due."""
     apps = scaled_applications(d)
     workers = {iid: w.instance_type for iid, w in d.workers.items() if not (w.draining or w.removed or w.parked)}
     scaled = {n for names in apps.values() for n in names}
@@ -53,20 +51,23 @@ def accuracy_inputs(d: "Dispatcher", now: float, plan: dict[str, str | None]) ->
     for iid in workers:
         mine = sorted(scaled & d.loaded_on(d.workers[iid]))
         hosted[iid] = plan.get(iid) if plan.get(iid) in mine else (mine[0] if mine else None)
-    types = sorted(set(workers.values()))
+    return AccuracyInputs(now, workers, hosted, (), {app: d.placement.apps[app].qos_ms for app in apps}, d.accuracy.rate)
+
+
+def with_profiles(d: "Dispatcher", inp: AccuracyInputs) -> AccuracyInputs:
+    """``inp`` with every scaled variant's latency on the live types at its application's mean batch
+    (one query per call: batch 1 to the planner)."""
+    p = d.placement
+    hardware = {w.instance_type: w.hardware for iid, w in d.workers.items() if iid in inp.workers}
     profiles = []
-    for app, names in apps.items():
+    for app, names in scaled_applications(d).items():
         batch = d.accuracy.mean_batch(app)
         for n in names:
-            meta = p.variant_meta[n]
-            spec = p.models.get(meta.model)
-            if spec is None:
+            if p.variant_meta[n].model not in p.models:
                 continue
-            lat = {t: {1: meta.speed_factor * d.predictor.predict_ms(spec.profile_name, t, batch)} for t in types
-                   if meta.hardware in (ANY_HARDWARE, d._catalog[t].hardware)}
-            profiles.append(VariantProfile(app, n, meta.accuracy, lat))
-    return AccuracyInputs(now, workers, hosted, tuple(profiles),
-                          {app: p.apps[app].qos_ms for app in apps}, d.accuracy.rate)
+            lat = {t: {1: p.variant_ms(n, t, batch)} for t, hw in sorted(hardware.items()) if p.runs_on(n, hw)}
+            profiles.append(VariantProfile(app, n, p.variant_meta[n].accuracy, lat))
+    return replace(inp, variants=tuple(profiles))
 
 
 class AccuracyLoop:
@@ -107,12 +108,12 @@ class AccuracyLoop:
             have = d.loaded_on(w)
             for app, names in apps.items():
                 for n in names:
-                    meta, spec = p.variant_meta[n], p.models.get(p.variant_meta[n].model)
-                    if (n in have or spec is None or meta.hardware not in (ANY_HARDWARE, w.hardware)
+                    if (n in have or p.variant_meta[n].model not in p.models or not p.runs_on(n, w.hardware)
                             or now - self._refused.get((iid, n), -RETRY_S) < RETRY_S):
                         continue
-                    if meta.speed_factor * d.predictor.predict_ms(spec.profile_name, w.instance_type, 1.0) < p.apps[app].qos_ms:
+                    if p.variant_ms(n, w.instance_type, 1.0) < p.apps[app].qos_ms:
                         todo.append((iid, n))
+        d.accuracy.refresh_shares(apps)
         got = await asyncio.gather(*(d.load_variant(w, v) for w, v in todo), return_exceptions=True)
         for (w, v), r in zip(todo, got):
             if isinstance(r, BaseException) or not r[0]:
@@ -131,6 +132,7 @@ class AccuracyLoop:
         demand, self.state = due(inp, self.state, params)
         if demand is None:
             return None
+        inp = with_profiles(d, inp)
         # the MILP off the event loop (queries keep flowing meanwhile); its inputs are a snapshot
         alloc = await asyncio.to_thread(plan_for, inp, demand, params)
         self.state = replace(self.state, last=alloc)
@@ -162,4 +164,4 @@ def _fmt(m: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f}" for k, v in sorted(m.items()))
 
 
-__all__ = ["AccuracyLoop", "accuracy_inputs", "scaled_applications"]
+__all__ = ["AccuracyLoop", "accuracy_inputs", "scaled_applications", "with_profiles"]

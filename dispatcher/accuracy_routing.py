@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from dispatcher import batch_join
 from dispatcher.plan_routing import PlanRouter
@@ -51,8 +51,9 @@ class AccuracyRouting:
         self.router = PlanRouter()
         self.placement: dict[str, str | None] = {}     # worker -> accuracy-scaled variant it hosts
         self.windows: dict[str, DemandWindow] = {}     # application -> its arrivals
-        self.plans = 0
-        self.rerouted = 0
+        self.rerouted = 0                               # queued queries moved to the new plan's variants
+        self.holders: dict[str, list[str]] = {}        # SlackFit: application -> workers holding it
+        self.shares: dict[str, float] = {}             # SlackFit: application -> q/s each must keep up with
         #: applications whose variant is chosen per dispatch (SlackFit mode), not by a plan
         self.late_bound: set[str] = set()
         self.bound: dict[str, int] = {}                # variant -> queries SlackFit sent to it
@@ -79,7 +80,6 @@ class AccuracyRouting:
         variant the plan no longer places are routed again."""
         self.placement = dict(placement)
         self.router.set_plan(routing)
-        self.plans += 1
         for q in list(self.d._retry.values()) + list(self.d._queue.values()):
             self.repin_if_unplaced(q)
         self.d._kick()
@@ -91,9 +91,10 @@ class AccuracyRouting:
             return
         if q.variant in self.placement.values():
             return
-        v = self.route(q.application, 0.0)
+        v = self.route(q.application, q.min_accuracy)
         if v is not None:
             self._repin(q, v)
+            self.rerouted += 1
 
     def route(self, application: str, min_accuracy: float) -> str | None:
         """The variant for the next query of ``application``: the plan's pick when it meets
@@ -106,10 +107,25 @@ class AccuracyRouting:
         return v if meta is not None and meta.accuracy >= min_accuracy else None
 
     # -- SlackFit: the variant at dispatch -----------------------------------------------------------
-    def holds(self, w: "WorkerState", application: str) -> bool:
-        """Whether ``w`` holds a variant of ``application`` (a late-bound query may go there)."""
-        models = set(self.d.placement.app_models.get(application, ()))
-        return any(self.d.placement.variant_model(v) in models for v in self.d.loaded_on(w))
+    def holds(self, w: "WorkerState", application: str, floor: float = 0.0) -> bool:
+        """Whether ``w`` holds a variant of ``application`` at or above ``floor`` (a late-bound query
+        with that ``min_accuracy`` may go there)."""
+        return bool(self._resident(w, application, floor))
+
+    def _resident(self, w: "WorkerState", application: str, floor: float) -> list[str]:
+        p = self.d.placement
+        models = set(p.app_models.get(application, ()))
+        return sorted(v for v in self.d.loaded_on(w) if p.variant_model(v) in models
+                      and p.variant_meta.get(v) is not None and p.variant_meta[v].accuracy >= floor)
+
+    def refresh_shares(self, applications: Iterable[str]) -> None:
+        """Once per model-loop tick (SlackFit mode): per application the workers that hold one of its
+        variants and the arrival rate each must keep up with (:meth:`bind` reads them per dispatch)."""
+        self.holders, self.shares = {}, {}
+        for app in applications:
+            ids = [iid for iid, w in self.d.workers.items() if not (w.draining or w.removed) and self.holds(w, app)]
+            self.holders[app] = ids
+            self.shares[app] = LATE_HEADROOM * self.rate(app, LATE_RATE_WINDOW_S) / max(len(ids), 1)
 
     def bind(self, q: "_Query", w: "WorkerState", now: float, waiting: Sequence["_Query"]) -> list["_Query"]:
         """SlackFit on the live path (SuperServe §4.2; :func:`variants.slackfit.choose_for_queue`, the
@@ -119,30 +135,26 @@ class AccuracyRouting:
         ``q``'s slack, in one call; when none does, the fastest with the largest batch that fits (one
         query at least). ``q`` and the queries that join it take that variant; returns the joiners."""
         p = self.d.placement
-        models = set(p.app_models.get(q.application, ()))
-        names = sorted(v for v in self.d.loaded_on(w) if p.variant_model(v) in models
-                       and p.variant_meta.get(v) is not None and p.variant_meta[v].accuracy >= q.min_accuracy)
+        names = self._resident(w, q.application, q.min_accuracy)   # never empty: the group key holds the floor
         if not names:
             return []
         sig = batch_join.signature(q.inputs, q.batch)
         group = [q] + [x for x in waiting if sig is not None and x.min_accuracy <= q.min_accuracy
                        and batch_join.signature(x.inputs, x.batch) == sig]
         rows = list(itertools.accumulate(x.batch for x in group))
-        predict = self.d.predictor.predict_ms
 
         def seconds(v: str) -> Callable[[int], float]:
-            profile = p.models[p.variant_model(v)].profile_name
-            return lambda n: p.variant_meta[v].speed_factor * predict(profile, w.instance_type, rows[min(n, len(rows)) - 1]) / 1000.0
+            return lambda n: p.variant_ms(v, w.instance_type, rows[min(n, len(rows)) - 1]) / 1000.0
 
         fns = {v: (p.variant_meta[v].accuracy, seconds(v)) for v in names}
         fits = {v: max(1, sum(1 for r in rows if r <= p.models[p.variant_model(v)].max_batch)) for v in names}
         front = pareto(fns)
         slack_s = (self.d.xi * q.qos_ms - 1000.0 * (now - q.arrival)) / 1000.0
-        # each worker holding the application must keep up with its share of the arrivals, and takes
-        # its share of what waits (idle ones take the rest in this round: one worker does not take it all)
-        holders = [x for x in self.d.workers.values() if not (x.draining or x.removed) and self.holds(x, q.application)]
-        share = LATE_HEADROOM * self.rate(q.application, LATE_RATE_WINDOW_S) / max(len(holders), 1)
-        idle = 1 + sum(1 for x in holders if x.idle and x is not w)
+        # each worker holding the application must keep up with its share of the arrivals (refreshed
+        # per tick), and takes its share of what waits (idle ones take the rest in this round)
+        share = self.shares.get(q.application, 0.0)
+        idle = 1 + sum(1 for i in self.holders.get(q.application, ())
+                       if (x := self.d.workers.get(i)) is not None and x.idle and x is not w)
         mine = -(-len(group) // idle)
         # half the slack (Proteus §4's SLO/2): a query arriving as this call starts waits for it, then
         # needs its own; the whole slack let one long call make the queries behind it miss
@@ -157,7 +169,6 @@ class AccuracyRouting:
         m = p.models.get(p.variant_meta[variant].model, q.model)
         q.variant, q.model = variant, m
         q.view = dataclasses.replace(q.view, model=m.profile_name)
-        self.rerouted += 1
 
 
 __all__ = ["AccuracyRouting"]

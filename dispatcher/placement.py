@@ -129,6 +129,16 @@ class VariantPlacement:
         meta = self.variant_meta.get(variant) or self.variant_meta.get(base_name(variant))
         return meta.accuracy if meta is not None else 0.0
 
+    def variant_ms(self, variant: str, instance_type: str, batch: float) -> float:
+        """Predicted ms of ``variant`` on ``instance_type`` at ``batch``: its model's latency model there
+        times the variant's speed factor (what routing, the model loop and accuracy scaling use)."""
+        meta = self.variant_meta[variant]
+        return meta.speed_factor * self.d.predictor.predict_ms(self.models[meta.model].profile_name, instance_type, batch)
+
+    def runs_on(self, variant: str, hardware: str) -> bool:
+        """Whether ``variant`` runs on a worker of ``hardware`` (its class, or any)."""
+        return self.variant_meta[variant].hardware in (ANY_HARDWARE, hardware)
+
     def variants_for(self, application: str, model: str) -> list[str]:
         models = [model] if model else self.app_models.get(application, [])
         return sorted(n for n, v in self.variant_meta.items() if v.model in models)

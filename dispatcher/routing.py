@@ -121,8 +121,8 @@ class RoutingRound:
                 self._dispatch(q, w, now, reserved)
 
     def _group_key(self, q: _Query) -> str:
-        if q.late:
-            return "a:" + q.application
+        if q.late:      # an application's queries, by the floor the variant must meet
+            return f"a:{q.application}@{q.min_accuracy:g}"
         return "v:" + q.variant if q.variant else "m:" + q.model.name
 
     def _eligible(self, w: WorkerState, gkey: str) -> bool:
@@ -132,7 +132,8 @@ class RoutingRound:
         if kind == "v:":
             return name in w.loaded
         if kind == "a:":
-            return self.accuracy.holds(w, name)
+            app, floor = name.rsplit("@", 1)
+            return self.accuracy.holds(w, app, float(floor))
         variant_model = self.placement.variant_model
         return any(variant_model(x) == name for x in w.loaded)
 

@@ -103,7 +103,7 @@ def _dispatcher(queued: list) -> SimpleNamespace:
 
 def _query(qid: str, variant: str, model: str) -> SimpleNamespace:
     return SimpleNamespace(query_id=qid, application="a", variant=variant, model=SimpleNamespace(name=model),
-                           view=QueryView(qid, model, 1, 0.0, 200.0))
+                           min_accuracy=0.0, view=QueryView(qid, model, 1, 0.0, 200.0))
 
 
 def test_routing_follows_the_plan_and_queued_queries_follow_a_swap() -> None:
@@ -155,7 +155,8 @@ def _slackfit_dispatcher(waiting: int) -> tuple[SimpleNamespace, SimpleNamespace
     models = {m: SimpleNamespace(name=m, profile_name=m, max_batch=100) for m in ("m-hi", "m-lo")}
     w = SimpleNamespace(instance_type="T", draining=False, removed=False, idle=True, loaded={"hi", "lo"})
     placement = SimpleNamespace(variant_meta=metas, models=models, app_models={"a": ["m-hi", "m-lo"]},
-                                variant_model=lambda v: metas[v].model if v in metas else v)
+                                variant_model=lambda v: metas[v].model if v in metas else v,
+                                variant_ms=lambda v, t, b: PerRow().predict_ms(metas[v].model, t, b))
     d = SimpleNamespace(clock=lambda: 10.0, placement=placement, workers={"w": w}, loaded_on=lambda x: set(x.loaded),
                         predictor=PerRow(), xi=1.0, _queue={}, _retry={}, _kick=lambda: None)
     qs = [SimpleNamespace(query_id=f"q{i}", application="a", variant="", model=models["m-hi"], batch=1, inputs=[],
@@ -180,4 +181,5 @@ def test_slackfit_binds_the_most_accurate_variant_that_serves_the_queue_in_half_
     r = AccuracyRouting(d)  # type: ignore[arg-type]
     for i in range(30):
         r.record("a", 1, 9.0 + i / 30.0)
+    r.refresh_shares(["a"])                                  # the model loop's tick
     assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:] and {q.variant for q in qs} == {"lo"}

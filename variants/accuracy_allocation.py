@@ -86,16 +86,15 @@ def most_accurate_by_type(variants: Sequence[VariantProfile], types: Sequence[st
 
 def allocate(workers: Mapping[str, str], variants: Sequence[VariantProfile], demand_qps: Mapping[str, float],
              slo_ms: Mapping[str, float], current: Mapping[str, str | None], beta: float = BETA,
-             min_accuracy: Mapping[str, float] | None = None, spare_model: str | None = None,
-             time_limit_s: float | None = None) -> Allocation:
+             min_accuracy: Mapping[str, float] | None = None, time_limit_s: float | None = None) -> Allocation:
     """The allocation for ``demand_qps`` (measured, per model) over ``workers`` (id -> type) with
     ``variants`` of every model; ``current``: what each worker hosts now. Spare workers host the most
-    accurate variant of ``spare_model`` (default: the model with the most demand)."""
+    accurate variant of the model with the most demand."""
     target = {m: max(q, 1e-6) * beta for m, q in demand_qps.items()}
     kw = {} if time_limit_s is None else {"time_limit_s": time_limit_s}
     plan = plan_accuracy(workers, variants, target, slo_ms, min_accuracy=min_accuracy, current=current, **kw)
     mins = dict(min_accuracy or {})
-    spare = spare_model or (max(sorted(demand_qps), key=lambda m: demand_qps[m]) if demand_qps else None)
+    spare = max(sorted(demand_qps), key=lambda m: demand_qps[m]) if demand_qps else None
     placement = dict(plan.placement)
     if spare is not None:
         allowed = [v for v in variants if v.model == spare and v.accuracy >= mins.get(spare, 0.0)]

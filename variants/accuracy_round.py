@@ -50,8 +50,8 @@ class AccuracyInputs:
     workers: Mapping[str, str]                  # live worker id -> instance type (not parked, not draining)
     hosted: Mapping[str, str | None]            # worker -> the accuracy-scaled variant it hosts (None: none)
     variants: Sequence[VariantProfile]          # every accuracy-scaled variant, ``model`` = its application,
-                                                # its service ms per type at batch 1
-    slo_ms: Mapping[str, float]                 # application -> SLO (ms)
+                                                # its service ms per type at batch 1 (plan_for reads them)
+    slo_ms: Mapping[str, float]                 # application -> SLO (ms); its keys: the applications
     rate: Callable[[str, float], float]         # (application, window s) -> arrivals per second
 
 
@@ -107,9 +107,9 @@ def planner_profiles(variants: Sequence[VariantProfile], slo_ms: Mapping[str, fl
 
 def due(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRoundParams = AccuracyRoundParams()
         ) -> tuple[dict[str, float] | None, AccuracyState]:
-    """The trigger half of a round (cheap; reads the rates): (per application the demand to plan
-    for now, or None to keep the plan; the new state, ``last`` unchanged)."""
-    apps = sorted({v.model for v in inp.variants})
+    """The trigger half of a round (cheap; reads the rates, not the profiles): (per application the
+    demand to plan for now, or None to keep the plan; the new state, ``last`` unchanged)."""
+    apps = sorted(inp.slo_ms)
     live = tuple(sorted(inp.workers.items()))
     if not apps or not live:
         return None, replace(state, workers=live)

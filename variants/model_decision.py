@@ -90,7 +90,8 @@ class ModelLoopParams:
     state: StateParams = StateParams()
     vm: VmParams = VmParams()
     #: accuracy scaling (Proteus): applications with variants of several accuracies are placed and
-    #: routed by :func:`variants.accuracy_round.accuracy_round` instead of the autoscaler above
+    #: routed by :mod:`variants.accuracy_round` (``due``, ``plan_for``); the autoscaler above does not
+    #: run then, for any model (:meth:`daemon.model_loop.ModelLoop.tick`; README "Accuracy scaling")
     accuracy: AccuracyRoundParams | None = None
 
 
