@@ -52,14 +52,13 @@ def declared_demand(cfg: Config) -> DemandView:
 
 
 def planning_demand(measured_qps: float, measured_mix: BatchMix | None, samples: int, declared: DemandView,
-                    capacity_hint: float = 1.0, steady_qps: float | None = None) -> DemandView:
+                    capacity_hint: float, steady_qps: float) -> DemandView:
     """The demand the fleet plans for: :func:`scaler.replan.demand_for_planning` over the window's
-    rate, mix and sample count, times the model loop's capacity hint. With ``steady_qps`` (the
-    window's 60 s rate) the rate is :func:`scaler.replan.planning_rate` of it and ``measured_qps``
-    (the 10 s rate): the steady rate unless the short one shows a rise beyond noise."""
-    if steady_qps is not None:
-        measured_qps = planning_rate(measured_qps, steady_qps)
-    d = demand_for_planning(measured_qps, measured_mix, samples, declared.qps, declared.mix)
+    rate, mix and sample count, times the model loop's capacity hint. The rate is
+    :func:`scaler.replan.planning_rate` of ``steady_qps`` (the window's rate over
+    :func:`steady_horizon`) and ``measured_qps`` (the 10 s rate): the steady rate unless the short
+    one shows a rise beyond noise."""
+    d = demand_for_planning(planning_rate(measured_qps, steady_qps), measured_mix, samples, declared.qps, declared.mix)
     if capacity_hint != 1.0:
         d = DemandView(d.qps * capacity_hint, d.mix, d.measured)
     return d
