@@ -139,6 +139,12 @@ class DispatcherSpec(_Strict):
     def _hostport(cls, v: str | None) -> str | None:
         return _optional_hostport(v, "must be HOST:PORT")
 
+    @field_validator("cluster_token")
+    @classmethod
+    def _blank_is_none(cls, v: str | None) -> str | None:
+        """A blank inline token is no token (beyond loopback one is then generated), never "" to compare."""
+        return (v or "").strip() or None
+
 
     def token(self) -> str | None:
         """The cluster token (from cluster_token_file when given); None when unset. An empty or
@@ -146,8 +152,7 @@ class DispatcherSpec(_Strict):
         worker registration open beyond loopback)."""
         if self.cluster_token_file:
             return read_token(self.cluster_token_file, "dispatcher.cluster_token_file")
-        # an empty inline token is no token (beyond loopback one is then generated), never "" to compare
-        return (self.cluster_token or "").strip() or None
+        return self.cluster_token
 
 
 class MetricsSpec(_Strict):

@@ -118,7 +118,7 @@ def read_file_bytes(path: str, field: str) -> bytes:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{field}: cannot read {path} ({exc.strerror or exc})") from None
-    if not data.strip():
+    if not data:
         raise ConfigError(f"{field}: {path} is empty")
     return data
 
@@ -134,6 +134,9 @@ def read_pem(path: str, field: str) -> bytes:
 def read_token(path: str, field: str) -> str:
     """A secret token: the file's text, stripped; ConfigError when unreadable or empty."""
     try:
-        return read_file_bytes(path, field).decode("utf-8").strip()
+        token = read_file_bytes(path, field).decode("utf-8").strip()
     except UnicodeDecodeError:
         raise ConfigError(f"{field}: {path} is not UTF-8 text") from None
+    if not token:
+        raise ConfigError(f"{field}: {path} is empty")
+    return token

@@ -42,7 +42,7 @@ def with_cluster_token(cfg: Config, listen: str | None = None) -> Config:
     dispatcher listens (on ``listen``, default ``dispatcher.listen``) beyond loopback and the config
     names no token; unchanged otherwise. ConfigError (one line) when the file cannot be written."""
     d = cfg.dispatcher
-    if (d.cluster_token or "").strip() or d.cluster_token_file or is_loopback(listen or d.listen):
+    if d.cluster_token or d.cluster_token_file or is_loopback(listen or d.listen):
         return cfg
     path = cluster_token_path(cfg)
     try:
