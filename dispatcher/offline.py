@@ -21,7 +21,7 @@ import asyncio
 import io
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import grpc
@@ -126,11 +126,6 @@ def check_request(r: pb.OfflineJobRequest) -> None:
         parse_s3_uri(r.output_uri, "output_uri")
 
 
-def _stem(name: str) -> str:
-    """An object's name without its extension (``a.npy`` -> ``a``); a name without one as it is."""
-    return name.rpartition(".")[0] or name
-
-
 def remote_inputs(r: pb.OfflineJobRequest, objects: ObjectStore) -> list[tuple[str, np.ndarray]]:
     """A checked request's (:func:`check_request`) inputs: inline bytes, one S3 object (key: the
     stem of its name, as a local file's), or every .npy/.npz under an S3 prefix (keys as
@@ -139,14 +134,14 @@ def remote_inputs(r: pb.OfflineJobRequest, objects: ObjectStore) -> list[tuple[s
         return arrays_from_bytes(r.input, "input")
     _, key = parse_s3_uri(r.input_uri, "input_uri")
     if not key.endswith("/"):
-        return arrays_from_bytes(objects.get(r.input_uri), r.input_uri, _stem(key.rpartition("/")[2]))
+        return arrays_from_bytes(objects.get(r.input_uri), r.input_uri, PurePosixPath(key).stem)
     uris = [u for u in objects.list(r.input_uri) if u.endswith((".npy", ".npz"))]
     if not uris:
         raise ValueError(f"{r.input_uri}: no .npy or .npz objects under the prefix")
     out: list[tuple[str, np.ndarray]] = []
     for u in uris:
-        name = u.rpartition("/")[2]
-        stem = _stem(name)
+        name = PurePosixPath(u).name
+        stem = PurePosixPath(name).stem
         got = arrays_from_bytes(objects.get(u), u, stem)
         out += [(f"{stem}/{k}" if name.endswith(".npz") else k, a) for k, a in got]
     return out
