@@ -55,6 +55,7 @@ from scaler.confirm import DEFAULT_EVALUATIONS, confirm_pick  # noqa: E402
 from scaler.kairos_plus import kairos_plus  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
+from dispatcher.policy import DISPATCH_XI  # noqa: E402
 from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
 from scaler.upper_bound import Ranking  # noqa: E402
 from sim.capacity import pool_capacity  # noqa: E402
@@ -67,7 +68,8 @@ from sim.workload import Workload, make_workload, unit_poisson_workload  # noqa:
 
 MODELS = {"ncf": 5.0, "rm2": 350.0, "wnd": 25.0, "mtwnd": 25.0, "dien": 35.0}
 #: the four types of Kairos §7 Table 3, priced from the shipped catalog (config/instance_catalog.csv)
-PRICES = {t: load_catalog()[t].price_per_hour for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")}
+_CATALOG = load_catalog()
+PRICES = {t: _CATALOG[t].price_per_hour for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")}
 #: name -> (budget $/hr, batch sizes, relative Gaussian noise on service times)
 SCENARIOS = {"base": (2.5, "deeprecsys", 0.0), "4x-budget": (10.0, "deeprecsys", 0.0), "gaussian": (2.5, "gaussian", 0.0),
              "gaussian-4x": (10.0, "gaussian", 0.0), "noise": (2.5, "deeprecsys", 0.05)}
@@ -75,7 +77,6 @@ SCENARIOS = {"base": (2.5, "deeprecsys", 0.0), "4x-budget": (10.0, "deeprecsys",
 OURS = "kairos-strict"
 BASELINES = ("fcfs", "drs", "clockwork")
 LABEL = {"fcfs": "Ribbon (FCFS)", "drs": "DRS", "clockwork": "CLKWRK"}
-XI = 0.98
 OUT = Path(__file__).resolve().parent / "out"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -177,7 +178,7 @@ def run_model(scenario: str, model: str, n_queries: int, precision: float, max_e
             if not pool:
                 memo[key] = 0.0
             else:
-                f = policy_factory(policy, prof, model, pool, xi=XI, drs_threshold=thr)
+                f = policy_factory(policy, prof, model, pool, xi=DISPATCH_XI, drs_threshold=thr)
                 memo[key] = pool_capacity(pool, model, prof, qos, f, workload=wl, precision=precision,
                                           noise=noise, seed=1).allowable_qps
         return memo[key]
@@ -191,7 +192,7 @@ def run_model(scenario: str, model: str, n_queries: int, precision: float, max_e
     homo_pool, homo_raw, homo = homo_all[homo_type]
 
     inputs = PlanInputs(model=model, profiles={t: prof.get(model, t) for t in PRICES}, mix=mix, qos_ms=qos,
-                        budget_per_hour=budget, prices=PRICES, xi=XI)
+                        budget_per_hour=budget, prices=PRICES, xi=DISPATCH_XI)
     plan = choose_pool(inputs)                   # Kairos §5.2: upper bound + similarity pick (undominated)
     pick = _nz(plan.chosen)
     ba, ranking = rank_inputs(inputs)
@@ -214,7 +215,7 @@ def run_model(scenario: str, model: str, n_queries: int, precision: float, max_e
             if name == "drs":
                 base = base_type_of(p, prof, model)
                 aux = [t for t in p if t != base]
-                cap_thr = (max(prof.get(model, t).largest_batch_within(XI * qos) for t in aux) if aux else 0)
+                cap_thr = (max(prof.get(model, t).largest_batch_within(DISPATCH_XI * qos) for t in aux) if aux else 0)
                 start = fluid_drs_threshold(mix, p, base, prof, model, cap_thr)
                 thr = sweep_drs_threshold(lambda th, p=p: cap(p, "drs", th), drs_candidates(mix, start, cap_thr))
             q = cap(p, name, thr)
@@ -251,7 +252,7 @@ def plan_latency(repeats: int = 3) -> list[dict]:
         mix = mix_from_batches(unit_poisson_workload(20_000, dist, seed=2).batches)
         for model, qos in MODELS.items():
             inputs = PlanInputs(model=model, profiles={t: prof.get(model, t) for t in PRICES}, mix=mix, qos_ms=qos,
-                                budget_per_hour=2.5, prices=PRICES, xi=XI)
+                                budget_per_hour=2.5, prices=PRICES, xi=DISPATCH_XI)
             plain, conf = [], []
             for _ in range(repeats):
                 t0 = time.perf_counter()
