@@ -110,28 +110,28 @@ class KairosPolicy:
         w = workers[self._best_one(q, workers, now)[0]]
         return [Assignment(q.query_id, w.worker_id)] if w.idle else []
 
-    def _best_one(self, q: QueryView, workers: Sequence[WorkerView], now: float, *, on_time_only: bool = False
-                  ) -> tuple[int, bool, dict[str, float], float]:
-        """The argmin of one query's cost row: (its worker's index, whether that pair misses Eq. 5,
-        the predicted service ms by type, the query's slack ξ·T_qos − W in ms). The same arithmetic
-        as :meth:`cost_matrix`, on scalars: a round with a single waiting query (the usual case
-        below saturation) makes no numpy calls. ``on_time_only``: the argmin over the workers where
-        the query meets Eq. 5 (index -1 when there is none)."""
+    def _best_one(self, q: QueryView, workers: Sequence[WorkerView], now: float
+                  ) -> tuple[int, int, dict[str, float], float]:
+        """The argmin of one query's cost row, in one pass: (its worker's index; the index of the
+        argmin over the workers where the query meets Eq. 5, -1 when there is none; the predicted
+        service ms by type; the query's slack ξ·T_qos − W in ms). The same arithmetic as
+        :meth:`cost_matrix`, on scalars: a round with a single waiting query (the usual case below
+        saturation) makes no numpy calls."""
         predict = self.predictor.predict_ms
         base_ms = predict(q.model, self.base_type, q.batch_size)
         slack = self.xi * q.qos_ms - 1000.0 * (now - q.arrival)
         penalty = self.penalty_factor * q.qos_ms
         by_type: dict[str, float] = {}
-        best, best_j, best_late = float("inf"), -1, False
+        best, best_j, on_time, on_time_j = float("inf"), -1, float("inf"), -1
         for j, w in enumerate(workers):
             s = by_type.get(w.instance_type)
             if s is None:
                 s = by_type[w.instance_type] = predict(q.model, w.instance_type, q.batch_size)
             L = s + mx.busy_ms(w, now)
             late = L > slack
-            if late and on_time_only:
-                continue
             cost = (base_ms / max(s, 1e-12)) * (penalty if late else L)
             if cost < best or best_j < 0:
-                best, best_j, best_late = cost, j, late
-        return best_j, best_late, by_type, slack
+                best, best_j = cost, j
+            if not late and (cost < on_time or on_time_j < 0):
+                on_time, on_time_j = cost, j
+        return best_j, on_time_j, by_type, slack

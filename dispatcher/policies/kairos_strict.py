@@ -70,13 +70,13 @@ class KairosStrictPolicy(KairosPolicy):
         """One waiting query, on scalars: the argmin of its cost row over the workers where it meets
         Eq. 5, dispatched when that worker is idle; when no type could serve it in time even idle
         (hopeless), the paper's argmin (:meth:`KairosPolicy._match_one`)."""
-        j, _, by_type, slack = self._best_one(q, workers, now, on_time_only=True)
-        if j >= 0:
-            w = workers[j]
-            return [Assignment(q.query_id, w.worker_id)] if w.idle else []
-        if min(by_type.values()) > slack:
-            return super()._match_one(q, workers, now)
-        return []
+        best, j, by_type, slack = self._best_one(q, workers, now)
+        if j < 0 and min(by_type.values()) > slack:
+            j = best                                   # hopeless: the paper's argmin, best effort
+        if j < 0:
+            return []
+        w = workers[j]
+        return [Assignment(q.query_id, w.worker_id)] if w.idle else []
 
 
 def _mask(cost: np.ndarray, allowed: np.ndarray) -> np.ndarray:
