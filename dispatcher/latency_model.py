@@ -7,7 +7,11 @@ queries and "quickly transitions into a lookup table after processing more queri
 Prediction order for a pair (model, instance type), first that applies:
 
 1. **lookup**: the batch falls in a grid bucket (batch rounded up to a multiple of ``granularity``,
-   the profile grid) that has at least ``lookup_min_samples`` observations: their mean.
+   the profile grid) that has at least ``lookup_min_samples`` observations: their mean; for a
+   profiled pair, the profile there times the bucket's mean measured ÷ profiled ratio, so a bucket
+   keeps the profile's shape inside it (a small-batch family's calls of 1 and of 5 queries share
+   bucket 10: their plain mean once predicted 5 queries of a 100 ms variant at 100 ms, and SlackFit
+   chose the slow variant for a backlog it could not serve in time).
 2. **profile**: a seeded latency profile (``from_profiles``), rounded up to the profile grid
    (``config.profiles.LatencyProfile.latency_ms``).
 3. **linear**: a least-squares line ``a + s·batch`` over the pair's observations (>= 2 distinct
@@ -44,6 +48,17 @@ class _PairStats:
     sbm: float = 0.0
     bucket_sum: dict[int, float] = field(default_factory=dict)
     bucket_n: dict[int, int] = field(default_factory=dict)
+    #: per bucket, measured ÷ profiled ms summed over the observations made against a profile
+    ratio_sum: dict[int, float] = field(default_factory=dict)
+    ratio_n: dict[int, int] = field(default_factory=dict)
+
+    def bucket(self, batch: float) -> int:
+        return math.ceil(batch / self.granularity) * self.granularity
+
+    def add_ratio(self, batch: float, ratio: float) -> None:
+        k = self.bucket(batch)
+        self.ratio_sum[k] = self.ratio_sum.get(k, 0.0) + ratio
+        self.ratio_n[k] = self.ratio_n.get(k, 0) + 1
 
     def add(self, batch: float, ms: float) -> None:
         self.n += 1
@@ -51,7 +66,7 @@ class _PairStats:
         self.sm += ms
         self.sbb += batch * batch
         self.sbm += batch * ms
-        k = math.ceil(batch / self.granularity) * self.granularity
+        k = self.bucket(batch)
         self.bucket_sum[k] = self.bucket_sum.get(k, 0.0) + ms
         self.bucket_n[k] = self.bucket_n.get(k, 0) + 1
 
@@ -125,8 +140,8 @@ class LatencyModel:
         key = (model, instance_type)
         st = self._obs.get(key)
         if st is not None and batch_size is not None:
-            k = int(np.ceil(batch_size / self.granularity)) * self.granularity
-            if st.bucket_n.get(k, 0) >= self.lookup_min_samples:
+            k = st.bucket(batch_size)
+            if max(st.bucket_n.get(k, 0), st.ratio_n.get(k, 0)) >= self.lookup_min_samples:
                 return "lookup"
         if self.profiles.has(model, instance_type):
             return "profile"
@@ -159,15 +174,20 @@ class LatencyModel:
             self._tables.pop(k, None)
             self._fallback_built.discard(k)
         st.add(float(batch), float(ms))
+        profiled = self.profiles.has(model, instance_type)
+        if profiled:
+            prior = float(self.profiles.get(model, instance_type).latency_ms(max(float(batch), 1.0), self.stat))
+            if prior > 0:
+                st.add_ratio(float(batch), float(ms) / prior)
         tab = self._tables.get(key)
         stacks = self._stacks.get(model)
-        if tab is not None and self.profiles.has(model, instance_type):
+        if tab is not None and profiled:
             # a profiled pair only changes in this observation's bucket: patch the cached table
             g = self.granularity
-            k = math.ceil(batch / g) * g
-            n = st.bucket_n[k]
-            if n >= self.lookup_min_samples and k < len(tab):
-                lo, v = (0 if k == g else k - g + 1), st.bucket_sum[k] / n
+            k = st.bucket(batch)
+            lo = 0 if k == g else k - g + 1
+            v = self._bucket_values(model, instance_type, st, k, np.arange(lo, k + 1, dtype=float))
+            if v is not None and k < len(tab):
                 tab[lo: k + 1] = v
                 if stacks:
                     for types, stack in stacks.items():
@@ -251,20 +271,32 @@ class LatencyModel:
             base = np.maximum(line[0] + line[1] * b, 0.0)
         else:
             base = self._fallback(model, instance_type, b, visiting | {instance_type})
+        base = np.asarray(base, dtype=float)
         if st is not None and st.bucket_n:
             g = self.granularity
-            buckets = (np.ceil(np.maximum(b, 1.0) / g) * g).astype(np.int64)
-            ks = np.array(sorted(st.bucket_n), dtype=np.int64)
-            ns = np.array([st.bucket_n[k] for k in ks])
-            means = np.array([st.bucket_sum[k] / st.bucket_n[k] for k in ks])
-            full = ns >= self.lookup_min_samples
-            if full.any():
-                ks, means = ks[full], means[full]
-                pos = np.searchsorted(ks, buckets)
-                pos_c = np.minimum(pos, len(ks) - 1)
-                hit = ks[pos_c] == buckets
-                base = np.where(hit, means[pos_c], base)
-        return np.asarray(base, dtype=float)
+            for k in st.bucket_n:
+                lo = 0 if k == g else k - g + 1
+                if lo >= len(b):
+                    continue
+                hi = min(k, len(b) - 1)
+                v = self._bucket_values(model, instance_type, st, k, b[lo: hi + 1])
+                if v is not None:
+                    base[lo: hi + 1] = v
+        return base
+
+    def _bucket_values(self, model: str, instance_type: str, st: _PairStats, k: int,
+                       batches: np.ndarray) -> np.ndarray | None:
+        """The lookup rule's predictions for ``batches`` (all in bucket ``k``), None when the bucket
+        has too few observations: a profiled pair's profile there times the bucket's mean
+        measured ÷ profiled ratio; otherwise the bucket's mean."""
+        rn = st.ratio_n.get(k, 0)
+        if rn >= self.lookup_min_samples and self.profiles.has(model, instance_type):
+            prof = self.profiles.get(model, instance_type).latency_ms(np.maximum(batches, 1.0), self.stat)
+            return np.asarray(prof, dtype=float) * (st.ratio_sum[k] / rn)
+        n = st.bucket_n.get(k, 0)
+        if n >= self.lookup_min_samples:
+            return np.full(len(batches), st.bucket_sum[k] / n)
+        return None
 
     def _fallback(self, model: str, instance_type: str, b: np.ndarray, visiting: set[str]) -> np.ndarray:
         others = sorted(t for t in self._types_by_model.get(model, ()) if t not in visiting and self.has_data(model, t))

@@ -72,6 +72,29 @@ def test_observations_override_a_profile_bucket() -> None:
     assert lm.predict_ms("ncf", "g4dn.xlarge", 11) == pytest.approx(0.7102)   # untouched bucket 20
 
 
+def test_a_bucket_keeps_the_profile_shape_inside_it() -> None:
+    """A small-batch family (100 ms per query, profiled at 1, 2, 4, 8): calls of one query fill
+    bucket 10 (batches 1..10), and the prediction for 5 queries stays the profile's (rounded up to
+    8: 800 ms) times the measured ÷ profiled ratio; the bucket's plain mean (100 ms) once stood for
+    every batch in it, and SlackFit chose the 100 ms variant for five queued queries."""
+    from config.profiles import LatencyProfile, ProfileTable
+
+    b = np.array([1, 2, 4, 8.0])
+    lm = LatencyModel.from_profiles(ProfileTable({("v", "t"): LatencyProfile("v", "t", b, 100 * b, 100 * b, 100 * b)}))
+    lm.predict_ms("v", "t", 1)                           # a cached table, patched by observe
+    for _ in range(3):
+        lm.observe("v", "t", 1, 100.0)
+    assert lm.source("v", "t", 5) == "lookup"
+    assert lm.predict_ms("v", "t", 5) == pytest.approx(800.0)
+    for _ in range(3):
+        lm.observe("v", "t", 2, 400.0)                   # 2x the profile: the bucket's ratio (3·1 + 3·2) / 6
+    assert lm.predict_ms("v", "t", 4) == pytest.approx(400.0 * 1.5)
+    assert LatencyModel.from_profiles(lm.profiles).predict_ms("v", "t", 4) == pytest.approx(400.0)
+    lm._tables.clear(), lm._stacks.clear()               # rebuilt from the observations: the same
+    assert lm.predict_ms("v", "t", 4) == pytest.approx(600.0)
+    assert lm.predict_many("v", "t", np.array([1, 3, 8.0])).tolist() == pytest.approx([150.0, 600.0, 1200.0])
+
+
 def test_fallback_type_follows_every_observation_of_the_model() -> None:
     """An unprofiled type predicts by the fallback (median of the model's other types): its
     cached table must not go stale while the other types keep learning."""
