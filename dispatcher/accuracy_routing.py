@@ -53,7 +53,6 @@ class AccuracyRouting:
         self.windows: dict[str, DemandWindow] = {}     # application -> its arrivals
         self.rerouted = 0                               # queued queries moved to the new plan's variants
         self.holders: dict[str, list[str]] = {}        # SlackFit: application -> workers holding it
-        self.shares: dict[str, float] = {}             # SlackFit: application -> q/s each must keep up with
         #: applications whose variant is chosen per dispatch (SlackFit mode), not by a plan
         self.late_bound: set[str] = set()
         self.bound: dict[str, int] = {}                # variant -> queries SlackFit sent to it
@@ -118,14 +117,11 @@ class AccuracyRouting:
         return sorted(v for v in self.d.loaded_on(w) if p.variant_model(v) in models
                       and p.variant_meta.get(v) is not None and p.variant_meta[v].accuracy >= floor)
 
-    def refresh_shares(self, applications: Iterable[str]) -> None:
+    def refresh_holders(self, applications: Iterable[str]) -> None:
         """Once per model-loop tick (SlackFit mode): per application the workers that hold one of its
-        variants and the arrival rate each must keep up with (:meth:`bind` reads them per dispatch)."""
-        self.holders, self.shares = {}, {}
-        for app in applications:
-            ids = [iid for iid, w in self.d.workers.items() if not (w.draining or w.removed) and self.holds(w, app)]
-            self.holders[app] = ids
-            self.shares[app] = LATE_HEADROOM * self.rate(app, LATE_RATE_WINDOW_S) / max(len(ids), 1)
+        variants (:meth:`bind` reads them per dispatch; they change only when a variant loads)."""
+        self.holders = {app: [iid for iid, w in self.d.workers.items()
+                              if not (w.draining or w.removed) and self.holds(w, app)] for app in applications}
 
     def bind(self, q: "_Query", w: "WorkerState", now: float, waiting: Sequence["_Query"]) -> list["_Query"]:
         """SlackFit on the live path (SuperServe §4.2; :func:`variants.slackfit.choose_for_queue`, the
@@ -150,11 +146,14 @@ class AccuracyRouting:
         fits = {v: max(1, sum(1 for r in rows if r <= p.models[p.variant_model(v)].max_batch)) for v in names}
         front = pareto(fns)
         slack_s = (self.d.xi * q.qos_ms - 1000.0 * (now - q.arrival)) / 1000.0
-        # each worker holding the application must keep up with its share of the arrivals (refreshed
-        # per tick), and takes its share of what waits (idle ones take the rest in this round)
-        share = self.shares.get(q.application, 0.0)
-        idle = 1 + sum(1 for i in self.holders.get(q.application, ())
-                       if (x := self.d.workers.get(i)) is not None and x.idle and x is not w)
+        # each worker holding the application must keep up with its share of the arrivals, and takes
+        # its share of what waits (idle ones take the rest in this round). The rate is read per
+        # dispatch (one count over the window): a share refreshed per model tick lagged a spike's
+        # first second, and SlackFit kept choosing the slow variants while the queue grew (93.6 %
+        # in CI's run of tests/test_accuracy_e2e.py, 99 % with the rate read here)
+        holders = self.holders.get(q.application, ())
+        share = LATE_HEADROOM * self.rate(q.application, LATE_RATE_WINDOW_S) / max(len(holders), 1)
+        idle = 1 + sum(1 for i in holders if (x := self.d.workers.get(i)) is not None and x.idle and x is not w)
         mine = -(-len(group) // idle)
         # half the slack (Proteus §4's SLO/2): a query arriving as this call starts waits for it, then
         # needs its own; the whole slack let one long call make the queries behind it miss
