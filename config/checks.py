@@ -4,9 +4,10 @@ otherwise pass ``costscale validate`` and fail later, in the daemon (DESIGN inva
 ``config_problems(cfg)`` returns the problems as one line each; ``validate`` prints them and exits
 2, and ``costscale run`` refuses to start on them. ``config_warnings(cfg)`` returns what works but
 deserves a look (a model without latency profiles: the daemon profiles it, INFaaS §3.2);
-``validate`` prints them and exits 0. Pure but for reading the profile CSV, the certificates, keys
-and tokens the config names (as the daemon reads them at start), and botocore's bundled region
-table (no network).
+``validate`` prints them and exits 0. Pure but for reading the profile CSV and botocore's bundled
+region table (no network); ``security_file_problems`` reads the certificates, keys and tokens the
+config names (as the daemon reads them at start), and only ``validate`` and ``run`` at start ask
+for it (``load_checked_config(path, files=True)``).
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def config_problems(cfg: Config) -> list[str]:
     if cfg.metrics.listen and split_hostport(cfg.metrics.listen)[1] == split_hostport(d.listen)[1] != 0:
         problems.append(f"metrics: listen {cfg.metrics.listen} takes the dispatcher's port ({d.listen}); "
                         "give the metrics endpoint a port of its own")
-    return problems + security_file_problems(d)
+    return problems
 
 
 def security_file_problems(d: DispatcherSpec) -> list[str]:
@@ -119,11 +120,20 @@ def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str =
     return out
 
 
-def load_checked_config(path: str | Path) -> Config:
+def load_checked_config(path: str | Path, files: bool = False) -> Config:
     """The config, refused (ConfigError, exit 2) on what ``costscale validate`` refuses: a daemon must
-    not start, or reload, into a config that fails later (a budget no allowed type fits, say)."""
+    not start into a config that fails later (a budget no allowed type fits, say). ``files``: also
+    read the TLS and token files it names (:func:`security_file_problems`; ``validate`` and ``run``
+    at start: the only places they are read, a reload keeps the running ones)."""
     cfg = load_config(path)
-    problems = [f"{path}: {p}" for p in config_problems(cfg)]
+    problems = checked_problems(cfg, path, files)
     if problems:
         raise ConfigError(problems[0], lines=problems)
     return cfg
+
+
+def checked_problems(cfg: Config, path: str | Path, files: bool = False) -> list[str]:
+    """:func:`config_problems` (and with ``files`` :func:`security_file_problems`), each line
+    prefixed with ``path``."""
+    found = config_problems(cfg) + (security_file_problems(cfg.dispatcher) if files else [])
+    return [f"{path}: {p}" for p in found]

@@ -94,10 +94,13 @@ def client_auth_missing(listen: str, auth_token_file: str | None, tls: TlsSpec |
             "set dispatcher.auth_token_file (bearer token) or dispatcher.tls.client_ca_file (mutual TLS)")
 
 
-#: what the daemon reads once, at start -- the addresses it binds, the certificates and tokens it
-#: loads, the interceptors it builds from them -- by config section: a reload keeps the running values
-RESTART_ONLY: dict[str, tuple[str, ...]] = {
-    "dispatcher": ("listen", "tls", "worker_tls", "auth_token_file", "cluster_token", "cluster_token_file"),
+#: what the daemon reads once, at start, by config section (None: every field of it): the addresses
+#: it binds, the certificates and tokens it loads, the interceptors it builds from them, and the
+#: whole dispatcher (its policy, queue limit, deadline rule, batching and payload limit are built
+#: into the Dispatcher at start; a reload once logged them as applied and kept the old ones).
+#: A reload keeps the running values and says which changed.
+RESTART_ONLY: dict[str, tuple[str, ...] | None] = {
+    "dispatcher": None,
     "metrics": ("listen", "public"),
 }
 
@@ -105,10 +108,13 @@ RESTART_ONLY: dict[str, tuple[str, ...]] = {
 def restart_only_changes(running: Config, new: Config) -> tuple[Config, list[str]]:
     """``new`` with the running values of the :data:`RESTART_ONLY` settings, and the names of those
     it changed (``dispatcher.tls``, ...; names only: a token is a secret)."""
-    changed = [f"{section}.{f}" for section, fields in RESTART_ONLY.items() for f in fields
-               if getattr(getattr(new, section), f) != getattr(getattr(running, section), f)]
-    kept = {section: getattr(new, section).model_copy(update={f: getattr(getattr(running, section), f) for f in fields})
-            for section, fields in RESTART_ONLY.items()}
+    changed: list[str] = []
+    kept = {}
+    for section, only in RESTART_ONLY.items():
+        old, now = getattr(running, section), getattr(new, section)
+        fields = only if only is not None else tuple(type(old).model_fields)
+        changed += [f"{section}.{f}" for f in fields if getattr(now, f) != getattr(old, f)]
+        kept[section] = now.model_copy(update={f: getattr(old, f) for f in fields})
     return new.model_copy(update=kept), changed
 
 

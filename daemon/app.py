@@ -19,9 +19,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from daemon import sdnotify
 from config.schema import Config
-from config.checks import load_checked_config
 from config.errors import UsageError
-from config.security import restart_only_changes
+from daemon.reload import reloaded_config, reschedule
 from scaler.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
@@ -415,24 +414,20 @@ class Daemon:
         self._stop.set()
 
     def reload(self) -> bool:
-        """SIGHUP: load the config again; an invalid one is rejected and the old one kept. The
-        settings read only at start (``config.security.RESTART_ONLY``) keep their running values."""
+        """SIGHUP: load the config again (:func:`daemon.reload.reloaded_config`); a refused one is
+        logged and the running one kept. Changed tick intervals take effect now."""
         if self.cfg_path is None:
             return False
         sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
-            new = with_cluster_token(load_checked_config(self.cfg_path), self._listen)
-            new = self.aws.priced(new, fetch=False) if self.aws is not None else new
+            new, unapplied = reloaded_config(self.cfg, self.cfg_path, self._listen, self.aws)
         except UsageError as exc:
             log.error("reload rejected, keeping the running config: %s", exc.lines[0])
             sdnotify.notify(f"READY=1\nSTATUS=reload rejected: {exc.lines[0]}")
             return False
-        if new.cluster != self.cfg.cluster or new.state_path != self.cfg.state_path:
-            log.error("reload rejected: cluster and state_path cannot change while running")
-            return False
-        new, unapplied = restart_only_changes(self.cfg, new)   # the rest of the reload goes on
         if unapplied:
             log.warning("reload: %s changed: restart to apply (the running values are kept)", ", ".join(unapplied))
+        reschedule(self._scheduler, self.cfg.intervals, new.intervals)
         self.cfg = new
         if self._explicit_params is None:
             self.model_params = model_params_for(new)

@@ -85,7 +85,7 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     object per line, the audit events of :mod:`daemon.audit` with their fields), default the
     config's ``log_format``."""
     os.umask(DAEMON_UMASK)   # the state store, tokens, generated variants, caches: 0600 files, 0700 folders
-    cfg = load_checked_config(cfg_path)  # fail fast, one line, exit 2
+    cfg = load_checked_config(cfg_path, files=True)  # fail fast, one line, exit 2
     configure_logging(log_level, log_format or cfg.log_format)
     quiet_libraries()
     if local_workers and (cfg.dispatcher.tls is not None or cfg.dispatcher.worker_tls is not None):

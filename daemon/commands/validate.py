@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from daemon.profiling import stored_profiles
 
-    cfg = load_checked_config(args.config)
+    cfg = load_checked_config(args.config, files=True)
     for line in config_warnings(cfg, stored_profiles(cfg), args.config):
         print(f"costscale: warning: {args.config}: {line}", file=sys.stderr)
     print(f"{args.config}: ok (cluster {cfg.cluster}, budget {cfg.budget_per_hour:g} $/hr, "
