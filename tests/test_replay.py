@@ -239,6 +239,26 @@ def test_replay_json_has_the_fields(capsys, tmp_path: Path) -> None:  # type: ig
     assert out["hours"] == pytest.approx(0.1) and out["queries"] > 0
 
 
+def test_replay_warns_of_what_it_does_not_replay(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Accuracy scaling and live batching are not in this replay: one warning line each on stderr,
+    the JSON on stdout untouched; none for the example config (both off)."""
+    rc = main(["replay", str(EXAMPLE), "--pattern", "step:low=3,high=9", "--hours", "0.02", "--json"])
+    assert rc == 0 and "warning" not in capsys.readouterr().err
+    cfg = tmp_path / "c.yaml"
+    import yaml
+
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw.setdefault("model_scaling", {})["accuracy_scaling"] = {"enabled": True}
+    raw.setdefault("dispatcher", {})["batching"] = "work_conserving"
+    cfg.write_text(yaml.safe_dump(raw))
+    rc = main(["replay", str(cfg), "--pattern", "step:low=3,high=9", "--hours", "0.02", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0 and json.loads(cap.out)["queries"] > 0
+    lines = cap.err.strip().splitlines()
+    warned = [ln for ln in lines if ln.startswith("costscale: warning: replay: ")]
+    assert len(warned) == 2 and "accuracy_scaling" in warned[0] and "batching: work_conserving" in warned[1]
+
+
 def test_replay_trace_by_application_and_plot(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     trace = tmp_path / "t.csv"
     rows = "".join(f"{100 + i * 0.5},{'rm2' if i % 2 else 'recommend'},{1 + i % 50}\n" for i in range(400))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from config.errors import UsageError
+from config.schema import Config
 from daemon.commands._overrides import resolve
 from daemon.commands._progress import Progress
 from sim.patterns import parse_pattern, pattern_workload
@@ -129,6 +130,18 @@ def _bar(total_steps: int, label: str):  # type: ignore[no-untyped-def]
     return bar, tick
 
 
+def not_replayed(cfg: Config) -> list[str]:
+    """What the config turns on that this replay does not run (one line each): its figures are
+    then those of the daemon without it."""
+    out = []
+    if cfg.model_scaling.accuracy_scaling.enabled:
+        out.append("model_scaling.accuracy_scaling is not replayed here (the figures are without it); "
+                   "`costscale accuracy replay` replays it on a fixed pool")
+    if cfg.dispatcher.batching != "none":
+        out.append(f"dispatcher.batching: {cfg.dispatcher.batching} is not replayed here (each query is its own call)")
+    return out
+
+
 def run_replay(args: argparse.Namespace) -> int:
     cmd = "replay"
     for flag in ("boot_gpu_s", "boot_cpu_s"):
@@ -138,6 +151,8 @@ def run_replay(args: argparse.Namespace) -> int:
     r = resolve(args, cmd)
     cfg = r.cfg
     model = cfg.model(r.model)
+    for line in not_replayed(cfg):
+        print(f"costscale: warning: {cmd}: {line}", file=sys.stderr)
     wl, duration, source = _workload(args, cfg, model)
     if len(wl) > MAX_REPLAY_QUERIES:
         raise UsageError(f"{cmd}: {len(wl):,} queries is over the limit of {MAX_REPLAY_QUERIES:,}; "
