@@ -20,8 +20,10 @@ budget, in this order:
 
 The best measured candidate wins; ties go to the earlier one (the similarity pick first). Only the
 homogeneous pool may be dominated (when the evaluator measures it strictly above every maximal
-pool evaluated, i.e. adding instances made it worse). ``costscale plan --confirm`` and the repro
-bench call it; the daemon's fleet loop does not (yet), so nothing caches a confirmation.
+pool evaluated, i.e. adding instances made it worse). ``costscale plan`` (``--confirm N``, default the
+config's ``confirm_evaluations``), the repro bench and the fleet loop call it (through
+``sim.pick_eval.confirmation``): the daemon in a background process (``daemon.pick_confirmer``),
+caching each answer per planning question (``scaler.pick_cache``), the replay in line.
 """
 from __future__ import annotations
 

@@ -8,10 +8,12 @@ daemon, ``costscale plan`` and the replay all pass the same function).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 from config.schema import Config
 from scaler.batch_mix import BatchMix
+from scaler.pick_cache import PickCache, pick_key
 from scaler.plan import Meets, Objective, Plan, choose_pool, plan_inputs_from_config
 from config.profiles import ProfileTable
 
@@ -23,11 +25,15 @@ SloCheck = Callable[..., Meets]
 def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: float, *, slo_check: SloCheck,
                model: str | None = None, exclude: Sequence[str] = (), types: Sequence[str] | None = None,
                budget: float | None = None, qos_ms: float | None = None, objective: Objective | None = None,
-               top_k: int = 10, current: Mapping[str, int] | None = None) -> Plan:
+               top_k: int = 10, current: Mapping[str, int] | None = None,
+               confirmed: PickCache | None = None) -> Plan:
     """The planner's pick for ``model`` (default: the first configured) at ``demand_qps`` with
     batch mix ``mix``; ``exclude`` are types that are temporarily unavailable (InsufficientCapacity).
     ``current``: the pool held now, kept while it covers the demand at most 10 % dearer than the
-    pick (``min_cost``; see ``choose_pool``). Raises scaler.base_aux.PlanError when no pool fits."""
+    pick (``min_cost``; see ``choose_pool``). ``confirmed`` (``max_throughput``): the picks
+    confirmed by simulation so far (``scaler.pick_cache``): the confirmed plan for this question
+    when there is one, else the similarity pick carrying ``confirm`` (what to confirm it with).
+    Raises scaler.base_aux.PlanError when no pool fits."""
     spec = cfg.model(model)
     objective = objective or cfg.objective
     inputs = plan_inputs_from_config(cfg, profiles, spec.name, mix, exclude=tuple(exclude), types=types,
@@ -36,5 +42,13 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
     if objective == "min_cost" and demand_qps > 0:
         meets = slo_check(spec.profile_name, profiles, inputs.qos_ms, demand_qps * (1 + cfg.headroom), mix,
                           policy=cfg.dispatcher.policy)
-    return choose_pool(inputs, objective=objective, demand_qps=demand_qps, headroom=cfg.headroom,
+    if objective == "max_throughput" and confirmed is not None:
+        key = pick_key(inputs, cfg.dispatcher.policy)
+        hit = confirmed.get(key)
+        if hit is not None:
+            return hit
+    plan = choose_pool(inputs, objective=objective, demand_qps=demand_qps, headroom=cfg.headroom,
                        top_k=top_k, meets=meets, current=current)
+    if objective == "max_throughput" and confirmed is not None:
+        return replace(plan, confirm=(key, inputs))
+    return plan

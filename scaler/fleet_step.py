@@ -36,6 +36,7 @@ from scaler.batch_mix import BatchMix, mix_from_dist
 from scaler.cloud import ManagedInstance
 from scaler.fleet_decision import SloCheck, plan_fleet
 from scaler.parking import ParkDecision, ParkState, decide_parking
+from scaler.pick_cache import PickCache
 from scaler.plan import Plan
 from scaler.replan import (SHORT_HORIZON_S, STEADY_HORIZON_S, DemandView, demand_for_planning, planning_rate,
                            significant_change)
@@ -91,15 +92,17 @@ def stabilized_demand(history: Sequence[tuple[float, DemandView]], now: float, d
 
 def fleet_target(cfg: Config, profiles: ProfileTable, demand: DemandView, *, slo_check: SloCheck,
                  unavailable: Sequence[str] = (), current: Mapping[str, int] | None = None,
-                 types: Sequence[str] | None = None) -> tuple[dict[str, int], Plan | None]:
+                 types: Sequence[str] | None = None, confirmed: PickCache | None = None
+                 ) -> tuple[dict[str, int], Plan | None]:
     """The pool to hold: ``cfg.pinned_pool`` (no plan), or ``plan_fleet``'s pick for ``demand``
     without the ``unavailable`` types, ``current`` being the target held now (``min_cost`` keeps
-    it while it covers the demand); ``types`` narrows the allowed types (None: all). Raises
+    it while it covers the demand); ``types`` narrows the allowed types (None: all); ``confirmed``:
+    the picks confirmed so far (``max_throughput``; see ``plan_fleet``). Raises
     ``scaler.base_aux.PlanError`` when no pool fits."""
     if cfg.pinned_pool:
         return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
     plan = plan_fleet(cfg, profiles, demand.mix, demand.qps, slo_check=slo_check, exclude=sorted(unavailable),
-                      current=current or None, types=types)
+                      current=current or None, types=types, confirmed=confirmed)
     return {t: n for t, n in plan.chosen.items() if n > 0}, plan
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Callable, Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Hashable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -76,6 +76,9 @@ class Plan:
     ranked: list[tuple[dict[str, int], float, float]]
     aux: dict[str, dict[str, float]]
     demand_unmet: bool = False
+    #: a max_throughput pick not confirmed yet: (``scaler.pick_cache.pick_key``, the inputs to
+    #: confirm it with); set by ``scaler.fleet_decision.plan_fleet`` when it is given a cache
+    confirm: tuple[Hashable, "PlanInputs"] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

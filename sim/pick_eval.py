@@ -20,6 +20,8 @@ import numpy as np
 
 from config.profiles import ProfileTable
 from scaler.batch_mix import BatchMix
+from scaler.confirm import DEFAULT_EVALUATIONS, Confirmation, confirm_pick
+from scaler.plan import Plan, PlanInputs, rank_inputs
 from sim.capacity import bisect_rate, pool_capacity
 from sim.oracle import oracle_capacity
 from sim.policies import policy_factory
@@ -66,3 +68,22 @@ def capacity_evaluator(model: str, profiles: ProfileTable, qos_ms: float, mix: B
         return bisect_rate(holds, lo, bound, precision)
 
     return evaluate
+
+
+
+def confirmation(inputs: PlanInputs, policy: str, evaluations: int = DEFAULT_EVALUATIONS, top_k: int = 10,
+                 base_type: str | None = None) -> Confirmation:
+    """The max_throughput pick for ``inputs`` confirmed by Kairos+ (``scaler.confirm.confirm_pick``)
+    with :func:`capacity_evaluator` under ``policy`` and the planner's base type (``costscale plan
+    --confirm``, the daemon's confirmer in a process of its own, the replay in line: plain data in
+    and out, so it pickles)."""
+    if base_type is None:
+        base_type = rank_inputs(inputs)[0].base_type
+    table = ProfileTable({(inputs.model, t): p for t, p in inputs.profiles.items()})
+    evaluate = capacity_evaluator(inputs.model, table, inputs.qos_ms, inputs.mix, policy=policy, base_type=base_type)
+    return confirm_pick(inputs, evaluate, evaluations, top_k=top_k)
+
+
+def confirmed_plan(inputs: PlanInputs, policy: str, evaluations: int = DEFAULT_EVALUATIONS) -> Plan:
+    """:func:`confirmation`'s plan (what the fleet holds)."""
+    return confirmation(inputs, policy, evaluations).plan

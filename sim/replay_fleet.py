@@ -33,10 +33,12 @@ from scaler.cloud import ManagedInstance
 from scaler.fake_cloud import FakeCloud
 from scaler.fleet_decision import SloCheck
 from scaler.parking import ParkState
+from scaler.pick_cache import PickCache
 from scaler.plan import Plan
 from scaler.replan import DemandView
 from scaler.state import StateStore
 from sim.clock import VirtualClock
+from sim.pick_eval import confirmed_plan
 from sim.query_loop import QueryLoop
 from sim.replay_models import ReplayModelLoop
 
@@ -177,6 +179,7 @@ class ReplayFleet:
         self.decisions = Decisions()
         self.on_target = on_target
         self.decide_fn = decide_fn     # a baseline's own rule instead of the planner (sim.replay_baselines)
+        self.confirmed = PickCache()   # max_throughput picks confirmed by simulation (daemon.pick_confirmer)
         self.errors: list[tuple[float, str]] = []
 
     def close(self) -> None:
@@ -192,8 +195,19 @@ class ReplayFleet:
                                           self.mem.capacity_hint, snap.steady_qps)
 
     def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
-        return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=self.slo_check,
-                                       unavailable=self.actuator.unavailable_types(), current=self.mem.target)
+        """As the daemon's; a max_throughput pick is confirmed in line (``sim.pick_eval.confirmed_plan``,
+        the function the daemon's confirmer runs in the background): the replay holds the confirmed
+        pool from the first plan, the daemon a second or two after it."""
+        confirmed = self.confirmed if self.cfg.confirm_evaluations >= 2 else None
+        for _ in range(2):
+            target, plan = fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=self.slo_check,
+                                                   unavailable=self.actuator.unavailable_types(),
+                                                   current=self.mem.target, confirmed=confirmed)
+            if confirmed is None or plan is None or plan.confirm is None:
+                break
+            key, inputs = plan.confirm
+            confirmed.put(key, confirmed_plan(inputs, self.cfg.dispatcher.policy, self.cfg.confirm_evaluations))
+        return target, plan
 
     # ---- Daemon.fleet_tick ---------------------------------------------------------------------
     def fleet_tick(self, reason: str = "interval") -> None:
