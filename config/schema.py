@@ -259,6 +259,9 @@ class Config(_Strict):
     budget_per_hour: Annotated[float, Field(gt=0)]
     objective: Literal["max_throughput", "min_cost"] = "max_throughput"
     headroom: Annotated[float, Field(ge=0, le=10)] = 0.1
+    confirm_evaluations: Annotated[int, Field(ge=0, le=64)] = Field(
+        4, description="max_throughput: the fleet loop confirms each pick by simulating up to this many pools in "
+                       "the background (Kairos+, scaler.confirm; >= 2, or 0: hold the similarity pick)")
     models: Annotated[list[ModelSpec], Field(min_length=1)]
     instance_types: Annotated[list[InstanceTypeSpec], Field(min_length=1)]
     launch: LaunchSpec
@@ -278,6 +281,13 @@ class Config(_Strict):
         None, description="manual mode: hold exactly this pool instead of planning (still within budget)")
     # the region's on-demand prices (scaler.region_prices), under the YAML overrides; None: the table's
     _region_prices: dict[str, float] | None = PrivateAttr(None)
+
+    @field_validator("confirm_evaluations")
+    @classmethod
+    def _confirm_two(cls, v: int) -> int:
+        if v == 1:
+            raise ValueError("must be 0 (off) or >= 2 (the pick and the homogeneous pool)")
+        return v
 
     @model_validator(mode="after")
     def _unique(self) -> "Config":

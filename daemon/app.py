@@ -45,6 +45,7 @@ from daemon.profiling import generate_config_variants, models_dir, open_config_r
 from daemon.self_profiling import SelfProfiler
 from daemon.metrics import MetricsServer, start_observing, stop_observing
 from daemon.status_feed import StatusFeed
+from daemon.pick_confirmer import PickConfirmer
 
 log = logging.getLogger("costscale")
 
@@ -137,6 +138,8 @@ class Daemon:
         self.fleet_events: list[tuple[float, str, str]] = []
         self.status_feed: StatusFeed | None = None   # costscale status: spend, decisions, errors (watched)
         self.metrics: MetricsServer | None = None    # GET /metrics (metrics.listen)
+        # max_throughput: each pick confirmed by simulation off the tick (Kairos+, issue #16)
+        self.confirmer = PickConfirmer(cfg.confirm_evaluations, cfg.dispatcher.policy, self._tick_soon)
 
     # ---- wiring ----------------------------------------------------------------------------
     def _declared_demand(self) -> DemandView:
@@ -252,11 +255,13 @@ class Daemon:
                 return held, None
         unavailable = sorted(self.actuator.unavailable_types()) if self.actuator else []
         return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
-                                       current=self.status.target, types=self.profiling and self.profiling.plan_types())
+                                       current=self.status.target, types=self.profiling and self.profiling.plan_types(),
+                                       confirmed=self.confirmer.cache if self.confirmer.evaluations >= 2 else None)
 
     async def _decided(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
         """:meth:`decide` off the event loop; the status feed hears the decision before it is applied."""
         target, plan = await asyncio.to_thread(self.decide, demand)
+        self.confirmer.want(plan)
         if self.status_feed is not None:
             self.status_feed.planned(dict(target), plan, demand)
         return target, plan
@@ -308,6 +313,10 @@ class Daemon:
                 self.status.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("fleet tick failed")
             await self._sync_workers()
+
+    def _tick_soon(self, reason: str) -> None:
+        if self._loop is not None and not self._stop.is_set():
+            self._loop.create_task(self.fleet_tick(reason))
 
     def _event(self, kind: str, instance_id: str) -> None:
         self.fleet_events.append((time.monotonic(), kind, instance_id))
@@ -429,6 +438,7 @@ class Daemon:
             log.warning("reload: %s changed: restart to apply (the running values are kept)", ", ".join(unapplied))
         reschedule(self._scheduler, self.cfg.intervals, new.intervals)
         self.cfg = new
+        self.confirmer.evaluations = new.confirm_evaluations
         if self._explicit_params is None:
             self.model_params = model_params_for(new)
             if self.model_loop is not None:
@@ -479,6 +489,7 @@ class Daemon:
                 await self._sync_workers()
         if self._gen_task is not None and not self._gen_task.done():
             self._gen_task.cancel()
+        await self.confirmer.close()
         stop_observing(self.status_feed, self.metrics)   # the last spend sample; /metrics closed
         if self.store is not None:
             self.store.close()

@@ -30,7 +30,8 @@ def cfg(tmp_path: Path) -> str:
 
 @pytest.mark.parametrize("model", list(QOS))
 def test_plan_json_each_model(cfg: str, model: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", cfg, "--model", model, "--qos-ms", str(QOS[model]), "--json"]) == 0
+    """The similarity pick (``--confirm 0``: unconfirmed)."""
+    assert main(["plan", cfg, "--model", model, "--qos-ms", str(QOS[model]), "--json", "--confirm", "0"]) == 0
     out = capsys.readouterr().out
     d = json.loads(out)  # exactly one object
     assert out.count("\n") == 1
@@ -117,3 +118,19 @@ def test_plan_confirm_json_and_the_issue_16_case(cfg: str, capsys: pytest.Captur
     assert c["homogeneous"] == {"g4dn.xlarge": 0, "r5n.large": 6} == c["evaluated"][0]["pool"]
     assert c["pick_qps"] >= c["homogeneous_qps"] > 0
     assert main(["plan", cfg, "--confirm", "1"]) == 2
+
+
+def test_plan_confirms_by_default_as_the_daemon_does(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """max_throughput: the pool the daemon holds is the pick confirmed with the config's
+    confirm_evaluations (4), never measured below the homogeneous base pool; --confirm 0 is the
+    similarity pick; min_cost confirms nothing."""
+    argv = ["plan", cfg, "--model", "rm2", "--batch-dist", "gaussian", "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    c = d["confirmation"]
+    assert d["rule"].startswith("confirmed:") and 2 <= len(c["evaluated"]) <= 4
+    assert c["pick_qps"] >= c["homogeneous_qps"] > 0 and c["pick_qps"] == max(e["qps"] for e in c["evaluated"])
+    assert main(argv + ["--confirm", "0"]) == 0
+    assert "confirmation" not in json.loads(capsys.readouterr().out)
+    assert main(argv + ["--objective", "min_cost"]) == 0
+    assert "confirmation" not in json.loads(capsys.readouterr().out)

@@ -25,9 +25,9 @@ from scaler.base_aux import PlanError
 from scaler.batch_mix import BatchMix, mix_from_dist
 from scaler.fleet_decision import plan_fleet
 from sim.slo_check import slo_check
-from scaler.confirm import Confirmation, confirm_pick
+from scaler.confirm import Confirmation
 from scaler.plan import MIX_SEED, Plan, plan_inputs_from_config
-from sim.pick_eval import capacity_evaluator
+from sim.pick_eval import confirmation
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="price the config's region as the daemon does (AWS Price List API, cached beside the "
                         "state store; the shipped us-east-1 prices with a warning when that fails)")
     p.add_argument("--confirm", metavar="N", type=int,
-                   help="max_throughput: confirm the pick by simulating at most N pools (Kairos+; >= 2)")
+                   help="max_throughput: confirm the pick by simulating at most N pools (Kairos+; >= 2; 0: the "
+                        "similarity pick unconfirmed); default the config's confirm_evaluations, as the daemon does")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -55,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("plan: --top must be >= 1")
     if args.demand_qps is not None and args.demand_qps < 0:
         raise UsageError("plan: --demand-qps must be >= 0")
-    if args.confirm is not None and args.confirm < 2:
-        raise UsageError("plan: --confirm must be >= 2 (the pick and the homogeneous pool)")
+    if args.confirm is not None and args.confirm != 0 and args.confirm < 2:
+        raise UsageError("plan: --confirm must be 0 or >= 2 (the pick and the homogeneous pool)")
     r = resolve(args, "plan")
     cfg = r.cfg
     types = None
@@ -76,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_fleet(cfg, r.profiles, mix, demand, slo_check=slo_check, model=r.model, types=types, budget=args.budget,
                           qos_ms=args.qos_ms, objective=objective, top_k=args.top)
         conf = None
-        if args.confirm is not None:
-            if objective != "max_throughput":
-                raise UsageError("plan: --confirm applies to the max_throughput objective")
-            conf = _confirm(cfg, r, mix, types, args, plan.base_type)
+        if args.confirm and objective != "max_throughput":
+            raise UsageError("plan: --confirm applies to the max_throughput objective")
+        evaluations = args.confirm if args.confirm is not None else cfg.confirm_evaluations
+        if objective == "max_throughput" and evaluations >= 2:   # the pool the daemon holds
+            conf = _confirm(cfg, r, mix, types, args, evaluations, plan.base_type)
             plan = conf.plan
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
@@ -104,13 +106,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _confirm(cfg: Config, r: Resolved, mix: BatchMix, types: Sequence[str] | None, args: argparse.Namespace,
-             base_type: str) -> Confirmation:
+             evaluations: int, base_type: str) -> Confirmation:
     """The pick confirmed by Kairos+ with the simulator (the config's policy, the planner's base)."""
     inputs = plan_inputs_from_config(cfg, r.profiles, r.model, mix, types=types, budget=args.budget, qos_ms=args.qos_ms)
-    spec = cfg.model(r.model)
-    evaluate = capacity_evaluator(spec.profile_name, r.profiles, inputs.qos_ms, inputs.mix,
-                                  policy=cfg.dispatcher.policy, base_type=base_type)
-    return confirm_pick(inputs, evaluate, args.confirm, top_k=args.top)
+    return confirmation(inputs, cfg.dispatcher.policy, evaluations, top_k=args.top, base_type=base_type)
 
 
 @contextlib.contextmanager
