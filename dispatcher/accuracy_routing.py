@@ -134,9 +134,8 @@ class AccuracyRouting:
         names = self._resident(w, q.application, q.min_accuracy)   # never empty: the group key holds the floor
         if not names:
             return []
-        sig = batch_join.signature(q.inputs, q.batch)
-        group = [q] + [x for x in waiting if sig is not None and x.min_accuracy <= q.min_accuracy
-                       and batch_join.signature(x.inputs, x.batch) == sig]
+        sig = q.sig
+        group = [q] + [x for x in waiting if sig is not None and x.min_accuracy <= q.min_accuracy and x.sig == sig]
         rows = list(itertools.accumulate(x.batch for x in group))
 
         def seconds(v: str) -> Callable[[int], float]:

@@ -28,6 +28,7 @@ Reads: ``cfg``, ``clock``, ``predictor``, ``xi``, ``window``, ``model_windows``,
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import math
@@ -39,7 +40,7 @@ import grpc
 import numpy as np
 
 from config.schema import ModelSpec
-from dispatcher import modelless as ml
+from dispatcher import batch_join, modelless as ml
 from dispatcher.policies import infeasible
 from dispatcher.policy import QueryView, WorkerView
 from dispatcher.proto import costscale_pb2 as pb
@@ -73,6 +74,12 @@ class _Query:
     application: str = ""     # the application it named (routing by the accuracy plan)
     late: bool = False        # its variant is chosen when it is dispatched (SlackFit, dispatcher.accuracy_routing)
     min_accuracy: float = 0.0
+
+    @functools.cached_property
+    def sig(self) -> tuple | None:
+        """What its inputs must match to stack with another query's (:func:`dispatcher.batch_join.signature`),
+        computed once: the joins read it for every waiting query at every dispatch."""
+        return batch_join.signature(self.inputs, self.batch)
 
 
 class Admission:

@@ -148,11 +148,11 @@ class RoutingRound:
 
     def _join(self, q: _Query, w: WorkerState, now: float, reserved: Collection[str]) -> list[_Query]:
         """The queries of ``q``'s group still waiting that join it in one call (dispatcher.batch_join)."""
-        sig = batch_join.signature(q.inputs, q.batch)
+        sig = q.sig
         waiting = self._waiting_like(q, reserved) if sig is not None else []
         if not waiting:
             return []
-        picks = batch_join.followers(q.view, sig, [(x.view, batch_join.signature(x.inputs, x.batch)) for x in waiting],
+        picks = batch_join.followers(q.view, sig, [(x.view, x.sig) for x in waiting],
                                      w.instance_type, self.predictor, now, q.model.max_batch, self.xi)
         return [waiting[i] for i in picks]
 

@@ -159,7 +159,7 @@ def _slackfit_dispatcher(waiting: int) -> tuple[SimpleNamespace, SimpleNamespace
                                 variant_ms=lambda v, t, b: PerRow().predict_ms(metas[v].model, t, b))
     d = SimpleNamespace(clock=lambda: 10.0, placement=placement, workers={"w": w}, loaded_on=lambda x: set(x.loaded),
                         predictor=PerRow(), xi=1.0, _queue={}, _retry={}, _kick=lambda: None)
-    qs = [SimpleNamespace(query_id=f"q{i}", application="a", variant="", model=models["m-hi"], batch=1, inputs=[],
+    qs = [SimpleNamespace(query_id=f"q{i}", application="a", variant="", model=models["m-hi"], batch=1, inputs=[], sig=(),
                           min_accuracy=0.0, arrival=10.0, qos_ms=1000.0, view=QueryView(f"q{i}", "m-hi", 1, 10.0, 1000.0))
           for i in range(waiting + 1)]
     return d, w, qs
