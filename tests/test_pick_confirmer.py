@@ -110,3 +110,37 @@ def test_the_replay_holds_the_confirmed_pick(tmp_path: Path) -> None:
     off = replay(_cfg(state_path=str(tmp_path / "o.db"), confirm_evaluations=0), prof, wl, float(t[-1]) + 1.0,
                  ReplaySpec(model="rm2"))
     assert not any(c.rule.startswith("confirmed:") for c in off.targets)
+
+
+def test_the_daemon_holds_the_confirmed_pick_after_its_fleet_tick(tmp_path: Path) -> None:
+    """The daemon (fake cloud, no workers): the first fleet tick holds the similarity pick and starts
+    the confirmation; it moves the pool here (r5n.large x16 over x15 + t3.xlarge), so a 'pick
+    confirmed' tick applies the confirmed one."""
+    from daemon.app import Daemon
+    from scaler.fake_cloud import FakeCloud
+
+    raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
+    raw.update({"objective": "max_throughput", "state_path": str(tmp_path / "s.db"),
+                "dispatcher": {"listen": "127.0.0.1:0"}})
+    raw["workload"] = {**raw.get("workload", {}), "batch_dist": "gaussian"}
+    raw.setdefault("model_scaling", {})["generate_variants"] = False
+    cfg = Config.model_validate(raw)
+
+    async def body() -> None:
+        d = Daemon(cfg, None, cloud=FakeCloud(cfg.cluster), listen="127.0.0.1:0", generate_variants=False)
+        await d.start()
+        try:
+            await d.fleet_tick("test")
+            first = d.status.plan
+            assert first is not None and first.confirm is not None
+            for _ in range(6000):             # the confirmation, then the tick it asks for
+                if d.confirmer.confirmed and d.status.plan is not None and d.status.plan.rule.startswith("confirmed:"):
+                    break
+                await asyncio.sleep(0.02)
+            held = d.status.plan
+            assert held is not None and held.rule.startswith("confirmed:"), held and held.rule
+            assert held.chosen != first.chosen
+            assert d.status.target == {t: n for t, n in held.chosen.items() if n}
+        finally:
+            await d.stop(grace=0.0)
+    asyncio.run(asyncio.wait_for(body(), timeout=180))
