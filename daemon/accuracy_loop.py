@@ -16,6 +16,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from daemon.recent import Recent
 from variants.accuracy_allocation import Allocation
 from variants.accuracy_planner import VariantProfile
 from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState, due, plan_for, swaps
@@ -76,8 +77,9 @@ class AccuracyLoop:
     def __init__(self, dispatcher: "Dispatcher") -> None:
         self.d = dispatcher
         self.state = AccuracyState()
-        self.allocations: list[tuple[float, Allocation]] = []
-        self.failed: list[tuple[str, str, str]] = []       # (worker, variant, why)
+        #: the latest plans and failed loads (daemon.recent: a daemon runs for months)
+        self.allocations: Recent[tuple[float, Allocation]] = Recent()
+        self.failed: Recent[tuple[str, str, str]] = Recent()   # (worker, variant, why)
         self._refused: dict[tuple[str, str], float] = {}   # (worker, variant) -> when its load failed
         self.late = False                                  # SlackFit mode bound the applications' queries late
 

@@ -18,6 +18,7 @@ from typing import Awaitable, Callable, Mapping, Sequence
 import numpy as np
 
 from daemon.accuracy_loop import AccuracyLoop
+from daemon.recent import Recent
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement,
                                      VariantCandidate, WorkerSnapshot, decide)
@@ -39,8 +40,8 @@ class ModelLoop:
         self.state = ModelLoopState()
         self.last_at: float | None = None
         self.rounds = 0
-        self.applied: list[Placement] = []    # (placements skipped because the worker was parked meanwhile are in neither)
-        self.failed: list[tuple[Placement, str]] = []
+        self.applied: Recent[Placement] = Recent()    # (placements skipped because the worker was parked meanwhile are in neither)
+        self.failed: Recent[tuple[Placement, str]] = Recent()
         self.interval_s = 1.0
         self.accuracy = AccuracyLoop(dispatcher)
 

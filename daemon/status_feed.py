@@ -308,22 +308,20 @@ class StatusFeed:
         if loop is None:
             return
         solver = d.model_params.solver
-        applied: list[Any] = loop.applied
-        for p in applied[self._applied:]:
+        for p in loop.applied.since(self._applied):
             self.record("model", p.action, f"{p.action} {p.variant} on {p.worker}",
                         f"model autoscaler ({solver}, INFaaS §4.2) for the demand of {d.dispatcher.variant_model(p.variant)}"
                         if d.dispatcher is not None else f"model autoscaler ({solver})",
                         variant=p.variant, instance_id=p.worker)
-        self._applied = len(applied)
-        failed: list[Any] = loop.failed
-        for p, msg in failed[self._failed:]:
+        self._applied = loop.applied.total
+        for p, msg in loop.failed.since(self._failed):
             self.error(f"model loop: {p.action} {p.variant} on {p.worker}: {msg}")
-        self._failed = len(failed)
+        self._failed = loop.failed.total
         self._accuracy(loop.accuracy)
 
     def _accuracy(self, acc: Any) -> None:
         """The accuracy round's plans (a placement that changed) and failed loads."""
-        for _, a in acc.allocations[self._acc_plans:]:
+        for _, a in acc.allocations.since(self._acc_plans):
             if a.placement == self._acc_placement:
                 continue
             self._acc_placement = dict(a.placement)
@@ -335,7 +333,7 @@ class StatusFeed:
                         f"accuracy planner (Proteus §4): serves {served} at accuracy {at}",
                         placement=dict(a.placement), demand_qps=dict(p.demand_qps), served_qps=dict(p.served_qps),
                         effective_accuracy=p.effective_accuracy)
-        self._acc_plans = len(acc.allocations)
-        for w, v, why in acc.failed[self._acc_failed:]:
+        self._acc_plans = acc.allocations.total
+        for w, v, why in acc.failed.since(self._acc_failed):
             self.error(f"accuracy plan: load {v} on {w}: {why}")
-        self._acc_failed = len(acc.failed)
+        self._acc_failed = acc.failed.total

@@ -23,6 +23,7 @@ from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.app import Daemon, FleetStatus
 from daemon.commands.status import status_dict
+from daemon.recent import Recent
 from daemon.status_feed import SpendMeter, StatusFeed, day_start
 from dispatcher.latency_model import LatencyModel
 from dispatcher.outcomes import LATENCY_BUCKETS_S, OutcomeLedger
@@ -274,7 +275,8 @@ def _stub_daemon(tmp_path: Path) -> SimpleNamespace:
     return SimpleNamespace(
         cfg=cfg, status=FleetStatus(), fleet_events=[], dispatcher=None, actuator=None, capacity_hint=1.0,
         decide=lambda demand: ({"g4dn.xlarge": 2}, None),
-        model_loop=SimpleNamespace(applied=[], failed=[], accuracy=SimpleNamespace(allocations=[], failed=[])),
+        model_loop=SimpleNamespace(applied=Recent(), failed=Recent(),
+                                   accuracy=SimpleNamespace(allocations=Recent(), failed=Recent())),
         model_params=SimpleNamespace(solver="greedy"))
 
 
@@ -415,3 +417,14 @@ def test_validate_refuses_a_metrics_port_that_is_the_dispatchers(tmp_path: Path)
     off = parse_config_text((REPO / "config" / "costscale.example.yaml").read_text()
                             .replace("listen: 127.0.0.1:9464", "listen: null"), "c.yaml")
     assert off.metrics.listen is None
+
+
+def test_a_loop_record_keeps_the_latest_and_counts_them_all() -> None:
+    """daemon.recent.Recent: bounded, and a reader remembering the total gets exactly what is new."""
+    r: Recent[int] = Recent(keep=3)
+    r += [1, 2]
+    assert r.since(0) == [1, 2] and r.total == 2 and r == [1, 2]
+    r += [3, 4, 5]
+    assert list(r) == [3, 4, 5] and len(r) == 3 and r.total == 5
+    assert r.since(2) == [3, 4, 5] and r.since(4) == [5] and r.since(5) == []
+    assert r.since(0) == [3, 4, 5]          # the first two are gone: what is kept
