@@ -32,3 +32,10 @@ def write_section(name: str, markdown: str) -> None:
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     BENCHMARKS.write_text(text, encoding="utf-8")
+
+
+def read_section(name: str) -> str | None:
+    """The text between the markers of section ``name`` of BENCHMARKS.md, or None."""
+    text = BENCHMARKS.read_text(encoding="utf-8") if BENCHMARKS.exists() else ""
+    m = re.search(re.escape(f"<!-- BEGIN {name} -->") + r"\n?(.*?)\n?" + re.escape(f"<!-- END {name} -->"), text, re.S)
+    return m.group(1) if m else None
