@@ -147,12 +147,18 @@ def remote_inputs(r: pb.OfflineJobRequest, objects: ObjectStore) -> list[tuple[s
     return out
 
 
+#: ended jobs (done or failed) kept for GetOfflineJob, their outputs included; the oldest beyond
+#: this are forgotten when a job is submitted (a dispatcher runs for months)
+KEEP_ENDED = 1000
+
+
 class OfflineJobs:
     """The offline jobs of one dispatcher and their throttled runs (see the module docstring)."""
 
     def __init__(self, d: Dispatcher) -> None:
         self.d = d
-        self.jobs: dict[str, OfflineJob] = {}
+        self.jobs: dict[str, OfflineJob] = {}     # by submission, oldest first
+        self.submitted = 0
         self.threshold = ml.OFFLINE_UTILIZATION_THRESHOLD
         self.chunk = 8
         self.poll_s = 0.2
@@ -172,13 +178,23 @@ class OfflineJobs:
             inputs = await asyncio.to_thread(remote_inputs, r, self.d.objects)
         except ValueError as exc:   # ObjectError too: a missing object
             return SC.INVALID_ARGUMENT, str(exc)
-        job = OfflineJob(job_id=f"job-{len(self.jobs) + 1}", model=m, variant=variant, inputs=inputs,
+        self.forget_ended()
+        self.submitted += 1
+        job = OfflineJob(job_id=f"job-{self.submitted}", model=m, variant=variant, inputs=inputs,
                          output_uri=r.output_uri,
                          total=sum(ml.chunks(a.shape[0], self.chunk).__len__() for _, a in inputs))
         self.jobs[job.job_id] = job
         self.d._start_load(choice)
         job.task = (self.d._loop or asyncio.get_running_loop()).create_task(self._run(job))
         return job.reply()
+
+    def forget_ended(self, keep: int | None = None) -> None:
+        """Forget the oldest ended jobs beyond ``keep`` (default :data:`KEEP_ENDED`); a job queued,
+        throttled or running is never forgotten."""
+        keep = KEEP_ENDED if keep is None else keep
+        ended = [k for k, j in self.jobs.items() if j.state in ("done", "failed")]
+        for k in ended[:max(len(ended) - keep, 0)]:
+            del self.jobs[k]
 
     def _workers(self, job: OfflineJob) -> list[WorkerState]:
         key = f"v:{job.variant}" if job.variant else f"m:{job.model.name}"

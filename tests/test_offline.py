@@ -182,3 +182,33 @@ def test_a_finished_job_lets_go_of_its_inputs(tmp_path: Path, fails: bool) -> No
     assert (reply.state, reply.done, reply.total) == ("done", 3, 3)
     with np.load(io.BytesIO(reply.output)) as out:
         assert out["x"].shape == (10, 2) and (out["x"] == 1).all()
+
+
+def test_ended_jobs_beyond_the_limit_are_forgotten_oldest_first(tmp_path: Path) -> None:
+    """A dispatcher running for months keeps the latest ended jobs only (outputs included); a job
+    still queued or running is never forgotten, and ids stay unique after forgetting."""
+    jobs = OfflineJobs(Dispatcher(_cfg(tmp_path), LatencyModel(), objects=_Store({})))
+    m = _cfg(tmp_path).models[0]
+    states = ["done", "running", "failed", "done", "queued", "done"]
+    for i, s in enumerate(states, 1):
+        jobs.jobs[f"job-{i}"] = OfflineJob(f"job-{i}", m, "", [], "", total=1, state=s)
+    jobs.submitted = len(states)                      # as if submitted
+    jobs.forget_ended(keep=2)
+    assert list(jobs.jobs) == ["job-2", "job-4", "job-5", "job-6"]
+    jobs.forget_ended(keep=0)
+    assert list(jobs.jobs) == ["job-2", "job-5"]
+
+    async def submit() -> list[str]:
+        jobs._run = lambda job: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
+        jobs.d._start_load = lambda choice: None  # type: ignore[method-assign]
+        x = io.BytesIO()
+        np.save(x, np.zeros((2, 64), np.float32))
+        ids = []
+        for _ in range(2):
+            r = await jobs.submit(pb.OfflineJobRequest(model=m.name, input=x.getvalue()))
+            assert isinstance(r, pb.OfflineJobReply), r
+            ids.append(r.job_id)
+        return ids
+    # ids count submissions, not the jobs kept: job-7 and job-8, never a second job-5 or job-6
+    assert asyncio.run(submit()) == ["job-7", "job-8"]
+    assert list(jobs.jobs) == ["job-2", "job-5", "job-7", "job-8"]
