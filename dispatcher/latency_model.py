@@ -107,6 +107,8 @@ class LatencyModel:
         self._stacks: dict[str, dict[tuple[str, ...], np.ndarray]] = {}
         #: pairs whose cached table came from the fallback rule (stale after any observation)
         self._fallback_built: set[tuple[str, str]] = set()
+        #: a profiled pair's profile over batch 0..N (the prior its observations are measured against)
+        self._priors: dict[tuple[str, str], np.ndarray] = {}
 
     @classmethod
     def from_profiles(cls, profiles: ProfileTable, stat: Stat = "mean", **kw: float) -> "LatencyModel":
@@ -125,6 +127,7 @@ class LatencyModel:
         self._tables.clear()
         self._stacks.clear()
         self._fallback_built.clear()
+        self._priors.clear()
 
     def observed_means(self, model: str, instance_type: str) -> dict[int, tuple[int, float]]:
         """Bucket (batch rounded up to ``granularity``) -> (observations, mean ms) of measured queries."""
@@ -176,7 +179,10 @@ class LatencyModel:
         st.add(float(batch), float(ms))
         profiled = self.profiles.has(model, instance_type)
         if profiled:
-            prior = float(self.profiles.get(model, instance_type).latency_ms(max(float(batch), 1.0), self.stat))
+            priors = self._prior(model, instance_type)
+            b = math.ceil(batch)
+            prior = float(priors[b]) if b < len(priors) else float(
+                self.profiles.get(model, instance_type).latency_ms(float(batch), self.stat))
             if prior > 0:
                 st.add_ratio(float(batch), float(ms) / prior)
         tab = self._tables.get(key)
@@ -185,14 +191,18 @@ class LatencyModel:
             # a profiled pair only changes in this observation's bucket: patch the cached table
             g = self.granularity
             k = st.bucket(batch)
-            lo = 0 if k == g else k - g + 1
-            v = self._bucket_values(model, instance_type, st, k, np.arange(lo, k + 1, dtype=float))
-            if v is not None and k < len(tab):
-                tab[lo: k + 1] = v
-                if stacks:
-                    for types, stack in stacks.items():
-                        if instance_type in types:
-                            stack[lo: k + 1, types.index(instance_type)] = v
+            lo, hi = (0 if k == g else k - g + 1), min(k, len(tab) - 1)
+            full = max(st.ratio_n.get(k, 0), st.bucket_n.get(k, 0)) >= self.lookup_min_samples
+            if full and lo <= hi:                # (below that, the table there is the profile still)
+                v = self._bucket_rule(st, k, self._prior(model, instance_type)[lo: hi + 1])
+                tab[lo: hi + 1] = v
+                for types, stack in list((stacks or {}).items()):
+                    if instance_type not in types:
+                        continue
+                    if hi < len(stack):
+                        stack[lo: hi + 1, types.index(instance_type)] = v
+                    else:                       # shorter than this table: rebuilt on its next use
+                        del stacks[types]
             if stale and stacks:
                 self._stacks.pop(model, None)
         else:
@@ -264,7 +274,7 @@ class LatencyModel:
         b = np.arange(self._size(model, instance_type) + 1, dtype=float)
         st = self._obs.get(key)
         if self.profiles.has(model, instance_type):
-            base = self.profiles.get(model, instance_type).latency_ms(np.maximum(b, 1.0), self.stat)
+            base = self._prior(model, instance_type).copy()   # the table is patched in place
         elif st is not None and st.n > 0:
             line = st.line()
             assert line is not None
@@ -272,31 +282,54 @@ class LatencyModel:
         else:
             base = self._fallback(model, instance_type, b, visiting | {instance_type})
         base = np.asarray(base, dtype=float)
-        if st is not None and st.bucket_n:
-            g = self.granularity
-            for k in st.bucket_n:
-                lo = 0 if k == g else k - g + 1
-                if lo >= len(b):
-                    continue
-                hi = min(k, len(b) - 1)
-                v = self._bucket_values(model, instance_type, st, k, b[lo: hi + 1])
-                if v is not None:
-                    base[lo: hi + 1] = v
-        return base
+        if st is None or not st.bucket_n:
+            return base
+        return self._observed(st, b, base, profiled=self.profiles.has(model, instance_type))
 
-    def _bucket_values(self, model: str, instance_type: str, st: _PairStats, k: int,
-                       batches: np.ndarray) -> np.ndarray | None:
-        """The lookup rule's predictions for ``batches`` (all in bucket ``k``), None when the bucket
-        has too few observations: a profiled pair's profile there times the bucket's mean
-        measured ÷ profiled ratio; otherwise the bucket's mean."""
-        rn = st.ratio_n.get(k, 0)
-        if rn >= self.lookup_min_samples and self.profiles.has(model, instance_type):
-            prof = self.profiles.get(model, instance_type).latency_ms(np.maximum(batches, 1.0), self.stat)
-            return np.asarray(prof, dtype=float) * (st.ratio_sum[k] / rn)
-        n = st.bucket_n.get(k, 0)
+    def _prior(self, model: str, instance_type: str) -> np.ndarray:
+        """A profiled pair's profile at batch 0..N (index = batch; 0 reads batch 1); cached."""
+        key = (model, instance_type)
+        got = self._priors.get(key)
+        if got is None:
+            b = np.arange(self._size(model, instance_type) + 1, dtype=float)
+            got = self._priors[key] = np.asarray(
+                self.profiles.get(model, instance_type).latency_ms(np.maximum(b, 1.0), self.stat), dtype=float)
+        return got
+
+    def _observed(self, st: _PairStats, b: np.ndarray, base: np.ndarray, profiled: bool) -> np.ndarray:
+        """The lookup rule over ``base`` (the prior's predictions for batches ``b``): where a batch's
+        bucket holds ``lookup_min_samples`` observations, their mean; for a profiled pair (``base``
+        is then the profile) the profile times the bucket's mean measured ÷ profiled ratio first."""
+        buckets = (np.ceil(np.maximum(b, 1.0) / self.granularity) * self.granularity).astype(np.int64)
+        out = base
+        means = self._full_buckets(st.bucket_n, st.bucket_sum, buckets)
+        if means is not None:
+            out = np.where(means[0], means[1], out)
+        ratios = self._full_buckets(st.ratio_n, st.ratio_sum, buckets) if profiled else None
+        if ratios is not None:
+            out = np.where(ratios[0], base * ratios[1], out)
+        return out
+
+    def _bucket_rule(self, st: _PairStats, k: int, prior: np.ndarray) -> np.ndarray:
+        """:meth:`_observed` for the batches of one bucket ``k`` of a profiled pair (``prior``: the
+        profile there), on scalars: the per-observation patch of a cached table."""
+        rn, n = st.ratio_n.get(k, 0), st.bucket_n.get(k, 0)
+        if rn >= self.lookup_min_samples:
+            return prior * (st.ratio_sum[k] / rn)
         if n >= self.lookup_min_samples:
-            return np.full(len(batches), st.bucket_sum[k] / n)
-        return None
+            return np.full_like(prior, st.bucket_sum[k] / n)
+        return prior
+
+    def _full_buckets(self, counts: dict[int, int], sums: dict[int, float], buckets: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """For each of ``buckets``: whether it holds ``lookup_min_samples`` observations, and their
+        mean (``sums`` ÷ ``counts``); None when no bucket does."""
+        ks = np.array(sorted(k for k, n in counts.items() if n >= self.lookup_min_samples), dtype=np.int64)
+        if not ks.size:
+            return None
+        means = np.array([sums[k] / counts[k] for k in ks])
+        pos = np.minimum(np.searchsorted(ks, buckets), len(ks) - 1)
+        return ks[pos] == buckets, means[pos]
 
     def _fallback(self, model: str, instance_type: str, b: np.ndarray, visiting: set[str]) -> np.ndarray:
         others = sorted(t for t in self._types_by_model.get(model, ()) if t not in visiting and self.has_data(model, t))
