@@ -115,7 +115,6 @@ class AccuracyLoop:
                         continue
                     if p.variant_ms(n, w.instance_type, 1.0) < p.apps[app].qos_ms:
                         todo.append((iid, n))
-        d.accuracy.refresh_holders(apps)
         got = await asyncio.gather(*(d.load_variant(w, v) for w, v in todo), return_exceptions=True)
         for (w, v), r in zip(todo, got):
             if isinstance(r, BaseException) or not r[0]:

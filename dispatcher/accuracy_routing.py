@@ -17,14 +17,14 @@ an application stays loaded, a query of it waits unbound, and when it is dispatc
 
 A part of :class:`dispatcher.server.Dispatcher` (``d.accuracy``). Owns: the router, the plan's
 placement, each application's demand window, the late-bound applications. Reads: ``clock``, ``xi``,
-``predictor``, ``placement`` (``variant_meta``, ``models``, ``app_models``), ``loaded_on``, ``_queue``,
+``predictor``, ``placement`` (``variant_meta``, ``models``, ``app_models``, ``cfg_models``), ``workers``, ``_queue``,
 ``_retry``, ``_kick``.
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from dispatcher import batch_join
 from dispatcher.plan_routing import PlanRouter
@@ -52,7 +52,6 @@ class AccuracyRouting:
         self.placement: dict[str, str | None] = {}     # worker -> accuracy-scaled variant it hosts
         self.windows: dict[str, DemandWindow] = {}     # application -> its arrivals
         self.rerouted = 0                               # queued queries moved to the new plan's variants
-        self.holders: dict[str, list[str]] = {}        # SlackFit: application -> workers holding it
         #: applications whose variant is chosen per dispatch (SlackFit mode), not by a plan
         self.late_bound: set[str] = set()
         self.bound: dict[str, int] = {}                # variant -> queries SlackFit sent to it
@@ -64,14 +63,15 @@ class AccuracyRouting:
             w = self.windows[application] = DemandWindow()
         w.record(batch, now)
 
-    def rate(self, application: str, window_s: float) -> float:
-        """Arrivals of ``application`` per second over the last ``window_s`` seconds."""
+    def rate(self, application: str, window_s: float, now: float | None = None) -> float:
+        """Arrivals of ``application`` per second over the last ``window_s`` seconds (to ``now``,
+        default the clock's)."""
         w = self.windows.get(application)
-        return w.arrival_rate(self.d.clock(), window_s) if w is not None else 0.0
+        return w.arrival_rate(self.d.clock() if now is None else now, window_s) if w is not None else 0.0
 
     def mean_batch(self, application: str) -> float:
         w = self.windows.get(application)
-        return (w.snapshot(self.d.clock()).mean_batch or 1.0) if w is not None else 1.0
+        return (w.mean_batch() or 1.0) if w is not None else 1.0
 
     # -- the plan ----------------------------------------------------------------------------------
     def set_plan(self, placement: Mapping[str, str | None], routing: Mapping[str, Mapping[str, float]]) -> None:
@@ -108,20 +108,15 @@ class AccuracyRouting:
     # -- SlackFit: the variant at dispatch -----------------------------------------------------------
     def holds(self, w: "WorkerState", application: str, floor: float = 0.0) -> bool:
         """Whether ``w`` holds a variant of ``application`` at or above ``floor`` (a late-bound query
-        with that ``min_accuracy`` may go there)."""
-        return bool(self._resident(w, application, floor))
+        with that ``min_accuracy`` may go there); stops at the first."""
+        return next(self._resident(w, application, floor), None) is not None
 
-    def _resident(self, w: "WorkerState", application: str, floor: float) -> list[str]:
+    def _resident(self, w: "WorkerState", application: str, floor: float) -> Iterator[str]:
         p = self.d.placement
-        models = set(p.app_models.get(application, ()))
-        return sorted(v for v in self.d.loaded_on(w) if p.variant_model(v) in models
-                      and p.variant_meta.get(v) is not None and p.variant_meta[v].accuracy >= floor)
-
-    def refresh_holders(self, applications: Iterable[str]) -> None:
-        """Once per model-loop tick (SlackFit mode): per application the workers that hold one of its
-        variants (:meth:`bind` reads them per dispatch; they change only when a variant loads)."""
-        self.holders = {app: [iid for iid, w in self.d.workers.items()
-                              if not (w.draining or w.removed) and self.holds(w, app)] for app in applications}
+        models = p.app_models.get(application, ())
+        loaded = w.loaded if w.loaded is not None else p.cfg_models
+        return (v for v in loaded if p.variant_model(v) in models
+                and (meta := p.variant_meta.get(v)) is not None and meta.accuracy >= floor)
 
     def bind(self, q: "_Query", w: "WorkerState", now: float, waiting: Sequence["_Query"]) -> list["_Query"]:
         """SlackFit on the live path (SuperServe §4.2; :func:`variants.slackfit.choose_for_queue`, the
@@ -131,7 +126,7 @@ class AccuracyRouting:
         ``q``'s slack, in one call; when none does, the fastest with the largest batch that fits (one
         query at least). ``q`` and the queries that join it take that variant; returns the joiners."""
         p = self.d.placement
-        names = self._resident(w, q.application, q.min_accuracy)   # never empty: the group key holds the floor
+        names = sorted(self._resident(w, q.application, q.min_accuracy))   # never empty: the group key holds the floor
         if not names:
             return []
         sig = q.sig
@@ -146,13 +141,14 @@ class AccuracyRouting:
         front = pareto(fns)
         slack_s = (self.d.xi * q.qos_ms - 1000.0 * (now - q.arrival)) / 1000.0
         # each worker holding the application must keep up with its share of the arrivals, and takes
-        # its share of what waits (idle ones take the rest in this round). The rate is read per
-        # dispatch (one count over the window): a share refreshed per model tick lagged a spike's
-        # first second, and SlackFit kept choosing the slow variants while the queue grew (93.6 %
-        # in CI's run of tests/test_accuracy_e2e.py, 99 % with the rate read here)
-        holders = self.holders.get(q.application, ())
-        share = LATE_HEADROOM * self.rate(q.application, LATE_RATE_WINDOW_S) / max(len(holders), 1)
-        idle = 1 + sum(1 for i in holders if (x := self.d.workers.get(i)) is not None and x.idle and x is not w)
+        # its share of what waits (idle ones take the rest in this round). Both are read per
+        # dispatch: a share refreshed per model tick lagged a spike's first second, and SlackFit
+        # kept choosing the slow variants while the queue grew (93.6 % in CI's run of
+        # tests/test_accuracy_e2e.py); holders cached per tick missed workers that loaded since
+        holders = [x for x in self.d.workers.values()
+                   if not (x.draining or x.removed) and self.holds(x, q.application)]
+        share = LATE_HEADROOM * self.rate(q.application, LATE_RATE_WINDOW_S, now) / max(len(holders), 1)
+        idle = 1 + sum(1 for x in holders if x.idle and x is not w)
         mine = -(-len(group) // idle)
         # half the slack (Proteus §4's SLO/2): a query arriving as this call starts waits for it, then
         # needs its own; the whole slack let one long call make the queries behind it miss

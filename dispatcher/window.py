@@ -121,10 +121,15 @@ class DemandWindow:
         recent = int(np.count_nonzero(self._t[:n] > now - horizon_s))
         return float(recent / horizon_s)
 
+    def mean_batch(self) -> float:
+        """Mean batch size of the queries in the window (0 when empty)."""
+        n = len(self)
+        return self._batch_sum / n if n else 0.0
+
     def snapshot(self, now: float, steady_s: float = STEADY_HORIZON_S) -> WindowSnapshot:
         """The window at ``now``; ``steady_qps`` is the rate over the last ``steady_s`` seconds."""
         n = len(self)
         oldest = (float(self._t[0]) if n < self.capacity else float(self._t[self._next])) if n else now
         return WindowSnapshot(now=now, count=n, total=self.total, arrival_qps=self.arrival_rate(now),
-                              mean_batch=self._batch_sum / n if n else 0.0, mix=self.mix(),
+                              mean_batch=self.mean_batch(), mix=self.mix(),
                               span_s=max(now - oldest, 0.0), steady_qps=self.arrival_rate(now, steady_s))

@@ -181,5 +181,4 @@ def test_slackfit_binds_the_most_accurate_variant_that_serves_the_queue_in_half_
     r = AccuracyRouting(d)  # type: ignore[arg-type]
     for i in range(30):
         r.record("a", 1, 9.0 + i / 30.0)
-    r.refresh_holders(["a"])                                 # the model loop's tick
     assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:] and {q.variant for q in qs} == {"lo"}
