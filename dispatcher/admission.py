@@ -246,8 +246,8 @@ class Admission:
             except asyncio.CancelledError:
                 # the client went away mid-call: free the worker; nobody can collect the answer.
                 # Queries that joined its call go back to the queue
-                if w.call is not None and w.in_flight == qid:
-                    self._requeue_call([m for m in w.call[0] if m[0] is not q], "the call's head was cancelled")
+                if w.in_flight == qid:
+                    self._abandon_call(w, "the call's head was cancelled", skip=q)
                 self._release(w, qid)
                 self._drop_cancelled(q)
                 self._kick()

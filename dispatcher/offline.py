@@ -33,6 +33,7 @@ from dispatcher.admission import SC
 from dispatcher.object_store import ObjectStore, parse_s3_uri
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.proto.tensors import tensor_to_array
+from dispatcher.routing import group_key
 from dispatcher.workers import WorkerState
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ class OfflineJobs:
             del self.jobs[k]
 
     def _workers(self, job: OfflineJob) -> list[WorkerState]:
-        key = f"v:{job.variant}" if job.variant else f"m:{job.model.name}"
+        key = group_key(job.variant, job.model.name)
         return [w for w in self.d.workers.values() if not w.draining and self.d._eligible(w, key)]
 
     async def _gate(self, job: OfflineJob) -> None:

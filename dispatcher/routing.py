@@ -44,6 +44,16 @@ from dispatcher.workers import WorkerState
 
 #: weight of the newest call in a worker's smoothed call overhead
 OVERHEAD_EWMA = 0.1
+#: what a query needs of a worker: ("v", variant), ("m", model) or ("a", application, min_accuracy)
+#: (late-bound, SlackFit: any variant of the application at or above the floor)
+GroupKey = tuple
+
+
+def group_key(variant: str, model: str) -> GroupKey:
+    """The group of a query (or an offline job) bound to ``variant``, or else to ``model``."""
+    return ("v", variant) if variant else ("m", model)
+
+
 #: how far down the queue a dispatched query looks for queries to join it (dispatcher.batch_join)
 JOIN_SCAN = 1024
 
@@ -120,20 +130,19 @@ class RoutingRound:
                 taken.add(w.instance_id)
                 self._dispatch(q, w, now, reserved)
 
-    def _group_key(self, q: _Query) -> str:
-        if q.late:      # an application's queries, by the floor the variant must meet
-            return f"a:{q.application}@{q.min_accuracy:g}"
-        return "v:" + q.variant if q.variant else "m:" + q.model.name
+    def _group_key(self, q: _Query) -> GroupKey:
+        if q.late:      # an application's queries, by the floor the variant must meet (exact: a float)
+            return ("a", q.application, q.min_accuracy)
+        return group_key(q.variant, q.model.name)
 
-    def _eligible(self, w: WorkerState, gkey: str) -> bool:
-        if w.loaded is None:  # not reported yet: it serves the config's models
-            return gkey[:2] == "m:" or gkey[2:] in self.placement.cfg_models
-        kind, name = gkey[:2], gkey[2:]
-        if kind == "v:":
+    def _eligible(self, w: WorkerState, gkey: GroupKey) -> bool:
+        kind, name = gkey[0], gkey[1]
+        if w.loaded is None:  # not reported yet: it serves the config's models (no variant is known there)
+            return kind == "m" or (kind == "v" and name in self.placement.cfg_models)
+        if kind == "v":
             return name in w.loaded
-        if kind == "a:":
-            app, floor = name.rsplit("@", 1)
-            return self.accuracy.holds(w, app, float(floor))
+        if kind == "a":
+            return self.accuracy.holds(w, name, gkey[2])
         variant_model = self.placement.variant_model
         return any(variant_model(x) == name for x in w.loaded)
 
@@ -174,7 +183,6 @@ class RoutingRound:
         pred = self.predictor.predict_ms(q.model.profile_name, w.instance_type, q.batch + sum(f.batch for f in joined))
         w.idle = False
         w.idle_event.clear()
-        w.in_flight = q.query_id
         w.busy_until = now + (pred + w.overhead_ms) / 1000.0
         if self._catch is q or self._catch is w:
             self._caught = (q, w, q.gen)    # the coroutine running this round serves it itself
@@ -216,7 +224,7 @@ class RoutingRound:
 
     def _release(self, w: WorkerState, qid: str) -> None:
         if w.in_flight == qid:
-            w.in_flight, w.call = None, None
+            w.call = None
         if not w.removed:
             w.idle = True
             w.busy_until = self.clock()
@@ -226,7 +234,10 @@ class RoutingRound:
         """One worker call for ``q`` and the queries that joined it (dispatcher.batch_join), then each
         one's outcome."""
         call = w.call
-        members, inputs = call if call is not None and call[0][0] == (q, gen) else ([(q, gen)], q.inputs)
+        if call is None or call[0][0] != (q, gen):   # abandoned meanwhile (worker removed): its queries requeued
+            self._release(w, q.query_id)
+            return
+        members, inputs = call
         batch = sum(m.batch for m, _ in members)
         req = pb.InferRequest(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=batch,
                               inputs=inputs)
@@ -306,6 +317,12 @@ class RoutingRound:
                 self.accuracy.repin_if_unplaced(m)
             else:
                 self._requeue(m, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
+
+    def _abandon_call(self, w: WorkerState, reason: str, skip: _Query | None = None) -> None:
+        """``w``'s call will not answer: its queries (but ``skip``) back to the queue, the call forgotten."""
+        if w.call is not None:
+            self._requeue_call([m for m in w.call[0] if m[0] is not skip], reason)
+        w.call = None
 
     def _requeue_call(self, members: list[tuple[_Query, int]], reason: str) -> None:
         """Back to the queue: the queries of a call that will not answer them, those still current."""

@@ -46,7 +46,6 @@ class WorkerState:
     client: WorkerClient
     idle: bool = True
     busy_until: float = 0.0
-    in_flight: str | None = None
     #: the call under way: its (query, generation) pairs, head first, taken at dispatch (with the
     #: queries that joined it, dispatcher.batch_join), and the inputs it sends; None when idle
     call: tuple[list, list] | None = None
@@ -68,6 +67,11 @@ class WorkerState:
     busy: deque = field(default_factory=lambda: deque(maxlen=4096))
     #: (variant, batch, service_ms, offline) served since the model loop last took them
     samples: list = field(default_factory=list)
+
+    @property
+    def in_flight(self) -> str | None:
+        """The id of the query heading the call under way; None when idle."""
+        return self.call[0][0][0].query_id if self.call is not None else None
     #: smoothed time (ms) a call to this worker takes beyond the service time it reports (network,
     #: (de)serialization): part of how long the worker stays busy, so of the remaining busy time in L
     overhead_ms: float = 0.0
@@ -244,9 +248,7 @@ class WorkerRegistry:
         w.removed = True
         if self.workers.get(w.instance_id) is w:
             del self.workers[w.instance_id]
-        if w.in_flight is not None and w.call is not None:
-            self._requeue_call(w.call[0], f"worker {w.instance_id} removed ({reason})")
-        w.in_flight, w.call = None, None
+        self._abandon_call(w, f"worker {w.instance_id} removed ({reason})")
         w.idle = False
         w.idle_event.set()
         self._spawn(w.client.close())
