@@ -144,7 +144,7 @@ class LatencyModel:
         st = self._obs.get(key)
         if st is not None and batch_size is not None:
             k = st.bucket(batch_size)
-            if max(st.bucket_n.get(k, 0), st.ratio_n.get(k, 0)) >= self.lookup_min_samples:
+            if st.bucket_n.get(k, 0) >= self.lookup_min_samples:   # (ratio_n <= bucket_n)
                 return "lookup"
         if self.profiles.has(model, instance_type):
             return "profile"
@@ -192,7 +192,7 @@ class LatencyModel:
             g = self.granularity
             k = st.bucket(batch)
             lo, hi = (0 if k == g else k - g + 1), min(k, len(tab) - 1)
-            full = max(st.ratio_n.get(k, 0), st.bucket_n.get(k, 0)) >= self.lookup_min_samples
+            full = st.bucket_n.get(k, 0) >= self.lookup_min_samples   # ratio_n <= bucket_n: add counts both
             if full and lo <= hi:                # (below that, the table there is the profile still)
                 v = self._bucket_rule(st, k, self._prior(model, instance_type)[lo: hi + 1])
                 tab[lo: hi + 1] = v

@@ -166,10 +166,9 @@ class VariantPlacement:
             if m is None or t is None:
                 got = ()
             else:
-                f = self.speed_factor(variant)
                 top = max(1, min(m.max_batch, 1024))
                 bs = sorted({1 << i for i in range(11) if (1 << i) <= top} | {top})
-                got = tuple((b, f * self.d.predictor.predict_ms(m.profile_name, t, float(b))) for b in bs)
+                got = tuple((b, self.variant_ms(variant, t, float(b))) for b in bs)
             self.grid_cache[key] = got
         return got
 
