@@ -35,7 +35,8 @@ from scaler.upper_bound import upper_bound_one  # noqa: E402
 
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
 #: Kairos §7 Table 3's types at the shipped catalog's prices, and two synthetic types with their own
-PRICES = {**{t: load_catalog()[t].price_per_hour for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")},
+_CATALOG = load_catalog()
+PRICES = {**{t: _CATALOG[t].price_per_hour for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")},
           "g4dn.synth-fast": 0.75, "r5n.synth-slow": 0.10}
 SYNTH = {"g4dn.synth-fast": ("g4dn.xlarge", 0.7), "r5n.synth-slow": ("r5n.large", 1.4)}
 

@@ -21,14 +21,13 @@ def padding_table(opts: WorkerOptions) -> ProfileTable | None:
     return load_profiles_csv(opts.profiles_path)
 
 
-def padding_profile(opts: WorkerOptions, table: ProfileTable | None = None) -> LatencyProfile | None:
-    """The profile this worker pads to: explicit, else (emulate_profile, instance_type) from the CSV
-    (``table``: :func:`padding_table`, read here when not given)."""
+def padding_profile(opts: WorkerOptions, table: ProfileTable | None) -> LatencyProfile | None:
+    """The profile this worker pads to: explicit, else (emulate_profile, instance_type) from
+    ``table`` (:func:`padding_table`; None: nothing to pad to)."""
     if opts.profile is not None:
         return opts.profile
-    if not opts.emulate_profile:
+    if table is None or not opts.emulate_profile:
         return None
-    table = table if table is not None else load_profiles_csv(opts.profiles_path)
     if opts.emulate_profile not in table.models():
         return None   # nobody has profiled it: padded by the type's emulation factor (type_factor_fn)
     if not table.has(opts.emulate_profile, opts.instance_type):
