@@ -26,14 +26,11 @@ import logging  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 from bench._report import machine, write_section  # noqa: E402
-from config.profiles import load_profiles_csv  # noqa: E402
-from daemon.demo import DEMO_MODEL, demo_config, run_demo, trace_span_and_rate  # noqa: E402
-from sim.replay import ReplaySpec, replay  # noqa: E402
+from daemon.demo import DEMO_MODEL, replay_like_demo, run_demo, trace_span_and_rate  # noqa: E402
+from scaler.actuator import pool_text  # noqa: E402
 from sim.replay_metrics import report  # noqa: E402
-from sim.workload import read_trace_csv, trace_workload  # noqa: E402
+from sim.workload import load_trace_csv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "examples" / "traces" / "step-burst-3min.csv"
@@ -44,7 +41,7 @@ def _times(ts: list[float]) -> str:
 
 
 def _pools(targets: list[dict[str, int]]) -> str:
-    return " → ".join("+".join(f"{t}×{n}" for t, n in sorted(p.items()) if n) or "none" for p in targets)
+    return " → ".join(pool_text(p) or "none" for p in targets)
 
 
 def main() -> int:
@@ -52,9 +49,8 @@ def main() -> int:
     ap.add_argument("--trace", default=str(TRACE))
     args = ap.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)     # moto's request log
-    rows = read_trace_csv(args.trace)
-    wl = trace_workload(rows, np.asarray([n == DEMO_MODEL for n in rows.names], dtype=bool))
-    duration, rate1 = trace_span_and_rate(wl)
+    wl = load_trace_csv(args.trace, DEMO_MODEL)
+    duration, _ = trace_span_and_rate(wl)
     print(f"live: {len(wl)} queries over {duration:.0f} s (real time) ...", file=sys.stderr)
     t0 = time.perf_counter()
     buf = io.StringIO()
@@ -66,10 +62,8 @@ def main() -> int:
         return 1
     live = json.loads(buf.getvalue().strip().splitlines()[-1])
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = demo_config(Path(tmp), "http://127.0.0.1:1", "ami-1", 2.5, rate1)
         t0 = time.perf_counter()
-        run = replay(cfg, load_profiles_csv(cfg.profiles), wl, duration,
-                     ReplaySpec(boot_s={"gpu": 0.0, "cpu": 0.0, "inferentia": 0.0}, load_s=2.0))
+        run = replay_like_demo(wl, Path(tmp))
         replay_s = time.perf_counter() - t0
     rep = report(run)
     live_targets = [t["pool"] for t in live["targets"]]

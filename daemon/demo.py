@@ -463,3 +463,17 @@ def _hindsight(cfg: Config, profiles: ProfileTable, stats: LoadStats, duration: 
         return run_baseline("hindsight", cfg, profiles, wl, duration, ReplaySpec()).ledger.cost_usd
     except Exception:  # noqa: BLE001 - a reference only; the summary says "-" without it
         return math.nan
+
+
+def replay_like_demo(trace: Workload, state_dir: Path) -> Any:
+    """``trace`` through ``costscale replay`` as ``costscale demo --trace`` runs it live: the demo's
+    config, no boot delay (the embedded cloud's instances run at once), 2 s for a worker to load its
+    model (the live side's validation, issue #12; ``tests/test_live_vs_replay.py`` and
+    ``bench/live_vs_replay_bench.py``). Returns the ``sim.replay.ReplayRun``."""
+    from config.profiles import load_profiles_csv
+    from sim.replay import ReplaySpec, replay
+
+    duration, rate1 = trace_span_and_rate(trace)
+    cfg = demo_config(state_dir, "http://127.0.0.1:1", "ami-1", 2.5, rate1)
+    return replay(cfg, load_profiles_csv(cfg.profiles), trace, duration,
+                  ReplaySpec(boot_s={"gpu": 0.0, "cpu": 0.0, "inferentia": 0.0}, load_s=2.0))

@@ -16,10 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from config.profiles import load_profiles_csv
-from daemon.demo import demo_config, run_demo, trace_span_and_rate
+from daemon.demo import replay_like_demo, run_demo
 from scaler.batch_mix import sample_batches
-from sim.replay import ReplaySpec, replay
 from sim.replay_metrics import report
 from sim.workload import Workload
 
@@ -39,10 +37,7 @@ def test_live_and_replay_agree(capsys, tmp_path: Path) -> None:  # type: ignore[
     rc = asyncio.run(run_demo(as_json=True, quiet=True, trace=wl))
     live = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and live["sent"] == len(wl)
-    duration, rate1 = trace_span_and_rate(wl)      # what the demo declares for the trace
-    cfg = demo_config(tmp_path, "http://127.0.0.1:1", "ami-1", 2.5, rate1)
-    run = replay(cfg, load_profiles_csv(cfg.profiles), wl, duration,
-                 ReplaySpec(boot_s={"gpu": 0.0, "cpu": 0.0, "inferentia": 0.0}, load_s=2.0))
+    run = replay_like_demo(wl, tmp_path)
     rep = report(run)
     print(f"live ${live['cost_usd']:.6f} {100 * live['slo_attainment']:.2f} % targets "
           f"{[t['pool'] for t in live['targets']]}; replay ${rep['cost_usd']:.6f} "

@@ -119,12 +119,8 @@ def test_the_daemon_holds_the_confirmed_pick_after_its_fleet_tick(tmp_path: Path
     from daemon.app import Daemon
     from scaler.fake_cloud import FakeCloud
 
-    raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
-    raw.update({"objective": "max_throughput", "state_path": str(tmp_path / "s.db"),
-                "dispatcher": {"listen": "127.0.0.1:0"}})
-    raw["workload"] = {**raw.get("workload", {}), "batch_dist": "gaussian"}
-    raw.setdefault("model_scaling", {})["generate_variants"] = False
-    cfg = Config.model_validate(raw)
+    cfg = _cfg(state_path=str(tmp_path / "s.db"), dispatcher={"listen": "127.0.0.1:0"},
+               model_scaling={"generate_variants": False})
 
     async def body() -> None:
         d = Daemon(cfg, None, cloud=FakeCloud(cfg.cluster), listen="127.0.0.1:0", generate_variants=False)
