@@ -139,7 +139,7 @@ class Daemon:
         self.status_feed: StatusFeed | None = None   # costscale status: spend, decisions, errors (watched)
         self.metrics: MetricsServer | None = None    # GET /metrics (metrics.listen)
         # max_throughput: each pick confirmed by simulation off the tick (Kairos+, issue #16)
-        self.confirmer = PickConfirmer(cfg.confirm_evaluations, cfg.dispatcher.policy, self._tick_soon)
+        self.confirmer = PickConfirmer(self._tick_soon)
 
     # ---- wiring ----------------------------------------------------------------------------
     def _declared_demand(self) -> DemandView:
@@ -256,7 +256,7 @@ class Daemon:
         unavailable = sorted(self.actuator.unavailable_types()) if self.actuator else []
         return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
                                        current=self.status.target, types=self.profiling and self.profiling.plan_types(),
-                                       confirmed=self.confirmer.cache if self.confirmer.evaluations >= 2 else None)
+                                       confirmed=self.confirmer.cache)
 
     async def _decided(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
         """:meth:`decide` off the event loop; the status feed hears the decision before it is applied."""
@@ -438,7 +438,6 @@ class Daemon:
             log.warning("reload: %s changed: restart to apply (the running values are kept)", ", ".join(unapplied))
         reschedule(self._scheduler, self.cfg.intervals, new.intervals)
         self.cfg = new
-        self.confirmer.evaluations = new.confirm_evaluations
         if self._explicit_params is None:
             self.model_params = model_params_for(new)
             if self.model_loop is not None:

@@ -24,7 +24,7 @@ from typing import Callable
 
 from scaler.actuator import pool_text
 from scaler.pick_cache import PickCache, PickKey
-from scaler.plan import Plan, PlanInputs
+from scaler.plan import Plan, ToConfirm
 from sim.pick_eval import confirmed_plan
 
 log = logging.getLogger("costscale.daemon")
@@ -36,8 +36,7 @@ NICE = 10
 class PickConfirmer:
     """Confirms max_throughput picks in the background (see the module docstring)."""
 
-    def __init__(self, evaluations: int, policy: str, on_confirmed: Callable[[str], None]) -> None:
-        self.evaluations, self.policy = evaluations, policy
+    def __init__(self, on_confirmed: Callable[[str], None]) -> None:
         self.cache = PickCache()
         self.confirmed = 0                                  # confirmations done
         self._on_confirmed = on_confirmed
@@ -52,33 +51,32 @@ class PickConfirmer:
     def want(self, plan: Plan | None) -> None:
         """Start confirming ``plan``'s question unless it is confirmed, failed before, or another
         confirmation is under way (the next fleet tick asks again)."""
-        if plan is None or plan.confirm is None or self.evaluations < 2 or self.busy:
+        if plan is None or plan.confirm is None or self.busy:
             return
-        key, inputs = plan.confirm
-        if key in self.cache or key in self._failed:
+        todo = plan.confirm
+        if todo.key in self.cache or todo.key in self._failed:
             return
-        self._task = asyncio.get_running_loop().create_task(self._confirm(key, inputs, plan))
+        self._task = asyncio.get_running_loop().create_task(self._confirm(todo, plan))
 
-    async def _confirm(self, key: PickKey, inputs: PlanInputs, pick: Plan) -> None:
+    async def _confirm(self, todo: ToConfirm, pick: Plan) -> None:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=os.nice, initargs=(NICE,))
         t0 = time.monotonic()
         try:
-            plan = await asyncio.get_running_loop().run_in_executor(
-                self._executor, confirmed_plan, inputs, self.policy, self.evaluations)
+            plan = await asyncio.get_running_loop().run_in_executor(self._executor, confirmed_plan, todo)
         except asyncio.CancelledError:
             raise
         except Exception as exc:   # the similarity pick stays: a confirmation only ever improves it
-            self._failed.add(key)
+            self._failed.add(todo.key)
             log.warning("fleet: confirming the pick %s failed (%s: %s); holding it unconfirmed",
                         pool_text(pick.chosen), type(exc).__name__, exc)
             return
-        self.cache.put(key, plan)
+        self.cache.put(todo.key, plan)
         self.confirmed += 1
         moved = plan.chosen != pick.chosen
         log.info("fleet: pick confirmed in %.1f s by simulating up to %d pools: %s (%s)%s", time.monotonic() - t0,
-                 self.evaluations, pool_text(plan.chosen), plan.rule,
+                 todo.evaluations, pool_text(plan.chosen), plan.rule,
                  f", instead of {pool_text(pick.chosen)}" if moved else "")
         if moved:
             self._on_confirmed("pick confirmed")

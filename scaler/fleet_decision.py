@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 from config.schema import Config
 from scaler.batch_mix import BatchMix
 from scaler.pick_cache import PickCache, pick_key
-from scaler.plan import Meets, Objective, Plan, choose_pool, plan_inputs_from_config
+from scaler.plan import Meets, Objective, Plan, ToConfirm, choose_pool, plan_inputs_from_config
 from config.profiles import ProfileTable
 
 #: ``slo_check(profile_model, profiles, qos_ms, rate_qps, mix, *, policy) -> Meets``
@@ -42,13 +42,11 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
     if objective == "min_cost" and demand_qps > 0:
         meets = slo_check(spec.profile_name, profiles, inputs.qos_ms, demand_qps * (1 + cfg.headroom), mix,
                           policy=cfg.dispatcher.policy)
-    if objective == "max_throughput" and confirmed is not None:
-        key = pick_key(inputs, cfg.dispatcher.policy)
-        hit = confirmed.get(key)
-        if hit is not None:
-            return hit
     plan = choose_pool(inputs, objective=objective, demand_qps=demand_qps, headroom=cfg.headroom,
                        top_k=top_k, meets=meets, current=current)
-    if objective == "max_throughput" and confirmed is not None:
-        return replace(plan, confirm=(key, inputs))
-    return plan
+    if objective != "max_throughput" or confirmed is None or cfg.confirm_evaluations < 2:
+        return plan
+    key = pick_key(inputs, cfg.dispatcher.policy)
+    hit = confirmed.get(key)
+    return hit if hit is not None else replace(
+        plan, confirm=ToConfirm(key, inputs, cfg.dispatcher.policy, cfg.confirm_evaluations))

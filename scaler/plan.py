@@ -61,6 +61,18 @@ class PlanInputs:
 
 
 @dataclass(frozen=True)
+class ToConfirm:
+    """A pick to confirm by simulation (``sim.pick_eval.confirmed_plan`` answers it): the planning
+    question (``scaler.pick_cache.pick_key``), its inputs, the dispatch policy and how many pools to
+    simulate (the config's ``confirm_evaluations``)."""
+
+    key: Hashable
+    inputs: PlanInputs
+    policy: str
+    evaluations: int
+
+
+@dataclass(frozen=True)
 class Plan:
     """A planner decision. ``ranked``: the top_k pools by upper bound as (pool, $/hr, QPS bound);
     ``aux``: per auxiliary type, its QoS region ``s`` and fraction ``f``."""
@@ -76,9 +88,9 @@ class Plan:
     ranked: list[tuple[dict[str, int], float, float]]
     aux: dict[str, dict[str, float]]
     demand_unmet: bool = False
-    #: a max_throughput pick not confirmed yet: (``scaler.pick_cache.pick_key``, the inputs to
-    #: confirm it with); set by ``scaler.fleet_decision.plan_fleet`` when it is given a cache
-    confirm: tuple[Hashable, "PlanInputs"] | None = field(default=None, compare=False, repr=False)
+    #: a max_throughput pick not confirmed yet, and what to confirm it with; set by
+    #: ``scaler.fleet_decision.plan_fleet`` when it is given a cache and the config confirms
+    confirm: "ToConfirm | None" = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

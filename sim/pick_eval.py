@@ -21,7 +21,7 @@ import numpy as np
 from config.profiles import ProfileTable
 from scaler.batch_mix import BatchMix
 from scaler.confirm import DEFAULT_EVALUATIONS, Confirmation, confirm_pick
-from scaler.plan import Plan, PlanInputs, rank_inputs
+from scaler.plan import Plan, PlanInputs, ToConfirm, rank_inputs
 from sim.capacity import bisect_rate, pool_capacity
 from sim.oracle import oracle_capacity
 from sim.policies import policy_factory
@@ -84,6 +84,6 @@ def confirmation(inputs: PlanInputs, policy: str, evaluations: int = DEFAULT_EVA
     return confirm_pick(inputs, evaluate, evaluations, top_k=top_k)
 
 
-def confirmed_plan(inputs: PlanInputs, policy: str, evaluations: int = DEFAULT_EVALUATIONS) -> Plan:
-    """:func:`confirmation`'s plan (what the fleet holds)."""
-    return confirmation(inputs, policy, evaluations).plan
+def confirmed_plan(todo: ToConfirm) -> Plan:
+    """The answer to a fleet decision's ``Plan.confirm``: :func:`confirmation`'s plan (what the fleet holds)."""
+    return confirmation(todo.inputs, todo.policy, todo.evaluations).plan

@@ -198,16 +198,15 @@ class ReplayFleet:
         """As the daemon's; a max_throughput pick is confirmed in line (``sim.pick_eval.confirmed_plan``,
         the function the daemon's confirmer runs in the background): the replay holds the confirmed
         pool from the first plan, the daemon a second or two after it."""
-        confirmed = self.confirmed if self.cfg.confirm_evaluations >= 2 else None
-        for _ in range(2):
-            target, plan = fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=self.slo_check,
-                                                   unavailable=self.actuator.unavailable_types(),
-                                                   current=self.mem.target, confirmed=confirmed)
-            if confirmed is None or plan is None or plan.confirm is None:
-                break
-            key, inputs = plan.confirm
-            confirmed.put(key, confirmed_plan(inputs, self.cfg.dispatcher.policy, self.cfg.confirm_evaluations))
-        return target, plan
+        def once() -> tuple[dict[str, int], Plan | None]:
+            return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=self.slo_check,
+                                           unavailable=self.actuator.unavailable_types(), current=self.mem.target,
+                                           confirmed=self.confirmed)
+        pool, plan = once()
+        if plan is None or plan.confirm is None:
+            return pool, plan
+        self.confirmed.put(plan.confirm.key, confirmed_plan(plan.confirm))
+        return once()
 
     # ---- Daemon.fleet_tick ---------------------------------------------------------------------
     def fleet_tick(self, reason: str = "interval") -> None:

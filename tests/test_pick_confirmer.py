@@ -57,12 +57,15 @@ def test_plan_fleet_asks_once_then_holds_the_confirmed_pick() -> None:
     first = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=cache)
     assert first.confirm is not None and not first.rule.startswith("confirmed:")
     assert plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check).confirm is None       # no cache: as before
-    key, inputs = first.confirm
-    done = confirmed_plan(inputs, cfg.dispatcher.policy, cfg.confirm_evaluations)
-    cache.put(key, done)
+    todo = first.confirm
+    assert (todo.policy, todo.evaluations) == (cfg.dispatcher.policy, cfg.confirm_evaluations)
+    done = confirmed_plan(todo)
+    cache.put(todo.key, done)
     again = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=cache)
     assert again is done and again.rule.startswith("confirmed:") and again.confirm is None
     assert plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=cache, objective="min_cost").confirm is None
+    off = _cfg(confirm_evaluations=0)        # confirmation off: the similarity pick, nothing to confirm
+    assert plan_fleet(off, prof, mix, 50.0, slo_check=slo_check, confirmed=PickCache()).confirm is None
 
 
 def test_the_confirmer_runs_off_the_loop_and_asks_for_a_tick_when_the_pick_moves() -> None:
@@ -72,7 +75,7 @@ def test_the_confirmer_runs_off_the_loop_and_asks_for_a_tick_when_the_pick_moves
     ticks: list[str] = []
 
     async def scenario() -> None:
-        c = PickConfirmer(cfg.confirm_evaluations, cfg.dispatcher.policy, ticks.append)
+        c = PickConfirmer(ticks.append)
         try:
             pick = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=c.cache)
             c.want(pick)
