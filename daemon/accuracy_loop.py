@@ -81,13 +81,10 @@ class AccuracyLoop:
         self.allocations: Recent[tuple[float, Allocation]] = Recent()
         self.failed: Recent[tuple[str, str, str]] = Recent()   # (worker, variant, why)
         self._refused: dict[tuple[str, str], float] = {}   # (worker, variant) -> when its load failed
-        self.late = False                                  # SlackFit mode bound the applications' queries late
 
     def reset(self) -> None:
         """Accuracy scaling turned off (a reload): drop the plan, so getVariant routes again."""
-        if self.late:
-            self.d.accuracy.late_bound = set()
-            self.late = False
+        self.d.accuracy.late_bound = set()    # SlackFit mode's late binding ends too
         if self.state.last is not None:
             self.d.accuracy.set_plan({}, {})
             self.state = AccuracyState()
@@ -101,7 +98,7 @@ class AccuracyLoop:
             d.accuracy.set_plan({}, {})
             self.state = AccuracyState()
         apps = scaled_applications(d)
-        d.accuracy.late_bound, self.late = set(apps), True
+        d.accuracy.late_bound = set(apps)
         p = d.placement
         todo = []
         for iid, w in list(d.workers.items()):
@@ -127,8 +124,7 @@ class AccuracyLoop:
         if params.mode == "slackfit":
             await self.resident(now)
             return None
-        if self.late:                       # from SlackFit mode (a reload): queries are routed by plans again
-            d.accuracy.late_bound, self.late = set(), False
+        d.accuracy.late_bound = set()       # (from SlackFit mode, a reload): queries are routed by plans
         inp = accuracy_inputs(d, now, d.accuracy.placement)
         demand, self.state = due(inp, self.state, params)
         if demand is None:

@@ -86,7 +86,7 @@ class ModelLoop:
 
     async def tick(self, now: float) -> ModelDecision | None:
         if self.params.accuracy is not None:   # accuracy scaling: the accuracy planner places the variants
-            self.d.take_samples()               # unused in this mode; the workers' lists would grow for good
+            self.d.take_samples()               # the INFaaS round that reads them does not run in this mode
             await self.accuracy.tick(now, self.params.accuracy)
             self.rounds += 1
             if self.on_vm is not None:

@@ -369,5 +369,6 @@ class RoutingRound:
         self.flush_observations()
         out: dict[str, list] = {}
         for iid, w in self.workers.items():
-            out[iid], w.samples = w.samples, []
+            out[iid] = list(w.samples)
+            w.samples.clear()
         return out

@@ -36,6 +36,10 @@ from dispatcher.worker_client import WorkerClient
 from scaler.cloud import ManagedInstance
 
 
+#: served-query samples a worker keeps until the model loop takes them (the oldest dropped first)
+SAMPLES_KEPT = 4096
+
+
 @dataclass(eq=False)
 class WorkerState:
     """One registered worker, as the dispatcher sees it."""
@@ -66,7 +70,7 @@ class WorkerState:
     #: (start, end) of recent online queries, for utilization (model loop, offline throttling)
     busy: deque = field(default_factory=lambda: deque(maxlen=4096))
     #: (variant, batch, service_ms, offline) served since the model loop last took them
-    samples: list = field(default_factory=list)
+    samples: deque = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
 
     @property
     def in_flight(self) -> str | None:
