@@ -161,9 +161,8 @@ class Daemon:
             if d.action != "hold":
                 log.info("vm autoscaler: %s %s (%s) -> capacity hint %.2f", d.action, d.hardware, d.reason,
                          self.capacity_hint)
-        if (fleet_step.hint_replan(self.cfg, self.capacity_hint, self._hint_planned)
-                and not self._fleet_lock.locked() and self._loop is not None):
-            self._loop.create_task(self.fleet_tick("model loop capacity hint"))
+        if fleet_step.hint_replan(self.cfg, self.capacity_hint, self._hint_planned) and not self._fleet_lock.locked():
+            self._tick_soon("model loop capacity hint")
 
     async def start(self) -> None:
         cfg = self.cfg

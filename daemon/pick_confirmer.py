@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
 from scaler.actuator import pool_text
@@ -68,6 +69,9 @@ class PickConfirmer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:   # the similarity pick stays: a confirmation only ever improves it
+            if isinstance(exc, BrokenProcessPool):      # its process died: a fresh one for the next
+                self._executor.shutdown(wait=False)
+                self._executor = None
             self._failed.add(todo.key)
             log.warning("fleet: confirming the pick %s failed (%s: %s); holding it unconfirmed",
                         pool_text(pick.chosen), type(exc).__name__, exc)

@@ -42,11 +42,14 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
     if objective == "min_cost" and demand_qps > 0:
         meets = slo_check(spec.profile_name, profiles, inputs.qos_ms, demand_qps * (1 + cfg.headroom), mix,
                           policy=cfg.dispatcher.policy)
+    confirming = objective == "max_throughput" and confirmed is not None and cfg.confirm_evaluations >= 2
+    if confirming:      # the max_throughput pick depends on neither demand nor the pool held
+        key = pick_key(inputs, cfg.dispatcher.policy, cfg.confirm_evaluations)
+        hit = confirmed.get(key)    # type: ignore[union-attr]
+        if hit is not None:
+            return hit
     plan = choose_pool(inputs, objective=objective, demand_qps=demand_qps, headroom=cfg.headroom,
                        top_k=top_k, meets=meets, current=current)
-    if objective != "max_throughput" or confirmed is None or cfg.confirm_evaluations < 2:
+    if not confirming:
         return plan
-    key = pick_key(inputs, cfg.dispatcher.policy)
-    hit = confirmed.get(key)
-    return hit if hit is not None else replace(
-        plan, confirm=ToConfirm(key, inputs, cfg.dispatcher.policy, cfg.confirm_evaluations))
+    return replace(plan, confirm=ToConfirm(key, inputs, cfg.dispatcher.policy, cfg.confirm_evaluations, plan.base_type))

@@ -5,17 +5,20 @@ simulator as evaluator) off the fleet tick, and the fleet decision
 (:func:`scaler.fleet_decision.plan_fleet`) then reads the confirmed pool from here instead of the
 bound's pick. A confirmation answers one question: the model, its batch mix, QoS, budget, the
 types allowed (with their bounds and prices), ξ and the dispatcher's policy. :func:`pick_key` is
-that question, with the mix reduced to its quartiles and 95th percentile in 25 % bins
+that question (the types' latency profiles fingerprinted, and the number of pools it may
+simulate included), with the mix reduced to its quartiles and 95th percentile in 25 % bins
 (:func:`mix_signature`): a measured mix moves a little from window to window, and a pick made for
 one holds for the next. Plain data, no I/O.
 """
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from typing import Hashable
 
 import numpy as np
 
+from config.profiles import LatencyProfile
 from scaler.batch_mix import BatchMix
 from scaler.plan import Plan, PlanInputs
 
@@ -40,11 +43,22 @@ def mix_signature(mix: BatchMix) -> tuple[int, ...]:
     return tuple(int(b) for b in np.floor(np.log(sizes) / np.log(MIX_BIN_RATIO)))
 
 
-def pick_key(inputs: PlanInputs, policy: str) -> PickKey:
-    """The planning question a confirmation answers (see the module docstring)."""
-    types = tuple((t, inputs.bounds.get(t, (0, None)), round(float(inputs.prices[t]), 6)) for t in inputs.allowed)
+def profile_digest(profile: LatencyProfile) -> str:
+    """The profile's numbers, fingerprinted: a type profiled again (the daemon refreshes a drifted
+    profile) asks a new question."""
+    h = hashlib.blake2b(digest_size=12)
+    for a in (profile.batch_sizes, profile.mean_ms, profile.p50_ms, profile.p99_ms):
+        h.update(np.ascontiguousarray(a, dtype=float).tobytes())
+    return h.hexdigest()
+
+
+def pick_key(inputs: PlanInputs, policy: str, evaluations: int) -> PickKey:
+    """The planning question a confirmation answers (see the module docstring), and how many pools
+    answer it (``confirm_evaluations``)."""
+    types = tuple((t, inputs.bounds.get(t, (0, None)), round(float(inputs.prices[t]), 6),
+                   profile_digest(inputs.profiles[t])) for t in inputs.allowed)
     return (inputs.model, round(inputs.qos_ms, 6), round(inputs.budget_per_hour, 6), types, round(inputs.xi, 6),
-            inputs.qos_stat, policy, mix_signature(inputs.mix))
+            inputs.qos_stat, policy, evaluations, mix_signature(inputs.mix))
 
 
 class PickCache:

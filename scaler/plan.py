@@ -70,6 +70,7 @@ class ToConfirm:
     inputs: PlanInputs
     policy: str
     evaluations: int
+    base_type: str      # the planner's (the simulated policy runs with it)
 
 
 @dataclass(frozen=True)

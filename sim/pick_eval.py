@@ -86,4 +86,4 @@ def confirmation(inputs: PlanInputs, policy: str, evaluations: int = DEFAULT_EVA
 
 def confirmed_plan(todo: ToConfirm) -> Plan:
     """The answer to a fleet decision's ``Plan.confirm``: :func:`confirmation`'s plan (what the fleet holds)."""
-    return confirmation(todo.inputs, todo.policy, todo.evaluations).plan
+    return confirmation(todo.inputs, todo.policy, todo.evaluations, base_type=todo.base_type).plan

@@ -34,15 +34,21 @@ def test_the_key_is_the_question_and_two_draws_of_one_mix_share_it() -> None:
     cfg = _cfg()
     prof = load_profiles_csv(cfg.profiles)
     a, b = (plan_inputs_from_config(cfg, prof, None, mix_from_dist("gaussian", seed=s)) for s in (1, 2))
-    assert mix_signature(a.mix) == mix_signature(b.mix) and pick_key(a, "kairos") == pick_key(b, "kairos")
+    assert mix_signature(a.mix) == mix_signature(b.mix) and pick_key(a, "kairos", 4) == pick_key(b, "kairos", 4)
     # twenty draws of each distribution: one signature, or two neighbouring ones
     for dist in ("gaussian", "deeprecsys", "fixed:64"):
         assert len({mix_signature(mix_from_dist(dist, seed=s)) for s in range(20)}) <= 2
-    assert pick_key(a, "kairos") != pick_key(a, "fcfs")
+    assert pick_key(a, "kairos", 4) != pick_key(a, "fcfs", 4)
     other = plan_inputs_from_config(cfg, prof, None, mix_from_dist("deeprecsys", seed=1))
-    assert pick_key(other, "kairos") != pick_key(a, "kairos")
+    assert pick_key(other, "kairos", 4) != pick_key(a, "kairos", 4)
     cheaper = plan_inputs_from_config(cfg, prof, None, a.mix, budget=2.0)
-    assert pick_key(cheaper, "kairos") != pick_key(a, "kairos")
+    assert pick_key(cheaper, "kairos", 4) != pick_key(a, "kairos", 4)
+    assert pick_key(a, "kairos", 8) != pick_key(a, "kairos", 4)          # more pools simulated: asked again
+    import dataclasses
+    t = a.allowed[0]
+    slower = dataclasses.replace(a.profiles[t], mean_ms=a.profiles[t].mean_ms * 1.1)
+    reprofiled = dataclasses.replace(a, profiles={**a.profiles, t: slower})
+    assert pick_key(reprofiled, "kairos", 4) != pick_key(a, "kairos", 4)  # a type profiled again: asked again
     cache = PickCache(size=2)
     for k in "xyz":
         cache.put(k, None)  # type: ignore[arg-type]

@@ -18,15 +18,15 @@ import logging
 import sys
 from typing import Iterator, Sequence
 
-from daemon.commands._overrides import Resolved, add_override_flags, resolve
+from daemon.commands._overrides import add_override_flags, resolve
 from config.errors import UsageError
 from config.schema import Config
 from scaler.base_aux import PlanError
-from scaler.batch_mix import BatchMix, mix_from_dist
+from scaler.batch_mix import mix_from_dist
 from scaler.fleet_decision import plan_fleet
 from sim.slo_check import slo_check
-from scaler.confirm import Confirmation
-from scaler.plan import MIX_SEED, Plan, plan_inputs_from_config
+from scaler.pick_cache import PickCache
+from scaler.plan import MIX_SEED, Plan
 from sim.pick_eval import confirmation
 
 
@@ -72,16 +72,19 @@ def run(args: argparse.Namespace) -> int:
     dist = r.batch_dist
     objective = args.objective or cfg.objective
     demand = args.demand_qps if args.demand_qps is not None else cfg.workload.expected_qps
+    if args.confirm and objective != "max_throughput":
+        raise UsageError("plan: --confirm applies to the max_throughput objective")
+    if args.confirm is not None:
+        cfg = cfg.model_copy(update={"confirm_evaluations": args.confirm})
     try:
         mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=r.max_batch)
+        # as the daemon decides: a max_throughput pick comes with what to confirm it with (plan.confirm)
         plan = plan_fleet(cfg, r.profiles, mix, demand, slo_check=slo_check, model=r.model, types=types, budget=args.budget,
-                          qos_ms=args.qos_ms, objective=objective, top_k=args.top)
+                          qos_ms=args.qos_ms, objective=objective, top_k=args.top, confirmed=PickCache())
         conf = None
-        if args.confirm and objective != "max_throughput":
-            raise UsageError("plan: --confirm applies to the max_throughput objective")
-        evaluations = args.confirm if args.confirm is not None else cfg.confirm_evaluations
-        if objective == "max_throughput" and evaluations >= 2:   # the pool the daemon holds
-            conf = _confirm(cfg, r, mix, types, args, evaluations, plan.base_type)
+        if plan.confirm is not None:
+            todo = plan.confirm
+            conf = confirmation(todo.inputs, todo.policy, todo.evaluations, top_k=args.top, base_type=todo.base_type)
             plan = conf.plan
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
@@ -103,13 +106,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{conf.pick_qps:.1f} q/s, similarity pick {conf.similarity_qps:.1f} q/s, homogeneous "
                   + ", ".join(f"{t} x{c}" for t, c in conf.homogeneous.items() if c) + f" {conf.homogeneous_qps:.1f} q/s")
     return 0
-
-
-def _confirm(cfg: Config, r: Resolved, mix: BatchMix, types: Sequence[str] | None, args: argparse.Namespace,
-             evaluations: int, base_type: str) -> Confirmation:
-    """The pick confirmed by Kairos+ with the simulator (the config's policy, the planner's base)."""
-    inputs = plan_inputs_from_config(cfg, r.profiles, r.model, mix, types=types, budget=args.budget, qos_ms=args.qos_ms)
-    return confirmation(inputs, cfg.dispatcher.policy, evaluations, top_k=args.top, base_type=base_type)
 
 
 @contextlib.contextmanager
