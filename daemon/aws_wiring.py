@@ -75,14 +75,14 @@ class AwsWiring:
         self._dynamodb = dynamodb
         self.lease: ClusterLease | None = None
 
-    def priced(self, cfg: Config, fetch: bool = True, also: Sequence[str] = ()) -> Config:
+    def priced(self, cfg: Config, fetch: bool = True, also: Sequence[str] = (), check: bool = True) -> Config:
         """``cfg`` with its region's prices (``fetch`` False: the cache only, as on a reload;
         ``also``: more catalog types to price, ``costscale plan --types``); ConfigError (exit 2)
         when a check that passed at the table's prices fails at these (a pinned pool or the type
         minimums over the budget, a budget that buys no type)."""
         priced = regional_config(cfg, self.prices, fetch, also)
-        if priced is cfg:
-            return cfg
+        if priced is cfg or not check:      # (check False: the caller checks the priced config itself)
+            return priced
         before = set(config_problems(cfg))
         problems = [f"at the on-demand prices of {cfg.region}: {p}" for p in config_problems(priced) if p not in before]
         if problems:

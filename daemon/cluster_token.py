@@ -37,16 +37,19 @@ def _create(path: Path) -> None:
     log.info("generated a cluster token into %s (mode 0600); launched workers are given it", path)
 
 
-def with_cluster_token(cfg: Config, listen: str | None = None) -> Config:
+def with_cluster_token(cfg: Config, listen: str | None = None, create: bool = True) -> Config:
     """``cfg``, with ``dispatcher.cluster_token_file`` set to the generated token's file when the
     dispatcher listens (on ``listen``, default ``dispatcher.listen``) beyond loopback and the config
-    names no token; unchanged otherwise. ConfigError (one line) when the file cannot be written."""
+    names no token; unchanged otherwise. ConfigError (one line) when the file cannot be written.
+    ``create`` False (a reload: the dispatcher runs with the token it started with): the file is
+    named, not written."""
     d = cfg.dispatcher
     if d.cluster_token or d.cluster_token_file or is_loopback(listen or d.listen):
         return cfg
     path = cluster_token_path(cfg)
     try:
-        _create(path)
+        if create:
+            _create(path)
     except OSError as exc:
         raise ConfigError(f"dispatcher.cluster_token_file: cannot create {path} ({exc.strerror or exc}); "
                           "name a token file in the config") from None

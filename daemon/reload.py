@@ -33,14 +33,16 @@ def reloaded_config(running: Config, path: str | Path, listen: str | None, aws: 
     TLS and token files are not read again. UsageError (one line) when it is refused:
     invalid, failing a check (at the region's cached prices too), or naming another cluster or
     state_path."""
-    new = with_cluster_token(load_config(path), listen)
-    new = aws.priced(new, fetch=False) if aws is not None else new
-    new, unapplied = restart_only_changes(running, new)
-    problems = checked_problems(new, path)
-    if problems:
-        raise ConfigError(problems[0], lines=problems)
+    new = load_config(path)
     if new.cluster != running.cluster or new.state_path != running.state_path:
         raise ConfigError("cluster and state_path cannot change while running")
+    # the generated token's file named as at start (so it is no "change"), not written: restart-only
+    new = with_cluster_token(new, listen, create=False)
+    new, unapplied = restart_only_changes(running, new)
+    new = aws.priced(new, fetch=False, check=False) if aws is not None else new
+    problems = checked_problems(new, path)       # once, on the config as it will run, at its prices
+    if problems:
+        raise ConfigError(problems[0], lines=problems)
     return new, unapplied
 
 
