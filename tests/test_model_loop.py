@@ -138,6 +138,7 @@ class FakeDispatcher:
         self.predictor = LatencyModel.from_profiles(load_profiles_csv(None))
         self.variant_states = {}
         self.calls: list[tuple[str, str, str]] = []
+        self.accuracy = SimpleNamespace(late_bound=set())   # the Dispatcher's accuracy routing (unused here)
 
     def take_samples(self):  # noqa: ANN201
         return {}
