@@ -56,7 +56,12 @@ class ModelSpec(_Strict):
     min_accuracy: Annotated[float, Field(ge=0, le=1)] = 0.0
     profile: str | None = Field(None, description="model name in the latency profile CSV (default: name)")
     application: str | None = None
-
+    weight: Annotated[float, Field(gt=0, le=1e6)] = Field(
+        1.0, description="share of the budget when it cannot cover every model (issue #24): max_throughput serves "
+                         "demand x weight alike; min_cost makes a model of weight 2 half as short as one of weight 1")
+    expected_qps: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="this model's declared rate, planned for until the dispatcher has measured it "
+                          "(default: workload.expected_qps)")
 
     @property
     def profile_name(self) -> str:

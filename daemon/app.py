@@ -7,10 +7,8 @@ event loop; boto3 calls run in worker threads so the query path never waits on E
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -28,7 +26,7 @@ from daemon.model_loop import ModelLoop
 from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams, model_params_for
 from scaler.actuator import FleetActuator, pool_text
-from scaler.cloud import CloudError, CloudProvider, ManagedInstance, pool_of
+from scaler.cloud import CloudError, CloudProvider, ManagedInstance
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
 from scaler.cluster_lease import Fenced
 from scaler import fleet_step
@@ -36,15 +34,16 @@ from scaler.fleet_step import plan_id_for
 from sim.slo_check import slo_check
 from scaler.parking import ParkState
 from scaler.base_aux import PlanError
-from scaler.plan import Plan
-from config.profiles import ProfileTable, load_profiles_csv
+from scaler.joint_plan import JointPlan
+from scaler.worker_assignment import fallback_shares
 from scaler.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
 from daemon.cluster_token import with_cluster_token
-from daemon.profiling import generate_config_variants, models_dir, open_config_registry, stored_profiles
+from daemon.profiling import generate_config_variants, models_dir, open_config_registry
 from daemon.self_profiling import SelfProfiler
 from daemon.metrics import MetricsServer, start_observing, stop_observing
 from daemon.status_feed import StatusFeed
+from daemon.fleet_status import FleetStatus, demand_text, load_profiles_for, quiet_at_shutdown
 from daemon.pick_confirmer import PickConfirmer
 
 log = logging.getLogger("costscale")
@@ -54,42 +53,6 @@ FleetHook = Callable[[list[ManagedInstance]], Awaitable[None]]
 
 DRAIN_TIMEOUT_S = 30.0
 UNPARK_TIMEOUT_S = 15.0   # loading a parked instance's variants back, before the actuator runs
-
-
-@dataclass
-class FleetStatus:
-    """What the fleet loop last decided and did (for logs, Status and the demo summary)."""
-
-    plan: Plan | None = None
-    target: dict[str, int] = field(default_factory=dict)
-    demand: DemandView | None = None
-    instances: list[ManagedInstance] = field(default_factory=list)
-    plans_applied: int = 0
-    last_error: str | None = None
-
-    def pool(self) -> dict[str, int]:
-        return pool_of(self.instances)
-
-
-def _quiet_at_shutdown(tick: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-    """A loop's tick cut short by shutdown (APScheduler cancels its task mid EC2 or worker call)
-    returns quietly; a cancellation while running still propagates."""
-    @functools.wraps(tick)
-    async def run(self: "Daemon", *args: object) -> None:
-        try:
-            await tick(self, *args)
-        except asyncio.CancelledError:
-            if not self._stop.is_set():
-                raise
-    return run
-
-
-def load_profiles_for(cfg: Config) -> ProfileTable:
-    """The profile CSV and the profiles measured since (a model without any is profiled at start)."""
-    try:
-        return load_profiles_csv(cfg.profiles).merged(stored_profiles(cfg))
-    except ValueError as exc:
-        raise DaemonError(str(exc)) from None
 
 
 class Daemon:
@@ -117,7 +80,7 @@ class Daemon:
         self.cloud: CloudProvider | None = None
         self.aws: AwsWiring | None = None    # region prices, cluster lease, fenced EC2 (when no cloud is given)
         self._generation = 0
-        self._declared: tuple[Config, DemandView] | None = None
+        self._declared: tuple[Config, dict[str, DemandView]] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
         # fleet planner (demand x hint); it never launches anything itself
         self._explicit_params = model_params
@@ -125,9 +88,9 @@ class Daemon:
         self.generate_variants = cfg.model_scaling.generate_variants if generate_variants is None else generate_variants
         self.registry: VariantRegistry | None = None
         self.model_loop: ModelLoop | None = None
-        self.capacity_hint = 1.0
-        self._hint_planned = 1.0
-        self._demand_history: list[tuple[float, DemandView]] = []   # scale-in window (fleet_step.stabilized_demand)
+        self.capacity_hint: dict[str, float] = {}       # per model (the model loop's, variants.capacity_hint)
+        self._hint_planned: dict[str, float] = {}
+        self._demand_history: dict[str, list[tuple[float, DemandView]]] = {}   # per model (fleet_step.stabilized_demands)
         self._planned_at: float | None = None                      # when the last plan was made (fleet_step.plan_due)
         self._unavailable_planned: frozenset[str] = frozenset()
         self._gen_task: asyncio.Task | None = None
@@ -142,12 +105,12 @@ class Daemon:
         self.confirmer = PickConfirmer(self._tick_soon)
 
     # ---- wiring ----------------------------------------------------------------------------
-    def _declared_demand(self) -> DemandView:
-        """The workload the config declares (computed once per config: sampling the mix is not free
+    def _declared_demand(self) -> dict[str, DemandView]:
+        """Each model's declared workload (computed once per config: sampling the mix is not free
         and current_demand() runs every model tick)."""
         cfg = self.cfg
         if self._declared is None or self._declared[0] is not cfg:
-            self._declared = (cfg, fleet_step.declared_demand(cfg))
+            self._declared = (cfg, {m.name: fleet_step.declared_demand(cfg, m.name) for m in cfg.models})
         return self._declared[1]
 
     async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]
@@ -155,12 +118,14 @@ class Daemon:
         if self.status_feed is not None:
             self.status_feed.vm(decisions)
         serving = self.dispatcher.serving_by_type() if self.dispatcher is not None else {}
-        self.capacity_hint = next_capacity_hint(self.capacity_hint, decisions, unmet,
-                                                settled=fleet_step.fleet_settled(self.status.target, serving))
+        settled = fleet_step.fleet_settled(self.status.target, serving)
+        for m in self.cfg.models:     # each model's hint moves on its own unmet load
+            self.capacity_hint[m.name] = next_capacity_hint(self.capacity_hint.get(m.name, 1.0), decisions,
+                                                            {m.name: unmet.get(m.name, 0.0)}, settled=settled)
         for d in decisions:
             if d.action != "hold":
-                log.info("vm autoscaler: %s %s (%s) -> capacity hint %.2f", d.action, d.hardware, d.reason,
-                         self.capacity_hint)
+                log.info("vm autoscaler: %s %s (%s) -> capacity hint %s", d.action, d.hardware, d.reason,
+                         ", ".join(f"{m} {h:.2f}" for m, h in self.capacity_hint.items()))
         if fleet_step.hint_replan(self.cfg, self.capacity_hint, self._hint_planned) and not self._fleet_lock.locked():
             self._tick_soon("model loop capacity hint")
 
@@ -235,16 +200,30 @@ class Daemon:
         return await self.dispatcher.drain(instance_id, timeout=DRAIN_TIMEOUT_S)
 
     # ---- the loops -------------------------------------------------------------------------
-    def current_demand(self) -> DemandView:
-        """The demand the fleet plans for (:func:`scaler.fleet_step.planning_demand`, as the replay)."""
+    def current_demand(self) -> dict[str, DemandView]:
+        """Each model's demand the fleet plans for (:func:`scaler.fleet_step.planning_demand` over
+        the model's own window, as the replay): one model's queries never count as another's."""
         declared = self._declared_demand()
         if self.dispatcher is None:
-            return declared
-        snap = self.dispatcher.window_snapshot(steady_s=fleet_step.steady_horizon(self.cfg))
-        return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, declared, self.capacity_hint,
-                                          snap.steady_qps)
+            return dict(declared)
+        out = {}
+        for m, dec in declared.items():
+            snap = self.dispatcher.window_snapshot(m, steady_s=fleet_step.steady_horizon(self.cfg))
+            out[m] = fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, dec,
+                                                self.capacity_hint.get(m, 1.0), snap.steady_qps)
+        return out
 
-    def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
+    def shares(self) -> dict[str, dict[str, int]]:
+        """Each model's pool under the target held (the joint plan's; a pool not planned per model
+        dealt over the models, :func:`scaler.worker_assignment.fallback_shares`)."""
+        plan = self.status.plan
+        if plan is not None:
+            return {m: dict(s.pool) for m, s in plan.models.items()}
+        planned = self.status.demand or {}
+        return fallback_shares(self.status.target, [m.name for m in self.cfg.models],
+                               {m: d.qps for m, d in planned.items()})
+
+    def decide(self, demand: dict[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
         """The fleet decision (:func:`scaler.fleet_step.fleet_target`, the same function the replay
         and `costscale plan` use): the pinned pool, or the planner's pick without the types in a
         capacity cooldown; a model not profiled yet holds its conservative pool."""
@@ -253,26 +232,28 @@ class Daemon:
             if held is not None:   # a model not profiled yet: its conservative pool (daemon.self_profiling)
                 return held, None
         unavailable = sorted(self.actuator.unavailable_types()) if self.actuator else []
+        current = self.shares() if self.status.plan is not None else None
         return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
-                                       current=self.status.target, types=self.profiling and self.profiling.plan_types(),
+                                       current=current, types=self.profiling and self.profiling.plan_types(),
                                        confirmed=self.confirmer.cache)
 
-    async def _decided(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
+    async def _decided(self, demand: dict[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
         """:meth:`decide` off the event loop; the status feed hears the decision before it is applied."""
         target, plan = await asyncio.to_thread(self.decide, demand)
-        self.confirmer.want(plan)
+        for p in (plan.plans if plan is not None else []):
+            self.confirmer.want(p)
         if self.status_feed is not None:
             self.status_feed.planned(dict(target), plan, demand)
         return target, plan
 
-    @_quiet_at_shutdown
+    @quiet_at_shutdown
     async def fleet_tick(self, reason: str = "interval") -> None:
         if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing):
             return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
         async with self._fleet_lock:
             try:
                 now = time.monotonic()
-                demand, self._demand_history = fleet_step.stabilized_demand(
+                demand, self._demand_history = fleet_step.stabilized_demands(
                     self._demand_history, now, self.current_demand(), self.cfg.intervals.scale_in_s)
                 unavailable = frozenset(self.actuator.unavailable_types())
                 fresh = reason != "interval" or fleet_step.plan_due(self.cfg, self.status.demand, self._planned_at,
@@ -293,16 +274,22 @@ class Daemon:
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
                 if fresh:
                     self._planned_at, self._unavailable_planned = now, frozenset(self.actuator.unavailable_types())
-                self._hint_planned = self.capacity_hint
+                self._hint_planned = dict(self.capacity_hint)
                 self.status.plans_applied += 1
                 self.status.last_error = None
-                if plan is not None and self.dispatcher is not None:
-                    self.dispatcher.set_base_type(plan.base_type)
-                log.info("fleet (%s): demand %.1f q/s -> target %s (%s); %s", reason, demand.qps, pool_text(target) or "none",
+                if plan is not None and self.dispatcher is not None and plan.base_types:
+                    # the dispatcher's matching takes one base type: the busiest model's
+                    busiest = max(plan.base_types, key=lambda m: demand[m].qps if m in demand else 0.0)
+                    self.dispatcher.set_base_type(plan.base_types[busiest])
+                log.info("fleet (%s): demand %s -> target %s (%s); %s", reason, demand_text(demand),
+                         pool_text(target) or "none",
                          plan.rule if plan else "pinned" if self.cfg.pinned_pool else "conservative pool", report.summary())
+                if plan is not None and plan.short:
+                    log.warning("fleet: the budget %.4g $/hr cannot cover every model: short %s", plan.budget_per_hour,
+                                ", ".join(f"{m} {q:.1f} q/s" for m, q in plan.short.items()))
                 cost = sum(self.actuator.price(t) * n for t, n in target.items())
                 sdnotify.notify(f"STATUS=pool {pool_text(target) or 'none'} at {cost:.3f} of {self.actuator.budget:g} $/hr; "
-                                f"demand {demand.qps:.1f} q/s" + (self.profiling.note() if self.profiling else ""))
+                                f"demand {fleet_step.total_qps(demand):.1f} q/s" + (self.profiling.note() if self.profiling else ""))
             except (UsageError, PlanError) as exc:   # no pool fits: one line; the next interval retries
                 self._planned_at = None
                 self.status.last_error = str(exc)
@@ -368,7 +355,7 @@ class Daemon:
                 self._event("launch", iid)
         return report
 
-    @_quiet_at_shutdown
+    @quiet_at_shutdown
     async def model_tick(self) -> None:
         """Model loop: variant states, model autoscaler and placements, VM-autoscaler hint
         (:mod:`daemon.model_loop`); then replan early on a significant change of demand or mix."""
@@ -383,12 +370,12 @@ class Daemon:
             return
         # early replans follow a plan that was made; after a failed one, the fleet interval retries
         # (not every model tick: that looped on an unplannable config)
-        now_demand, _ = fleet_step.stabilized_demand(self._demand_history, time.monotonic(), self.current_demand(),
-                                                     self.cfg.intervals.scale_in_s)
+        now_demand, _ = fleet_step.stabilized_demands(self._demand_history, time.monotonic(), self.current_demand(),
+                                                      self.cfg.intervals.scale_in_s)
         if fleet_step.replan_early(self.cfg, self.status.demand, now_demand):
             await self.fleet_tick("demand changed")
 
-    @_quiet_at_shutdown
+    @quiet_at_shutdown
     async def reconcile_tick(self) -> None:
         if self._stop.is_set() or self.actuator is None:
             return

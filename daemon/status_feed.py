@@ -167,13 +167,22 @@ class StatusFeed:
             why = "pinned pool (config)"
         else:
             why = "conservative pool while a model is profiled"
-        qps, measured = getattr(demand, "qps", None), getattr(demand, "measured", None)
+        if isinstance(demand, dict):   # each model's (the fleet plans them jointly)
+            qps = sum(v.qps for v in demand.values()) if demand else None
+            measured = all(v.measured for v in demand.values()) if demand else None
+        else:
+            qps, measured = getattr(demand, "qps", None), getattr(demand, "measured", None)
+        short = dict(getattr(plan, "short", None) or {})
+        if short:
+            why += "; short " + ", ".join(f"{m} {q:.1f} q/s" for m, q in short.items())
         if qps is not None:
             why += f" for {qps:.1f} q/s ({'measured' if measured else 'declared'})"
         cost = sum(self._price(d, t) * n for t, n in target.items())
         self.record("fleet", "plan", f"target {pool_text(target) or 'none'} at {cost:.3f} $/hr", why,
                     target=target, cost_per_hour=round(cost, 6), rule=plan.rule if plan is not None else why,
-                    demand_qps=round(qps, 4) if qps is not None else None, demand_measured=measured)
+                    demand_qps=round(qps, 4) if qps is not None else None, demand_measured=measured,
+                    short_qps={m: round(q, 4) for m, q in short.items()},
+                    models={m: s.to_dict() for m, s in plan.models.items()} if hasattr(plan, "models") else None)
 
     async def _tick(self) -> None:   # a coroutine: APScheduler runs it on the event loop
         self.observe()
@@ -189,7 +198,7 @@ class StatusFeed:
         return FleetFacts(spent_usd_today=self.spend.today, spent_usd_total=self.spend.total,
                           decisions=tuple(self.decisions), decision_counts=dict(self.counts),
                           last_error=self.last_error, last_error_at_unix=self.last_error_at,
-                          capacity_hint=float(getattr(self.daemon, "capacity_hint", 1.0)),
+                          capacity_hint=_hint(getattr(self.daemon, "capacity_hint", 1.0)),
                           profiling=self._profiling())
 
     def _profiling(self) -> tuple[Profiling, ...]:
@@ -337,3 +346,10 @@ class StatusFeed:
         for w, v, why in acc.failed.since(self._acc_failed):
             self.error(f"accuracy plan: load {v} on {w}: {why}")
         self._acc_failed = acc.failed.total
+
+
+def _hint(h: Any) -> float:
+    """The capacity hint Status shows: the highest model's (each model has its own)."""
+    if isinstance(h, dict):
+        return float(max(h.values(), default=1.0))
+    return float(h)

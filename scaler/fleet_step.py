@@ -5,12 +5,14 @@ daemon (DESIGN "One clock", "Measuring").
 A fleet tick (ARCHITECTURE "The path of one fleet tick"; Kairos §5.2 plans the pool, INFaaS
 §4.2.3 starts and retires the VMs) is, in order:
 
-1. :func:`declared_demand` / :func:`planning_demand`: the demand to plan for: measured once the
-   window holds enough queries, never below the declared forecast, times the model loop's
-   capacity hint (:mod:`scaler.replan`);
-2. :func:`stabilized_demand`: the highest of that over the scale-in window (``intervals.scale_in_s``);
-3. :func:`fleet_target`: the pinned pool, or the planner's pick (``scaler.fleet_decision.plan_fleet``)
-   without the types in a capacity cooldown, keeping the pool held when it still fits;
+1. :func:`declared_demand` / :func:`planning_demand`, per model: the demand to plan for: measured
+   once the model's window holds enough queries, never below its declared forecast, times the model
+   loop's capacity hint for it (:mod:`scaler.replan`);
+2. :func:`stabilized_demands`: per model, the highest of that over the scale-in window
+   (``intervals.scale_in_s``);
+3. :func:`fleet_target`: the pinned pool, or the joint plan for every model
+   (``scaler.joint_plan.plan_joint``) without the types in a capacity cooldown, keeping each
+   model's pool held when it still fits;
 4. :func:`next_generation` and :func:`plan_id_for`: a new generation when the target moved, and
    the deterministic plan id (so a restarted daemon re-derives the same ClientTokens, DESIGN
    invariant 3);
@@ -34,22 +36,28 @@ from config.profiles import ProfileTable
 from config.schema import Config
 from scaler.batch_mix import BatchMix, mix_from_dist
 from scaler.cloud import ManagedInstance
-from scaler.fleet_decision import SloCheck, plan_fleet
+from scaler.fleet_decision import SloCheck
+from scaler.joint_plan import JointPlan, declared_demands, plan_joint
 from scaler.parking import ParkDecision, ParkState, decide_parking
 from scaler.pick_cache import PickCache
-from scaler.plan import Plan
 from scaler.replan import (SHORT_HORIZON_S, STEADY_HORIZON_S, DemandView, demand_for_planning, planning_rate,
                            significant_change)
 
 #: the model loop's capacity hint moving this far from the one last planned with replans at once
 HINT_REPLAN_DELTA = 0.2
 
+#: each configured model's demand (issue #24: every loop works per model)
+Demands = Mapping[str, DemandView]
 
-def declared_demand(cfg: Config) -> DemandView:
-    """The workload the config declares (``workload.expected_qps``, ``workload.batch_dist`` for the
-    first model's ``max_batch``), used until the window has measured enough."""
-    mix = mix_from_dist(cfg.workload.batch_dist, max_batch=cfg.models[0].max_batch)
-    return DemandView(cfg.workload.expected_qps, mix, False)
+
+def declared_demand(cfg: Config, model: str) -> DemandView:
+    """The workload the config declares for ``model`` (:func:`scaler.joint_plan.declared_demands`:
+    its ``expected_qps``, else ``workload.expected_qps``; ``workload.batch_dist`` up to its
+    ``max_batch``), used until the window has measured enough."""
+    spec = cfg.model(model)
+    mix = mix_from_dist(cfg.workload.batch_dist, max_batch=spec.max_batch)
+    qps = spec.expected_qps if spec.expected_qps is not None else cfg.workload.expected_qps
+    return DemandView(float(qps), mix, False)
 
 
 def planning_demand(measured_qps: float, measured_mix: BatchMix | None, samples: int, declared: DemandView,
@@ -90,20 +98,35 @@ def stabilized_demand(history: Sequence[tuple[float, DemandView]], now: float, d
     return DemandView(top.qps, demand.mix, demand.measured), kept
 
 
-def fleet_target(cfg: Config, profiles: ProfileTable, demand: DemandView, *, slo_check: SloCheck,
-                 unavailable: Sequence[str] = (), current: Mapping[str, int] | None = None,
+def stabilized_demands(history: Mapping[str, Sequence[tuple[float, DemandView]]], now: float, demand: Demands,
+                       window_s: float) -> tuple[dict[str, DemandView], dict[str, list[tuple[float, DemandView]]]]:
+    """:func:`stabilized_demand` for each model, over its own history."""
+    out, kept = {}, {}
+    for m, d in demand.items():
+        out[m], kept[m] = stabilized_demand(history.get(m, ()), now, d, window_s)
+    return out, kept
+
+
+def total_qps(demand: Demands) -> float:
+    """The summed rate of every model (logs, Status)."""
+    return float(sum(d.qps for d in demand.values()))
+
+
+def fleet_target(cfg: Config, profiles: ProfileTable, demand: Demands, *, slo_check: SloCheck,
+                 unavailable: Sequence[str] = (), current: Mapping[str, Mapping[str, int]] | None = None,
                  types: Sequence[str] | None = None, confirmed: PickCache | None = None
-                 ) -> tuple[dict[str, int], Plan | None]:
-    """The pool to hold: ``cfg.pinned_pool`` (no plan), or ``plan_fleet``'s pick for ``demand``
-    without the ``unavailable`` types, ``current`` being the target held now (``min_cost`` keeps
-    it while it covers the demand); ``types`` narrows the allowed types (None: all); ``confirmed``:
-    the picks confirmed so far (``max_throughput``; see ``plan_fleet``). Raises
-    ``scaler.base_aux.PlanError`` when no pool fits."""
+                 ) -> tuple[dict[str, int], JointPlan | None]:
+    """The pool to hold: ``cfg.pinned_pool`` (no plan), or the joint plan
+    (:func:`scaler.joint_plan.plan_joint`) for every model's ``demand`` without the ``unavailable``
+    types, ``current`` being each model's pool held now (``min_cost`` keeps it while it covers the
+    demand); ``types`` narrows the allowed types (None: all); ``confirmed``: the picks confirmed so
+    far (``max_throughput``; see ``plan_fleet``). Raises ``scaler.base_aux.PlanError`` when no
+    pool fits."""
     if cfg.pinned_pool:
         return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
-    plan = plan_fleet(cfg, profiles, demand.mix, demand.qps, slo_check=slo_check, exclude=sorted(unavailable),
-                      current=current or None, types=types, confirmed=confirmed)
-    return {t: n for t, n in plan.chosen.items() if n > 0}, plan
+    plan = plan_joint(cfg, profiles, demand, slo_check=slo_check, exclude=sorted(unavailable), current=current,
+                      types=types, confirmed=confirmed)
+    return plan.pool, plan
 
 
 def next_generation(target: Mapping[str, int], previous: Mapping[str, int], generation: int) -> int:
@@ -128,7 +151,7 @@ def park_round(instances: Sequence[ManagedInstance], target: Mapping[str, int], 
     return decide_parking(instances, target, ready, prices, budget, now, state, hold_s)
 
 
-def replan_without_unavailable(plan: Plan | None, target: Mapping[str, int], unavailable: set[str]) -> bool:
+def replan_without_unavailable(plan: JointPlan | None, target: Mapping[str, int], unavailable: set[str]) -> bool:
     """After an apply: a planned target with a type that ran out of capacity (InsufficientCapacity)
     is decided again at once without it (a pinned pool is not)."""
     return plan is not None and bool(unavailable & set(target))
@@ -157,14 +180,27 @@ def demand_moved(cfg: Config, planned: DemandView, now: DemandView) -> bool:
     return significant_change(planned, now)
 
 
-def replan_early(cfg: Config, planned: DemandView | None, now: DemandView) -> bool:
-    """Checked every model tick: replan before the interval when demand moved since the last plan
-    that was made (:func:`demand_moved`; none after a failed one: the fleet interval retries
-    that), never for a pinned pool."""
-    return not cfg.pinned_pool and planned is not None and demand_moved(cfg, planned, now)
+def demands_moved(cfg: Config, planned: Demands, now: Demands) -> bool:
+    """Any model's demand moved since the plan (:func:`demand_moved`), or a model the plan had no
+    demand for has some now."""
+    for m, d in now.items():
+        p = planned.get(m)
+        if p is None:
+            if d.qps > 0:
+                return True
+        elif demand_moved(cfg, p, d):
+            return True
+    return False
 
 
-def plan_due(cfg: Config, planned: DemandView | None, planned_at: float | None, now_demand: DemandView, now: float,
+def replan_early(cfg: Config, planned: Demands | None, now: Demands) -> bool:
+    """Checked every model tick: replan before the interval when any model's demand moved since
+    the last plan that was made (:func:`demands_moved`; none after a failed one: the fleet interval
+    retries that), never for a pinned pool."""
+    return not cfg.pinned_pool and planned is not None and demands_moved(cfg, planned, now)
+
+
+def plan_due(cfg: Config, planned: Demands | None, planned_at: float | None, now_demand: Demands, now: float,
              unavailable_changed: bool) -> bool:
     """An interval tick plans again only when something the plan rests on moved: no plan yet (or
     the last failed), demand moved (:func:`demand_moved`), a type ran out of capacity or came back,
@@ -173,7 +209,7 @@ def plan_due(cfg: Config, planned: DemandView | None, planned_at: float | None, 
     measured, capacity hint) always plan."""
     if cfg.pinned_pool or planned is None or planned_at is None or unavailable_changed:
         return True
-    return now - planned_at >= PLAN_MAX_AGE_S or demand_moved(cfg, planned, now_demand)
+    return now - planned_at >= PLAN_MAX_AGE_S or demands_moved(cfg, planned, now_demand)
 
 
 def fleet_settled(target: Mapping[str, int], serving: Mapping[str, int]) -> bool:
@@ -182,11 +218,12 @@ def fleet_settled(target: Mapping[str, int], serving: Mapping[str, int]) -> bool
     return all(serving.get(t, 0) >= n for t, n in target.items())
 
 
-def hint_replan(cfg: Config, hint: float, hint_planned: float) -> bool:
-    """Replan at once when the model loop's capacity hint moved :data:`HINT_REPLAN_DELTA` from the
-    hint the last plan used (not for a pinned pool)."""
-    return not cfg.pinned_pool and abs(hint - hint_planned) >= HINT_REPLAN_DELTA
+def hint_replan(cfg: Config, hint: Mapping[str, float], hint_planned: Mapping[str, float]) -> bool:
+    """Replan at once when a model's capacity hint (the model loop's, per model) moved
+    :data:`HINT_REPLAN_DELTA` from the one the last plan used (not for a pinned pool)."""
+    return not cfg.pinned_pool and any(abs(h - hint_planned.get(m, 1.0)) >= HINT_REPLAN_DELTA for m, h in hint.items())
 
 
-__all__ = ["HINT_REPLAN_DELTA", "declared_demand", "planning_demand", "steady_horizon", "stabilized_demand", "fleet_target", "next_generation",
+__all__ = ["HINT_REPLAN_DELTA", "Demands", "declared_demand", "declared_demands", "stabilized_demands", "total_qps",
+           "demands_moved", "planning_demand", "steady_horizon", "stabilized_demand", "fleet_target", "next_generation",
            "plan_id_for", "park_round", "replan_without_unavailable", "demand_moved", "replan_early", "plan_due", "PLAN_MAX_AGE_S", "fleet_settled", "hint_replan"]

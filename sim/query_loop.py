@@ -117,6 +117,7 @@ class QueryLoop:
         self._bat = self.bat.tolist()
         self.n = len(self._arr)
         self.model, self.qos_ms, self.policy, self.times = model, float(qos_ms), policy, times
+        self.model_name = model     # the config model's name (``model`` is its profile's); set by the replay
         self.drop = on_deadline == "drop"
         self.xi, self.view_factor, self.timeout_s = xi, view_factor, query_timeout_s
         self.queue_limit, self.max_retries = queue_limit, max_retries

@@ -16,6 +16,10 @@ Ties: query events strictly before a tick's time run first; at one instant timed
 fleet tick, the model tick, the reconcile tick. Dollars come from :class:`sim.ledger.CostLedger`
 (the pool observed after every launch and termination). The model loop runs over each model's
 base variant (:mod:`sim.replay_models`): variants are not replayed yet.
+
+Several models (issue #24): each configured model has a query loop of its own (its queries, its
+QoS, its service times) over the workers assigned to it (:mod:`scaler.worker_assignment`, from the
+joint plan's shares), its own demand window and model loop; one fleet, one budget, one ledger.
 """
 from __future__ import annotations
 
@@ -35,14 +39,14 @@ from config.schema import Config, ModelSpec
 from dispatcher.latency_model import LatencyModel
 from scaler.cloud import CLUSTER_TAG, pool_of
 from scaler.fleet_decision import SloCheck
-from scaler.plan import Plan
+from scaler.joint_plan import JointPlan
 from scaler.replan import DemandView
 from sim.clock import VirtualClock
 from sim.ledger import CostLedger
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
 from sim.policies import dispatcher_policy
 from sim.query_loop import QueryLoop, ServiceTimes
-from sim.replay_fleet import Decisions, ReplayFleet, ReplayWorkers
+from sim.replay_fleet import Decisions, DecideFn, ReplayFleet, ReplayWorkers
 from sim.replay_models import ReplayModelLoop
 from sim.service import ServiceKind, ServiceModel
 from sim.slo_check import slo_check as default_slo_check
@@ -71,7 +75,7 @@ class Fault:
 class ReplaySpec:
     """How the replay runs (everything else comes from the config)."""
 
-    model: str | None = None                      # config model replayed (default: the first)
+    model: str | None = None                      # the model a single workload is for (a one-model config: it)
     service: ServiceKind = "mean"
     seed: int = 0
     boot_s: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_BOOT_S))  # class or type -> s
@@ -87,16 +91,18 @@ class TargetChange:
     rule: str
     demand_qps: float
     upper_bound_qps: float
+    shares: dict[str, dict[str, int]] = field(default_factory=dict)     # each model's pool (joint plans)
+    short: dict[str, float] = field(default_factory=dict)               # models short of their need, q/s
 
 
 @dataclass
 class ReplayRun:
-    """Everything a replay produced; :mod:`sim.replay_metrics` turns it into the report."""
+    """Everything a replay produced; :mod:`sim.replay_metrics` turns it into the report. ``lanes``:
+    each configured model's query loop (in the config's order)."""
 
     cfg: Config
-    model: ModelSpec
+    lanes: dict[str, QueryLoop]
     duration_s: float
-    qloop: QueryLoop
     ledger: CostLedger
     decisions: Decisions
     targets: list[TargetChange]
@@ -105,6 +111,27 @@ class ReplayRun:
     errors: list[tuple[float, str]]
     wall_s: float
     plans: int = 0
+
+    @property
+    def models(self) -> list[ModelSpec]:
+        return [self.cfg.model(m) for m in self.lanes]
+
+    @property
+    def replayed(self) -> list[str]:
+        """The models with queries in the workload."""
+        return [m for m, q in self.lanes.items() if q.n]
+
+    @property
+    def qloop(self) -> QueryLoop:
+        """The query loop of the one model with queries (a single-model replay)."""
+        busy = self.replayed or list(self.lanes)
+        if len(busy) != 1:
+            raise ValueError(f"several models were replayed ({', '.join(busy)}): read lanes")
+        return self.lanes[busy[0]]
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.cfg.model(self.qloop.model_name)
 
 
 def boot_delays(cfg: Config, boot_s: Mapping[str, float]) -> dict[str, float]:
@@ -115,24 +142,52 @@ def boot_delays(cfg: Config, boot_s: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-def service_times(profiles: ProfileTable, spec: ReplaySpec, model: ModelSpec, n: int) -> ServiceTimes:
+def service_times(profiles: ProfileTable, spec: ReplaySpec, model: ModelSpec, n: int, lane: int = 0) -> ServiceTimes:
     """The dispatcher's latency model (profiles, as ``Daemon.start`` builds it) and the service
-    times; ``sampled`` draws one standard normal per query from ``spec.seed``."""
+    times; ``sampled`` draws one standard normal per query from ``spec.seed`` (and the model's
+    place in the config past the first, so each model has its own stream)."""
     predictor = LatencyModel.from_profiles(profiles)
-    z = np.random.default_rng([spec.seed, 12]).standard_normal(n) if spec.service == "sampled" else None
+    key = [spec.seed, 12] + ([lane] if lane else [])
+    z = np.random.default_rng(key).standard_normal(n) if spec.service == "sampled" else None
     return ServiceTimes(model.profile_name, predictor, ServiceModel(profiles, model.profile_name, spec.service), z,
                         max_batch=model.max_batch)
 
 
 def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spec: ReplaySpec,
-                    record: Callable[[int, float], None] | None = None) -> QueryLoop:
-    """A query loop over ``workload`` with the configured policy and the dispatcher's rules."""
-    model = cfg.model(spec.model)
-    times = service_times(profiles, spec, model, len(workload))
-    return QueryLoop(workload.arrivals, workload.batches, model=model.profile_name, qos_ms=model.qos_ms,
-                     policy=dispatcher_policy(cfg, times.predictor), times=times,
-                     on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
-                     query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record)
+                    record: Callable[[int, float], None] | None = None, model: str | None = None) -> QueryLoop:
+    """A query loop over ``workload`` for ``model`` (default ``spec.model``; a one-model config's
+    model) with the configured policy and the dispatcher's rules."""
+    name = model or spec.model or _only_model(cfg)
+    m = cfg.model(name)
+    lane = [x.name for x in cfg.models].index(m.name)
+    times = service_times(profiles, spec, m, len(workload), lane)
+    q = QueryLoop(workload.arrivals, workload.batches, model=m.profile_name, qos_ms=m.qos_ms,
+                  policy=dispatcher_policy(cfg, times.predictor), times=times,
+                  on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
+                  query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record)
+    q.model_name = m.name
+    return q
+
+
+def _only_model(cfg: Config) -> str:
+    if len(cfg.models) != 1:
+        raise ValueError(f"the config has {len(cfg.models)} models: name the model of the workload "
+                         "(ReplaySpec.model) or give one workload per model")
+    return cfg.models[0].name
+
+
+def workloads_by_model(cfg: Config, workload: Workload | Mapping[str, Workload],
+                       spec: ReplaySpec) -> dict[str, Workload]:
+    """One workload per configured model (empty for a model without queries): ``workload`` is a
+    mapping model → workload, or one model's (``spec.model``; a one-model config's)."""
+    if isinstance(workload, Workload):
+        workload = {spec.model or _only_model(cfg): workload}
+    known = {m.name for m in cfg.models}
+    bad = sorted(set(workload) - known)
+    if bad:
+        raise ValueError(f"model {bad[0]!r} is not in the config (known: {', '.join(sorted(known))})")
+    empty = Workload(np.zeros(0), np.zeros(0, dtype=np.int64))
+    return {m.name: workload.get(m.name, empty) for m in cfg.models}
 
 
 class _Timeline:
@@ -160,39 +215,45 @@ def _apply_fault(cloud, f: Fault) -> None:  # type: ignore[no-untyped-def]
         cloud.fail_capacity(f.instance_type, f.kind == "capacity")
 
 
-def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: float,
+def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str, Workload], duration_s: float,
            spec: ReplaySpec = ReplaySpec(), *, slo_check: SloCheck = default_slo_check,
            progress: Callable[[float], None] | None = None, state_dir: Path | None = None,
-           decide_fn: Callable[[float, DemandView], tuple[dict[str, int], Plan | None]] | None = None,
-           on_query_loop: Callable[[QueryLoop], None] | None = None) -> ReplayRun:
-    """Replay ``workload`` (arrivals from 0) for ``duration_s`` virtual seconds under ``cfg``.
+           decide_fn: DecideFn | None = None,
+           on_query_loop: Callable[[dict[str, QueryLoop]], None] | None = None) -> ReplayRun:
+    """Replay ``workload`` (arrivals from 0; one per model, see :func:`workloads_by_model`) for
+    ``duration_s`` virtual seconds under ``cfg``: every configured model on one clock and one budget.
 
     ``decide_fn(now, demand) -> (target, plan)`` replaces the planner on every fleet tick (the
-    baselines of :mod:`sim.replay_baselines`); ``on_query_loop`` receives the query loop once built."""
+    baselines of :mod:`sim.replay_baselines`); ``on_query_loop`` receives the query loops (model →
+    loop) once built."""
     if not duration_s > 0:
         raise ValueError("duration must be > 0")
     wall0 = time.perf_counter()
+    loads = workloads_by_model(cfg, workload, spec)
     clock = VirtualClock(0.0)
     timeline = _Timeline()
     targets: list[TargetChange] = []
 
-    def on_target(t: float, target: dict[str, int], plan: Plan | None, demand: DemandView) -> None:
-        targets.append(TargetChange(t, target, plan.rule if plan else "pinned", demand.qps,
-                                    plan.upper_bound_qps if plan else math.nan))
+    def on_target(t: float, target: dict[str, int], plan: JointPlan | None, demand: Mapping[str, DemandView]) -> None:
+        targets.append(TargetChange(t, target, plan.rule if plan else "pinned", sum(d.qps for d in demand.values()),
+                                    plan.upper_bound_qps if plan else math.nan,
+                                    {m: dict(s.pool) for m, s in plan.models.items()} if plan else {},
+                                    dict(plan.short) if plan else {}))
 
     tmp = tempfile.TemporaryDirectory(prefix="costscale-replay-") if state_dir is None else None
     fleet = ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir,
                         boot_by_type=boot_delays(cfg, spec.boot_s), slo_check=slo_check, on_target=on_target,
                         decide_fn=decide_fn)
     try:
-        qloop = make_query_loop(cfg, profiles, workload, spec, record=fleet.window.record)
+        lanes = {m: make_query_loop(cfg, profiles, wl, spec, record=fleet.windows[m].record, model=m)
+                 for m, wl in loads.items()}
         if on_query_loop is not None:
-            on_query_loop(qloop)
+            on_query_loop(lanes)
         if spec.warm_start:   # the first plan's pool is up at 0, as a daemon that has been running
             fleet.cloud.warm_until = 0.0
-        fleet.workers = ReplayWorkers(qloop, clock, timeline.schedule, fleet.cloud.running_at, spec.load_s,
+        fleet.workers = ReplayWorkers(lanes, clock, timeline.schedule, fleet.cloud.running_at, spec.load_s,
                                       fleet.decisions, warm_until=fleet.cloud.warm_until)
-        fleet.model_loop = ReplayModelLoop(cfg, profiles, qloop.times.predictor, cfg.model(spec.model).name)
+        fleet.model_loops = {m: ReplayModelLoop(cfg, profiles, q.times.predictor, m) for m, q in lanes.items()}
         prices = cfg.prices()
         ledger = CostLedger(prices, cfg.budget_per_hour)
         launches: list[tuple[float, str, int]] = []
@@ -219,7 +280,8 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
         while True:
             t = min(k_fleet * iv.fleet_s, k_model * iv.model_s, k_rec * iv.reconcile_s, timeline.next_time(),
                     duration_s)
-            qloop.run_until(t)
+            for q in lanes.values():
+                q.run_until(t)
             clock.advance_to(t)
             if t >= duration_s:
                 break
@@ -236,11 +298,12 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
             if progress is not None and t - last_report >= duration_s / 200:
                 last_report = t
                 progress(t / duration_s)
-        qloop.finish(duration_s)
+        for q in lanes.values():
+            q.finish(duration_s)
         ledger.close(duration_s)
         if progress is not None:
             progress(1.0)
-        return ReplayRun(cfg=cfg, model=cfg.model(spec.model), duration_s=duration_s, qloop=qloop, ledger=ledger,
+        return ReplayRun(cfg=cfg, lanes=lanes, duration_s=duration_s, ledger=ledger,
                          decisions=fleet.decisions, targets=targets, launches=launches, terminations=terminations,
                          errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.mem.plans)
     finally:
@@ -250,4 +313,4 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: 
 
 
 __all__ = ["DEFAULT_BOOT_S", "DEFAULT_LOAD_S", "Fault", "ReplayRun", "ReplaySpec", "TargetChange", "boot_delays",
-           "make_query_loop", "replay"]
+           "make_query_loop", "replay", "workloads_by_model"]

@@ -13,26 +13,29 @@ through the same query loop, cloud, actuator and boot delays, with another rule 
   reference for what the load needed, not a lower bound: a window's pool is checked at its peak
   rate only, and switching costs nothing.
 
-Baselines run without parking (surplus retires at once) and without the model loop.
+Baselines run without parking (surplus retires at once) and without the model loop. With several
+models every baseline plans them jointly (:func:`scaler.joint_plan.plan_joint`: ``hindsight`` is
+the joint min_cost pool per 5-minute window at each model's peak minute; ``reactive`` tracks a
+homogeneous pool per model, within the one budget).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Mapping
 
 import numpy as np
 
 from config.profiles import ProfileTable
 from config.schema import Config
 from dispatcher.policy import default_base_type
-from scaler.fleet_decision import SloCheck, plan_fleet
-from scaler.fleet_step import declared_demand
-from scaler.plan import Plan
+from scaler.fleet_decision import SloCheck
+from scaler.joint_plan import JointPlan, ModelShare, declared_demands, plan_joint
 from scaler.replan import DemandView
 from scaler.transitions import pool_cost
 from sim.query_loop import QueryLoop
-from sim.replay import ReplayRun, ReplaySpec, replay
+from sim.replay import ReplayRun, ReplaySpec, replay, workloads_by_model
+from sim.replay_fleet import DecideFn
 from sim.slo_check import slo_check as default_slo_check
 from sim.workload import Workload
 
@@ -63,21 +66,28 @@ def _grid_rate(qps: float) -> float:
 
 
 class PoolPlanner:
-    """``plan_fleet`` with the config's declared batch mix, memoised per (objective, grid rate)."""
+    """The joint plan (:func:`scaler.joint_plan.plan_joint`, headroom 0) at each model's rate with
+    the config's declared batch mix, memoised per (objective, each model's grid rate)."""
 
     def __init__(self, cfg: Config, profiles: ProfileTable, slo_check: SloCheck) -> None:
         self.cfg, self.profiles, self.slo_check = cfg, profiles, slo_check
-        self.mix = declared_demand(cfg).mix
-        self._memo: dict[tuple[str, float], dict[str, int]] = {}
+        self.declared = declared_demands(cfg)
+        self._memo: dict[tuple[str, tuple[float, ...]], JointPlan] = {}
 
-    def pool(self, objective: str, qps: float) -> dict[str, int]:
-        key = (objective, _grid_rate(qps) if objective == "min_cost" else 0.0)
+    def plan(self, objective: str, qps: Mapping[str, float]) -> JointPlan:
+        models = [m.name for m in self.cfg.models]
+        rates = tuple(_grid_rate(qps.get(m, 0.0)) if objective == "min_cost" or len(models) > 1 else 0.0
+                      for m in models)
+        key = (objective, rates)
         if key not in self._memo:
             cfg = self.cfg.model_copy(update={"headroom": 0.0, "pinned_pool": None})
-            plan = plan_fleet(cfg, self.profiles, self.mix, key[1], slo_check=self.slo_check,
-                              objective=objective)  # type: ignore[arg-type]
-            self._memo[key] = {t: n for t, n in plan.chosen.items() if n > 0}
-        return dict(self._memo[key])
+            demand = {m: DemandView(r, self.declared[m].mix, False) for m, r in zip(models, rates)}
+            self._memo[key] = plan_joint(cfg, self.profiles, demand, slo_check=self.slo_check,
+                                         objective=objective)  # type: ignore[arg-type]
+        return self._memo[key]
+
+    def pool(self, objective: str, qps: Mapping[str, float]) -> dict[str, int]:
+        return self.plan(objective, qps).pool
 
 
 def _no_parking(cfg: Config) -> Config:
@@ -85,13 +95,13 @@ def _no_parking(cfg: Config) -> Config:
     return cfg.model_copy(update={"model_scaling": ms})
 
 
-def _held(pool: dict[str, int]) -> Callable[[float, DemandView], tuple[dict[str, int], Plan | None]]:
-    return lambda now, demand: (dict(pool), None)
+def _held(plan: JointPlan) -> DecideFn:
+    return lambda now, demand: (plan.pool, plan)
 
 
 @dataclass
 class Reactive:
-    """Target tracking on a homogeneous pool of ``itype`` (module doc)."""
+    """Target tracking on a homogeneous pool of ``itype`` for one model (module doc)."""
 
     itype: str
     price: float
@@ -106,19 +116,47 @@ class Reactive:
     def attach(self, q: QueryLoop) -> None:
         self._q = q
 
-    def decide(self, now: float, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
+    def step(self, now: float, room: float) -> int:
+        """The new count; a scale-out takes at most ``room`` $/hr more."""
         q = self._q
         if q is not None and now > self._at:
             serving = sum(q.serving().values())
             util = (q.busy_s - self._busy) / ((now - self._at) * max(serving, 1))
             self._busy, self._at = q.busy_s, now
-            cap = max(int(math.floor(self.budget / self.price + 1e-9)), 1)
+            cap = self.n + max(int(math.floor(room / self.price + 1e-9)), 0)
             desired = min(max(int(math.ceil(self.n * util / TARGET_UTILIZATION - 1e-9)), 1), cap)
             if desired > self.n and now - self.last_out >= SCALE_OUT_COOLDOWN_S:
                 self.n, self.last_out, self.last_activity = desired, now, now
             elif desired < self.n and now - self.last_activity >= SCALE_IN_COOLDOWN_S:
                 self.n, self.last_activity = desired, now
-        return {self.itype: self.n}, None
+        return self.n
+
+
+@dataclass
+class ReactiveFleet:
+    """One :class:`Reactive` per model, within one budget (the models scale out in config order)."""
+
+    cfg: Config
+    ctl: dict[str, Reactive]
+
+    def attach(self, lanes: Mapping[str, QueryLoop]) -> None:
+        for m, c in self.ctl.items():
+            c.attach(lanes[m])
+
+    def decide(self, now: float, demand: Mapping[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
+        for m, c in self.ctl.items():
+            others = sum(o.n * o.price for k, o in self.ctl.items() if k != m)
+            c.step(now, self.cfg.budget_per_hour - others - c.n * c.price)
+        return _fixed(self.cfg, {m: {c.itype: c.n} for m, c in self.ctl.items()}, demand)
+
+
+def _fixed(cfg: Config, shares: Mapping[str, Mapping[str, int]], demand: Mapping[str, DemandView]) -> tuple[dict[str, int], JointPlan]:
+    """Pools decided per model by a baseline's rule, as a joint plan (no per-model planner inside)."""
+    prices = cfg.prices()
+    models = {m: ModelShare(m, dict(p), pool_cost(dict(p), prices), math.nan,
+                            demand[m].qps if m in demand else 0.0, math.nan) for m, p in shares.items()}
+    plan = JointPlan(cfg.objective, cfg.budget_per_hour, "baseline", models)
+    return plan.pool, plan
 
 
 def base_type_for(cfg: Config, profiles: ProfileTable, model: str | None) -> str:
@@ -130,41 +168,50 @@ def base_type_for(cfg: Config, profiles: ProfileTable, model: str | None) -> str
     return default_base_type(cfg, mean_ms, model)
 
 
-def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workload, duration_s: float,
-                 spec: ReplaySpec, *, slo_check: SloCheck = default_slo_check,
+def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str, Workload],
+                 duration_s: float, spec: ReplaySpec, *, slo_check: SloCheck = default_slo_check,
                  planner: PoolPlanner | None = None) -> ReplayRun:
-    """One baseline's replay (module doc)."""
+    """One baseline's replay (module doc), every model at once (jointly planned)."""
     planner = planner or PoolPlanner(cfg, profiles, slo_check)
     base_cfg = _no_parking(cfg)
+    loads = {m: wl for m, wl in workloads_by_model(cfg, workload, spec).items()}
+    peaks = {m: minute_peaks(wl.arrivals, duration_s) for m, wl in loads.items()}
     if name == "static_peak":
-        pool = planner.pool("min_cost", float(minute_peaks(workload.arrivals, duration_s).max()))
-        return replay(base_cfg, profiles, workload, duration_s, spec, slo_check=slo_check, decide_fn=_held(pool))
+        plan = planner.plan("min_cost", {m: float(p.max()) for m, p in peaks.items()})
+        return replay(base_cfg, profiles, loads, duration_s, spec, slo_check=slo_check, decide_fn=_held(plan))
     if name == "static_budget":
-        pool = planner.pool("max_throughput", 0.0)
-        return replay(base_cfg, profiles, workload, duration_s, spec, slo_check=slo_check, decide_fn=_held(pool))
+        plan = planner.plan("max_throughput", {m: len(wl) / duration_s for m, wl in loads.items()})
+        return replay(base_cfg, profiles, loads, duration_s, spec, slo_check=slo_check, decide_fn=_held(plan))
     if name == "reactive":
-        itype = base_type_for(cfg, profiles, spec.model)
-        price = cfg.catalog()[itype].price_per_hour
-        first = planner.pool("min_cost", float(minute_peaks(workload.arrivals, min(duration_s, 60.0))[0]))
-        n0 = max(1, min(int(math.ceil(pool_cost(first, cfg.prices(allowed_only=True)) / price)),
-                        int(cfg.budget_per_hour // price)))
-        ctl = Reactive(itype, price, cfg.budget_per_hour, n=n0)
+        first = planner.plan("min_cost", {m: float(minute_peaks(wl.arrivals, min(duration_s, 60.0))[0])
+                                          for m, wl in loads.items()})
+        ctl = {}
+        for m in loads:
+            itype = base_type_for(cfg, profiles, m)
+            price = cfg.catalog()[itype].price_per_hour
+            share = first.models[m].pool if m in first.models else {}
+            n0 = max(1, min(int(math.ceil(pool_cost(share, cfg.prices(allowed_only=True)) / price)),
+                            int(cfg.budget_per_hour // price)))
+            ctl[m] = Reactive(itype, price, cfg.budget_per_hour, n=n0)
+        fleet = ReactiveFleet(cfg, ctl)
         iv = base_cfg.intervals.model_copy(update={"fleet_s": REACTIVE_PERIOD_S})
-        return replay(base_cfg.model_copy(update={"intervals": iv}), profiles, workload, duration_s, spec,
-                      slo_check=slo_check, decide_fn=ctl.decide, on_query_loop=ctl.attach)
+        return replay(base_cfg.model_copy(update={"intervals": iv}), profiles, loads, duration_s, spec,
+                      slo_check=slo_check, decide_fn=fleet.decide, on_query_loop=fleet.attach)
     if name == "hindsight":
-        peaks = minute_peaks(workload.arrivals, duration_s)
         per = int(HINDSIGHT_WINDOW_S // 60)
-        pools = [planner.pool("min_cost", float(peaks[k:k + per].max())) for k in range(0, len(peaks), per)]
+        n = max(len(p) for p in peaks.values())
+        plans = [planner.plan("min_cost", {m: float(p[k:k + per].max()) if k < len(p) else 0.0
+                                           for m, p in peaks.items()}) for k in range(0, n, per)]
 
-        def decide(now: float, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
-            return dict(pools[min(int(now // HINDSIGHT_WINDOW_S), len(pools) - 1)]), None
+        def decide(now: float, demand: Mapping[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
+            plan = plans[min(int(now // HINDSIGHT_WINDOW_S), len(plans) - 1)]
+            return plan.pool, plan
         iv = base_cfg.intervals.model_copy(update={"fleet_s": HINDSIGHT_WINDOW_S})
         zero = ReplaySpec(model=spec.model, service=spec.service, seed=spec.seed,
                           boot_s={"gpu": 0.0, "inferentia": 0.0, "cpu": 0.0}, load_s=0.0, warm_start=True)
-        return replay(base_cfg.model_copy(update={"intervals": iv}), profiles, workload, duration_s, zero,
+        return replay(base_cfg.model_copy(update={"intervals": iv}), profiles, loads, duration_s, zero,
                       slo_check=slo_check, decide_fn=decide)
     raise ValueError(f"unknown baseline {name!r} (known: {', '.join(BASELINE_NAMES)})")
 
 
-__all__ = ["BASELINE_NAMES", "PoolPlanner", "Reactive", "base_type_for", "minute_peaks", "run_baseline"]
+__all__ = ["BASELINE_NAMES", "PoolPlanner", "Reactive", "ReactiveFleet", "base_type_for", "minute_peaks", "run_baseline"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from config.errors import UsageError
 from config.profiles import ProfileTable
@@ -34,7 +34,9 @@ from scaler.fake_cloud import FakeCloud
 from scaler.fleet_decision import SloCheck
 from scaler.parking import ParkState
 from scaler.pick_cache import PickCache
-from scaler.plan import Plan
+from scaler.joint_plan import JointPlan
+from scaler.fleet_step import Demands
+from scaler.worker_assignment import assign_workers, fallback_shares
 from scaler.replan import DemandView
 from scaler.state import StateStore
 from sim.clock import VirtualClock
@@ -45,6 +47,8 @@ from sim.replay_models import ReplayModelLoop
 log = logging.getLogger("costscale.replay")
 
 Schedule = Callable[[float, Callable[[], None]], None]
+#: a baseline's rule in place of the planner: (now, each model's demand) -> (target, joint plan or None)
+DecideFn = Callable[[float, Demands], tuple[dict[str, int], JointPlan | None]]
 
 
 @dataclass
@@ -61,28 +65,56 @@ class Decisions:
 
 class ReplayWorkers:
     """The dispatcher's worker registry (``dispatcher.workers.WorkerRegistry``) for the replay: an
-    instance may register once its sync allowed it; its worker joins the query loop when the
-    instance runs and its model is loaded (``load_s``); parked ones take no queries."""
+    instance may register once its sync allowed it; its worker joins the query loop of the model it
+    is assigned to (``lanes``: one :class:`sim.query_loop.QueryLoop` per configured model) when the
+    instance runs and the model is loaded (``load_s``); parked ones take no queries. An instance
+    moved to another model (:meth:`assign`) leaves the first loop and joins the other after a load."""
 
-    def __init__(self, qloop: QueryLoop, clock: VirtualClock, schedule: Schedule,
+    def __init__(self, lanes: Mapping[str, QueryLoop], clock: VirtualClock, schedule: Schedule,
                  running_at: Callable[[ManagedInstance], float], load_s: float, decisions: Decisions,
                  warm_until: float = float("-inf")) -> None:
-        self.q, self.clock, self.schedule, self.running_at, self.load_s = qloop, clock, schedule, running_at, load_s
+        self.lanes = dict(lanes)
+        self.clock, self.schedule, self.running_at, self.load_s = clock, schedule, running_at, load_s
         self.warm_until = warm_until
         self.decisions = decisions
         self.allowed: dict[str, str] = {}
+        self.assignment: dict[str, str] = {}      # instance id -> model it serves
+        self.joined: dict[str, str] = {}          # instance id -> the lane its worker is in
         self.parked_ids: set[str] = set()
         self._joining: set[str] = set()
         self._holding: set[str] = set()    # registered parked workers whose model is still loaded
 
+    @property
+    def q(self) -> QueryLoop:
+        """The query loop of a single-model replay."""
+        if len(self.lanes) != 1:
+            raise ValueError("several models: use lanes")
+        return next(iter(self.lanes.values()))
+
+    def _model_of(self, iid: str) -> str:
+        return self.assignment.get(iid) or next(iter(self.lanes))
+
+    def _worker_lane(self, iid: str) -> QueryLoop | None:
+        m = self.joined.get(iid)
+        return self.lanes[m] if m is not None else None
+
     def registered(self) -> frozenset[str]:
-        return self.q.registered()
+        return frozenset().union(*(q.registered() for q in self.lanes.values()))
+
+    def serving(self, model: str | None = None) -> dict[str, int]:
+        """Workers taking queries by type: of one model's loop, or of all."""
+        out: dict[str, int] = {}
+        for m, q in self.lanes.items():
+            if model is None or m == model:
+                for t, n in q.serving().items():
+                    out[t] = out.get(t, 0) + n
+        return out
 
     def allow(self, inst: ManagedInstance) -> None:
         """``allow_instance``; the worker registers at launch + boot + model load."""
         self.allowed[inst.instance_id] = inst.instance_type
         iid = inst.instance_id
-        if iid in self._joining or iid in self.q.workers:
+        if iid in self._joining or iid in self.joined:
             return
         self._joining.add(iid)
         load = 0.0 if inst.launch_time <= self.warm_until else self.load_s
@@ -92,33 +124,63 @@ class ReplayWorkers:
     def _join(self, iid: str) -> None:
         self._joining.discard(iid)
         itype = self.allowed.get(iid)
-        if itype is None:          # terminated before its worker came up
+        if itype is None or iid in self.joined:     # terminated before its worker came up
             return
         parked = iid in self.parked_ids
-        self.q.add_worker(iid, itype, self.clock.now(), draining=parked)
+        m = self._model_of(iid)
+        self.joined[iid] = m
+        self.lanes[m].add_worker(iid, itype, self.clock.now(), draining=parked)
         if parked:
             self._holding.add(iid)
+
+    def assign(self, assignment: Mapping[str, str]) -> None:
+        """The model each instance serves now (:func:`scaler.worker_assignment.assign_workers`); a
+        registered worker whose model changed swaps it: it leaves its loop (its running query
+        finishes) and joins the new model's after ``load_s``."""
+        for iid, m in assignment.items():
+            self.assignment[iid] = m
+            was = self.joined.get(iid)
+            if was is None or was == m:
+                continue
+            q = self.lanes[was]
+            q.set_draining(iid, True, self.clock.now())
+            q.remove_worker(iid, self.clock.now())
+            del self.joined[iid]
+            self._holding.discard(iid)
+            self.decisions.variant_unload += 1
+            self.decisions.variant_load += 1
+            self._joining.add(iid)
+            self.schedule(self.clock.now() + self.load_s, lambda iid=iid: self._join(iid))
 
     def forget(self, iid: str) -> None:
         self.allowed.pop(iid, None)
         self.parked_ids.discard(iid)
         self._holding.discard(iid)
-        self.q.remove_worker(iid, self.clock.now())
+        self.assignment.pop(iid, None)
+        q = self._worker_lane(iid)
+        self.joined.pop(iid, None)
+        if q is not None:
+            q.remove_worker(iid, self.clock.now())
 
     def drain(self, iid: str) -> bool:
         """Before a termination: no new queries (the in-flight one finishes, see the module doc)."""
-        self.q.set_draining(iid, True, self.clock.now())
+        q = self._worker_lane(iid)
+        if q is not None:
+            q.set_draining(iid, True, self.clock.now())
         return True
 
     def mark_parked(self, iid: str) -> None:
         self.parked_ids.add(iid)
-        if iid in self.q.workers and not self.q.workers[iid].draining:
+        q = self._worker_lane(iid)
+        if q is not None and iid in q.workers and not q.workers[iid].draining:
             self._holding.add(iid)
-        self.q.set_draining(iid, True, self.clock.now())
+        if q is not None:
+            q.set_draining(iid, True, self.clock.now())
 
     def park(self, iid: str) -> None:
         """Unload the parked worker's model (once per park; idempotent like ``Dispatcher.park``)."""
-        if iid in self._holding and iid in self.q.workers:
+        q = self._worker_lane(iid)
+        if iid in self._holding and q is not None and iid in q.workers:
             self._holding.discard(iid)
             self.decisions.variant_unload += 1
 
@@ -126,18 +188,20 @@ class ReplayWorkers:
         """Load the model back (``load_s``), then take queries again; an unregistered one just
         stops being parked."""
         self.parked_ids.discard(iid)
-        w = self.q.workers.get(iid)
-        if w is None or not w.draining:
+        q = self._worker_lane(iid)
+        w = q.workers.get(iid) if q is not None else None
+        if q is None or w is None or not w.draining:
             return
         if iid in self._holding:        # never unloaded: routable at once
             self._holding.discard(iid)
-            self.q.set_draining(iid, False, self.clock.now())
+            q.set_draining(iid, False, self.clock.now())
             return
         self.decisions.variant_load += 1
 
         def back() -> None:
-            if iid not in self.parked_ids and iid in self.q.workers:
-                self.q.set_draining(iid, False, self.clock.now())
+            lane = self._worker_lane(iid)
+            if iid not in self.parked_ids and lane is q and iid in q.workers:
+                q.set_draining(iid, False, self.clock.now())
         self.schedule(self.clock.now() + self.load_s, back)
 
 
@@ -146,14 +210,14 @@ class FleetMemory:
     """What ``Daemon.status`` and its fields carry between ticks."""
 
     target: dict[str, int] = field(default_factory=dict)
-    plan: Plan | None = None
-    planned: DemandView | None = None
+    plan: JointPlan | None = None
+    planned: dict[str, DemandView] | None = None
     generation: int = 0
     park: ParkState = ParkState()
-    capacity_hint: float = 1.0
-    hint_planned: float = 1.0
+    capacity_hint: dict[str, float] = field(default_factory=dict)     # per model
+    hint_planned: dict[str, float] = field(default_factory=dict)
     last_error: str | None = None
-    history: list[tuple[float, DemandView]] = field(default_factory=list)
+    history: dict[str, list[tuple[float, DemandView]]] = field(default_factory=dict)
     planned_at: float | None = None
     unavailable_planned: frozenset[str] = frozenset()
     plans: int = 0
@@ -164,17 +228,18 @@ class ReplayFleet:
 
     def __init__(self, cfg: Config, profiles: ProfileTable, clock: VirtualClock, state_dir: Path, *,
                  boot_by_type: dict[str, float], slo_check: SloCheck,
-                 on_target: Callable[[float, dict[str, int], Plan | None, DemandView], None] | None = None,
-                 decide_fn: Callable[[float, DemandView], tuple[dict[str, int], Plan | None]] | None = None) -> None:
+                 on_target: Callable[[float, dict[str, int], JointPlan | None, Demands], None] | None = None,
+                 decide_fn: DecideFn | None = None) -> None:
         self.cfg, self.profiles, self.clock, self.slo_check = cfg, profiles, clock, slo_check
         self.cloud = FakeCloud(cfg.cluster, clock=clock.now, boot_by_type=boot_by_type)
         self.store = StateStore.open(state_dir / "state.db")
         self.workers: ReplayWorkers | None = None
-        self.model_loop: ReplayModelLoop | None = None
+        self.model_loops: dict[str, ReplayModelLoop] = {}
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour, clock=clock.now,
                                       drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s)
-        self.window = DemandWindow()
-        self.declared = fleet_step.declared_demand(cfg)
+        self.models = [m.name for m in cfg.models]
+        self.windows = {m: DemandWindow() for m in self.models}     # each model's arrivals
+        self.declared = {m: fleet_step.declared_demand(cfg, m) for m in self.models}
         self.mem = FleetMemory()
         self.decisions = Decisions()
         self.on_target = on_target
@@ -189,23 +254,40 @@ class ReplayFleet:
         return self.workers.drain(iid) if self.workers is not None else True
 
     # ---- Daemon.current_demand / decide -------------------------------------------------------
-    def current_demand(self) -> DemandView:
-        snap = self.window.snapshot(self.clock.now(), fleet_step.steady_horizon(self.cfg))
-        return fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, self.declared,
-                                          self.mem.capacity_hint, snap.steady_qps)
+    def current_demand(self) -> dict[str, DemandView]:
+        """Each model's planning demand from its own window, times its capacity hint."""
+        now, horizon = self.clock.now(), fleet_step.steady_horizon(self.cfg)
+        out = {}
+        for m in self.models:
+            snap = self.windows[m].snapshot(now, horizon)
+            out[m] = fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, self.declared[m],
+                                                self.mem.capacity_hint.get(m, 1.0), snap.steady_qps)
+        return out
 
-    def decide(self, demand: DemandView) -> tuple[dict[str, int], Plan | None]:
+    def shares(self) -> dict[str, dict[str, int]]:
+        """Each model's pool under the target held: the joint plan's, else the target dealt over the
+        models (:func:`scaler.worker_assignment.fallback_shares`)."""
+        plan = self.mem.plan
+        if plan is not None:
+            return {m: dict(s.pool) for m, s in plan.models.items()}
+        planned = self.mem.planned or {}
+        return fallback_shares(self.mem.target, self.models, {m: d.qps for m, d in planned.items()})
+
+    def decide(self, demand: Mapping[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
         """As the daemon's; a max_throughput pick is confirmed in line (``sim.pick_eval.confirmed_plan``,
         the function the daemon's confirmer runs in the background): the replay holds the confirmed
         pool from the first plan, the daemon a second or two after it."""
-        def once() -> tuple[dict[str, int], Plan | None]:
+        def once() -> tuple[dict[str, int], JointPlan | None]:
+            current = self.shares() if self.mem.plan is not None else None
             return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=self.slo_check,
-                                           unavailable=self.actuator.unavailable_types(), current=self.mem.target,
+                                           unavailable=self.actuator.unavailable_types(), current=current,
                                            confirmed=self.confirmed)
         pool, plan = once()
-        if plan is None or plan.confirm is None:
+        todo = [p.confirm for p in (plan.plans if plan is not None else []) if p.confirm is not None]
+        if not todo:
             return pool, plan
-        self.confirmed.put(plan.confirm.key, confirmed_plan(plan.confirm))
+        for c in todo:
+            self.confirmed.put(c.key, confirmed_plan(c))
         return once()
 
     # ---- Daemon.fleet_tick ---------------------------------------------------------------------
@@ -213,8 +295,8 @@ class ReplayFleet:
         m = self.mem
         try:
             now = self.clock.now()
-            demand, m.history = fleet_step.stabilized_demand(m.history, now, self.current_demand(),
-                                                             self.cfg.intervals.scale_in_s)
+            demand, m.history = fleet_step.stabilized_demands(m.history, now, self.current_demand(),
+                                                              self.cfg.intervals.scale_in_s)
             unavailable = frozenset(self.actuator.unavailable_types())
             fresh = reason != "interval" or fleet_step.plan_due(self.cfg, m.planned, m.planned_at, demand, now,
                                                                 unavailable != m.unavailable_planned)
@@ -235,10 +317,11 @@ class ReplayFleet:
             m.plan, m.target, m.planned = plan, target, demand
             if fresh:
                 m.planned_at, m.unavailable_planned = now, frozenset(self.actuator.unavailable_types())
-            m.hint_planned = m.capacity_hint
+            m.hint_planned = dict(m.capacity_hint)
             m.last_error = None
             if plan is not None and self.workers is not None:
-                self.workers.q.set_base_type(plan.base_type)
+                for model, base in plan.base_types.items():
+                    self.workers.lanes[model].set_base_type(base)
             if changed and self.on_target is not None:
                 self.on_target(self.clock.now(), dict(target), plan, demand)
         except (UsageError, PlanError) as exc:   # no pool fits: the next interval retries
@@ -278,22 +361,26 @@ class ReplayFleet:
 
     # ---- Daemon.model_tick (the fleet part), reconcile_tick, _sync_workers --------------------
     def model_tick(self) -> None:
-        """``Daemon.model_tick``: the model loop's round (:class:`sim.replay_models.ReplayModelLoop`),
-        its capacity hint (a replan when it moved far enough), then the early-replan check."""
-        ml, w = self.model_loop, self.workers
+        """``Daemon.model_tick``: each model's model-loop round (:class:`sim.replay_models.ReplayModelLoop`
+        over its own query loop), its capacity hint (a replan when one moved far enough), then the
+        early-replan check."""
+        w = self.workers
         if self.decide_fn is not None:      # a baseline: no model loop, no early replans
             return
-        if ml is not None and w is not None:
+        if self.model_loops and w is not None:
             now = self.clock.now()
-            snap = self.window.snapshot(now)
-            decision = ml.tick(w.q, now, snap.arrival_qps, snap.mean_batch)
-            self.mem.capacity_hint = ml.next_hint(self.mem.capacity_hint, decision, self.mem.target, w.q.serving())
+            shares = self.shares()
+            for model, ml in self.model_loops.items():
+                snap = self.windows[model].snapshot(now)
+                decision = ml.tick(w.lanes[model], now, snap.arrival_qps, snap.mean_batch)
+                self.mem.capacity_hint[model] = ml.next_hint(self.mem.capacity_hint.get(model, 1.0), decision,
+                                                             shares.get(model, {}), w.serving(model))
             if fleet_step.hint_replan(self.cfg, self.mem.capacity_hint, self.mem.hint_planned):
                 self.fleet_tick("model loop capacity hint")
         if self.cfg.pinned_pool or self.mem.planned is None:
             return
-        now_demand, _ = fleet_step.stabilized_demand(self.mem.history, self.clock.now(), self.current_demand(),
-                                                     self.cfg.intervals.scale_in_s)
+        now_demand, _ = fleet_step.stabilized_demands(self.mem.history, self.clock.now(), self.current_demand(),
+                                                      self.cfg.intervals.scale_in_s)
         if fleet_step.replan_early(self.cfg, self.mem.planned, now_demand):
             self.fleet_tick("demand changed")
 
@@ -315,6 +402,9 @@ class ReplayFleet:
         if w is None:
             return
         live = {i.instance_id: i for i in instances if i.live}
+        planned = self.mem.planned or {}
+        w.assign(assign_workers([(i.instance_id, i.instance_type) for i in live.values()], self.shares(),
+                                w.assignment, {m: d.qps for m, d in planned.items()}))
         for inst in live.values():
             w.allow(inst)
         for iid in list(w.allowed):

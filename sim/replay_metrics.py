@@ -30,20 +30,32 @@ def served_accuracy() -> dict[str, Any]:
     return {"mean": 1.0, "max_drop": 0.0, "relative_to": "the most accurate variant", "variants_replayed": False}
 
 
-def timeline(run: Any, step_s: float = TIMELINE_STEP_S) -> dict[str, list[float | None]]:
-    """Per ``step_s`` from 0: arrival rate, goodput, $/hr at the step's start, p99 of the queries
-    that arrived in it (null when none or more than 1 % missed), and the allowable capacity of
-    the target in force (its upper bound; null for a pinned pool)."""
-    q = run.qloop
+def _all(run: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every lane's queries together: arrival times, latency (inf unless served) and within-SLO."""
+    lanes = list(run.lanes.values())
+    arr = np.concatenate([q.arr for q in lanes]) if lanes else np.zeros(0)
+    lat = np.concatenate([np.where(q.outcome == SERVED, q.latency, np.inf) for q in lanes]) if lanes else np.zeros(0)
+    within = np.concatenate([(q.outcome == SERVED) & (q.latency <= q.qos_ms) for q in lanes]) if lanes \
+        else np.zeros(0, dtype=bool)
+    return arr, lat, within
+
+
+def timeline(run: Any, step_s: float = TIMELINE_STEP_S) -> dict[str, Any]:
+    """Per ``step_s`` from 0: arrival rate (in all, and per model when several have queries),
+    goodput, $/hr at the step's start, p99 of the queries that arrived in it (null when none or
+    more than 1 % missed), and the allowable capacity of the target in force (its upper bound;
+    null for a pinned pool)."""
+    arr, lat, within = _all(run)
     n_steps = max(int(math.ceil(run.duration_s / step_s)), 1)
-    idx = np.minimum((q.arr // step_s).astype(np.int64), n_steps - 1) if q.n else np.zeros(0, dtype=np.int64)
-    within = (q.outcome == SERVED) & (q.latency <= q.qos_ms)
+
+    def step_of(a: np.ndarray) -> np.ndarray:
+        return np.minimum((a // step_s).astype(np.int64), n_steps - 1) if a.size else np.zeros(0, dtype=np.int64)
+    idx = step_of(arr)
     arrivals = np.bincount(idx, minlength=n_steps)
     good = np.bincount(idx, weights=within.astype(float), minlength=n_steps)
     p99: list[float | None] = []
     order = np.argsort(idx, kind="stable")
     bounds = np.searchsorted(idx[order], np.arange(n_steps + 1))
-    lat = np.where(q.outcome == SERVED, q.latency, np.inf)
     for k in range(n_steps):
         sl = lat[order[bounds[k]:bounds[k + 1]]]
         p99.append(_finite(nearest_rank(sl, 99)) if sl.size else None)
@@ -57,30 +69,49 @@ def timeline(run: Any, step_s: float = TIMELINE_STEP_S) -> dict[str, list[float 
             current = None if not math.isfinite(ub) else round(ub, 3)
             ti += 1
         cap.append(current)
-    return {"t_s": [float(x) for x in t],
-            "demand_qps": [round(float(a) / step_s, 4) for a in arrivals],
-            "goodput_qps": [round(float(g) / step_s, 4) for g in good],
-            "cost_per_hour": [round(run.ledger.cost_per_hour_at(float(x)), 6) for x in t],
-            "p99_ms": p99, "capacity_qps": cap}
+    out: dict[str, Any] = {"t_s": [float(x) for x in t],
+                           "demand_qps": [round(float(a) / step_s, 4) for a in arrivals],
+                           "goodput_qps": [round(float(g) / step_s, 4) for g in good],
+                           "cost_per_hour": [round(run.ledger.cost_per_hour_at(float(x)), 6) for x in t],
+                           "p99_ms": p99, "capacity_qps": cap}
+    if len(run.replayed) > 1:
+        out["demand_by_model"] = {m: [round(float(a) / step_s, 4)
+                                      for a in np.bincount(step_of(run.lanes[m].arr), minlength=n_steps)]
+                                  for m in run.replayed}
+    return out
 
 
-def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
-    """The replay's figures as one JSON-able object."""
-    q = run.qloop
+def lane_figures(q: Any) -> dict[str, Any]:
+    """One model's queries: how many, served, within its SLO, attainment and nearest-rank p99."""
     served = q.outcome == SERVED
     within = served & (q.latency <= q.qos_ms)
     lat = np.where(served, q.latency, np.inf)
+    return {"queries": int(q.n), "served": int(served.sum()), "within_slo": int(within.sum()),
+            "slo_attainment": round(float(within.sum()) / q.n, 6) if q.n else 1.0,
+            "p99_ms": _finite(nearest_rank(lat, 99)) if q.n else None, "qos_ms": q.qos_ms}
+
+
+def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
+    """The replay's figures as one JSON-able object: the totals over every model's queries, and
+    ``models`` (model → its own figures, :func:`lane_figures`) for each model with queries.
+    ``model`` and ``qos_ms`` name the model replayed when one was ('+'-joined names and null QoS
+    when several were)."""
+    arr, lat, within = _all(run)
+    n = int(arr.size)
+    served = int(sum(int((q.outcome == SERVED).sum()) for q in run.lanes.values()))
+    names = run.replayed or list(run.lanes)
     led = run.ledger
     out: dict[str, Any] = {
-        "model": run.model.name,
-        "qos_ms": run.model.qos_ms,
+        "model": "+".join(names),
+        "qos_ms": run.lanes[names[0]].qos_ms if len(names) == 1 else None,
         "hours": round(run.duration_s / 3600.0, 6),
         "cost_usd": round(led.cost_usd, 6),
-        "queries": int(q.n),
-        "served": int(served.sum()),
+        "queries": n,
+        "served": served,
         "within_slo": int(within.sum()),
-        "slo_attainment": round(float(within.sum()) / q.n, 6) if q.n else 1.0,
-        "p99_ms": _finite(nearest_rank(lat, 99)) if q.n else None,
+        "slo_attainment": round(float(within.sum()) / n, 6) if n else 1.0,
+        "p99_ms": _finite(nearest_rank(lat, 99)) if n else None,
+        "models": {m: lane_figures(run.lanes[m]) for m in names},
         "peak_cost_per_hour": round(led.peak_cost_per_hour, 6),
         "budget_per_hour": run.cfg.budget_per_hour,
         "budget_violations": len(led.violations),
@@ -97,4 +128,4 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
     return out
 
 
-__all__ = ["report", "timeline", "served_accuracy", "TIMELINE_STEP_S"]
+__all__ = ["lane_figures", "report", "timeline", "served_accuracy", "TIMELINE_STEP_S"]

@@ -137,15 +137,15 @@ def test_the_daemon_holds_the_confirmed_pick_after_its_fleet_tick(tmp_path: Path
         try:
             await d.fleet_tick("test")
             first = d.status.plan
-            assert first is not None and first.confirm is not None
+            assert first is not None and first.plans[0].confirm is not None
             for _ in range(6000):             # the confirmation, then the tick it asks for
                 if d.confirmer.confirmed and d.status.plan is not None and d.status.plan.rule.startswith("confirmed:"):
                     break
                 await asyncio.sleep(0.02)
             held = d.status.plan
             assert held is not None and held.rule.startswith("confirmed:"), held and held.rule
-            assert held.chosen != first.chosen
-            assert d.status.target == {t: n for t, n in held.chosen.items() if n}
+            assert held.pool != first.pool
+            assert d.status.target == held.pool
         finally:
             await d.stop(grace=0.0)
     asyncio.run(asyncio.wait_for(body(), timeout=180))

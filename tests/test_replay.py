@@ -129,7 +129,7 @@ def test_replay_and_daemon_call_the_same_decisions(tmp_path: Path, profiles, mon
 
     seen: dict[str, set[str]] = {"replay": set(), "daemon": set()}
     who = {"now": "replay"}
-    for name in ("planning_demand", "stabilized_demand", "fleet_target", "plan_due", "park_round",
+    for name in ("planning_demand", "stabilized_demand", "fleet_target", "plan_joint", "plan_due", "park_round",
                  "next_generation"):
         real = getattr(fleet_step, name)
 
@@ -142,10 +142,10 @@ def test_replay_and_daemon_call_the_same_decisions(tmp_path: Path, profiles, mon
     who["now"] = "daemon"
     d = Daemon(_cfg(tmp_path, state_path=str(tmp_path / "d.db")))
     target, plan = d.decide(d.current_demand())
-    assert plan is not None and target == {t: n for t, n in plan.chosen.items() if n}
-    assert {"planning_demand", "stabilized_demand", "fleet_target", "plan_due", "park_round",
+    assert plan is not None and target == plan.pool
+    assert {"planning_demand", "stabilized_demand", "fleet_target", "plan_joint", "plan_due", "park_round",
             "next_generation"} <= seen["replay"]
-    assert {"fleet_target"} <= seen["daemon"]
+    assert {"fleet_target", "plan_joint"} <= seen["daemon"]
 
 
 def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
@@ -154,7 +154,7 @@ def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # 
 
     cfg = _cfg(tmp_path)
     run = replay(cfg, profiles, _steps([(5.0, 60.0)]), 60.0, ReplaySpec())
-    d = fleet_step.declared_demand(cfg)
+    d = fleet_step.declared_demand(cfg, "rm2")
     plan = plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check)
     assert run.targets[0].at_s == 0.0
     assert run.targets[0].target == {t: n for t, n in plan.chosen.items() if n}
@@ -163,7 +163,7 @@ def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # 
 # ---- fleet-step rules ----------------------------------------------------------------------------
 
 def test_stabilized_demand_keeps_the_window_peak() -> None:
-    mix = fleet_step.declared_demand(_cfg(Path("/tmp"))).mix
+    mix = fleet_step.declared_demand(_cfg(Path("/tmp")), "rm2").mix
     h: list[tuple[float, DemandView]] = []
     d, h = fleet_step.stabilized_demand(h, 0.0, DemandView(30.0, mix, True), 300.0)
     assert d.qps == 30.0
@@ -184,14 +184,14 @@ def test_the_steady_rate_is_never_counted_over_more_than_the_scale_in_window(tmp
 
 def test_plan_due_only_when_the_plan_went_stale(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)                      # headroom 0.1: a rise past 5 % (and 1 q/s) replans
-    mix = fleet_step.declared_demand(cfg).mix
-    planned = DemandView(20.0, mix, True)
+    mix = fleet_step.declared_demand(cfg, "rm2").mix
+    planned = {"rm2": DemandView(20.0, mix, True)}
     due = lambda q, at=0.0, now=60.0, gone=False: fleet_step.plan_due(  # noqa: E731
-        cfg, planned, at, DemandView(q, mix, True), now, gone)
+        cfg, planned, at, {"rm2": DemandView(q, mix, True)}, now, gone)
     assert not due(20.9) and due(21.1) and not due(19.1) and due(18.9)    # a fall: 3 % and 1 q/s
-    high = DemandView(100.0, mix, True)
-    assert not fleet_step.plan_due(cfg, high, 0.0, DemandView(97.1, mix, True), 60.0, False)
-    assert fleet_step.plan_due(cfg, high, 0.0, DemandView(96.9, mix, True), 60.0, False)
+    high = {"rm2": DemandView(100.0, mix, True)}
+    assert not fleet_step.plan_due(cfg, high, 0.0, {"rm2": DemandView(97.1, mix, True)}, 60.0, False)
+    assert fleet_step.plan_due(cfg, high, 0.0, {"rm2": DemandView(96.9, mix, True)}, 60.0, False)
     assert due(20.0, now=fleet_step.PLAN_MAX_AGE_S) and due(20.0, gone=True)
     assert fleet_step.plan_due(cfg, None, None, planned, 0.0, False)
 
@@ -210,7 +210,7 @@ def test_baselines_run_and_static_budget_is_the_dearest(tmp_path: Path, profiles
     peak = float(minute_peaks(wl.arrivals, 1200.0).max())
     assert peak == pytest.approx(peak_minute_rate(wl.arrivals, 1200.0))
     # the static pool covers the peak: it is the min_cost pool at the peak minute's rate
-    held = planner.pool("min_cost", peak)
+    held = planner.pool("min_cost", {"rm2": peak})
     assert reps["static_peak"]["instance_hours"] == {t: pytest.approx(n * 1200 / 3600) for t, n in held.items()}
 
 

@@ -273,7 +273,7 @@ def test_spend_today_survives_a_restart_and_counts_the_downtime_at_the_last_pric
 def _stub_daemon(tmp_path: Path) -> SimpleNamespace:
     cfg = daemon_config(tmp_path)
     return SimpleNamespace(
-        cfg=cfg, status=FleetStatus(), fleet_events=[], dispatcher=None, actuator=None, capacity_hint=1.0,
+        cfg=cfg, status=FleetStatus(), fleet_events=[], dispatcher=None, actuator=None, capacity_hint={},
         decide=lambda demand: ({"g4dn.xlarge": 2}, None),
         model_loop=SimpleNamespace(applied=Recent(), failed=Recent(),
                                    accuracy=SimpleNamespace(allocations=Recent(), failed=Recent())),
@@ -379,10 +379,10 @@ def test_feed_hears_the_vm_autoscaler_with_its_reason(tmp_path: Path) -> None:
     d = _stub_daemon(tmp_path)
     feed = StatusFeed(d)   # type: ignore[arg-type]
     feed.start(SimpleNamespace(add_job=lambda *a, **k: None))   # type: ignore[arg-type]
-    d.status_feed, d._hint_planned, d._loop = feed, 1.0, None
+    d.status_feed, d._hint_planned, d._loop = feed, {}, None
     vm = [VmDecision("add", "gpu", "80% of gpu instances overloaded", interfered=True), VmDecision("hold", "cpu", "")]
     run(lambda: Daemon._on_vm(d, vm, {}))    # type: ignore[arg-type]
-    assert d.capacity_hint == pytest.approx(1.1)
+    assert d.capacity_hint == {m.name: pytest.approx(1.1) for m in d.cfg.models}
     assert [(x.kind, x.reason) for x in feed.decisions] == [("vm_add", "80% of gpu instances overloaded")]
 
 

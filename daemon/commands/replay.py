@@ -33,11 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", metavar="CONFIG")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="CSV", help="trace with columns timestamp, model, batch_size")
-    src.add_argument("--pattern", metavar="NAME[:k=v,...]",
-                     help="diurnal | step | macroburst | microburst, with parameters (README \"Replay\")")
+    src.add_argument("--pattern", metavar="NAME[:k=v,...]", action="append",
+                     help="diurnal | step | macroburst | microburst, with parameters (README \"Replay\"); with "
+                          "several models, model=NAME among them, once per model")
     p.add_argument("--hours", type=float, help="simulated hours (default: the trace's span; a diurnal's period; 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the pattern and sampled service (default 0)")
-    p.add_argument("--model", metavar="M", help="config model to replay (default: the first)")
+    p.add_argument("--model", metavar="M", help="replay only this model's queries (default: every model in the "
+                   "trace or patterns; the others still hold their planned workers)")
     p.add_argument("--service", choices=("mean", "sampled"), default="mean",
                    help="service times: profile mean, or lognormal fitted to p50/p99 (default mean)")
     p.add_argument("--boot-gpu-s", type=float, default=DEFAULT_BOOT_S["gpu"], help="GPU launch-to-ready s (90)")
@@ -53,41 +55,88 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_replay)
 
 
-def _workload(args: argparse.Namespace, cfg: Any, model: Any) -> tuple[Workload, float, str]:
+def _model_names(cfg: Any) -> dict[str, str]:
+    """A trace row's name (a model's, or its application's) → the config model."""
+    out = {m.name: m.name for m in cfg.models}
+    for m in cfg.models:
+        if getattr(m, "application", None):
+            out.setdefault(m.application, m.name)
+    return out
+
+
+def _pattern_model(text: str, cfg: Any, cmd: str) -> tuple[str | None, str]:
+    """``NAME[:...,model=M,...]`` → (M or None, the pattern text without it)."""
+    name, sep, rest = text.strip().partition(":")
+    keep, model = [], None
+    for part in rest.split(","):
+        k, _, v = part.partition("=")
+        if k.strip() == "model":
+            model = v.strip()
+        elif part.strip():
+            keep.append(part.strip())
+    if model is not None and model not in _model_names(cfg):
+        raise UsageError(f"{cmd}: --pattern {text!r}: model {model!r} is not in the config "
+                         f"(known: {', '.join(sorted(_model_names(cfg)))})")
+    return (_model_names(cfg)[model] if model is not None else None), name + (":" + ",".join(keep) if keep else "")
+
+
+def _workload(args: argparse.Namespace, cfg: Any, only: str | None) -> tuple[dict[str, Workload], float, str]:
+    """Each model's workload (a trace's rows by model, or one --pattern per model), the duration
+    and a description; ``only``: --model, a filter."""
     cmd = "replay"
     if args.hours is not None and not (math.isfinite(args.hours) and args.hours > 0):
         raise UsageError(f"{cmd}: --hours must be > 0")
+    names = _model_names(cfg)
     if args.trace:
         try:
             rows = read_trace_csv(args.trace)
         except ValueError as exc:
             raise UsageError(f"{cmd}: {exc}") from None
-        names = {model.name} | ({model.application} if getattr(model, "application", None) else set())
-        known = {m.name for m in cfg.models} | {m.application for m in cfg.models if getattr(m, "application", None)}
-        unknown = sorted(set(rows.names) - known)
+        unknown = sorted(set(rows.names) - set(names))
         if unknown:
             raise UsageError(f"{cmd}: {args.trace}: model {unknown[0]!r} is not in the config "
-                             f"(known: {', '.join(sorted(known))})")
-        keep = np.asarray([n in names for n in rows.names], dtype=bool)
-        if not keep.any():
-            raise UsageError(f"{cmd}: {args.trace}: no queries for model {model.name!r}")
-        wl = trace_workload(rows, keep, origin=float(rows.times.min()))
-        span = float(wl.arrivals[-1]) + 1.0 if len(wl) else 1.0
-        hours = args.hours if args.hours is not None else span / 3600.0
+                             f"(known: {', '.join(sorted(names))})")
+        model_of = np.asarray([names[n] for n in rows.names], dtype=object)
+        wanted = [m.name for m in cfg.models if only is None or m.name == only]
+        if only is not None and not (model_of == only).any():
+            raise UsageError(f"{cmd}: {args.trace}: no queries for model {only!r}")
+        origin = float(rows.times[np.isin(model_of, wanted)].min())
+        loads = {m: trace_workload(rows, model_of == m, origin=origin) for m in wanted if (model_of == m).any()}
+        last = max((float(wl.arrivals[-1]) for wl in loads.values() if len(wl)), default=0.0)
+        hours = args.hours if args.hours is not None else (last + 1.0) / 3600.0
         duration = hours * 3600.0
-        cut = wl.arrivals < duration
-        return Workload(wl.arrivals[cut], wl.batches[cut]), duration, f"trace {args.trace}"
-    try:
-        spec = parse_pattern(args.pattern)
-    except ValueError as exc:
-        raise UsageError(f"{cmd}: {exc}") from None
-    hours = args.hours if args.hours is not None else spec.default_hours()
-    try:
-        wl = pattern_workload(spec, hours * 3600.0, cfg.workload.batch_dist, seed=args.seed,
-                              max_batch=model.max_batch)
-    except ValueError as exc:
-        raise UsageError(f"{cmd}: {exc}") from None
-    return wl, hours * 3600.0, f"pattern {spec.text()}"
+        cut = {m: Workload(wl.arrivals[wl.arrivals < duration], wl.batches[wl.arrivals < duration])
+               for m, wl in loads.items()}
+        return cut, duration, f"trace {args.trace}"
+    specs: list[tuple[str, Any]] = []
+    for text in args.pattern:
+        model, rest = _pattern_model(text, cfg, cmd)
+        if model is None:
+            if len(cfg.models) > 1 and only is None:
+                raise UsageError(f"{cmd}: --pattern {text!r}: the config has {len(cfg.models)} models: add "
+                                 "model=NAME to each pattern (or --model NAME)")
+            model = only or cfg.models[0].name
+        if any(m == model for m, _ in specs):
+            raise UsageError(f"{cmd}: --pattern: model {model!r} has two patterns")
+        try:
+            specs.append((model, parse_pattern(rest)))
+        except ValueError as exc:
+            raise UsageError(f"{cmd}: {exc}") from None
+    if only is not None:
+        specs = [(m, sp) for m, sp in specs if m == only]
+        if not specs:
+            raise UsageError(f"{cmd}: no --pattern for model {only!r}")
+    hours = args.hours if args.hours is not None else max(sp.default_hours() for _, sp in specs)
+    loads = {}
+    for k, (model, sp) in enumerate(specs):
+        try:       # the first pattern draws from --seed as before; each further one its own stream
+            loads[model] = pattern_workload(sp, hours * 3600.0, cfg.workload.batch_dist,
+                                            seed=args.seed if k == 0 else [args.seed, k],
+                                            max_batch=cfg.model(model).max_batch)
+        except ValueError as exc:
+            raise UsageError(f"{cmd}: {exc}") from None
+    text = "; ".join(f"{sp.text()}" + (f" for {m}" if len(cfg.models) > 1 else "") for m, sp in specs)
+    return loads, hours * 3600.0, f"pattern {text}"
 
 
 def _faults(args: argparse.Namespace, types: set[str]) -> tuple[Fault, ...]:
@@ -148,20 +197,21 @@ def run_replay(args: argparse.Namespace) -> int:
         v = getattr(args, flag)
         if not (math.isfinite(v) and v >= 0):
             raise UsageError(f"{cmd}: --{flag.replace('_', '-')} must be >= 0")
-    r = resolve(args, cmd)
+    r = resolve(args, cmd)      # an unknown --model: one line
     cfg = r.cfg
-    model = cfg.model(r.model)
+    only = r.model if args.model else None
     for line in not_replayed(cfg):
         print(f"costscale: warning: {cmd}: {line}", file=sys.stderr)
-    wl, duration, source = _workload(args, cfg, model)
-    if len(wl) > MAX_REPLAY_QUERIES:
-        raise UsageError(f"{cmd}: {len(wl):,} queries is over the limit of {MAX_REPLAY_QUERIES:,}; "
+    wl, duration, source = _workload(args, cfg, only)
+    total = sum(len(w) for w in wl.values())
+    if total > MAX_REPLAY_QUERIES:
+        raise UsageError(f"{cmd}: {total:,} queries is over the limit of {MAX_REPLAY_QUERIES:,}; "
                          "replay fewer hours or a lower rate")
     boot = {"gpu": args.boot_gpu_s, "inferentia": args.boot_gpu_s, "cpu": args.boot_cpu_s}
-    spec = ReplaySpec(model=model.name, service=args.service, seed=args.seed, boot_s=boot, warm_start=not args.cold,
+    spec = ReplaySpec(service=args.service, seed=args.seed, boot_s=boot, warm_start=not args.cold,
                       faults=_faults(args, set(cfg.catalog())))
     runs = 1 + (len(BASELINE_NAMES) if args.baselines else 0)
-    bar, tick = _bar(100 * runs, f"replay {model.name}")
+    bar, tick = _bar(100 * runs, f"replay {'+'.join(wl)}")
     done = {"n": 0}
 
     def progress(frac: float) -> None:
@@ -177,7 +227,8 @@ def run_replay(args: argparse.Namespace) -> int:
                 done["n"] += 1
                 rep = report(run_baseline(name, cfg, r.profiles, wl, duration, spec, planner=planner))
                 out["baselines"][name] = {k: rep[k] for k in ("cost_usd", "slo_attainment", "p99_ms",
-                                                              "peak_cost_per_hour", "instance_hours", "decisions")}
+                                                              "peak_cost_per_hour", "instance_hours", "decisions",
+                                                              "models")}
     finally:
         bar.close()
     if args.plot:
@@ -199,9 +250,15 @@ def run_replay(args: argparse.Namespace) -> int:
 
 def _print(o: dict[str, Any]) -> None:
     p99 = "over QoS" if o["p99_ms"] is None else f"{o['p99_ms']:.1f} ms"
-    print(f"replay {o['model']} ({o['source']}, {o['hours']:g} h, QoS {o['qos_ms']:g} ms)")
+    qos = f", QoS {o['qos_ms']:g} ms" if o["qos_ms"] is not None else ""
+    print(f"replay {o['model']} ({o['source']}, {o['hours']:g} h{qos})")
     print(f"  queries {o['queries']:,}: served {o['served']:,}, within SLO {o['within_slo']:,} "
-          f"({100 * o['slo_attainment']:.2f} %), p99 {p99}")
+          f"({100 * o['slo_attainment']:.2f} %)" + (f", p99 {p99}" if o["qos_ms"] is not None else ""))
+    if len(o["models"]) > 1:
+        for m, f in o["models"].items():
+            mp = "over QoS" if f["p99_ms"] is None else f"{f['p99_ms']:.1f} ms"
+            print(f"  {m:<10} {f['queries']:,} queries, {100 * f['slo_attainment']:.2f} % within its "
+                  f"{f['qos_ms']:g} ms, p99 {mp}")
     print(f"  cost ${o['cost_usd']:.4f}; peak {o['peak_cost_per_hour']:.4f} of {o['budget_per_hour']:g} $/hr"
           + (f"; BUDGET EXCEEDED {o['budget_violations']} time(s)" if o["budget_violations"] else ""))
     print("  instance-hours " + ", ".join(f"{t} {h:.3f}" for t, h in o["instance_hours"].items()))

@@ -1,0 +1,231 @@
+"""The fleet decision for every configured model at once: one pool within one budget, and which of
+its workers serve which model (pure; issue #24, DESIGN "Many models, one budget").
+
+:func:`plan_joint` is what the daemon's fleet tick, ``costscale plan`` and the replay call. Each
+model gets a sub-pool of its own (design (a): Kairos per model, the budget split over the models'
+frontiers, :mod:`scaler.budget_split`):
+
+- ``min_cost``: each model's own pick (:func:`scaler.fleet_decision.plan_fleet`: the cheapest pool
+  that holds *its* p99 within *its* QoS at its demand x (1 + headroom), checked by simulation, the
+  pool it holds kept while it still fits). When the picks add up to no more than the budget, that is
+  the plan (rule ``joint-min-cost``). When they do not, the budget is split so that the models
+  short of their need are short by their weights (``joint-split``), and each model's pool is its
+  own min_cost pick within its share (its highest-bound pool there, flagged, when even that falls
+  short).
+- ``max_throughput``: the budget is split so that the smallest served fraction of demand per unit
+  of weight is as high as it can be (demand: measured, else the models' declared ``expected_qps``),
+  and each model holds Kairos's similarity pick within its share (confirmed by simulation, as a
+  single model's is).
+
+One configured model is planned exactly as before (:func:`scaler.fleet_decision.plan_fleet` over
+the whole budget), so a single-model deployment's decisions do not move.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from config.profiles import ProfileTable
+from config.schema import Config
+from scaler.base_aux import PlanError
+from scaler.batch_mix import mix_from_dist
+from scaler.budget_split import Frontier, Split, frontier, split_budget
+from scaler.fleet_decision import SloCheck, plan_fleet
+from scaler.pick_cache import PickCache
+from scaler.plan import MIX_SEED, Objective, Plan, plan_inputs_from_config, rank_inputs
+from scaler.replan import DemandView
+from scaler.upper_bound import BUDGET_EPS
+
+
+@dataclass(frozen=True)
+class ModelShare:
+    """One model's part of the joint plan: its workers (``pool``), what they cost and bound, and the
+    demand they are for. ``need_qps``: demand x (1 + headroom), what ``min_cost`` covers."""
+
+    model: str
+    pool: dict[str, int]
+    cost_per_hour: float
+    capacity_qps: float
+    demand_qps: float
+    need_qps: float
+    weight: float = 1.0
+    plan: Plan | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def short_qps(self) -> float:
+        """How far the model's workers fall short of its need (0 when covered)."""
+        return max(0.0, self.need_qps - self.capacity_qps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workers": dict(self.pool), "cost_per_hour": round(self.cost_per_hour, 6),
+                "capacity_qps": round(self.capacity_qps, 3), "demand_qps": round(self.demand_qps, 3),
+                "need_qps": round(self.need_qps, 3), "short_qps": round(self.short_qps, 3), "weight": self.weight,
+                "base_type": self.plan.base_type if self.plan is not None else None,
+                "rule": self.plan.rule if self.plan is not None else "none"}
+
+
+@dataclass(frozen=True)
+class JointPlan:
+    """The joint fleet decision: each model's share; the pool is their sum."""
+
+    objective: str
+    budget_per_hour: float
+    rule: str
+    models: dict[str, ModelShare]
+
+    @property
+    def pool(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.models.values():
+            for t, n in s.pool.items():
+                if n:
+                    out[t] = out.get(t, 0) + n
+        return out
+
+    @property
+    def cost_per_hour(self) -> float:
+        return sum(s.cost_per_hour for s in self.models.values())
+
+    @property
+    def upper_bound_qps(self) -> float:
+        return sum(s.capacity_qps for s in self.models.values())
+
+    @property
+    def short(self) -> dict[str, float]:
+        """The models short of their need, and by how many q/s."""
+        return {m: s.short_qps for m, s in self.models.items() if s.short_qps > 1e-9}
+
+    @property
+    def plans(self) -> list[Plan]:
+        return [s.plan for s in self.models.values() if s.plan is not None]
+
+    @property
+    def base_types(self) -> dict[str, str]:
+        return {m: s.plan.base_type for m, s in self.models.items() if s.plan is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"objective": self.objective, "budget_per_hour": self.budget_per_hour, "rule": self.rule,
+                "pool": self.pool, "cost_per_hour": round(self.cost_per_hour, 6),
+                "models": {m: s.to_dict() for m, s in self.models.items()},
+                "short": {m: round(q, 3) for m, q in self.short.items()}}
+
+
+def declared_demands(cfg: Config) -> dict[str, DemandView]:
+    """Each model's declared workload: its ``expected_qps`` (else ``workload.expected_qps``) and
+    ``workload.batch_dist`` up to its ``max_batch``: what the fleet plans for until the dispatcher
+    has measured the model."""
+    out = {}
+    for m in cfg.models:
+        qps = m.expected_qps if m.expected_qps is not None else cfg.workload.expected_qps
+        out[m.name] = DemandView(float(qps), mix_from_dist(cfg.workload.batch_dist, max_batch=m.max_batch), False)
+    return out
+
+
+def _share(plan: Plan, demand: DemandView, headroom: float, weight: float) -> ModelShare:
+    pool = {t: n for t, n in plan.chosen.items() if n > 0}
+    return ModelShare(plan.model, pool, plan.cost_per_hour, plan.upper_bound_qps, demand.qps,
+                      demand.qps * (1.0 + headroom), weight, plan)
+
+
+def _empty(model: str, demand: DemandView, headroom: float, weight: float) -> ModelShare:
+    return ModelShare(model, {}, 0.0, 0.0, demand.qps, demand.qps * (1.0 + headroom), weight, None)
+
+
+def model_frontiers(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandView], *,
+                    exclude: Sequence[str] = (), types: Sequence[str] | None = None,
+                    budget: float | None = None) -> list[Frontier]:
+    """Every model's cost → throughput frontier within the budget, at its demand's batch mix."""
+    out = []
+    for m in cfg.models:
+        inputs = plan_inputs_from_config(cfg, profiles, m.name, demand[m.name].mix, exclude=tuple(exclude),
+                                         types=types, budget=budget)
+        _, ranking = rank_inputs(inputs)
+        out.append(frontier(m.name, ranking, inputs.types))
+    return out
+
+
+def split_for(cfg: Config, frontiers: Sequence[Frontier], demand: Mapping[str, DemandView], budget: float,
+              objective: Objective) -> Split:
+    """The budget split for ``objective`` (:func:`scaler.budget_split.split_budget`): ``min_cost``
+    shares a shortfall of need by weight; ``max_throughput`` maximises the smallest served fraction
+    of demand per weight (with no demand at all, of weight alone)."""
+    weights = {m.name: m.weight for m in cfg.models}
+    maxima = {t.type: t.max for t in cfg.instance_types}
+    if objective == "min_cost":
+        targets = {m: d.qps * (1.0 + cfg.headroom) for m, d in demand.items()}
+        return split_budget(frontiers, targets, weights, budget, capped=True, maxima=maxima)
+    any_demand = any(d.qps > 0 for d in demand.values())
+    targets = {m: (d.qps if any_demand else 1.0) for m, d in demand.items()}
+    return split_budget(frontiers, targets, weights, budget, capped=False, maxima=maxima)
+
+
+def _shares_of(split: Split, frontiers: Sequence[Frontier], budget: float) -> dict[str, float]:
+    """Each model's budget share: its split row's cost, what the split left unspent going to the
+    model of the lowest score (a sub-pool pick within it may use it)."""
+    shares = {f.model: float(f.cost[split.rows[f.model]]) for f in frontiers}
+    left = budget - sum(shares.values())
+    if left > BUDGET_EPS and shares:
+        low = min(shares, key=lambda m: (split.scores[m], m))
+        shares[low] += left
+    return shares
+
+
+def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandView], *, slo_check: SloCheck,
+               exclude: Sequence[str] = (), types: Sequence[str] | None = None, budget: float | None = None,
+               objective: Objective | None = None, current: Mapping[str, Mapping[str, int]] | None = None,
+               confirmed: PickCache | None = None, top_k: int = 10) -> JointPlan:
+    """The joint plan for every configured model (module docstring). ``demand``: each model's
+    demand (missing ones: the declared); ``current``: each model's pool held now (``min_cost``
+    keeps it while it fits). Raises PlanError when no pool fits."""
+    objective = objective or cfg.objective
+    budget = float(budget if budget is not None else cfg.budget_per_hour)
+    declared = declared_demands(cfg)
+    demand = {m.name: demand.get(m.name, declared[m.name]) for m in cfg.models}
+    weights = {m.name: m.weight for m in cfg.models}
+    current = current or {}
+
+    def pick(model: str, share: float, obj: Objective) -> Plan:
+        d = demand[model]
+        return plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check, model=model, exclude=exclude,
+                          types=types, budget=share, objective=obj, top_k=top_k,
+                          current=current.get(model) or None, confirmed=confirmed)
+
+    if len(cfg.models) == 1:
+        m = cfg.models[0].name
+        plan = pick(m, budget, objective)
+        return JointPlan(objective, budget, plan.rule, {m: _share(plan, demand[m], cfg.headroom, weights[m])})
+    if objective == "min_cost":
+        own = {m.name: pick(m.name, budget, "min_cost") for m in cfg.models}
+        if sum(p.cost_per_hour for p in own.values()) <= budget + BUDGET_EPS and _within_maxima(cfg, own.values()):
+            return JointPlan(objective, budget, "joint-min-cost",
+                             {m: _share(p, demand[m], cfg.headroom, weights[m]) for m, p in own.items()})
+    frontiers = model_frontiers(cfg, profiles, demand, exclude=exclude, types=types, budget=budget)
+    split = split_for(cfg, frontiers, demand, budget, objective)
+    shares = _shares_of(split, frontiers, budget)
+    out: dict[str, ModelShare] = {}
+    for f in frontiers:
+        m = f.model
+        if split.rows[m] == 0:      # the budget leaves this model nothing
+            out[m] = _empty(m, demand[m], cfg.headroom, weights[m])
+            continue
+        try:
+            plan = pick(m, shares[m] + BUDGET_EPS, objective)
+        except PlanError:
+            out[m] = _empty(m, demand[m], cfg.headroom, weights[m])
+            continue
+        out[m] = _share(plan, demand[m], cfg.headroom, weights[m])
+    joint = JointPlan(objective, budget, "joint-split", out)
+    if joint.cost_per_hour > budget + 1e-6:     # each pick is within its share; the shares add up to the budget
+        raise PlanError(f"joint plan {joint.cost_per_hour:.4f} $/hr over the budget {budget:g} $/hr")
+    return joint
+
+
+def _within_maxima(cfg: Config, plans: Any) -> bool:
+    total: dict[str, int] = {}
+    for p in plans:
+        for t, n in p.chosen.items():
+            total[t] = total.get(t, 0) + n
+    return all(t.max is None or total.get(t.type, 0) <= t.max for t in cfg.instance_types)
+
+
+__all__ = ["JointPlan", "ModelShare", "declared_demands", "model_frontiers", "plan_joint", "split_for"]

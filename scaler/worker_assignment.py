@@ -1,0 +1,80 @@
+"""Which model each live instance serves (pure; issue #24, design (a): a sub-pool per model).
+
+The joint plan (:mod:`scaler.joint_plan`) says how many instances of each type every model gets;
+the actuator launches and retires by type only. :func:`assign_workers` maps the live instances to
+the models, and keeps an instance on the model it serves whenever it can, since moving one swaps
+the model it has loaded (a load, and queries it cannot take meanwhile):
+
+1. an instance keeps its model while that model still wants an instance of its type;
+2. the instances left go, in id order, to the models still short of instances of their type, in
+   the config's model order;
+3. an instance beyond every model's want (surplus the fleet is about to park or retire, or an
+   instance still booting for a plan that moved) keeps its model, else goes to the model with the
+   most instances of its type wanted, else to the model with the most demand.
+
+With one model, every instance serves it. :func:`fallback_shares` splits a pool that was not
+planned per model (a pinned pool, a baseline's pool, the conservative pool of an unprofiled model)
+over the models, round robin per type in the order of their demand.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+
+def fallback_shares(pool: Mapping[str, int], models: Sequence[str],
+                    demand_qps: Mapping[str, float]) -> dict[str, dict[str, int]]:
+    """``pool`` dealt over ``models``: per type, one instance at a time to each model in turn, the
+    models taken in decreasing demand (ties: the given order), so each model holds some workers
+    when the pool has as many instances as there are models."""
+    order = sorted(models, key=lambda m: (-demand_qps.get(m, 0.0), models.index(m)))
+    out: dict[str, dict[str, int]] = {m: {} for m in models}
+    k = 0
+    for t in sorted(pool):
+        for _ in range(int(pool[t])):
+            m = order[k % len(order)]
+            out[m][t] = out[m].get(t, 0) + 1
+            k += 1
+    return out
+
+
+def assign_workers(instances: Sequence[tuple[str, str]], shares: Mapping[str, Mapping[str, int]],
+                   previous: Mapping[str, str], demand_qps: Mapping[str, float] | None = None
+                   ) -> dict[str, str]:
+    """Instance id → model for ``instances`` ((id, type), the live ones), given each model's wanted
+    count per type (``shares``, in the config's model order) and the assignment held now
+    (``previous``). See the module docstring for the rules."""
+    models = list(shares)
+    if not models:
+        return {}
+    if len(models) == 1:
+        return {iid: models[0] for iid, _ in instances}
+    want = {m: dict(shares[m]) for m in models}
+    out: dict[str, str] = {}
+    ordered = sorted(instances)
+    for iid, t in ordered:                       # 1. keep
+        m = previous.get(iid)
+        if m in want and want[m].get(t, 0) > 0:
+            want[m][t] -= 1
+            out[iid] = m
+    for iid, t in ordered:                       # 2. fill
+        if iid in out:
+            continue
+        for m in models:
+            if want[m].get(t, 0) > 0:
+                want[m][t] -= 1
+                out[iid] = m
+                break
+    demand = demand_qps or {}
+    busiest = max(models, key=lambda m: (demand.get(m, 0.0), -models.index(m)))
+    for iid, t in ordered:                       # 3. surplus
+        if iid in out:
+            continue
+        m = previous.get(iid)
+        if m not in shares:
+            wanted = [x for x in models if shares[x].get(t, 0) > 0]
+            m = max(wanted, key=lambda x: (shares[x].get(t, 0), -models.index(x))) if wanted else busiest
+        out[iid] = m
+    return out
+
+
+__all__ = ["assign_workers", "fallback_shares"]
