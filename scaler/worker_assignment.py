@@ -8,8 +8,8 @@ the model it has loaded (a load, and queries it cannot take meanwhile):
 1. an instance keeps its model while that model still wants an instance of its type;
 2. the instances left go, in id order, to the models still short of instances of their type, in
    the config's model order;
-3. an instance beyond every model's want (surplus the fleet is about to park or retire, or an
-   instance still booting for a plan that moved) keeps its model, else goes to the model with the
+3. an instance beyond every model's want (parked, surplus the fleet is about to park or retire, or
+   an instance still booting for a plan that moved) keeps its model, else goes to the model with the
    most instances of its type wanted, else to the model with the most demand.
 
 With one model, every instance serves it. :func:`fallback_shares` splits a pool that was not
@@ -18,7 +18,7 @@ over the models, round robin per type in the order of their demand.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 
 def fallback_shares(pool: Mapping[str, int], models: Sequence[str],
@@ -38,11 +38,13 @@ def fallback_shares(pool: Mapping[str, int], models: Sequence[str],
 
 
 def assign_workers(instances: Sequence[tuple[str, str]], shares: Mapping[str, Mapping[str, int]],
-                   previous: Mapping[str, str], demand_qps: Mapping[str, float] | None = None
-                   ) -> dict[str, str]:
+                   previous: Mapping[str, str], demand_qps: Mapping[str, float] | None = None,
+                   parked: Collection[str] = ()) -> dict[str, str]:
     """Instance id → model for ``instances`` ((id, type), the live ones), given each model's wanted
     count per type (``shares``, in the config's model order) and the assignment held now
-    (``previous``). See the module docstring for the rules."""
+    (``previous``). ``parked`` instances (:mod:`scaler.parking`, chosen by type alone) serve no
+    model's share: they are surplus, so a model whose instance was parked gets another one of the
+    type. See the module docstring for the rules."""
     models = list(shares)
     if not models:
         return {}
@@ -50,7 +52,7 @@ def assign_workers(instances: Sequence[tuple[str, str]], shares: Mapping[str, Ma
         return {iid: models[0] for iid, _ in instances}
     want = {m: dict(shares[m]) for m in models}
     out: dict[str, str] = {}
-    ordered = sorted(instances)
+    ordered = sorted(i for i in instances if i[0] not in parked)
     for iid, t in ordered:                       # 1. keep
         m = previous.get(iid)
         if m in want and want[m].get(t, 0) > 0:
@@ -66,7 +68,7 @@ def assign_workers(instances: Sequence[tuple[str, str]], shares: Mapping[str, Ma
                 break
     demand = demand_qps or {}
     busiest = max(models, key=lambda m: (demand.get(m, 0.0), -models.index(m)))
-    for iid, t in ordered:                       # 3. surplus
+    for iid, t in sorted(instances):             # 3. surplus (and parked)
         if iid in out:
             continue
         m = previous.get(iid)

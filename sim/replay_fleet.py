@@ -404,7 +404,8 @@ class ReplayFleet:
         live = {i.instance_id: i for i in instances if i.live}
         planned = self.mem.planned or {}
         w.assign(assign_workers([(i.instance_id, i.instance_type) for i in live.values()], self.shares(),
-                                w.assignment, {m: d.qps for m, d in planned.items()}))
+                                w.assignment, {m: d.qps for m, d in planned.items()},
+                                parked=self.mem.park.parked))
         for inst in live.values():
             w.allow(inst)
         for iid in list(w.allowed):

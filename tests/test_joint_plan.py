@@ -1,0 +1,226 @@
+"""Many models, one budget (issue #24): the budget split against hand-computed cases and a brute
+force, weights, the joint plan on the Kairos profiles, which instance serves which model, and
+demand kept per model."""
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from config.profiles import load_profiles_csv
+from config.schema import Config
+from scaler.budget_split import Frontier, scores, split_budget
+from scaler.joint_plan import declared_demands, plan_joint
+from scaler.replan import DemandView
+from scaler.worker_assignment import assign_workers, fallback_shares
+from sim.slo_check import slo_check
+
+TYPES = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")
+
+
+def _cfg(models: list[dict], **over: object) -> Config:
+    raw: dict[str, object] = {
+        "cluster": "joint-test", "budget_per_hour": 3.0, "objective": "min_cost", "headroom": 0.1,
+        "models": models, "instance_types": [{"type": t} for t in TYPES],
+        "launch": {"ami_id": "ami-0123456789abcdef0"},
+        "dispatcher": {"listen": "127.0.0.1:0", "policy": "kairos", "on_deadline": "drop"},
+        "workload": {"batch_dist": "deeprecsys", "expected_qps": 2},
+        "intervals": {"fleet_s": 30, "model_s": 1, "reconcile_s": 60},
+        "state_path": "/tmp/costscale-joint-test.db",
+    }
+    raw.update(over)
+    return Config.model_validate(raw)
+
+
+@pytest.fixture(scope="module")
+def profiles():  # type: ignore[no-untyped-def]
+    return load_profiles_csv(None)
+
+
+def _frontier(model: str, itype: str, points: list[tuple[int, float, float]]) -> Frontier:
+    """A frontier by hand: (count of ``itype``, $/hr, q/s) rows after the empty pool."""
+    counts = np.array([[0]] + [[n] for n, _, _ in points], dtype=np.int64)
+    cost = np.array([0.0] + [c for _, c, _ in points])
+    bound = np.array([0.0] + [b for _, _, b in points])
+    return Frontier(model, (itype,), counts, cost, bound)
+
+
+# ---- the split, by hand --------------------------------------------------------------------------
+
+A = _frontier("a", "x", [(1, 1.0, 10.0), (2, 2.0, 20.0), (3, 3.0, 30.0)])
+B = _frontier("b", "y", [(1, 0.5, 4.0), (2, 1.0, 8.0)])
+
+
+def test_a_budget_that_covers_both_needs_buys_each_its_cheapest_cover() -> None:
+    split = split_budget([A, B], {"a": 20.0, "b": 8.0}, {"a": 1.0, "b": 1.0}, 3.0, capped=True)
+    assert split.rows == {"a": 2, "b": 2}            # x2 for a (20 q/s), y2 for b (8 q/s)
+    assert split.cost_per_hour == pytest.approx(3.0) and split.min_score == 1.0
+
+
+def test_a_short_budget_is_shared_by_weight() -> None:
+    """2.5 $/hr cannot buy a's 20 q/s (2 $) and b's 8 q/s (1 $). Equal weights: either model half
+    short scores 0.5, a tie. b of weight 2: b half short scores 1 - 2 x 0.5 = 0, so b is covered
+    (y x2, 1 $) and a takes x1 (1 $, 10 of 20 q/s): 2 $ spent, the 0.5 $ left buys nothing."""
+    split = split_budget([A, B], {"a": 20.0, "b": 8.0}, {"a": 1.0, "b": 2.0}, 2.5, capped=True)
+    assert split.rows == {"a": 1, "b": 2}
+    assert split.scores == {"a": pytest.approx(0.5), "b": pytest.approx(1.0)}
+    assert split.cost_per_hour == pytest.approx(2.0)
+    # the same with a of weight 2: a covered (x2, 2 $), b at y1 (0.5 $): 2.5 $
+    split = split_budget([A, B], {"a": 20.0, "b": 8.0}, {"a": 2.0, "b": 1.0}, 2.5, capped=True)
+    assert split.rows == {"a": 2, "b": 1} and split.cost_per_hour == pytest.approx(2.5)
+
+
+def test_max_throughput_serves_demand_times_weight_alike() -> None:
+    """Uncapped: a and b each at 10 q/s demand, 3 $/hr. x1 + y2 (2 $) serves 1.0 and 0.8; the
+    max-min is 0.8 (b at its top row), and the dollar left lifts a to x2 (3 $ in all)."""
+    split = split_budget([A, B], {"a": 10.0, "b": 10.0}, {"a": 1.0, "b": 1.0}, 3.0, capped=False)
+    assert split.rows == {"a": 2, "b": 2} and split.min_score == pytest.approx(0.8)
+    assert split.cost_per_hour == pytest.approx(3.0)
+
+
+def test_a_model_without_demand_still_gets_one_worker() -> None:
+    s = scores(np.array([0.0, 4.0]), 0.0, 1.0, capped=True)
+    assert list(s) == [0.0, 1.0]
+    split = split_budget([A, B], {"a": 20.0, "b": 0.0}, {"a": 1.0, "b": 1.0}, 2.5, capped=True)
+    assert split.rows == {"a": 2, "b": 1}
+
+
+# ---- the split against a brute force -------------------------------------------------------------
+
+@st.composite
+def _case(draw):  # type: ignore[no-untyped-def]
+    n_models = draw(st.integers(1, 3))
+    frontiers, targets, weights = [], {}, {}
+    for i in range(n_models):
+        k = draw(st.integers(1, 4))
+        costs = np.cumsum(draw(st.lists(st.integers(1, 8), min_size=k, max_size=k))) / 4.0
+        bounds = np.cumsum(draw(st.lists(st.integers(1, 30), min_size=k, max_size=k))).astype(float)
+        frontiers.append(_frontier(f"m{i}", f"t{i}", [(j + 1, float(c), float(b))
+                                                       for j, (c, b) in enumerate(zip(costs, bounds))]))
+        targets[f"m{i}"] = float(draw(st.integers(0, 60)))
+        weights[f"m{i}"] = draw(st.sampled_from([0.5, 1.0, 2.0, 3.0]))
+    return frontiers, targets, weights, draw(st.integers(0, 24)) / 4.0, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(_case())
+def test_the_split_reaches_the_brute_force_max_min(case) -> None:  # type: ignore[no-untyped-def]
+    frontiers, targets, weights, budget, capped = case
+    split = split_budget(frontiers, targets, weights, budget, capped=capped)
+    sc = [scores(f.bound, targets[f.model], weights[f.model], capped) for f in frontiers]
+    best = -math.inf
+    for rows in itertools.product(*(range(len(f)) for f in frontiers)):
+        if sum(f.cost[r] for f, r in zip(frontiers, rows)) <= budget + 1e-9:
+            best = max(best, min(s[r] for s, r in zip(sc, rows)))
+    assert split.cost_per_hour <= budget + 1e-9
+    assert split.min_score == pytest.approx(best) or (math.isinf(best) and math.isinf(split.min_score))
+
+
+# ---- the joint plan on the Kairos profiles -------------------------------------------------------
+
+def _demand(cfg: Config, qps: dict[str, float]) -> dict[str, DemandView]:
+    dd = declared_demands(cfg)
+    return {m: DemandView(q, dd[m].mix, True) for m, q in qps.items()}
+
+
+def test_one_model_is_planned_as_before(profiles) -> None:  # type: ignore[no-untyped-def]
+    from scaler.fleet_decision import plan_fleet
+
+    cfg = _cfg([{"name": "rm2", "qos_ms": 350}], budget_per_hour=2.5)
+    d = _demand(cfg, {"rm2": 40.0})["rm2"]
+    alone = plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check)
+    joint = plan_joint(cfg, profiles, {"rm2": d}, slo_check=slo_check)
+    assert joint.pool == {t: n for t, n in alone.chosen.items() if n} and joint.rule == alone.rule
+
+
+def test_each_model_gets_its_own_pick_when_the_budget_covers_them(profiles) -> None:  # type: ignore[no-untyped-def]
+    from scaler.fleet_decision import plan_fleet
+
+    cfg = _cfg([{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35}], budget_per_hour=3.0)
+    dem = _demand(cfg, {"rm2": 20.0, "dien": 20.0})
+    joint = plan_joint(cfg, profiles, dem, slo_check=slo_check)
+    assert joint.rule == "joint-min-cost" and not joint.short
+    for m in ("rm2", "dien"):
+        own = plan_fleet(cfg, profiles, dem[m].mix, dem[m].qps, slo_check=slo_check, model=m)
+        assert joint.models[m].pool == {t: n for t, n in own.chosen.items() if n}
+    assert joint.cost_per_hour == pytest.approx(sum(s.cost_per_hour for s in joint.models.values()))
+    assert joint.cost_per_hour <= 3.0
+
+
+def test_a_short_budget_names_the_short_models_and_holds_the_budget(profiles) -> None:  # type: ignore[no-untyped-def]
+    cfg = _cfg([{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35}], budget_per_hour=2.0)
+    joint = plan_joint(cfg, profiles, _demand(cfg, {"rm2": 200.0, "dien": 400.0}), slo_check=slo_check)
+    assert joint.rule == "joint-split" and set(joint.short) == {"rm2", "dien"}
+    assert joint.cost_per_hour <= 2.0 + 1e-9
+    assert all(s.pool for s in joint.models.values())     # neither is left without workers
+
+
+def test_weights_are_honoured(profiles) -> None:  # type: ignore[no-untyped-def]
+    """Two copies of rm2 at the same demand on a budget that covers neither: the copy of weight 3
+    is relatively less short than the one of weight 1, and holds at least its capacity."""
+    models = [{"name": "light", "qos_ms": 350, "profile": "rm2"},
+              {"name": "heavy", "qos_ms": 350, "profile": "rm2", "weight": 3}]
+    cfg = _cfg(models, budget_per_hour=2.0)
+    joint = plan_joint(cfg, profiles, _demand(cfg, {"light": 200.0, "heavy": 200.0}), slo_check=slo_check)
+    light, heavy = joint.models["light"], joint.models["heavy"]
+    assert heavy.capacity_qps > light.capacity_qps
+    assert heavy.short_qps < light.short_qps
+    equal = plan_joint(_cfg([{**models[0]}, {**models[1], "weight": 1}], budget_per_hour=2.0), profiles,
+                       _demand(cfg, {"light": 200.0, "heavy": 200.0}), slo_check=slo_check)
+    assert abs(equal.models["light"].capacity_qps - equal.models["heavy"].capacity_qps) \
+        < heavy.capacity_qps - light.capacity_qps
+
+
+def test_max_throughput_splits_by_declared_rates_before_any_is_measured(profiles) -> None:  # type: ignore[no-untyped-def]
+    models = [{"name": "a", "qos_ms": 350, "profile": "rm2", "expected_qps": 10},
+              {"name": "b", "qos_ms": 350, "profile": "rm2", "expected_qps": 30}]
+    cfg = _cfg(models, objective="max_throughput", budget_per_hour=2.0, confirm_evaluations=0)
+    joint = plan_joint(cfg, profiles, {}, slo_check=slo_check)
+    assert joint.models["b"].capacity_qps > 2 * joint.models["a"].capacity_qps
+    assert joint.cost_per_hour <= 2.0 + 1e-9
+
+
+# ---- which instance serves which model -----------------------------------------------------------
+
+def test_instances_keep_their_model_and_new_ones_fill_the_shares() -> None:
+    inst = [("i-1", "r"), ("i-2", "r"), ("i-3", "g"), ("i-4", "r")]
+    shares = {"a": {"r": 1}, "b": {"r": 2, "g": 1}}
+    got = assign_workers(inst, shares, {"i-2": "a"})
+    assert got == {"i-2": "a", "i-1": "b", "i-4": "b", "i-3": "b"}
+    # b's share shrinks to one r5n: the surplus instance keeps its model until it is retired
+    got2 = assign_workers(inst, {"a": {"r": 2}, "b": {"r": 1, "g": 1}}, got)
+    assert got2["i-2"] == "a" and got2["i-3"] == "b" and sorted(got2.values()).count("a") == 2
+    assert assign_workers(inst, {"only": {"r": 3}}, {}) == {i: "only" for i, _ in inst}
+
+
+def test_a_pool_not_planned_per_model_is_dealt_busiest_first() -> None:
+    assert fallback_shares({"r": 3, "g": 1}, ["a", "b"], {"a": 1.0, "b": 5.0}) == \
+        {"b": {"g": 1, "r": 1}, "a": {"r": 2}}
+
+
+# ---- demand kept per model -----------------------------------------------------------------------
+
+def test_no_models_demand_counts_as_anothers(tmp_path: Path) -> None:
+    """The daemon plans each model from its own window: a window that saw only rm2's queries leaves
+    dien at its declared rate."""
+    from daemon.app import Daemon
+    from dispatcher.window import DemandWindow
+
+    cfg = _cfg([{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35, "expected_qps": 3}],
+               state_path=str(tmp_path / "s.db"))
+    win = DemandWindow()
+    for k in range(600):
+        win.record(10, k * 0.05)        # 20 q/s of rm2 for 30 s
+    empty = DemandWindow()
+    d = Daemon(cfg)
+    d.dispatcher = SimpleNamespace(    # type: ignore[assignment]
+        window_snapshot=lambda model=None, steady_s=60.0: (win if model == "rm2" else empty).snapshot(30.0, steady_s))
+    got = d.current_demand()
+    assert got["rm2"].qps == pytest.approx(20.0, rel=0.05) and got["rm2"].measured
+    assert got["dien"].qps == 3.0 and not got["dien"].measured
