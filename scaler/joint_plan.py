@@ -200,6 +200,11 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
             return JointPlan(objective, budget, "joint-min-cost",
                              {m: _share(p, demand[m], cfg.headroom, weights[m]) for m, p in own.items()})
     frontiers = model_frontiers(cfg, profiles, demand, exclude=exclude, types=types, budget=budget)
+    if all(len(f) == 1 for f in frontiers):      # only the empty pool: nothing fits
+        names = [t for t in (types or [t.type for t in cfg.instance_types]) if t not in exclude]
+        cheapest = min(cfg.full_catalog()[t].price_per_hour for t in names) if names else 0.0
+        raise PlanError(f"no pool fits the budget {budget:g} $/hr (cheapest allowed type {cheapest:g} $/hr; "
+                        "per-type minimums included)")
     split = split_for(cfg, frontiers, demand, budget, objective)
     shares = _shares_of(split, frontiers, budget)
     out: dict[str, ModelShare] = {}

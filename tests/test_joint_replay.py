@@ -122,3 +122,34 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys) -> None:  # type: ignore[
         assert main(["validate", str(cfg)]) == 2
         err = capsys.readouterr().err
         assert "weight" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# ---- costscale plan, every model at once ---------------------------------------------------------
+
+def test_plan_prints_the_joint_plan_and_a_what_if(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["plan", str(THREE), "--json", "--demand-qps", "rm2=200,wnd=600,dien=100"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["models"]) == {"rm2", "wnd", "dien"} and out["cost_per_hour"] <= 3.0 + 1e-9
+    for m, s in out["models"].items():
+        assert set(s) >= {"workers", "capacity_qps", "demand_qps", "short_qps"}
+    assert out["models"]["wnd"]["demand_qps"] == 600.0 and set(out["short"]) == {"rm2", "wnd", "dien"}
+    pool: dict[str, int] = {}
+    for s in out["models"].values():
+        for t, n in s["workers"].items():
+            pool[t] = pool.get(t, 0) + n
+    assert pool == out["pool"]
+    assert main(["plan", str(THREE)]) == 0
+    text = capsys.readouterr().out
+    assert "joint plan of 3 models" in text and "rule joint-min-cost" in text and "short:" not in text
+    assert main(["plan", str(THREE), "--model", "rm2", "--demand-qps", "40", "--json"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert single["model"] == "rm2" and list(single["models"]) == ["rm2"] and "chosen" in single
+
+
+def test_plan_refuses_an_ambiguous_demand(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert main(["plan", str(THREE), "--demand-qps", "5"]) == 2
+    assert "give M=Q" in capsys.readouterr().err
+    assert main(["plan", str(THREE), "--demand-qps", "ncf=5"]) == 2
+    assert "'ncf' is not in the config" in capsys.readouterr().err
+    assert main(["plan", str(THREE), "--demand-qps", "rm2=fast"]) == 2
+    assert "not a number" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from daemon.cli import main
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
 PRICES = {"g4dn.xlarge": 0.526, "c5n.2xlarge": 0.432, "r5n.large": 0.149, "t3.xlarge": 0.1664}
 KEYS = ["model", "budget_per_hour", "base_type", "chosen", "cost_per_hour", "upper_bound_qps", "rule",
-        "pools_ranked", "ranked"]
+        "pools_ranked", "ranked", "models"]
 
 
 @pytest.fixture()

@@ -1,4 +1,6 @@
-"""``costscale plan CONFIG``: the pool the planner would hold for one model (Kairos §5.2).
+"""``costscale plan CONFIG``: the pool the planner would hold (Kairos §5.2). With several models in
+the config and no --model, the joint plan of all of them (issue #24; :mod:`scaler.joint_plan`):
+the pool, each model's workers, their capacity against the model's demand, and what is short.
 
 Flags override the config: --model, --budget, --types, --qos-ms, --batch-dist, --profiles; --top K
 pools are listed (default 10); --json prints exactly one JSON object (``Plan.to_json``).
@@ -15,6 +17,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import sys
 from typing import Iterator, Sequence
 
@@ -27,7 +30,9 @@ from scaler.fleet_decision import plan_fleet
 from sim.slo_check import slo_check
 from scaler.pick_cache import PickCache
 from scaler.plan import MIX_SEED, Plan
-from sim.pick_eval import confirmation
+from sim.pick_eval import confirmation, confirmed_plan
+from scaler.joint_plan import JointPlan, declared_demands, plan_joint
+from scaler.replan import DemandView
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", metavar="X", type=float, help="budget in $/hr")
     p.add_argument("--types", metavar="TYPE,TYPE", help="allowed instance types (comma-separated)")
     p.add_argument("--objective", choices=("max_throughput", "min_cost"), help="default: the config's")
-    p.add_argument("--demand-qps", metavar="Q", type=float, help="demand for min_cost (default: workload.expected_qps)")
+    p.add_argument("--demand-qps", metavar="Q|M=Q,...",
+                   help="demand in q/s (default: each model's expected_qps, else workload.expected_qps); with "
+                        "several models, M=Q per model (a what-if; the others keep their declared rate)")
     p.add_argument("--top", metavar="K", type=int, default=10, help="pools to list (default 10)")
     p.add_argument("--region-prices", action="store_true",
                    help="price the config's region as the daemon does (AWS Price List API, cached beside the "
@@ -54,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("plan: --budget must be > 0")
     if args.top < 1:
         raise UsageError("plan: --top must be >= 1")
-    if args.demand_qps is not None and args.demand_qps < 0:
-        raise UsageError("plan: --demand-qps must be >= 0")
     if args.confirm is not None and args.confirm != 0 and args.confirm < 2:
         raise UsageError("plan: --confirm must be 0 or >= 2 (the pick and the homogeneous pool)")
     r = resolve(args, "plan")
@@ -71,11 +76,19 @@ def run(args: argparse.Namespace) -> int:
         cfg = region_priced(cfg, types)
     dist = r.batch_dist
     objective = args.objective or cfg.objective
-    demand = args.demand_qps if args.demand_qps is not None else cfg.workload.expected_qps
     if args.confirm and objective != "max_throughput":
         raise UsageError("plan: --confirm applies to the max_throughput objective")
     if args.confirm is not None:
         cfg = cfg.model_copy(update={"confirm_evaluations": args.confirm})
+    rates = demand_rates(args.demand_qps, cfg, args.model)
+    if args.model is None and len(cfg.models) > 1:     # every model at once (issue #24)
+        if args.qos_ms is not None:
+            raise UsageError("plan: --qos-ms applies to one model: add --model M")
+        if args.batch_dist:
+            cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"batch_dist": dist})})
+        return run_joint(args, cfg, r.profiles, rates, types, objective)
+    spec = cfg.model(r.model)
+    demand = rates.get(r.model, spec.expected_qps if spec.expected_qps is not None else cfg.workload.expected_qps)
     try:
         mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=r.max_batch)
         # as the daemon decides: a max_throughput pick comes with what to confirm it with (plan.confirm)
@@ -90,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"plan: {exc}") from None
     if args.json:
         d = plan.to_dict()
+        need = demand * (1 + cfg.headroom)
+        d["models"] = {plan.model: {"workers": {t: n for t, n in plan.chosen.items() if n},
+                                    "capacity_qps": round(plan.upper_bound_qps, 3), "demand_qps": round(demand, 3),
+                                    "short_qps": round(max(0.0, need - plan.upper_bound_qps), 3)
+                                    if objective == "min_cost" else 0.0}}
         if conf is not None:
             d["confirmation"] = {"pick_qps": round(conf.pick_qps, 3), "similarity_qps": round(conf.similarity_qps, 3),
                                  "homogeneous": conf.homogeneous, "homogeneous_qps": round(conf.homogeneous_qps, 3),
@@ -136,6 +154,80 @@ def region_priced(cfg: Config, types: Sequence[str] | None) -> Config:
         return cfg
     with _warnings_on_stderr():
         return wiring.priced(cfg, also=types or ())
+
+
+def demand_rates(text: str | None, cfg: Config, model: str | None) -> dict[str, float]:
+    """``--demand-qps``: ``Q`` (one model: ``--model``'s, or the config's only one) or
+    ``M=Q,...``; one line, exit 2, when bad."""
+    if text is None:
+        return {}
+    names = [m.name for m in cfg.models]
+    out: dict[str, float] = {}
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    for part in parts:
+        name, sep, val = part.rpartition("=")
+        if not sep:
+            if len(parts) != 1:
+                raise UsageError(f"plan: --demand-qps {text!r}: give M=Q for each model")
+            if model is None and len(names) > 1:
+                raise UsageError(f"plan: --demand-qps {text!r}: the config has {len(names)} models: give "
+                                 f"M=Q,... ({', '.join(names)}) or --model M")
+            name = model or names[0]
+        name = name.strip()
+        if name not in names and name != model:
+            raise UsageError(f"plan: --demand-qps: model {name!r} is not in the config (configured: {', '.join(names)})")
+        try:
+            q = float(val)
+        except ValueError:
+            raise UsageError(f"plan: --demand-qps: {val.strip()!r} is not a number of queries per second") from None
+        if not (math.isfinite(q) and q >= 0):
+            raise UsageError("plan: --demand-qps must be >= 0")
+        out[name] = q
+    return out
+
+
+def run_joint(args: argparse.Namespace, cfg: Config, profiles, rates: dict[str, float],  # type: ignore[no-untyped-def]
+              types: list[str] | None, objective: str) -> int:
+    """The joint plan of every configured model (:func:`scaler.joint_plan.plan_joint`), confirmed
+    as the daemon confirms its max_throughput picks."""
+    declared = declared_demands(cfg)
+    demand = {m: DemandView(rates.get(m, d.qps), d.mix, False) for m, d in declared.items()}
+    cache = PickCache()
+    try:
+        plan = plan_joint(cfg, profiles, demand, slo_check=slo_check, types=types, budget=args.budget,
+                          objective=objective, confirmed=cache)  # type: ignore[arg-type]
+        todo = [p.confirm for p in plan.plans if p.confirm is not None]
+        if todo:
+            for c in todo:
+                cache.put(c.key, confirmed_plan(c))
+            plan = plan_joint(cfg, profiles, demand, slo_check=slo_check, types=types, budget=args.budget,
+                              objective=objective, confirmed=cache)  # type: ignore[arg-type]
+    except PlanError as exc:
+        raise UsageError(f"plan: {exc}") from None
+    if args.json:
+        print(json.dumps(plan.to_dict()))
+    else:
+        print(render_joint(plan))
+    return 0
+
+
+def render_joint(plan: JointPlan) -> str:
+    """The joint plan: the pool, each model's workers, capacity against demand, and what is short."""
+    pool = ", ".join(f"{t} x{n}" for t, n in sorted(plan.pool.items())) or "(empty)"
+    lines = [f"joint plan of {len(plan.models)} models: budget {plan.budget_per_hour:g} $/hr, objective "
+             f"{plan.objective}, rule {plan.rule}",
+             f"pool: {pool}  ({plan.cost_per_hour:.4f} $/hr)"]
+    head = ["model", "workers", "$/hr", "capacity q/s", "demand q/s", "short q/s", "weight", "rule"]
+    rows = [[m, ", ".join(f"{t} x{n}" for t, n in sorted(s.pool.items())) or "none", f"{s.cost_per_hour:.4f}",
+             f"{s.capacity_qps:.1f}", f"{s.demand_qps:.1f}", f"{s.short_qps:.1f}", f"{s.weight:g}",
+             s.plan.rule if s.plan is not None else "none"] for m, s in plan.models.items()]
+    widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
+    if plan.short:
+        lines.append("short: " + ", ".join(f"{m} {q:.1f} q/s" for m, q in plan.short.items())
+                     + " (the budget cannot cover every model; the shortfall is shared by weight)")
+    lines.append("capacity: the Kairos upper bound of each model's workers; need = demand x (1 + headroom)")
+    return "\n".join(lines)
 
 
 def render(plan: Plan, dist: str) -> str:
