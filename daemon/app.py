@@ -35,7 +35,7 @@ from sim.slo_check import slo_check
 from scaler.parking import ParkState
 from scaler.base_aux import PlanError
 from scaler.joint_plan import JointPlan
-from scaler.worker_assignment import fallback_shares
+from scaler.worker_assignment import assign_workers, fallback_shares
 from scaler.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
 from daemon.cluster_token import with_cluster_token
@@ -401,6 +401,11 @@ class Daemon:
         self.status.instances = instances
         if self.dispatcher is not None:
             self.dispatcher.set_cloud_view(instances)
+            if len(self.cfg.models) > 1:   # each model's queries go to the workers planned for it
+                planned = self.status.demand or {}
+                self.dispatcher.set_assignment(assign_workers(
+                    [(i.instance_id, i.instance_type) for i in instances if i.live], self.shares(),
+                    self.dispatcher.serves, {m: d.qps for m, d in planned.items()}, parked=self._park_state.parked))
         if self._on_fleet_change is not None:
             await self._on_fleet_change(instances)
 

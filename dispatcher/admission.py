@@ -183,9 +183,11 @@ class Admission:
         if choice is not None and choice.needs_load and choice.worker is not None:
             self.ensure_loaded(choice.worker, choice.variant)
 
-    def _live_views(self) -> list[WorkerView]:
+    def _live_views(self, model: str | None = None) -> list[WorkerView]:
+        """Workers taking queries (of ``model``, when given: those the assignment gives it)."""
         return [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle)
-                for w in self.workers.values() if not w.draining]
+                for w in self.workers.values() if not w.draining
+                and (model is None or self.serves_model(w.instance_id, model))]
 
     async def submit(self, r: pb.SubmitRequest) -> Outcome:
         """Admit one query and await its outcome (the servicer turns an error tuple into a status)."""
@@ -217,7 +219,7 @@ class Admission:
         if idle_fleet is not None:
             return self._reject(SC.UNAVAILABLE, idle_fleet)
         if self.cfg.dispatcher.on_deadline == "drop":
-            if infeasible([view], self._live_views(), self.predictor, now, self.xi):
+            if infeasible([view], self._live_views(m.name), self.predictor, now, self.xi):
                 return self._reject(SC.DEADLINE_EXCEEDED, f"batch {batch} of {m.name!r} cannot meet its {qos:g} ms SLO on any worker")
         self._start_load(choice)
         loop = asyncio.get_running_loop()

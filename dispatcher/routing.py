@@ -137,6 +137,9 @@ class RoutingRound:
 
     def _eligible(self, w: WorkerState, gkey: GroupKey) -> bool:
         kind, name = gkey[0], gkey[1]
+        if self.serves and kind in ("m", "v") and not self.serves_model(
+                w.instance_id, name if kind == "m" else self.placement.variant_model(name)):
+            return False     # the worker serves another model (the fleet's joint plan)
         if w.loaded is None:  # not reported yet: it serves the config's models (no variant is known there)
             return kind == "m" or (kind == "v" and name in self.placement.cfg_models)
         if kind == "v":

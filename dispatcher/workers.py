@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from config.hostport import split_hostport
 from dispatcher import modelless as ml
@@ -97,6 +97,27 @@ class WorkerRegistry:
         self.cloud_view: dict[str, str] | None = None
         self.cloud_pending: set[str] = set()   # of those, the ones EC2 still lists as pending
         self._health_task: asyncio.Task | None = None
+        #: the model each instance serves (the fleet's joint plan, scaler.worker_assignment); an
+        #: instance not named serves any model (one model, or a dispatcher without a daemon)
+        self.serves: dict[str, str] = {}
+
+    def set_assignment(self, serves: Mapping[str, str]) -> None:
+        """Which model each instance serves from now on: its queries of other models stop (a call
+        running finishes), and the model it now serves is loaded on it when it is not."""
+        moved = [iid for iid, m in serves.items() if self.serves.get(iid) != m]
+        self.serves = dict(serves)
+        for iid in moved:
+            w = self.workers.get(iid)
+            if w is not None and not w.removed and not w.parked and w.loaded is not None \
+                    and not any(self.variant_model(v) == serves[iid] for v in w.loaded):
+                self.ensure_loaded(iid, serves[iid])
+        if moved:
+            self._kick()
+
+    def serves_model(self, instance_id: str, model: str) -> bool:
+        """``instance_id`` may take queries of ``model`` (the assignment; none: any model)."""
+        m = self.serves.get(instance_id)
+        return m is None or m == model
 
     def allow_instance(self, instance_id: str, instance_type: str) -> None:
         self._allowed[instance_id] = instance_type
