@@ -170,7 +170,7 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
               f"spike {cost_spike:.3f} {pool_spike}; variant unloads at low {unload_ops_low} (model loop "
               f"{unloads_low}), loads at spike {load_ops_spike} (model loop {loads_spike}); parked when the spike "
               f"came {parked_at_low}; instances known before/after spike {launched_before}/{launched_after}; "
-              f"variants served {sorted(stats["variants"])}; hint {daemon.capacity_hint}")
+              f"variants served {sorted(stats['variants'])}; hint {daemon.capacity_hint}")
         print(f"  fleet events from the low phase on (s after it began): {events}")
         print(f"  spike began at {t_spike - t_low:.1f} s; first unpark (variant loaded back) "
               f"{'-' if first_unpark is None else f'{first_unpark - t_low:.1f} s'}, first launch "
