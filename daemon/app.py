@@ -35,7 +35,7 @@ from sim.slo_check import slo_check
 from scaler.parking import ParkState
 from scaler.base_aux import PlanError
 from scaler.joint_plan import JointPlan
-from scaler.worker_assignment import assign_workers, fallback_shares
+from scaler.worker_assignment import assign_workers, shares_for
 from scaler.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
 from daemon.cluster_token import with_cluster_token
@@ -213,15 +213,12 @@ class Daemon:
                                                 self.capacity_hint.get(m, 1.0), snap.steady_qps)
         return out
 
-    def shares(self) -> dict[str, dict[str, int]]:
-        """Each model's pool under the target held (the joint plan's; a pool not planned per model
-        dealt over the models, :func:`scaler.worker_assignment.fallback_shares`)."""
-        plan = self.status.plan
-        if plan is not None:
-            return {m: dict(s.pool) for m, s in plan.models.items()}
+    def shares(self, plan: JointPlan | None = None, target: dict[str, int] | None = None) -> dict[str, dict[str, int]]:
+        """Each model's pool under a target (default: the one held; :func:`scaler.worker_assignment.shares_for`)."""
+        if target is None:
+            plan, target = self.status.plan, self.status.target
         planned = self.status.demand or {}
-        return fallback_shares(self.status.target, [m.name for m in self.cfg.models],
-                               {m: d.qps for m, d in planned.items()})
+        return shares_for(plan, target, [m.name for m in self.cfg.models], {m: d.qps for m, d in planned.items()})
 
     def decide(self, demand: dict[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
         """The fleet decision (:func:`scaler.fleet_step.fleet_target`, the same function the replay
@@ -264,13 +261,13 @@ class Daemon:
                     target, plan, demand = self.status.target, self.status.plan, self.status.demand or demand
                 self._generation = fleet_step.next_generation(target, self.status.target, self._generation)
                 pid = plan_id_for(target, self._generation)
-                report = await self._apply(target, pid)
+                report = await self._apply(target, pid, self.shares(plan, target))
                 if fleet_step.replan_without_unavailable(plan, target, self.actuator.unavailable_types()):
                     # InsufficientCapacity: replan at once without the unavailable types.
                     target, plan = await self._decided(demand)
                     self._generation += 1
                     pid = plan_id_for(target, self._generation)
-                    report = await self._apply(target, pid)
+                    report = await self._apply(target, pid, self.shares(plan, target))
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
                 if fresh:
                     self._planned_at, self._unavailable_planned = now, frozenset(self.actuator.unavailable_types())
@@ -308,7 +305,8 @@ class Daemon:
         self.fleet_events.append((time.monotonic(), kind, instance_id))
         del self.fleet_events[:-1000]
 
-    async def _apply(self, target: dict[str, int], plan_id: str):  # type: ignore[no-untyped-def]
+    async def _apply(self, target: dict[str, int], plan_id: str,  # type: ignore[no-untyped-def]
+                     shares: dict[str, dict[str, int]] | None = None):
         """Park/unpark (scaler.parking), then move the pool to the planner's target plus the
         instances still held parked. Unparked instances get their variants back before the
         actuator launches anything, so a spike is met by warm instances first."""
@@ -321,7 +319,7 @@ class Daemon:
             ready = frozenset(iid for iid, w in d.workers.items() if not w.removed)
             dec, self._park_state = fleet_step.park_round(instances, target, ready, self.actuator.price,
                                                           self.actuator.budget, time.monotonic(), self._park_state,
-                                                          self.cfg.model_scaling.vm_park_s)
+                                                          self.cfg.model_scaling.vm_park_s, shares, d.serves)
             # unparked instances get their variants back first (bounded: a hung worker must not
             # hold up the launches a spike needs); the actuator then launches the rest
             for iid in dec.unpark:

@@ -24,6 +24,9 @@ costscale_fleet_decisions_total{kind}      counter  plan, launch, terminate, par
 costscale_model_decisions_total{kind}      counter  load, unload, vm_add, vm_remove, accuracy_plan
 costscale_variant_instances{variant,instance_type}  gauge  workers holding each variant
 costscale_served_accuracy{model}           gauge    mean accuracy of the variants that served, 5 min
+costscale_model_workers{model}             gauge    registered workers taking the model's queries
+costscale_model_short_queries_per_second{model}  gauge  the last plan's shortfall below demand x (1+headroom)
+costscale_model_planned_capacity_queries_per_second{model}  gauge  the upper bound of its planned workers
 costscale_workers                          gauge    registered workers
 =========================================  =======  ==============================================
 """
@@ -95,7 +98,18 @@ def families(reply: pb.StatusReply, hists: Histograms, types: list[str]) -> Iter
                                labels=["model"])
     acc = GaugeMetricFamily("costscale_served_accuracy", "Mean accuracy of the variants that served, last 5 minutes.",
                             labels=["model"])
+    workers = GaugeMetricFamily("costscale_model_workers", "Registered workers taking a model's queries.",
+                                labels=["model"])
+    short = GaugeMetricFamily("costscale_model_short_queries_per_second", "How far the workers the last fleet "
+                              "plan gave a model fall short of its demand x (1 + headroom); 0 when covered.",
+                              labels=["model"])
+    planned = GaugeMetricFamily("costscale_model_planned_capacity_queries_per_second", "The upper bound of the "
+                                "workers the last fleet plan gave a model.", labels=["model"])
     for m in reply.models:
+        workers.add_metric([m.name], m.workers)
+        if m.planned:
+            short.add_metric([m.name], m.short_qps)
+            planned.add_metric([m.name], m.capacity_qps)
         for code, n in sorted(m.queries.items()):
             queries.add_metric([m.name, code], n)
         viol.add_metric([m.name], m.slo_violations)
@@ -106,7 +120,7 @@ def families(reply: pb.StatusReply, hists: Histograms, types: list[str]) -> Iter
                 acc.add_metric([m.name], w.served_accuracy)
             if w.seconds == DEMAND_WINDOW_S:
                 demand.add_metric([m.name], w.demand_qps)
-    yield from (queries, viol, attain, demand, acc)
+    yield from (queries, viol, attain, demand, acc, workers, short, planned)
     lat = HistogramMetricFamily("costscale_query_latency_seconds", "End-to-end latency of served queries.",
                                 labels=["model"])
     for model, (bucket_counts, total_s) in sorted(hists.items()):

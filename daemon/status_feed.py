@@ -199,7 +199,14 @@ class StatusFeed:
                           decisions=tuple(self.decisions), decision_counts=dict(self.counts),
                           last_error=self.last_error, last_error_at_unix=self.last_error_at,
                           capacity_hint=_hint(getattr(self.daemon, "capacity_hint", 1.0)),
+                          planned=self._planned(),
                           profiling=self._profiling())
+
+    def _planned(self) -> dict[str, tuple[float, float, float]]:
+        """Each model's demand, capacity and shortfall in the fleet's last joint plan."""
+        status = getattr(self.daemon, "status", None)
+        plan = getattr(status, "plan", None)
+        return {m: (s.demand_qps, s.capacity_qps, s.short_qps) for m, s in getattr(plan, "models", {}).items()}
 
     def _profiling(self) -> tuple[Profiling, ...]:
         """The models the daemon is profiling and the conservative pool each is served on meanwhile."""

@@ -68,6 +68,8 @@ class FleetFacts:
     last_error_at_unix: float = 0.0
     capacity_hint: float = 1.0
     profiling: tuple[Profiling, ...] = ()
+    #: per model, from the last fleet plan: (demand planned for, capacity planned, short) in q/s
+    planned: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
 
 
 def worker_state(w: WorkerState) -> str:
@@ -124,9 +126,14 @@ def record_outcome(d: Dispatcher, r: pb.SubmitRequest, out: Union[pb.SubmitReply
                       accuracy=meta.accuracy if meta is not None else None)
 
 
-def _model_status(d: Dispatcher, name: str, now: float) -> pb.ModelStatus:
+def _model_status(d: Dispatcher, name: str, now: float, facts: FleetFacts | None) -> pb.ModelStatus:
     m = d.outcomes.models.get(name)
-    ms = pb.ModelStatus(name=name, queries=dict(m.queries) if m else {}, slo_violations=m.slo_violations if m else 0)
+    serving = sum(1 for iid, w in d.workers.items() if not (w.draining or w.removed) and d.serves_model(iid, name))
+    ms = pb.ModelStatus(name=name, queries=dict(m.queries) if m else {}, slo_violations=m.slo_violations if m else 0,
+                        workers=serving)
+    if facts is not None and name in facts.planned:
+        ms.planned = True
+        ms.planned_qps, ms.capacity_qps, ms.short_qps = facts.planned[name]
     for w in d.outcomes.windows(name, now):
         mw = ms.windows.add(seconds=w.seconds, demand_qps=w.demand_qps, queries=w.queries, slo_met=w.slo_met)
         if w.attainment is not None:
@@ -152,11 +159,12 @@ def build_status_reply(d: Dispatcher) -> pb.StatusReply:
                 reply.instances.add(instance_type=itype, state=state, count=states[state])
     names = list(d.placement.cfg_models) + sorted((set(d.placement.models) | set(d.outcomes.models))
                                                   - set(d.placement.cfg_models))
-    reply.models.extend(_model_status(d, n, now) for n in names)
+    facts = d.status_source() if d.status_source is not None else None
+    reply.models.extend(_model_status(d, n, now, facts) for n in names)
     for iid, w in sorted(d.workers.items()):
         reply.worker_list.add(instance_id=iid, instance_type=w.instance_type, state=worker_state(w),
-                              variants=sorted(d.loaded_on(w)), utilization=d.utilization(w, now), served=w.served)
-    facts = d.status_source() if d.status_source is not None else None
+                              variants=sorted(d.loaded_on(w)), utilization=d.utilization(w, now), served=w.served,
+                              model=d.serves.get(iid, ""))
     if facts is not None:
         reply.daemon = True
         reply.spent_usd_today = facts.spent_usd_today

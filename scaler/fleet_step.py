@@ -40,6 +40,7 @@ from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan, declared_demands, plan_joint
 from scaler.parking import ParkDecision, ParkState, decide_parking
 from scaler.pick_cache import PickCache
+from scaler.worker_assignment import released
 from scaler.replan import (SHORT_HORIZON_S, STEADY_HORIZON_S, DemandView, demand_for_planning, planning_rate,
                            significant_change)
 
@@ -142,13 +143,19 @@ def plan_id_for(target: Mapping[str, int], generation: int) -> str:
 
 
 def park_round(instances: Sequence[ManagedInstance], target: Mapping[str, int], ready: frozenset[str] | set[str],
-               price: Callable[[str], float], budget: float, now: float, state: ParkState, hold_s: float
+               price: Callable[[str], float], budget: float, now: float, state: ParkState, hold_s: float,
+               shares: Mapping[str, Mapping[str, int]] | None = None, assignment: Mapping[str, str] | None = None
                ) -> tuple[ParkDecision, ParkState]:
     """:func:`scaler.parking.decide_parking` over the live instances' types and the target's, with
-    their prices from ``price`` (the actuator's)."""
+    their prices from ``price`` (the actuator's). With several models (``shares``: each model's pool
+    under ``target``; ``assignment``: the model each instance serves now), the instances their
+    model no longer wants are parked first (:func:`scaler.worker_assignment.released`)."""
     types = {i.instance_type for i in instances if i.live} | set(target)
     prices = {t: price(t) for t in types}
-    return decide_parking(instances, target, ready, prices, budget, now, state, hold_s)
+    prefer: set[str] = set()
+    if shares is not None and assignment and len(shares) > 1:
+        prefer = released([(i.instance_id, i.instance_type) for i in instances if i.live], shares, assignment)
+    return decide_parking(instances, target, ready, prices, budget, now, state, hold_s, prefer)
 
 
 def replan_without_unavailable(plan: JointPlan | None, target: Mapping[str, int], unavailable: set[str]) -> bool:

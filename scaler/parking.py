@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from scaler.cloud import ManagedInstance, pool_of
 from scaler.transitions import pool_cost
@@ -66,10 +66,13 @@ def decide_parking(
     now: float,
     state: ParkState = ParkState(),
     hold_s: float = 120.0,
+    prefer: Collection[str] = (),
 ) -> tuple[ParkDecision, ParkState]:
     """One round. ``instances``: the managed instances (only live ones count); ``target``: the
     planner's pool (type -> count, within ``budget``); ``ready``: ids registered with the
-    dispatcher (serving or able to); ``hold_s`` 0 retires surplus at once (no parking)."""
+    dispatcher (serving or able to); ``hold_s`` 0 retires surplus at once (no parking);
+    ``prefer``: instances to park or retire first when a type has surplus (several models: those
+    their model no longer wants, :func:`scaler.worker_assignment.released`)."""
     tgt = {t: int(n) for t, n in target.items() if int(n) > 0}
     live = [i for i in instances if i.live]
     by_type: dict[str, list[ManagedInstance]] = {}
@@ -84,8 +87,8 @@ def decide_parking(
         for t, insts in sorted(by_type.items()):
             extra = len(insts) - tgt.get(t, 0)
             # parked ones go first (they serve nothing), then those not serving yet, then the newest
-            order = sorted(insts, key=lambda i: (i.instance_id not in parked, i.instance_id in ready,
-                                                 -i.launch_time, i.instance_id))
+            order = sorted(insts, key=lambda i: (i.instance_id not in parked, i.instance_id not in prefer,
+                                                 i.instance_id in ready, -i.launch_time, i.instance_id))
             surplus_ids += [i.instance_id for i in order[:max(extra, 0)]]
         back = tuple(sorted(x for x in parked if x not in surplus_ids))
         return (ParkDecision(dict(tgt), unpark=back, retire=tuple(surplus_ids)),
@@ -108,7 +111,8 @@ def decide_parking(
                 del parked[i.instance_id]
             continue
         others = sorted((i for i in insts if i.instance_id not in parked),
-                        key=lambda i: (i.instance_id in ready, -i.launch_time, i.instance_id))
+                        key=lambda i: (i.instance_id not in prefer, i.instance_id in ready, -i.launch_time,
+                                       i.instance_id))
         for i in others[: extra - len(mine)]:
             if i.instance_id in ready and not up:
                 serving_surplus.append(i.instance_id)    # keeps serving until the target is up

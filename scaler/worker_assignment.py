@@ -79,4 +79,33 @@ def assign_workers(instances: Sequence[tuple[str, str]], shares: Mapping[str, Ma
     return out
 
 
-__all__ = ["assign_workers", "fallback_shares"]
+def shares_for(plan: object | None, target: Mapping[str, int], models: Sequence[str],
+               demand_qps: Mapping[str, float]) -> dict[str, dict[str, int]]:
+    """Each model's pool under ``target``: the joint plan's (``scaler.joint_plan.JointPlan``), else
+    ``target`` dealt over the models (:func:`fallback_shares`: a pinned pool, a baseline's, the
+    conservative pool of an unprofiled model)."""
+    per_model = getattr(plan, "models", None)
+    if per_model:
+        return {m: dict(s.pool) for m, s in per_model.items()}
+    return fallback_shares(target, list(models), demand_qps)
+
+
+def released(instances: Sequence[tuple[str, str]], shares: Mapping[str, Mapping[str, int]],
+             assignment: Mapping[str, str]) -> set[str]:
+    """The instances their model no longer wants: of each model's instances of a type, those beyond
+    its new share (the highest ids). The fleet parks and retires these first
+    (:func:`scaler.parking.decide_parking`'s ``prefer``), so a model that keeps its share keeps its
+    workers and no model swaps for nothing."""
+    mine: dict[tuple[str, str], list[str]] = {}
+    for iid, t in instances:
+        m = assignment.get(iid)
+        if m is not None:
+            mine.setdefault((m, t), []).append(iid)
+    out: set[str] = set()
+    for (m, t), ids in mine.items():
+        keep = int(shares.get(m, {}).get(t, 0))
+        out.update(sorted(ids)[keep:])
+    return out
+
+
+__all__ = ["assign_workers", "fallback_shares", "released", "shares_for"]

@@ -36,7 +36,7 @@ from scaler.parking import ParkState
 from scaler.pick_cache import PickCache
 from scaler.joint_plan import JointPlan
 from scaler.fleet_step import Demands
-from scaler.worker_assignment import assign_workers, fallback_shares
+from scaler.worker_assignment import assign_workers, shares_for
 from scaler.replan import DemandView
 from scaler.state import StateStore
 from sim.clock import VirtualClock
@@ -264,14 +264,13 @@ class ReplayFleet:
                                                 self.mem.capacity_hint.get(m, 1.0), snap.steady_qps)
         return out
 
-    def shares(self) -> dict[str, dict[str, int]]:
-        """Each model's pool under the target held: the joint plan's, else the target dealt over the
-        models (:func:`scaler.worker_assignment.fallback_shares`)."""
-        plan = self.mem.plan
-        if plan is not None:
-            return {m: dict(s.pool) for m, s in plan.models.items()}
+    def shares(self, plan: JointPlan | None = None, target: Mapping[str, int] | None = None) -> dict[str, dict[str, int]]:
+        """Each model's pool under a target (default: the one held): the joint plan's, else the
+        target dealt over the models (:func:`scaler.worker_assignment.shares_for`)."""
+        if target is None:
+            plan, target = self.mem.plan, self.mem.target
         planned = self.mem.planned or {}
-        return fallback_shares(self.mem.target, self.models, {m: d.qps for m, d in planned.items()})
+        return shares_for(plan, target, self.models, {m: d.qps for m, d in planned.items()})
 
     def decide(self, demand: Mapping[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
         """As the daemon's; a max_throughput pick is confirmed in line (``sim.pick_eval.confirmed_plan``,
@@ -308,11 +307,11 @@ class ReplayFleet:
             else:   # nothing the plan rests on moved: converge to it
                 target, plan, demand = m.target, m.plan, m.planned or demand
             m.generation = fleet_step.next_generation(target, m.target, m.generation)
-            self._apply(target, fleet_step.plan_id_for(target, m.generation))
+            self._apply(target, fleet_step.plan_id_for(target, m.generation), self.shares(plan, target))
             if fleet_step.replan_without_unavailable(plan, target, self.actuator.unavailable_types()):
                 target, plan = self.decide(demand)
                 m.generation += 1
-                self._apply(target, fleet_step.plan_id_for(target, m.generation))
+                self._apply(target, fleet_step.plan_id_for(target, m.generation), self.shares(plan, target))
             changed = target != m.target
             m.plan, m.target, m.planned = plan, target, demand
             if fresh:
@@ -334,13 +333,14 @@ class ReplayFleet:
             self.errors.append((self.clock.now(), m.last_error))
         self._sync_workers()
 
-    def _apply(self, target: dict[str, int], plan_id: str) -> ApplyReport:
+    def _apply(self, target: dict[str, int], plan_id: str, shares: dict[str, dict[str, int]] | None = None) -> ApplyReport:
         """``Daemon._apply``: park/unpark, then the actuator moves the pool to target + held."""
         w = self.workers
         instances = self.cloud.list_managed()
         ready = w.registered() if w is not None else frozenset()
         dec, self.mem.park = fleet_step.park_round(instances, target, ready, self.actuator.price, self.actuator.budget,
-                                                   self.clock.now(), self.mem.park, self.cfg.model_scaling.vm_park_s)
+                                                   self.clock.now(), self.mem.park, self.cfg.model_scaling.vm_park_s,
+                                                   shares, w.assignment if w is not None else None)
         d = self.decisions
         if w is not None:
             for iid in dec.unpark:

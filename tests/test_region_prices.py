@@ -251,7 +251,7 @@ def test_the_daemon_holds_its_budget_at_the_regions_prices(tmp_path: Path, moto_
             await d.fleet_tick("test")
             assert d.actuator is not None and d.dispatcher is not None and d.status.plan is not None
             return (d.actuator.price("r5n.large"), d.dispatcher._prices["r5n.large"],
-                    [round(cost, 4) for _, cost, _ in d.status.plan.ranked], d.status.target, d.status.pool())
+                    [round(cost, 4) for _, cost, _ in d.status.plan.plans[0].ranked], d.status.target, d.status.pool())
         finally:
             await d.stop(grace=0.0)
 

@@ -75,7 +75,9 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
             "served_accuracy": {k: round(w.served_accuracy, 6) if w.HasField("served_accuracy") else None
                                 for k, w in win.items()},
             "queries": dict(sorted(m.queries.items())), "served": int(m.queries.get("OK", 0)),
-            "slo_violations": m.slo_violations}
+            "slo_violations": m.slo_violations, "workers": m.workers,
+            "planned": {"demand_qps": round(m.planned_qps, 4), "capacity_qps": round(m.capacity_qps, 4),
+                        "short_qps": round(m.short_qps, 4)} if m.planned else None}
     counts: dict[str, dict[str, int]] = {}
     for c in r.decision_counts:
         counts.setdefault(c.loop, {})[c.kind] = c.count
@@ -87,7 +89,8 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "queued": r.queued, "in_flight": r.in_flight, "served": r.served, "rejected": r.rejected,
         "arrival_qps": round(r.arrival_qps, 4), "workers": [
             {"instance_id": w.instance_id, "instance_type": w.instance_type, "state": w.state,
-             "variants": list(w.variants), "utilization": round(w.utilization, 4), "served": w.served}
+             "variants": list(w.variants), "utilization": round(w.utilization, 4), "served": w.served,
+             "model": w.model or None}
             for w in r.worker_list],
         "parked": r.parked, "capacity_hint": r.capacity_hint, "models": models,
         "decisions": [{"at": _iso(x.at_unix), "loop": x.loop, "kind": x.kind, "summary": x.summary,
@@ -124,12 +127,15 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
     if not s["instances"]:
         out.append("  (no instances)")
     out.append("")
-    out.append(f"{'model':22}{'demand q/s 1m/5m/15m':>26}{'SLO attainment 1m/5m/15m':>30}{'accuracy 5m':>13}")
+    out.append(f"{'model':22}{'demand q/s 1m/5m/15m':>26}{'SLO attainment 1m/5m/15m':>30}{'accuracy 5m':>13}"
+               f"{'workers':>9}{'short q/s':>11}")
     for name, m in s["models"].items():
         d = "/".join(f"{m['demand_qps'].get(k, 0):.1f}" for k in ("1m", "5m", "15m"))
         a = "/".join(_pct(m["attainment"].get(k)) for k in ("1m", "5m", "15m"))
         acc = m["served_accuracy"].get("5m")
-        out.append(f"  {name:20}{d:>26}{a:>30}{'-' if acc is None else f'{acc:.3f}':>13}")
+        short = "-" if m.get("planned") is None else f"{m['planned']['short_qps']:.1f}"
+        out.append(f"  {name:20}{d:>26}{a:>30}{'-' if acc is None else f'{acc:.3f}':>13}"
+                   f"{m.get('workers', 0):>9}{short:>11}")
     for p in s["profiling"]:
         pool = p["conservative_pool"]
         meanwhile = (f"served on a conservative pool {', '.join(f'{t}×{n}' for t, n in pool.items()) or '(empty)'} "

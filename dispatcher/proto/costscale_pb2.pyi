@@ -195,7 +195,7 @@ class ModelWindow(_message.Message):
     def __init__(self, seconds: _Optional[int] = ..., demand_qps: _Optional[float] = ..., queries: _Optional[int] = ..., slo_met: _Optional[int] = ..., attainment: _Optional[float] = ..., served_accuracy: _Optional[float] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("name", "windows", "queries", "slo_violations")
+    __slots__ = ("name", "windows", "queries", "slo_violations", "workers", "planned", "planned_qps", "capacity_qps", "short_qps")
     class QueriesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -207,27 +207,39 @@ class ModelStatus(_message.Message):
     WINDOWS_FIELD_NUMBER: _ClassVar[int]
     QUERIES_FIELD_NUMBER: _ClassVar[int]
     SLO_VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_QPS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_QPS_FIELD_NUMBER: _ClassVar[int]
+    SHORT_QPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     windows: _containers.RepeatedCompositeFieldContainer[ModelWindow]
     queries: _containers.ScalarMap[str, int]
     slo_violations: int
-    def __init__(self, name: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[ModelWindow, _Mapping]]] = ..., queries: _Optional[_Mapping[str, int]] = ..., slo_violations: _Optional[int] = ...) -> None: ...
+    workers: int
+    planned: bool
+    planned_qps: float
+    capacity_qps: float
+    short_qps: float
+    def __init__(self, name: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[ModelWindow, _Mapping]]] = ..., queries: _Optional[_Mapping[str, int]] = ..., slo_violations: _Optional[int] = ..., workers: _Optional[int] = ..., planned: _Optional[bool] = ..., planned_qps: _Optional[float] = ..., capacity_qps: _Optional[float] = ..., short_qps: _Optional[float] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("instance_id", "instance_type", "state", "variants", "utilization", "served")
+    __slots__ = ("instance_id", "instance_type", "state", "variants", "utilization", "served", "model")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     VARIANTS_FIELD_NUMBER: _ClassVar[int]
     UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     SERVED_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     instance_type: str
     state: str
     variants: _containers.RepeatedScalarFieldContainer[str]
     utilization: float
     served: int
-    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., state: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., utilization: _Optional[float] = ..., served: _Optional[int] = ...) -> None: ...
+    model: str
+    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., state: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., utilization: _Optional[float] = ..., served: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
 
 class DecisionRecord(_message.Message):
     __slots__ = ("at_unix", "loop", "kind", "summary", "reason")

@@ -1,0 +1,122 @@
+"""Acceptance (issue #24 "Live"): two models through the real daemon in-process against moto in
+server mode, with local worker processes. Each model's queries are served only by the workers the
+joint plan gives it, and both SLOs hold through a load step of the second model, whose workers grow
+while the first model's stay as they were.
+
+Both models run the demo MLP padded to the Kairos rm2 profile (QoS 350 ms): ``rm2`` itself, and
+``ranker`` (profile rm2: the same latency, its own SLO, demand window and workers).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from config.schema import Config
+from daemon.demo import demo_config
+from tests.load_helpers import poisson_phase
+
+pytestmark = pytest.mark.slow
+
+LOW_QPS, STEP_QPS = 2.0, 24.0
+SLO_MS = 350.0
+
+
+def test_two_models_each_on_its_own_workers_through_a_step(moto_endpoint: str, tmp_path: Path) -> None:
+    asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path), timeout=280))
+
+
+async def _scenario(endpoint: str, tmp: Path) -> None:
+    import boto3
+
+    from daemon.app import Daemon
+    from daemon.local_runner import LocalRunner
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
+    ami = ec2.describe_images()["Images"][0]["ImageId"]
+    raw = demo_config(tmp, endpoint, ami, budget=2.5, rate=LOW_QPS).model_dump()
+    raw["models"] = [{**raw["models"][0], "expected_qps": LOW_QPS},
+                     {"name": "ranker", "onnx": "builtin:mlp", "qos_ms": SLO_MS, "max_batch": 1000, "profile": "rm2",
+                      "expected_qps": LOW_QPS}]
+    raw["intervals"] = {"fleet_s": 3, "model_s": 0.5, "reconcile_s": 30}
+    raw["model_scaling"]["generate_variants"] = False
+    cfg = Config.model_validate(raw)
+    holder: dict[str, LocalRunner] = {}
+
+    async def on_fleet_change(instances):  # noqa: ANN001
+        if "r" in holder:
+            await holder["r"].sync(instances)
+
+    daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0", generate_variants=False)
+    await daemon.start()
+    holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
+                              [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")])
+    d = daemon.dispatcher
+    out: list[tuple[str, str, float | None, str, str]] = []   # (phase, model, ms, worker, model it served)
+
+    def serving(model: str) -> int:
+        return sum(1 for iid in d.workers if d.serves.get(iid) == model and not d.workers[iid].draining)
+
+    async def phase(stub, name: str, rates: dict[str, float], secs: float, until=None, max_s: float = 0.0) -> None:  # noqa: ANN001
+        rng = np.random.default_rng(len(out) + 7)
+
+        async def one(model: str) -> None:
+            t0 = time.perf_counter()
+            try:
+                r = await stub.Submit(pb.SubmitRequest(model=model, batch_size=int(rng.integers(1, 200))), timeout=10.0)
+            except grpc.aio.AioRpcError as exc:
+                out.append((name, model, None, exc.code().name, ""))
+                return
+            out.append((name, model, (time.perf_counter() - t0) * 1000.0, r.instance_id, d.serves.get(r.instance_id, "")))
+
+        await asyncio.gather(*(poisson_phase(lambda _, m=m: one(m), q, secs, rng, until, max_s, tick_s=0.02)
+                               for m, q in rates.items()))
+
+    try:
+        await daemon.fleet_tick("start")
+        t0 = time.monotonic()
+        while (serving("rm2") < 1 or serving("ranker") < 1) and time.monotonic() - t0 < 90:
+            await asyncio.sleep(0.2)
+        assert serving("rm2") >= 1 and serving("ranker") >= 1, f"workers per model: {d.serves}"
+        low_shares = daemon.shares()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
+            stub = pbg.InferenceStub(ch)
+            await phase(stub, "low", {"rm2": LOW_QPS, "ranker": LOW_QPS}, 10.0)
+            before = serving("ranker")
+            t_step = time.monotonic()
+            await phase(stub, "step", {"rm2": LOW_QPS, "ranker": STEP_QPS}, 6.0,
+                        until=lambda: serving("ranker") > before, max_s=90.0)
+            grew_s = time.monotonic() - t_step
+            await phase(stub, "high", {"rm2": LOW_QPS, "ranker": STEP_QPS}, 15.0)
+        high_shares = daemon.shares()
+        by = {(p, m): [o for o in out if o[0] == p and o[1] == m] for p in ("low", "step", "high") for m in ("rm2", "ranker")}
+        for (p, m), rows in by.items():
+            late = sum(1 for o in rows if o[2] is not None and o[2] > SLO_MS)
+            failed = sorted({o[3] for o in rows if o[2] is None})
+            print(f"  {p} {m}: {len(rows)} sent, {late} late, {sum(1 for o in rows if o[2] is None)} failed "
+                  f"{failed}; workers {sorted({o[3] for o in rows if o[2] is not None})}")
+        print(f"two-model e2e: shares {low_shares} -> {high_shares}; ranker's workers grew {grew_s:.1f} s after "
+              f"its step; status plan {daemon.status.plan and daemon.status.plan.to_dict()['models']}")
+        # every reply came from a worker the plan gave its model
+        served = [o for o in out if o[2] is not None]
+        assert served and all(o[4] == o[1] for o in served), [o for o in served if o[4] != o[1]][:5]
+        # the step's model got more workers; the other model's stayed as they were
+        assert sum(high_shares["ranker"].values()) > sum(low_shares["ranker"].values())
+        assert high_shares["rm2"] == low_shares["rm2"]
+
+        def attainment(rows: list) -> float:   # noqa: ANN001
+            return sum(1 for o in rows if o[2] is not None and o[2] <= SLO_MS) / max(len(rows), 1)
+        assert attainment(by[("low", "rm2")] + by[("step", "rm2")] + by[("high", "rm2")]) >= 0.99
+        assert attainment(by[("low", "ranker")] + by[("high", "ranker")]) >= 0.99
+        reply = d.status_reply()
+        ms = {m.name: m for m in reply.models}
+        assert ms["ranker"].workers == serving("ranker") and ms["ranker"].planned
+        assert {w.model for w in reply.worker_list} <= {"rm2", "ranker"}
+    finally:
+        await daemon.stop(grace=3.0)
+        await holder["r"].stop_all()
