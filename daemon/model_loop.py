@@ -22,6 +22,7 @@ from daemon.recent import Recent
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement,
                                      VariantCandidate, WorkerSnapshot, decide)
+from variants.model_split import decide_per_model
 from variants.vm_autoscaler import VmDecision
 
 log = logging.getLogger("costscale.model")
@@ -38,6 +39,7 @@ class ModelLoop:
         self.params = params
         self.on_vm = on_vm
         self.state = ModelLoopState()
+        self.states: dict[str, ModelLoopState] = {}     # per model, when models have workers of their own
         self.last_at: float | None = None
         self.rounds = 0
         self.applied: Recent[Placement] = Recent()    # (placements skipped because the worker was parked meanwhile are in neither)
@@ -96,7 +98,10 @@ class ModelLoop:
         self.accuracy.reset()                   # turned off by a reload: getVariant routes again
         inputs = self.snapshot(now)
         self.last_at = now
-        decision, self.state = decide(inputs, self.state, self.params)
+        if getattr(self.d, "serves", None) and len(self.d.cfg.models) > 1:   # each model on its own workers (#24)
+            decision, self.states = decide_per_model(inputs, self.d.serves, self.states, self.params)
+        else:
+            decision, self.state = decide(inputs, self.state, self.params)
         self.rounds += 1
         self.d.variant_states = dict(decision.states)
         unloads = [p for p in decision.placements if p.action == "unload"]

@@ -58,6 +58,11 @@ def group_key(variant: str, model: str) -> GroupKey:
 JOIN_SCAN = 1024
 
 
+#: with several models on their own workers, a round looks this far into the queue for each
+#: model's head (dispatcher.routing.RoutingRound._heads_by_model)
+HEAD_SCAN = 2048
+
+
 class RoutingRound:
     """The matching round, the worker call and re-dispatch (see the module docstring)."""
 
@@ -89,7 +94,10 @@ class RoutingRound:
             return
         now = self.clock()
         k = self.view_factor * len(live)
-        qs = list(itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k))
+        if self.serves:     # several models on their own workers: each model's own head of the queue
+            qs = self._heads_by_model(live, k)
+        else:
+            qs = list(itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k))
         if self.cfg.dispatcher.on_deadline == "drop":
             wviews = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle) for w in live]
             bad = infeasible([q.view for q in qs], wviews, self.predictor, now, self.xi)
@@ -129,6 +137,24 @@ class RoutingRound:
                     continue
                 taken.add(w.instance_id)
                 self._dispatch(q, w, now, reserved)
+
+    def _heads_by_model(self, live: list[WorkerState], k: int) -> list[_Query]:
+        """The round's view when models have workers of their own (the fleet's joint plan): up to
+        ``view_factor`` queries per worker of each model, from the head of the queue, so that one
+        model's backlog never hides another model's queries from its idle workers (looked for among
+        the first :data:`HEAD_SCAN` waiting, or ``k`` if more)."""
+        cap: dict[str | None, int] = {}
+        for w in live:
+            m = self.serves.get(w.instance_id)
+            cap[m] = cap.get(m, 0) + self.view_factor
+        taken: dict[str | None, int] = {}
+        out = []
+        for q in itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), max(k, HEAD_SCAN)):
+            m = q.model.name if q.model.name in cap else None
+            if taken.get(m, 0) < cap.get(m, 0):
+                taken[m] = taken.get(m, 0) + 1
+                out.append(q)
+        return out
 
     def _group_key(self, q: _Query) -> GroupKey:
         if q.late:      # an application's queries, by the floor the variant must meet (exact: a float)

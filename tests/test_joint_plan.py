@@ -224,3 +224,25 @@ def test_no_models_demand_counts_as_anothers(tmp_path: Path) -> None:
     got = d.current_demand()
     assert got["rm2"].qps == pytest.approx(20.0, rel=0.05) and got["rm2"].measured
     assert got["dien"].qps == 3.0 and not got["dien"].measured
+
+
+# ---- the model loop per model ----------------------------------------------------------------------
+
+def test_the_model_loop_sees_each_model_on_its_own_workers() -> None:
+    from variants.executor import ANY_HARDWARE
+    from variants.model_decision import ModelInputs, VariantCandidate, WorkerSnapshot
+    from variants.model_split import split_by_model
+
+    workers = (WorkerSnapshot("w1", "r5n.large", "cpu", 0.5, ("a", "b"), (("a", 10, 5.0), ("b", 10, 6.0))),
+               WorkerSnapshot("w2", "r5n.large", "cpu", 0.1, ("a", "b")),
+               WorkerSnapshot("w3", "g4dn.xlarge", "gpu", 0.0, ("a", "b")))
+    inputs = ModelInputs(now=1.0, interval_s=1.0, workers=workers,
+                         variants=(VariantCandidate("a", "a", ANY_HARDWARE), VariantCandidate("b", "b", ANY_HARDWARE)),
+                         load_qps={"a": 5.0, "b": 9.0}, mean_batch={"a": 10.0, "b": 20.0},
+                         slo_ms={"a": 100.0, "b": 50.0}, price_per_hour={}, profile=lambda *a: 1.0)
+    parts = split_by_model(inputs, {"w1": "a", "w2": "b"})     # w3 has no assignment: any model
+    assert [w.worker for w in parts["a"].workers] == ["w1", "w3"]
+    assert [w.worker for w in parts["b"].workers] == ["w2", "w3"]
+    assert parts["a"].workers[0].loaded == ("a",) and parts["a"].workers[0].served == (("a", 10, 5.0),)
+    assert parts["b"].load_qps == {"b": 9.0} and parts["b"].slo_ms == {"b": 50.0}
+    assert [v.name for v in parts["b"].variants] == ["b"]

@@ -70,7 +70,7 @@ async def _scenario(endpoint: str, tmp: Path) -> None:
             try:
                 r = await stub.Submit(pb.SubmitRequest(model=model, batch_size=int(rng.integers(1, 200))), timeout=10.0)
             except grpc.aio.AioRpcError as exc:
-                out.append((name, model, None, exc.code().name, ""))
+                out.append((name, model, None, exc.code().name, exc.details() or ""))
                 return
             out.append((name, model, (time.perf_counter() - t0) * 1000.0, r.instance_id, d.serves.get(r.instance_id, "")))
 
@@ -99,7 +99,8 @@ async def _scenario(endpoint: str, tmp: Path) -> None:
             late = sum(1 for o in rows if o[2] is not None and o[2] > SLO_MS)
             failed = sorted({o[3] for o in rows if o[2] is None})
             print(f"  {p} {m}: {len(rows)} sent, {late} late, {sum(1 for o in rows if o[2] is None)} failed "
-                  f"{failed}; workers {sorted({o[3] for o in rows if o[2] is not None})}")
+                  f"{failed}; workers {sorted({o[3] for o in rows if o[2] is not None})}; "
+                  f"{sorted({o[4] for o in rows if o[2] is None})[:3]}")
         print(f"two-model e2e: shares {low_shares} -> {high_shares}; ranker's workers grew {grew_s:.1f} s after "
               f"its step; status plan {daemon.status.plan and daemon.status.plan.to_dict()['models']}")
         # every reply came from a worker the plan gave its model
