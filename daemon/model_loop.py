@@ -98,7 +98,7 @@ class ModelLoop:
         self.accuracy.reset()                   # turned off by a reload: getVariant routes again
         inputs = self.snapshot(now)
         self.last_at = now
-        if getattr(self.d, "serves", None) and len(self.d.cfg.models) > 1:   # each model on its own workers (#24)
+        if self.d.serves and len(self.d.cfg.models) > 1:   # each model on its own workers (issue #24)
             decision, self.states = decide_per_model(inputs, self.d.serves, self.states, self.params)
         else:
             decision, self.state = decide(inputs, self.state, self.params)

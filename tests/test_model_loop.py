@@ -137,6 +137,7 @@ class FakeDispatcher:
         self.cfg = SimpleNamespace(models=[SimpleNamespace(name="m")])
         self.predictor = LatencyModel.from_profiles(load_profiles_csv(None))
         self.variant_states = {}
+        self.serves: dict[str, str] = {}     # no assignment: one model
         self.calls: list[tuple[str, str, str]] = []
         self.accuracy = SimpleNamespace(late_bound=set())   # the Dispatcher's accuracy routing (unused here)
 
