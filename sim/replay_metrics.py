@@ -75,9 +75,15 @@ def timeline(run: Any, step_s: float = TIMELINE_STEP_S) -> dict[str, Any]:
                            "cost_per_hour": [round(run.ledger.cost_per_hour_at(float(x)), 6) for x in t],
                            "p99_ms": p99, "capacity_qps": cap}
     if len(run.replayed) > 1:
-        out["demand_by_model"] = {m: [round(float(a) / step_s, 4)
-                                      for a in np.bincount(step_of(run.lanes[m].arr), minlength=n_steps)]
-                                  for m in run.replayed}
+        out["demand_by_model"], out["attainment_by_model"] = {}, {}
+        for m in run.replayed:
+            q = run.lanes[m]
+            k = step_of(q.arr)
+            n = np.bincount(k, minlength=n_steps)
+            ok = np.bincount(k, weights=((q.outcome == SERVED) & (q.latency <= q.qos_ms)).astype(float),
+                             minlength=n_steps)
+            out["demand_by_model"][m] = [round(float(a) / step_s, 4) for a in n]
+            out["attainment_by_model"][m] = [round(float(g) / a, 6) if a else None for g, a in zip(ok, n)]
     return out
 
 

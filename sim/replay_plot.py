@@ -1,5 +1,6 @@
-"""The replay's timeline as a picture (``costscale replay --plot FILE.png``): demand and the
-allowable capacity of the pool, $/hr against the budget, p99 against the QoS target, launches and
+"""The replay's timeline as a picture (``costscale replay --plot FILE.png``): demand (each model's,
+when several) and the allowable capacity of the pool, each model's share of queries within its SLO
+when several, $/hr against the budget, p99 against the QoS target, launches and
 retirements marked. matplotlib (the ``bench`` extra) is imported only here.
 """
 from __future__ import annotations
@@ -20,17 +21,25 @@ def plot_replay(run: Any, out: dict[str, Any], path: str) -> None:
     tl = out["timeline"]
     hours = [t / 3600.0 for t in tl["t_s"]]
     fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
-    ax1.plot(hours, tl["demand_qps"], color="tab:blue", lw=1, label="demand (q/s)")
-    ax1.plot(hours, tl["goodput_qps"], color="tab:green", lw=1, alpha=0.7, label="served within SLO (q/s)")
+    several = bool(tl.get("demand_by_model"))
+    colors = ["tab:cyan", "tab:orange", "tab:olive", "tab:pink", "tab:brown", "tab:red"]
+    ax1.plot(hours, tl["demand_qps"], color="black" if several else "tab:blue", lw=1,
+             label="demand, every model (q/s)" if several else "demand (q/s)")
+    for k, (m, series) in enumerate((tl.get("demand_by_model") or {}).items()):
+        ax1.plot(hours, series, color=colors[k % len(colors)], lw=0.9, label=f"{m} demand (q/s)")
+    ax1.plot(hours, tl["goodput_qps"], color="tab:green", lw=1, ls="--" if several else "-", alpha=0.7,
+             label="served within SLO (q/s)")
     cap = [c if c is not None else float("nan") for c in tl["capacity_qps"]]
-    ax1.step(hours, cap, where="post", color="tab:gray", lw=1, ls="--", label="pool's allowable capacity (q/s)")
+    ax1.step(hours, cap, where="post", color="tab:gray", lw=1, ls="--",
+             label="each model's planned capacity, summed (q/s)" if several else "pool's allowable capacity (q/s)")
     for t, _, n in run.launches:
         ax1.axvline(t / 3600.0, color="tab:red", alpha=0.25, lw=0.8)
     for t, n in run.terminations:
         ax1.axvline(t / 3600.0, color="tab:purple", alpha=0.25, lw=0.8)
     ax1.set_ylabel("q/s")
     ax1.legend(loc="upper left", fontsize=8)
-    ax1.set_title(f"costscale replay: {out['model']}, {out['source']} - ${out['cost_usd']:.2f}, "
+    source = out["source"] if len(out["source"]) <= 70 else out["source"][:67] + "..."
+    ax1.set_title(f"costscale replay: {out['model']}, {source} - ${out['cost_usd']:.2f}, "
                   f"{100 * out['slo_attainment']:.2f} % within SLO (red: launches, purple: retirements)", fontsize=10)
     ax2.step(hours, tl["cost_per_hour"], where="post", color="tab:orange", label="pool $/hr")
     ax2.axhline(out["budget_per_hour"], color="black", ls=":", label="budget")
@@ -40,10 +49,18 @@ def plot_replay(run: Any, out: dict[str, Any], path: str) -> None:
         ax2.axhline(b["cost_usd"] / out["hours"], lw=0.8, ls="--", alpha=0.6, label=f"{name} mean $/hr")
     ax2.set_ylabel("$/hr")
     ax2.legend(loc="upper left", fontsize=8)
-    p99 = [p if p is not None else float("nan") for p in tl["p99_ms"]]
-    ax3.plot(hours, p99, color="tab:blue", lw=1, label="p99 of each minute's queries (ms; gaps: > 1 % missed)")
-    ax3.axhline(out["qos_ms"], color="black", ls=":", label="QoS")
-    ax3.set_ylabel("ms")
+    if tl.get("attainment_by_model"):    # several models, several SLOs: each one's attainment
+        for k, (m, series) in enumerate(tl["attainment_by_model"].items()):
+            ax3.plot(hours, [100 * a if a is not None else float("nan") for a in series], lw=1,
+                     color=colors[k % len(colors)],
+                     label=f"{m}: % of each minute's queries within its {out['models'][m]['qos_ms']:g} ms")
+        ax3.axhline(99.0, color="black", ls=":", label="99 %")
+        ax3.set_ylabel("% within SLO")
+    else:
+        p99 = [p if p is not None else float("nan") for p in tl["p99_ms"]]
+        ax3.plot(hours, p99, color="tab:blue", lw=1, label="p99 of each minute's queries (ms; gaps: > 1 % missed)")
+        ax3.axhline(out["qos_ms"], color="black", ls=":", label="QoS")
+        ax3.set_ylabel("ms")
     ax3.set_xlabel("hours")
     ax3.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
