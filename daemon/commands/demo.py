@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"hold this pool instead of planning (types: {', '.join(DEMO_TYPES)})")
     p.add_argument("--trace", metavar="CSV", help="send this trace (timestamp, model, batch_size; model rm2) in "
                    "real time instead of the two rates: the live side of `costscale replay --trace`")
+    p.add_argument("--models", type=int, default=1, choices=(1, 2),
+                   help="2: two models (rm2, dien) on one budget, each stepping up at its own time (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--serve", action="store_true",
@@ -51,6 +53,14 @@ def _run(args: argparse.Namespace) -> int:
 
     # at the default level the display shows costscale's warnings and errors, not library chatter
     quiet = quiet_library_logs() if level >= logging.WARNING else contextlib.nullcontext()
+    if args.models == 2:
+        if args.trace or pool or args.serve:
+            raise UsageError("demo: --models 2 runs its own two-model load: no --trace, --pool or --serve")
+        from daemon.demo_models import run_models_demo
+
+        with quiet:
+            return asyncio.run(run_models_demo(args.duration if args.duration != 60.0 else 90.0, args.budget,
+                                               args.seed, args.json))
     if args.serve:
         from daemon.sandbox import run_sandbox
 

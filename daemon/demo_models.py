@@ -1,0 +1,224 @@
+"""``costscale demo --models 2``: two models on one budget, live (issue #24 "Live").
+
+The embedded cluster of ``costscale demo`` (moto on 127.0.0.1, the real daemon, local ONNX workers
+padded to the AWS profiles) serving two models with their own SLOs: ``rm2`` (Kairos rm2, 350 ms)
+and ``dien`` (Kairos dien profile, a 100 ms SLO here). Each model's Poisson load steps up at its own
+time (rm2 at a third of the run, dien at two thirds), so the pool grows first for one model, then
+for the other; the summary shows each model's workers before and after its step, its SLO
+attainment, and the dollars against the joint hindsight reference (``sim.replay_baselines``).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import numpy as np
+
+from daemon.demo import DEMO_QOS_MS, LiveDisplay, LoadStats, _table, demo_config, fmt_pct
+from daemon.embedded import EmbeddedCloud
+from scaler.batch_mix import sample_batches
+from scaler.transitions import pool_cost
+from sim.ledger import CostLedger
+from sim.workload import Workload
+
+#: the second model: the Kairos dien profile with a 100 ms SLO (its profile's p99 at batch 1000
+#: is 19-188 ms by type, so the planner has a real choice of types)
+SECOND = ("dien", 100.0)
+
+
+@dataclass
+class ModelLoad:
+    """One model's scripted load: ``low`` q/s, ``high`` from ``step_at`` s."""
+
+    name: str
+    qos_ms: float
+    low: float
+    high: float
+    step_at: float
+    stats: LoadStats = field(default_factory=LoadStats)
+    workers: list[tuple[float, int]] = field(default_factory=list)    # (t, workers serving it)
+
+    def __post_init__(self) -> None:
+        self.stats.qos_ms = self.qos_ms
+
+    def rate(self, t: float) -> float:
+        return self.low if t < self.step_at else self.high
+
+
+async def _send(stub: Any, pb: Any, load: ModelLoad, duration: float, rng: np.random.Generator,
+                stop: asyncio.Event) -> None:
+    """Open-loop Poisson arrivals of ``load`` for ``duration`` s."""
+    batches = sample_batches("deeprecsys", 100_000, rng)
+    pending: set[asyncio.Task[None]] = set()
+
+    async def one(i: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            reply = await stub.Submit(pb.SubmitRequest(model=load.name, batch_size=int(batches[i % len(batches)])),
+                                      timeout=10.0)
+        except grpc.aio.AioRpcError as exc:
+            load.stats.record_error(exc.code().name)
+            return
+        load.stats.record_served((time.perf_counter() - t0) * 1000.0, time.monotonic(), reply.instance_type,
+                                 reply.provider)
+
+    start, next_t, i = time.monotonic(), 0.0, 0
+    while not stop.is_set():
+        now = time.monotonic() - start
+        if now >= duration:
+            break
+        if now >= next_t:
+            task = asyncio.create_task(one(i))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            load.stats.sent += 1
+            load.stats.sent_log.append((now, int(batches[i % len(batches)])))
+            i += 1
+            next_t += float(rng.exponential(1.0 / load.rate(next_t)))
+            continue
+        await asyncio.sleep(min(next_t - now, 0.05))
+    if pending:
+        await asyncio.wait(pending, timeout=15.0)
+
+
+async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int = 1, as_json: bool = False) -> int:
+    """The two-model demo (module docstring); exit 0 when both models were served and nothing was
+    left running, 1 otherwise, 130 on Ctrl-C."""
+    from daemon.app import Daemon
+    from daemon.local_runner import LocalRunner
+    from dispatcher.proto import costscale_pb2 as pb
+    from dispatcher.proto import costscale_pb2_grpc as pbg
+
+    out = sys.stderr if as_json else sys.stdout
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loads = [ModelLoad("rm2", DEMO_QOS_MS, 6.0, 20.0, duration / 3), ModelLoad(SECOND[0], SECOND[1], 8.0, 40.0,
+                                                                               2 * duration / 3)]
+    cloud = EmbeddedCloud("demo")
+    daemon = runner = None
+    try:
+        raw = demo_config(cloud.state_dir, cloud.endpoint, cloud.ami, budget, loads[0].low).model_dump()
+        raw["models"] = [{**raw["models"][0], "expected_qps": loads[0].low},
+                         {"name": SECOND[0], "onnx": "builtin:mlp", "qos_ms": SECOND[1], "max_batch": 1000,
+                          "profile": SECOND[0], "expected_qps": loads[1].low}]
+        from config.schema import Config
+
+        cfg = Config.model_validate(raw)
+        print(f"costscale demo --models 2: moto EC2 on {cloud.endpoint}, budget {budget:g} $/hr; "
+              + "; ".join(f"{m.name} (p99 {m.qos_ms:g} ms) {m.low:g} -> {m.high:g} q/s at t={m.step_at:.0f}s"
+                          for m in loads), file=out)
+        holder: dict[str, LocalRunner] = {}
+
+        async def on_fleet_change(instances):  # noqa: ANN001 - the local runner follows the fleet
+            if "r" in holder:
+                await holder["r"].sync(instances)
+        daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0")
+        await daemon.start()
+        runner = holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
+                                           [(m.name, "builtin:mlp", m.name) for m in loads], profiles_csv=cfg.profiles)
+        await daemon.fleet_tick("start")
+        d = daemon.dispatcher
+
+        def serving(model: str) -> int:
+            return sum(1 for iid, w in d.workers.items() if d.serves.get(iid) == model and not w.draining)
+        t_wait = time.monotonic()
+        while not stop.is_set() and time.monotonic() - t_wait < 60 and any(serving(m.name) < 1 for m in loads):
+            await asyncio.sleep(0.2)
+        prices = cfg.prices(allowed_only=True)
+        ledger = CostLedger(prices, budget)
+        ledger.observe(0.0, daemon.status.pool())
+        display = LiveDisplay(out)
+        t0 = time.monotonic()
+
+        async def watch() -> None:
+            while True:
+                el = time.monotonic() - t0
+                pool = daemon.status.pool()
+                ledger.observe(min(el, duration), pool)
+                for m in loads:
+                    m.workers.append((el, serving(m.name)))
+                if not as_json:
+                    phase = sum(el >= m.step_at for m in loads)
+                    display.show(phase, f"t={el:4.0f}s  " + "  ".join(
+                        f"{m.name} {m.rate(el):3.0f} q/s {serving(m.name)} workers miss {fmt_pct(m.stats.miss_pct())}"
+                        for m in loads) + f"  pool {' '.join(f'{t}x{n}' for t, n in sorted(pool.items()))}"
+                        f"  ${pool_cost(pool, prices):.3f}/hr")
+                await asyncio.sleep(0.5)
+        watcher = asyncio.create_task(watch())
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
+            stub = pbg.InferenceStub(ch)
+            await asyncio.gather(*(_send(stub, pb, m, duration, np.random.default_rng([seed, k]), stop)
+                                   for k, m in enumerate(loads)))
+        watcher.cancel()
+        interrupted = stop.is_set()
+        ledger.close(duration)
+        if not as_json:
+            display.close()
+        hindsight = math.nan if interrupted else _hindsight(cfg, daemon.profiles, loads, duration)
+        await daemon.stop(grace=5.0)
+        await runner.stop_all()
+        live_after = cloud.live_instances(cfg.cluster)
+        result = {"cost_usd": round(ledger.cost_usd, 6), "hindsight_cost_usd": None if math.isnan(hindsight)
+                  else round(hindsight, 6), "peak_cost_per_hour": round(ledger.peak_cost_per_hour, 4),
+                  "budget_per_hour": budget, "instances_live_after": live_after, "interrupted": interrupted,
+                  "models": {m.name: _model_summary(m) for m in loads}}
+        if as_json:
+            print(json.dumps(result))
+        else:
+            rows = [(f"{m.name} (p99 {m.qos_ms:g} ms)",
+                     f"{s['sent']} sent, {s['served']} served, {100 * s['slo_attainment']:.2f} % within SLO; workers "
+                     f"{s['workers_before_step']} before its step at {m.step_at:.0f} s, {s['workers_peak']} after")
+                    for m, s in ((m, result["models"][m.name]) for m in loads)]
+            rows.append(("dollars spent", f"${ledger.cost_usd:.4f}" + ("" if math.isnan(hindsight) or hindsight <= 0 else
+                         f" (joint hindsight reference ${hindsight:.4f}, {ledger.cost_usd / hindsight:.2f}x)")))
+            rows.append(("peak $/hr vs budget", f"{ledger.peak_cost_per_hour:.4f} / {budget:g}"))
+            rows.append(("instances left running", str(live_after or "none")))
+            print("\ncostscale demo --models 2 summary" + (" (interrupted)" if interrupted else ""), file=out)
+            print(_table(rows), file=out)
+        if interrupted:
+            return 130
+        return 0 if not live_after and all(m.stats.ok > 0 for m in loads) else 1
+    finally:
+        if daemon is not None and not daemon._stop.is_set():
+            await daemon.stop(grace=2.0)
+        if runner is not None:
+            await runner.stop_all()
+        cloud.stop()
+
+
+def _model_summary(m: ModelLoad) -> dict[str, Any]:
+    before = [n for t, n in m.workers if t < m.step_at]
+    after = [n for t, n in m.workers if t >= m.step_at]
+    s = m.stats
+    within = s.ok - s.violations
+    return {"sent": s.sent, "served": s.ok, "errors": dict(s.errors), "qos_ms": m.qos_ms,
+            "slo_attainment": round(within / s.sent, 6) if s.sent else 1.0,
+            "workers_before_step": max(before, default=0), "workers_peak": max(after, default=0)}
+
+
+def _hindsight(cfg: Any, profiles: Any, loads: list[ModelLoad], duration: float) -> float:
+    """The joint hindsight reference for the load sent (``sim.replay_baselines``)."""
+    from sim.replay import ReplaySpec
+    from sim.replay_baselines import run_baseline
+
+    wl = {}
+    for m in loads:
+        if m.stats.sent_log:
+            t, b = zip(*m.stats.sent_log)
+            wl[m.name] = Workload(np.asarray(t, dtype=float), np.asarray(b, dtype=np.int64))
+    try:
+        return run_baseline("hindsight", cfg, profiles, wl, duration, ReplaySpec()).ledger.cost_usd
+    except Exception:  # noqa: BLE001 - a reference only
+        return math.nan
+
+
+__all__ = ["ModelLoad", "run_models_demo"]
