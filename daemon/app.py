@@ -224,15 +224,17 @@ class Daemon:
         """The fleet decision (:func:`scaler.fleet_step.fleet_target`, the same function the replay
         and `costscale plan` use): the pinned pool, or the planner's pick without the types in a
         capacity cooldown; a model not profiled yet holds its conservative pool."""
-        if not self.cfg.pinned_pool:
-            held = self.profiling.hold() if self.profiling is not None else None
-            if held is not None:   # a model not profiled yet: its conservative pool (daemon.self_profiling)
+        prof = self.profiling
+        if not self.cfg.pinned_pool and prof is not None:
+            held = prof.hold()
+            if held is not None:   # every model not profiled yet: their conservative pools (daemon.self_profiling)
                 return held, None
         unavailable = sorted(self.actuator.unavailable_types()) if self.actuator else []
         current = self.shares() if self.status.plan is not None else None
         return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
-                                       current=current, types=self.profiling and self.profiling.plan_types(),
-                                       confirmed=self.confirmer.cache)
+                                       current=current, confirmed=self.confirmer.cache,
+                                       fixed=(prof.held_pools() or None) if prof else None,
+                                       types_for=(prof.plan_types() or None) if prof else None)
 
     async def _decided(self, demand: dict[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
         """:meth:`decide` off the event loop; the status feed hears the decision before it is applied."""

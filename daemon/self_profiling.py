@@ -69,9 +69,21 @@ class SelfProfiler:
         return {m: ts for m, ts in out.items() if ts}
 
     def hold(self) -> dict[str, int] | None:
-        """The conservative pool of the primary model while it is profiled; None otherwise."""
-        got = self.held.get(self.d.cfg.models[0].name)
-        return dict(got[0]) if got is not None else None
+        """The pool the fleet holds while models are profiled: every model on its conservative pool
+        (their sum); None when some model is planned (:meth:`held_pools` then names the held ones)."""
+        pools = self.held_pools()
+        if not pools or len(pools) < len(self.d.cfg.models):
+            return None
+        total: dict[str, int] = {}
+        for p in pools.values():
+            for t, n in p.items():
+                total[t] = total.get(t, 0) + n
+        return total
+
+    def held_pools(self) -> dict[str, dict[str, int]]:
+        """Model -> the conservative pool it is served on while it is profiled (the joint plan
+        plans the other models in what these leave of the budget)."""
+        return {m: dict(p) for m, (p, _) in self.held.items()}
 
     def note(self) -> str:
         return "".join(f"; {m} not profiled yet: conservative pool {pool_text(p) or 'empty'}" for m, (p, _) in self.held.items())
@@ -87,15 +99,18 @@ class SelfProfiler:
             out.append(Profiling(m, pool, why, tuple(types), self.probing))
         return tuple(out)
 
-    def plan_types(self) -> list[str] | None:
-        """The allowed types the primary model has a profile on, when it is one costscale profiles
-        itself and some type could not be profiled (logged: no factor, no probe in the budget)."""
-        key = self.d.cfg.models[0].profile_name
-        if key in self._csv_models:
-            return None
+    def plan_types(self) -> dict[str, list[str]]:
+        """Model -> the allowed types it has a profile on, for each model costscale profiles itself
+        of which some type could not be profiled (logged: no factor, no probe in the budget)."""
+        out = {}
         types = self._types()
-        have = [t for t in types if self.d.profiles.has(key, t)]
-        return have if len(have) < len(types) else None
+        for m in self.d.cfg.models:
+            if m.profile_name in self._csv_models:
+                continue
+            have = [t for t in types if self.d.profiles.has(m.profile_name, t)]
+            if len(have) < len(types):
+                out[m.name] = have
+        return out
 
     def start(self) -> None:
         todo = self.unmeasured()

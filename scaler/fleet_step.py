@@ -115,18 +115,21 @@ def total_qps(demand: Demands) -> float:
 
 def fleet_target(cfg: Config, profiles: ProfileTable, demand: Demands, *, slo_check: SloCheck,
                  unavailable: Sequence[str] = (), current: Mapping[str, Mapping[str, int]] | None = None,
-                 types: Sequence[str] | None = None, confirmed: PickCache | None = None
+                 types: Sequence[str] | None = None, confirmed: PickCache | None = None,
+                 fixed: Mapping[str, Mapping[str, int]] | None = None,
+                 types_for: Mapping[str, Sequence[str]] | None = None
                  ) -> tuple[dict[str, int], JointPlan | None]:
     """The pool to hold: ``cfg.pinned_pool`` (no plan), or the joint plan
     (:func:`scaler.joint_plan.plan_joint`) for every model's ``demand`` without the ``unavailable``
     types, ``current`` being each model's pool held now (``min_cost`` keeps it while it covers the
     demand); ``types`` narrows the allowed types (None: all); ``confirmed``: the picks confirmed so
-    far (``max_throughput``; see ``plan_fleet``). Raises ``scaler.base_aux.PlanError`` when no
-    pool fits."""
+    far (``max_throughput``; see ``plan_fleet``); ``fixed``, ``types_for``: models held on a
+    conservative pool, and the types a model has profiles on (``plan_joint``). Raises
+    ``scaler.base_aux.PlanError`` when no pool fits."""
     if cfg.pinned_pool:
         return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
     plan = plan_joint(cfg, profiles, demand, slo_check=slo_check, exclude=sorted(unavailable), current=current,
-                      types=types, confirmed=confirmed)
+                      types=types, confirmed=confirmed, fixed=fixed, types_for=types_for)
     return plan.pool, plan
 
 

@@ -133,15 +133,39 @@ def _empty(model: str, demand: DemandView, headroom: float, weight: float) -> Mo
 
 def model_frontiers(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandView], *,
                     exclude: Sequence[str] = (), types: Sequence[str] | None = None,
-                    budget: float | None = None) -> list[Frontier]:
-    """Every model's cost → throughput frontier within the budget, at its demand's batch mix."""
+                    budget: float | None = None, types_for: Mapping[str, Sequence[str]] | None = None
+                    ) -> list[Frontier]:
+    """Every model's cost → throughput frontier within the budget, at its demand's batch mix, over
+    the same columns (``types``, or the config's)."""
+    cols = list(types) if types is not None else [t.type for t in cfg.instance_types]
     out = []
     for m in cfg.models:
         inputs = plan_inputs_from_config(cfg, profiles, m.name, demand[m.name].mix, exclude=tuple(exclude),
-                                         types=types, budget=budget)
+                                         types=(types_for or {}).get(m.name, types), budget=budget)
         _, ranking = rank_inputs(inputs)
-        out.append(frontier(m.name, ranking, inputs.types))
+        out.append(frontier(m.name, ranking, cols))
     return out
+
+
+def _with_fixed(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandView],
+                fixed: Mapping[str, Mapping[str, int]], *, budget: float, **kw: Any) -> JointPlan:
+    """:func:`plan_joint` with some models on given pools: those first, the rest in what is left."""
+    prices = cfg.prices()
+    declared = declared_demands(cfg)
+    held = {m: {t: int(n) for t, n in p.items() if n} for m, p in fixed.items()}
+    spent = sum(prices[t] * n for p in held.values() for t, n in p.items())
+    shares = {m: ModelShare(m, held[m], sum(prices[t] * n for t, n in held[m].items()), 0.0,
+                            demand.get(m, declared[m]).qps, demand.get(m, declared[m]).qps * (1.0 + cfg.headroom),
+                            cfg.model(m).weight, None) for m in held}
+    rest = [m for m in cfg.models if m.name not in held]
+    if not rest:
+        return JointPlan(kw["objective"], budget, "held", shares)
+    if spent > budget + BUDGET_EPS:
+        raise PlanError(f"the pools held for {', '.join(held)} cost {spent:.4f} $/hr, over the budget {budget:g} $/hr")
+    sub = cfg.model_copy(update={"models": rest})
+    plan = plan_joint(sub, profiles, {m.name: demand[m.name] for m in rest if m.name in demand},
+                      budget=budget - spent, **kw)
+    return JointPlan(plan.objective, budget, plan.rule, {**{m.name: plan.models[m.name] for m in rest}, **shares})
 
 
 def split_for(cfg: Config, frontiers: Sequence[Frontier], demand: Mapping[str, DemandView], budget: float,
@@ -173,21 +197,37 @@ def _shares_of(split: Split, frontiers: Sequence[Frontier], budget: float) -> di
 def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandView], *, slo_check: SloCheck,
                exclude: Sequence[str] = (), types: Sequence[str] | None = None, budget: float | None = None,
                objective: Objective | None = None, current: Mapping[str, Mapping[str, int]] | None = None,
-               confirmed: PickCache | None = None, top_k: int = 10) -> JointPlan:
+               confirmed: PickCache | None = None, top_k: int = 10,
+               fixed: Mapping[str, Mapping[str, int]] | None = None,
+               types_for: Mapping[str, Sequence[str]] | None = None) -> JointPlan:
     """The joint plan for every configured model (module docstring). ``demand``: each model's
     demand (missing ones: the declared); ``current``: each model's pool held now (``min_cost``
-    keeps it while it fits). Raises PlanError when no pool fits."""
+    keeps it while it fits); ``fixed``: models that hold a given pool (a model being profiled holds
+    its conservative pool, ``daemon.self_profiling``): the others are planned in what it leaves of
+    the budget; ``types_for``: a model's allowed types when fewer than ``types`` (the types it has
+    a profile on). Raises PlanError when no pool fits."""
     objective = objective or cfg.objective
     budget = float(budget if budget is not None else cfg.budget_per_hour)
+    if fixed:
+        return _with_fixed(cfg, profiles, demand, fixed, slo_check=slo_check, exclude=exclude, types=types,
+                           budget=budget, objective=objective, current=current, confirmed=confirmed, top_k=top_k,
+                           types_for=types_for)
+    if types_for:
+        narrowed = [m.name for m in cfg.models if m.name in types_for]
+        if len(cfg.models) == 1 and narrowed:
+            types = types_for[narrowed[0]]
     declared = declared_demands(cfg)
     demand = {m.name: demand.get(m.name, declared[m.name]) for m in cfg.models}
     weights = {m.name: m.weight for m in cfg.models}
     current = current or {}
 
+    def model_types(model: str) -> Sequence[str] | None:
+        return (types_for or {}).get(model, types)
+
     def pick(model: str, share: float, obj: Objective) -> Plan:
         d = demand[model]
         return plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check, model=model, exclude=exclude,
-                          types=types, budget=share, objective=obj, top_k=top_k,
+                          types=model_types(model), budget=share, objective=obj, top_k=top_k,
                           current=current.get(model) or None, confirmed=confirmed)
 
     if len(cfg.models) == 1:
@@ -199,7 +239,8 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
         if sum(p.cost_per_hour for p in own.values()) <= budget + BUDGET_EPS and _within_maxima(cfg, own.values()):
             return JointPlan(objective, budget, "joint-min-cost",
                              {m: _share(p, demand[m], cfg.headroom, weights[m]) for m, p in own.items()})
-    frontiers = model_frontiers(cfg, profiles, demand, exclude=exclude, types=types, budget=budget)
+    frontiers = model_frontiers(cfg, profiles, demand, exclude=exclude, types=types, budget=budget,
+                                types_for=types_for)
     if all(len(f) == 1 for f in frontiers):      # only the empty pool: nothing fits
         names = [t for t in (types or [t.type for t in cfg.instance_types]) if t not in exclude]
         cheapest = min(cfg.full_catalog()[t].price_per_hour for t in names) if names else 0.0

@@ -246,3 +246,20 @@ def test_the_model_loop_sees_each_model_on_its_own_workers() -> None:
     assert parts["a"].workers[0].loaded == ("a",) and parts["a"].workers[0].served == (("a", 10, 5.0),)
     assert parts["b"].load_qps == {"b": 9.0} and parts["b"].slo_ms == {"b": 50.0}
     assert [v.name for v in parts["b"].variants] == ["b"]
+
+
+def test_a_model_being_profiled_holds_its_pool_and_the_others_plan_in_the_rest(profiles) -> None:  # type: ignore[no-untyped-def]
+    """A model without profiles yet is held on its conservative pool; the others are planned in
+    what that pool leaves of the budget, on the types they may use."""
+    cfg = _cfg([{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35}], budget_per_hour=1.0)
+    dem = _demand(cfg, {"rm2": 30.0, "dien": 30.0})
+    joint = plan_joint(cfg, profiles, dem, slo_check=slo_check, fixed={"dien": {"r5n.large": 1}},
+                       types_for={"rm2": ["g4dn.xlarge", "r5n.large"]})
+    assert joint.models["dien"].pool == {"r5n.large": 1} and joint.models["dien"].plan is None
+    assert joint.models["rm2"].pool and set(joint.models["rm2"].pool) <= {"g4dn.xlarge", "r5n.large"}
+    assert joint.models["rm2"].cost_per_hour <= 1.0 - 0.149 + 1e-9 and joint.cost_per_hour <= 1.0 + 1e-9
+    both = plan_joint(cfg, profiles, dem, slo_check=slo_check, fixed={"dien": {"g4dn.xlarge": 1}, "rm2": {"r5n.large": 2}})
+    assert both.rule == "held" and both.pool == {"g4dn.xlarge": 1, "r5n.large": 2}
+    from scaler.base_aux import PlanError
+    with pytest.raises(PlanError, match="over the budget"):
+        plan_joint(cfg, profiles, dem, slo_check=slo_check, fixed={"dien": {"g4dn.xlarge": 2}})
