@@ -34,7 +34,7 @@ from scaler.fleet_step import plan_id_for
 from sim.slo_check import slo_check
 from scaler.parking import ParkState
 from scaler.base_aux import PlanError
-from scaler.joint_plan import JointPlan
+from scaler.joint_plan import JointPlan, ModelShare
 from scaler.worker_assignment import assign_workers, shares_for
 from scaler.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
@@ -220,7 +220,8 @@ class Daemon:
         planned = self.status.demand or {}
         return shares_for(plan, target, [m.name for m in self.cfg.models], {m: d.qps for m, d in planned.items()})
 
-    def decide(self, demand: dict[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
+    def decide(self, demand: dict[str, DemandView],
+               keep: dict[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
         """The fleet decision (:func:`scaler.fleet_step.fleet_target`, the same function the replay
         and `costscale plan` use): the pinned pool, or the planner's pick without the types in a
         capacity cooldown; a model not profiled yet holds its conservative pool."""
@@ -234,11 +235,12 @@ class Daemon:
         return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
                                        current=current, confirmed=self.confirmer.cache,
                                        fixed=(prof.held_pools() or None) if prof else None,
-                                       types_for=(prof.plan_types() or None) if prof else None)
+                                       types_for=(prof.plan_types() or None) if prof else None, keep=keep)
 
-    async def _decided(self, demand: dict[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
+    async def _decided(self, demand: dict[str, DemandView],
+                       keep: dict[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
         """:meth:`decide` off the event loop; the status feed hears the decision before it is applied."""
-        target, plan = await asyncio.to_thread(self.decide, demand)
+        target, plan = await asyncio.to_thread(self.decide, demand, keep)
         for p in (plan.plans if plan is not None else []):
             self.confirmer.want(p)
         if self.status_feed is not None:
@@ -257,8 +259,12 @@ class Daemon:
                 unavailable = frozenset(self.actuator.unavailable_types())
                 fresh = reason != "interval" or fleet_step.plan_due(self.cfg, self.status.demand, self._planned_at,
                                                                     demand, now, unavailable != self._unavailable_planned)
-                if fresh:
-                    target, plan = await self._decided(demand)
+                if fresh:   # with several models, those whose demand did not move keep their workers
+                    keep = fleet_step.unmoved_shares(self.cfg, reason, self.status.plan, self.status.demand,
+                                                     self._planned_at, demand, now,
+                                                     unavailable != self._unavailable_planned)
+                    target, plan = await self._decided(demand, keep)
+                    demand = fleet_step.planned_demands(keep, self.status.demand, demand)
                 else:   # nothing the plan rests on moved: converge the pool to it
                     target, plan, demand = self.status.target, self.status.plan, self.status.demand or demand
                 self._generation = fleet_step.next_generation(target, self.status.target, self._generation)

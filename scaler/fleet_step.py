@@ -37,7 +37,7 @@ from config.schema import Config
 from scaler.batch_mix import BatchMix, mix_from_dist
 from scaler.cloud import ManagedInstance
 from scaler.fleet_decision import SloCheck
-from scaler.joint_plan import JointPlan, declared_demands, plan_joint
+from scaler.joint_plan import JointPlan, ModelShare, declared_demands, plan_joint
 from scaler.parking import ParkDecision, ParkState, decide_parking
 from scaler.pick_cache import PickCache
 from scaler.worker_assignment import released
@@ -117,19 +117,21 @@ def fleet_target(cfg: Config, profiles: ProfileTable, demand: Demands, *, slo_ch
                  unavailable: Sequence[str] = (), current: Mapping[str, Mapping[str, int]] | None = None,
                  types: Sequence[str] | None = None, confirmed: PickCache | None = None,
                  fixed: Mapping[str, Mapping[str, int]] | None = None,
-                 types_for: Mapping[str, Sequence[str]] | None = None
+                 types_for: Mapping[str, Sequence[str]] | None = None,
+                 keep: Mapping[str, ModelShare] | None = None
                  ) -> tuple[dict[str, int], JointPlan | None]:
     """The pool to hold: ``cfg.pinned_pool`` (no plan), or the joint plan
     (:func:`scaler.joint_plan.plan_joint`) for every model's ``demand`` without the ``unavailable``
     types, ``current`` being each model's pool held now (``min_cost`` keeps it while it covers the
     demand); ``types`` narrows the allowed types (None: all); ``confirmed``: the picks confirmed so
     far (``max_throughput``; see ``plan_fleet``); ``fixed``, ``types_for``: models held on a
-    conservative pool, and the types a model has profiles on (``plan_joint``). Raises
+    conservative pool, and the types a model has profiles on; ``keep``: shares to hold
+    (:func:`unmoved_shares`) (``plan_joint``). Raises
     ``scaler.base_aux.PlanError`` when no pool fits."""
     if cfg.pinned_pool:
         return {t: n for t, n in cfg.pinned_pool.items() if n > 0}, None
     plan = plan_joint(cfg, profiles, demand, slo_check=slo_check, exclude=sorted(unavailable), current=current,
-                      types=types, confirmed=confirmed, fixed=fixed, types_for=types_for)
+                      types=types, confirmed=confirmed, fixed=fixed, types_for=types_for, keep=keep)
     return plan.pool, plan
 
 
@@ -222,6 +224,31 @@ def plan_due(cfg: Config, planned: Demands | None, planned_at: float | None, now
     return now - planned_at >= PLAN_MAX_AGE_S or demands_moved(cfg, planned, now_demand)
 
 
+#: the reasons for a tick whose plan may keep the models whose demand did not move
+KEEP_REASONS = frozenset({"interval", "demand changed", "model loop capacity hint"})
+
+
+def unmoved_shares(cfg: Config, reason: str, plan: JointPlan | None, planned: Demands | None,
+                   planned_at: float | None, now_demand: Demands, now: float,
+                   unavailable_changed: bool) -> dict[str, ModelShare]:
+    """With several models, the shares of the last ``joint-min-cost`` plan whose model's demand has
+    not moved (:func:`demand_moved`) since it was planned: the next plan keeps them and plans only
+    the models whose demand moved (``plan_joint(keep=...)``), as one model's plan stays while its
+    demand holds. None when the tick is for another reason (a reload, a type out of capacity, the
+    plan :data:`PLAN_MAX_AGE_S` old) or the last plan split the budget."""
+    if (len(cfg.models) < 2 or reason not in KEEP_REASONS or plan is None or planned is None or planned_at is None
+            or unavailable_changed or now - planned_at >= PLAN_MAX_AGE_S or plan.rule != "joint-min-cost"):
+        return {}
+    return {m: s for m, s in plan.models.items()
+            if s.plan is not None and m in planned and m in now_demand and not demand_moved(cfg, planned[m], now_demand[m])}
+
+
+def planned_demands(kept: Mapping[str, ModelShare], planned: Demands | None, demand: Demands) -> dict[str, DemandView]:
+    """The demand each model's share was planned for: a kept share's is the one it was planned
+    for then (so a slow drift still moves it past :func:`demand_moved`), the others' is now's."""
+    return {m: (planned[m] if planned is not None and m in kept and m in planned else d) for m, d in demand.items()}
+
+
 def fleet_settled(target: Mapping[str, int], serving: Mapping[str, int]) -> bool:
     """The whole target serves: at least ``target[t]`` workers of every type ``t`` take queries
     (the model loop's capacity hint rises only then, ``variants.capacity_hint``)."""
@@ -234,6 +261,6 @@ def hint_replan(cfg: Config, hint: Mapping[str, float], hint_planned: Mapping[st
     return not cfg.pinned_pool and any(abs(h - hint_planned.get(m, 1.0)) >= HINT_REPLAN_DELTA for m, h in hint.items())
 
 
-__all__ = ["HINT_REPLAN_DELTA", "Demands", "declared_demand", "declared_demands", "stabilized_demands", "total_qps",
+__all__ = ["HINT_REPLAN_DELTA", "KEEP_REASONS", "unmoved_shares", "planned_demands", "Demands", "declared_demand", "declared_demands", "stabilized_demands", "total_qps",
            "demands_moved", "planning_demand", "steady_horizon", "stabilized_demand", "fleet_target", "next_generation",
            "plan_id_for", "park_round", "replan_without_unavailable", "demand_moved", "replan_early", "plan_due", "PLAN_MAX_AGE_S", "fleet_settled", "hint_replan"]

@@ -199,19 +199,22 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
                objective: Objective | None = None, current: Mapping[str, Mapping[str, int]] | None = None,
                confirmed: PickCache | None = None, top_k: int = 10,
                fixed: Mapping[str, Mapping[str, int]] | None = None,
-               types_for: Mapping[str, Sequence[str]] | None = None) -> JointPlan:
+               types_for: Mapping[str, Sequence[str]] | None = None,
+               keep: Mapping[str, ModelShare] | None = None) -> JointPlan:
     """The joint plan for every configured model (module docstring). ``demand``: each model's
     demand (missing ones: the declared); ``current``: each model's pool held now (``min_cost``
     keeps it while it fits); ``fixed``: models that hold a given pool (a model being profiled holds
     its conservative pool, ``daemon.self_profiling``): the others are planned in what it leaves of
     the budget; ``types_for``: a model's allowed types when fewer than ``types`` (the types it has
-    a profile on). Raises PlanError when no pool fits."""
+    a profile on); ``keep``: ``min_cost`` shares to hold as they are while the picks still fit the
+    budget (the models whose demand did not move, ``scaler.fleet_step.unmoved_shares``). Raises
+    PlanError when no pool fits."""
     objective = objective or cfg.objective
     budget = float(budget if budget is not None else cfg.budget_per_hour)
     if fixed:
         return _with_fixed(cfg, profiles, demand, fixed, slo_check=slo_check, exclude=exclude, types=types,
                            budget=budget, objective=objective, current=current, confirmed=confirmed, top_k=top_k,
-                           types_for=types_for)
+                           types_for=types_for, keep=keep)
     if types_for:
         narrowed = [m.name for m in cfg.models if m.name in types_for]
         if len(cfg.models) == 1 and narrowed:
@@ -235,10 +238,12 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
         plan = pick(m, budget, objective)
         return JointPlan(objective, budget, plan.rule, {m: _share(plan, demand[m], cfg.headroom, weights[m])})
     if objective == "min_cost":
-        own = {m.name: pick(m.name, budget, "min_cost") for m in cfg.models}
+        kept = {m: s for m, s in (keep or {}).items() if s.plan is not None and any(x.name == m for x in cfg.models)}
+        own = {m.name: kept[m.name].plan if m.name in kept else pick(m.name, budget, "min_cost") for m in cfg.models}
         if sum(p.cost_per_hour for p in own.values()) <= budget + BUDGET_EPS and _within_maxima(cfg, own.values()):
             return JointPlan(objective, budget, "joint-min-cost",
-                             {m: _share(p, demand[m], cfg.headroom, weights[m]) for m, p in own.items()})
+                             {m: kept[m] if m in kept else _share(p, demand[m], cfg.headroom, weights[m])  # type: ignore[arg-type]
+                              for m, p in own.items()})
     frontiers = model_frontiers(cfg, profiles, demand, exclude=exclude, types=types, budget=budget,
                                 types_for=types_for)
     if all(len(f) == 1 for f in frontiers):      # only the empty pool: nothing fits

@@ -34,7 +34,7 @@ from scaler.fake_cloud import FakeCloud
 from scaler.fleet_decision import SloCheck
 from scaler.parking import ParkState
 from scaler.pick_cache import PickCache
-from scaler.joint_plan import JointPlan
+from scaler.joint_plan import JointPlan, ModelShare
 from scaler.fleet_step import Demands
 from scaler.worker_assignment import assign_workers, shares_for
 from scaler.replan import DemandView
@@ -272,7 +272,8 @@ class ReplayFleet:
         planned = self.mem.planned or {}
         return shares_for(plan, target, self.models, {m: d.qps for m, d in planned.items()})
 
-    def decide(self, demand: Mapping[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
+    def decide(self, demand: Mapping[str, DemandView],
+               keep: Mapping[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
         """As the daemon's; a max_throughput pick is confirmed in line (``sim.pick_eval.confirmed_plan``,
         the function the daemon's confirmer runs in the background): the replay holds the confirmed
         pool from the first plan, the daemon a second or two after it."""
@@ -280,7 +281,7 @@ class ReplayFleet:
             current = self.shares() if self.mem.plan is not None else None
             return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=self.slo_check,
                                            unavailable=self.actuator.unavailable_types(), current=current,
-                                           confirmed=self.confirmed)
+                                           confirmed=self.confirmed, keep=keep)
         pool, plan = once()
         todo = [p.confirm for p in (plan.plans if plan is not None else []) if p.confirm is not None]
         if not todo:
@@ -301,8 +302,11 @@ class ReplayFleet:
                                                                 unavailable != m.unavailable_planned)
             if self.decide_fn is not None:
                 target, plan = self.decide_fn(now, demand)
-            elif fresh:
-                target, plan = self.decide(demand)
+            elif fresh:   # with several models, those whose demand did not move keep their workers
+                keep = fleet_step.unmoved_shares(self.cfg, reason, m.plan, m.planned, m.planned_at, demand, now,
+                                                 unavailable != m.unavailable_planned)
+                target, plan = self.decide(demand, keep)
+                demand = fleet_step.planned_demands(keep, m.planned, demand)
                 m.plans += 1
             else:   # nothing the plan rests on moved: converge to it
                 target, plan, demand = m.target, m.plan, m.planned or demand

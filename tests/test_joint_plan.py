@@ -263,3 +263,21 @@ def test_a_model_being_profiled_holds_its_pool_and_the_others_plan_in_the_rest(p
     from scaler.base_aux import PlanError
     with pytest.raises(PlanError, match="over the budget"):
         plan_joint(cfg, profiles, dem, slo_check=slo_check, fixed={"dien": {"g4dn.xlarge": 2}})
+
+
+def test_only_the_models_whose_demand_moved_are_planned_again(profiles) -> None:  # type: ignore[no-untyped-def]
+    from scaler import fleet_step
+
+    cfg = _cfg([{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35}])
+    planned = _demand(cfg, {"rm2": 20.0, "dien": 20.0})
+    plan = plan_joint(cfg, profiles, planned, slo_check=slo_check)
+    assert plan.rule == "joint-min-cost"
+    now = _demand(cfg, {"rm2": 20.5, "dien": 60.0})       # rm2 within 5 %: held; dien tripled
+    keep = fleet_step.unmoved_shares(cfg, "interval", plan, planned, 0.0, now, 60.0, False)
+    assert set(keep) == {"rm2"}
+    again = plan_joint(cfg, profiles, now, slo_check=slo_check, keep=keep)
+    assert again.models["rm2"] is keep["rm2"] and again.models["dien"].capacity_qps > plan.models["dien"].capacity_qps
+    assert fleet_step.planned_demands(keep, planned, now) == {"rm2": planned["rm2"], "dien": now["dien"]}
+    for reason, at, gone in (("config reloaded", 0.0, False), ("interval", 0.0, True),
+                             ("interval", -fleet_step.PLAN_MAX_AGE_S, False)):
+        assert fleet_step.unmoved_shares(cfg, reason, plan, planned, at, now, 60.0, gone) == {}
