@@ -101,8 +101,9 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    loads = [ModelLoad("rm2", DEMO_QOS_MS, 6.0, 20.0, duration / 3), ModelLoad(SECOND[0], SECOND[1], 8.0, 40.0,
-                                                                               2 * duration / 3)]
+    # the joint plan (headroom 0.5): rm2 g4dn.xlarge + r5n.large x1 -> x2 at 16 q/s; dien r5n.large x1 -> x2 at 30
+    loads = [ModelLoad("rm2", DEMO_QOS_MS, 5.0, 16.0, duration / 3),
+             ModelLoad(SECOND[0], SECOND[1], 5.0, 30.0, 2 * duration / 3)]
     cloud = EmbeddedCloud("demo")
     daemon = runner = None
     try:

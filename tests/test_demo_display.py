@@ -124,3 +124,20 @@ def test_ctrl_c_exits_130_and_prints_no_nan() -> None:
     assert rows["latency p50 / p99"].strip() == "-"
     assert rows["SLO misses"].strip() == "0 of 0 answered (-): 0 over 350 ms, 0 dropped"
     assert "costscale demo summary (interrupted)" in out
+
+
+def test_the_two_model_demo_refuses_flags_it_does_not_use(capsys: pytest.CaptureFixture[str]) -> None:
+    from daemon.cli import main
+
+    assert main(["demo", "--models", "2", "--trace", "x.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "--models 2 runs its own two-model load" in err and "Traceback" not in err
+
+
+def test_a_served_query_is_judged_against_its_own_models_slo() -> None:
+    from daemon.demo_models import ModelLoad
+
+    m = ModelLoad("dien", 100.0, 5.0, 30.0, 60.0)
+    m.stats.record_served(150.0, 0.0)      # within the demo's 350 ms, over dien's 100 ms
+    m.stats.record_served(90.0, 0.0)
+    assert m.stats.violations == 1 and m.rate(59.0) == 5.0 and m.rate(60.0) == 30.0
