@@ -91,8 +91,7 @@ async def _send(stub: Any, pb: Any, load: ModelLoad, duration: float, rng: np.ra
 async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int = 1, as_json: bool = False) -> int:
     """The two-model demo (module docstring); exit 0 when both models were served and nothing was
     left running, 1 otherwise, 130 on Ctrl-C."""
-    from daemon.app import Daemon
-    from daemon.local_runner import LocalRunner
+    from daemon.local_runner import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb
     from dispatcher.proto import costscale_pb2_grpc as pbg
 
@@ -117,15 +116,8 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
         print(f"costscale demo --models 2: moto EC2 on {cloud.endpoint}, budget {budget:g} $/hr; "
               + "; ".join(f"{m.name} (p99 {m.qos_ms:g} ms) {m.low:g} -> {m.high:g} q/s at t={m.step_at:.0f}s"
                           for m in loads), file=out)
-        holder: dict[str, LocalRunner] = {}
-
-        async def on_fleet_change(instances):  # noqa: ANN001 - the local runner follows the fleet
-            if "r" in holder:
-                await holder["r"].sync(instances)
-        daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0")
-        await daemon.start()
-        runner = holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
-                                           [(m.name, "builtin:mlp", m.name) for m in loads], profiles_csv=cfg.profiles)
+        daemon, runner = await start_with_local_workers(cfg, [(m.name, "builtin:mlp", m.name) for m in loads],
+                                                        profiles_csv=cfg.profiles)
         await daemon.fleet_tick("start")
         d = daemon.dispatcher
 

@@ -81,8 +81,7 @@ async def _phase(stub, pb, rate: float, duration: float, rng, out: list, phase: 
 async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> None:  # noqa: ANN001
     import boto3
 
-    from daemon.app import Daemon
-    from daemon.local_runner import LocalRunner
+    from daemon.local_runner import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
@@ -100,16 +99,8 @@ async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> None:  # no
     reg.close()
     acc = {m.name: m.accuracy for m in members}
     top = max(acc, key=acc.__getitem__)
-    holder: dict[str, LocalRunner] = {}
-
-    async def on_fleet_change(instances):  # noqa: ANN001
-        if "r" in holder:
-            await holder["r"].sync(instances)
-
-    daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0", generate_variants=False)
-    await daemon.start()
-    holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
-                              [("rm2", "builtin:mlp", "rm2")], profiles_csv=cfg.profiles)
+    daemon, runner = await start_with_local_workers(cfg, [("rm2", "builtin:mlp", "rm2")], profiles_csv=cfg.profiles,
+                                                   generate_variants=False)
     d = daemon.dispatcher
     try:
         await daemon.fleet_tick("start")
@@ -169,4 +160,4 @@ async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> None:  # no
         assert all(ms is not None for _, ms, _, _ in by["low"] + by["settled"])
     finally:
         await daemon.stop(grace=3.0)
-        await holder["r"].stop_all()
+        await runner.stop_all()

@@ -33,8 +33,7 @@ def test_two_models_each_on_its_own_workers_through_a_step(moto_endpoint: str, t
 async def _scenario(endpoint: str, tmp: Path) -> None:
     import boto3
 
-    from daemon.app import Daemon
-    from daemon.local_runner import LocalRunner
+    from daemon.local_runner import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
@@ -46,16 +45,8 @@ async def _scenario(endpoint: str, tmp: Path) -> None:
     raw["intervals"] = {"fleet_s": 3, "model_s": 0.5, "reconcile_s": 30}
     raw["model_scaling"]["generate_variants"] = False
     cfg = Config.model_validate(raw)
-    holder: dict[str, LocalRunner] = {}
-
-    async def on_fleet_change(instances):  # noqa: ANN001
-        if "r" in holder:
-            await holder["r"].sync(instances)
-
-    daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0", generate_variants=False)
-    await daemon.start()
-    holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
-                              [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")])
+    daemon, runner = await start_with_local_workers(cfg, [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")],
+                                                   generate_variants=False)
     d = daemon.dispatcher
     out: list[tuple[str, str, float | None, str, str]] = []   # (phase, model, ms, worker, model it served)
 
@@ -120,4 +111,4 @@ async def _scenario(endpoint: str, tmp: Path) -> None:
         assert {w.model for w in reply.worker_list} <= {"rm2", "ranker"}
     finally:
         await daemon.stop(grace=3.0)
-        await holder["r"].stop_all()
+        await runner.stop_all()

@@ -56,6 +56,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.models == 2:
         if args.trace or pool or args.serve:
             raise UsageError("demo: --models 2 runs its own two-model load: no --trace, --pool or --serve")
+        if args.duration < 60.0:
+            raise UsageError("demo: --models 2 needs --duration of at least 60 s (a third of it after each "
+                             "model's step, for its new worker to start and serve)")
         from daemon.demo_models import run_models_demo
 
         with quiet:
