@@ -72,8 +72,9 @@ class LocalRunner:
                "--instance-id", inst.instance_id, "--instance-type", inst.instance_type]
         for name, spec, _profile in self.models:
             cmd += ["--model", f"{name}={spec}"]
-        if self.models:
+        if self.models:   # each model padded to its own profile; the first's pads what the CSV lacks
             cmd += ["--emulate-profile", self.models[0][2]]
+            cmd += [x for name, _, prof in self.models[1:] if prof != name for x in ("--model-profile", f"{name}={prof}")]
         if self.profiles_csv:
             cmd += ["--profiles", self.profiles_csv]
         return cmd

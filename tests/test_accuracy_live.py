@@ -182,3 +182,26 @@ def test_slackfit_binds_the_most_accurate_variant_that_serves_the_queue_in_half_
     for i in range(30):
         r.record("a", 1, 9.0 + i / 30.0)
     assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:] and {q.variant for q in qs} == {"lo"}
+
+
+def test_a_model_named_apart_from_its_profile_is_padded_to_that_profile(tmp_path: Path) -> None:
+    """Several models on one worker (issue #24): ``ranker`` (profile dien) runs at dien's latency,
+    not at the worker's emulated rm2; the local runner passes ``--model-profile`` for it."""
+    from daemon.local_runner import LocalRunner
+    from scaler.cloud import ManagedInstance
+    from worker.padding import own_profiles
+    from worker.server import WorkerOptions
+
+    def prof(model: str, ms: float) -> LatencyProfile:
+        b, lat = np.array([1.0, 2.0]), np.array([ms, 2 * ms])
+        return LatencyProfile(model, "c5n.2xlarge", b, lat, lat, lat)
+
+    csv = tmp_path / "p.csv"
+    save_profiles_csv(csv, [prof("rm2", 5.0), prof("dien", 12.0)])
+    opts = WorkerOptions(instance_id="i-1", instance_type="c5n.2xlarge", emulate_profile="rm2", profiles_path=csv,
+                         model_profiles={"ranker": "dien"})
+    got = own_profiles(opts).get("ranker")
+    assert got is not None and float(got.latency_ms(1)) == 12.0
+    runner = LocalRunner("127.0.0.1:1", "t", [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "dien")])
+    cmd = runner._command(ManagedInstance("i-1", "c5n.2xlarge", "running"))
+    assert cmd[cmd.index("--emulate-profile") + 1] == "rm2" and "ranker=dien" in cmd

@@ -45,7 +45,11 @@ def own_profiles(opts: WorkerOptions, table: ProfileTable | None = None) -> dict
     table = table if table is not None else padding_table(opts)
     if table is None:
         return {}
-    return {m: p for (m, t), p in table.profiles.items() if t == opts.instance_type and m != opts.emulate_profile}
+    out = {m: p for (m, t), p in table.profiles.items() if t == opts.instance_type and m != opts.emulate_profile}
+    for name, pname in opts.model_profiles.items():     # a served model named apart from its profile
+        if table.has(pname, opts.instance_type) and pname != opts.emulate_profile:
+            out[name] = table.get(pname, opts.instance_type)
+    return out
 
 
 def type_factor_fn(opts: WorkerOptions, profile: LatencyProfile | None) -> Callable[[int], float] | None:

@@ -79,6 +79,9 @@ class WorkerOptions:
     advertise: str | None = None            # address given to the dispatcher (default: the bound one)
     providers: list[str] | None = None      # None: auto (CUDA first on GPU types, CPU otherwise)
     emulate_profile: str | None = None      # model name in the profile CSV to pad to
+    #: a served model -> the profile CSV's model it is padded to (one whose name is not the CSV's;
+    #: several models on one worker each run at their own latency, issue #24)
+    model_profiles: dict[str, str] = field(default_factory=dict)
     profiles_path: Path | None = None       # profile CSV (default: the shipped Kairos profiles)
     profile: LatencyProfile | None = None   # explicit padding profile (wins over emulate_profile)
     profile_stat: Stat = "mean"

@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="serve SPEC (builtin:mlp or an .onnx path) as NAME; repeatable [mlp=builtin:mlp]")
     p.add_argument("--emulate-profile", metavar="MODEL",
                    help="pad each query's service time to MODEL's latency profile on this instance type")
+    p.add_argument("--model-profile", action="append", default=[], metavar="NAME=PROFILE",
+                   help="with --emulate-profile: pad the served model NAME to PROFILE's latency (a model of the "
+                        "profile CSV); repeatable")
     p.add_argument("--profiles", metavar="CSV", help="latency profile CSV [the shipped Kairos profiles]")
     p.add_argument("--providers", default="auto", metavar="LIST",
                    help="ONNX Runtime providers in order, e.g. cuda,cpu; auto = CUDA first on GPU types [auto]")
@@ -109,6 +112,12 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
         if name in models:
             raise UsageError(f"--model: model {name!r} given twice")
         models[name.strip()] = spec.strip()
+    model_profiles: dict[str, str] = {}
+    for item in args.model_profile:
+        name, sep, prof = item.partition("=")
+        if not sep or not name.strip() or not prof.strip():
+            raise UsageError(f"--model-profile: {item!r} is not NAME=PROFILE")
+        model_profiles[name.strip()] = prof.strip()
     try:
         providers = parse_providers(args.providers)
     except ValueError as exc:
@@ -120,7 +129,7 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
     return WorkerOptions(
         instance_id=instance_id, instance_type=instance_type, listen=listen,
         models=models or {"mlp": "builtin:mlp"}, dispatcher=dispatcher, token=token, advertise=advertise,
-        providers=providers, emulate_profile=args.emulate_profile,
+        providers=providers, emulate_profile=args.emulate_profile, model_profiles=model_profiles,
         profiles_path=Path(args.profiles) if args.profiles else None,
         cache_dir=Path(args.cache_dir) if args.cache_dir else default_cache_dir(),
         threads=args.threads, register_attempts=args.register_attempts, **_tls_flags(args))
