@@ -19,6 +19,9 @@ left on the models with the lowest scores first. A model's score at a pool of up
 A model with no demand at all scores as covered once it holds one worker (so that its first
 queries find someone) and as 0 served before.
 
+What the max-min leaves is spent a row at a time on the model of the lowest score (water filling),
+so a budget too small to give every model a worker still serves as many models as it can.
+
 The max-min is exact: the scores along a frontier rise with cost, so whether a score ``s`` can be
 reached by every model within the budget is monotone in ``s``; a binary search over every
 frontier point's score finds the highest one, each model then holding the cheapest point that
@@ -146,22 +149,21 @@ def split_budget(frontiers: Sequence[Frontier], targets: Mapping[str, float], we
             else:
                 hi = mid - 1
     rows = list(best)
-    # spend what is left, lowest score first, on the best row that still fits
-    moved = True
-    while moved:
-        moved = False
-        for i in sorted(range(len(frontiers)), key=lambda i: (float(sc[i][rows[i]]), frontiers[i].model)):
-            for k in range(len(frontiers[i]) - 1, rows[i], -1):
-                if sc[i][k] <= sc[i][rows[i]]:
-                    break
-                if not _fits(frontiers, rows[:i] + [k] + rows[i + 1:], budget, maxima):
-                    continue
-                # the cheapest row of that score (capped scores plateau at 1)
-                k = max(int(np.searchsorted(sc[i], sc[i][k], side="left")), rows[i] + 1)
-                rows, moved = rows[:i] + [k] + rows[i + 1:], True
-                break
-            if moved:
-                break
+    # spend what is left, a step at a time (water filling): the model of the lowest score (ties: the
+    # cheaper step, then the name) moves to its next row of a higher score that still fits
+    while True:
+        best: tuple[float, float, str, int, int] | None = None
+        for i, f in enumerate(frontiers):
+            here = float(sc[i][rows[i]])
+            k = int(np.searchsorted(sc[i], here, side="right"))     # the first row scoring higher
+            if k >= len(f) or not _fits(frontiers, rows[:i] + [k] + rows[i + 1:], budget, maxima):
+                continue
+            cand = (here, float(f.cost[k] - f.cost[rows[i]]), f.model, i, k)
+            if best is None or cand[:3] < best[:3]:
+                best = cand
+        if best is None:
+            break
+        rows[best[3]] = best[4]
     got = {f.model: float(sc[i][rows[i]]) for i, f in enumerate(frontiers)}
     return Split(rows={f.model: rows[i] for i, f in enumerate(frontiers)}, scores=got,
                  min_score=min(got.values()) if got else math.inf,

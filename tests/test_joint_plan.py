@@ -281,3 +281,12 @@ def test_only_the_models_whose_demand_moved_are_planned_again(profiles) -> None:
     for reason, at, gone in (("config reloaded", 0.0, False), ("interval", 0.0, True),
                              ("interval", -fleet_step.PLAN_MAX_AGE_S, False)):
         assert fleet_step.unmoved_shares(cfg, reason, plan, planned, at, now, 60.0, gone) == {}
+
+
+def test_a_budget_too_small_for_every_model_serves_as_many_as_it_can() -> None:
+    """1.2 $/hr cannot give a (1 $), b and c (0.5 $ each) a worker each, so the max-min is 0; what
+    is left goes a row at a time to the lowest score, the cheapest step first: b and c, not a."""
+    c = _frontier("c", "z", [(1, 0.5, 5.0), (2, 1.0, 10.0)])
+    split = split_budget([A, B, c], {"a": 10.0, "b": 10.0, "c": 10.0}, {"a": 1.0, "b": 1.0, "c": 1.0}, 1.2,
+                         capped=False)
+    assert split.rows == {"a": 0, "b": 1, "c": 1} and split.cost_per_hour == pytest.approx(1.0)
