@@ -3,6 +3,8 @@
 and ``--pool TYPE=N,...``. Every bad value becomes a one-line UsageError (DESIGN invariant 5)."""
 from __future__ import annotations
 
+from config.numbers import finite_float
+
 import argparse
 import math
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ def add_override_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profiles", metavar="CSV", help="latency profile CSV (default: the config's, else shipped)")
     p.add_argument("--model", metavar="M", help="model name from the config (default: the first), or, with "
                    "--qos-ms, a model of the profile table the config does not have yet (a what-if)")
-    p.add_argument("--qos-ms", metavar="T", type=float, help="QoS target in ms (default: the model's qos_ms)")
+    p.add_argument("--qos-ms", metavar="T", type=finite_float, help="QoS target in ms (default: the model's qos_ms)")
     p.add_argument("--batch-dist", metavar="DIST",
                    help="deeprecsys | lognormal[:MU:SIGMA] | gaussian[:MEAN:SD] | fixed:N (default: the config's)")
 

@@ -14,6 +14,8 @@ variant), ``missed``, ``replans``, ``swaps``, ``max_solve_ms`` and, with ``--bas
 """
 from __future__ import annotations
 
+from config.numbers import finite_float
+
 import argparse
 import json
 
@@ -31,17 +33,17 @@ def register(asub: argparse._SubParsersAction) -> None:
     r.add_argument("--variants", required=True, metavar="CSV",
                    help="variant profiles: model,variant,instance_type,batch_size,latency_ms,accuracy")
     r.add_argument("--pool", required=True, metavar="TYPE=N,...", help="the workers, e.g. g4dn.xlarge=1,r5n.large=4")
-    r.add_argument("--slo-ms", required=True, type=float, metavar="MS", help="the application's latency SLO (ms)")
+    r.add_argument("--slo-ms", required=True, type=finite_float, metavar="MS", help="the application's latency SLO (ms)")
     src = r.add_mutually_exclusive_group(required=True)
     src.add_argument("--pattern", metavar="NAME[:k=v,...]", help="diurnal, step, macroburst or microburst")
     src.add_argument("--trace", metavar="CSV", help="timestamp,model,batch_size rows (one request each)")
-    r.add_argument("--minutes", type=float, default=30.0, help="length of a --pattern run (default 30)")
+    r.add_argument("--minutes", type=finite_float, default=30.0, help="length of a --pattern run (default 30)")
     r.add_argument("--model", help="the application (default: the CSV's only one)")
     r.add_argument("--allocation", default="proteus", choices=ALLOCATIONS,
                    help="proteus (default), no_scaling, clipper_ht, infaas_accuracy, slackfit, slackfit_queue")
     r.add_argument("--batching", default="proteus", choices=BATCHING_POLICIES)
-    r.add_argument("--min-accuracy", type=float, default=0.0, metavar="A", help="lowest accuracy (0-1)")
-    r.add_argument("--swap-s", type=float, default=AccuracySpec().swap_s, metavar="S",
+    r.add_argument("--min-accuracy", type=finite_float, default=0.0, metavar="A", help="lowest accuracy (0-1)")
+    r.add_argument("--swap-s", type=finite_float, default=AccuracySpec().swap_s, metavar="S",
                    help="a worker changing variant serves nothing this long (default %(default)g)")
     r.add_argument("--baselines", action="store_true", help="also run every other allocation")
     r.add_argument("--seed", type=int, default=1)

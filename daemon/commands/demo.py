@@ -4,6 +4,8 @@ Exit 0 when the run served queries and left nothing running, 1 otherwise, 130 on
 for your own clients until Ctrl-C (``daemon.sandbox``), exit 0."""
 from __future__ import annotations
 
+from config.numbers import finite_float
+
 import argparse
 import asyncio
 import contextlib
@@ -18,10 +20,10 @@ from dispatcher.policies import POLICY_NAMES
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the whole loop against an embedded EC2 (moto) on 127.0.0.1")
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of load (default 60)")
-    p.add_argument("--rate", type=float, default=12.0, help="q/s in the first half (default 12)")
-    p.add_argument("--step-rate", type=float, default=36.0, help="q/s in the second half (default 36)")
-    p.add_argument("--budget", type=float, default=2.5, help="$/hr (default 2.5)")
+    p.add_argument("--duration", type=finite_float, default=60.0, help="seconds of load (default 60)")
+    p.add_argument("--rate", type=finite_float, default=12.0, help="q/s in the first half (default 12)")
+    p.add_argument("--step-rate", type=finite_float, default=36.0, help="q/s in the second half (default 36)")
+    p.add_argument("--budget", type=finite_float, default=2.5, help="$/hr (default 2.5)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--policy", default="kairos", choices=POLICY_NAMES,
                    help="query distribution policy (default kairos)")

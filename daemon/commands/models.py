@@ -14,6 +14,8 @@ Bad flags: one line, exit 2. The dispatcher unreachable or refusing: one line, e
 """
 from __future__ import annotations
 
+from config.numbers import finite_float
+
 import argparse
 import json
 import time
@@ -36,9 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     reg.add_argument("--application", required=True, metavar="APP")
     reg.add_argument("--onnx", required=True, metavar="FILE|s3://B/K", help="the model file (a local one is sent as bytes)")
     reg.add_argument("--validation", metavar="FILE.npz|s3://B/K", help="validation set with arrays x and labels")
-    reg.add_argument("--qos-ms", type=float, default=0.0, help="latency target (default: dispatcher's)")
+    reg.add_argument("--qos-ms", type=finite_float, default=0.0, help="latency target (default: dispatcher's)")
     reg.add_argument("--max-batch", type=int, default=0)
-    reg.add_argument("--timeout", type=float, default=300.0)
+    reg.add_argument("--timeout", type=finite_float, default=300.0)
     reg.add_argument("--json", action="store_true", help="print one JSON object")
     add_client_flags(reg)
     reg.set_defaults(func=run_register)
@@ -63,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="a .npy/.npz file or folder here (sent inline), or an S3 object or prefix ending in /")
     sm.add_argument("--output", metavar="PATH|s3://B/K",
                     help="where the outputs (.npz) go: an S3 object the daemon writes, or a file here (needs --wait)")
-    sm.add_argument("--min-accuracy", type=float, default=0.0)
+    sm.add_argument("--min-accuracy", type=finite_float, default=0.0)
     sm.add_argument("--wait", action="store_true", help="poll until the job is done or failed")
     sm.add_argument("--json", action="store_true")
     add_client_flags(sm)

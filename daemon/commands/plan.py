@@ -13,6 +13,8 @@ line); without it the shipped table's prices are used.
 """
 from __future__ import annotations
 
+from config.numbers import finite_float
+
 import argparse
 import contextlib
 import json
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="show the pool the planner picks within the budget")
     p.add_argument("config", metavar="CONFIG")
     add_override_flags(p)
-    p.add_argument("--budget", metavar="X", type=float, help="budget in $/hr")
+    p.add_argument("--budget", metavar="X", type=finite_float, help="budget in $/hr")
     p.add_argument("--types", metavar="TYPE,TYPE", help="allowed instance types (comma-separated)")
     p.add_argument("--objective", choices=("max_throughput", "min_cost"), help="default: the config's")
     p.add_argument("--demand-qps", metavar="Q|M=Q,...",

@@ -5,6 +5,8 @@ against the baselines of :mod:`sim.replay_baselines`.
 """
 from __future__ import annotations
 
+from config.numbers import finite_float
+
 import argparse
 import json
 import math
@@ -36,14 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--pattern", metavar="NAME[:k=v,...]", action="append",
                      help="diurnal | step | macroburst | microburst, with parameters (README \"Replay\"); with "
                           "several models, model=NAME among them, once per model")
-    p.add_argument("--hours", type=float, help="simulated hours (default: the trace's span; a diurnal's period; 1)")
+    p.add_argument("--hours", type=finite_float, help="simulated hours (default: the trace's span; a diurnal's period; 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the pattern and sampled service (default 0)")
     p.add_argument("--model", metavar="M", help="replay only this model's queries (default: every model in the "
                    "trace or patterns; the others still hold their planned workers)")
     p.add_argument("--service", choices=("mean", "sampled"), default="mean",
                    help="service times: profile mean, or lognormal fitted to p50/p99 (default mean)")
-    p.add_argument("--boot-gpu-s", type=float, default=DEFAULT_BOOT_S["gpu"], help="GPU launch-to-ready s (90)")
-    p.add_argument("--boot-cpu-s", type=float, default=DEFAULT_BOOT_S["cpu"], help="CPU launch-to-ready s (60)")
+    p.add_argument("--boot-gpu-s", type=finite_float, default=DEFAULT_BOOT_S["gpu"], help="GPU launch-to-ready s (90)")
+    p.add_argument("--boot-cpu-s", type=finite_float, default=DEFAULT_BOOT_S["cpu"], help="CPU launch-to-ready s (60)")
     p.add_argument("--outage", action="append", default=[], metavar="TYPE@START[-END]",
                    help="InsufficientCapacity for TYPE from START to END seconds (repeatable)")
     p.add_argument("--throttle", action="append", default=[], metavar="N@T",

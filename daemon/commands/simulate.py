@@ -10,6 +10,8 @@ Both take the override flags of :mod:`daemon.commands._overrides`; ``--json`` pr
 """
 from __future__ import annotations
 
+from config.numbers import finite_float
+
 import argparse
 import json
 import math
@@ -35,7 +37,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--service", choices=("mean", "sampled"), default="mean",
                    help="service times: profile mean, or lognormal fitted to p50/p99 (default mean)")
-    p.add_argument("--noise", type=float, default=0.0, help="relative Gaussian noise on service times (default 0)")
+    p.add_argument("--noise", type=finite_float, default=0.0, help="relative Gaussian noise on service times (default 0)")
     add_override_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -44,16 +46,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("simulate", help="simulate a pool and a policy on a workload")
     _common(s)
     src = s.add_mutually_exclusive_group()
-    src.add_argument("--rate", type=float, metavar="QPS", help="Poisson arrival rate (default: workload.expected_qps)")
+    src.add_argument("--rate", type=finite_float, metavar="QPS", help="Poisson arrival rate (default: workload.expected_qps)")
     src.add_argument("--trace", metavar="CSV", help="replay a trace (columns timestamp, model, batch_size)")
-    s.add_argument("--duration", type=float, metavar="S", help="simulated seconds (default 60; a trace is cut here)")
-    s.add_argument("--cv2", type=float, default=1.0, help="squared CV of inter-arrivals (1 = Poisson)")
+    s.add_argument("--duration", type=finite_float, metavar="S", help="simulated seconds (default 60; a trace is cut here)")
+    s.add_argument("--cv2", type=finite_float, default=1.0, help="squared CV of inter-arrivals (1 = Poisson)")
     s.set_defaults(func=run_simulate)
 
     c = sub.add_parser("capacity", help="allowable throughput of a pool (highest rate with p99 <= QoS)")
     _common(c)
     c.add_argument("--queries", type=int, default=4000, help="queries per tried rate (default 4000)")
-    c.add_argument("--precision", type=float, default=0.02, help="relative precision of the search (default 0.02)")
+    c.add_argument("--precision", type=finite_float, default=0.02, help="relative precision of the search (default 0.02)")
     c.set_defaults(func=run_capacity)
 
 

@@ -16,6 +16,8 @@ Bad files or fields: one line naming the field and its YAML line, exit 2.
 """
 from __future__ import annotations
 
+from config.numbers import finite_float
+
 import argparse
 import json
 import math
@@ -52,9 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     vsub.required = True
     plan = vsub.add_parser("plan", help="cheapest replica counts of variants for --qps within --slo-ms")
     plan.add_argument("--variants", required=True, metavar="FILE.yaml", help="YAML with a 'variants:' list")
-    plan.add_argument("--qps", required=True, type=float, metavar="N", help="load to serve (queries/s)")
-    plan.add_argument("--slo-ms", required=True, type=float, metavar="S", help="latency SLO (ms)")
-    plan.add_argument("--headroom", type=float, default=0.0, metavar="H",
+    plan.add_argument("--qps", required=True, type=finite_float, metavar="N", help="load to serve (queries/s)")
+    plan.add_argument("--slo-ms", required=True, type=finite_float, metavar="S", help="latency SLO (ms)")
+    plan.add_argument("--headroom", type=finite_float, default=0.0, metavar="H",
                       help="extra capacity as a fraction of the load (INFaaS slack; 0.05 = 1.05x)")
     plan.add_argument("--solver", choices=("ilp", "greedy"), default="ilp")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
