@@ -17,7 +17,7 @@ from daemon.cli import main
 from scaler import fleet_step
 from scaler.replan import DemandView
 from sim.patterns import parse_pattern, pattern_workload, peak_minute_rate
-from sim.query_loop import EXPIRED
+from sim.query_loop import EXPIRED, SERVED
 from sim.replay import ReplaySpec, make_query_loop, replay
 from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, minute_peaks, run_baseline
 from sim.replay_metrics import report
@@ -302,16 +302,27 @@ def test_capacity_outage_replans_without_the_type(tmp_path: Path, profiles) -> N
 
     cfg = _cfg(tmp_path)
     spec = ReplaySpec(faults=(Fault(0.0, "capacity", "g4dn.xlarge"), Fault(900.0, "capacity_end", "g4dn.xlarge")))
-    run = replay(cfg, profiles, _steps([(10.0, 1800.0)]), 1800.0, spec)
+    # after the outage the batches grow to 900, which only g4dn.xlarge serves within 350 ms: the
+    # type must come back then
+    small = _steps([(10.0, 1200.0)])
+    big = _steps([(3.0, 600.0)], seed=1)
+    wl = Workload(np.concatenate([small.arrivals, big.arrivals + 1200.0]),
+                  np.concatenate([small.batches, np.full(big.batches.size, 900, dtype=np.int64)]))
+    run = replay(cfg, profiles, wl, 1800.0, spec)
     first_g4dn = min((t for t, it, _ in run.launches if it == "g4dn.xlarge"), default=None)
     # replanned at once without it: the declared mix (batches to 1000) then fits no CPU type, which
     # the tick records; the next interval plans the measured mix on CPU types
     assert run.errors[0][0] == 0.0 and "no instance type meets the QoS" in run.errors[0][1]
     assert "g4dn.xlarge" not in run.targets[0].target
-    assert first_g4dn is None or first_g4dn >= 900.0
+    assert first_g4dn is not None and 1200.0 <= first_g4dn <= 1200.0 + 60.0    # back when the big batches come
+    assert not any(0.0 < t < 900.0 and "g4dn" in str(c.target) for t, c in ((c.at_s, c) for c in run.targets))
     assert run.ledger.violations == []
-    rep = report(run)
-    assert rep["served"] > 0.9 * rep["queries"]     # nothing served for the first 30 s + 60 s boot
+    q = run.qloop
+    served = q.outcome == SERVED
+    early, late = q.arr < 1200.0, q.arr >= 1200.0 + 120.0      # the g4dn's 90 s boot after the step
+    assert served[early].mean() > 0.9        # nothing served for the first 30 s + 60 s boot
+    g4dn = q.type_names.index("g4dn.xlarge")
+    assert (q.worker_type[late & served] == g4dn).mean() > 0.9      # the big batches go to it
 
 
 def test_throttled_calls_are_retried_by_the_next_tick(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
