@@ -16,6 +16,7 @@ the queue at most rate x QoS long.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
@@ -47,6 +48,7 @@ class SimResult:
     policy_calls: int = 0
     dropped: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    start_s: np.ndarray | None = None   # when each query started on its worker (s); nan for dropped
 
 
 def worker_ids_for(pool: Mapping[str, int]) -> list[tuple[str, str]]:
@@ -122,6 +124,7 @@ def simulate(
 
     latency = np.full(n, np.inf)
     worker_of = np.full(n, -1, dtype=np.int64)
+    started = [math.nan] * n
     queue: OrderedDict[str, QueryView] = OrderedDict()
     heap: list[tuple[float, int, int]] = []
     clk = VirtualClock(min(0.0, float(arr[0])) if n else 0.0)
@@ -178,6 +181,7 @@ def simulate(
                 raise ValueError(f"policy {getattr(policy, 'name', policy)!r} assigned unknown query {a.query_id!r}")
             q = int(qv.query_id)
             t = w_types[w]
+            started[q] = now
             done = now + actual_s[t][q]
             busy[w] += actual_s[t][q]
             worker_of[q] = w
@@ -194,4 +198,5 @@ def simulate(
         arrivals=arr, batches=bat, latency_ms=latency, worker_of=worker_of, worker_ids=w_ids,
         worker_types=w_types, busy_ms=np.asarray(busy) * 1000.0, duration_s=float(duration),
         policy_calls=calls, dropped=dropped, extra={"stopped_early": 1.0} if misses > miss_limit else {},
+        start_s=np.asarray(started, dtype=float),
     )

@@ -160,11 +160,17 @@ def test_invariants_random_runs(seed: int, rate: float, g: int, r: int, service:
     # each worker serves one query at a time: its busy time fits in the run
     assert np.all(res.busy_ms / 1000 <= res.duration_s + 1e-9)
     # a worker's queries never overlap: sorted by start, each starts after the previous finished
+    # (the start the engine records at dispatch; the finish from the latency the caller sees)
     finish = res.arrivals + lat / 1000
+    start = res.start_s
+    assert start is not None and np.all(np.isnan(start) == ~served)
+    assert np.all(start[served] >= res.arrivals[served] - 1e-12)
     for w in range(len(res.worker_ids)):
         idx = np.flatnonzero(res.worker_of == w)
-        f = np.sort(finish[idx])
-        assert np.all(np.diff(f) > 0)
+        order = idx[np.argsort(start[idx], kind="stable")]
+        assert np.all(start[order][1:] >= finish[order][:-1] - 1e-9)
+        # and its busy time is the sum of what it served
+        assert (finish[idx] - start[idx]).sum() * 1000 == pytest.approx(res.busy_ms[w], rel=1e-9, abs=1e-6)
     if service == "mean":  # latency >= service time on the worker that ran it
         for w, t in enumerate(res.worker_types):
             idx = np.flatnonzero(res.worker_of == w)
