@@ -291,14 +291,24 @@ def test_fault_two_of_four_workers_die_under_load() -> None:
 
 
 def test_stop_finishes_in_flight_then_refuses() -> None:
+    """A query in flight when stop begins is served; one that arrives while the dispatcher stops is
+    refused with UNAVAILABLE (and never reaches a worker); after the stop the port answers none."""
     async def body() -> None:
-        d, ws, ch = await setup(1, delay_s=0.1)
+        d, ws, ch = await setup(1, delay_s=0.3)
         fut = asyncio.ensure_future(submit(ch, model="big", batch_size=1))
         while d.stats()["in_flight"] < 1:
             await asyncio.sleep(0.005)
-        await d.stop(grace=2.0)
+        stopping = asyncio.ensure_future(d.stop(grace=2.0))
+        while not d._stopping:
+            await asyncio.sleep(0.001)
+        late = await submit(ch, model="big", batch_size=1)
+        assert late == grpc.StatusCode.UNAVAILABLE
+        assert not stopping.done() and d.stats()["in_flight"] == 1     # the first is still running
+        await stopping
         r = await fut
         assert isinstance(r, pb.SubmitReply)
+        assert d.stats()["accepted"] == 1 and d.stats()["served"] == 1
+        assert await submit(ch, model="big", batch_size=1) == grpc.StatusCode.UNAVAILABLE
         await ch.close()
         for w in ws:
             await w.server.stop(0)
