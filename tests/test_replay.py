@@ -140,12 +140,25 @@ def test_replay_and_daemon_call_the_same_decisions(tmp_path: Path, profiles, mon
     cfg = _cfg(tmp_path)
     replay(cfg, profiles, _steps([(5.0, 120.0)]), 120.0, ReplaySpec())
     who["now"] = "daemon"
-    d = Daemon(_cfg(tmp_path, state_path=str(tmp_path / "d.db")))
-    target, plan = d.decide(d.current_demand())
-    assert plan is not None and target == plan.pool
-    assert {"planning_demand", "stabilized_demand", "fleet_target", "plan_joint", "plan_due", "park_round",
-            "next_generation"} <= seen["replay"]
-    assert {"fleet_target", "plan_joint"} <= seen["daemon"]
+    import asyncio
+
+    from scaler.fake_cloud import FakeCloud
+
+    async def daemon_ticks() -> None:     # the real daemon's fleet tick, on a fake cloud
+        dcfg = _cfg(tmp_path, state_path=str(tmp_path / "d.db"), model_scaling={"generate_variants": False})
+        d = Daemon(dcfg, None, cloud=FakeCloud(dcfg.cluster), listen="127.0.0.1:0", generate_variants=False)
+        await d.start()
+        try:
+            await d.fleet_tick("interval")
+            await d.fleet_tick("interval")
+            assert d.status.plan is not None and d.status.target == d.status.plan.pool
+        finally:
+            await d.stop(grace=0.0)
+    asyncio.run(daemon_ticks())
+    every = {"planning_demand", "stabilized_demand", "fleet_target", "plan_joint", "plan_due", "park_round",
+             "next_generation"}
+    assert every <= seen["replay"]
+    assert every <= seen["daemon"]
 
 
 def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
