@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) bench/dispatch_bench.py
 	$(PY) bench/autoscale_bench.py
 	$(PY) bench/kairos_repro.py
+	$(PY) bench/joint_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

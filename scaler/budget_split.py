@@ -150,20 +150,20 @@ def split_budget(frontiers: Sequence[Frontier], targets: Mapping[str, float], we
                 hi = mid - 1
     rows = list(best)
     # spend what is left, a step at a time (water filling): the model of the lowest score (ties: the
-    # cheaper step, then the name) moves to its next row of a higher score that still fits
+    # heavier weight, the cheaper step, then the name) moves to its next row of a higher score that fits
     while True:
-        best: tuple[float, float, str, int, int] | None = None
+        best: tuple[float, float, float, str, int, int] | None = None
         for i, f in enumerate(frontiers):
             here = float(sc[i][rows[i]])
             k = int(np.searchsorted(sc[i], here, side="right"))     # the first row scoring higher
             if k >= len(f) or not _fits(frontiers, rows[:i] + [k] + rows[i + 1:], budget, maxima):
                 continue
-            cand = (here, float(f.cost[k] - f.cost[rows[i]]), f.model, i, k)
-            if best is None or cand[:3] < best[:3]:
+            cand = (here, -float(weights.get(f.model, 1.0)), float(f.cost[k] - f.cost[rows[i]]), f.model, i, k)
+            if best is None or cand[:4] < best[:4]:
                 best = cand
         if best is None:
             break
-        rows[best[3]] = best[4]
+        rows[best[4]] = best[5]
     got = {f.model: float(sc[i][rows[i]]) for i, f in enumerate(frontiers)}
     return Split(rows={f.model: rows[i] for i, f in enumerate(frontiers)}, scores=got,
                  min_score=min(got.values()) if got else math.inf,

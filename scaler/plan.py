@@ -10,7 +10,9 @@ daemon's fleet loop, ``costscale plan`` and the simulator.
   The pick is then never *dominated* (issue 16): when another pool within the budget and the
   per-type bounds holds at least as many instances of every type, the highest-bound such pool that
   is maximal (no instance fits beside it) replaces it, provided its bound is no lower
-  (:func:`undominated`); the rule keeps its name. ``scaler.confirm`` checks the pick by simulation.
+  (:func:`undominated`); the rule keeps its name. A pick of bound 0 where some pool bounds more (a
+  budget of a base instance or two, the top ten mostly pools without one) gives way to the highest
+  bound ("max-bound"). ``scaler.confirm`` checks the pick by simulation.
 - ``min_cost`` (INFaaS §4.2.3 style): the cheapest pool whose estimated capacity (its upper bound)
   covers ``demand_qps * (1 + headroom)`` ("min-cost"); if none does, the pool with the highest upper
   bound within the budget, flagged ``demand_unmet`` ("min-cost-unmet").
@@ -324,6 +326,10 @@ def choose_pool(
     if objective == "max_throughput":
         idx, rule = similarity_pick(ranking.counts, ranking.types.index(ba.base_type))
         idx = undominated(ranking, inputs, idx)
+        if ranking.bound[idx] <= 0 < ranking.bound[0]:
+            # a budget of a base instance or two: the top ten are mostly pools without one (bound 0,
+            # they serve none of the mix within QoS); the pick is then the highest bound
+            idx, rule = undominated(ranking, inputs, 0), "max-bound"
     else:
         need = demand_qps * (1.0 + headroom)
         ok = np.flatnonzero((ranking.bound >= need) & (ranking.bound > 0))

@@ -214,4 +214,4 @@ def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workl
     raise ValueError(f"unknown baseline {name!r} (known: {', '.join(BASELINE_NAMES)})")
 
 
-__all__ = ["BASELINE_NAMES", "PoolPlanner", "Reactive", "ReactiveFleet", "base_type_for", "minute_peaks", "run_baseline"]
+__all__ = ["BASELINE_NAMES", "HINDSIGHT_WINDOW_S", "PoolPlanner", "Reactive", "ReactiveFleet", "base_type_for", "minute_peaks", "run_baseline"]

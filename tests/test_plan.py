@@ -174,7 +174,8 @@ def test_plan_properties(inp: PlanInputs, objective: str, demand: float) -> None
     assert plan.cost_per_hour <= inp.budget_per_hour + 1e-9
     assert [b for _, _, b in plan.ranked] == sorted((b for _, _, b in plan.ranked), reverse=True)
     if objective == "max_throughput":
-        assert plan.rule in ("top3-same-base", "min-sse-top10")
+        assert plan.rule in ("top3-same-base", "min-sse-top10", "max-bound")
+        assert plan.upper_bound_qps > 0 or ranking.bound[0] <= 0     # never a pool serving nothing
         # issue 16: the similarity pick among the top 10 (was: the pick itself is in the top 10), or
         # the maximal pool that replaces it when it is dominated, with a bound no lower
         chosen = np.array([plan.chosen[t] for t in ranking.types])
