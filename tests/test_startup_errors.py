@@ -89,7 +89,7 @@ def test_a_failed_plan_is_one_log_line_and_no_replan_every_model_tick(tmp_path: 
         d = Daemon(cfg, None, cloud=FakeCloud("startup"), listen="127.0.0.1:0", generate_variants=False)
         await d.start()
         try:
-            def no_pool(demand):  # type: ignore[no-untyped-def]
+            def no_pool(demand, keep=None):  # type: ignore[no-untyped-def]
                 raise PlanError("no pool of r5n.large, t3.xlarge fits 0.1 $/hr")
             d.decide = no_pool  # type: ignore[method-assign]
             ticks = 0
