@@ -23,11 +23,12 @@ SloCheck = Callable[..., Meets]
 
 
 def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: float, *, slo_check: SloCheck,
-               model: str | None = None, exclude: Sequence[str] = (), types: Sequence[str] | None = None,
+               model: str, exclude: Sequence[str] = (), types: Sequence[str] | None = None,
                budget: float | None = None, qos_ms: float | None = None, objective: Objective | None = None,
                top_k: int = 10, current: Mapping[str, int] | None = None,
                confirmed: PickCache | None = None) -> Plan:
-    """The planner's pick for ``model`` (default: the first configured) at ``demand_qps`` with
+    """The planner's pick for ``model`` (one model's sub-pool; every model at once is
+    :func:`scaler.joint_plan.plan_joint`) at ``demand_qps`` with
     batch mix ``mix``; ``exclude`` are types that are temporarily unavailable (InsufficientCapacity).
     ``current``: the pool held now, kept while it covers the demand at most 10 % dearer than the
     pick (``min_cost``; see ``choose_pool``). ``confirmed`` (``max_throughput``): the picks

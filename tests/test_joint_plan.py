@@ -134,7 +134,7 @@ def test_one_model_is_planned_as_before(profiles) -> None:  # type: ignore[no-un
 
     cfg = _cfg([{"name": "rm2", "qos_ms": 350}], budget_per_hour=2.5)
     d = _demand(cfg, {"rm2": 40.0})["rm2"]
-    alone = plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check)
+    alone = plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check, model="rm2")
     joint = plan_joint(cfg, profiles, {"rm2": d}, slo_check=slo_check)
     assert joint.pool == {t: n for t, n in alone.chosen.items() if n} and joint.rule == alone.rule
 

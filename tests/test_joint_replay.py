@@ -153,3 +153,14 @@ def test_plan_refuses_an_ambiguous_demand(capsys) -> None:  # type: ignore[no-un
     assert "'ncf' is not in the config" in capsys.readouterr().err
     assert main(["plan", str(THREE), "--demand-qps", "rm2=fast"]) == 2
     assert "not a number" in capsys.readouterr().err
+
+
+def test_one_model_commands_ask_which_model(capsys) -> None:  # type: ignore[no-untyped-def]
+    """simulate and capacity judge one model: with several configured, --model is needed instead of
+    a silent "the first"."""
+    for cmd in ("simulate", "capacity"):
+        argv = [cmd, str(THREE), "--pool", "r5n.large=1"] + (["--rate", "5"] if cmd == "simulate" else [])
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "the config has 3 models (rm2, wnd, dien): name one with --model" in err
+        assert len(err.strip().splitlines()) == 1

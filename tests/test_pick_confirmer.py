@@ -60,18 +60,18 @@ def test_plan_fleet_asks_once_then_holds_the_confirmed_pick() -> None:
     prof = load_profiles_csv(cfg.profiles)
     mix = mix_from_dist("gaussian", seed=0)
     cache = PickCache()
-    first = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=cache)
+    first = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, model="rm2", confirmed=cache)
     assert first.confirm is not None and not first.rule.startswith("confirmed:")
-    assert plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check).confirm is None       # no cache: as before
+    assert plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, model="rm2").confirm is None       # no cache: as before
     todo = first.confirm
     assert (todo.policy, todo.evaluations) == (cfg.dispatcher.policy, cfg.confirm_evaluations)
     done = confirmed_plan(todo)
     cache.put(todo.key, done)
-    again = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=cache)
+    again = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, model="rm2", confirmed=cache)
     assert again is done and again.rule.startswith("confirmed:") and again.confirm is None
-    assert plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=cache, objective="min_cost").confirm is None
+    assert plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, model="rm2", confirmed=cache, objective="min_cost").confirm is None
     off = _cfg(confirm_evaluations=0)        # confirmation off: the similarity pick, nothing to confirm
-    assert plan_fleet(off, prof, mix, 50.0, slo_check=slo_check, confirmed=PickCache()).confirm is None
+    assert plan_fleet(off, prof, mix, 50.0, slo_check=slo_check, model="rm2", confirmed=PickCache()).confirm is None
 
 
 def test_the_confirmer_runs_off_the_loop_and_asks_for_a_tick_when_the_pick_moves() -> None:
@@ -83,7 +83,7 @@ def test_the_confirmer_runs_off_the_loop_and_asks_for_a_tick_when_the_pick_moves
     async def scenario() -> None:
         c = PickConfirmer(ticks.append)
         try:
-            pick = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=c.cache)
+            pick = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, model="rm2", confirmed=c.cache)
             c.want(pick)
             assert c.busy
             c.want(pick)                      # one at a time: nothing more starts
@@ -92,7 +92,7 @@ def test_the_confirmer_runs_off_the_loop_and_asks_for_a_tick_when_the_pick_moves
                 beat += 1
                 await asyncio.sleep(0.01)
             assert beat > 0 and c.confirmed == 1
-            held = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, confirmed=c.cache)
+            held = plan_fleet(cfg, prof, mix, 50.0, slo_check=slo_check, model="rm2", confirmed=c.cache)
             assert held.rule.startswith("confirmed:")
             assert ticks == (["pick confirmed"] if held.chosen != pick.chosen else [])
             c.want(held)                      # confirmed: nothing to do

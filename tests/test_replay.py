@@ -168,7 +168,7 @@ def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # 
     cfg = _cfg(tmp_path)
     run = replay(cfg, profiles, _steps([(5.0, 60.0)]), 60.0, ReplaySpec())
     d = fleet_step.declared_demand(cfg, "rm2")
-    plan = plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check)
+    plan = plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check, model="rm2")
     assert run.targets[0].at_s == 0.0
     assert run.targets[0].target == {t: n for t, n in plan.chosen.items() if n}
 

@@ -42,14 +42,14 @@ def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
 
 
 def test_simulate_json(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
-    d = run_json(capsys, ["simulate", cfg, "--pool", "g4dn.xlarge=1,r5n.large=2", "--policy", "first-idle",
+    d = run_json(capsys, ["simulate", cfg, "--model", "dien", "--pool", "g4dn.xlarge=1,r5n.large=2", "--policy", "first-idle",
                           "--rate", "100", "--duration", "5", "--json"])
     for k in ("served", "p50_ms", "p99_ms", "violation_ratio", "throughput_qps", "cost_per_hour", "utilization"):
         assert k in d
     assert d["cost_per_hour"] == pytest.approx(0.526 + 2 * 0.2)   # the config's price override
     assert d["served"] > 300 and 0 <= d["violation_ratio"] <= 1
     assert set(d["utilization"]) == {"g4dn.xlarge-0", "r5n.large-0", "r5n.large-1"}
-    again = run_json(capsys, ["simulate", cfg, "--pool", "g4dn.xlarge=1,r5n.large=2", "--policy", "first-idle",
+    again = run_json(capsys, ["simulate", cfg, "--model", "dien", "--pool", "g4dn.xlarge=1,r5n.large=2", "--policy", "first-idle",
                               "--rate", "100", "--duration", "5", "--json"])
     assert again == d
 
@@ -57,14 +57,14 @@ def test_simulate_json(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
 def test_simulate_trace_and_text(cfg: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "trace.csv"
     trace.write_text("timestamp,model,batch_size\n0,dien,100\n0.001,dien,100\n0.5,other,3\n1.0,dien,1000\n")
-    d = run_json(capsys, ["simulate", cfg, "--pool", "g4dn.xlarge=1", "--trace", str(trace), "--json"])
+    d = run_json(capsys, ["simulate", cfg, "--model", "dien", "--pool", "g4dn.xlarge=1", "--trace", str(trace), "--json"])
     assert d["served"] == 3 and d["queries"] == 3
-    assert main(["simulate", cfg, "--pool", "g4dn.xlarge=1", "--rate", "50", "--duration", "2"]) == 0
+    assert main(["simulate", cfg, "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "50", "--duration", "2"]) == 0
     assert "p99" in capsys.readouterr().out
 
 
 def test_capacity_json(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
-    d = run_json(capsys, ["capacity", cfg, "--pool", "g4dn.xlarge=1,r5n.large=1", "--policy", "first-idle",
+    d = run_json(capsys, ["capacity", cfg, "--model", "dien", "--pool", "g4dn.xlarge=1,r5n.large=1", "--policy", "first-idle",
                           "--queries", "500", "--precision", "0.1", "--json"])
     for k in ("allowable_qps", "p99_ms", "cost_per_hour", "oracle_qps"):
         assert k in d
@@ -73,25 +73,25 @@ def test_capacity_json(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("argv", [
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge", "--rate", "10"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=x", "--rate", "10"],
-    ["simulate", "{cfg}", "--pool", "nosuch.type=1", "--rate", "10"],
-    ["simulate", "{cfg}", "--pool", "inf1.xlarge=1", "--rate", "10"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1,g4dn.xlarge=2", "--rate", "10"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=0", "--rate", "10"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "-5"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "10", "--policy", "bogus"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "10", "--model", "zzz"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "10", "--model", "nope"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "10", "--batch-dist", "weird"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "10", "--qos-ms", "0"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "10", "--profiles", "/no/such.csv"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--trace", "/no/such.csv"],
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "10", "--trace", "x.csv"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge", "--rate", "10"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=x", "--rate", "10"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "nosuch.type=1", "--rate", "10"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "inf1.xlarge=1", "--rate", "10"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1,g4dn.xlarge=2", "--rate", "10"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=0", "--rate", "10"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "-5"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "10", "--policy", "bogus"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "10", "--model", "zzz"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "10", "--model", "nope"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "10", "--batch-dist", "weird"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "10", "--qos-ms", "0"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "10", "--profiles", "/no/such.csv"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--trace", "/no/such.csv"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "10", "--trace", "x.csv"],
     ["simulate", "/no/such.yaml", "--pool", "g4dn.xlarge=1", "--rate", "10"],
     # unbounded work from a flag (1e9 q/s for 1 s once grew to 24 GB): refused before any allocation
-    ["simulate", "{cfg}", "--pool", "g4dn.xlarge=1", "--rate", "1e9", "--duration", "1"],
+    ["simulate", "{cfg}", "--model", "dien", "--pool", "g4dn.xlarge=1", "--rate", "1e9", "--duration", "1"],
     ["capacity", "{cfg}", "--pool", "g4dn.xlarge=1", "--queries", "1000000000"],
     ["capacity", "{cfg}", "--pool", "g4dn.xlarge=1", "--precision", "2"],
     ["capacity", "{cfg}", "--pool", "bad"],

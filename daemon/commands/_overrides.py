@@ -18,7 +18,7 @@ from config.profiles import ProfileTable, load_profiles_csv
 
 def add_override_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profiles", metavar="CSV", help="latency profile CSV (default: the config's, else shipped)")
-    p.add_argument("--model", metavar="M", help="model name from the config (default: the first), or, with "
+    p.add_argument("--model", metavar="M", help="model name from the config (needed when it has several), or, with "
                    "--qos-ms, a model of the profile table the config does not have yet (a what-if)")
     p.add_argument("--qos-ms", metavar="T", type=finite_float, help="QoS target in ms (default: the model's qos_ms)")
     p.add_argument("--batch-dist", metavar="DIST",
@@ -39,8 +39,10 @@ class Resolved:
     prices: dict[str, float]  # every catalog type, with the config's price overrides
 
 
-def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
-    """Load ``args.config`` and apply --profiles/--model/--qos-ms/--batch-dist."""
+def resolve(args: argparse.Namespace, cmd: str, *, one_model: bool = False) -> Resolved:
+    """Load ``args.config`` and apply --profiles/--model/--qos-ms/--batch-dist. ``one_model``: the
+    command works on one model, so a config of several needs --model (one line, exit 2) rather
+    than a silent "the first"."""
     qos = getattr(args, "qos_ms", None)
     if qos is not None and not (math.isfinite(qos) and qos > 0):
         raise UsageError(f"{cmd}: --qos-ms must be > 0")
@@ -55,6 +57,9 @@ def resolve(args: argparse.Namespace, cmd: str) -> Resolved:
 
         profiles = profiles.merged(stored_profiles(cfg))
     name = getattr(args, "model", None)
+    if one_model and name is None and len(cfg.models) > 1:
+        raise UsageError(f"{cmd}: the config has {len(cfg.models)} models ({', '.join(m.name for m in cfg.models)}): "
+                         "name one with --model")
     try:
         spec = cfg.model(name)
     except KeyError:

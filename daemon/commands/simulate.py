@@ -87,7 +87,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"{cmd}: --duration must be > 0")
     if not (math.isfinite(args.cv2) and args.cv2 > 0):
         raise UsageError(f"{cmd}: --cv2 must be > 0")
-    r = resolve(args, cmd)
+    r = resolve(args, cmd, one_model=True)
     pool = parse_pool(args.pool, r, cmd)
     name, make = _policy(args, r, pool)
     if args.trace:
@@ -149,7 +149,7 @@ def run_capacity(args: argparse.Namespace) -> int:
         raise UsageError(f"{cmd}: --queries must be at most {MAX_QUERIES:,}")
     if not (math.isfinite(args.precision) and 0 < args.precision < 1):
         raise UsageError(f"{cmd}: --precision must be in (0, 1)")
-    r = resolve(args, cmd)
+    r = resolve(args, cmd, one_model=True)
     pool = parse_pool(args.pool, r, cmd)
     name, make = _policy(args, r, pool)
     wl = unit_poisson_workload(args.queries, r.batch_dist, seed=args.seed, max_batch=r.max_batch)
