@@ -142,7 +142,12 @@ def test_run_reload_lock_and_stop(moto_endpoint: str, tmp_path: Path) -> None:
         assert "reload rejected" in log.read_text()
         # systemd hears of the reload and of its outcome (RELOADING=1, then READY=1 with a STATUS=)
         assert "RELOADING=1" in notes.until("reload rejected", 10)
-        time.sleep(1.5)
+        # it goes on under the old config: fleet ticks (every second) are logged after the rejection
+        mark = log.read_text().index("reload rejected")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and log.read_text()[mark:].count("fleet (") < 2:
+            time.sleep(0.1)
+        assert log.read_text()[mark:].count("fleet (") >= 2, log.read_text()[mark:][-2000:]
         assert proc.poll() is None
         assert len(_live(ec2)) == 2
 
