@@ -92,7 +92,16 @@ async def _job(tmp: Path, wport: int) -> None:
             assert (st_.state, st_.done, st_.total) == ("done", 3, 3), st_.message
             assert d.offline_jobs[job.job_id].inputs == []   # the outputs stay, the inputs go
             with np.load(io.BytesIO(st_.output)) as out:    # no output_uri: the outputs come in the reply
-                assert out["x"].shape == (10, 8)
+                got = out["x"]
+            assert got.shape == (10, 8)
+            # the same rows through ONNX Runtime directly, in one run: the chunks (4, 4, 2) went through
+            # the worker in the right order and came back whole
+            import onnxruntime as ort
+
+            from variants.builtin_models import resolve_model
+            sess = ort.InferenceSession(str(resolve_model("builtin:mlp", tmp / "ref")), providers=["CPUExecutionProvider"])
+            want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
             served_online = d.online_utilization()
             assert served_online == 0.0  # offline chunks do not count as online load
             with pytest.raises(grpc.aio.AioRpcError) as ei:
