@@ -105,16 +105,22 @@ def test_expiry_terminates_at_float_boundaries(tmp_path: Path, profiles) -> None
     assert list(q.outcome) == [EXPIRED] * 3
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rates=st.lists(st.floats(1.0, 60.0), min_size=2, max_size=4), budget=st.sampled_from([0.8, 1.5, 2.5]),
-       seed=st.integers(0, 5))
+       seed=st.integers(0, 5), two=st.booleans())
 def test_budget_holds_at_every_instant(tmp_path: Path, profiles, rates: list[float], budget: float,
-                                       seed: int) -> None:  # type: ignore[no-untyped-def]
+                                       seed: int, two: bool) -> None:  # type: ignore[no-untyped-def]
     """DESIGN invariant 1 under the replayed loops: the pool's $/hr never passes the budget, whatever
-    the demand asks (the ledger checks every change)."""
-    cfg = _cfg(tmp_path, budget_per_hour=budget, intervals={"fleet_s": 10, "model_s": 1, "reconcile_s": 30})
+    the demand asks (the ledger checks every change), with one model or two on the one budget (the
+    second, dien at 35 ms, at half the first's rates in the reverse order)."""
+    models = [{"name": "rm2", "onnx": "builtin:mlp", "qos_ms": 350, "max_batch": 1000}]
+    if two:
+        models.append({"name": "dien", "onnx": "builtin:mlp", "qos_ms": 35, "max_batch": 1000})
+    cfg = _cfg(tmp_path, budget_per_hour=budget, models=models,
+               intervals={"fleet_s": 10, "model_s": 1, "reconcile_s": 30})
     wl = _steps([(r, 120.0) for r in rates], seed)
-    run = replay(cfg, profiles, wl, 120.0 * len(rates), ReplaySpec(boot_s={"gpu": 20.0, "cpu": 10.0}))
+    loads = {"rm2": wl, **({"dien": _steps([(r / 2, 120.0) for r in reversed(rates)], seed + 1)} if two else {})}
+    run = replay(cfg, profiles, loads, 120.0 * len(rates), ReplaySpec(boot_s={"gpu": 20.0, "cpu": 10.0}))
     assert run.ledger.violations == []
     assert run.ledger.peak_cost_per_hour <= budget + 1e-9
 
