@@ -110,7 +110,7 @@ class Daemon:
         and current_demand() runs every model tick)."""
         cfg = self.cfg
         if self._declared is None or self._declared[0] is not cfg:
-            self._declared = (cfg, {m.name: fleet_step.declared_demand(cfg, m.name) for m in cfg.models})
+            self._declared = (cfg, fleet_step.declared_demands(cfg))
         return self._declared[1]
 
     async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]

@@ -30,6 +30,7 @@ from config.schema import ModelSpec
 from daemon.probing import ProbeOutcome, Prober
 from daemon.profiling import ModelProfiles, measure_fn, measured_only, own_models, profile_here, record_measured
 from dispatcher.status import Profiling
+from scaler.transitions import pool_sum
 from scaler.actuator import pool_text
 from variants.profiler import VariantProfile
 from variants.type_profiles import conservative_pool, drift, slo_verdict
@@ -74,11 +75,7 @@ class SelfProfiler:
         pools = self.held_pools()
         if not pools or len(pools) < len(self.d.cfg.models):
             return None
-        total: dict[str, int] = {}
-        for p in pools.values():
-            for t, n in p.items():
-                total[t] = total.get(t, 0) + n
-        return total
+        return pool_sum(pools.values())
 
     def held_pools(self) -> dict[str, dict[str, int]]:
         """Model -> the conservative pool it is served on while it is profiled (the joint plan

@@ -39,11 +39,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from scaler.transitions import pool_sum
 from scaler.upper_bound import BUDGET_EPS, Ranking
-
-#: the score of a model that needs nothing and holds a worker (any score beats it is capped at 1)
-COVERED = 1.0
-
 
 @dataclass(frozen=True)
 class Frontier:
@@ -68,17 +65,16 @@ def frontier(model: str, ranking: Ranking, types: Sequence[str] | None = None) -
     """The frontier of a model's ranked pools (:func:`scaler.plan.rank_inputs`), its counts over
     ``types`` (default: the ranking's, which excludes the excluded types)."""
     cols = tuple(types) if types is not None else ranking.types
-    at = {t: j for j, t in enumerate(ranking.types)}
-    counts = np.zeros((len(ranking), len(cols)), dtype=np.int64)
-    for j, t in enumerate(cols):
-        if t in at:
-            counts[:, j] = ranking.counts[:, at[t]]
     order = np.lexsort((-ranking.bound, np.round(ranking.cost, 9)))
     cost, bound = ranking.cost[order], ranking.bound[order]
     best_before = np.maximum.accumulate(np.concatenate([[0.0], bound]))[:-1]
     keep = order[bound > best_before + 1e-12]
-    empty = np.zeros((1, len(cols)), dtype=np.int64)
-    return Frontier(model, cols, np.vstack([empty, counts[keep]]), np.concatenate([[0.0], ranking.cost[keep]]),
+    at = {t: j for j, t in enumerate(ranking.types)}
+    counts = np.zeros((len(keep) + 1, len(cols)), dtype=np.int64)      # row 0: the empty pool
+    for j, t in enumerate(cols):
+        if t in at:
+            counts[1:, j] = ranking.counts[keep, at[t]]
+    return Frontier(model, cols, counts, np.concatenate([[0.0], ranking.cost[keep]]),
                     np.concatenate([[0.0], ranking.bound[keep]]))
 
 
@@ -111,10 +107,7 @@ def _fits(frontiers: Sequence[Frontier], rows: Sequence[int], budget: float,
         return False
     if not any(v is not None for v in maxima.values()):
         return True
-    total: dict[str, int] = {}
-    for f, r in zip(frontiers, rows):
-        for t, n in f.pool(r).items():
-            total[t] = total.get(t, 0) + n
+    total = pool_sum(f.pool(r) for f, r in zip(frontiers, rows))
     return all(maxima.get(t) is None or n <= maxima[t] for t, n in total.items())  # type: ignore[operator]
 
 
@@ -170,4 +163,4 @@ def split_budget(frontiers: Sequence[Frontier], targets: Mapping[str, float], we
                  cost_per_hour=float(sum(f.cost[rows[i]] for i, f in enumerate(frontiers))))
 
 
-__all__ = ["COVERED", "Frontier", "Split", "frontier", "scores", "split_budget"]
+__all__ = ["Frontier", "Split", "frontier", "scores", "split_budget"]

@@ -34,10 +34,10 @@ from typing import Callable, Mapping, Sequence
 
 from config.profiles import ProfileTable
 from config.schema import Config
-from scaler.batch_mix import BatchMix, mix_from_dist
+from scaler.batch_mix import BatchMix
 from scaler.cloud import ManagedInstance
 from scaler.fleet_decision import SloCheck
-from scaler.joint_plan import JointPlan, ModelShare, declared_demands, plan_joint
+from scaler.joint_plan import JointPlan, ModelShare, declared_demand, declared_demands, plan_joint
 from scaler.parking import ParkDecision, ParkState, decide_parking
 from scaler.pick_cache import PickCache
 from scaler.worker_assignment import released
@@ -49,16 +49,6 @@ HINT_REPLAN_DELTA = 0.2
 
 #: each configured model's demand (issue #24: every loop works per model)
 Demands = Mapping[str, DemandView]
-
-
-def declared_demand(cfg: Config, model: str) -> DemandView:
-    """The workload the config declares for ``model`` (:func:`scaler.joint_plan.declared_demands`:
-    its ``expected_qps``, else ``workload.expected_qps``; ``workload.batch_dist`` up to its
-    ``max_batch``), used until the window has measured enough."""
-    spec = cfg.model(model)
-    mix = mix_from_dist(cfg.workload.batch_dist, max_batch=spec.max_batch)
-    qps = spec.expected_qps if spec.expected_qps is not None else cfg.workload.expected_qps
-    return DemandView(float(qps), mix, False)
 
 
 def planning_demand(measured_qps: float, measured_mix: BatchMix | None, samples: int, declared: DemandView,

@@ -23,7 +23,7 @@ the whole budget), so a single-model deployment's decisions do not move.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from config.profiles import ProfileTable
 from config.schema import Config
@@ -34,6 +34,7 @@ from scaler.fleet_decision import SloCheck, plan_fleet
 from scaler.pick_cache import PickCache
 from scaler.plan import MIX_SEED, Objective, Plan, plan_inputs_from_config, rank_inputs
 from scaler.replan import DemandView
+from scaler.transitions import pool_cost, pool_sum
 from scaler.upper_bound import BUDGET_EPS
 
 
@@ -75,12 +76,7 @@ class JointPlan:
 
     @property
     def pool(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for s in self.models.values():
-            for t, n in s.pool.items():
-                if n:
-                    out[t] = out.get(t, 0) + n
-        return out
+        return pool_sum(s.pool for s in self.models.values())
 
     @property
     def cost_per_hour(self) -> float:
@@ -110,15 +106,26 @@ class JointPlan:
                 "short": {m: round(q, 3) for m, q in self.short.items()}}
 
 
-def declared_demands(cfg: Config) -> dict[str, DemandView]:
-    """Each model's declared workload: its ``expected_qps`` (else ``workload.expected_qps``) and
+def declared_demand(cfg: Config, model: str) -> DemandView:
+    """``model``'s declared workload: its ``expected_qps`` (else ``workload.expected_qps``) and
     ``workload.batch_dist`` up to its ``max_batch``: what the fleet plans for until the dispatcher
-    has measured the model."""
-    out = {}
-    for m in cfg.models:
-        qps = m.expected_qps if m.expected_qps is not None else cfg.workload.expected_qps
-        out[m.name] = DemandView(float(qps), mix_from_dist(cfg.workload.batch_dist, max_batch=m.max_batch), False)
-    return out
+    has measured the model. Sampling the mix takes ~10 ms: callers that ask often keep it."""
+    spec = cfg.model(model)
+    qps = spec.expected_qps if spec.expected_qps is not None else cfg.workload.expected_qps
+    return DemandView(float(qps), mix_from_dist(cfg.workload.batch_dist, max_batch=spec.max_batch), False)
+
+
+def declared_demands(cfg: Config) -> dict[str, DemandView]:
+    """:func:`declared_demand` of every configured model."""
+    return {m.name: declared_demand(cfg, m.name) for m in cfg.models}
+
+
+def _with_declared(cfg: Config, demand: Mapping[str, DemandView]) -> dict[str, DemandView]:
+    """``demand`` for every configured model, the declared one where it has none (sampled only then:
+    the daemon and the replay pass every model's)."""
+    return {m.name: demand[m.name] if m.name in demand else declared_demand(cfg, m.name) for m in cfg.models}
+
+
 
 
 def _share(plan: Plan, demand: DemandView, headroom: float, weight: float) -> ModelShare:
@@ -151,20 +158,18 @@ def _with_fixed(cfg: Config, profiles: ProfileTable, demand: Mapping[str, Demand
                 fixed: Mapping[str, Mapping[str, int]], *, budget: float, **kw: Any) -> JointPlan:
     """:func:`plan_joint` with some models on given pools: those first, the rest in what is left."""
     prices = cfg.prices()
-    declared = declared_demands(cfg)
-    held = {m: {t: int(n) for t, n in p.items() if n} for m, p in fixed.items()}
-    spent = sum(prices[t] * n for p in held.values() for t, n in p.items())
-    shares = {m: ModelShare(m, held[m], sum(prices[t] * n for t, n in held[m].items()), 0.0,
-                            demand.get(m, declared[m]).qps, demand.get(m, declared[m]).qps * (1.0 + cfg.headroom),
-                            cfg.model(m).weight, None) for m in held}
+    demand = _with_declared(cfg, demand)
+    held = {m: pool_sum([p]) for m, p in fixed.items()}
+    spent = pool_cost(pool_sum(held.values()), prices)
+    shares = {m: ModelShare(m, held[m], pool_cost(held[m], prices), 0.0, demand[m].qps,
+                            demand[m].qps * (1.0 + cfg.headroom), cfg.model(m).weight, None) for m in held}
     rest = [m for m in cfg.models if m.name not in held]
     if not rest:
         return JointPlan(kw["objective"], budget, "held", shares)
     if spent > budget + BUDGET_EPS:
         raise PlanError(f"the pools held for {', '.join(held)} cost {spent:.4f} $/hr, over the budget {budget:g} $/hr")
     sub = cfg.model_copy(update={"models": rest})
-    plan = plan_joint(sub, profiles, {m.name: demand[m.name] for m in rest if m.name in demand},
-                      budget=budget - spent, **kw)
+    plan = plan_joint(sub, profiles, {m.name: demand[m.name] for m in rest}, budget=budget - spent, **kw)
     return JointPlan(plan.objective, budget, plan.rule, {**{m.name: plan.models[m.name] for m in rest}, **shares})
 
 
@@ -215,12 +220,7 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
         return _with_fixed(cfg, profiles, demand, fixed, slo_check=slo_check, exclude=exclude, types=types,
                            budget=budget, objective=objective, current=current, confirmed=confirmed, top_k=top_k,
                            types_for=types_for, keep=keep)
-    if types_for:
-        narrowed = [m.name for m in cfg.models if m.name in types_for]
-        if len(cfg.models) == 1 and narrowed:
-            types = types_for[narrowed[0]]
-    declared = declared_demands(cfg)
-    demand = {m.name: demand.get(m.name, declared[m.name]) for m in cfg.models}
+    demand = _with_declared(cfg, demand)
     weights = {m.name: m.weight for m in cfg.models}
     current = current or {}
 
@@ -278,12 +278,10 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
     return joint
 
 
-def _within_maxima(cfg: Config, plans: Any) -> bool:
-    total: dict[str, int] = {}
-    for p in plans:
-        for t, n in p.chosen.items():
-            total[t] = total.get(t, 0) + n
+def _within_maxima(cfg: Config, plans: Iterable[Plan]) -> bool:
+    total = pool_sum(p.chosen for p in plans)
     return all(t.max is None or total.get(t.type, 0) <= t.max for t in cfg.instance_types)
 
 
-__all__ = ["JointPlan", "ModelShare", "declared_demands", "model_frontiers", "plan_joint", "split_for"]
+__all__ = ["JointPlan", "ModelShare", "declared_demand", "declared_demands", "model_frontiers", "plan_joint",
+           "split_for"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence, Union
+from typing import Iterable, Literal, Mapping, Sequence, Union
 
 from scaler.cloud import ManagedInstance
 
@@ -69,6 +69,17 @@ def _retire_order(instances: Sequence[ManagedInstance], first: Sequence[str] = (
     live = [i for i in instances if i.live]
     live.sort(key=lambda i: (rank.get(i.instance_id, len(rank)), i.state != "pending", -i.launch_time, i.instance_id))
     return [i.instance_id for i in live]
+
+
+def pool_sum(pools: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Several pools (type → count) added up, types with no instance left out (each model's
+    share of a joint plan, the pools held for models being profiled)."""
+    out: dict[str, int] = {}
+    for p in pools:
+        for t, n in p.items():
+            if n:
+                out[t] = out.get(t, 0) + int(n)
+    return out
 
 
 def pool_cost(pool: Mapping[str, int], prices: Mapping[str, float]) -> float:

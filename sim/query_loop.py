@@ -110,14 +110,15 @@ class QueryLoop:
     def __init__(self, arrivals: np.ndarray, batches: np.ndarray, *, model: str, qos_ms: float, policy: Policy,
                  times: ServiceTimes, on_deadline: Literal["drop", "best_effort"] = "drop", xi: float = DISPATCH_XI,
                  view_factor: int = DISPATCH_VIEW_FACTOR, query_timeout_s: float = 30.0, queue_limit: int = 10_000,
-                 max_retries: int = 2, record: Callable[[int, float], None] | None = None) -> None:
+                 max_retries: int = 2, record: Callable[[int, float], None] | None = None,
+                 model_name: str | None = None) -> None:
         self.arr = np.asarray(arrivals, dtype=float)
         self.bat = np.minimum(np.asarray(batches, dtype=np.int64), times.max_batch)
         self._arr = self.arr.tolist()
         self._bat = self.bat.tolist()
         self.n = len(self._arr)
         self.model, self.qos_ms, self.policy, self.times = model, float(qos_ms), policy, times
-        self.model_name = model     # the config model's name (``model`` is its profile's); set by the replay
+        self.model_name = model_name or model     # the config model's name (``model``: its profile's)
         self.drop = on_deadline == "drop"
         self.xi, self.view_factor, self.timeout_s = xi, view_factor, query_timeout_s
         self.queue_limit, self.max_retries = queue_limit, max_retries

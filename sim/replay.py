@@ -161,12 +161,11 @@ def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spe
     m = cfg.model(name)
     lane = [x.name for x in cfg.models].index(m.name)
     times = service_times(profiles, spec, m, len(workload), lane)
-    q = QueryLoop(workload.arrivals, workload.batches, model=m.profile_name, qos_ms=m.qos_ms,
-                  policy=dispatcher_policy(cfg, times.predictor), times=times,
-                  on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
-                  query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record)
-    q.model_name = m.name
-    return q
+    return QueryLoop(workload.arrivals, workload.batches, model=m.profile_name, qos_ms=m.qos_ms,
+                     policy=dispatcher_policy(cfg, times.predictor), times=times,
+                     on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
+                     query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record,
+                     model_name=m.name)
 
 
 def _only_model(cfg: Config) -> str:

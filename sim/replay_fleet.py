@@ -84,13 +84,6 @@ class ReplayWorkers:
         self._joining: set[str] = set()
         self._holding: set[str] = set()    # registered parked workers whose model is still loaded
 
-    @property
-    def q(self) -> QueryLoop:
-        """The query loop of a single-model replay."""
-        if len(self.lanes) != 1:
-            raise ValueError("several models: use lanes")
-        return next(iter(self.lanes.values()))
-
     def _model_of(self, iid: str) -> str:
         return self.assignment.get(iid) or next(iter(self.lanes))
 
@@ -239,7 +232,7 @@ class ReplayFleet:
                                       drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s)
         self.models = [m.name for m in cfg.models]
         self.windows = {m: DemandWindow() for m in self.models}     # each model's arrivals
-        self.declared = {m: fleet_step.declared_demand(cfg, m) for m in self.models}
+        self.declared = fleet_step.declared_demands(cfg)
         self.mem = FleetMemory()
         self.decisions = Decisions()
         self.on_target = on_target
