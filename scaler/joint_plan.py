@@ -22,7 +22,7 @@ the whole budget), so a single-model deployment's decisions do not move.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from config.profiles import ProfileTable
@@ -259,18 +259,11 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
         if split.rows[m] == 0:      # the budget leaves this model nothing
             out[m] = _empty(m, demand[m], cfg.headroom, weights[m])
             continue
-        row = split.rows[m]
-        try:
+        try:    # Kairos within the share (never a pool of bound 0 where one bounds more: choose_pool)
             plan = pick(m, shares[m] + BUDGET_EPS, objective)
         except PlanError:
             out[m] = _empty(m, demand[m], cfg.headroom, weights[m])
             continue
-        if plan.upper_bound_qps < float(f.bound[row]) - 1e-9:
-            # the pick within the share bounds less than the split counted on (a similarity pick
-            # among pools that mostly cannot serve this model): hold the split's frontier pool
-            pool = f.pool(row)
-            plan = replace(plan, chosen={t: pool.get(t, 0) for t in plan.chosen}, cost_per_hour=float(f.cost[row]),
-                           upper_bound_qps=float(f.bound[row]), rule="joint-frontier", confirm=None)
         out[m] = _share(plan, demand[m], cfg.headroom, weights[m])
     joint = JointPlan(objective, budget, "joint-split", out)
     if joint.cost_per_hour > budget + 1e-6:     # each pick is within its share; the shares add up to the budget
