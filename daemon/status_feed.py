@@ -25,7 +25,7 @@ import time
 from collections import Counter, deque
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from config.files import write_atomic
 from daemon import audit
@@ -33,6 +33,8 @@ from dispatcher.status import Decision, FleetFacts, Profiling, pool_cost_per_hou
 from scaler.actuator import pool_text
 
 if TYPE_CHECKING:
+    from scaler.joint_plan import JointPlan
+    from scaler.replan import DemandView
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
     from daemon.app import Daemon
@@ -154,7 +156,7 @@ class StatusFeed:
                 self.record("model", f"vm_{v.action}", f"{v.action} {v.hardware} capacity", v.reason,
                             hardware=v.hardware)
 
-    def planned(self, target: dict[str, int], plan: Any, demand: Any) -> None:
+    def planned(self, target: dict[str, int], plan: JointPlan | None, demand: Mapping[str, DemandView] | None) -> None:
         """A fleet decision as ``Daemon.fleet_tick`` takes it, before the launches it leads to:
         the target, and the rule and demand behind it (a target held again is not a new decision)."""
         if target == self._target:
@@ -167,12 +169,9 @@ class StatusFeed:
             why = "pinned pool (config)"
         else:
             why = "conservative pool while a model is profiled"
-        if isinstance(demand, dict):   # each model's (the fleet plans them jointly)
-            qps = sum(v.qps for v in demand.values()) if demand else None
-            measured = all(v.measured for v in demand.values()) if demand else None
-        else:
-            qps, measured = getattr(demand, "qps", None), getattr(demand, "measured", None)
-        short = dict(getattr(plan, "short", None) or {})
+        qps = sum(v.qps for v in demand.values()) if demand else None        # every model's
+        measured = all(v.measured for v in demand.values()) if demand else None
+        short = plan.short if plan is not None else {}
         if short:
             why += "; short " + ", ".join(f"{m} {q:.1f} q/s" for m, q in short.items())
         if qps is not None:
@@ -182,7 +181,7 @@ class StatusFeed:
                     target=target, cost_per_hour=round(cost, 6), rule=plan.rule if plan is not None else why,
                     demand_qps=round(qps, 4) if qps is not None else None, demand_measured=measured,
                     short_qps={m: round(q, 4) for m, q in short.items()},
-                    models={m: s.to_dict() for m, s in plan.models.items()} if hasattr(plan, "models") else None)
+                    models={m: s.to_dict() for m, s in plan.models.items()} if plan is not None else None)
 
     async def _tick(self) -> None:   # a coroutine: APScheduler runs it on the event loop
         self.observe()
@@ -198,15 +197,14 @@ class StatusFeed:
         return FleetFacts(spent_usd_today=self.spend.today, spent_usd_total=self.spend.total,
                           decisions=tuple(self.decisions), decision_counts=dict(self.counts),
                           last_error=self.last_error, last_error_at_unix=self.last_error_at,
-                          capacity_hint=_hint(getattr(self.daemon, "capacity_hint", 1.0)),
+                          capacity_hint=max(self.daemon.capacity_hint.values(), default=1.0),  # the highest model's
                           planned=self._planned(),
                           profiling=self._profiling())
 
     def _planned(self) -> dict[str, tuple[float, float, float]]:
         """Each model's demand, capacity and shortfall in the fleet's last joint plan."""
-        status = getattr(self.daemon, "status", None)
-        plan = getattr(status, "plan", None)
-        return {m: (s.demand_qps, s.capacity_qps, s.short_qps) for m, s in getattr(plan, "models", {}).items()}
+        plan = self.daemon.status.plan
+        return {m: (s.demand_qps, s.capacity_qps, s.short_qps) for m, s in plan.models.items()} if plan else {}
 
     def _profiling(self) -> tuple[Profiling, ...]:
         """The models the daemon is profiling and the conservative pool each is served on meanwhile."""
@@ -354,9 +352,3 @@ class StatusFeed:
             self.error(f"accuracy plan: load {v} on {w}: {why}")
         self._acc_failed = acc.failed.total
 
-
-def _hint(h: Any) -> float:
-    """The capacity hint Status shows: the highest model's (each model has its own)."""
-    if isinstance(h, dict):
-        return float(max(h.values(), default=1.0))
-    return float(h)

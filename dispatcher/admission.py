@@ -184,10 +184,12 @@ class Admission:
             self.ensure_loaded(choice.worker, choice.variant)
 
     def _live_views(self, model: str | None = None) -> list[WorkerView]:
-        """Workers taking queries (of ``model``, when given: those the assignment gives it)."""
+        """Workers taking queries (of ``model``, when given: those the assignment gives it; with no
+        assignment, one model or none planned per model, every one: no lookup per worker)."""
+        serves = self.serves if model is not None else None
         return [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle)
                 for w in self.workers.values() if not w.draining
-                and (model is None or self.serves_model(w.instance_id, model))]
+                and (not serves or serves.get(w.instance_id, model) == model)]
 
     async def submit(self, r: pb.SubmitRequest) -> Outcome:
         """Admit one query and await its outcome (the servicer turns an error tuple into a status)."""
