@@ -27,7 +27,7 @@ import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, Iterator, Mapping, TextIO
 
 import grpc
 import numpy as np
@@ -381,7 +381,8 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         await _load(target, DEMO_MODEL, duration, rate1, rate2, seed, stats, stop, tick, trace)
         interrupted = stop.is_set()
         ledger.close(duration)
-        hindsight = _hindsight(cfg, daemon.profiles, stats, duration) if stats.sent_log and not interrupted else math.nan
+        hindsight = (hindsight_cost(cfg, daemon.profiles, {DEMO_MODEL: stats}, duration)
+                     if stats.sent_log and not interrupted else math.nan)
         if not (quiet or as_json):
             display.close()
         pool_end = daemon.status.pool()
@@ -452,14 +453,17 @@ def trace_span_and_rate(trace: Workload) -> tuple[float, float]:
     return duration, max(float(np.searchsorted(trace.arrivals, 60.0)) / min(60.0, duration), 0.1)
 
 
-def _hindsight(cfg: Config, profiles: ProfileTable, stats: LoadStats, duration: float) -> float:
-    """What the replay's hindsight reference (``sim.replay_baselines``) spends on the load sent,
-    with the daemon's own profiles."""
+def hindsight_cost(cfg: Config, profiles: ProfileTable, sent: Mapping[str, LoadStats], duration: float) -> float:
+    """What the replay's hindsight reference (``sim.replay_baselines``, every model planned jointly)
+    spends on the load sent (model → its stats' ``sent_log``), with the daemon's own profiles."""
     from sim.replay import ReplaySpec
     from sim.replay_baselines import run_baseline
 
-    t, b = zip(*stats.sent_log)
-    wl = Workload(np.asarray(t, dtype=float), np.asarray(b, dtype=np.int64))
+    wl = {}
+    for model, stats in sent.items():
+        if stats.sent_log:
+            t, b = zip(*stats.sent_log)
+            wl[model] = Workload(np.asarray(t, dtype=float), np.asarray(b, dtype=np.int64))
     try:
         return run_baseline("hindsight", cfg, profiles, wl, duration, ReplaySpec()).ledger.cost_usd
     except Exception:  # noqa: BLE001 - a reference only; the summary says "-" without it

@@ -21,12 +21,11 @@ from typing import Any
 import grpc
 import numpy as np
 
-from daemon.demo import DEMO_QOS_MS, LiveDisplay, LoadStats, _table, demo_config, fmt_pct
+from daemon.demo import DEMO_QOS_MS, LiveDisplay, LoadStats, _table, demo_config, fmt_pct, hindsight_cost
 from daemon.embedded import EmbeddedCloud
 from scaler.batch_mix import sample_batches
 from scaler.transitions import pool_cost
 from sim.ledger import CostLedger
-from sim.workload import Workload
 
 #: the second model: the Kairos dien profile with a 100 ms SLO (its profile's p99 at batch 1000
 #: is 19-188 ms by type, so the planner has a real choice of types)
@@ -156,7 +155,8 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
         ledger.close(duration)
         if not as_json:
             display.close()
-        hindsight = math.nan if interrupted else _hindsight(cfg, daemon.profiles, loads, duration)
+        hindsight = math.nan if interrupted else hindsight_cost(cfg, daemon.profiles,
+                                                                {m.name: m.stats for m in loads}, duration)
         await daemon.stop(grace=5.0)
         await runner.stop_all()
         live_after = cloud.live_instances(cfg.cluster)
@@ -196,22 +196,6 @@ def _model_summary(m: ModelLoad) -> dict[str, Any]:
     return {"sent": s.sent, "served": s.ok, "errors": dict(s.errors), "qos_ms": m.qos_ms,
             "slo_attainment": round(within / s.sent, 6) if s.sent else 1.0,
             "workers_before_step": max(before, default=0), "workers_peak": max(after, default=0)}
-
-
-def _hindsight(cfg: Any, profiles: Any, loads: list[ModelLoad], duration: float) -> float:
-    """The joint hindsight reference for the load sent (``sim.replay_baselines``)."""
-    from sim.replay import ReplaySpec
-    from sim.replay_baselines import run_baseline
-
-    wl = {}
-    for m in loads:
-        if m.stats.sent_log:
-            t, b = zip(*m.stats.sent_log)
-            wl[m.name] = Workload(np.asarray(t, dtype=float), np.asarray(b, dtype=np.int64))
-    try:
-        return run_baseline("hindsight", cfg, profiles, wl, duration, ReplaySpec()).ledger.cost_usd
-    except Exception:  # noqa: BLE001 - a reference only
-        return math.nan
 
 
 __all__ = ["ModelLoad", "run_models_demo"]
