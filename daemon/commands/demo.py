@@ -20,7 +20,8 @@ from dispatcher.policies import POLICY_NAMES
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the whole loop against an embedded EC2 (moto) on 127.0.0.1")
-    p.add_argument("--duration", type=finite_float, default=60.0, help="seconds of load (default 60)")
+    p.add_argument("--duration", type=finite_float, default=None,
+                   help="seconds of load (default 60; 90 with --models 2)")
     p.add_argument("--rate", type=finite_float, default=12.0, help="q/s in the first half (default 12)")
     p.add_argument("--step-rate", type=finite_float, default=36.0, help="q/s in the second half (default 36)")
     p.add_argument("--budget", type=finite_float, default=2.5, help="$/hr (default 2.5)")
@@ -45,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.duration <= 0 or args.rate <= 0 or args.step_rate <= 0 or args.budget <= 0:
+    if (args.duration is not None and args.duration <= 0) or args.rate <= 0 or args.step_rate <= 0 or args.budget <= 0:
         raise UsageError("demo: --duration, --rate, --step-rate and --budget must be > 0")
     level = getattr(logging, args.log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -58,14 +59,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.models == 2:
         if args.trace or pool or args.serve:
             raise UsageError("demo: --models 2 runs its own two-model load: no --trace, --pool or --serve")
-        if args.duration < 60.0:
+        duration = 90.0 if args.duration is None else args.duration
+        if duration < 60.0:
             raise UsageError("demo: --models 2 needs --duration of at least 60 s (a third of it after each "
                              "model's step, for its new worker to start and serve)")
         from daemon.demo_models import run_models_demo
 
         with quiet:
-            return asyncio.run(run_models_demo(args.duration if args.duration != 60.0 else 90.0, args.budget,
-                                               args.seed, args.json))
+            return asyncio.run(run_models_demo(duration, args.budget, args.seed, args.json))
     if args.serve:
         from daemon.sandbox import run_sandbox
 
@@ -73,8 +74,8 @@ def _run(args: argparse.Namespace) -> int:
             return asyncio.run(run_sandbox(args.budget, args.listen, args.metrics, rate=args.rate, pinned_pool=pool))
     trace = _trace(args.trace) if args.trace else None
     with quiet:
-        return asyncio.run(run_demo(args.duration, args.rate, args.step_rate, args.budget, args.seed, args.json,
-                                    policy=args.policy, pinned_pool=pool, trace=trace))
+        return asyncio.run(run_demo(60.0 if args.duration is None else args.duration, args.rate, args.step_rate,
+                                    args.budget, args.seed, args.json, policy=args.policy, pinned_pool=pool, trace=trace))
 
 
 def _trace(path: str):  # type: ignore[no-untyped-def]
