@@ -84,8 +84,12 @@ class ReplayWorkers:
         self._joining: set[str] = set()
         self._holding: set[str] = set()    # registered parked workers whose model is still loaded
 
-    def _model_of(self, iid: str) -> str:
-        return self.assignment.get(iid) or next(iter(self.lanes))
+    def _model_of(self, iid: str) -> str | None:
+        """The model the instance serves: its assignment (one model: that one); None before it has
+        one (its worker then joins at the next sync, which assigns it)."""
+        if len(self.lanes) == 1:
+            return next(iter(self.lanes))
+        return self.assignment.get(iid)
 
     def _worker_lane(self, iid: str) -> QueryLoop | None:
         m = self.joined.get(iid)
@@ -119,8 +123,10 @@ class ReplayWorkers:
         itype = self.allowed.get(iid)
         if itype is None or iid in self.joined:     # terminated before its worker came up
             return
-        parked = iid in self.parked_ids
         m = self._model_of(iid)
+        if m is None:
+            return
+        parked = iid in self.parked_ids
         self.joined[iid] = m
         self.lanes[m].add_worker(iid, itype, self.clock.now(), draining=parked)
         if parked:
