@@ -35,7 +35,6 @@ from sim.slo_check import slo_check
 from scaler.parking import ParkState
 from scaler.base_aux import PlanError
 from scaler.joint_plan import JointPlan, ModelShare
-from scaler.worker_assignment import assign_workers, shares_for
 from scaler.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
 from daemon.cluster_token import with_cluster_token
@@ -214,11 +213,10 @@ class Daemon:
         return out
 
     def shares(self, plan: JointPlan | None = None, target: dict[str, int] | None = None) -> dict[str, dict[str, int]]:
-        """Each model's pool under a target (default: the one held; :func:`scaler.worker_assignment.shares_for`)."""
+        """Each model's pool under a target (default: the one held; :func:`scaler.fleet_step.model_shares`)."""
         if target is None:
             plan, target = self.status.plan, self.status.target
-        planned = self.status.demand or {}
-        return shares_for(plan, target, [m.name for m in self.cfg.models], {m: d.qps for m, d in planned.items()})
+        return fleet_step.model_shares(self.cfg, plan, target, self.status.demand)
 
     def decide(self, demand: dict[str, DemandView],
                keep: dict[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
@@ -408,10 +406,9 @@ class Daemon:
         if self.dispatcher is not None:
             self.dispatcher.set_cloud_view(instances)
             if len(self.cfg.models) > 1:   # each model's queries go to the workers planned for it
-                planned = self.status.demand or {}
-                self.dispatcher.set_assignment(assign_workers(
-                    [(i.instance_id, i.instance_type) for i in instances if i.live], self.shares(),
-                    self.dispatcher.serves, {m: d.qps for m, d in planned.items()}, parked=self._park_state.parked))
+                st = self.status
+                self.dispatcher.set_assignment(fleet_step.worker_models(
+                    self.cfg, instances, st.plan, st.target, st.demand, self.dispatcher.serves, self._park_state.parked))
         if self._on_fleet_change is not None:
             await self._on_fleet_change(instances)
 

@@ -30,7 +30,7 @@ Pure: the caller passes the window's numbers, the time and the prices; no I/O, n
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from config.profiles import ProfileTable
 from config.schema import Config
@@ -40,7 +40,7 @@ from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan, ModelShare, declared_demand, declared_demands, plan_joint
 from scaler.parking import ParkDecision, ParkState, decide_parking
 from scaler.pick_cache import PickCache
-from scaler.worker_assignment import released
+from scaler.worker_assignment import assign_workers, released, shares_for
 from scaler.replan import (SHORT_HORIZON_S, STEADY_HORIZON_S, DemandView, demand_for_planning, planning_rate,
                            significant_change)
 
@@ -239,6 +239,24 @@ def planned_demands(kept: Mapping[str, ModelShare], planned: Demands | None, dem
     return {m: (planned[m] if planned is not None and m in kept and m in planned else d) for m, d in demand.items()}
 
 
+def model_shares(cfg: Config, plan: JointPlan | None, target: Mapping[str, int],
+                 planned: Demands | None) -> dict[str, dict[str, int]]:
+    """Each model's pool under ``target``: the joint plan's, else ``target`` dealt over the models
+    by their planned demand (:func:`scaler.worker_assignment.shares_for`)."""
+    qps = {m: d.qps for m, d in (planned or {}).items()}
+    return shares_for(plan, target, [m.name for m in cfg.models], qps)
+
+
+def worker_models(cfg: Config, instances: Sequence[ManagedInstance], plan: JointPlan | None,
+                  target: Mapping[str, int], planned: Demands | None, previous: Mapping[str, str],
+                  parked: Collection[str]) -> dict[str, str]:
+    """After a tick, which model each live instance serves (:func:`scaler.worker_assignment.assign_workers`
+    over :func:`model_shares`): the daemon hands it to the dispatcher, the replay to its query loops."""
+    qps = {m: d.qps for m, d in (planned or {}).items()}
+    return assign_workers([(i.instance_id, i.instance_type) for i in instances if i.live],
+                          model_shares(cfg, plan, target, planned), previous, qps, parked=parked)
+
+
 def fleet_settled(target: Mapping[str, int], serving: Mapping[str, int]) -> bool:
     """The whole target serves: at least ``target[t]`` workers of every type ``t`` take queries
     (the model loop's capacity hint rises only then, ``variants.capacity_hint``)."""
@@ -251,6 +269,6 @@ def hint_replan(cfg: Config, hint: Mapping[str, float], hint_planned: Mapping[st
     return not cfg.pinned_pool and any(abs(h - hint_planned.get(m, 1.0)) >= HINT_REPLAN_DELTA for m, h in hint.items())
 
 
-__all__ = ["HINT_REPLAN_DELTA", "KEEP_REASONS", "unmoved_shares", "planned_demands", "Demands", "declared_demand", "declared_demands", "stabilized_demands", "total_qps",
+__all__ = ["HINT_REPLAN_DELTA", "KEEP_REASONS", "model_shares", "worker_models", "unmoved_shares", "planned_demands", "Demands", "declared_demand", "declared_demands", "stabilized_demands", "total_qps",
            "demands_moved", "planning_demand", "steady_horizon", "stabilized_demand", "fleet_target", "next_generation",
            "plan_id_for", "park_round", "replan_without_unavailable", "demand_moved", "replan_early", "plan_due", "PLAN_MAX_AGE_S", "fleet_settled", "hint_replan"]

@@ -36,7 +36,6 @@ from scaler.parking import ParkState
 from scaler.pick_cache import PickCache
 from scaler.joint_plan import JointPlan, ModelShare
 from scaler.fleet_step import Demands
-from scaler.worker_assignment import assign_workers, shares_for
 from scaler.replan import DemandView
 from scaler.state import StateStore
 from sim.clock import VirtualClock
@@ -268,8 +267,7 @@ class ReplayFleet:
         target dealt over the models (:func:`scaler.worker_assignment.shares_for`)."""
         if target is None:
             plan, target = self.mem.plan, self.mem.target
-        planned = self.mem.planned or {}
-        return shares_for(plan, target, self.models, {m: d.qps for m, d in planned.items()})
+        return fleet_step.model_shares(self.cfg, plan, target, self.mem.planned)
 
     def decide(self, demand: Mapping[str, DemandView],
                keep: Mapping[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
@@ -405,10 +403,8 @@ class ReplayFleet:
         if w is None:
             return
         live = {i.instance_id: i for i in instances if i.live}
-        planned = self.mem.planned or {}
-        w.assign(assign_workers([(i.instance_id, i.instance_type) for i in live.values()], self.shares(),
-                                w.assignment, {m: d.qps for m, d in planned.items()},
-                                parked=self.mem.park.parked))
+        m = self.mem
+        w.assign(fleet_step.worker_models(self.cfg, instances, m.plan, m.target, m.planned, w.assignment, m.park.parked))
         for inst in live.values():
             w.allow(inst)
         for iid in list(w.allowed):
