@@ -14,25 +14,17 @@ from sim.query_loop import SERVED
 from sim.replay import ReplaySpec, replay
 from sim.replay_metrics import report
 from sim.workload import Workload
+from tests.test_replay import _cfg as replay_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 THREE = ROOT / "examples" / "replay-three.yaml"
 
 
-def _cfg(tmp_path: Path, **over: object) -> Config:
-    raw: dict[str, object] = {
-        "cluster": "joint-replay", "budget_per_hour": 2.5, "objective": "min_cost", "headroom": 0.1,
-        "models": [{"name": "dien", "qos_ms": 35, "max_batch": 1000},
-                   {"name": "rm2", "qos_ms": 350, "max_batch": 1000}],
-        "instance_types": [{"type": t} for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")],
-        "launch": {"ami_id": "ami-0123456789abcdef0"},
-        "dispatcher": {"listen": "127.0.0.1:0", "policy": "kairos", "on_deadline": "drop"},
-        "workload": {"batch_dist": "deeprecsys", "expected_qps": 1},
-        "intervals": {"fleet_s": 30, "model_s": 1, "reconcile_s": 60},
-        "state_path": str(tmp_path / "state.db"),
-    }
-    raw.update(over)
-    return Config.model_validate(raw)
+def _cfg(tmp_path: Path) -> Config:
+    """test_replay's config with dien listed first, then rm2, declared at 1 q/s each."""
+    return replay_cfg(tmp_path, models=[{"name": "dien", "qos_ms": 35, "max_batch": 1000},
+                                        {"name": "rm2", "qos_ms": 350, "max_batch": 1000}],
+                      workload={"batch_dist": "deeprecsys", "expected_qps": 1})
 
 
 def _poisson(rate: float, secs: float, seed: int, batch: int = 10) -> Workload:
