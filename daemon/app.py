@@ -280,10 +280,9 @@ class Daemon:
                 self._hint_planned = dict(self.capacity_hint)
                 self.status.plans_applied += 1
                 self.status.last_error = None
-                if plan is not None and self.dispatcher is not None and plan.base_types:
-                    # the dispatcher's matching takes one base type: the busiest model's
-                    busiest = max(plan.base_types, key=lambda m: demand[m].qps if m in demand else 0.0)
-                    self.dispatcher.set_base_type(plan.base_types[busiest])
+                base = plan.dispatch_base_type() if plan is not None else None
+                if base is not None and self.dispatcher is not None:
+                    self.dispatcher.set_base_type(base)
                 log.info("fleet (%s): demand %s -> target %s (%s); %s", reason, demand_text(demand),
                          pool_text(target) or "none",
                          plan.rule if plan else "pinned" if self.cfg.pinned_pool else "conservative pool", report.summary())

@@ -99,6 +99,14 @@ class JointPlan:
     def base_types(self) -> dict[str, str]:
         return {m: s.plan.base_type for m, s in self.models.items() if s.plan is not None}
 
+    def dispatch_base_type(self) -> str | None:
+        """The base type for a matching that takes one (the live dispatcher's): the busiest planned
+        model's (its demand; ties: config order); None when no model has a plan."""
+        planned = [s for s in self.models.values() if s.plan is not None]
+        if not planned:
+            return None
+        return max(planned, key=lambda s: s.demand_qps).plan.base_type    # type: ignore[union-attr]
+
     def to_dict(self) -> dict[str, Any]:
         return {"objective": self.objective, "budget_per_hour": self.budget_per_hour, "rule": self.rule,
                 "pool": self.pool, "cost_per_hour": round(self.cost_per_hour, 6),

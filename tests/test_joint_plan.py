@@ -151,6 +151,10 @@ def test_each_model_gets_its_own_pick_when_the_budget_covers_them(profiles) -> N
         assert joint.models[m].pool == {t: n for t, n in own.chosen.items() if n}
     assert joint.cost_per_hour == pytest.approx(sum(s.cost_per_hour for s in joint.models.values()))
     assert joint.cost_per_hour <= 3.0
+    # the live dispatcher's one base type: the busiest model's (a tie: the first in the config)
+    assert joint.dispatch_base_type() == joint.models["rm2"].plan.base_type    # type: ignore[union-attr]
+    busier = plan_joint(cfg, profiles, _demand(cfg, {"rm2": 5.0, "dien": 20.0}), slo_check=slo_check)
+    assert busier.dispatch_base_type() == busier.models["dien"].plan.base_type    # type: ignore[union-attr]
 
 
 def test_a_short_budget_names_the_short_models_and_holds_the_budget(profiles) -> None:  # type: ignore[no-untyped-def]
