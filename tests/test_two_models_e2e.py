@@ -83,6 +83,13 @@ async def _scenario(endpoint: str, tmp: Path) -> None:
             await phase(stub, "step", {"rm2": LOW_QPS, "ranker": STEP_QPS}, 6.0,
                         until=lambda: serving("ranker") > before, max_s=90.0)
             grew_s = time.monotonic() - t_step
+
+            def settled() -> bool:      # the ranker's planned workers all serve it, and no others do
+                want = sum(daemon.shares().get("ranker", {}).values())
+                return want > before and serving("ranker") == want
+            # the step's transient lasts until the ranker's planned pool serves (a worker or two more
+            # may boot after the first): the steady phase is measured from then
+            await phase(stub, "step", {"rm2": LOW_QPS, "ranker": STEP_QPS}, 0.5, until=settled, max_s=60.0)
             await phase(stub, "high", {"rm2": LOW_QPS, "ranker": STEP_QPS}, 15.0)
         high_shares = daemon.shares()
         by = {(p, m): [o for o in out if o[0] == p and o[1] == m] for p in ("low", "step", "high") for m in ("rm2", "ranker")}
