@@ -144,12 +144,13 @@ def park_round(instances: Sequence[ManagedInstance], target: Mapping[str, int], 
     """:func:`scaler.parking.decide_parking` over the live instances' types and the target's, with
     their prices from ``price`` (the actuator's). With several models (``shares``: each model's pool
     under ``target``; ``assignment``: the model each instance serves now), the instances their
-    model no longer wants are parked first (:func:`scaler.worker_assignment.released`)."""
+    model no longer wants are parked first (:func:`scaler.worker_assignment.released`: the booting
+    ones before the ready ones)."""
     types = {i.instance_type for i in instances if i.live} | set(target)
     prices = {t: price(t) for t in types}
     prefer: set[str] = set()
     if shares is not None and assignment and len(shares) > 1:
-        prefer = released([(i.instance_id, i.instance_type) for i in instances if i.live], shares, assignment)
+        prefer = released([(i.instance_id, i.instance_type) for i in instances if i.live], shares, assignment, ready)
     return decide_parking(instances, target, ready, prices, budget, now, state, hold_s, prefer)
 
 

@@ -91,9 +91,12 @@ def shares_for(plan: object | None, target: Mapping[str, int], models: Sequence[
 
 
 def released(instances: Sequence[tuple[str, str]], shares: Mapping[str, Mapping[str, int]],
-             assignment: Mapping[str, str]) -> set[str]:
+             assignment: Mapping[str, str], ready: Collection[str] = ()) -> set[str]:
     """The instances their model no longer wants: of each model's instances of a type, those beyond
-    its new share (the highest ids). The fleet parks and retires these first
+    its new share. The model keeps the ``ready`` ones (registered, serving) first, then the lowest
+    ids; so an instance still booting is released before a warm one (releasing the warm one left the
+    model one booting worker short while its demand was at the step that launched it: issue #24's
+    live test, 5 of 335 queries). The fleet parks and retires these first
     (:func:`scaler.parking.decide_parking`'s ``prefer``), so a model that keeps its share keeps its
     workers and no model swaps for nothing."""
     mine: dict[tuple[str, str], list[str]] = {}
@@ -104,7 +107,7 @@ def released(instances: Sequence[tuple[str, str]], shares: Mapping[str, Mapping[
     out: set[str] = set()
     for (m, t), ids in mine.items():
         keep = int(shares.get(m, {}).get(t, 0))
-        out.update(sorted(ids)[keep:])
+        out.update(sorted(ids, key=lambda i: (i not in ready, i))[keep:])
     return out
 
 

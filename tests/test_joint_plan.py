@@ -203,6 +203,29 @@ def test_instances_keep_their_model_and_new_ones_fill_the_shares() -> None:
     assert assign_workers(inst, {"only": {"r": 3}}, {}) == {i: "only" for i, _ in inst}
 
 
+def test_a_shrinking_share_parks_the_booting_worker_not_a_warm_one() -> None:
+    """The live two-model test's transient (issue #24): the ranker's plan fell from r5n×3 to r5n×2
+    while its third r5n ("i-a", the lowest id) was still booting. Releasing by id parked a warm r5n
+    and left the ranker one booting worker short at 24 q/s; the booting one is parked instead."""
+    from scaler.cloud import ManagedInstance
+    from scaler.fleet_step import park_round
+    from scaler.parking import ParkState
+    from scaler.worker_assignment import released
+
+    inst = [ManagedInstance("i-g", "g", "running", 1.0), ManagedInstance("i-c", "r", "running", 2.0),
+            ManagedInstance("i-f", "r", "running", 3.0), ManagedInstance("i-a", "r", "pending", 4.0)]
+    now = {"i-g": "rm2", "i-c": "ranker", "i-f": "ranker", "i-a": "ranker"}
+    shares = {"rm2": {"g": 1}, "ranker": {"r": 2}}
+    ready = frozenset({"i-g", "i-c", "i-f"})
+    assert released([(i.instance_id, i.instance_type) for i in inst], shares, now, ready) == {"i-a"}
+    assert released([(i.instance_id, i.instance_type) for i in inst], shares, now) == {"i-f"}   # by id alone
+    dec, state = park_round(inst, {"g": 1, "r": 2}, ready, lambda t: 1.0, 10.0, 100.0, ParkState(), 120.0,
+                            shares, now)
+    assert dec.park == ("i-a",) and not dec.retire
+    after = assign_workers([(i.instance_id, i.instance_type) for i in inst], shares, now, parked=state.parked)
+    assert after["i-c"] == after["i-f"] == "ranker"
+
+
 def test_a_pool_not_planned_per_model_is_dealt_busiest_first() -> None:
     assert fallback_shares({"r": 3, "g": 1}, ["a", "b"], {"a": 1.0, "b": 5.0}) == \
         {"b": {"g": 1, "r": 1}, "a": {"r": 2}}

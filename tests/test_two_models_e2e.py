@@ -84,12 +84,22 @@ async def _scenario(endpoint: str, tmp: Path) -> None:
                         until=lambda: serving("ranker") > before, max_s=90.0)
             grew_s = time.monotonic() - t_step
 
-            def settled() -> bool:      # the ranker's planned workers all serve it, and no others do
-                want = sum(daemon.shares().get("ranker", {}).values())
-                return want > before and serving("ranker") == want
+            def settled() -> bool:
+                """Every worker the plan gives the ranker serves it, type by type. Counting workers is not
+                enough: the g4dn it had before the step still serves it (held by the remove cooldown
+                while the r5n pool boots), and counted as one of the r5n it made the steady phase start
+                with a planned worker still booting."""
+                want = {t: n for t, n in daemon.shares().get("ranker", {}).items() if n}
+                have: dict[str, int] = {}
+                for iid, w in d.workers.items():
+                    if d.serves.get(iid) == "ranker":
+                        have[w.instance_type] = have.get(w.instance_type, 0) + 1
+                return sum(want.values()) > before and all(have.get(t, 0) >= n for t, n in want.items())
             # the step's transient lasts until the ranker's planned pool serves (a worker or two more
             # may boot after the first): the steady phase is measured from then
-            await phase(stub, "step", {"rm2": LOW_QPS, "ranker": STEP_QPS}, 0.5, until=settled, max_s=60.0)
+            await phase(stub, "step", {"rm2": LOW_QPS, "ranker": STEP_QPS}, 0.5, until=settled, max_s=90.0)
+            settled_s = time.monotonic() - t_step
+            assert settled(), f"the ranker's workers never became its plan: {daemon.shares()} {d.serves}"
             await phase(stub, "high", {"rm2": LOW_QPS, "ranker": STEP_QPS}, 15.0)
         high_shares = daemon.shares()
         by = {(p, m): [o for o in out if o[0] == p and o[1] == m] for p in ("low", "step", "high") for m in ("rm2", "ranker")}
