@@ -62,10 +62,39 @@ class ModelSpec(_Strict):
     expected_qps: Annotated[float, Field(ge=0)] | None = Field(
         None, description="this model's declared rate, planned for until the dispatcher has measured it "
                           "(default: workload.expected_qps)")
+    family: str | None = Field(
+        None, description="an application over a variant family (issue #25): a shipped family (resnet, digits) or "
+                          "a CSV of its variants (model,variant,instance_type,batch_size,latency_ms,accuracy; a "
+                          "relative path is relative to the config file). The fleet plans it at its most accurate "
+                          "variant; accuracy scaling serves it with the others")
+
+    @field_validator("family")
+    @classmethod
+    def _family(cls, v: str | None) -> str | None:
+        if v is None or v.endswith(".csv"):
+            return v
+        shipped = shipped_families()
+        if v not in shipped:
+            raise ValueError(f"unknown family {v!r} (shipped: {', '.join(shipped)}; or the path of a .csv)")
+        return v
+
+    @model_validator(mode="after")
+    def _family_profile(self) -> "ModelSpec":
+        if self.family is not None and self.profile is not None:
+            raise ValueError("give family or profile, not both (a family's profiles are its variants')")
+        return self
 
     @property
     def profile_name(self) -> str:
         return self.profile or self.name
+
+
+def shipped_families() -> list[str]:
+    """The variant families shipped in ``config/families`` (``<name>.csv``)."""
+    from importlib import resources
+
+    root = resources.files("config.families")
+    return sorted(f.name[:-4] for f in root.iterdir() if f.name.endswith(".csv") and f.name.count(".") == 1)
 
 
 class InstanceTypeSpec(_Strict):
@@ -442,4 +471,11 @@ def load_config(path: str | Path) -> Config:
     if cfg.profiles and not Path(cfg.profiles).is_absolute():
         # a relative profile CSV is relative to the config file (as every command reads it)
         cfg = cfg.model_copy(update={"profiles": str(p.parent / cfg.profiles)})
+    rel = [m for m in cfg.models if m.family and m.family.endswith(".csv") and not Path(m.family).is_absolute()]
+    if rel:   # a family CSV is relative to the config file too
+        cfg = cfg.model_copy(update={"models": [m.model_copy(update={"family": str(p.parent / m.family)})
+                                                if m in rel else m for m in cfg.models]})
+    for m in cfg.models:
+        if m.family and m.family.endswith(".csv") and not Path(m.family).is_file():
+            raise ConfigError(f"{p}: models[{m.name}].family: no such file {m.family}")
     return cfg

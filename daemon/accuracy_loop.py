@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from daemon.recent import Recent
 from variants.accuracy_allocation import Allocation
 from variants.accuracy_planner import VariantProfile
-from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState, due, plan_for, swaps
+from variants import accuracy_round as ar
+from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, AccuracyState
 
 if TYPE_CHECKING:
     from dispatcher.server import Dispatcher
@@ -126,15 +127,15 @@ class AccuracyLoop:
             return None
         d.accuracy.late_bound = set()       # (from SlackFit mode, a reload): queries are routed by plans
         inp = accuracy_inputs(d, now, d.accuracy.placement)
-        demand, self.state = due(inp, self.state, params)
+        demand, self.state = ar.due(inp, self.state, params)
         if demand is None:
             return None
         inp = with_profiles(d, inp)
         # the MILP off the event loop (queries keep flowing meanwhile); its inputs are a snapshot
-        alloc = await asyncio.to_thread(plan_for, inp, demand, params)
+        alloc = await asyncio.to_thread(ar.plan_for, inp, demand, params)
         self.state = replace(self.state, last=alloc)
         self.allocations.append((now, alloc))
-        moves = swaps(inp.hosted, alloc.placement)
+        moves = ar.swaps(inp.hosted, alloc.placement)
         todo = [(w, new) for w, _, new in moves if new is not None]
         got = await asyncio.gather(*(d.load_variant(w, v) for w, v in todo), return_exceptions=True)
         placement = dict(alloc.placement)

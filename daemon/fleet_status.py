@@ -11,6 +11,7 @@ from config.profiles import ProfileTable, load_profiles_csv
 from config.schema import Config
 from daemon.aws_wiring import DaemonError
 from daemon.profiling import stored_profiles
+from variants.families.applications import with_applications
 from scaler.cloud import ManagedInstance, pool_of
 from scaler.joint_plan import JointPlan
 from scaler.replan import DemandView
@@ -54,9 +55,10 @@ def demand_text(demand: dict[str, DemandView]) -> str:
 
 
 def load_profiles_for(cfg: Config) -> ProfileTable:
-    """The profile CSV and the profiles measured since (a model without any is profiled at start)."""
+    """The profile CSV, the profiles measured since (a model without any is profiled at start) and
+    the configured applications' (issue #25: each at its most accurate variant, and every variant)."""
     try:
-        return load_profiles_csv(cfg.profiles).merged(stored_profiles(cfg))
+        return with_applications(cfg, load_profiles_csv(cfg.profiles).merged(stored_profiles(cfg)))
     except ValueError as exc:
         raise DaemonError(str(exc)) from None
 

@@ -45,12 +45,17 @@ class DemandWindow:
         self._t = np.zeros(capacity, dtype=float)
         self._next = 0
         self.total = 0
-        self._grid_counts = np.zeros(1, dtype=np.int64)   # queries per ceil(batch / granularity)
+        self._grid_counts = np.zeros(1, dtype=np.int64)   # queries per grid size (:meth:`_grid_index`)
         self._batch_sum = 0
 
     def _grid_index(self, batch_size: int) -> int:
+        """Sizes 1..g at 0..g-1, then g·2, g·3, ... (``mix_from_batches``'s rounding)."""
         g = self.granularity
-        return (batch_size + g - 1) // g
+        return batch_size - 1 if batch_size <= g else (batch_size + g - 1) // g + g - 2
+
+    def _grid_sizes(self, idx: np.ndarray) -> np.ndarray:
+        g = self.granularity
+        return np.where(idx < g, idx + 1, (idx - g + 2) * g).astype(np.int64)
 
     def __len__(self) -> int:
         return min(self.total, self.capacity)
@@ -92,7 +97,7 @@ class DemandWindow:
         counts = self._grid_counts[idx]
         if not idx.size:
             return mix_from_batches(np.array([], dtype=np.int64), self.granularity)
-        return BatchMix(idx.astype(np.int64) * self.granularity, counts / counts.sum())
+        return BatchMix(self._grid_sizes(idx), counts / counts.sum())
 
     def arrival_rate(self, now: float, horizon_s: float | None = SHORT_HORIZON_S) -> float:
         """Queries per second over the last ``horizon_s`` seconds (a short horizon lets the fleet

@@ -57,6 +57,7 @@ class _Worker:
     tix: int = -1                   # index of ``itype`` in :attr:`QueryLoop.type_names`
     pred: list[float] = field(default_factory=list, repr=False)      # predicted ms by batch on ``itype``
     view: WorkerView | None = field(default=None, repr=False)        # the policy's view; None: stale
+    variant: str = ""               # the variant it hosts (:mod:`sim.variant_lane`; "": the lane's model)
 
 
 @dataclass
@@ -223,10 +224,15 @@ class QueryLoop:
         types = frozenset(w.itype for w in live)
         mins = self._min_by_types.get(types)
         if mins is None:
-            tabs = [self.times.pred_ms(t) for t in types]
+            tabs = self._pred_tables(types)
             mins = self._min_by_types[types] = [min(col) for col in zip(*tabs)]
         self._min_ms = mins
         return live
+
+    def _pred_tables(self, types: frozenset[str]) -> list[list[float]]:
+        """Predicted ms by batch that a query may be served at on ``types`` (the least bounds the
+        infeasibility pre-test)."""
+        return [self.times.pred_ms(t) for t in types]
 
     @staticmethod
     def _views(live: list[_Worker]) -> list[WorkerView]:
@@ -318,7 +324,7 @@ class QueryLoop:
         if len(self._queue) + len(self._retry) >= self.queue_limit:
             self.outcome[q] = REJECTED
             return
-        view = QueryView(str(q), self.model, b, now, self.qos_ms)
+        view = self._view(q, b, now)
         if self.drop:
             live = self._live if self._live is not None else self._refresh_live()
             if live and self._min_ms[b] > self.xi * self.qos_ms - _MARGIN_MS:  # type: ignore[index]
@@ -335,8 +341,12 @@ class QueryLoop:
             self.outcome[q] = UNAVAILABLE
             return
         self.requeued += 1
-        self._retry[q] = QueryView(str(q), self.model, self._bat[q], self._arr[q], self.qos_ms)
+        self._retry[q] = self._view(q, self._bat[q], self._arr[q])
         self._td = None
+
+    def _view(self, q: int, batch: int, arrival: float) -> QueryView:
+        """Query ``q``'s view for the policy (its model: the one whose latency predicts it)."""
+        return QueryView(str(q), self.model, batch, arrival, self.qos_ms)
 
     def _head(self, k: int) -> list[QueryView]:
         if not self._retry:
@@ -383,8 +393,13 @@ class QueryLoop:
                 break
         if not qs:
             return
+        self._match(qs, views, now)
+
+    def _match(self, qs: list[QueryView], views: list[WorkerView], now: float) -> None:
+        """One ``policy.match`` of the round's queries over the live workers, and the dispatches."""
         self.policy_calls += 1
         workers = self.workers
+        queue, retry = self._queue, self._retry
         for a in self.policy.match(qs, views, now):
             w = workers.get(a.worker_id)
             q = int(a.query_id)

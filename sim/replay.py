@@ -47,10 +47,14 @@ from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
 from sim.policies import dispatcher_policy
 from sim.query_loop import QueryLoop, ServiceTimes
 from sim.replay_fleet import Decisions, DecideFn, ReplayFleet, ReplayWorkers
+from sim.replay_accuracy import ReplayAccuracyRound
 from sim.replay_models import ReplayModelLoop
 from sim.service import ServiceKind, ServiceModel
 from sim.slo_check import slo_check as default_slo_check
+from sim.variant_lane import VariantLoop
 from sim.workload import Workload
+from variants.families.applications import application, with_applications
+from variants.model_decision import model_params_for
 
 #: launch-to-running delay by hardware class (issue #12: 90 s for GPU types, 60 s for CPU types)
 DEFAULT_BOOT_S: dict[str, float] = {"gpu": 90.0, "inferentia": 90.0, "cpu": 60.0}
@@ -111,6 +115,10 @@ class ReplayRun:
     errors: list[tuple[float, str]]
     wall_s: float
     plans: int = 0
+    #: accuracy scaling (issue #25): each application's variant swaps as routed, (at, worker, from, to),
+    #: and its accuracy plans, (at, allocation)
+    variant_swaps: dict[str, list[tuple[float, str, str, str]]] = field(default_factory=dict)
+    accuracy_plans: dict[str, list[tuple[float, object]]] = field(default_factory=dict)
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -161,11 +169,16 @@ def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spe
     m = cfg.model(name)
     lane = [x.name for x in cfg.models].index(m.name)
     times = service_times(profiles, spec, m, len(workload), lane)
-    return QueryLoop(workload.arrivals, workload.batches, model=m.profile_name, qos_ms=m.qos_ms,
-                     policy=dispatcher_policy(cfg, times.predictor), times=times,
-                     on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
-                     query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record,
-                     model_name=m.name)
+    kw = dict(model=m.profile_name, qos_ms=m.qos_ms, policy=dispatcher_policy(cfg, times.predictor),
+              on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
+              query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record,
+              model_name=m.name)
+    if m.family:    # an application: its queries are served by its variants (sim.variant_lane)
+        app = application(m)
+        vt = {v: ServiceTimes(v, times.predictor, ServiceModel(profiles, v, spec.service), times.z,
+                              max_batch=m.max_batch) for v, _ in app.variants}
+        return VariantLoop(workload.arrivals, workload.batches, app=app, variant_times=vt, **kw)
+    return QueryLoop(workload.arrivals, workload.batches, times=times, **kw)  # type: ignore[arg-type]
 
 
 def _only_model(cfg: Config) -> str:
@@ -229,6 +242,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
         raise ValueError("duration must be > 0")
     wall0 = time.perf_counter()
     loads = workloads_by_model(cfg, workload, spec)
+    profiles = with_applications(cfg, profiles)     # each application's variants (issue #25)
     clock = VirtualClock(0.0)
     timeline = _Timeline()
     targets: list[TargetChange] = []
@@ -253,6 +267,11 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
         fleet.workers = ReplayWorkers(lanes, clock, timeline.schedule, fleet.cloud.running_at, spec.load_s,
                                       fleet.decisions, warm_until=fleet.cloud.warm_until)
         fleet.model_loops = {m: ReplayModelLoop(cfg, profiles, q.times.predictor, m) for m, q in lanes.items()}
+        acc = model_params_for(cfg).accuracy
+        if acc is not None and acc.mode == "plan":     # the model loop's accuracy round (issue #25)
+            fleet.accuracy_rounds = {m: ReplayAccuracyRound(q, fleet.windows[m], acc, spec.load_s, timeline.schedule,
+                                                            clock.now)
+                                     for m, q in lanes.items() if isinstance(q, VariantLoop)}
         prices = cfg.prices()
         ledger = CostLedger(prices, cfg.budget_per_hour)
         launches: list[tuple[float, str, int]] = []
@@ -304,7 +323,9 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
             progress(1.0)
         return ReplayRun(cfg=cfg, lanes=lanes, duration_s=duration_s, ledger=ledger,
                          decisions=fleet.decisions, targets=targets, launches=launches, terminations=terminations,
-                         errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.mem.plans)
+                         errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.mem.plans,
+                         variant_swaps={m: r.swap_log for m, r in (fleet.accuracy_rounds or {}).items()},
+                         accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()})
     finally:
         fleet.close()
         if tmp is not None:

@@ -41,7 +41,9 @@ from scaler.state import StateStore
 from sim.clock import VirtualClock
 from sim.pick_eval import confirmed_plan
 from sim.query_loop import QueryLoop
+from sim.replay_accuracy import ReplayAccuracyRound
 from sim.replay_models import ReplayModelLoop
+from variants.capacity_hint import next_capacity_hint
 
 log = logging.getLogger("costscale.replay")
 
@@ -233,6 +235,8 @@ class ReplayFleet:
         self.store = StateStore.open(state_dir / "state.db")
         self.workers: ReplayWorkers | None = None
         self.model_loops: dict[str, ReplayModelLoop] = {}
+        #: accuracy scaling on: each application's accuracy round (the INFaaS round then runs for none)
+        self.accuracy_rounds: dict[str, ReplayAccuracyRound] | None = None
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour, clock=clock.now,
                                       drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s)
         self.models = [m.name for m in cfg.models]
@@ -372,6 +376,15 @@ class ReplayFleet:
             now = self.clock.now()
             shares = self.shares()
             for model, ml in self.model_loops.items():
+                if self.accuracy_rounds is not None:   # ``ModelLoop.tick`` in accuracy mode
+                    r = self.accuracy_rounds.get(model)
+                    if r is not None:
+                        r.tick(now)
+                    unmet = r.unmet() if r is not None else {}
+                    self.mem.capacity_hint[model] = next_capacity_hint(
+                        self.mem.capacity_hint.get(model, 1.0), (), {model: unmet.get(model, 0.0)},
+                        settled=fleet_step.fleet_settled(shares.get(model, {}), w.serving(model)))
+                    continue
                 snap = self.windows[model].snapshot(now)
                 decision = ml.tick(w.lanes[model], now, snap.arrival_qps, snap.mean_batch)
                 self.mem.capacity_hint[model] = ml.next_hint(self.mem.capacity_hint.get(model, 1.0), decision,

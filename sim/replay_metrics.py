@@ -24,10 +24,53 @@ def _finite(x: float) -> float | None:
     return None if not math.isfinite(x) else round(float(x), 6)
 
 
-def served_accuracy() -> dict[str, Any]:
-    """Only each model's base variant is replayed (:mod:`sim.replay_models`): every served query
-    gets the most accurate variant, so the 1-minute mean never drops below it."""
-    return {"mean": 1.0, "max_drop": 0.0, "relative_to": "the most accurate variant", "variants_replayed": False}
+def application_accuracy(q: Any, duration_s: float, step_s: float = TIMELINE_STEP_S) -> dict[str, Any]:
+    """One application's served accuracy (:class:`sim.variant_lane.VariantLoop`), in points (%):
+    the mean over its served queries, the most accurate variant's, the largest drop of a 1-minute
+    mean below it (``max_drop_points``; Proteus §6's "max accuracy drop"), the minutes whose mean
+    is below it, and per minute the mean (null: nothing served)."""
+    acc = q.served_accuracy()
+    ok = ~np.isnan(acc)
+    top = 100.0 * float(q.vaccuracy[0])
+    n_steps = max(int(math.ceil(duration_s / step_s)), 1)
+    k = np.minimum((q.arr[ok] // step_s).astype(np.int64), n_steps - 1)
+    cnt = np.bincount(k, minlength=n_steps)
+    tot = np.bincount(k, weights=acc[ok], minlength=n_steps)
+    per_min = [round(100.0 * float(t) / c, 4) if c else None for t, c in zip(tot, cnt)]
+    below = [m for m in per_min if m is not None and m < top - 1e-9]
+    return {"mean": round(100.0 * float(acc[ok].mean()), 4) if ok.any() else None, "top": round(top, 4),
+            "max_drop_points": round(float(max((top - m for m in below), default=0.0)), 4),
+            "minutes_below_full": len(below), "swaps": int(q.swaps), "by_minute": per_min}
+
+
+def served_accuracy(run: Any | None = None) -> dict[str, Any]:
+    """Accuracy served. A model without variants is served by its one model (accuracy 1 relative to
+    it); an application's variants are replayed (issue #25): ``applications`` holds each one's
+    :func:`application_accuracy` (without the per-minute list), and the totals are over them:
+    ``mean`` relative to the most accurate variant (every query of a plain model counts 1),
+    ``max_drop_points`` the largest of theirs, ``minutes_below_full`` the minutes when any was."""
+    apps = {m: q for m, q in (run.lanes.items() if run is not None else ()) if hasattr(q, "served_accuracy")}
+    if not apps:
+        return {"mean": 1.0, "max_drop": 0.0, "max_drop_points": 0.0, "minutes_below_full": 0,
+                "relative_to": "the most accurate variant", "variants_replayed": False}
+    per = {m: application_accuracy(q, run.duration_s) for m, q in apps.items()}
+    rel_sum, n = 0.0, 0
+    for m, q in run.lanes.items():
+        served = int((q.outcome == SERVED).sum())
+        if m in apps and served:
+            acc = q.served_accuracy()
+            rel_sum += float(np.nansum(acc)) / float(q.vaccuracy[0])
+        else:
+            rel_sum += served
+        n += served
+    minutes = set()
+    for a in per.values():
+        top = a["top"]
+        minutes |= {i for i, x in enumerate(a["by_minute"]) if x is not None and x < top - 1e-9}
+    drop = max(a["max_drop_points"] for a in per.values())
+    return {"mean": round(rel_sum / n, 6) if n else 1.0, "max_drop": round(drop / 100.0, 6), "max_drop_points": drop,
+            "minutes_below_full": len(minutes), "relative_to": "the most accurate variant", "variants_replayed": True,
+            "applications": {m: {k: v for k, v in a.items() if k != "by_minute"} for m, a in per.items()}}
 
 
 def _all(run: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -84,6 +127,10 @@ def timeline(run: Any, step_s: float = TIMELINE_STEP_S) -> dict[str, Any]:
                              minlength=n_steps)
             out["demand_by_model"][m] = [round(float(a) / step_s, 4) for a in n]
             out["attainment_by_model"][m] = [round(float(g) / a, 6) if a else None for g, a in zip(ok, n)]
+    apps = {m: q for m, q in run.lanes.items() if hasattr(q, "served_accuracy") and q.n}
+    if apps:   # each application's served accuracy per step (%), for the plot
+        out["accuracy_by_model"] = {m: application_accuracy(q, run.duration_s, step_s)["by_minute"]
+                                    for m, q in apps.items()}
     return out
 
 
@@ -123,7 +170,7 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
         "budget_violations": len(led.violations),
         "instance_hours": {t: round(h, 6) for t, h in led.instance_hours.items()},
         "decisions": asdict(run.decisions),
-        "accuracy": served_accuracy(),
+        "accuracy": served_accuracy(run),
         "plans": run.plans,
         "target_changes": len(run.targets),
         "errors": len(run.errors),
@@ -134,4 +181,4 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
     return out
 
 
-__all__ = ["lane_figures", "report", "timeline", "served_accuracy", "TIMELINE_STEP_S"]
+__all__ = ["application_accuracy", "lane_figures", "report", "timeline", "served_accuracy", "TIMELINE_STEP_S"]

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Collection
 
+from variants.families.applications import with_applications
 from config.schema import Config, ModelSpec, load_config
 from config.errors import UsageError
 from config.batch_dist import parse_batch_dist
@@ -56,6 +57,10 @@ def resolve(args: argparse.Namespace, cmd: str, *, one_model: bool = False) -> R
         from daemon.profiling import stored_profiles
 
         profiles = profiles.merged(stored_profiles(cfg))
+    try:   # the configured applications, at their most accurate variant (issue #25)
+        profiles = with_applications(cfg, profiles)
+    except ValueError as exc:
+        raise UsageError(f"{cmd}: {exc}") from None
     name = getattr(args, "model", None)
     if one_model and name is None and len(cfg.models) > 1:
         raise UsageError(f"{cmd}: the config has {len(cfg.models)} models ({', '.join(m.name for m in cfg.models)}): "

@@ -185,9 +185,13 @@ def not_replayed(cfg: Config) -> list[str]:
     """What the config turns on that this replay does not run (one line each): its figures are
     then those of the daemon without it."""
     out = []
-    if cfg.model_scaling.accuracy_scaling.enabled:
-        out.append("model_scaling.accuracy_scaling is not replayed here (the figures are without it); "
+    acc = cfg.model_scaling.accuracy_scaling
+    if acc.enabled and acc.mode != "plan":
+        out.append(f"model_scaling.accuracy_scaling mode {acc.mode} is not replayed here (plan mode is); "
                    "`costscale accuracy replay` replays it on a fixed pool")
+    if acc.enabled and not any(m.family for m in cfg.models):
+        out.append("model_scaling.accuracy_scaling: no model names a variant family (models[].family), so nothing "
+                   "is accuracy-scaled in this replay")
     if cfg.dispatcher.batching != "none":
         out.append(f"dispatcher.batching: {cfg.dispatcher.batching} is not replayed here (each query is its own call)")
     return out

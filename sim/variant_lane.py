@@ -1,0 +1,133 @@
+"""The query loop of an application (issue #25): queries any of its variants may answer, each worker
+hosting one variant, as the live dispatcher serves an accuracy-scaled application.
+
+:class:`VariantLoop` is :class:`sim.query_loop.QueryLoop` with the live path's variant rules:
+
+- admission (``dispatcher.accuracy_routing.AccuracyRouting.route``): a query takes the variant of
+  the worker the accuracy plan's :class:`dispatcher.plan_routing.PlanRouter` picks; with no plan
+  (accuracy scaling off, or before the first plan) the most accurate variant, which every worker
+  hosts when it registers (the fleet plans the application at it);
+- the matching round (``dispatcher.routing.RoutingRound._round``): the queries are grouped by
+  variant, and each group is matched over the live workers that host its variant;
+- service: the variant's profile on the worker's type (predicted and served);
+- a new plan (:meth:`set_plan`, after its loads): the workers' variants change, and a waiting query
+  whose variant no live worker hosts any more takes the new plan's
+  (``AccuracyRouting.repin_if_unplaced``).
+
+Each served query's variant is kept (:attr:`VariantLoop.qvariant`), so the report gives the served
+accuracy over time.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Mapping
+
+import numpy as np
+
+from dispatcher.plan_routing import PlanRouter
+from dispatcher.policy import QueryView, WorkerView
+from sim.query_loop import QueryLoop, ServiceTimes, _Worker
+from variants.families.applications import Application
+
+
+class VariantLoop(QueryLoop):
+    """A :class:`QueryLoop` over an application's variants (see the module docstring). ``times``
+    (variant → its service times) replaces the lane's one model's."""
+
+    def __init__(self, arrivals: np.ndarray, batches: np.ndarray, *, app: Application,
+                 variant_times: Mapping[str, ServiceTimes], **kw: object) -> None:
+        self.app = app
+        self.vtimes = dict(variant_times)
+        self.vnames = [v for v, _ in app.variants]
+        self.vindex = {v: i for i, v in enumerate(self.vnames)}
+        self.vaccuracy = np.array([a for _, a in app.variants], dtype=float)
+        super().__init__(arrivals, batches, times=self.vtimes[app.top], **kw)  # type: ignore[arg-type]
+        self.qvariant = np.full(self.n, -1, dtype=np.int16)   # index into vnames: pinned, then served by
+        self.router = PlanRouter()
+        self.placement: dict[str, str] = {}                    # the plan's worker -> variant
+        self.swaps = 0
+        self.rerouted = 0
+
+    # -- variants ------------------------------------------------------------------------------
+    def _pin(self) -> int:
+        """The variant index for the next query: the plan's pick, else the most accurate."""
+        w = self.router.route(self.app.name)
+        v = self.placement.get(w) if w is not None else None
+        return self.vindex[v] if v is not None else 0
+
+    def hosted(self) -> dict[str, str]:
+        """Worker → the variant it hosts (the live ones)."""
+        return {wid: w.variant for wid, w in self.workers.items() if not w.leaving}
+
+    def set_plan(self, placement: Mapping[str, str | None], routing: Mapping[str, float], now: float) -> None:
+        """The accuracy plan's loads are done: each placed worker hosts its variant, queries route by
+        ``routing`` (worker → fraction), and waiting queries whose variant no live worker hosts
+        take the plan's."""
+        for wid, v in placement.items():
+            w = self.workers.get(wid)
+            if w is None or v is None or w.variant == v:
+                continue
+            w.variant, w.pred, w.view = v, self.vtimes[v].pred_ms(w.itype), None
+            self.swaps += 1
+        self.placement = {wid: v for wid, v in placement.items() if v is not None and wid in self.workers}
+        self.router.set_plan({self.app.name: {w: f for w, f in routing.items() if w in self.placement}})
+        self._live = None
+        live = {w.variant for w in self.workers.values() if not (w.draining or w.leaving)}
+        for d in (self._retry, self._queue):
+            for q, view in list(d.items()):
+                if self.vnames[self.qvariant[q]] not in live:
+                    self.qvariant[q] = self._pin()
+                    d[q] = self._view(q, self._bat[q], view.arrival)
+                    self.rerouted += 1
+        self._round(now)
+
+    # -- QueryLoop hooks -----------------------------------------------------------------------
+    def add_worker(self, wid: str, itype: str, now: float, draining: bool = False) -> None:
+        """A worker registers hosting the most accurate variant (what the fleet planned it for)."""
+        if wid in self.workers:
+            return
+        super().add_worker(wid, itype, now, draining=True)       # no round before its variant is set
+        w = self.workers[wid]
+        w.variant, w.pred = self.app.top, self.vtimes[self.app.top].pred_ms(itype)
+        if not draining:
+            self.set_draining(wid, False, now)
+
+    def _arrive(self, now: float) -> None:
+        self.qvariant[self.i] = self._pin()
+        super()._arrive(now)
+
+    def _view(self, q: int, batch: int, arrival: float) -> QueryView:
+        return QueryView(str(q), self.vnames[self.qvariant[q]], batch, arrival, self.qos_ms)
+
+    def _pred_tables(self, types: frozenset[str]) -> list[list[float]]:
+        return [vt.pred_ms(t) for vt in self.vtimes.values() for t in types if self.app.latency.get((vt.model, t))]
+
+    def _match(self, qs: list[QueryView], views: list[WorkerView], now: float) -> None:
+        groups: dict[str, list[QueryView]] = {}
+        for v in qs:
+            groups.setdefault(v.model, []).append(v)
+        live = self._live or []
+        for variant, gqs in groups.items():
+            mine = [w for w in live if w.variant == variant]
+            if any(w.idle for w in mine):
+                super()._match(gqs, self._views(mine), now)
+
+    def _dispatch(self, q: int, w: _Worker, now: float) -> None:
+        b = self._bat[q]
+        w.idle, w.query, w.started, w.view = False, q, now, None
+        w.busy_until = now + w.pred[b] / 1000.0
+        self._idle_live -= 1
+        self.qvariant[q] = self.vindex[w.variant]
+        heapq.heappush(self._heap, (now + self.vtimes[w.variant].actual_s(w.itype, q, b), next(self._seq), w.wid, q))
+
+    def served_accuracy(self) -> np.ndarray:
+        """Per query, the accuracy of the variant that served it (nan: not served)."""
+        from sim.query_loop import SERVED
+
+        out = np.full(self.n, np.nan)
+        ok = self.outcome == SERVED
+        out[ok] = self.vaccuracy[self.qvariant[ok]]
+        return out
+
+
+__all__ = ["VariantLoop"]
