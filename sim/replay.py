@@ -231,13 +231,15 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
            spec: ReplaySpec = ReplaySpec(), *, slo_check: SloCheck = default_slo_check,
            progress: Callable[[float], None] | None = None, state_dir: Path | None = None,
            decide_fn: DecideFn | None = None,
-           on_query_loop: Callable[[dict[str, QueryLoop]], None] | None = None) -> ReplayRun:
+           on_query_loop: Callable[[dict[str, QueryLoop]], None] | None = None,
+           accuracy_round: bool = False) -> ReplayRun:
     """Replay ``workload`` (arrivals from 0; one per model, see :func:`workloads_by_model`) for
     ``duration_s`` virtual seconds under ``cfg``: every configured model on one clock and one budget.
 
     ``decide_fn(now, demand) -> (target, plan)`` replaces the planner on every fleet tick (the
     baselines of :mod:`sim.replay_baselines`); ``on_query_loop`` receives the query loops (model →
-    loop) once built."""
+    loop) once built; ``accuracy_round``: with ``decide_fn``, the model loop's accuracy round runs
+    all the same (a baseline's, ``accuracy_only``)."""
     if not duration_s > 0:
         raise ValueError("duration must be > 0")
     wall0 = time.perf_counter()
@@ -256,7 +258,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
     tmp = tempfile.TemporaryDirectory(prefix="costscale-replay-") if state_dir is None else None
     fleet = ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir,
                         boot_by_type=boot_delays(cfg, spec.boot_s), slo_check=slo_check, on_target=on_target,
-                        decide_fn=decide_fn)
+                        decide_fn=decide_fn, baseline_accuracy=accuracy_round)
     try:
         lanes = {m: make_query_loop(cfg, profiles, wl, spec, record=fleet.windows[m].record, model=m)
                  for m, wl in loads.items()}

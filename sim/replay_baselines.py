@@ -13,7 +13,15 @@ through the same query loop, cloud, actuator and boot delays, with another rule 
   reference for what the load needed, not a lower bound: a window's pool is checked at its peak
   rate only, and switching costs nothing.
 
-Baselines run without parking (surplus retires at once) and without the model loop. With several
+With accuracy scaling on and an application configured (issue #25) two more:
+
+- ``fleet_only``: costscale itself with accuracy scaling off (the fleet alone at full accuracy);
+- ``accuracy_only``: ``static_budget``'s pool held all day with the accuracy round on (Proteus on
+  the budget's pool).
+
+Baselines run without parking (surplus retires at once) and without the model loop (but for
+``fleet_only``, which is costscale's, and ``accuracy_only``'s accuracy round); the others serve at
+full accuracy, so ``hindsight`` is the full-accuracy reference. With several
 models every baseline plans them jointly (:func:`scaler.joint_plan.plan_joint`: ``hindsight`` is
 the joint min_cost pool per 5-minute window at each model's peak minute; ``reactive`` tracks a
 homogeneous pool per model, within the one budget).
@@ -38,6 +46,7 @@ from sim.replay import ReplayRun, ReplaySpec, replay, workloads_by_model
 from sim.replay_fleet import DecideFn
 from sim.slo_check import slo_check as default_slo_check
 from sim.workload import Workload
+from variants.families.applications import with_applications
 
 #: target tracking (EC2 Auto Scaling): target utilisation, scale-out and scale-in cooldowns (s)
 TARGET_UTILIZATION = 0.70
@@ -50,6 +59,22 @@ HINDSIGHT_WINDOW_S = 300.0
 _RATE_GRID = 1.02
 
 BASELINE_NAMES = ("static_peak", "static_budget", "reactive", "hindsight")
+#: with accuracy scaling on and an application configured (issue #25): costscale with accuracy
+#: scaling off, and the budget's pool pinned with accuracy scaling on
+ACCURACY_BASELINES = ("fleet_only", "accuracy_only")
+
+
+def baseline_names(cfg: Config) -> tuple[str, ...]:
+    """The baselines ``--baselines`` runs for ``cfg``: :data:`BASELINE_NAMES`, and
+    :data:`ACCURACY_BASELINES` when an application is accuracy-scaled in the replay."""
+    acc = cfg.model_scaling.accuracy_scaling
+    scaled = acc.enabled and acc.mode == "plan" and any(m.family for m in cfg.models)
+    return BASELINE_NAMES + (ACCURACY_BASELINES if scaled else ())
+
+
+def without_accuracy_scaling(cfg: Config) -> Config:
+    acc = cfg.model_scaling.accuracy_scaling.model_copy(update={"enabled": False})
+    return cfg.model_copy(update={"model_scaling": cfg.model_scaling.model_copy(update={"accuracy_scaling": acc})})
 
 
 def minute_peaks(arrivals: np.ndarray, duration_s: float) -> np.ndarray:
@@ -70,7 +95,7 @@ class PoolPlanner:
     the config's declared batch mix, memoised per (objective, each model's grid rate)."""
 
     def __init__(self, cfg: Config, profiles: ProfileTable, slo_check: SloCheck) -> None:
-        self.cfg, self.profiles, self.slo_check = cfg, profiles, slo_check
+        self.cfg, self.profiles, self.slo_check = cfg, with_applications(cfg, profiles), slo_check
         self.declared = declared_demands(cfg)
         self._memo: dict[tuple[str, tuple[float, ...]], JointPlan] = {}
 
@@ -172,6 +197,7 @@ def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workl
                  duration_s: float, spec: ReplaySpec, *, slo_check: SloCheck = default_slo_check,
                  planner: PoolPlanner | None = None) -> ReplayRun:
     """One baseline's replay (module doc), every model at once (jointly planned)."""
+    profiles = with_applications(cfg, profiles)    # an application at its most accurate variant (issue #25)
     planner = planner or PoolPlanner(cfg, profiles, slo_check)
     base_cfg = _no_parking(cfg)
     loads = {m: wl for m, wl in workloads_by_model(cfg, workload, spec).items()}
@@ -179,9 +205,12 @@ def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workl
     if name == "static_peak":
         plan = planner.plan("min_cost", {m: float(p.max()) for m, p in peaks.items()})
         return replay(base_cfg, profiles, loads, duration_s, spec, slo_check=slo_check, decide_fn=_held(plan))
-    if name == "static_budget":
+    if name in ("static_budget", "accuracy_only"):   # accuracy_only: the same pool, the accuracy round on
         plan = planner.plan("max_throughput", {m: len(wl) / duration_s for m, wl in loads.items()})
-        return replay(base_cfg, profiles, loads, duration_s, spec, slo_check=slo_check, decide_fn=_held(plan))
+        return replay(base_cfg, profiles, loads, duration_s, spec, slo_check=slo_check, decide_fn=_held(plan),
+                      accuracy_round=name == "accuracy_only")
+    if name == "fleet_only":      # costscale's own loops, accuracy scaling off
+        return replay(without_accuracy_scaling(cfg), profiles, loads, duration_s, spec, slo_check=slo_check)
     if name == "reactive":
         first = planner.plan("min_cost", {m: float(minute_peaks(wl.arrivals, min(duration_s, 60.0))[0])
                                           for m, wl in loads.items()})
@@ -211,7 +240,7 @@ def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workl
                           boot_s={"gpu": 0.0, "inferentia": 0.0, "cpu": 0.0}, load_s=0.0, warm_start=True)
         return replay(base_cfg.model_copy(update={"intervals": iv}), profiles, loads, duration_s, zero,
                       slo_check=slo_check, decide_fn=decide)
-    raise ValueError(f"unknown baseline {name!r} (known: {', '.join(BASELINE_NAMES)})")
+    raise ValueError(f"unknown baseline {name!r} (known: {', '.join(BASELINE_NAMES + ACCURACY_BASELINES)})")
 
 
-__all__ = ["BASELINE_NAMES", "HINDSIGHT_WINDOW_S", "PoolPlanner", "Reactive", "ReactiveFleet", "base_type_for", "minute_peaks", "run_baseline"]
+__all__ = ["ACCURACY_BASELINES", "BASELINE_NAMES", "baseline_names", "without_accuracy_scaling", "HINDSIGHT_WINDOW_S", "PoolPlanner", "Reactive", "ReactiveFleet", "base_type_for", "minute_peaks", "run_baseline"]

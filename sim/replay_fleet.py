@@ -229,7 +229,7 @@ class ReplayFleet:
     def __init__(self, cfg: Config, profiles: ProfileTable, clock: VirtualClock, state_dir: Path, *,
                  boot_by_type: dict[str, float], slo_check: SloCheck,
                  on_target: Callable[[float, dict[str, int], JointPlan | None, Demands], None] | None = None,
-                 decide_fn: DecideFn | None = None) -> None:
+                 decide_fn: DecideFn | None = None, baseline_accuracy: bool = False) -> None:
         self.cfg, self.profiles, self.clock, self.slo_check = cfg, profiles, clock, slo_check
         self.cloud = FakeCloud(cfg.cluster, clock=clock.now, boot_by_type=boot_by_type)
         self.store = StateStore.open(state_dir / "state.db")
@@ -246,6 +246,7 @@ class ReplayFleet:
         self.decisions = Decisions()
         self.on_target = on_target
         self.decide_fn = decide_fn     # a baseline's own rule instead of the planner (sim.replay_baselines)
+        self.baseline_accuracy = baseline_accuracy   # a baseline with the accuracy round on (accuracy_only)
         self.confirmed = PickCache()   # max_throughput picks confirmed by simulation (daemon.pick_confirmer)
         self.errors: list[tuple[float, str]] = []
 
@@ -371,6 +372,9 @@ class ReplayFleet:
         early-replan check."""
         w = self.workers
         if self.decide_fn is not None:      # a baseline: no model loop, no early replans
+            if self.baseline_accuracy and self.accuracy_rounds:
+                for r in self.accuracy_rounds.values():
+                    r.tick(self.clock.now())
             return
         if self.model_loops and w is not None:
             now = self.clock.now()

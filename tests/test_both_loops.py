@@ -89,6 +89,20 @@ def test_two_workers_on_one_queue_carry_more_than_two_alone() -> None:
     assert "lo" in alloc.placement.values()
 
 
+def test_a_noisy_second_is_no_burst() -> None:
+    from variants.accuracy_trigger import TriggerParams, beyond_noise, initial_state, replan
+
+    p = TriggerParams(noise_z=3.0)
+    s = initial_state(6.0, p)
+    # 9 q/s over 1 s is 1.5x the plan (Proteus's 1.2x) but 3 queries over 6, within 3 sd (3 x 2.449)
+    assert not beyond_noise(9.0, 6.0, 1.0, 3.0) and beyond_noise(14.0, 6.0, 1.0, 3.0)
+    d, _ = replan(s, 10.0, {1.0: 9.0, 5.0: 8.0}.__getitem__, p)
+    assert d is None
+    assert replan(s, 10.0, {1.0: 9.0, 5.0: 8.0}.__getitem__, TriggerParams())[0] == 9.0   # Proteus alone: a burst
+    d, _ = replan(s, 10.0, {1.0: 14.0, 5.0: 8.0}.__getitem__, p)                        # a step: at once
+    assert d == 14.0
+
+
 # ---- the replay: both loops through a burst -------------------------------------------------------
 
 def _run(accuracy: bool, hours: float = 0.5):  # type: ignore[no-untyped-def]
@@ -111,11 +125,12 @@ def test_accuracy_bridges_the_burst_the_fleet_alone_misses(both) -> None:  # typ
     rep, base = report(run), report(fleet_only)
     print(f"both loops: {rep['slo_attainment']:.6f} ${rep['cost_usd']:.6f} {rep['accuracy']}; "
           f"fleet only: {base['slo_attainment']:.6f} ${base['cost_usd']:.6f}")
-    # README "Replay": 99.96 % within SLO at a 5.10-point max drop, against 93.28 % with the fleet alone
+    # README "Replay": 99.96 % within SLO at a 4.92-point max drop, against 93.28 % with the fleet alone
     assert rep["slo_attainment"] >= 0.9995
     assert base["slo_attainment"] < 0.94
     acc = rep["accuracy"]
-    assert acc["variants_replayed"] is True and 0.0 < acc["max_drop_points"] <= 5.2
+    assert acc["variants_replayed"] is True and 0.0 < acc["max_drop_points"] <= 5.0
+    assert acc["minutes_below_full"] <= 12         # 9 here: noisy seconds are no bursts (burst_noise_z)
     assert base["accuracy"]["variants_replayed"] is False or base["accuracy"]["max_drop_points"] == 0.0
     assert rep["budget_violations"] == 0 and rep["peak_cost_per_hour"] <= 3.0
     # the money is the fleet's: within 1 % of the fleet-only run

@@ -100,7 +100,8 @@ def model_params_for(cfg: "Config") -> ModelLoopParams:
     daemon and the replay both run with."""
     ms = cfg.model_scaling
     acc = ms.accuracy_scaling
-    accuracy = (AccuracyRoundParams(trigger=TriggerParams(replan_s=acc.replan_s), beta=acc.beta,
+    accuracy = (AccuracyRoundParams(trigger=TriggerParams(replan_s=acc.replan_s, noise_z=acc.burst_noise_z),
+                                    beta=acc.beta,
                                     min_accuracy=tuple(sorted(acc.min_accuracy.items())), mode=acc.mode)
                 if acc.enabled else None)
     return ModelLoopParams(solver=ms.solver, headroom=cfg.headroom,

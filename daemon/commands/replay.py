@@ -21,7 +21,7 @@ from daemon.commands._overrides import resolve
 from daemon.commands._progress import Progress
 from sim.patterns import parse_pattern, pattern_workload
 from sim.replay import DEFAULT_BOOT_S, Fault, ReplaySpec, replay
-from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, run_baseline
+from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, baseline_names, run_baseline
 from sim.replay_metrics import report
 from sim.slo_check import slo_check
 from sim.workload import Workload, read_trace_csv, trace_workload
@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--throttle", action="append", default=[], metavar="N@T",
                    help="the N cloud calls after T seconds are throttled (repeatable)")
     p.add_argument("--cold", action="store_true", help="start with no instances (default: the first pool is up)")
-    p.add_argument("--baselines", action="store_true", help="also run " + ", ".join(BASELINE_NAMES))
+    p.add_argument("--baselines", action="store_true", help="also run " + ", ".join(BASELINE_NAMES)
+                   + " (and fleet_only, accuracy_only with accuracy scaling on)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="draw the timeline")
     p.set_defaults(func=run_replay)
@@ -216,7 +217,8 @@ def run_replay(args: argparse.Namespace) -> int:
     boot = {"gpu": args.boot_gpu_s, "inferentia": args.boot_gpu_s, "cpu": args.boot_cpu_s}
     spec = ReplaySpec(service=args.service, seed=args.seed, boot_s=boot, warm_start=not args.cold,
                       faults=_faults(args, set(cfg.catalog())))
-    runs = 1 + (len(BASELINE_NAMES) if args.baselines else 0)
+    names = baseline_names(cfg) if args.baselines else ()
+    runs = 1 + len(names)
     bar, tick = _bar(100 * runs, f"replay {'+'.join(wl)}")
     done = {"n": 0}
 
@@ -229,12 +231,12 @@ def run_replay(args: argparse.Namespace) -> int:
         if args.baselines:
             planner = PoolPlanner(cfg, r.profiles, slo_check)
             out["baselines"] = {}
-            for name in BASELINE_NAMES:
+            for name in names:
                 done["n"] += 1
                 rep = report(run_baseline(name, cfg, r.profiles, wl, duration, spec, planner=planner))
                 out["baselines"][name] = {k: rep[k] for k in ("cost_usd", "slo_attainment", "p99_ms",
                                                               "peak_cost_per_hour", "instance_hours", "decisions",
-                                                              "models")}
+                                                              "models", "accuracy")}
     finally:
         bar.close()
     if args.plot:
@@ -270,8 +272,14 @@ def _print(o: dict[str, Any]) -> None:
     print("  instance-hours " + ", ".join(f"{t} {h:.3f}" for t, h in o["instance_hours"].items()))
     print("  decisions " + ", ".join(f"{k} {v}" for k, v in o["decisions"].items())
           + f"; plans {o['plans']}; wall {o['wall_s']:.1f} s")
+    acc = o["accuracy"]
+    for app, a in (acc.get("applications") or {}).items():
+        print(f"  accuracy {app}: mean {a['mean']:.2f} % of the top {a['top']:.2f} %; max drop "
+              f"{a['max_drop_points']:.2f} points; {a['minutes_below_full']} minute(s) below full; {a['swaps']} swaps")
     for name, b in (o.get("baselines") or {}).items():
         ratio = o["cost_usd"] / b["cost_usd"] if b["cost_usd"] > 0 else math.nan
-        print(f"  {name:<14} ${b['cost_usd']:.4f} ({100 * b['slo_attainment']:.2f} % in SLO); "
-              f"costscale/{name} {ratio:.2f}x")
+        drop = b.get("accuracy", {}).get("max_drop_points", 0.0)
+        print(f"  {name:<14} ${b['cost_usd']:.4f} ({100 * b['slo_attainment']:.2f} % in SLO"
+              + (f", max drop {drop:.2f} points" if acc.get("variants_replayed") else "")
+              + f"); costscale/{name} {ratio:.2f}x")
     sys.stdout.flush()
