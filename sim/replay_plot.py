@@ -1,7 +1,8 @@
 """The replay's timeline as a picture (``costscale replay --plot FILE.png``): demand (each model's,
 when several) and the allowable capacity of the pool, each model's share of queries within its SLO
 when several, $/hr against the budget, p99 against the QoS target, launches and
-retirements marked. matplotlib (the ``bench`` extra) is imported only here.
+retirements marked, and an application's served accuracy per minute with its variant swaps (issue
+#25). matplotlib (the ``bench`` extra) is imported only here.
 """
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def plot_replay(run: Any, out: dict[str, Any], path: str) -> None:
         raise UsageError("replay --plot needs matplotlib (pip install 'costscale[bench]')") from None
     tl = out["timeline"]
     hours = [t / 3600.0 for t in tl["t_s"]]
-    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 8), sharex=True)
+    accuracy = tl.get("accuracy_by_model") or {}
+    fig, axes = plt.subplots(4 if accuracy else 3, 1, figsize=(11, 10.5 if accuracy else 8), sharex=True)
+    ax1, ax2, ax3 = axes[:3]
     several = bool(tl.get("demand_by_model"))
     colors = ["tab:cyan", "tab:orange", "tab:olive", "tab:pink", "tab:brown", "tab:red"]
     ax1.plot(hours, tl["demand_qps"], color="black" if several else "tab:blue", lw=1,
@@ -61,8 +64,22 @@ def plot_replay(run: Any, out: dict[str, Any], path: str) -> None:
         ax3.plot(hours, p99, color="tab:blue", lw=1, label="p99 of each minute's queries (ms; gaps: > 1 % missed)")
         ax3.axhline(out["qos_ms"], color="black", ls=":", label="QoS")
         ax3.set_ylabel("ms")
-    ax3.set_xlabel("hours")
     ax3.legend(loc="upper left", fontsize=8)
+    if accuracy:    # served accuracy per minute, each application against its most accurate variant
+        ax4 = axes[3]
+        apps = (out.get("accuracy") or {}).get("applications") or {}
+        for k, (m, series) in enumerate(accuracy.items()):
+            ax4.plot(hours, [a if a is not None else float("nan") for a in series], lw=1,
+                     color=colors[k % len(colors)], label=f"{m}: mean accuracy served each minute (%)")
+            if m in apps:
+                ax4.axhline(apps[m]["top"], color=colors[k % len(colors)], ls=":", lw=0.8,
+                            label=f"{m}: most accurate variant ({apps[m]['top']:.2f} %)")
+            for t, *_ in getattr(run, "variant_swaps", {}).get(m, []):
+                ax4.axvline(t / 3600.0, color="tab:gray", alpha=0.15, lw=0.6)
+        ax4.set_ylabel("accuracy %")
+        ax4.legend(loc="lower left", fontsize=8)
+        ax4.set_title("served accuracy (grey: variant swaps routed)", fontsize=9)
+    axes[-1].set_xlabel("hours")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
