@@ -230,7 +230,7 @@ class AccuracyScalingSpec(_Strict):
     min_accuracy: dict[Name, Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=dict, description="application -> the least accuracy its queries may be served at")
     burst_noise_z: Annotated[float, Field(ge=0, le=10)] = Field(
-        3.0, description="a burst must lie this many Poisson standard deviations above the planned rate over "
+        4.0, description="a burst must lie this many Poisson standard deviations above the planned rate over "
                          "its 1 s window (0: Proteus's test alone); at a few q/s a noisy second is no burst")
 
 

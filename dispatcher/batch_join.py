@@ -29,6 +29,8 @@ from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
 
 #: at most this many queries in one call (the batch's sizes are bounded by max_batch too)
 MAX_QUERIES = 64
+#: how far down the queue a dispatched query looks for queries to join it
+JOIN_SCAN = 1024
 
 
 def signature(inputs: Sequence[pb.Tensor], batch: int) -> tuple | None:

@@ -55,7 +55,7 @@ def group_key(variant: str, model: str) -> GroupKey:
 
 
 #: how far down the queue a dispatched query looks for queries to join it (dispatcher.batch_join)
-JOIN_SCAN = 1024
+JOIN_SCAN = batch_join.JOIN_SCAN
 
 
 #: with several models on their own workers, a round looks this far into the queue for each

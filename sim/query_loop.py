@@ -33,6 +33,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
+from dispatcher.batch_join import JOIN_SCAN, MAX_QUERIES, followers
 from dispatcher.policies import infeasible
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI, LatencyPredictor, Policy, QueryView, WorkerView
 from sim.service import ServiceModel
@@ -58,6 +59,7 @@ class _Worker:
     pred: list[float] = field(default_factory=list, repr=False)      # predicted ms by batch on ``itype``
     view: WorkerView | None = field(default=None, repr=False)        # the policy's view; None: stale
     variant: str = ""               # the variant it hosts (:mod:`sim.variant_lane`; "": the lane's model)
+    joined: list[int] = field(default_factory=list)   # queries that joined ``query``'s call (batching)
 
 
 @dataclass
@@ -112,7 +114,7 @@ class QueryLoop:
                  times: ServiceTimes, on_deadline: Literal["drop", "best_effort"] = "drop", xi: float = DISPATCH_XI,
                  view_factor: int = DISPATCH_VIEW_FACTOR, query_timeout_s: float = 30.0, queue_limit: int = 10_000,
                  max_retries: int = 2, record: Callable[[int, float], None] | None = None,
-                 model_name: str | None = None) -> None:
+                 model_name: str | None = None, batching: bool = False) -> None:
         self.arr = np.asarray(arrivals, dtype=float)
         self.bat = np.minimum(np.asarray(batches, dtype=np.int64), times.max_batch)
         self._arr = self.arr.tolist()
@@ -124,6 +126,8 @@ class QueryLoop:
         self.xi, self.view_factor, self.timeout_s = xi, view_factor, query_timeout_s
         self.queue_limit, self.max_retries = queue_limit, max_retries
         self.record = record
+        self.batching = batching      # ``dispatcher.batching: work_conserving`` (dispatcher.batch_join)
+        self.calls = 0                # worker calls made (fewer than queries served when they join)
         self.latency = np.full(self.n, np.inf)
         self.outcome = np.zeros(self.n, dtype=np.int8)
         self.worker_type = np.full(self.n, -1, dtype=np.int16)     # index into type_names of the server
@@ -178,7 +182,8 @@ class QueryLoop:
         del self.workers[wid]
         self._live = None
         if w.query >= 0:
-            self._requeue(w.query)
+            for x in (w.query, *w.joined):
+                self._requeue(x)
         self._round(now)
 
     def registered(self) -> frozenset[str]:
@@ -300,13 +305,18 @@ class QueryLoop:
         if w is None or w.query != q:        # re-dispatched when its worker left
             return
         started = w.started
-        self.latency[q] = (now - self._arr[q]) * 1000.0
-        self.outcome[q] = SERVED
-        self.worker_type[q] = w.tix
+        rows = 0
+        for x in (q, *w.joined):
+            self.latency[x] = (now - self._arr[x]) * 1000.0
+            self.outcome[x] = SERVED
+            self.worker_type[x] = w.tix
+            rows += self._bat[x]
         self.busy_s += now - started
         w.busy_s += now - max(started, self._sampled_at)
-        w.samples.append((self._bat[q], (now - started) * 1000.0))
+        w.samples.append((rows, (now - started) * 1000.0))
         w.query, w.idle, w.busy_until, w.view = -1, True, now, None
+        if w.joined:
+            w.joined = []
         if w.leaving:
             del self.workers[wid]
             self._live = None
@@ -400,22 +410,52 @@ class QueryLoop:
         self.policy_calls += 1
         workers = self.workers
         queue, retry = self._queue, self._retry
-        for a in self.policy.match(qs, views, now):
+        matches = self.policy.match(qs, views, now)
+        reserved = {a.query_id for a in matches} if self.batching else None
+        for a in matches:
             w = workers.get(a.worker_id)
             q = int(a.query_id)
             if w is None or not w.idle or w.draining or w.leaving:
                 continue                      # the policy broke the contract: the query stays queued
-            if retry.pop(q, None) is None and queue.pop(q, None) is None:
+            view = retry.pop(q, None) or queue.pop(q, None)
+            if view is None:
                 continue
             self._td = None
-            self._dispatch(q, w, now)
+            self._dispatch(q, w, now, self._joiners(view, w, now, reserved) if reserved is not None else ())
 
-    def _dispatch(self, q: int, w: _Worker, now: float) -> None:
-        b = self._bat[q]
+    def _joiners(self, head: QueryView, w: _Worker, now: float, reserved: set[str]) -> list[int]:
+        """``dispatcher.routing.RoutingRound._join``: the queries of the head's group still waiting
+        (the first ``JOIN_SCAN``, not matched in this round) that :func:`dispatcher.batch_join.followers`
+        lets join its call; taken off the queues."""
+        scan = itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
+        waiting = list(itertools.islice((x for x in scan if x.model == head.model and x.query_id not in reserved),
+                                        MAX_QUERIES))
+        if not waiting:
+            return []
+        picks = followers(head, (), [(x, ()) for x in waiting], w.itype, self.times.predictor, now,
+                          self.times.max_batch, self.xi)
+        out = []
+        for i in picks:
+            x = int(waiting[i].query_id)
+            if self._retry.pop(x, None) is None:
+                del self._queue[x]
+            out.append(x)
+        return out
+
+    def _service_s(self, w: _Worker, q: int, rows: int) -> float:
+        """Seconds ``w`` takes for a call of ``rows`` led by query ``q`` (its draw)."""
+        return self.times.actual_s(w.itype, q, rows)
+
+    def _dispatch(self, q: int, w: _Worker, now: float, joined: list[int] | tuple = ()) -> None:
+        rows = self._bat[q]
+        if joined:
+            w.joined = list(joined)
+            rows += sum(self._bat[x] for x in joined)
+        self.calls += 1
         w.idle, w.query, w.started, w.view = False, q, now, None
-        w.busy_until = now + w.pred[b] / 1000.0
+        w.busy_until = now + w.pred[rows] / 1000.0
         self._idle_live -= 1                  # w is live (``_round`` checked), so the count is current
-        heapq.heappush(self._heap, (now + self.times.actual_s(w.itype, q, b), next(self._seq), w.wid, q))
+        heapq.heappush(self._heap, (now + self._service_s(w, q, rows), next(self._seq), w.wid, q))
 
     def finish(self, t_end: float) -> None:
         """Run the events before ``t_end``; queries still waiting or in flight at the end stay

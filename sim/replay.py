@@ -172,7 +172,7 @@ def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spe
     kw = dict(model=m.profile_name, qos_ms=m.qos_ms, policy=dispatcher_policy(cfg, times.predictor),
               on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
               query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record,
-              model_name=m.name)
+              model_name=m.name, batching=cfg.dispatcher.batching == "work_conserving")
     if m.family:    # an application: its queries are served by its variants (sim.variant_lane)
         app = application(m)
         vt = {v: ServiceTimes(v, times.predictor, ServiceModel(profiles, v, spec.service), times.z,

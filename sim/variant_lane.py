@@ -19,7 +19,6 @@ accuracy over time.
 """
 from __future__ import annotations
 
-import heapq
 from typing import Mapping
 
 import numpy as np
@@ -112,13 +111,10 @@ class VariantLoop(QueryLoop):
             if any(w.idle for w in mine):
                 super()._match(gqs, self._views(mine), now)
 
-    def _dispatch(self, q: int, w: _Worker, now: float) -> None:
-        b = self._bat[q]
-        w.idle, w.query, w.started, w.view = False, q, now, None
-        w.busy_until = now + w.pred[b] / 1000.0
-        self._idle_live -= 1
-        self.qvariant[q] = self.vindex[w.variant]
-        heapq.heappush(self._heap, (now + self.vtimes[w.variant].actual_s(w.itype, q, b), next(self._seq), w.wid, q))
+    def _service_s(self, w: _Worker, q: int, rows: int) -> float:
+        for x in (q, *w.joined):
+            self.qvariant[x] = self.vindex[w.variant]
+        return self.vtimes[w.variant].actual_s(w.itype, q, rows)
 
     def served_accuracy(self) -> np.ndarray:
         """Per query, the accuracy of the variant that served it (nan: not served)."""

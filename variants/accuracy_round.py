@@ -122,7 +122,10 @@ def due(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRoundParams =
     for app in apps:
         t = triggers.get(app)
         if t is None:
-            d = inp.rate(app, params.trigger.demand_window_s)
+            # the first look: the window may be younger than the demand window, and a young window
+            # reads low (a handful of queries counts over the whole window); planned for a quarter of
+            # the rate, the next noisy second read as a burst (the replay's start, issue #25)
+            d = max(inp.rate(app, params.trigger.demand_window_s), inp.rate(app, params.trigger.burst_window_s))
             triggers[app] = initial_state(d, params.trigger, inp.now)
             demand[app], fired = d, True
             continue

@@ -8,16 +8,19 @@ runs periodically, and at once when the load balancers' monitor sees a burst).
   on a few seconds of arrivals).
 - **Timer:** every ``replan_s``, plan for the mean rate since the last plan, if it moved by
   ``replan_delta`` (a plan for the same demand only shuffles variants, and a swap stops a worker).
-- **Noise** (ours, issue #25; ``noise_z`` > 0, the daemon's default 3 through
+- **Noise** (ours, issue #25; ``noise_z`` > 0, the daemon's default 4 through
   ``model_scaling.accuracy_scaling.burst_noise_z``): a burst must also lie more than ``noise_z``
   standard deviations of a Poisson count over the short window above the demand planned
-  (:func:`beyond_noise`; a real step is seen as soon as before). At the hundreds of q/s Proteus
-  ran, 20 % is already beyond noise; at 6 q/s one second holds 6 queries, and a Poisson second read
-  as a burst: the first replay of both loops swapped variants 179 times in 30 minutes of 6 q/s with
-  bursts to 24, 17 minutes below full accuracy; with the guard 65 and 9, at the same attainment
-  (99.96 %). The fixed-pool reproduction (:mod:`sim.accuracy_sim`) keeps Proteus's test alone:
-  there, at 22-89 q/s, the guard cost attainment (99.78 → 99.25 %: the noisy seconds it ignores
-  had been re-planning the high phase up).
+  (:func:`beyond_noise`; a 2x step at 20 q/s or a 4x step at 6 q/s is seen as soon as before). At
+  the hundreds of q/s Proteus ran, 20 % is already beyond noise; at a few q/s one second holds a
+  few queries, and a Poisson second read as a burst: the first replay of both loops swapped variants
+  179 times in 30 minutes of 6 q/s with bursts to 24, 17 minutes below full accuracy; 3 standard
+  deviations left a false burst every ~5 minutes (a dip and a swap back each); with 4 (and the
+  first look's rate, :func:`variants.accuracy_round.due`): 27 swaps, 4 minutes below full, at the
+  same attainment (99.96 %). The fixed-pool reproduction
+  (:mod:`sim.accuracy_sim`) keeps Proteus's test alone: there, at 22-89 q/s, the guard cost
+  attainment (99.78 → 99.25 % at 3: the noisy seconds it ignores had been re-planning the high
+  phase up).
 
 The caller measures the rates (:class:`Rates`) and keeps :class:`TriggerState` between calls.
 """
@@ -35,7 +38,7 @@ class TriggerParams:
     burst_window_s: float = 1.0
     burst_factor: float = 1.2
     replan_delta: float = 0.10
-    noise_z: float = 0.0        # 0: Proteus's test alone; the daemon's config sets 3 (model_params_for)
+    noise_z: float = 0.0        # 0: Proteus's test alone; the daemon's config sets 4 (model_params_for)
 
 
 @dataclass(frozen=True)

@@ -193,8 +193,6 @@ def not_replayed(cfg: Config) -> list[str]:
     if acc.enabled and not any(m.family for m in cfg.models):
         out.append("model_scaling.accuracy_scaling: no model names a variant family (models[].family), so nothing "
                    "is accuracy-scaled in this replay")
-    if cfg.dispatcher.batching != "none":
-        out.append(f"dispatcher.batching: {cfg.dispatcher.batching} is not replayed here (each query is its own call)")
     return out
 
 
