@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from variants.autoscale_greedy import fill_greedy, greedy_scale
@@ -184,3 +186,47 @@ def test_greedy_scales_down_cheap_instances_in_dollars_per_second() -> None:
     plan, state = greedy_scale(problem, now=0.0, state=GreedyState())
     plan, _ = greedy_scale(problem, now=1e6, state=state)   # long after T_v
     assert plan.counts["cpu"] == 1
+
+
+@st.composite
+def small_problems(draw) -> ScalingProblem:  # type: ignore[no-untyped-def]
+    """At most 4 variants over 1-2 models, each needing at most 5 instances of any variant (load x
+    (1 + headroom) <= 22 q/s, every saturation >= 5 q/s; unloading only lowers the cost): the
+    optimum lies among counts 0..5, which a brute force enumerates."""
+    variants, loads, slos, running = [], {}, {}, {}
+    n_models = draw(st.integers(1, 2))
+    for m in range(n_models):
+        model = f"m{m}"
+        for j in range(draw(st.integers(1, 4 // n_models))):
+            v = ScalingVariant(f"{model}v{j}", model, draw(st.sampled_from(HW)), latency_ms=draw(st.floats(5, 300)),
+                               saturation_qps=draw(st.floats(5, 50)), cost_per_second=draw(st.floats(0.01, 20)),
+                               load_latency_s=draw(st.floats(0, 10)), resources={"units": draw(st.integers(1, 3))})
+            variants.append(v)
+            running[v.name] = draw(st.integers(0, 2))
+        loads[model] = draw(st.floats(0, 20))
+        slos[model] = draw(st.floats(5, 400))
+    caps = {hw: {"units": draw(st.integers(0, 12))} for hw in HW} if draw(st.booleans()) else {}
+    return ScalingProblem(tuple(variants), loads, slos, running=running, capacity=caps,
+                          headroom=draw(st.sampled_from([0.0, 0.05, 0.1])), lam=draw(st.sampled_from([0.0, 0.01, 0.1])))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems())
+def test_ilp_reaches_the_brute_force_optimum_on_small_cases(p: ScalingProblem) -> None:
+    """The INFaaS ILP (§4.2.1) against every count vector 0..5: the same optimum (objective), and
+    feasible exactly when some vector is (issue #30: the properties above only compared with greedy)."""
+    import itertools
+
+    names = [v.name for v in p.variants]
+    best = None
+    for combo in itertools.product(range(6), repeat=len(names)):
+        counts = dict(zip(names, combo))
+        if not violations(p, counts):
+            o = objective(p, counts)
+            best = o if best is None or o < best else best
+    ilp = solve_ilp(p)
+    if best is None:
+        assert not ilp.feasible
+        return
+    assert ilp.feasible and violations(p, ilp.counts) == []
+    assert ilp.objective == pytest.approx(best, rel=1e-6, abs=1e-9)
