@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 from dispatcher import batch_join
 from dispatcher.plan_routing import PlanRouter
 from dispatcher.window import DemandWindow
-from variants.slackfit import choose_for_queue, pareto
+from variants.slackfit import LATE_HEADROOM, LATE_RATE_WINDOW_S, bind_at_dispatch, pareto  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from dispatcher.admission import _Query
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from dispatcher.workers import WorkerState
 
 
-#: SlackFit mode: the arrival rate each worker must keep up with is measured over this window (s),
-#: and kept up with at most 1 / this busy (a worker served at its full rate queues past the SLO)
-LATE_RATE_WINDOW_S = 1.0
-LATE_HEADROOM = 1.5
 
 
 class AccuracyRouting:
@@ -147,12 +143,11 @@ class AccuracyRouting:
         # tests/test_accuracy_e2e.py); holders cached per tick missed workers that loaded since
         holders = [x for x in self.d.workers.values()
                    if not (x.draining or x.removed) and self.holds(x, q.application)]
-        share = LATE_HEADROOM * self.rate(q.application, LATE_RATE_WINDOW_S, now) / max(len(holders), 1)
-        idle = 1 + sum(1 for x in holders if x.idle and x is not w)
-        mine = -(-len(group) // idle)
         # half the slack (Proteus §4's SLO/2): a query arriving as this call starts waits for it, then
         # needs its own; the whole slack let one long call make the queries behind it miss
-        variant, n = choose_for_queue(fns, fits, front, mine, slack_s / 2.0, min_qps=share) or (front[0], 1)
+        variant, n = bind_at_dispatch(fns, fits, front, len(group), slack_s,
+                                      self.rate(q.application, LATE_RATE_WINDOW_S, now), len(holders),
+                                      sum(1 for x in holders if x.idle and x is not w))
         for x in group[:n]:
             self._repin(x, variant)
         self.bound[variant] = self.bound.get(variant, 0) + n

@@ -127,6 +127,8 @@ class QueryLoop:
         self.queue_limit, self.max_retries = queue_limit, max_retries
         self.record = record
         self.batching = batching      # ``dispatcher.batching: work_conserving`` (dispatcher.batch_join)
+        self.late = False             # SlackFit: the variant and the call's queries chosen at dispatch
+        self._reserved: set[str] | None = None       # the queries the current round matched
         self.calls = 0                # worker calls made (fewer than queries served when they join)
         self.latency = np.full(self.n, np.inf)
         self.outcome = np.zeros(self.n, dtype=np.int8)
@@ -411,7 +413,7 @@ class QueryLoop:
         workers = self.workers
         queue, retry = self._queue, self._retry
         matches = self.policy.match(qs, views, now)
-        reserved = {a.query_id for a in matches} if self.batching else None
+        reserved = self._reserved = {a.query_id for a in matches} if self.batching or self.late else None
         for a in matches:
             w = workers.get(a.worker_id)
             q = int(a.query_id)
@@ -421,15 +423,13 @@ class QueryLoop:
             if view is None:
                 continue
             self._td = None
-            self._dispatch(q, w, now, self._joiners(view, w, now, reserved) if reserved is not None else ())
+            self._dispatch(q, w, now, self._joiners(view, w, now, reserved) if self.batching else ())
 
     def _joiners(self, head: QueryView, w: _Worker, now: float, reserved: set[str]) -> list[int]:
         """``dispatcher.routing.RoutingRound._join``: the queries of the head's group still waiting
         (the first ``JOIN_SCAN``, not matched in this round) that :func:`dispatcher.batch_join.followers`
         lets join its call; taken off the queues."""
-        scan = itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
-        waiting = list(itertools.islice((x for x in scan if x.model == head.model and x.query_id not in reserved),
-                                        MAX_QUERIES))
+        waiting = self._waiting_like(head, reserved)
         if not waiting:
             return []
         picks = followers(head, (), [(x, ()) for x in waiting], w.itype, self.times.predictor, now,
@@ -441,6 +441,13 @@ class QueryLoop:
                 del self._queue[x]
             out.append(x)
         return out
+
+    def _waiting_like(self, head: QueryView, reserved: set[str]) -> list[QueryView]:
+        """``RoutingRound._waiting_like``: the head's group still waiting, in queue order, among the
+        first ``JOIN_SCAN`` (at most ``MAX_QUERIES``), not matched in this round."""
+        scan = itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
+        return list(itertools.islice((x for x in scan if x.model == head.model and x.query_id not in reserved),
+                                     MAX_QUERIES))
 
     def _service_s(self, w: _Worker, q: int, rows: int) -> float:
         """Seconds ``w`` takes for a call of ``rows`` led by query ``q`` (its draw)."""

@@ -177,7 +177,9 @@ def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spe
         app = application(m)
         vt = {v: ServiceTimes(v, times.predictor, ServiceModel(profiles, v, spec.service), times.z,
                               max_batch=m.max_batch) for v, _ in app.variants}
-        return VariantLoop(workload.arrivals, workload.batches, app=app, variant_times=vt, **kw)
+        acc = cfg.model_scaling.accuracy_scaling
+        return VariantLoop(workload.arrivals, workload.batches, app=app, variant_times=vt,
+                           late=acc.enabled and acc.mode == "slackfit", **kw)
     return QueryLoop(workload.arrivals, workload.batches, times=times, **kw)  # type: ignore[arg-type]
 
 
@@ -270,10 +272,10 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                                       fleet.decisions, warm_until=fleet.cloud.warm_until)
         fleet.model_loops = {m: ReplayModelLoop(cfg, profiles, q.times.predictor, m) for m, q in lanes.items()}
         acc = model_params_for(cfg).accuracy
-        if acc is not None and acc.mode == "plan":     # the model loop's accuracy round (issue #25)
+        if acc is not None:     # the model loop's accuracy round (issue #25); SlackFit mode has none
             fleet.accuracy_rounds = {m: ReplayAccuracyRound(q, fleet.windows[m], acc, spec.load_s, timeline.schedule,
                                                             clock.now)
-                                     for m, q in lanes.items() if isinstance(q, VariantLoop)}
+                                     for m, q in lanes.items() if isinstance(q, VariantLoop) and acc.mode == "plan"}
         prices = cfg.prices()
         ledger = CostLedger(prices, cfg.budget_per_hour)
         launches: list[tuple[float, str, int]] = []

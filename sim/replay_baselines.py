@@ -68,7 +68,7 @@ def baseline_names(cfg: Config) -> tuple[str, ...]:
     """The baselines ``--baselines`` runs for ``cfg``: :data:`BASELINE_NAMES`, and
     :data:`ACCURACY_BASELINES` when an application is accuracy-scaled in the replay."""
     acc = cfg.model_scaling.accuracy_scaling
-    scaled = acc.enabled and acc.mode == "plan" and any(m.family for m in cfg.models)
+    scaled = acc.enabled and any(m.family for m in cfg.models)
     return BASELINE_NAMES + (ACCURACY_BASELINES if scaled else ())
 
 

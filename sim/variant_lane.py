@@ -12,13 +12,19 @@ hosting one variant, as the live dispatcher serves an accuracy-scaled applicatio
 - service: the variant's profile on the worker's type (predicted and served);
 - a new plan (:meth:`set_plan`, after its loads): the workers' variants change, and a waiting query
   whose variant no live worker hosts any more takes the new plan's
-  (``AccuracyRouting.repin_if_unplaced``).
+  (``AccuracyRouting.repin_if_unplaced``);
+- SlackFit mode (``late``; ``accuracy_scaling.mode: slackfit``): every worker holds every variant
+  (resident from registration: the live loop's loads are not timed here), queries wait unbound, and
+  each call's variant and queries are chosen at dispatch by :func:`variants.slackfit.bind_at_dispatch`,
+  as ``AccuracyRouting.bind`` chooses them.
 
 Each served query's variant is kept (:attr:`VariantLoop.qvariant`), so the report gives the served
 accuracy over time.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 from typing import Mapping
 
 import numpy as np
@@ -27,6 +33,7 @@ from dispatcher.plan_routing import PlanRouter
 from dispatcher.policy import QueryView, WorkerView
 from sim.query_loop import QueryLoop, ServiceTimes, _Worker
 from variants.families.applications import Application
+from variants.slackfit import LATE_RATE_WINDOW_S, bind_at_dispatch, pareto
 
 
 class VariantLoop(QueryLoop):
@@ -34,7 +41,7 @@ class VariantLoop(QueryLoop):
     (variant → its service times) replaces the lane's one model's."""
 
     def __init__(self, arrivals: np.ndarray, batches: np.ndarray, *, app: Application,
-                 variant_times: Mapping[str, ServiceTimes], **kw: object) -> None:
+                 variant_times: Mapping[str, ServiceTimes], late: bool = False, **kw: object) -> None:
         self.app = app
         self.vtimes = dict(variant_times)
         self.vnames = [v for v, _ in app.variants]
@@ -46,6 +53,8 @@ class VariantLoop(QueryLoop):
         self.placement: dict[str, str] = {}                    # the plan's worker -> variant
         self.swaps = 0
         self.rerouted = 0
+        self.late = late           # SlackFit mode: every variant resident, chosen per call (bind_at_dispatch)
+        self.bound: dict[str, int] = {}   # SlackFit: queries sent to each variant
 
     # -- variants ------------------------------------------------------------------------------
     def _pin(self) -> int:
@@ -96,12 +105,17 @@ class VariantLoop(QueryLoop):
         super()._arrive(now)
 
     def _view(self, q: int, batch: int, arrival: float) -> QueryView:
-        return QueryView(str(q), self.vnames[self.qvariant[q]], batch, arrival, self.qos_ms)
+        # a late-bound query is predicted at the application's profile (its most accurate variant)
+        return QueryView(str(q), self.app.top if self.late else self.vnames[self.qvariant[q]], batch, arrival,
+                         self.qos_ms)
 
     def _pred_tables(self, types: frozenset[str]) -> list[list[float]]:
         return [vt.pred_ms(t) for vt in self.vtimes.values() for t in types if self.app.latency.get((vt.model, t))]
 
     def _match(self, qs: list[QueryView], views: list[WorkerView], now: float) -> None:
+        if self.late:          # every worker holds every variant: one group
+            super()._match(qs, views, now)
+            return
         groups: dict[str, list[QueryView]] = {}
         for v in qs:
             groups.setdefault(v.model, []).append(v)
@@ -110,6 +124,32 @@ class VariantLoop(QueryLoop):
             mine = [w for w in live if w.variant == variant]
             if any(w.idle for w in mine):
                 super()._match(gqs, self._views(mine), now)
+
+    def _dispatch(self, q: int, w: _Worker, now: float, joined: list[int] | tuple = ()) -> None:
+        if not self.late:
+            super()._dispatch(q, w, now, joined)
+            return
+        # SlackFit (``AccuracyRouting.bind``): the variant and how many waiting queries join, from
+        # the head's slack on this worker
+        head = self._view(q, self._bat[q], self._arr[q])
+        group = [q] + [int(x.query_id) for x in self._waiting_like(head, self._reserved or set())]
+        rows = list(itertools.accumulate(self._bat[x] for x in group))
+        fns = {v: (acc, (lambda n, v=v: self.vtimes[v].pred_ms(w.itype)[min(rows[min(n, len(rows)) - 1],
+                                                                          self.times.max_batch)] / 1000.0))
+               for v, acc in self.app.variants if (v, w.itype) in self.app.latency}
+        fits = {v: max(1, sum(1 for r in rows if r <= self.times.max_batch)) for v in fns}
+        slack_s = (self.xi * self.qos_ms - 1000.0 * (now - self._arr[q])) / 1000.0
+        live = self._live or []
+        i = self.i
+        rate = (i - bisect.bisect_right(self._arr, now - LATE_RATE_WINDOW_S, 0, i)) / LATE_RATE_WINDOW_S
+        variant, n = bind_at_dispatch(fns, fits, pareto(fns), len(group), slack_s, rate, len(live),
+                                      sum(1 for x in live if x.idle and x is not w))
+        for x in group[1:n]:
+            if self._retry.pop(x, None) is None:
+                del self._queue[x]
+        self.bound[variant] = self.bound.get(variant, 0) + n
+        w.variant, w.pred = variant, self.vtimes[variant].pred_ms(w.itype)
+        super()._dispatch(q, w, now, group[1:n])
 
     def _service_s(self, w: _Worker, q: int, rows: int) -> float:
         for x in (q, *w.joined):

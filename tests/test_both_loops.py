@@ -291,3 +291,30 @@ def test_waiting_queries_join_the_call_as_the_dispatcher_joins_them() -> None:
     assert one.calls == 3 and list(one.latency) == pytest.approx([ms[10], 2 * ms[10], 3 * ms[10]])
     assert joined.calls == 2 and list(joined.latency) == pytest.approx([ms[10], ms[10] + ms[20], ms[10] + ms[20]])
     assert (joined.outcome == SERVED).all()
+
+
+def test_slackfit_mode_binds_each_call_in_the_replay(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``accuracy_scaling.mode: slackfit`` on the example burst: no plan and no swaps; every call's
+    variant comes from ``variants.slackfit.bind_at_dispatch`` (spied: the function the live
+    ``AccuracyRouting.bind`` calls), several variants serve, and the burst is held."""
+    import sim.variant_lane as lane
+
+    calls = {"n": 0}
+    real = lane.bind_at_dispatch
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        return real(*a, **k)
+    monkeypatch.setattr(lane, "bind_at_dispatch", spy)
+    cfg = load_config(EXAMPLE)
+    acc = cfg.model_scaling.accuracy_scaling.model_copy(update={"mode": "slackfit"})
+    cfg = cfg.model_copy(update={"model_scaling": cfg.model_scaling.model_copy(update={"accuracy_scaling": acc})})
+    wl = pattern_workload(parse_pattern(BURST), 1800.0, cfg.workload.batch_dist, seed=0, max_batch=8)
+    run = replay(cfg, load_profiles_csv(None), wl, 1800.0, ReplaySpec())
+    rep = report(run)
+    q = run.lanes["resnet"]
+    print(f"slackfit: {rep['slo_attainment']:.6f}, {rep['accuracy']}, bound {q.bound}")
+    assert calls["n"] == q.calls > 0 and not any(run.accuracy_plans.values())
+    # every call bound (the last ones may still be in flight when the trace ends)
+    assert len(q.bound) >= 2 and int((q.outcome == SERVED).sum()) <= sum(q.bound.values()) <= q.n
+    assert rep["slo_attainment"] >= 0.999 and rep["accuracy"]["variants_replayed"] is True

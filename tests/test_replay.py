@@ -258,9 +258,9 @@ def test_replay_json_has_the_fields(capsys, tmp_path: Path) -> None:  # type: ig
 
 
 def test_replay_warns_of_what_it_does_not_replay(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Accuracy scaling with no application to scale, and SlackFit mode, are not in this replay: one
-    warning line each on stderr, the JSON on stdout untouched; none for the example config (both
-    off), none for live batching (replayed since issue #25)."""
+    """Accuracy scaling with no application to scale: one warning line on stderr, the JSON on
+    stdout untouched; none for the example config (off), none for live batching or SlackFit mode
+    (replayed since issue #25)."""
     rc = main(["replay", str(EXAMPLE), "--pattern", "step:low=3,high=9", "--hours", "0.02", "--json"])
     assert rc == 0 and "warning" not in capsys.readouterr().err
     cfg = tmp_path / "c.yaml"
@@ -280,7 +280,7 @@ def test_replay_warns_of_what_it_does_not_replay(capsys, tmp_path: Path) -> None
     cfg.write_text(yaml.safe_dump(raw))
     rc = main(["replay", str(cfg), "--pattern", "step:low=3,high=9", "--hours", "0.02", "--json"])
     warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("costscale: warning: replay: ")]
-    assert rc == 0 and len(warned) == 2 and "mode slackfit is not replayed" in warned[0]
+    assert rc == 0 and len(warned) == 1 and "no model names a variant family" in warned[0]
 
 
 def test_replay_trace_by_application_and_plot(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -101,4 +101,27 @@ def choose_for_queue(variants: Mapping[str, tuple[float, Callable[[int], float]]
     return (fastest, n) if n >= 1 else None
 
 
-__all__ = ["Bucket", "DEFAULT_BUCKETS", "buckets", "choose", "choose_for_queue", "pareto"]
+#: SlackFit at dispatch (the live dispatcher's and the replay's): the arrival rate each worker must
+#: keep up with is measured over this window (s), and kept up with at most 1 / this busy (a worker
+#: served at its full rate queues past the SLO)
+LATE_RATE_WINDOW_S = 1.0
+LATE_HEADROOM = 1.5
+
+
+def bind_at_dispatch(variants: Mapping[str, tuple[float, Callable[[int], float]]], max_batch: Mapping[str, int],
+                     front: Sequence[str], group: int, slack_s: float, rate_qps: float, holders: int,
+                     idle_others: int) -> tuple[str, int]:
+    """The variant and how many of the ``group`` waiting queries (the head first) go in one call
+    when a late-bound query is dispatched (``dispatcher.accuracy_routing.AccuracyRouting.bind``, and
+    the replay's :class:`sim.variant_lane.VariantLoop`): :func:`choose_for_queue` for this worker's
+    share of what waits (the idle holders take the rest in this round) within half the head's slack
+    (a query arriving as this call starts waits for it, then needs its own: Proteus §4's SLO/2),
+    serving at least this worker's share of the arrivals (:data:`LATE_HEADROOM` x ``rate_qps`` over
+    the ``holders``); the fastest variant with one query when nothing fits."""
+    share = LATE_HEADROOM * rate_qps / max(holders, 1)
+    mine = -(-group // (1 + idle_others))
+    return choose_for_queue(variants, max_batch, front, mine, slack_s / 2.0, min_qps=share) or (front[0], 1)
+
+
+__all__ = ["Bucket", "DEFAULT_BUCKETS", "LATE_HEADROOM", "LATE_RATE_WINDOW_S", "bind_at_dispatch", "buckets", "choose",
+           "choose_for_queue", "pareto"]

@@ -187,9 +187,6 @@ def not_replayed(cfg: Config) -> list[str]:
     then those of the daemon without it."""
     out = []
     acc = cfg.model_scaling.accuracy_scaling
-    if acc.enabled and acc.mode != "plan":
-        out.append(f"model_scaling.accuracy_scaling mode {acc.mode} is not replayed here (plan mode is); "
-                   "`costscale accuracy replay` replays it on a fixed pool")
     if acc.enabled and not any(m.family for m in cfg.models):
         out.append("model_scaling.accuracy_scaling: no model names a variant family (models[].family), so nothing "
                    "is accuracy-scaled in this replay")
