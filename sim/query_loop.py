@@ -423,7 +423,10 @@ class QueryLoop:
             if view is None:
                 continue
             self._td = None
-            self._dispatch(q, w, now, self._joiners(view, w, now, reserved) if self.batching else ())
+            if self.batching:
+                self._dispatch(q, w, now, self._joiners(view, w, now, reserved))  # type: ignore[arg-type]
+            else:
+                self._dispatch(q, w, now)
 
     def _joiners(self, head: QueryView, w: _Worker, now: float, reserved: set[str]) -> list[int]:
         """``dispatcher.routing.RoutingRound._join``: the queries of the head's group still waiting

@@ -48,10 +48,11 @@ class _EndsOnce(np.ndarray):
 class _Checked(QueryLoop):
     """Asserts, at every dispatch, that the worker has no query in flight and the query is in none."""
 
-    def _dispatch(self, q, w, now):  # type: ignore[no-untyped-def]
+    def _dispatch(self, q, w, now, joined=()):  # type: ignore[no-untyped-def]
         assert w.idle and w.query < 0, f"{w.wid} got query {q} while serving {w.query}"
-        assert all(o.query != q for o in self.workers.values()), f"query {q} dispatched twice"
-        super()._dispatch(q, w, now)
+        for x in (q, *joined):
+            assert all(o.query != x and x not in o.joined for o in self.workers.values()), f"query {x} dispatched twice"
+        super()._dispatch(q, w, now, joined)
 
 
 def _check_derived_state(loop: QueryLoop) -> None:
@@ -74,16 +75,17 @@ _EVENT = st.tuples(st.floats(0.01, 3.0), st.sampled_from(("add", "drain", "undra
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**16), rate=st.floats(2.0, 60.0), events=st.lists(_EVENT, max_size=40),
        on_deadline=st.sampled_from(("drop", "best_effort")), queue_limit=st.sampled_from((5, 10_000)),
-       service=st.sampled_from(("mean", "sampled")))
+       service=st.sampled_from(("mean", "sampled")), batching=st.booleans())
 def test_a_worker_serves_one_query_at_a_time_and_every_query_ends_once(  # type: ignore[no-untyped-def]
         tmp_path: Path, profiles, seed: int, rate: float, events: list, on_deadline: str,
-        queue_limit: int, service: str) -> None:
+        queue_limit: int, service: str, batching: bool) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.poisson(rate * 40.0))
     wl = Workload(np.sort(rng.uniform(0.0, 40.0, n)), rng.integers(1, 1001, n))
     loop = make_query_loop(_cfg(tmp_path, on_deadline, queue_limit), profiles, wl,
                            ReplaySpec(service=service, seed=seed))   # type: ignore[arg-type]
     loop.__class__ = _Checked
+    loop.batching = batching        # dispatcher.batching: work_conserving (queries join a call)
     loop.outcome = loop.outcome.view(_EndsOnce)
     loop.add_worker("w0", TYPES[seed % 4], 0.0)
     t = 0.0
