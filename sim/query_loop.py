@@ -423,7 +423,7 @@ class QueryLoop:
             if view is None:
                 continue
             self._td = None
-            if self.batching:
+            if self.batching and not self.late:    # a late-bound call chooses its own (RoutingRound._dispatch)
                 self._dispatch(q, w, now, self._joiners(view, w, now, reserved))  # type: ignore[arg-type]
             else:
                 self._dispatch(q, w, now)
