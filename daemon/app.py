@@ -98,6 +98,7 @@ class Daemon:
         self._park_state = ParkState()
         #: (monotonic time, "park" | "unpark" | "retire" | "launch", instance id), newest last
         self.fleet_events: list[tuple[float, str, str]] = []
+        self.unpark_ms: list[float] = []    # how long each unpark took to load its variants back (latest 100)
         self.status_feed: StatusFeed | None = None   # costscale status: spend, decisions, errors (watched)
         self.metrics: MetricsServer | None = None    # GET /metrics (metrics.listen)
         # max_throughput: each pick confirmed by simulation off the tick (Kairos+, issue #16)
@@ -329,13 +330,15 @@ class Daemon:
             # hold up the launches a spike needs); the actuator then launches the rest
             for iid in dec.unpark:
                 self._event("unpark", iid)
+            t_unpark = time.monotonic()
             done = await asyncio.gather(*(asyncio.wait_for(d.unpark(iid), UNPARK_TIMEOUT_S) for iid in dec.unpark),
                                         return_exceptions=True)
             for iid, res in zip(dec.unpark, done):
                 if isinstance(res, BaseException):
                     log.warning("fleet: unpark %s: %s", iid, type(res).__name__)
                 else:
-                    log.info("fleet: unpark %s (load %s)", iid,
+                    self.unpark_ms = [*self.unpark_ms[-99:], 1000.0 * (time.monotonic() - t_unpark)]
+                    log.info("fleet: unpark %s in %.0f ms (load %s)", iid, self.unpark_ms[-1],
                              ", ".join(f"{v}{'' if ok else ' failed: ' + m}" for v, ok, m in res) or "-")
             for iid in dec.park:
                 self._event("park", iid)

@@ -174,7 +174,8 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
         print(f"  fleet events from the low phase on (s after it began): {events}")
         print(f"  spike began at {t_spike - t_low:.1f} s; first unpark (variant loaded back) "
               f"{'-' if first_unpark is None else f'{first_unpark - t_low:.1f} s'}, first launch "
-              f"{'-' if first_launch is None else f'{first_launch - t_low:.1f} s'}")
+              f"{'-' if first_launch is None else f'{first_launch - t_low:.1f} s'}; unparks took "
+              f"{[round(x) for x in daemon.unpark_ms]} ms")
         print(f"  errors by phase: {stats['by_phase']}")
         print("  variants: " + ", ".join(f"{n} ({m.hardware}, speed x{m.speed_factor:.2f}, acc {m.accuracy:.3f})"
                                          for n, m in sorted(daemon.dispatcher._variant_meta.items())))
@@ -189,6 +190,8 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
         assert first_unpark is not None and load_ops_spike >= 1, "the spike did not load a variant back first"
         assert launched_after > launched_before and first_launch is not None, "no instance was added at the spike"
         assert first_unpark < first_launch, "instances were launched before the warm replica was used"
+        # README "Scale-in parks first": an unparked replica has its variants back well under a second
+        assert daemon.unpark_ms and max(daemon.unpark_ms) < 1000.0, daemon.unpark_ms
         assert cost_spike > cost_low
         assert max(cost_high, cost_spike) <= cfg.budget_per_hour + 1e-9
     finally:
