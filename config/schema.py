@@ -474,11 +474,12 @@ def load_config(path: str | Path) -> Config:
     if cfg.profiles and not Path(cfg.profiles).is_absolute():
         # a relative profile CSV is relative to the config file (as every command reads it)
         cfg = cfg.model_copy(update={"profiles": str(p.parent / cfg.profiles)})
-    rel = [m for m in cfg.models if m.family and m.family.endswith(".csv") and not Path(m.family).is_absolute()]
-    if rel:   # a family CSV is relative to the config file too
-        cfg = cfg.model_copy(update={"models": [m.model_copy(update={"family": str(p.parent / m.family)})
-                                                if m in rel else m for m in cfg.models]})
-    for m in cfg.models:
-        if m.family and m.family.endswith(".csv") and not Path(m.family).is_file():
-            raise ConfigError(f"{p}: models[{m.name}].family: no such file {m.family}")
-    return cfg
+    models = []
+    for m in cfg.models:        # a family CSV is relative to the config file too, and must be there
+        if m.family and m.family.endswith(".csv"):
+            csv = p.parent / m.family      # an absolute path stays as it is
+            if not csv.is_file():
+                raise ConfigError(f"{p}: models[{m.name}].family: no such file {csv}")
+            m = m.model_copy(update={"family": str(csv)})
+        models.append(m)
+    return cfg.model_copy(update={"models": models})

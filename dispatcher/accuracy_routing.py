@@ -29,14 +29,12 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 from dispatcher import batch_join
 from dispatcher.plan_routing import PlanRouter
 from dispatcher.window import DemandWindow
-from variants.slackfit import LATE_HEADROOM, LATE_RATE_WINDOW_S, bind_at_dispatch, pareto  # noqa: F401 (re-exported)
+from variants.slackfit import LATE_RATE_WINDOW_S, bind_at_dispatch, pareto
 
 if TYPE_CHECKING:
     from dispatcher.admission import _Query
     from dispatcher.server import Dispatcher
     from dispatcher.workers import WorkerState
-
-
 
 
 class AccuracyRouting:
@@ -143,8 +141,6 @@ class AccuracyRouting:
         # tests/test_accuracy_e2e.py); holders cached per tick missed workers that loaded since
         holders = [x for x in self.d.workers.values()
                    if not (x.draining or x.removed) and self.holds(x, q.application)]
-        # half the slack (Proteus §4's SLO/2): a query arriving as this call starts waits for it, then
-        # needs its own; the whole slack let one long call make the queries behind it miss
         variant, n = bind_at_dispatch(fns, fits, front, len(group), slack_s,
                                       self.rate(q.application, LATE_RATE_WINDOW_S, now), len(holders),
                                       sum(1 for x in holders if x.idle and x is not w))

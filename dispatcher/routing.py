@@ -54,10 +54,6 @@ def group_key(variant: str, model: str) -> GroupKey:
     return ("v", variant) if variant else ("m", model)
 
 
-#: how far down the queue a dispatched query looks for queries to join it (dispatcher.batch_join)
-JOIN_SCAN = batch_join.JOIN_SCAN
-
-
 #: with several models on their own workers, a round looks this far into the queue for each
 #: model's head (dispatcher.routing.RoutingRound._heads_by_model)
 HEAD_SCAN = 2048
@@ -177,10 +173,10 @@ class RoutingRound:
 
     def _waiting_like(self, q: _Query, reserved: Collection[str] = ()) -> list[_Query]:
         """The queries of ``q``'s group still waiting, in queue order, looked for beyond the round's
-        view among the first JOIN_SCAN waiting (at most batch_join.MAX_QUERIES), but for those the
+        view among the first batch_join.JOIN_SCAN waiting (at most batch_join.MAX_QUERIES), but for those the
         round already matched to a worker (``reserved``)."""
         key = self._group_key(q)
-        scan = itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), JOIN_SCAN)
+        scan = itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), batch_join.JOIN_SCAN)
         return list(itertools.islice((x for x in scan if x is not q and not x.offline and x.query_id not in reserved
                                       and self._group_key(x) == key), batch_join.MAX_QUERIES))
 

@@ -164,10 +164,8 @@ def test_the_handover_accuracy_at_the_step_then_the_fleet_then_full_accuracy(bot
     assert back is not None and back <= registered + 180.0
 
 
-def test_the_replay_calls_the_daemons_accuracy_round(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The daemon's AccuracyLoop and the replay both call variants.accuracy_round's due, plan_for
-    and swaps through the module (``ar.due``): spied once, the replay hits them (and the daemon's
-    loop, :func:`test_the_daemons_accuracy_loop_calls_the_same_round`)."""
+def _spy_round(monkeypatch) -> set[str]:  # type: ignore[no-untyped-def]
+    """Wrap variants.accuracy_round's due, plan_for and swaps; the names called land in the set."""
     seen: set[str] = set()
     for name in ("due", "plan_for", "swaps"):
         real = getattr(ar, name)
@@ -176,6 +174,14 @@ def test_the_replay_calls_the_daemons_accuracy_round(monkeypatch) -> None:  # ty
             seen.add(_name)
             return _real(*a, **k)
         monkeypatch.setattr(ar, name, spy)
+    return seen
+
+
+def test_the_replay_calls_the_daemons_accuracy_round(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The daemon's AccuracyLoop and the replay both call variants.accuracy_round's due, plan_for
+    and swaps through the module (``ar.due``): spied once, the replay hits them (and the daemon's
+    loop, :func:`test_the_daemons_accuracy_loop_calls_the_same_round`)."""
+    seen = _spy_round(monkeypatch)
     _run(True, hours=0.2)
     assert seen == {"due", "plan_for", "swaps"}     # the daemon's side: the next test
 
@@ -225,14 +231,7 @@ def test_the_daemons_accuracy_loop_calls_the_same_round(monkeypatch) -> None:  #
     from daemon.accuracy_loop import AccuracyLoop
     from dispatcher.modelless import VariantMeta
 
-    seen: set[str] = set()
-    for name in ("due", "plan_for", "swaps"):
-        real = getattr(ar, name)
-
-        def spy(*a, _real=real, _name=name, **k):  # type: ignore[no-untyped-def]
-            seen.add(_name)
-            return _real(*a, **k)
-        monkeypatch.setattr(ar, name, spy)
+    seen = _spy_round(monkeypatch)
     ms = {"hi": 100.0, "lo": 20.0}
     metas = {"hi": VariantMeta("hi", "m-hi", "any", 0.9, 1), "lo": VariantMeta("lo", "m-lo", "any", 0.8, 1)}
     loaded = {"w1": {"hi"}, "w2": {"hi"}}

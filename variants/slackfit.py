@@ -115,7 +115,8 @@ def bind_at_dispatch(variants: Mapping[str, tuple[float, Callable[[int], float]]
     when a late-bound query is dispatched (``dispatcher.accuracy_routing.AccuracyRouting.bind``, and
     the replay's :class:`sim.variant_lane.VariantLoop`): :func:`choose_for_queue` for this worker's
     share of what waits (the idle holders take the rest in this round) within half the head's slack
-    (a query arriving as this call starts waits for it, then needs its own: Proteus §4's SLO/2),
+    (a query arriving as this call starts waits for it, then needs its own: Proteus §4's SLO/2; the
+    whole slack let one long call make the queries behind it miss),
     serving at least this worker's share of the arrivals (:data:`LATE_HEADROOM` x ``rate_qps`` over
     the ``holders``); the fastest variant with one query when nothing fits."""
     share = LATE_HEADROOM * rate_qps / max(holders, 1)
