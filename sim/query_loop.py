@@ -127,8 +127,6 @@ class QueryLoop:
         self.queue_limit, self.max_retries = queue_limit, max_retries
         self.record = record
         self.batching = batching      # ``dispatcher.batching: work_conserving`` (dispatcher.batch_join)
-        self.late = False             # SlackFit: the variant and the call's queries chosen at dispatch
-        self._reserved: set[str] | None = None       # the queries the current round matched
         self.calls = 0                # worker calls made (fewer than queries served when they join)
         self.latency = np.full(self.n, np.inf)
         self.outcome = np.zeros(self.n, dtype=np.int8)
@@ -413,7 +411,7 @@ class QueryLoop:
         workers = self.workers
         queue, retry = self._queue, self._retry
         matches = self.policy.match(qs, views, now)
-        reserved = self._reserved = {a.query_id for a in matches} if self.batching or self.late else None
+        reserved = {a.query_id for a in matches} if self.batching else None
         for a in matches:
             w = workers.get(a.worker_id)
             q = int(a.query_id)
@@ -423,27 +421,28 @@ class QueryLoop:
             if view is None:
                 continue
             self._td = None
-            if self.batching and not self.late:    # a late-bound call chooses its own (RoutingRound._dispatch)
-                self._dispatch(q, w, now, self._joiners(view, w, now, reserved))  # type: ignore[arg-type]
-            else:
+            if reserved is None:
                 self._dispatch(q, w, now)
+            else:
+                self._dispatch(q, w, now, self._call_for(view, w, now, reserved))
 
-    def _joiners(self, head: QueryView, w: _Worker, now: float, reserved: set[str]) -> list[int]:
-        """``dispatcher.routing.RoutingRound._join``: the queries of the head's group still waiting
-        (the first ``JOIN_SCAN``, not matched in this round) that :func:`dispatcher.batch_join.followers`
-        lets join its call; taken off the queues."""
+    def _call_for(self, head: QueryView, w: _Worker, now: float, reserved: set[str]) -> list[int]:
+        """The queries that join ``head``'s call on ``w`` (only with batching; ``reserved``: those
+        this round matched), taken off the queues: ``dispatcher.routing.RoutingRound._join``, the
+        head's group still waiting that :func:`dispatcher.batch_join.followers` lets join."""
         waiting = self._waiting_like(head, reserved)
         if not waiting:
             return []
         picks = followers(head, (), [(x, ()) for x in waiting], w.itype, self.times.predictor, now,
                           self.times.max_batch, self.xi)
-        out = []
-        for i in picks:
-            x = int(waiting[i].query_id)
+        return self._take([int(waiting[i].query_id) for i in picks])
+
+    def _take(self, qs: list[int]) -> list[int]:
+        """``qs`` off the queues (they join a call)."""
+        for x in qs:
             if self._retry.pop(x, None) is None:
                 del self._queue[x]
-            out.append(x)
-        return out
+        return qs
 
     def _waiting_like(self, head: QueryView, reserved: set[str]) -> list[QueryView]:
         """``RoutingRound._waiting_like``: the head's group still waiting, in queue order, among the

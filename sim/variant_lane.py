@@ -54,6 +54,7 @@ class VariantLoop(QueryLoop):
         self.swaps = 0
         self.rerouted = 0
         self.late = late           # SlackFit mode: every variant resident, chosen per call (bind_at_dispatch)
+        self.batching = self.batching or late     # a late-bound call builds its own (see _call_for)
         self.bound: dict[str, int] = {}   # SlackFit: queries sent to each variant
 
     # -- variants ------------------------------------------------------------------------------
@@ -125,31 +126,27 @@ class VariantLoop(QueryLoop):
             if any(w.idle for w in mine):
                 super()._match(gqs, self._views(mine), now)
 
-    def _dispatch(self, q: int, w: _Worker, now: float, joined: list[int] | tuple = ()) -> None:
+    def _call_for(self, head: QueryView, w: _Worker, now: float, reserved: set[str]) -> list[int]:
+        """SlackFit mode (``AccuracyRouting.bind``, which takes precedence over joining as
+        ``RoutingRound._dispatch`` gives it): the variant ``w`` runs and how many waiting queries join
+        the head, from its slack on this worker; else the dispatcher's work-conserving join."""
         if not self.late:
-            super()._dispatch(q, w, now, joined)
-            return
-        # SlackFit (``AccuracyRouting.bind``): the variant and how many waiting queries join, from
-        # the head's slack on this worker
-        head = self._view(q, self._bat[q], self._arr[q])
-        group = [q] + [int(x.query_id) for x in self._waiting_like(head, self._reserved or set())]
+            return super()._call_for(head, w, now, reserved)
+        q = int(head.query_id)
+        group = [q] + [int(x.query_id) for x in self._waiting_like(head, reserved)]
         rows = list(itertools.accumulate(self._bat[x] for x in group))
-        fns = {v: (acc, (lambda n, v=v: self.vtimes[v].pred_ms(w.itype)[min(rows[min(n, len(rows)) - 1],
-                                                                          self.times.max_batch)] / 1000.0))
+        mb = self.times.max_batch
+        fns = {v: (acc, (lambda n, v=v: self.vtimes[v].pred_ms(w.itype)[min(rows[min(n, len(rows)) - 1], mb)] / 1000.0))
                for v, acc in self.app.variants if (v, w.itype) in self.app.latency}
-        fits = {v: max(1, sum(1 for r in rows if r <= self.times.max_batch)) for v in fns}
+        fits = {v: max(1, sum(1 for r in rows if r <= mb)) for v in fns}
         slack_s = (self.xi * self.qos_ms - 1000.0 * (now - self._arr[q])) / 1000.0
         live = self._live or []
-        i = self.i
-        rate = (i - bisect.bisect_right(self._arr, now - LATE_RATE_WINDOW_S, 0, i)) / LATE_RATE_WINDOW_S
+        rate = (self.i - bisect.bisect_right(self._arr, now - LATE_RATE_WINDOW_S, 0, self.i)) / LATE_RATE_WINDOW_S
         variant, n = bind_at_dispatch(fns, fits, pareto(fns), len(group), slack_s, rate, len(live),
                                       sum(1 for x in live if x.idle and x is not w))
-        for x in group[1:n]:
-            if self._retry.pop(x, None) is None:
-                del self._queue[x]
         self.bound[variant] = self.bound.get(variant, 0) + n
         w.variant, w.pred = variant, self.vtimes[variant].pred_ms(w.itype)
-        super()._dispatch(q, w, now, group[1:n])
+        return self._take(group[1:n])
 
     def _service_s(self, w: _Worker, q: int, rows: int) -> float:
         for x in (q, *w.joined):
