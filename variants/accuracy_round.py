@@ -137,8 +137,9 @@ def due(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRoundParams =
 
 def pooled_full_accuracy(inp: AccuracyInputs, demand: Mapping[str, float], beta: float = BETA) -> Allocation | None:
     """Every live worker on the most accurate variant, when the workers of each type, taking one
-    queue, carry β x the demand that way (issue #25); None otherwise (or for several applications:
-    they share the workers, and the MILP splits them).
+    queue, carry β x the demand that way but sized alone they do not (issue #25); None otherwise:
+    sized alone they carry it (the MILP then places it itself, with its fewest swaps), or not even
+    pooled, or several applications share the workers (the MILP splits them).
 
     The live capacity rule sizes each worker alone (one queue per worker: :func:`max_utilization`
     with c = 1), which is right for a plan that splits a type's workers over variants, but when
@@ -158,14 +159,16 @@ def pooled_full_accuracy(inp: AccuracyInputs, demand: Mapping[str, float], beta:
     for w, t in sorted(inp.workers.items()):
         by_type.setdefault(t, []).append(w)
     cap: dict[str, float] = {}
+    alone = 0.0
     for t, ws in by_type.items():
         s = top.latency_ms.get(t, {}).get(1)
         rho = max_utilization(s, inp.slo_ms[app], servers=len(ws)) if s is not None else 0.0
         if rho <= 0:
             return None          # a type that cannot host it within the SLO: the planner decides
         cap.update({w: rho * 1000.0 / s for w in ws})   # type: ignore[operator]
+        alone += len(ws) * max_utilization(s, inp.slo_ms[app]) * 1000.0 / s   # type: ignore[operator]
     total = sum(cap.values())
-    if total < beta * d:
+    if total < beta * d or alone >= beta * d:
         return None
     placement: dict[str, str | None] = {w: top.variant for w in inp.workers}
     routing = {app: {w: c / total for w, c in cap.items()}}
@@ -178,21 +181,17 @@ def pooled_full_accuracy(inp: AccuracyInputs, demand: Mapping[str, float], beta:
 def plan_for(inp: AccuracyInputs, demand: Mapping[str, float], params: AccuracyRoundParams = AccuracyRoundParams()
              ) -> Allocation:
     """The planning half (the MILP; up to ``params.time_limit_s``): one allocation of every
-    application's ``demand`` over the live workers, by the live capacity rule; when that plan
-    serves below full accuracy but the pooled workers carry the demand at it, full accuracy
-    (:func:`pooled_full_accuracy`)."""
+    application's ``demand`` over the live workers, by the live capacity rule; full accuracy
+    without a solve when only the pooled workers carry the demand at it
+    (:func:`pooled_full_accuracy`: sized alone, the MILP would trade accuracy it need not)."""
+    full = pooled_full_accuracy(inp, demand, params.beta)
+    if full is not None:
+        return full
     apps = sorted(demand)
     profiles, slo = planner_profiles(inp.variants, {a: inp.slo_ms[a] for a in apps})
-    alloc = allocate(inp.workers, profiles, demand, slo, current=inp.hosted, beta=params.beta,
-                     min_accuracy={a: dict(params.min_accuracy).get(a, 0.0) for a in apps},
-                     time_limit_s=params.time_limit_s)
-    top = max((v.accuracy for v in inp.variants if v.model in demand), default=None)
-    eff = alloc.plan.effective_accuracy
-    if top is not None and (eff is None or eff < top - 1e-12 or not alloc.plan.feasible):
-        full = pooled_full_accuracy(inp, demand, params.beta)
-        if full is not None:     # the plan traded accuracy the pooled workers did not need to
-            return full
-    return alloc
+    return allocate(inp.workers, profiles, demand, slo, current=inp.hosted, beta=params.beta,
+                    min_accuracy={a: dict(params.min_accuracy).get(a, 0.0) for a in apps},
+                    time_limit_s=params.time_limit_s)
 
 
 def accuracy_round(inp: AccuracyInputs, state: AccuracyState, params: AccuracyRoundParams = AccuracyRoundParams()
