@@ -53,6 +53,7 @@ from sim.service import ServiceKind, ServiceModel
 from sim.slo_check import slo_check as default_slo_check
 from sim.variant_lane import VariantLoop
 from sim.workload import Workload
+from variants.accuracy_allocation import Allocation
 from variants.families.applications import application, with_applications
 from variants.model_decision import model_params_for
 
@@ -118,7 +119,7 @@ class ReplayRun:
     #: accuracy scaling (issue #25): each application's variant swaps as routed, (at, worker, from, to),
     #: and its accuracy plans, (at, allocation)
     variant_swaps: dict[str, list[tuple[float, str, str, str]]] = field(default_factory=dict)
-    accuracy_plans: dict[str, list[tuple[float, object]]] = field(default_factory=dict)
+    accuracy_plans: dict[str, list[tuple[float, Allocation]]] = field(default_factory=dict)
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -272,10 +273,10 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                                       fleet.decisions, warm_until=fleet.cloud.warm_until)
         fleet.model_loops = {m: ReplayModelLoop(cfg, profiles, q.times.predictor, m) for m, q in lanes.items()}
         acc = model_params_for(cfg).accuracy
-        if acc is not None:     # the model loop's accuracy round (issue #25); SlackFit mode has none
+        if acc is not None:     # the model loop in accuracy mode (issue #25): plan mode's rounds; SlackFit has none
+            apps = {m: q for m, q in lanes.items() if isinstance(q, VariantLoop)} if acc.mode == "plan" else {}
             fleet.accuracy_rounds = {m: ReplayAccuracyRound(q, fleet.windows[m], acc, spec.load_s, timeline.schedule,
-                                                            clock.now)
-                                     for m, q in lanes.items() if isinstance(q, VariantLoop) and acc.mode == "plan"}
+                                                            clock.now) for m, q in apps.items()}
         prices = cfg.prices()
         ledger = CostLedger(prices, cfg.budget_per_hour)
         launches: list[tuple[float, str, int]] = []

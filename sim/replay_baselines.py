@@ -95,7 +95,7 @@ class PoolPlanner:
     the config's declared batch mix, memoised per (objective, each model's grid rate)."""
 
     def __init__(self, cfg: Config, profiles: ProfileTable, slo_check: SloCheck) -> None:
-        self.cfg, self.profiles, self.slo_check = cfg, with_applications(cfg, profiles), slo_check
+        self.cfg, self.profiles, self.slo_check = cfg, profiles, slo_check
         self.declared = declared_demands(cfg)
         self._memo: dict[tuple[str, tuple[float, ...]], JointPlan] = {}
 

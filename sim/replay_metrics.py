@@ -24,12 +24,14 @@ def _finite(x: float) -> float | None:
     return None if not math.isfinite(x) else round(float(x), 6)
 
 
-def application_accuracy(q: Any, duration_s: float, step_s: float = TIMELINE_STEP_S) -> dict[str, Any]:
+def application_accuracy(q: Any, duration_s: float, step_s: float = TIMELINE_STEP_S,
+                         acc: np.ndarray | None = None) -> dict[str, Any]:
     """One application's served accuracy (:class:`sim.variant_lane.VariantLoop`), in points (%):
     the mean over its served queries, the most accurate variant's, the largest drop of a 1-minute
     mean below it (``max_drop_points``; Proteus §6's "max accuracy drop"), the minutes whose mean
-    is below it, and per minute the mean (null: nothing served)."""
-    acc = q.served_accuracy()
+    is below it, and per minute the mean (null: nothing served). ``acc``: ``q.served_accuracy()``
+    when the caller has it."""
+    acc = q.served_accuracy() if acc is None else acc
     ok = ~np.isnan(acc)
     top = 100.0 * float(q.vaccuracy[0])
     n_steps = max(int(math.ceil(duration_s / step_s)), 1)
@@ -53,15 +55,12 @@ def served_accuracy(run: Any | None = None) -> dict[str, Any]:
     if not apps:
         return {"mean": 1.0, "max_drop": 0.0, "max_drop_points": 0.0, "minutes_below_full": 0,
                 "relative_to": "the most accurate variant", "variants_replayed": False}
-    per = {m: application_accuracy(q, run.duration_s) for m, q in apps.items()}
+    accs = {m: q.served_accuracy() for m, q in apps.items()}
+    per = {m: application_accuracy(q, run.duration_s, acc=accs[m]) for m, q in apps.items()}
     rel_sum, n = 0.0, 0
     for m, q in run.lanes.items():
         served = int((q.outcome == SERVED).sum())
-        if m in apps and served:
-            acc = q.served_accuracy()
-            rel_sum += float(np.nansum(acc)) / float(q.vaccuracy[0])
-        else:
-            rel_sum += served
+        rel_sum += float(np.nansum(accs[m])) / float(q.vaccuracy[0]) if m in accs else served
         n += served
     minutes = set()
     for a in per.values():

@@ -212,7 +212,7 @@ def test_the_loops_do_not_chase_each_other(levels: list[float], seed: int) -> No
                  300.0 * len(levels), ReplaySpec())
     prices = cfg.prices()
     costs = [sum(prices[t] * n for t, n in tc.target.items()) for tc in run.targets]
-    accuracy = [a.plan.effective_accuracy or 0.0 for _, a in run.accuracy_plans["resnet"]]  # type: ignore[attr-defined]
+    accuracy = [a.plan.effective_accuracy or 0.0 for _, a in run.accuracy_plans["resnet"]]
     steps = sum(1 for a, b in zip(levels, levels[1:]) if a != b)
     print(f"levels {levels}: {len(costs)} targets, {_reversals(costs)} turns (demand {_reversals(levels)}); "
           f"{len(accuracy)} accuracy plans, {_reversals(accuracy)} turns, {steps} steps")

@@ -15,6 +15,7 @@ config model's name nor the family's are another application's and are ignored.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -55,13 +56,21 @@ def family_path(family: str) -> Path:
     return Path(family) if family.endswith(".csv") else shipped_csv(family)
 
 
+@functools.lru_cache(maxsize=32)
+def _rows(path: str, stamp: tuple[int, int]) -> tuple[ProfileRow, ...]:
+    """A family CSV's rows, read once per version of the file (``stamp``: its mtime and size): the
+    CLI, the replay, its baselines and its query loops each ask for the application."""
+    return tuple(read_csv(path))
+
+
 def application(model: ModelSpec) -> Application:
     """``model``'s application (``model.family`` set); ValueError with one line naming the file."""
     if not model.family:
         raise ValueError(f"model {model.name!r} names no family")
     path = family_path(model.family)
     try:
-        rows: list[ProfileRow] = read_csv(path)
+        st = path.stat()
+        rows = _rows(str(path), (st.st_mtime_ns, st.st_size))
     except OSError as exc:
         raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
     family = path.name.split(".")[0]
