@@ -7,6 +7,7 @@ event loop; boto3 calls run in worker threads so the query path never waits on E
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 import logging
 import time
 from datetime import datetime
@@ -98,7 +99,7 @@ class Daemon:
         self._park_state = ParkState()
         #: (monotonic time, "park" | "unpark" | "retire" | "launch", instance id), newest last
         self.fleet_events: list[tuple[float, str, str]] = []
-        self.unpark_ms: list[float] = []    # how long each unpark took to load its variants back (latest 100)
+        self.unpark_ms: deque[float] = deque(maxlen=100)   # each unpark's variant loads, ms (latest 100)
         self.status_feed: StatusFeed | None = None   # costscale status: spend, decisions, errors (watched)
         self.metrics: MetricsServer | None = None    # GET /metrics (metrics.listen)
         # max_throughput: each pick confirmed by simulation off the tick (Kairos+, issue #16)
@@ -330,15 +331,18 @@ class Daemon:
             # hold up the launches a spike needs); the actuator then launches the rest
             for iid in dec.unpark:
                 self._event("unpark", iid)
-            t_unpark = time.monotonic()
-            done = await asyncio.gather(*(asyncio.wait_for(d.unpark(iid), UNPARK_TIMEOUT_S) for iid in dec.unpark),
-                                        return_exceptions=True)
-            for iid, res in zip(dec.unpark, done):
-                if isinstance(res, BaseException):
-                    log.warning("fleet: unpark %s: %s", iid, type(res).__name__)
+            async def unpark(iid: str):  # type: ignore[no-untyped-def]
+                t0 = time.monotonic()
+                res = await asyncio.wait_for(d.unpark(iid), UNPARK_TIMEOUT_S)
+                return res, 1000.0 * (time.monotonic() - t0)
+            done = await asyncio.gather(*(unpark(iid) for iid in dec.unpark), return_exceptions=True)
+            for iid, got in zip(dec.unpark, done):
+                if isinstance(got, BaseException):
+                    log.warning("fleet: unpark %s: %s", iid, type(got).__name__)
                 else:
-                    self.unpark_ms = [*self.unpark_ms[-99:], 1000.0 * (time.monotonic() - t_unpark)]
-                    log.info("fleet: unpark %s in %.0f ms (load %s)", iid, self.unpark_ms[-1],
+                    res, ms = got
+                    self.unpark_ms.append(ms)
+                    log.info("fleet: unpark %s in %.0f ms (load %s)", iid, ms,
                              ", ".join(f"{v}{'' if ok else ' failed: ' + m}" for v, ok, m in res) or "-")
             for iid in dec.park:
                 self._event("park", iid)
