@@ -18,6 +18,7 @@ from config.hostport import split_hostport
 from config.errors import ConfigError
 from config.batch_dist import parse_batch_dist
 from config.catalog import InstanceType, load_catalog
+from config.families import shipped as shipped_families
 from config.security import TlsSpec, WorkerTlsSpec, read_token
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -87,14 +88,6 @@ class ModelSpec(_Strict):
     @property
     def profile_name(self) -> str:
         return self.profile or self.name
-
-
-def shipped_families() -> list[str]:
-    """The variant families shipped in ``config/families`` (``<name>.csv``)."""
-    from importlib import resources
-
-    root = resources.files("config.families")
-    return sorted(f.name[:-4] for f in root.iterdir() if f.name.endswith(".csv") and f.name.count(".") == 1)
 
 
 class InstanceTypeSpec(_Strict):

@@ -25,3 +25,23 @@ The files:
 
 Regenerate the first two with ``python -m variants.families`` (``--family``, ``--out``).
 """
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+
+def csv_path(family: str, kind: str = "") -> Path:
+    """Path of a CSV shipped here: ``<family>.csv`` (the instance types, derived) or
+    ``<family>.<kind>.csv`` (``local``: measured on the CPU that made them)."""
+    name = f"{family}.{kind}.csv" if kind else f"{family}.csv"
+    return Path(str(resources.files(__name__).joinpath(name)))
+
+
+def shipped() -> list[str]:
+    """The families shipped here (each ``<name>.csv``)."""
+    return sorted(f.name[:-4] for f in resources.files(__name__).iterdir()
+                  if f.name.endswith(".csv") and f.name.count(".") == 1)
+
+
+__all__ = ["csv_path", "shipped"]

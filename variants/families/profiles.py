@@ -20,13 +20,13 @@ import csv
 import io
 import math
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from config.emulation import factor_types, reference_profiles
+from config.families import csv_path
 from config.files import write_atomic
 from config.profiles import ProfileTable
 from variants.families.family import Member
@@ -137,10 +137,8 @@ def read_csv(path: Path | str) -> list[ProfileRow]:
 
 
 def shipped_csv(family: str, kind: str = "") -> Path:
-    """Path of a CSV shipped in ``config/families``: ``<family>.csv`` (the instance types, derived)
-    or ``<family>.<kind>.csv`` (``local``: measured on the CPU that made them)."""
-    name = f"{family}.{kind}.csv" if kind else f"{family}.csv"
-    return Path(str(resources.files("config.families").joinpath(name)))
+    """Path of a CSV shipped in ``config/families`` (:func:`config.families.csv_path`)."""
+    return csv_path(family, kind)
 
 
 def latency_table(rows: Sequence[ProfileRow], instance_type: str) -> dict[str, dict[int, float]]:
