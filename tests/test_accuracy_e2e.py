@@ -29,6 +29,8 @@ from variants.families import digits as dg
 from variants.families.profiles import ProfileRow
 from variants.families.registration import register_family
 from variants.registry import VariantRegistry, registry_path_for
+from sim.query_loop import SERVED
+from tests.accuracy_replay import placements, replay_the_e2e, same_swaps
 from tests.load_helpers import poisson_phase
 
 pytestmark = pytest.mark.slow
@@ -59,26 +61,50 @@ def test_a_spike_is_served_at_lower_accuracy_and_accuracy_comes_back(moto_endpoi
     """``plan``: the accuracy planner swaps variants and routes by its plan (Proteus); ``slackfit``: every
     member stays loaded and each dispatch picks one by the head's slack (SuperServe §4.2)."""
     members = dg.build(tmp_path / "digits")
-    asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path, members, mode), timeout=300))
+    live = asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path, members, mode), timeout=300))
+    _against_the_replay(live, mode, tmp_path)
+
+
+def _against_the_replay(live: dict, mode: str, tmp: Path) -> None:  # type: ignore[type-arg]
+    """Issue #25 item 5: the same arrivals replayed (:mod:`tests.accuracy_replay`): the same variant
+    swaps in the same order (plan mode; :func:`tests.accuracy_replay.same_swaps`: either side may
+    pass through a placement one swap from the next that the other skipped, as the live trigger reads
+    the window a tick earlier or later from run to run) and SLO attainment within 1 point, over the
+    queries after the warm-up, on both sides."""
+    out = sorted(live["out"], key=lambda o: o[4])
+    run = replay_the_e2e(live["config"], "digits", live["rows"], SLO_MS, [o[4] for o in out], tmp)
+    lane = run.lanes["digits"]
+    measured = np.array([o[0] != "warm" for o in out])
+    live_ok = np.array([o[1] is not None and o[1] <= SLO_MS for o in out])
+    replay_ok = (lane.outcome == SERVED) & (lane.latency <= SLO_MS)
+    live_att, replay_att = live_ok[measured].mean(), replay_ok[measured].mean()
+    swaps_live, swaps_replay = placements(live["plans"]), placements(run.accuracy_plans.get("digits", []))
+    print(f"live vs replay ({mode}): attainment {live_att:.2%} vs {replay_att:.2%}; "
+          f"placements live {swaps_live}, replay {swaps_replay}")
+    assert abs(live_att - replay_att) <= 0.01
+    if mode == "plan":
+        assert same_swaps(swaps_live, swaps_replay)
+        assert len(swaps_replay) >= 3 and swaps_replay[0] == swaps_replay[-1], "no burst was bridged"
 
 
 async def _phase(stub, pb, rate: float, duration: float, rng, out: list, phase: str, until=None,  # noqa: ANN001
                  max_duration: float = 0.0) -> None:
     """Poisson arrivals of the application at ``rate`` for ``duration`` s (with ``until``: on until
-    it holds, at most ``max_duration``); each answer as (phase, latency ms or None, variant, accuracy)."""
+    it holds, at most ``max_duration``); each answer as (phase, latency ms or None, variant, accuracy,
+    sent at ``perf_counter``)."""
     async def one() -> None:
         t0 = time.perf_counter()
         try:
             r = await stub.Submit(pb.SubmitRequest(application="digits", batch_size=1), timeout=10.0)
         except grpc.aio.AioRpcError as exc:
-            out.append((phase, None, exc.code().name, 0.0))
+            out.append((phase, None, exc.code().name, 0.0, t0))
             return
-        out.append((phase, (time.perf_counter() - t0) * 1000.0, r.variant, r.accuracy))
+        out.append((phase, (time.perf_counter() - t0) * 1000.0, r.variant, r.accuracy, t0))
 
     await poisson_phase(lambda _: one(), rate, duration, rng, until, max_duration, tick_s=0.02)
 
 
-async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> None:  # noqa: ANN001
+async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> dict:  # type: ignore[type-arg]  # noqa: ANN001
     import boto3
 
     from daemon.local_runner import start_with_local_workers
@@ -131,10 +157,10 @@ async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> None:  # no
         loop = daemon.model_loop.accuracy
         by = {ph: [o for o in out if o[0] == ph] for ph in ("warm", "low", "spike", "after", "settled")}
         measured = by["low"] + by["spike"] + by["after"] + by["settled"]
-        within = sum(1 for _, ms, _, _ in measured if ms is not None and ms <= SLO_MS)
+        within = sum(1 for _, ms, _, _, _ in measured if ms is not None and ms <= SLO_MS)
         attainment = within / len(measured)
-        spike_variants = {v for _, ms, v, _ in by["spike"] if ms is not None}
-        spike_acc = [a for _, ms, _, a in by["spike"] if ms is not None]
+        spike_variants = {v for _, ms, v, _, _ in by["spike"] if ms is not None}
+        spike_acc = [a for _, ms, _, a, _ in by["spike"] if ms is not None]
         print(f"\naccuracy e2e ({mode}): {len(measured)} queries after warm-up, SLO attainment {attainment:.2%} "
               f"(<= {SLO_MS:g} ms); back to {top} {back_s:.1f} s after the spike; plans {len(loop.allocations)}, "
               f"re-pinned {d.accuracy.rerouted}, failed loads {loop.failed}, SlackFit picks {d.accuracy.bound}")
@@ -151,8 +177,8 @@ async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> None:  # no
         assert spike_variants - {top}, "the spike was not served by a less accurate variant"
         assert min(spike_acc) >= min(acc.values()) and np.mean(spike_acc) < acc[top]
         # the replies carry the accuracy of the variant that served them
-        assert all(a == pytest.approx(acc[v]) for _, ms, v, a in measured if ms is not None)
-        settled = [(v, a) for _, ms, v, a in by["settled"] if ms is not None]
+        assert all(a == pytest.approx(acc[v]) for _, ms, v, a, _ in measured if ms is not None)
+        settled = [(v, a) for _, ms, v, a, _ in by["settled"] if ms is not None]
         if mode == "plan":
             assert {v for v, _ in settled} == {top}, "accuracy did not come back to the top variant"
             # back to the top variant within 30 s of the spike's end (README: 5 s typical; the
@@ -160,7 +186,8 @@ async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> None:  # no
             assert back_s <= 30.0, back_s
         else:      # a queue of two at low load may still go to the next variant for one call
             assert np.mean([a for _, a in settled]) >= acc[top] - 0.01, "accuracy did not come back"
-        assert all(ms is not None for _, ms, _, _ in by["low"] + by["settled"])
+        assert all(ms is not None for _, ms, _, _, _ in by["low"] + by["settled"])
     finally:
         await daemon.stop(grace=3.0)
         await runner.stop_all()
+    return {"out": out, "plans": list(loop.allocations), "config": cfg.model_dump(), "rows": rows}

@@ -69,13 +69,14 @@ def test_the_round_plans_full_accuracy_then_trades_it_for_a_burst_and_comes_back
     assert burst.routing["a"][hi] == pytest.approx((CAP_HI / 1.05) / 30.0)
     assert burst.routing["a"][lo] == pytest.approx(1.0 - (CAP_HI / 1.05) / 30.0)
     assert swaps({"w1": "hi", "w2": "hi"}, burst.placement) == [(lo, "hi", "lo")]
-    # the burst ends: the next timer look plans for the mean rate; every query goes to "hi" again.
-    # The "lo" worker the plan does not need keeps its variant (fewest swaps) with no queries: it
-    # takes the overflow of the next burst at once
+    # the burst ends: the next timer look plans for the mean rate; every query is served by "hi"
+    # again. The "lo" worker the plan does not need takes "hi" back (idle, so the swap costs no
+    # query) and the two share the load at full accuracy, as at the start
     hosted = dict(burst.placement)
     back, st = accuracy_round(inputs(60.0, 5.0, hosted), st, PARAMS)
-    assert back is not None and back.placement == hosted
-    assert back.routing == {"a": {hi: 1.0}} and back.plan.accuracy == {"a": pytest.approx(0.9)}
+    assert back is not None and back.placement == {"w1": "hi", "w2": "hi"}
+    assert swaps(hosted, back.placement) == [(lo, "lo", "hi")]
+    assert back.routing == {"a": {"w1": 0.5, "w2": 0.5}} and back.plan.accuracy == {"a": pytest.approx(0.9)}
 
 
 def test_a_change_of_live_workers_plans_again_at_once() -> None:

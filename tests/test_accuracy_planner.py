@@ -98,17 +98,39 @@ def test_the_current_placement_is_kept_among_equal_optima():
     twin = VariantProfile("m", "best2", 0.90, BEST.latency_ms)
     p = plan_accuracy(TWO_CPU, [FAST, BEST, twin], {"m": 60.0}, SLO, current={"w0": "best2", "w1": "best"})
     assert p.placement == {"w0": "best2", "w1": "best"} and p.swaps == 0
-    # a worker the demand does not need keeps what it hosts
+    # a worker the demand does not need is not kept on a less accurate variant: it takes the most
+    # accurate one (idle, so the swap costs no query) and the two share the load at full accuracy
     p = plan_accuracy(TWO_CPU, [FAST, BEST], {"m": 30.0}, SLO, current={"w0": "fast", "w1": "best"})
-    assert p.placement == {"w0": "fast", "w1": "best"} and p.swaps == 0
-    assert p.routing == {"m": {"w1": 1.0}}
+    assert p.placement == {"w0": "best", "w1": "best"} and p.swaps == 1
+    assert p.routing == {"m": {"w0": 0.5, "w1": 0.5}} and p.accuracy == {"m": 0.90}
+    # ... and one hosting nothing keeps nothing (it may hold another model's variant outside the plan)
+    p = plan_accuracy(TWO_CPU, [FAST, BEST], {"m": 30.0}, SLO, current={"w0": None, "w1": "best"})
+    assert p.placement == {"w0": None, "w1": "best"} and p.swaps == 0
+
+
+def test_an_idle_worker_takes_the_most_accurate_variant_its_type_can_run():
+    # on gpu "best" serves 200 q/s: one gpu worker carries 150, the other is idle on "fast" and moves
+    # up; a cpu worker idle on "fast" moves to "best" (40 q/s on cpu) as well
+    ws = {"g0": "gpu", "g1": "gpu", "c0": "cpu"}
+    p = plan_accuracy(ws, [FAST, BEST], {"m": 150.0}, SLO, current={"g0": "best", "g1": "fast", "c0": "fast"})
+    assert p.placement == {"c0": "best", "g0": "best", "g1": "best"} and p.swaps == 2
+    assert p.accuracy == {"m": 0.90} and p.feasible
+    # not when the less accurate variant serves: at 500 q/s the gpu pair on "best" (400) and the cpu
+    # worker on "fast" (100) carry it, (400 x 0.9 + 100 x 0.7) / 500 = 0.86, and "fast" stays
+    p = plan_accuracy(ws, [FAST, BEST], {"m": 500.0}, SLO, current={"g0": "best", "g1": "fast", "c0": "fast"})
+    assert p.placement == {"c0": "fast", "g0": "best", "g1": "best"} and p.accuracy["m"] == pytest.approx(0.86)
 
 
 def test_a_dominated_variant_a_worker_hosts_stays_when_the_demand_does_not_need_better():
-    # "slow" is less accurate and slower than "best" on cpu: pruned, unless a worker hosts it now
-    slow = VariantProfile("m", "slow", 0.80, {"cpu": {1: 40}})                      # 25 q/s
+    # "slow" is as accurate as "best" and slower on cpu: pruned, unless a worker hosts it now
+    slow = VariantProfile("m", "slow", 0.90, {"cpu": {1: 40}})                      # 25 q/s
+    p = plan_accuracy(TWO_CPU, [BEST, slow], {"m": 50.0}, SLO, current={"w0": "best", "w1": "slow"})
+    assert p.placement == {"w0": "best", "w1": "slow"} and p.swaps == 0
+    assert p.routing == {"m": {"w0": pytest.approx(0.8), "w1": pytest.approx(0.2)}}
+    # less accurate and idle: it moves up (see test_an_idle_worker_takes_the_most_accurate_variant_its_type_can_run)
+    slow = VariantProfile("m", "slow", 0.80, {"cpu": {1: 40}})
     p = plan_accuracy(TWO_CPU, [BEST, slow], {"m": 30.0}, SLO, current={"w0": "best", "w1": "slow"})
-    assert p.placement == {"w0": "best", "w1": "slow"} and p.swaps == 0 and p.routing == {"m": {"w0": 1.0}}
+    assert p.placement == {"w0": "best", "w1": "best"} and p.swaps == 1
     p = plan_accuracy(TWO_CPU, [BEST, slow], {"m": 60.0}, SLO, current={"w0": "best", "w1": "slow"})
     assert p.placement == {"w0": "best", "w1": "best"} and p.swaps == 1
 
@@ -170,13 +192,48 @@ def _brute_force(workers, variants, demand, slo, floor, current):
         placement = dict(zip(ids, combo))
         served, accw = _evaluate(workers, variants, demand, slo, placement)
         swaps = sum(placement[w] != current.get(w) for w in ids)
-        rows.append((served, accw, swaps))
+        moved = _idle_up(workers, variants, demand, slo, floor, placement)
+        rows.append((served, accw, swaps, sum(moved[w] != current.get(w) for w in ids)))
     tol = 1e-6 * max(1.0, sum(demand.values()))
     best_served = max(r[0] for r in rows)
     rows = [r for r in rows if r[0] >= best_served - tol]
     best_accw = max(r[1] for r in rows)
     rows = [r for r in rows if r[1] >= best_accw - tol]
-    return best_served, best_accw, min(r[2] for r in rows)
+    fewest = min(r[2] for r in rows)
+    # the fewest swaps, then the planner's idle rule applied to it
+    return best_served, best_accw, {r[3] for r in rows if r[2] == fewest}
+
+
+def _idle_up(workers, variants, demand, slo, floor, placement):
+    """The placement with every (type, variant) group that takes no demand (the most accurate groups
+    first, as the planner fills) moved to its model's most accurate variant on the type."""
+    by_name = {v.variant: v for v in variants}
+
+    def cap(name, t):
+        return capacity(by_name[name].latency_ms[t], slo[by_name[name].model])[1]
+
+    groups = {}
+    for w, name in placement.items():
+        if name is not None:
+            groups.setdefault((workers[w], name), []).append(w)
+    idle = set()
+    for model, want in demand.items():
+        left = want
+        for (t, name), ws in sorted(((k, ws) for k, ws in groups.items() if by_name[k[1]].model == model),
+                                    key=lambda kv: (-by_name[kv[0][1]].accuracy, -cap(kv[0][1], kv[0][0]), kv[0])):
+            take = min(left, cap(name, t) * len(ws))
+            left -= take
+            if take <= 0:
+                idle.add((t, name))
+    out = dict(placement)
+    for (t, name) in idle:
+        m = by_name[name].model
+        fits = [v for v in variants if v.model == m and v.accuracy >= floor.get(m, 0.0) and t in v.latency_ms
+                and capacity(v.latency_ms[t], slo[m]) is not None]
+        top = min(fits, key=lambda v: (-v.accuracy, -cap(v.variant, t), v.variant))
+        if top.accuracy > by_name[name].accuracy:
+            out.update({w: top.variant for w in groups[(t, name)]})
+    return out
 
 
 @st.composite
@@ -215,7 +272,7 @@ def test_the_linearised_milp_equals_a_brute_force_over_every_placement(case):
     assert plan.accuracy_weighted_qps == pytest.approx(own_accw, abs=tol)
     assert own_served == pytest.approx(served, abs=tol)
     assert own_accw == pytest.approx(accw, abs=tol)
-    assert plan.swaps == swaps
+    assert plan.swaps in swaps
     for model, split in plan.routing.items():
         if split:
             assert sum(split.values()) == pytest.approx(1.0)
@@ -304,10 +361,11 @@ def test_cli_malformed_csv_and_missing_slo(tmp_path, capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "no SLO for resnet" in err
 
 
-def test_a_worker_the_plan_does_not_need_keeps_its_variant() -> None:
+def test_a_worker_the_plan_does_not_need_moves_up_with_the_other() -> None:
     """Found by the brute-force test on HiGHS: two equal variants hosted, a better one needed on one
-    worker; the other worker keeps what it hosts (one swap, not two)."""
+    worker. The other worker is not needed (step 3 kept it, one swap); since issue #25 an idle worker
+    takes the most accurate variant too, and the two share the load: two swaps."""
     lat = {"t0": {1: 1.0, 4: 1.0, 16: 4.0}}
     vs = [VariantProfile("a", "v0", 0.5, lat), VariantProfile("a", "v2", 0.5, lat), VariantProfile("a", "v5", 0.66, lat)]
     p = plan_accuracy({"w0": "t0", "w1": "t0"}, vs, {"a": 1.0}, {"a": 20.0}, {}, {"w0": "v0", "w1": "v2"})
-    assert p.swaps == 1 and sorted(v for v in p.placement.values() if v) in (["v0", "v5"], ["v2", "v5"])
+    assert p.swaps == 2 and p.placement == {"w0": "v5", "w1": "v5"} and p.routing == {"a": {"w0": 0.5, "w1": 0.5}}

@@ -43,7 +43,13 @@ tolerances survive):
    Σ A_m z_{t,m}, to optimality or to the budget (``gap`` bounds how far below the optimum);
 3. with that held, the most workers that keep what they host: keep_{t,v} <= n_{t,v} and
    keep_{t,v} <= the type's workers hosting v now, for every variant v and for "nothing" (a worker
-   the plan does not need keeps what it has, nothing included).
+   the plan does not need keeps what it has, nothing included; then "Idle workers" below).
+
+**Idle workers.** A worker the placement routes nothing to (its model's demand is served, as
+accurately as the placement can, by the others) hosts its model's most accurate variant that fits
+its type, whatever step 3 kept: it costs no query (the worker is idle) and it is spare capacity at
+full accuracy, which the routing then shares (a fall after a burst left one worker on the top
+variant taking all of a low load and the other idle on a lower one, issue #25).
 
 The MILP chooses the placement; the rates are then recomputed for that placement exactly (per
 model, the most accurate placed variants fill the demand first, which is what steps 1-2 do for a
@@ -207,6 +213,27 @@ def _fill(options: Sequence[_Option], counts: Mapping[tuple[str, str], int],
     return rates
 
 
+def _idle_to_top(options: Sequence[_Option], counts: Mapping[tuple[str, str], int],
+                 demand: Mapping[str, float]) -> dict[tuple[str, str], int]:
+    """Workers the placement routes nothing to host their model's most accurate variant that fits
+    their type (module docstring, "Idle workers"). (type, variant) -> count."""
+    rates = _fill(options, counts, demand)
+    top: dict[tuple[str, str], _Option] = {}
+    for o in sorted(options, key=lambda o: (-o.accuracy, -o.qps, o.variant)):
+        top.setdefault((o.itype, o.model), o)
+    by_key = {(o.itype, o.variant): o for o in options}
+    out = dict(counts)
+    for (t, v), c in counts.items():
+        o = by_key.get((t, v))
+        if c <= 0 or o is None or rates.get((t, v), 0.0) > 0.0:
+            continue
+        best = top[(t, o.model)]
+        if best.accuracy > o.accuracy:
+            out[(t, v)] -= c
+            out[(t, best.variant)] = out.get((t, best.variant), 0) + c
+    return {k: c for k, c in out.items() if c > 0}
+
+
 def _assign(workers: Mapping[str, str], counts: Mapping[tuple[str, str], int],
             current: Mapping[str, str | None]) -> dict[str, str | None]:
     """Per-type counts -> worker ids: a worker keeps its variant while the type's count of it lasts
@@ -281,6 +308,7 @@ def plan_accuracy(workers: Mapping[str, str], variants: Sequence[VariantProfile]
     else:                                             # nothing to serve or nothing to serve it with
         counts = {(t, v): c for (t, v), c in current_counts.items() if v is not None}
         status = "optimal"
+    counts = _idle_to_top(options, counts, demand)
     placement = _assign(workers, counts, current)
     rates = _fill(options, counts, demand)
     by_key = {(o.itype, o.variant): o for o in options}
