@@ -14,8 +14,12 @@ One :class:`sim.clock.VirtualClock` drives, merged in time order:
 
 Ties: query events strictly before a tick's time run first; at one instant timed events, then the
 fleet tick, the model tick, the reconcile tick. Dollars come from :class:`sim.ledger.CostLedger`
-(the pool observed after every launch and termination). The model loop runs over each model's
-base variant (:mod:`sim.replay_models`): variants are not replayed yet.
+(the pool observed after every launch and termination). The model loop
+(:mod:`sim.replay_models`) runs over each model's base variant; an application (a model entry
+naming a variant family, issue #25) is served by its variants (:mod:`sim.variant_lane`), and with
+accuracy scaling on the accuracy round places and routes them (:mod:`sim.replay_accuracy`, plan
+mode; SlackFit binds per call). Not replayed: INFaaS's per-query variant selection (getVariant)
+over a family without accuracy scaling; such an application is served at its most accurate variant.
 
 Several models (issue #24): each configured model has a query loop of its own (its queries, its
 QoS, its service times) over the workers assigned to it (:mod:`scaler.worker_assignment`, from the
