@@ -219,3 +219,8 @@ def lexicographic_counts(options: Sequence[Option], type_counts: Mapping[str, in
         else:
             proven = False
     return counts(best), "optimal" if proven else "time_limit", gap
+
+
+#: The model builder and the solve, for the other planners written on them (the pipeline planner).
+Milp = _Model
+solve = _solve
