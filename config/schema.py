@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+from pydantic import (Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
 from config.hostport import split_hostport
@@ -19,19 +19,9 @@ from config.errors import ConfigError
 from config.batch_dist import parse_batch_dist
 from config.catalog import InstanceType, load_catalog
 from config.families import shipped as shipped_families
+from config.fields import Name, Strict
+from config.pipelines import PipelineSpec, check_models
 from config.security import TlsSpec, WorkerTlsSpec, read_token
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-
-
-def _check_name(v: str) -> str:
-    if not _NAME_RE.match(v):
-        raise ValueError("must be 1-63 letters, digits, '.', '_' or '-'")
-    return v
-
-
-Name = Annotated[str, AfterValidator(_check_name)]
-
 
 def _optional_hostport(v: str | None, message: str) -> str | None:
     """A field validator's check: None, or a HOST:PORT :func:`config.hostport.split_hostport` accepts."""
@@ -43,8 +33,7 @@ def _optional_hostport(v: str | None, message: str) -> str | None:
     return v
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_Strict = Strict
 
 
 class ModelSpec(_Strict):
@@ -293,6 +282,7 @@ class Config(_Strict):
         4, description="max_throughput: the fleet loop confirms each pick by simulating up to this many pools in "
                        "the background (Kairos+, scaler.confirm; >= 2, or 0: hold the similarity pick)")
     models: Annotated[list[ModelSpec], Field(min_length=1)]
+    pipelines: list[PipelineSpec] = Field([], description="inference pipelines over the models (issue #26, Loki)")
     instance_types: Annotated[list[InstanceTypeSpec], Field(min_length=1)]
     launch: LaunchSpec
     dispatcher: DispatcherSpec = DispatcherSpec()
@@ -329,6 +319,7 @@ class Config(_Strict):
         dupt = {n for n in types if types.count(n) > 1}
         if dupt:
             raise ValueError(f"duplicate instance type(s): {', '.join(sorted(dupt))}")
+        check_models(self.pipelines, names)
         if self.pinned_pool:
             allowed = set(types)
             bad = sorted(set(self.pinned_pool) - allowed)
@@ -414,6 +405,14 @@ def _fmt_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+_FIELD_IN_MSG = re.compile(r"^((?:[A-Za-z_]\w*|\[\d+\])(?:\.[A-Za-z_]\w*|\[\d+\])*): (.*)$", re.S)
+
+
+def _parse_loc(path: str) -> tuple[Any, ...]:
+    """``tasks[1].children[0].task`` -> ("tasks", 1, "children", 0, "task")."""
+    return tuple(int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\[\d+\]|[A-Za-z_]\w*", path))
+
+
 def parse_config_text(text: str, source: str = "<config>") -> Config:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -440,6 +439,10 @@ def parse_config_text(text: str, source: str = "<config>") -> Config:
             msg = err["msg"]
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, "):]
+            named = _FIELD_IN_MSG.match(msg)     # a validator naming the field below its own: "tasks[1].model: ..."
+            if named and tuple(loc) + _parse_loc(named.group(1)) in lines:
+                loc, msg = tuple(loc) + _parse_loc(named.group(1)), named.group(2)
+                line = lines[loc]
             if err["type"] == "missing":
                 msg = "required field is missing"
             elif err["type"] == "extra_forbidden":

@@ -16,7 +16,8 @@ from typing import Sequence
 from config.errors import UsageError
 
 # modules under daemon/commands/ (simulate also registers capacity; models also registers offline)
-COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants", "models", "profile", "status", "replay", "accuracy")
+COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants", "models", "profile", "status", "replay", "accuracy",
+            "pipeline")
 
 
 class _Parser(argparse.ArgumentParser):

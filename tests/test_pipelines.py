@@ -247,3 +247,64 @@ def _subpools(pool):  # type: ignore[no-untyped-def]
     types = sorted(pool)
     for counts in itertools.product(*[range(pool[t] + 1) for t in types]):
         yield dict(zip(types, counts))
+
+
+# ---- in the config ----------------------------------------------------------------------------------
+
+_YAML = """cluster: p
+budget_per_hour: 3.0
+models:
+  - name: resnet
+    family: resnet
+    qos_ms: 1000
+  - name: digits
+    family: digits
+    qos_ms: 1000
+instance_types:
+  - type: c5n.2xlarge
+launch:
+  ami_id: ami-0123456789abcdef0
+pipelines:
+  - name: traffic
+    slo_ms: 800
+    tasks:
+      - name: detect
+        model: resnet
+        children:
+          - task: classify
+            factor: 3
+      - name: classify
+        model: digits
+"""
+
+
+def test_a_pipeline_in_the_config_is_its_tree() -> None:
+    from config.schema import parse_config_text
+
+    cfg = parse_config_text(_YAML, "p.yaml")
+    p = cfg.pipelines[0].graph()
+    assert (p.name, p.root, p.slo_ms, p.leaves()) == ("traffic", "detect", 800.0, ["classify"])
+    assert p.task_demand(2.0) == {"detect": 2.0, "classify": 6.0}
+
+
+@pytest.mark.parametrize("old, new, line", [
+    ("model: digits", "model: digitz",
+     "p.yaml: line 24: pipelines[0].tasks[1].model: unknown model 'digitz' (models: digits, resnet)"),
+    ("task: classify", "task: detect",
+     "p.yaml: line 21: pipelines[0].tasks[0].children[0].task: task 'detect' names itself: a pipeline is a tree"),
+    ("task: classify", "task: sort",
+     "p.yaml: line 21: pipelines[0].tasks[0].children[0].task: no task 'sort' in this pipeline (tasks: detect, classify)"),
+    ("      - name: classify", "      - name: detect",
+     "p.yaml: line 23: pipelines[0].tasks[1].name: task 'detect' is named twice (first at tasks[0])"),
+    ("  - name: traffic", "  - name: digits",
+     "p.yaml: line 15: pipelines[0].name: 'digits' is also a model's name; a query names one or the other"),
+    ("    slo_ms: 800", "    slo_ms: 800\n    root: classify",
+     "p.yaml: line 17: pipelines[0].root: task 'classify' has a parent ('detect'): the root has none"),
+])
+def test_a_bad_pipeline_is_one_line_naming_field_and_line(old: str, new: str, line: str) -> None:
+    from config.errors import ConfigError
+    from config.schema import parse_config_text
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config_text(_YAML.replace(old, new, 1), "p.yaml")
+    assert exc.value.lines[0] == line

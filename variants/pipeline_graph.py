@@ -120,17 +120,20 @@ def build(name: str, tasks: Sequence[tuple[str, str, Sequence[tuple[str, float]]
     """A :class:`Pipeline` from ``(task, model, [(child, factor), ...])`` rows, or PipelineError
     naming the field (``where``.tasks[i]...): a task named twice, a child that is no task, a task
     with two parents, a cycle, no root or several, a factor that is not a finite number > 0."""
+    def at(rel: str) -> str:
+        return f"{where}.{rel}" if where else rel
+
     index: dict[str, int] = {}
     for i, (t, _, _) in enumerate(tasks):
         if t in index:
-            raise PipelineError(f"{where}.tasks[{i}].name", f"task {t!r} is named twice (first at tasks[{index[t]}])")
+            raise PipelineError(at(f"tasks[{i}].name"), f"task {t!r} is named twice (first at tasks[{index[t]}])")
         index[t] = i
     parent: dict[str, str] = {}
     edges: dict[str, tuple[Edge, ...]] = {}
     for i, (t, _, children) in enumerate(tasks):
         out = []
         for j, (c, f) in enumerate(children):
-            loc = f"{where}.tasks[{i}].children[{j}]"
+            loc = at(f"tasks[{i}].children[{j}]")
             if c not in index:
                 raise PipelineError(loc + ".task", f"no task {c!r} in this pipeline (tasks: {', '.join(index)})")
             if not (isinstance(f, (int, float)) and math.isfinite(f) and f > 0):
@@ -146,14 +149,14 @@ def build(name: str, tasks: Sequence[tuple[str, str, Sequence[tuple[str, float]]
     roots = [t for t in index if t not in parent]
     if root is None:
         if not roots:
-            raise PipelineError(f"{where}.tasks", "every task has a parent: the tasks form a cycle, no root")
+            raise PipelineError(at("tasks"), "every task has a parent: the tasks form a cycle, no root")
         if len(roots) > 1:
-            raise PipelineError(f"{where}.root", f"several tasks have no parent ({', '.join(roots)}): name the root")
+            raise PipelineError(at("root"), f"several tasks have no parent ({', '.join(roots)}): name the root")
         root = roots[0]
     elif root not in index:
-        raise PipelineError(f"{where}.root", f"no task {root!r} in this pipeline (tasks: {', '.join(index)})")
+        raise PipelineError(at("root"), f"no task {root!r} in this pipeline (tasks: {', '.join(index)})")
     elif root in parent:
-        raise PipelineError(f"{where}.root", f"task {root!r} has a parent ({parent[root]!r}): the root has none")
+        raise PipelineError(at("root"), f"task {root!r} has a parent ({parent[root]!r}): the root has none")
     seen, todo = set(), [root]
     while todo:
         t = todo.pop()
@@ -162,7 +165,7 @@ def build(name: str, tasks: Sequence[tuple[str, str, Sequence[tuple[str, float]]
     lost = [t for t in index if t not in seen]
     if lost:
         i = index[lost[0]]
-        raise PipelineError(f"{where}.tasks[{i}]", f"task {lost[0]!r} is not reached from the root {root!r} "
+        raise PipelineError(at(f"tasks[{i}]"), f"task {lost[0]!r} is not reached from the root {root!r} "
                                                    "(a cycle, or a second tree)")
     return Pipeline(name, root, {t: m for t, m, _ in tasks}, edges, float(slo_ms), float(min_accuracy))
 

@@ -1,0 +1,45 @@
+"""What the pipeline planner needs from the config (issue #26): each task's variants with their
+accuracies and latencies. Pure: the config and the latency profiles come in.
+
+A task whose model names a family (:mod:`variants.families.applications`) has the family's
+variants, each with its accuracy and its latency per type and batch. A task whose model has no
+family has one variant, the model itself, at its profile (mean latency at each profiled batch) on
+every allowed type it has a profile for, with accuracy 1.0: unscored, so accuracy scaling can only
+trade the other tasks' accuracy.
+"""
+from __future__ import annotations
+
+from config.pipelines import PipelineSpec
+from config.profiles import ProfileTable
+from config.schema import Config
+from variants.accuracy_planner import VariantProfile
+from variants.families.applications import application
+
+
+def task_variants(cfg: Config, profiles: ProfileTable, spec: PipelineSpec) -> dict[str, list[VariantProfile]]:
+    """Task -> its variants (see the module docstring). ValueError (one line) for a task with no
+    latency on any allowed type."""
+    allowed = set(cfg.catalog())
+    out: dict[str, list[VariantProfile]] = {}
+    for task in spec.tasks:
+        m = cfg.model(task.model)
+        if m.family:
+            app = application(m)
+            vs = [VariantProfile(m.name, v, acc, {t: dict(app.latency[(v, t)]) for t in app.types(v) if t in allowed})
+                  for v, acc in app.variants]
+        else:
+            lat = {}
+            for t in sorted(allowed):
+                if profiles.has(m.profile_name, t):
+                    p = profiles.get(m.profile_name, t)
+                    lat[t] = {int(b): float(ms) for b, ms in zip(p.batch_sizes, p.mean_ms)}
+            vs = [VariantProfile(m.name, m.name, 1.0, lat)]
+        vs = [v for v in vs if v.latency_ms]
+        if not vs:
+            raise ValueError(f"pipeline {spec.name}: task {task.name!r} (model {m.name}) has no latency on any "
+                             f"allowed type ({', '.join(sorted(allowed))})")
+        out[task.name] = vs
+    return out
+
+
+__all__ = ["task_variants"]
