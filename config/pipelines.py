@@ -18,7 +18,7 @@ pipelines:
 
 The root is the task no other names as a child (or ``root:``). Errors name the field and its line:
 a cycle, a task with two parents, an unknown child, an unknown model, a missing root
-(:func:`variants.pipeline_graph.build` decides; :func:`check_models` checks the models).
+(:func:`config.pipeline_graph.build` decides; :func:`check_models` checks the models).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import Annotated, Iterable
 from pydantic import Field, model_validator
 
 from config.fields import Name, Strict
-from variants.pipeline_graph import Pipeline, PipelineError, build
+from config.pipeline_graph import Pipeline, PipelineError, build
 
 
 class PipelineChild(Strict):

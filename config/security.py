@@ -115,6 +115,9 @@ def restart_only_changes(running: Config, new: Config) -> tuple[Config, list[str
         fields = only if only is not None else tuple(type(old).model_fields)
         changed += [f"{section}.{f}" for f in fields if getattr(now, f) != getattr(old, f)]
         kept[section] = now.model_copy(update={f: getattr(old, f) for f in fields})
+    if new.pipelines != running.pipelines:      # the dispatcher builds its pipeline runner at start
+        changed.append("pipelines")
+        kept["pipelines"] = running.pipelines
     return new.model_copy(update=kept), changed
 
 

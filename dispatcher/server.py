@@ -54,9 +54,10 @@ from dispatcher.placement import VariantPlacement
 from dispatcher.policies import make_policy
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI, Policy, default_base_type
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip_pb2_grpc as oipg
+from dispatcher.pipeline_exec import PipelineRunner
 from dispatcher.routing import RoutingRound
 from dispatcher.servicers import _ControlServicer, _InferenceServicer
-from dispatcher.status import FleetFacts, build_status_reply, record_outcome
+from dispatcher.status import FleetFacts, build_status_reply, record_outcome, record_pipeline
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.workers import WorkerRegistry, WorkerState
 from scaler.replan import STEADY_HORIZON_S
@@ -138,6 +139,7 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         self._init_routing()
         self.placement = VariantPlacement(self, registry, models_dir)
         self.accuracy = AccuracyRouting(self)
+        self.pipelines = PipelineRunner(self)
         self.offline = OfflineJobs(self)
 
     # -- configuration -----------------------------------------------------------------------------
@@ -244,6 +246,10 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         """Admission's submit (:meth:`dispatcher.admission.Admission.submit`), its outcome recorded
         once per query (:mod:`dispatcher.outcomes`; not again for a retry the idempotency cache answers)."""
         repeat = bool(r.idempotency_key) and r.idempotency_key in self._idem
+        if self.pipelines.handles(r):        # a pipeline: its steps are queries of their own (issue #26)
+            out = await self.pipelines.submit(r)
+            record_pipeline(self, r, out)
+            return out
         out = await Admission.submit(self, r)
         if not repeat:
             record_outcome(self, r, out)

@@ -126,6 +126,16 @@ def record_outcome(d: Dispatcher, r: pb.SubmitRequest, out: Union[pb.SubmitReply
                       accuracy=meta.accuracy if meta is not None else None)
 
 
+def record_pipeline(d: Dispatcher, r: pb.SubmitRequest, out: Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]) -> None:
+    """A pipeline query's outcome under the pipeline's name (its steps are recorded under their models)."""
+    now = d.clock()
+    if isinstance(out, tuple):
+        d.outcomes.record(r.application, out[0].name, now)
+    else:
+        d.outcomes.record(r.application, "OK", now, slo_met=out.slo_met, latency_s=out.total_ms / 1000.0,
+                          accuracy=out.accuracy if out.accuracy > 0 else None)
+
+
 def _model_status(d: Dispatcher, name: str, now: float, facts: FleetFacts | None) -> pb.ModelStatus:
     m = d.outcomes.models.get(name)
     serving = sum(1 for iid, w in d.workers.items() if not (w.draining or w.removed) and d.serves_model(iid, name))

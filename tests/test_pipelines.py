@@ -13,7 +13,7 @@ from scipy.optimize import linprog
 
 from variants import accuracy_milp
 from variants.accuracy_planner import VariantProfile
-from variants.pipeline_graph import PipelineError, build
+from config.pipeline_graph import PipelineError, build
 from variants.pipeline_planner import plan_pipeline
 
 
@@ -308,3 +308,64 @@ def test_a_bad_pipeline_is_one_line_naming_field_and_line(old: str, new: str, li
     with pytest.raises(ConfigError) as exc:
         parse_config_text(_YAML.replace(old, new, 1), "p.yaml")
     assert exc.value.lines[0] == line
+
+
+# ---- routing (Loki §5.1) and early dropping (Loki §5.2) --------------------------------------------
+
+from variants.pipeline_routing import VariantSlot, most_accurate_first, next_hop, rest_below  # noqa: E402
+
+SLOTS = [VariantSlot("det", "det-x", 0.90, 10.0, 100.0), VariantSlot("det", "det-n", 0.80, 40.0, 25.0),
+         VariantSlot("cls", "cls-l", 0.95, 60.0, 50.0), VariantSlot("cls", "cls-s", 0.85, 100.0, 10.0)]
+
+
+def test_most_accurate_first_by_hand() -> None:
+    # 30 images/s: det-x takes its 10, det-n the other 20. det-x's 20 car requests fill cls-l first
+    # (20 of its 60), det-n's 40 take cls-l's remaining 40: every car at cls-l
+    p = _chain(2.0)
+    t = most_accurate_first(p, SLOTS, 30.0)
+    assert t.root == (("det-x", pytest.approx(1 / 3)), ("det-n", pytest.approx(2 / 3)))
+    assert t.child[("det", "det-x", "cls")] == (("cls-l", 1.0),)
+    assert t.child[("det", "det-n", "cls")] == (("cls-l", 1.0),)
+    assert t.incoming[("cls", "cls-l")] == pytest.approx(60.0) and t.overflow == {"det": 0.0, "cls": 0.0}
+    # 40 images/s: det-n 30; det-x's 20 cars to cls-l, det-n's 60: 40 to cls-l, 20 to cls-s
+    t = most_accurate_first(p, SLOTS, 40.0)
+    assert t.child[("det", "det-n", "cls")] == (("cls-l", pytest.approx(40 / 60)), ("cls-s", pytest.approx(20 / 60)))
+    # 60 images/s: 10 past the detectors' 50, spread over them by capacity (10 x 1/5 to det-x)
+    t = most_accurate_first(p, SLOTS, 60.0)
+    assert t.overflow["det"] == pytest.approx(10.0)
+    assert dict(t.root) == {"det-x": pytest.approx(12 / 60), "det-n": pytest.approx(48 / 60)}
+
+
+def test_early_drop_fires_exactly_when_the_rest_of_the_slo_cannot_be_met() -> None:
+    cls_l, cls_s = SLOTS[2], SLOTS[3]
+    # 60 ms left, nothing after cls: cls-l (50 ms) fits -> the table's variant
+    assert next_hop(60.0, 0.0, cls_l, [cls_l, cls_s]) == next_hop(50.0, 0.0, cls_l, [cls_l, cls_s])
+    assert next_hop(50.0, 0.0, cls_l, [cls_l, cls_s]).variant == "cls-l"
+    # 49.99 ms: cls-l no longer fits, cls-s (10 ms) does: rerouted
+    hop = next_hop(49.99, 0.0, cls_l, [cls_l, cls_s])
+    assert hop.variant == "cls-s" and hop.rerouted and not hop.drop
+    # ... unless it has no capacity left: dropped
+    assert next_hop(49.99, 0.0, cls_l, [cls_l, cls_s], spare={"cls-s": 0.0}).drop
+    # 10 ms: cls-s exactly; 9.99: nothing fits: dropped
+    assert next_hop(10.0, 0.0, cls_l, [cls_l, cls_s]).variant == "cls-s"
+    assert next_hop(9.99, 0.0, cls_l, [cls_l, cls_s]).drop
+    # the tasks below count: 30 ms still needed after cls -> cls-s needs 40 ms left
+    assert next_hop(40.0, 30.0, cls_l, [cls_l, cls_s]).variant == "cls-s"
+    assert next_hop(39.99, 30.0, cls_l, [cls_l, cls_s]).drop
+
+
+def test_the_time_still_needed_below_a_task() -> None:
+    p = build("p", [("a", "m", [("b", 1.0), ("c", 1.0)]), ("b", "m", [("d", 1.0)]), ("c", "m", []), ("d", "m", [])], 400.0)
+    budgets = {"a": 10.0, "b": 20.0, "c": 50.0, "d": 25.0}
+    assert rest_below(p, budgets, "a") == 50.0          # max(b + d = 45, c = 50)
+    assert rest_below(p, budgets, "b") == 25.0 and rest_below(p, budgets, "d") == 0.0
+
+
+def test_a_reload_that_changes_the_pipelines_keeps_the_running_ones_and_says_so() -> None:
+    from config.schema import parse_config_text
+    from config.security import restart_only_changes
+
+    running = parse_config_text(_YAML, "p.yaml")
+    new = parse_config_text(_YAML.replace("factor: 3", "factor: 5"), "p.yaml")
+    kept, changed = restart_only_changes(running, new)
+    assert "pipelines" in changed and kept.pipelines == running.pipelines

@@ -17,7 +17,7 @@ one variant (step 1) and ours is the more cautious otherwise (a slow variant on 
 nothing still counts). The budgets are what early dropping checks against (Loki §4.2, §5.2).
 
 **Routing** (Loki Eq. 1-2, 12): c(π) >= 0 is the fraction of root queries routed along prefix π of
-the augmented graph (:mod:`variants.pipeline_graph`); at each task the prefixes' traffic is split
+the augmented graph (:mod:`config.pipeline_graph`); at each task the prefixes' traffic is split
 over the child's variants (Σ_k' c(π + (j, k')) = c(π) for every child j), and the rate a variant
 receives, D Σ c(π) m(π) over the prefixes ending at it, is at most what its workers serve.
 
@@ -42,7 +42,7 @@ from typing import Mapping, Sequence
 from variants.accuracy_milp import REL_TOL, Milp, solve
 from variants.accuracy_planner import VariantProfile
 from variants import accuracy_milp
-from variants.pipeline_graph import Pipeline
+from config.pipeline_graph import Pipeline
 
 Prefix = tuple[tuple[str, str], ...]
 #: (task, variant, instance type, batch)
