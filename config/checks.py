@@ -111,6 +111,8 @@ def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str =
         table = table.merged(stored)
     out = []
     for m in cfg.models:
+        if m.family:      # its latencies are its family CSV's (load_config checked it is there)
+            continue
         missing = [t.type for t in cfg.instance_types if not table.has(m.profile_name, t.type)]
         if missing and m.profile_name not in named:
             on = "any allowed type" if len(missing) == len(cfg.instance_types) else ", ".join(missing)
