@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) bench/kairos_repro.py
 	$(PY) bench/joint_bench.py
 	$(PY) bench/both_loops_bench.py
+	$(PY) bench/pipeline_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -229,7 +229,7 @@ def test_the_two_steps_equal_a_brute_force_on_small_trees(case) -> None:  # type
     pipe, variants, pool, qps = case
     if not any(pool.values()):
         return
-    plan = plan_pipeline(pipe, variants, pool, qps, solver=accuracy_milp.SOLVERS[-1])
+    plan = plan_pipeline(pipe, variants, pool, qps, solver=accuracy_milp.SOLVERS[-1], accuracy_gap=0.0)
     served, acc_w = _brute(pipe, variants, pool, qps)
     assert plan.served == pytest.approx(max(served, 0.0), abs=1e-6)
     if plan.served > 1e-9:
@@ -369,3 +369,45 @@ def test_a_reload_that_changes_the_pipelines_keeps_the_running_ones_and_says_so(
     new = parse_config_text(_YAML.replace("factor: 3", "factor: 5"), "p.yaml")
     kept, changed = restart_only_changes(running, new)
     assert "pipelines" in changed and kept.pipelines == running.pipelines
+
+
+# ---- costscale pipeline plan ------------------------------------------------------------------------
+
+def test_the_readme_pipeline_plan_example(capsys) -> None:  # type: ignore[no-untyped-def]
+    """README "Pipelines": at 30 q/s on 4 workers, accuracy scaling at 0.7917 (the hand-computed case
+    above, from examples/pipeline.yaml); at 10 q/s hardware scaling, two workers, 0.855."""
+    import json
+    from pathlib import Path
+
+    from daemon.cli import main
+
+    ex = str(Path(__file__).resolve().parents[1] / "examples/pipeline.yaml")
+    assert main(["pipeline", "plan", ex, "--demand", "30", "--pool", "c5n.2xlarge=4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["step"] == "accuracy" and out["served"] == pytest.approx(1.0)
+    assert round(out["accuracy"], 4) == 0.7917 and out["budgets_ms"] == {"detect": 100.0, "classify": 100.0}
+    per = {}
+    for w in out["workers"]:
+        per[(w["task"], w["variant"])] = per.get((w["task"], w["variant"]), 0) + w["count"]
+    assert per == {("detect", "det-x"): 1, ("detect", "det-n"): 1, ("classify", "cls-l"): 2}
+    assert main(["pipeline", "plan", ex, "--demand", "10", "--pool", "c5n.2xlarge=4"]) == 0
+    text = capsys.readouterr().out
+    assert "hardware scaling" in text and "end-to-end accuracy 0.8550, 2 workers" in text
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--demand", "-1", "--pool", "c5n.2xlarge=2"], "--demand must be a number of queries per second >= 0"),
+    (["--demand", "nan", "--pool", "c5n.2xlarge=2"], "--demand must be"),
+    (["--demand", "5"], "give --pool"),
+    (["--demand", "5", "--pool", "m5.large=2"], "unknown instance type 'm5.large'"),
+    (["--demand", "5", "--pool", "c5n.2xlarge=2", "--pipeline", "nope"], "no pipeline 'nope'"),
+])
+def test_pipeline_plan_bad_input_is_one_line_exit_2(capsys, argv, words) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from daemon.cli import main
+
+    ex = str(Path(__file__).resolve().parents[1] / "examples/pipeline.yaml")
+    assert main(["pipeline", "plan", ex, *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]

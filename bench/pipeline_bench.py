@@ -1,0 +1,93 @@
+"""The pipeline planner's time (issue #26): Loki's two steps (variants/pipeline_planner.py) on
+pipelines of 2-4 tasks over the resnet family, pools of 4 to 40 workers, at demands that need
+hardware scaling only and that need accuracy scaling; each case on HiGHS and on CBC.
+
+Writes the "pipeline-planner" section of BENCHMARKS.md. Loki §6.5 reports its MILP in well under
+its 10 s invocation interval; the goal here is the model loop's: a plan in under 1 s at 20 workers.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._report import machine, write_section  # noqa: E402
+from config.pipeline_graph import build  # noqa: E402
+from variants import accuracy_milp  # noqa: E402
+from variants.accuracy_planner import profiles_from_rows  # noqa: E402
+from variants.families.profiles import read_csv, shipped_csv  # noqa: E402
+from variants.pipeline_planner import plan_pipeline  # noqa: E402
+
+TYPES = ("c5n.2xlarge", "g4dn.xlarge", "r5n.large")
+
+
+def _variants(tasks: list[str]):  # type: ignore[no-untyped-def]
+    """Every task gets the resnet family's five variants (on the three types) under its own names."""
+    base = [v for v in profiles_from_rows(read_csv(shipped_csv("resnet")))]
+    out = {}
+    for t in tasks:
+        out[t] = [type(v)(t, f"{t}:{v.variant}", v.accuracy, {k: dict(b) for k, b in v.latency_ms.items() if k in TYPES})
+                  for v in base]
+    return out
+
+
+def _cases():  # type: ignore[no-untyped-def]
+    chain2 = build("chain2", [("a", "m", [("b", 2.0)]), ("b", "m", [])], 2000.0)
+    chain3 = build("chain3", [("a", "m", [("b", 1.5)]), ("b", "m", [("c", 1.0)]), ("c", "m", [])], 3000.0)
+    fork4 = build("fork4", [("a", "m", [("b", 2.0), ("c", 1.0)]), ("b", "m", [("d", 1.0)]), ("c", "m", []),
+                            ("d", "m", [])], 3000.0)
+    for pipe in (chain2, chain3, fork4):
+        for n in (4, 20, 40):
+            pool = {t: n // 3 + (1 if i < n % 3 else 0) for i, t in enumerate(TYPES)}
+            for qps in (2.0 * n / len(pipe.tasks), 12.0 * n / len(pipe.tasks)):
+                yield pipe, pool, qps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    worst = {s: 0.0 for s in accuracy_milp.SOLVERS}
+    for pipe, pool, qps in _cases():
+        variants = _variants(pipe.tasks)
+        cells = []
+        plan = None
+        for solver in accuracy_milp.SOLVERS:
+            times = []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                plan = plan_pipeline(pipe, variants, pool, qps, solver=solver)
+                times.append((time.perf_counter() - t0) * 1000.0)
+            med = statistics.median(times)
+            if sum(pool.values()) == 20:
+                worst[solver] = max(worst[solver], med)
+            cells.append(f"{med:.0f} ms ({plan.status})")
+        assert plan is not None
+        acc = f"{plan.accuracy:.4f}" if plan.accuracy is not None else "-"
+        rows.append(f"| {pipe.name} ({len(pipe.tasks)} tasks) | {sum(pool.values())} | {qps:g} | {plan.step} | "
+                    f"{100 * plan.served:.1f} % | {acc} | {plan.total_workers} | " + " | ".join(cells) + " |")
+        print(rows[-1], flush=True)
+    head = " | ".join(f"{s} median" for s in accuracy_milp.SOLVERS)
+    md = ("## Pipeline planner: Loki's two steps (bench/pipeline_bench.py)\n\n"
+          f"Machine: {machine()}. Command: `.venv/bin/python bench/pipeline_bench.py --repeats {args.repeats}`. "
+          "Each task has the resnet family's five variants on c5n.2xlarge, g4dn.xlarge and r5n.large; the pool "
+          "spreads its workers over the three; the demand (root q/s) is 2 and 12 x workers / tasks (the first fits "
+          "the top variants, the second needs accuracy scaling where the pool cannot buy it). Times are the whole "
+          f"call (both steps when step 1 does not fit), the median of {args.repeats}.\n\n"
+          f"| pipeline | workers | root q/s | step | served | end-to-end accuracy | workers used | {head} |\n"
+          "|---|---|---|---|---|---|---|" + "---|" * len(accuracy_milp.SOLVERS) + "\n" + "\n".join(rows) + "\n\n"
+          "Goal: a plan within 1 s at 20 workers (the model loop's budget): "
+          + ", ".join(f"{s} worst {w:.0f} ms ({'met' if w <= 1000 else 'not met'})" for s, w in worst.items()) + ".\n")
+    if not args.no_write:
+        write_section("pipeline-planner", md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
