@@ -141,6 +141,8 @@ class QueryLoop:
         self.i = 0
         self.now = 0.0
         self.busy_s = 0.0           # service seconds completed (utilisation for target tracking)
+        self.on_served: Callable[[int, float], None] | None = None   # (query, at) for each one served
+        self.qos_of: dict[int, float] = {}   # a query's own SLO (ms) where it is not the model's (a pipeline step)
         self.policy_calls = 0
         self.requeued = 0
         self._sampled_at = 0.0
@@ -311,6 +313,8 @@ class QueryLoop:
             self.outcome[x] = SERVED
             self.worker_type[x] = w.tix
             rows += self._bat[x]
+            if self.on_served is not None:
+                self.on_served(x, now)
         self.busy_s += now - started
         w.busy_s += now - max(started, self._sampled_at)
         w.samples.append((rows, (now - started) * 1000.0))
@@ -356,7 +360,7 @@ class QueryLoop:
 
     def _view(self, q: int, batch: int, arrival: float) -> QueryView:
         """Query ``q``'s view for the policy (its model: the one whose latency predicts it)."""
-        return QueryView(str(q), self.model, batch, arrival, self.qos_ms)
+        return QueryView(str(q), self.model, batch, arrival, self.qos_of.get(q, self.qos_ms))
 
     def _head(self, k: int) -> list[QueryView]:
         if not self._retry:
@@ -465,6 +469,19 @@ class QueryLoop:
         w.busy_until = now + w.pred[rows] / 1000.0
         self._idle_live -= 1                  # w is live (``_round`` checked), so the count is current
         heapq.heappush(self._heap, (now + self._service_s(w, q, rows), next(self._seq), w.wid, q))
+
+    def set_arrival(self, q: int, t: float, batch: int) -> None:
+        """Slot ``q`` (a placeholder at +inf, after every arrival already set) arrives at ``t``: a
+        pipeline step made when its parent finished (:mod:`sim.replay_pipelines`)."""
+        self._arr[q] = self.arr[q] = t
+        self._bat[q] = self.bat[q] = min(int(batch), self.times.max_batch)
+
+    def trim(self, n: int) -> None:
+        """Keep the first ``n`` queries (the placeholders past them never arrived)."""
+        self.n = n
+        del self._arr[n:], self._bat[n:]
+        self.arr, self.bat = self.arr[:n], self.bat[:n]
+        self.latency, self.outcome, self.worker_type = self.latency[:n], self.outcome[:n], self.worker_type[:n]
 
     def finish(self, t_end: float) -> None:
         """Run the events before ``t_end``; queries still waiting or in flight at the end stay

@@ -53,6 +53,7 @@ from sim.query_loop import QueryLoop, ServiceTimes
 from sim.replay_fleet import Decisions, DecideFn, ReplayFleet, ReplayWorkers
 from sim.replay_accuracy import ReplayAccuracyRound
 from sim.replay_models import ReplayModelLoop
+from sim.replay_pipelines import PipelineReplay, split_workloads
 from sim.service import ServiceKind, ServiceModel
 from sim.slo_check import slo_check as default_slo_check
 from sim.variant_lane import VariantLoop
@@ -124,6 +125,8 @@ class ReplayRun:
     #: and its accuracy plans, (at, allocation)
     variant_swaps: dict[str, list[tuple[float, str, str, str]]] = field(default_factory=dict)
     accuracy_plans: dict[str, list[tuple[float, Allocation]]] = field(default_factory=dict)
+    #: each pipeline with queries: its end-to-end figures (:meth:`sim.replay_pipelines.PipelineReplay.summary`)
+    pipelines: dict[str, dict] = field(default_factory=dict)  # type: ignore[type-arg]
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -250,8 +253,12 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
     if not duration_s > 0:
         raise ValueError("duration must be > 0")
     wall0 = time.perf_counter()
+    workload, pipeline_loads = split_workloads(cfg, workload, spec.model)
     loads = workloads_by_model(cfg, workload, spec)
     profiles = with_applications(cfg, profiles)     # each application's variants (issue #25)
+    pipes = PipelineReplay(cfg, loads, pipeline_loads, spec.seed, profiles) if pipeline_loads else None
+    if pipes is not None:       # each pipeline's queries through its tasks' lanes (issue #26)
+        loads = pipes.lane_workloads(loads)
     clock = VirtualClock(0.0)
     timeline = _Timeline()
     targets: list[TargetChange] = []
@@ -269,6 +276,9 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
     try:
         lanes = {m: make_query_loop(cfg, profiles, wl, spec, record=fleet.windows[m].record, model=m)
                  for m, wl in loads.items()}
+        if pipes is not None:
+            pipes.attach(lanes)
+        order = pipes.ordered(lanes) if pipes is not None else list(lanes.values())
         if on_query_loop is not None:
             on_query_loop(lanes)
         if spec.warm_start:   # the first plan's pool is up at 0, as a daemon that has been running
@@ -307,7 +317,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
         while True:
             t = min(k_fleet * iv.fleet_s, k_model * iv.model_s, k_rec * iv.reconcile_s, timeline.next_time(),
                     duration_s)
-            for q in lanes.values():
+            for q in order:
                 q.run_until(t)
             clock.advance_to(t)
             if t >= duration_s:
@@ -325,8 +335,10 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
             if progress is not None and t - last_report >= duration_s / 200:
                 last_report = t
                 progress(t / duration_s)
-        for q in lanes.values():
+        for q in order:
             q.finish(duration_s)
+        if pipes is not None:
+            pipes.close()
         ledger.close(duration_s)
         if progress is not None:
             progress(1.0)
@@ -334,7 +346,8 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                          decisions=fleet.decisions, targets=targets, launches=launches, terminations=terminations,
                          errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.mem.plans,
                          variant_swaps={m: r.swap_log for m, r in (fleet.accuracy_rounds or {}).items()},
-                         accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()})
+                         accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()},
+                         pipelines=pipes.summary() if pipes is not None else {})
     finally:
         fleet.close()
         if tmp is not None:

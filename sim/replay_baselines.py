@@ -42,6 +42,7 @@ from scaler.joint_plan import JointPlan, ModelShare, declared_demands, plan_join
 from scaler.replan import DemandView
 from scaler.transitions import pool_cost
 from sim.query_loop import QueryLoop
+from sim.replay_pipelines import split_workloads
 from sim.replay import ReplayRun, ReplaySpec, replay, workloads_by_model
 from sim.replay_fleet import DecideFn
 from sim.slo_check import slo_check as default_slo_check
@@ -200,22 +201,37 @@ def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workl
     profiles = with_applications(cfg, profiles)    # an application at its most accurate variant (issue #25)
     planner = planner or PoolPlanner(cfg, profiles, slo_check)
     base_cfg = _no_parking(cfg)
-    loads = {m: wl for m, wl in workloads_by_model(cfg, workload, spec).items()}
-    peaks = {m: minute_peaks(wl.arrivals, duration_s) for m, wl in loads.items()}
+    models_wl, pipeline_loads = split_workloads(cfg, workload, spec.model)
+    loads = {m: wl for m, wl in workloads_by_model(cfg, models_wl, spec).items()}
+
+    def per_model(fn):  # type: ignore[no-untyped-def]
+        """``fn(arrivals)`` of each model, a pipeline's tasks' adding its own times their factors (issue #26)."""
+        out = {m: fn(wl.arrivals) for m, wl in loads.items()}
+        for p in cfg.pipelines:
+            if p.name in pipeline_loads:
+                g = p.graph()
+                root = fn(pipeline_loads[p.name].arrivals)
+                for task, scale in g.task_demand(1.0).items():
+                    have, add = np.atleast_1d(out[g.models[task]]), np.atleast_1d(root) * scale
+                    n = max(len(have), len(add))
+                    both = np.pad(have, (0, n - len(have))) + np.pad(add, (0, n - len(add)))
+                    out[g.models[task]] = both if np.ndim(root) else float(both[0])
+        return out
+    peaks = per_model(lambda a: minute_peaks(a, duration_s))
+    loads = {**loads, **pipeline_loads}
     if name == "static_peak":
         plan = planner.plan("min_cost", {m: float(p.max()) for m, p in peaks.items()})
         return replay(base_cfg, profiles, loads, duration_s, spec, slo_check=slo_check, decide_fn=_held(plan))
     if name in ("static_budget", "accuracy_only"):   # accuracy_only: the same pool, the accuracy round on
-        plan = planner.plan("max_throughput", {m: len(wl) / duration_s for m, wl in loads.items()})
+        plan = planner.plan("max_throughput", per_model(lambda a: len(a) / duration_s))
         return replay(base_cfg, profiles, loads, duration_s, spec, slo_check=slo_check, decide_fn=_held(plan),
                       accuracy_round=name == "accuracy_only")
     if name == "fleet_only":      # costscale's own loops, accuracy scaling off
         return replay(without_accuracy_scaling(cfg), profiles, loads, duration_s, spec, slo_check=slo_check)
     if name == "reactive":
-        first = planner.plan("min_cost", {m: float(minute_peaks(wl.arrivals, min(duration_s, 60.0))[0])
-                                          for m, wl in loads.items()})
+        first = planner.plan("min_cost", per_model(lambda a: float(minute_peaks(a, min(duration_s, 60.0))[0])))
         ctl = {}
-        for m in loads:
+        for m in peaks:
             itype = base_type_for(cfg, profiles, m)
             price = cfg.catalog()[itype].price_per_hour
             share = first.models[m].pool if m in first.models else {}

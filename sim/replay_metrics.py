@@ -175,6 +175,8 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
         "errors": len(run.errors),
         "wall_s": round(run.wall_s, 3),
     }
+    if getattr(run, "pipelines", None):
+        out["pipelines"] = run.pipelines
     if with_timeline:
         out["timeline"] = timeline(run)
     return out

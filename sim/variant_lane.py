@@ -108,7 +108,7 @@ class VariantLoop(QueryLoop):
     def _view(self, q: int, batch: int, arrival: float) -> QueryView:
         # a late-bound query is predicted at the application's profile (its most accurate variant)
         return QueryView(str(q), self.app.top if self.late else self.vnames[self.qvariant[q]], batch, arrival,
-                         self.qos_ms)
+                         self.qos_of.get(q, self.qos_ms))
 
     def _pred_tables(self, types: frozenset[str]) -> list[list[float]]:
         return [vt.pred_ms(t) for vt in self.vtimes.values() for t in types if self.app.latency.get((vt.model, t))]
@@ -152,6 +152,10 @@ class VariantLoop(QueryLoop):
         for x in (q, *w.joined):
             self.qvariant[x] = self.vindex[w.variant]
         return self.vtimes[w.variant].actual_s(w.itype, q, rows)
+
+    def trim(self, n: int) -> None:
+        super().trim(n)
+        self.qvariant = self.qvariant[:n]
 
     def served_accuracy(self) -> np.ndarray:
         """Per query, the accuracy of the variant that served it (nan: not served)."""

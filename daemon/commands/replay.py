@@ -59,12 +59,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _model_names(cfg: Any) -> dict[str, str]:
-    """A trace row's name (a model's, or its application's) → the config model."""
+    """A trace row's name (a model's, its application's, or a pipeline's) → the config model (the
+    pipeline: its queries run through its tasks, sim.replay_pipelines)."""
     out = {m.name: m.name for m in cfg.models}
     for m in cfg.models:
         if getattr(m, "application", None):
             out.setdefault(m.application, m.name)
+    for p in getattr(cfg, "pipelines", ()):
+        out[p.name] = p.name
     return out
+
+
+def _max_batch(cfg: Any, name: str) -> int:
+    """A model's max batch; a pipeline's: its root task model's."""
+    for p in getattr(cfg, "pipelines", ()):
+        if p.name == name:
+            g = p.graph()
+            return int(cfg.model(g.models[g.root]).max_batch)
+    return int(cfg.model(name).max_batch)
 
 
 def _pattern_model(text: str, cfg: Any, cmd: str) -> tuple[str | None, str]:
@@ -100,7 +112,7 @@ def _workload(args: argparse.Namespace, cfg: Any, only: str | None) -> tuple[dic
             raise UsageError(f"{cmd}: {args.trace}: model {unknown[0]!r} is not in the config "
                              f"(known: {', '.join(sorted(names))})")
         model_of = np.asarray([names[n] for n in rows.names], dtype=object)
-        wanted = [m.name for m in cfg.models if only is None or m.name == only]
+        wanted = [m for m in dict.fromkeys(names.values()) if only is None or m == only]
         if only is not None and not (model_of == only).any():
             raise UsageError(f"{cmd}: {args.trace}: no queries for model {only!r}")
         origin = float(rows.times[np.isin(model_of, wanted)].min())
@@ -135,10 +147,10 @@ def _workload(args: argparse.Namespace, cfg: Any, only: str | None) -> tuple[dic
         try:       # the first pattern draws from --seed as before; each further one its own stream
             loads[model] = pattern_workload(sp, hours * 3600.0, cfg.workload.batch_dist,
                                             seed=args.seed if k == 0 else [args.seed, k],
-                                            max_batch=cfg.model(model).max_batch)
+                                            max_batch=_max_batch(cfg, model))
         except ValueError as exc:
             raise UsageError(f"{cmd}: {exc}") from None
-    text = "; ".join(f"{sp.text()}" + (f" for {m}" if len(cfg.models) > 1 else "") for m, sp in specs)
+    text = "; ".join(f"{sp.text()}" + (f" for {m}" if len(cfg.models) > 1 or cfg.pipelines else "") for m, sp in specs)
     return loads, hours * 3600.0, f"pattern {text}"
 
 
@@ -220,7 +232,10 @@ def run_replay(args: argparse.Namespace) -> int:
     def progress(frac: float) -> None:
         tick((done["n"] + frac) / runs)
     try:
-        run = replay(cfg, r.profiles, wl, duration, spec, progress=progress)
+        try:
+            run = replay(cfg, r.profiles, wl, duration, spec, progress=progress)
+        except ValueError as exc:      # what the config and the workload cannot replay together
+            raise UsageError(f"{cmd}: {exc}") from None
         out = report(run, with_timeline=bool(args.plot))
         out["source"] = source
         if args.baselines:
@@ -262,6 +277,11 @@ def _print(o: dict[str, Any]) -> None:
             mp = "over QoS" if f["p99_ms"] is None else f"{f['p99_ms']:.1f} ms"
             print(f"  {m:<10} {f['queries']:,} queries, {100 * f['slo_attainment']:.2f} % within its "
                   f"{f['qos_ms']:g} ms, p99 {mp}")
+    for name, f in (o.get("pipelines") or {}).items():
+        pp = "-" if f["p99_ms"] is None else f"{f['p99_ms']:.1f} ms"
+        print(f"  pipeline {name}: {f['queries']:,} queries end to end, {100 * f['slo_attainment']:.2f} % within its "
+              f"{f['slo_ms']:g} ms, {f['dropped_early']:,} dropped early, p99 {pp}; fan-out "
+              + ", ".join(f"{e} {v:g}" for e, v in f["measured_factors"].items()))
     print(f"  cost ${o['cost_usd']:.4f}; peak {o['peak_cost_per_hour']:.4f} of {o['budget_per_hour']:g} $/hr"
           + (f"; BUDGET EXCEEDED {o['budget_violations']} time(s)" if o["budget_violations"] else ""))
     print("  instance-hours " + ", ".join(f"{t} {h:.3f}" for t, h in o["instance_hours"].items()))

@@ -1,0 +1,97 @@
+"""Pipelines in the replay (issue #26, sim/replay_pipelines.py): the queries run task by task through
+the models' lanes on the virtual clock, fan out by the factor, are dropped early exactly when the SLO
+left cannot cover the tasks left, and the fleet plans each task's load."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from config.profiles import load_profiles_csv
+from config.schema import load_config
+from daemon.cli import main
+from sim.replay import ReplaySpec, replay
+from sim.replay_metrics import report
+from sim.workload import Workload
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples/pipeline.yaml"
+
+
+def _cfg(**over):  # type: ignore[no-untyped-def]
+    cfg = load_config(EXAMPLE)
+    raw = cfg.model_dump()
+    raw["pinned_pool"] = {"c5n.2xlarge": 2}
+    for path, value in over.items():
+        node = raw
+        *head, last = path.split(".")
+        for k in head:
+            node = node[int(k)] if k.isdigit() else node[k]
+        node[last] = value
+    return type(cfg).model_validate(raw)
+
+
+def _run(cfg, arrivals, duration=None):  # type: ignore[no-untyped-def]
+    arr = np.asarray(arrivals, dtype=float)
+    wl = Workload(arr, np.ones(arr.size, dtype=np.int64))
+    return replay(cfg, load_profiles_csv(cfg.profiles), {"traffic": wl}, duration or float(arr[-1]) + 5.0,
+                  ReplaySpec(boot_s={"cpu": 0.0, "gpu": 0.0, "inferentia": 0.0}))
+
+
+def test_a_lone_query_is_the_sum_of_its_steps() -> None:
+    # one image every 2 s on a pinned pool of two: det-x (100 ms at batch 1) then two cls-l requests
+    # (50 ms each, one per worker or one after the other on the classifier's worker): end to end 150
+    # or 200 ms, never queued behind another image
+    run = _run(_cfg(), np.arange(10) * 2.0 + 1.0)
+    p = run.pipelines["traffic"]
+    assert p["queries"] == 10 and p["served"] == 10 and p["slo_attainment"] == 1.0 and p["dropped_early"] == 0
+    assert p["measured_factors"] == {"detect>classify": 2.0}
+    assert run.lanes["classifier"].n == 20 and run.lanes["detector"].n == 10
+    assert 150.0 <= p["p99_ms"] <= 200.0 + 1e-6
+
+
+def test_a_fractional_factor_fans_out_that_many_on_average() -> None:
+    cfg = _cfg(**{"pipelines.0.tasks.0.children.0.factor": 1.5})
+    run = _run(cfg, np.arange(400) * 0.5 + 1.0)
+    assert 1.4 <= run.pipelines["traffic"]["measured_factors"]["detect>classify"] <= 1.6
+    assert run.lanes["classifier"].n == round(400 * run.pipelines["traffic"]["measured_factors"]["detect>classify"])
+
+
+def test_early_drop_fires_exactly_when_the_slo_left_cannot_cover_the_tasks_left() -> None:
+    # det-x 100 ms + cls-l 50 ms: an SLO of 150 ms is enough for a query alone, 149.9 ms is not:
+    # every query is dropped before it starts (the root lane refuses it)
+    ok = _run(_cfg(**{"pipelines.0.slo_ms": 150.0}), np.arange(5) * 2.0 + 1.0).pipelines["traffic"]
+    assert ok["dropped_early"] == 0 and ok["served"] == 5
+    no = _run(_cfg(**{"pipelines.0.slo_ms": 149.9}), np.arange(5) * 2.0 + 1.0)
+    assert no.pipelines["traffic"]["dropped_early"] == 5 and no.pipelines["traffic"]["served"] == 0
+    assert no.lanes["classifier"].n == 0
+
+
+def test_the_fleet_plans_each_task_for_the_pipeline_rate_times_its_factor() -> None:
+    cfg = load_config(EXAMPLE)
+    arr = np.sort(np.random.default_rng(3).uniform(0, 300, 3000))      # 10 images/s for 5 minutes
+    run = replay(cfg, load_profiles_csv(cfg.profiles), {"traffic": Workload(arr, np.ones(arr.size, dtype=np.int64))},
+                 310.0, ReplaySpec())
+    last = run.targets[-1]
+    assert set(last.shares) == {"detector", "classifier"}
+    p = run.pipelines["traffic"]
+    assert p["slo_attainment"] >= 0.99, p
+
+
+def test_the_replay_cli_runs_a_pipeline_with_baselines(capsys) -> None:  # type: ignore[no-untyped-def]
+    rc = main(["replay", str(EXAMPLE), "--pattern", "macroburst:low=4,high=16,low_s=120,high_s=60,model=traffic",
+               "--hours", "0.1", "--baselines", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    p = out["pipelines"]["traffic"]
+    assert p["queries"] == out["models"]["detector"]["queries"] and p["measured_factors"]["detect>classify"] == 2.0
+    assert set(out["baselines"]) >= {"static_peak", "hindsight", "reactive", "static_budget"}
+
+
+def test_a_model_below_the_root_with_queries_of_its_own_is_one_line_exit_2(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rc = main(["replay", str(EXAMPLE), "--pattern", "step:low=2,high=2,model=traffic", "--pattern",
+               "step:low=2,high=2,model=classifier", "--hours", "0.01"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "model 'classifier' has queries of its own and is task 'classify' below the root" in err[0]
