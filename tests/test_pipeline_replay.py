@@ -95,3 +95,14 @@ def test_a_model_below_the_root_with_queries_of_its_own_is_one_line_exit_2(capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert "model 'classifier' has queries of its own and is task 'classify' below the root" in err[0]
+
+
+def test_the_readme_pipeline_replay_example(capsys) -> None:  # type: ignore[no-untyped-def]
+    """README "Pipelines": 14,274 queries, 99.92 % end to end within 400 ms, none dropped, $1.2960."""
+    rc = main(["replay", str(EXAMPLE), "--pattern", "macroburst:low=4,high=16,low_s=600,high_s=300,model=traffic",
+               "--hours", "0.5", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    p = out["pipelines"]["traffic"]
+    assert (p["queries"], round(100 * p["slo_attainment"], 2), p["dropped_early"]) == (14_274, 99.92, 0)
+    assert round(out["cost_usd"], 4) == 1.296
