@@ -2,7 +2,9 @@
 configured pipeline runs its root task, then each task's outputs become requests of its children,
 down the tree, and one reply carries the end-to-end result.
 
-Each step is an ordinary query of the task's model through the dispatcher's own ``submit``: it is
+Each step is an ordinary query of the task's model through the dispatcher's own ``submit`` (by its
+application name when the model is a registered application, so that accuracy scaling picks its
+variant, each task on its own: Proteus per model, over the task's demand with its fan-out): it is
 admitted, matched to an idle worker by the configured policy (Kairos by default), re-dispatched
 elsewhere when its worker fails, counted in its model's demand window (so the fleet planner sees
 each task's load) and in its model's outcomes.
@@ -126,8 +128,12 @@ class PipelineRunner:
         if left_ms < budgets[task] + rest - 1e-9:     # this task and those below no longer fit (Loki §5.2)
             return SC.DEADLINE_EXCEEDED, (f"pipeline {pipe.name}: dropped before {task}: {max(left_ms, 0.0):.0f} ms of "
                                           f"the {slo:g} ms SLO left, the tasks from here need more")
-        req = pb.SubmitRequest(model=pipe.models[task], batch_size=batch, inputs=inputs, latency_slo_ms=step_slo,
-                               idempotency_key=f"{key}/{path}" if key else "")
+        model = pipe.models[task]
+        # a registered application (a family's variants) is asked by its application name, so the
+        # variant comes from its accuracy plan (or getVariant) as for any query of it
+        app = model in getattr(getattr(d, "placement", None), "apps", {})
+        req = pb.SubmitRequest(model="" if app else model, application=model if app else "", batch_size=batch,
+                               inputs=inputs, latency_slo_ms=step_slo, idempotency_key=f"{key}/{path}" if key else "")
         rep = await d.submit(req)
         if isinstance(rep, tuple):
             code, msg = rep

@@ -73,6 +73,9 @@ class PipelineReplay:
         self.fanout: dict[tuple[str, str, str], list[int]] = {}
         self.req: dict[str, dict[int, tuple[str, int]]] = {m: {} for m in self.task_of}   # lane query -> (pipeline, its query)
         self.next_slot: dict[str, int] = {}
+        #: lane query -> the product of the accuracies served along its path so far (variants' lanes only)
+        self.acc_in: dict[str, dict[int, float]] = {m: {} for m in self.task_of}
+        self.leaf_acc: dict[str, dict[int, list[float]]] = {n: {} for n in self.loads}
         self.lanes: dict[str, QueryLoop] = {}
 
     # -- the lanes' workloads ----------------------------------------------------------------------
@@ -153,6 +156,11 @@ class PipelineReplay:
         lane = self.lanes[model]
         batch = int(lane._bat[q])
         self.pending[name][k] -= 1
+        acc = self.acc_in[model].pop(q, 1.0)
+        if hasattr(lane, "vaccuracy") and lane.qvariant[q] >= 0:       # a family's variant served it
+            acc *= float(lane.vaccuracy[lane.qvariant[q]])
+        if not g.edges.get(task):
+            self.leaf_acc[name].setdefault(k, []).append(acc)
         if not self.dropped[name][k]:
             budgets = None
             for e in g.edges.get(task, ()):
@@ -175,6 +183,7 @@ class PipelineReplay:
                     child.set_arrival(slot, now, batch)
                     child.qos_of[slot] = left - rest
                     self.req[g.models[e.child]][slot] = (name, k)
+                    self.acc_in[g.models[e.child]][slot] = acc
                     self.pending[name][k] += 1
         if self.pending[name][k] == 0 and not self.dropped[name][k]:
             self.done_at[name][k] = now
@@ -194,12 +203,20 @@ class PipelineReplay:
             within = ok & (lat <= g.slo_ms)
             served_lat = np.sort(lat[ok])
             factors = {f"{t}>{c}": round(v[1] / v[0], 4) for (p, t, c), v in self.fanout.items() if p == name and v[0]}
+            per_query = [float(np.mean(self.leaf_acc[name][k])) for k in np.flatnonzero(ok) if k in self.leaf_acc[name]]
+            top = 1.0
+            for t, m in g.models.items():     # the most accurate end to end: each task's top variant (a chain's path)
+                lane = self.lanes.get(m)
+                if lane is not None and hasattr(lane, "vaccuracy") and t in g.path_to(g.leaves()[0]):
+                    top *= float(lane.vaccuracy.max())
             out[name] = {"queries": n, "served": int(ok.sum()), "within_slo": int(within.sum()),
                          "slo_attainment": round(float(within.sum()) / n, 6) if n else 1.0,
                          "dropped_early": int(self.dropped[name].sum()),
                          "p99_ms": (round(float(served_lat[min(len(served_lat) - 1, int(math.ceil(0.99 * len(served_lat))) - 1)]), 3)
                                     if len(served_lat) else None),
-                         "slo_ms": g.slo_ms, "measured_factors": factors}
+                         "slo_ms": g.slo_ms, "measured_factors": factors,
+                         "accuracy": round(float(np.mean(per_query)), 6) if per_query else None,
+                         "top_accuracy": round(top, 6)}
         return out
 
 

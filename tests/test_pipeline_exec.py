@@ -41,10 +41,11 @@ class _Stand:
     async def submit(self, r: pb.SubmitRequest):  # type: ignore[no-untyped-def]
         self.calls.append(r)
         self.now += self.ms / 1000.0
-        if r.model in self.fail:
-            return self.fail[r.model]
-        acc = {"rm2": 0.9, "ranker": 0.8}[r.model]
-        return pb.SubmitReply(model=r.model, variant=f"{r.model}-v", accuracy=acc, service_ms=self.ms, total_ms=self.ms)
+        name = r.model or r.application
+        if name in self.fail:
+            return self.fail[name]
+        acc = {"rm2": 0.9, "ranker": 0.8}[name]
+        return pb.SubmitReply(model=name, variant=f"{name}-v", accuracy=acc, service_ms=self.ms, total_ms=self.ms)
 
 
 def test_a_query_runs_the_root_then_its_fanout_and_answers_once() -> None:
@@ -97,6 +98,14 @@ def test_a_request_that_cannot_meet_the_slo_any_more_is_dropped_early() -> None:
     out = asyncio.run(run.submit(pb.SubmitRequest(application="recs", batch_size=1)))
     assert isinstance(out, tuple) and out[0] == SC.DEADLINE_EXCEEDED and "dropped before rank" in out[1]
     assert [c.model for c in d.calls] == ["rm2"] and run.dropped_early == 1
+
+
+def test_a_task_whose_model_is_a_registered_application_is_asked_by_its_application_name() -> None:
+    d = _Stand(_cfg())
+    d.placement = SimpleNamespace(apps={"ranker": object()})
+    assert isinstance(asyncio.run(PipelineRunner(d).submit(pb.SubmitRequest(application="recs", batch_size=1))),
+                      pb.SubmitReply)
+    assert [(c.model, c.application) for c in d.calls] == [("rm2", ""), ("", "ranker"), ("", "ranker")]
 
 
 def test_no_batch_and_no_inputs_is_invalid() -> None:

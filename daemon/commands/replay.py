@@ -281,7 +281,9 @@ def _print(o: dict[str, Any]) -> None:
         pp = "-" if f["p99_ms"] is None else f"{f['p99_ms']:.1f} ms"
         print(f"  pipeline {name}: {f['queries']:,} queries end to end, {100 * f['slo_attainment']:.2f} % within its "
               f"{f['slo_ms']:g} ms, {f['dropped_early']:,} dropped early, p99 {pp}; fan-out "
-              + ", ".join(f"{e} {v:g}" for e, v in f["measured_factors"].items()))
+              + ", ".join(f"{e} {v:g}" for e, v in f["measured_factors"].items())
+              + (f"; end-to-end accuracy {100 * f['accuracy']:.2f} % (top {100 * f['top_accuracy']:.2f} %)"
+                 if f.get("accuracy") is not None else ""))
     print(f"  cost ${o['cost_usd']:.4f}; peak {o['peak_cost_per_hour']:.4f} of {o['budget_per_hour']:g} $/hr"
           + (f"; BUDGET EXCEEDED {o['budget_violations']} time(s)" if o["budget_violations"] else ""))
     print("  instance-hours " + ", ".join(f"{t} {h:.3f}" for t, h in o["instance_hours"].items()))
