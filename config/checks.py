@@ -97,6 +97,22 @@ def security_file_problems(d: DispatcherSpec) -> list[str]:
     return problems
 
 
+def pipeline_qos_warnings(cfg: Config) -> list[str]:
+    """A pipeline whose tasks' models' QoS add up, along a path, to more than its SLO: the fleet plans
+    each model for its own ``qos_ms``, so the pipeline's SLO is not what it plans for (issue #26)."""
+    out = []
+    for p in cfg.pipelines:
+        g = p.graph()
+        for leaf in g.leaves():
+            path = g.path_to(leaf)
+            total = sum(cfg.model(g.models[t]).qos_ms for t in path)
+            if total > p.slo_ms + 1e-9:
+                out.append(f"pipelines: {p.name}: the models along {' > '.join(path)} have QoS adding up to {total:g} ms, "
+                           f"over the pipeline's {p.slo_ms:g} ms: give each its part of the SLO as its qos_ms (the fleet "
+                           "plans each model for its own)")
+    return out
+
+
 def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str = "CONFIG") -> list[str]:
     """One line per thing that works but deserves a look; ``validate`` prints them and still exits
     0. A model the profile CSV does not name with no latency profile on an allowed type (in
@@ -109,7 +125,7 @@ def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str =
     named = set(table.models())    # a model the CSV names keeps it as its source (plan reports its gaps)
     if stored is not None:
         table = table.merged(stored)
-    out = []
+    out = pipeline_qos_warnings(cfg)
     for m in cfg.models:
         if m.family:      # its latencies are its family CSV's (load_config checked it is there)
             continue

@@ -411,3 +411,15 @@ def test_pipeline_plan_bad_input_is_one_line_exit_2(capsys, argv, words) -> None
     assert main(["pipeline", "plan", ex, *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_models_whose_qos_add_up_past_the_pipeline_slo_are_warned_about() -> None:
+    from config.checks import pipeline_qos_warnings
+    from config.schema import parse_config_text
+
+    cfg = parse_config_text(_YAML, "p.yaml")           # 1000 + 1000 ms along detect > classify, SLO 800
+    assert pipeline_qos_warnings(cfg) == [
+        "pipelines: traffic: the models along detect > classify have QoS adding up to 2000 ms, over the pipeline's "
+        "800 ms: give each its part of the SLO as its qos_ms (the fleet plans each model for its own)"]
+    ok = parse_config_text(_YAML.replace("qos_ms: 1000", "qos_ms: 400"), "p.yaml")
+    assert pipeline_qos_warnings(ok) == []
