@@ -39,8 +39,22 @@ class PipelineChild(Strict):
 
 class PipelineTask(Strict):
     name: Name
-    model: Name = Field(..., description="a model in models[] (with a family, its variants serve the task)")
+    model: Name | None = Field(None, description="a model in models[] (with a family, its variants serve the task)")
+    application: Name | None = Field(
+        None, description="or an application registered with the daemon (costscale models register, a registered "
+                          "family): its variants serve the task, chosen as for any query of it; not replayed")
     children: list[PipelineChild] = []
+
+    @model_validator(mode="after")
+    def _one(self) -> "PipelineTask":
+        if (self.model is None) == (self.application is None):
+            raise ValueError("give model or application (one of them)")
+        return self
+
+    @property
+    def serves(self) -> str:
+        """The name its steps are asked by: the model's, or the application's."""
+        return self.model or self.application or ""
 
 
 class PipelineSpec(Strict):
@@ -60,7 +74,7 @@ class PipelineSpec(Strict):
         return self
 
     def graph(self) -> Pipeline:
-        return build(self.name, [(t.name, t.model, [(c.task, c.factor) for c in t.children]) for t in self.tasks],
+        return build(self.name, [(t.name, t.serves, [(c.task, c.factor) for c in t.children]) for t in self.tasks],
                      self.slo_ms, root=self.root, min_accuracy=self.min_accuracy, where="")
 
 
@@ -76,7 +90,7 @@ def check_models(pipelines: Iterable[PipelineSpec], models: Iterable[str]) -> No
             raise ValueError(f"pipelines[{i}].name: pipeline {p.name!r} is named twice")
         seen.add(p.name)
         for j, t in enumerate(p.tasks):
-            if t.model not in known:
+            if t.model is not None and t.model not in known:
                 raise ValueError(f"pipelines[{i}].tasks[{j}].model: unknown model {t.model!r} "
                                  f"(models: {', '.join(sorted(known))})")
 

@@ -55,6 +55,11 @@ class PipelineReplay:
         self.graphs: dict[str, Pipeline] = {p.name: p.graph() for p in cfg.pipelines if p.name in pipeline_loads}
         self.loads = dict(pipeline_loads)
         self.task_of: dict[str, tuple[str, str]] = {}          # model -> (pipeline, task)
+        for spec in cfg.pipelines:
+            for t in spec.tasks:
+                if spec.name in self.graphs and t.application is not None:
+                    raise ValueError(f"pipeline {spec.name}: task {t.name!r} names application {t.application!r}, which "
+                                     "only a running daemon knows: the replay needs a model entry (with its family)")
         for name, g in self.graphs.items():
             for task, model in g.models.items():
                 if model in self.task_of:

@@ -22,6 +22,9 @@ def task_variants(cfg: Config, profiles: ProfileTable, spec: PipelineSpec) -> di
     allowed = set(cfg.catalog())
     out: dict[str, list[VariantProfile]] = {}
     for task in spec.tasks:
+        if task.model is None:
+            raise ValueError(f"pipeline {spec.name}: task {task.name!r} names application {task.application!r}, which "
+                             "only a running daemon knows: plan it with a model entry (with its family)")
         m = cfg.model(task.model)
         if m.family:
             app = application(m)
