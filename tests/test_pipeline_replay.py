@@ -106,3 +106,13 @@ def test_the_readme_pipeline_replay_example(capsys) -> None:  # type: ignore[no-
     p = out["pipelines"]["traffic"]
     assert (p["queries"], round(100 * p["slo_attainment"], 2), p["dropped_early"]) == (14_274, 99.92, 0)
     assert round(out["cost_usd"], 4) == 1.296
+
+
+def test_a_task_naming_an_application_cannot_be_replayed_one_line(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    text = EXAMPLE.read_text().replace("        model: classifier", "        application: scanner")
+    text = text.replace("families/", str(EXAMPLE.parent / "families") + "/")
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(text)
+    rc = main(["replay", str(cfg), "--pattern", "step:low=2,high=2,model=traffic", "--hours", "0.01"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "names application 'scanner', which only a running daemon knows" in err[0]

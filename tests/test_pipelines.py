@@ -423,3 +423,14 @@ def test_models_whose_qos_add_up_past_the_pipeline_slo_are_warned_about() -> Non
         "800 ms: give each its part of the SLO as its qos_ms (the fleet plans each model for its own)"]
     ok = parse_config_text(_YAML.replace("qos_ms: 1000", "qos_ms: 400"), "p.yaml")
     assert pipeline_qos_warnings(ok) == []
+
+
+def test_a_task_names_a_model_or_an_application_not_both() -> None:
+    from config.errors import ConfigError
+    from config.schema import parse_config_text
+
+    cfg = parse_config_text(_YAML.replace("        model: digits", "        application: scanner"), "p.yaml")
+    assert cfg.pipelines[0].graph().models == {"detect": "resnet", "classify": "scanner"}
+    with pytest.raises(ConfigError) as exc:
+        parse_config_text(_YAML.replace("        model: digits", "        model: digits\n        application: x"), "p.yaml")
+    assert exc.value.lines[0] == "p.yaml: line 23: pipelines[0].tasks[1]: give model or application (one of them)"
