@@ -133,6 +133,9 @@ def test_accuracy_bridges_the_burst_the_fleet_alone_misses(both) -> None:  # typ
     acc = rep["accuracy"]
     assert acc["variants_replayed"] is True and 0.0 < acc["max_drop_points"] <= 5.0
     assert acc["minutes_below_full"] <= 8          # 4 here: noisy seconds are no bursts (burst_noise_z)
+    # the README's figures of this deterministic run (virtual time, the profile's mean service times)
+    app = acc["applications"]["resnet"]
+    assert (round(app["mean"], 2), app["swaps"], acc["minutes_below_full"]) == (77.71, 27, 4)
     assert base["accuracy"]["variants_replayed"] is False or base["accuracy"]["max_drop_points"] == 0.0
     assert rep["budget_violations"] == 0 and rep["peak_cost_per_hour"] <= 3.0
     # the money is the fleet's: within 1 % of the fleet-only run
@@ -147,6 +150,7 @@ def test_the_handover_accuracy_at_the_step_then_the_fleet_then_full_accuracy(bot
     assert down and down[0][0] <= step + 5.0                 # the round answers the step within seconds
     launched = [t for t, _, _ in run.launches if t >= step]
     assert launched and launched[0] > down[0][0] - 1.0       # ... before any new instance serves
+    assert 603.0 <= launched[0] <= 610.0                     # README: the fleet launches at 603-610 s
     boot = 60.0 + 1.0                                       # r5n.large boots 60 s, loads 1 s
     registered = max(t for t in launched if t < step + 120.0) + boot
     q = run.lanes["resnet"]
@@ -321,3 +325,15 @@ def test_slackfit_mode_binds_each_call_in_the_replay(monkeypatch) -> None:  # ty
     # every call bound (the last ones may still be in flight when the trace ends)
     assert len(q.bound) >= 2 and int((q.outcome == SERVED).sum()) <= sum(q.bound.values()) <= q.n
     assert rep["slo_attainment"] >= 0.999 and rep["accuracy"]["variants_replayed"] is True
+
+
+def test_without_the_noise_guard_a_noisy_second_is_a_burst() -> None:
+    """README "Replay" (accuracy_scaling.burst_noise_z): with the test off (0, Proteus's rule) the
+    example swaps 175 times and spends 17 minutes below full accuracy, against 27 and 4 with it."""
+    cfg = load_config(EXAMPLE)
+    acc = cfg.model_scaling.accuracy_scaling.model_copy(update={"burst_noise_z": 0.0})
+    cfg = cfg.model_copy(update={"model_scaling": cfg.model_scaling.model_copy(update={"accuracy_scaling": acc})})
+    wl = pattern_workload(parse_pattern(BURST), 1800.0, cfg.workload.batch_dist, seed=0, max_batch=8)
+    rep = report(replay(cfg, load_profiles_csv(None), wl, 1800.0, ReplaySpec()))
+    a = rep["accuracy"]
+    assert (a["applications"]["resnet"]["swaps"], a["minutes_below_full"]) == (175, 17)

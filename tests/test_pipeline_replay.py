@@ -106,6 +106,7 @@ def test_the_readme_pipeline_replay_example(capsys) -> None:  # type: ignore[no-
     p = out["pipelines"]["traffic"]
     assert (p["queries"], round(100 * p["slo_attainment"], 2), p["dropped_early"]) == (14_274, 99.92, 0)
     assert round(out["cost_usd"], 4) == 1.296
+    assert round(p["p99_ms"], 1) == 271.5 and round(out["peak_cost_per_hour"], 4) == 2.592
 
 
 def test_a_task_naming_an_application_cannot_be_replayed_one_line(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -390,6 +390,14 @@ def test_the_readme_pipeline_plan_example(capsys) -> None:  # type: ignore[no-un
     for w in out["workers"]:
         per[(w["task"], w["variant"])] = per.get((w["task"], w["variant"]), 0) + w["count"]
     assert per == {("detect", "det-x"): 1, ("detect", "det-n"): 1, ("classify", "cls-l"): 2}
+    shares = {tuple(r["path"]): round(r["fraction"], 3) for r in out["routing"] if len(r["path"]) == 2}
+    assert shares == {("det-n", "cls-l"): 0.667, ("det-x", "cls-l"): 0.333}
+    assert round(out["task_qps"]["classify"], 1) == 60.0
+    # README: the budget's 6 workers carry 30 images/s at full accuracy by this (Loki's) rule, on 5
+    assert main(["pipeline", "plan", ex, "--demand", "30", "--pool", "c5n.2xlarge=6", "--json"]) == 0
+    six = json.loads(capsys.readouterr().out)
+    assert six["step"] == "hardware" and round(six["accuracy"], 4) == 0.855
+    assert sum(w["count"] for w in six["workers"]) == 5
     assert main(["pipeline", "plan", ex, "--demand", "10", "--pool", "c5n.2xlarge=4"]) == 0
     text = capsys.readouterr().out
     assert "hardware scaling" in text and "end-to-end accuracy 0.8550, 2 workers" in text

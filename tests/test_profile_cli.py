@@ -103,3 +103,12 @@ def test_a_missing_model_file_is_one_line(tmp_path: Path, capsys: pytest.Capture
     assert cli_main(["profile", str(cfg), "--local"]) == 2
     err = capsys.readouterr().err.strip()
     assert "model file not found" in err and len(err.splitlines()) == 1
+
+
+def test_the_readme_emulation_factors_at_batch_1000() -> None:
+    """README "Serve your own model": at batch 1000, g4dn.xlarge 1.00, c5n.2xlarge 3.25, r5n.large 3.65,
+    t3.xlarge 5.76 (how much slower the Kairos reference models run there than on their fastest type)."""
+    ref = reference_profiles()
+    got = {t: round(float(emulation_factors(ref, t, [1000])[0]), 2)
+           for t in ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")}
+    assert got == {"g4dn.xlarge": 1.0, "c5n.2xlarge": 3.25, "r5n.large": 3.65, "t3.xlarge": 5.76}
