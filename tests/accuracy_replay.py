@@ -41,12 +41,21 @@ def replay_the_e2e(live: dict[str, Any], app: str, rows: Sequence[ProfileRow], q
 
 
 def placements(plans: Sequence[tuple[float, Any]]) -> list[tuple[str, ...]]:
-    """The placements the plans made, as sorted variant tuples, repeats merged: what was swapped, in order."""
+    """The placements the plans made over the whole pool, as sorted variant tuples, repeats merged:
+    what was swapped, in order. Plans over fewer workers (live, before the second worker registered;
+    the replay starts with the pool up) are left out, and so is a flap: a placement left, within one
+    plan, for the one before it (A, X, A is A: a noisy reading of the window, which a loaded machine
+    makes more of live)."""
+    rows = [tuple(sorted(v for v in alloc.placement.values() if v is not None)) for _, alloc in plans]
+    size = max((len(r) for r in rows), default=0)
     out: list[tuple[str, ...]] = []
-    for _, alloc in plans:
-        p = tuple(sorted(v for v in alloc.placement.values() if v is not None))
-        if not out or out[-1] != p:
-            out.append(p)
+    for p in (r for r in rows if len(r) == size):
+        if out and out[-1] == p:
+            continue
+        if len(out) >= 2 and out[-2] == p:        # A, X, A: the flap X is not a swap that held
+            out.pop()
+            continue
+        out.append(p)
     return out
 
 
