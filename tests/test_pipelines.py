@@ -223,7 +223,7 @@ def _cases(draw):  # type: ignore[no-untyped-def]
     return pipe, variants, pool, qps
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_cases())
 def test_the_two_steps_equal_a_brute_force_on_small_trees(case) -> None:  # type: ignore[no-untyped-def]
     pipe, variants, pool, qps = case
