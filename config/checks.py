@@ -101,11 +101,11 @@ def pipeline_qos_warnings(cfg: Config) -> list[str]:
     """A pipeline whose tasks' models' QoS add up, along a path, to more than its SLO: the fleet plans
     each model for its own ``qos_ms``, so the pipeline's SLO is not what it plans for (issue #26)."""
     out = []
+    names = {m.name for m in cfg.models}
     for p in cfg.pipelines:
         g = p.graph()
         for leaf in g.leaves():
             path = g.path_to(leaf)
-            names = {m.name for m in cfg.models}
             if any(g.models[t] not in names for t in path):
                 continue                      # an application's latency is the daemon's to know
             total = sum(cfg.model(g.models[t]).qos_ms for t in path)

@@ -18,7 +18,7 @@ each task's load) and in its model's outcomes.
 - **Deadlines and early dropping** (Loki §5.2): each task's budget is the dispatcher's predicted
   latency of its model at the batch on the fastest live type. Before a step runs, the time left of
   the pipeline's SLO must cover its task's budget and those below it
-  (:func:`variants.pipeline_routing.rest_below`); if it does not, the request can no longer meet the
+  (:func:`variants.pipeline_routing.step_slo`); if it does not, the request can no longer meet the
   end-to-end SLO and is dropped there with DEADLINE_EXCEEDED (counted in ``dropped_early``), and the
   query ends. A step that goes on gets as its SLO the time left minus what the tasks below need (with
   ``dispatcher.on_deadline: drop`` its admission also refuses it when no worker can meet that).
@@ -42,7 +42,7 @@ import grpc
 
 from dispatcher.proto import costscale_pb2 as pb
 from config.pipeline_graph import Pipeline
-from variants.pipeline_routing import rest_below
+from variants.pipeline_routing import step_slo
 
 if TYPE_CHECKING:  # pragma: no cover
     from dispatcher.server import Dispatcher
@@ -123,9 +123,8 @@ class PipelineRunner:
         """One request of ``task`` and, below it, its children's."""
         d = self.d
         left_ms = slo - (d.clock() - t0) * 1000.0
-        rest = rest_below(pipe, budgets, task)
-        step_slo = left_ms - rest
-        if left_ms < budgets[task] + rest - 1e-9:     # this task and those below no longer fit (Loki §5.2)
+        own_slo = step_slo(pipe, budgets, task, left_ms)
+        if own_slo is None:                           # this task and those below no longer fit (Loki §5.2)
             return SC.DEADLINE_EXCEEDED, (f"pipeline {pipe.name}: dropped before {task}: {max(left_ms, 0.0):.0f} ms of "
                                           f"the {slo:g} ms SLO left, the tasks from here need more")
         model = pipe.models[task]
@@ -133,7 +132,7 @@ class PipelineRunner:
         # variant comes from its accuracy plan (or getVariant) as for any query of it
         app = model in getattr(getattr(d, "placement", None), "apps", {})
         req = pb.SubmitRequest(model="" if app else model, application=model if app else "", batch_size=batch,
-                               inputs=inputs, latency_slo_ms=step_slo, idempotency_key=f"{key}/{path}" if key else "")
+                               inputs=inputs, latency_slo_ms=own_slo, idempotency_key=f"{key}/{path}" if key else "")
         rep = await d.submit(req)
         if isinstance(rep, tuple):
             code, msg = rep

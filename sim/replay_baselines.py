@@ -205,17 +205,15 @@ def run_baseline(name: str, cfg: Config, profiles: ProfileTable, workload: Workl
     loads = {m: wl for m, wl in workloads_by_model(cfg, models_wl, spec).items()}
 
     def per_model(fn):  # type: ignore[no-untyped-def]
-        """``fn(arrivals)`` of each model, a pipeline's tasks' adding its own times their factors (issue #26)."""
+        """``fn(arrivals)`` (a rate, or rates per minute over the run) of each model, a pipeline's
+        tasks' adding the pipeline's times their factors (issue #26)."""
         out = {m: fn(wl.arrivals) for m, wl in loads.items()}
         for p in cfg.pipelines:
             if p.name in pipeline_loads:
                 g = p.graph()
                 root = fn(pipeline_loads[p.name].arrivals)
                 for task, scale in g.task_demand(1.0).items():
-                    have, add = np.atleast_1d(out[g.models[task]]), np.atleast_1d(root) * scale
-                    n = max(len(have), len(add))
-                    both = np.pad(have, (0, n - len(have))) + np.pad(add, (0, n - len(add)))
-                    out[g.models[task]] = both if np.ndim(root) else float(both[0])
+                    out[g.models[task]] = out[g.models[task]] + root * scale
         return out
     peaks = per_model(lambda a: minute_peaks(a, duration_s))
     loads = {**loads, **pipeline_loads}

@@ -6,7 +6,7 @@ query loops on the one virtual clock, as ``dispatcher.pipeline_exec.PipelineRunn
   (the integer part, one more with the fractional part's probability; a seeded generator), with the
   parent's batch, arriving at the child's model lane at that instant.
 - Before a request is made, the time left of the pipeline's SLO must cover its task's expected time
-  and the budgets of the tasks below it (:func:`variants.pipeline_routing.rest_below`; a task's
+  and the budgets of the tasks below it (:func:`variants.pipeline_routing.step_slo`; a task's
   expected time is its model's predicted latency at the batch on the fastest type its lane has); if
   not, the query is dropped there (``dropped_early``), as live. A request's own SLO is the time left
   less what the tasks below need (the lane admits and orders it by that, ``QueryLoop.qos_of``).
@@ -31,9 +31,10 @@ import numpy as np
 from config.pipeline_graph import Pipeline
 from config.profiles import ProfileTable
 from config.schema import Config
+from sim.metrics import nearest_rank
 from sim.query_loop import QueryLoop
 from sim.workload import Workload
-from variants.pipeline_routing import rest_below
+from variants.pipeline_routing import step_slo
 
 
 def split_workloads(cfg: Config, workload: Any, model: str | None) -> tuple[Any, dict[str, Workload]]:
@@ -78,6 +79,7 @@ class PipelineReplay:
         self.fanout: dict[tuple[str, str, str], list[int]] = {}
         self.req: dict[str, dict[int, tuple[str, int]]] = {m: {} for m in self.task_of}   # lane query -> (pipeline, its query)
         self.next_slot: dict[str, int] = {}
+        self._root_index: dict[str, np.ndarray] = {}                 # pipeline query -> its root lane query
         #: lane query -> the product of the accuracies served along its path so far (variants' lanes only)
         self.acc_in: dict[str, dict[int, float]] = {m: {} for m in self.task_of}
         self.leaf_acc: dict[str, dict[int, list[float]]] = {n: {} for n in self.loads}
@@ -88,7 +90,6 @@ class PipelineReplay:
         """``loads`` with each pipeline's root queries merged into its root model's, and a slot (+inf
         until made) for every request a task below the root may get."""
         out = dict(loads)
-        self._root_index: dict[str, np.ndarray] = {}
         for name, g in self.graphs.items():
             root_model = g.models[g.root]
             own, pipe = loads.get(root_model), self.loads[name]
@@ -123,12 +124,10 @@ class PipelineReplay:
                 g = self.graphs[name]
                 for k, lq in enumerate(self._root_index[name]):
                     b = int(lane._bat[int(lq)])
-                    budgets = self._budgets(g, b)
-                    rest = rest_below(g, budgets, g.root)
-                    lane.qos_of[int(lq)] = g.slo_ms - rest
-                    if g.slo_ms < budgets[g.root] + rest - 1e-9:   # it cannot meet the SLO from the start
+                    own = step_slo(g, self._budgets(g, b), g.root, g.slo_ms)
+                    if own is None:                              # it cannot meet the SLO from the start
                         self.dropped[name][k] = True
-                        lane.qos_of[int(lq)] = 0.0               # the lane refuses it (on_deadline: drop)
+                    lane.qos_of[int(lq)] = own if own is not None else 0.0   # 0: the lane refuses it
 
     def ordered(self, lanes: Mapping[str, QueryLoop]) -> list[QueryLoop]:
         """The lanes, every task's after its parent's."""
@@ -176,9 +175,8 @@ class PipelineReplay:
                 if n == 0:
                     continue
                 budgets = budgets or self._budgets(g, batch)
-                left = g.slo_ms - (now - self.root_at[name][k]) * 1000.0
-                rest = rest_below(g, budgets, e.child)
-                if left < budgets[e.child] + rest - 1e-9:
+                own = step_slo(g, budgets, e.child, g.slo_ms - (now - self.root_at[name][k]) * 1000.0)
+                if own is None:
                     self.dropped[name][k] = True      # it can no longer meet the SLO: dropped here
                     break
                 child = self.lanes[g.models[e.child]]
@@ -186,7 +184,7 @@ class PipelineReplay:
                     slot = self.next_slot[g.models[e.child]]
                     self.next_slot[g.models[e.child]] = slot + 1
                     child.set_arrival(slot, now, batch)
-                    child.qos_of[slot] = left - rest
+                    child.qos_of[slot] = own
                     self.req[g.models[e.child]][slot] = (name, k)
                     self.acc_in[g.models[e.child]][slot] = acc
                     self.pending[name][k] += 1
@@ -206,19 +204,17 @@ class PipelineReplay:
             ok = ~np.isnan(self.done_at[name])
             lat = np.where(ok, (self.done_at[name] - self.root_at[name]) * 1000.0, np.inf)
             within = ok & (lat <= g.slo_ms)
-            served_lat = np.sort(lat[ok])
+            served_lat = lat[ok]
             factors = {f"{t}>{c}": round(v[1] / v[0], 4) for (p, t, c), v in self.fanout.items() if p == name and v[0]}
             per_query = [float(np.mean(self.leaf_acc[name][k])) for k in np.flatnonzero(ok) if k in self.leaf_acc[name]]
-            top = 1.0
-            for t, m in g.models.items():     # the most accurate end to end: each task's top variant (a chain's path)
-                lane = self.lanes.get(m)
-                if lane is not None and hasattr(lane, "vaccuracy") and t in g.path_to(g.leaves()[0]):
-                    top *= float(lane.vaccuracy.max())
+            top_of = {t: (float(lane.vaccuracy.max()) if hasattr(lane := self.lanes[m], "vaccuracy") else 1.0)
+                      for t, m in g.models.items()}
+            # the most accurate end to end: each task's top variant, every leaf's path weighted alike
+            top = float(np.mean([math.prod(top_of[t] for t in g.path_to(leaf)) for leaf in g.leaves()]))
             out[name] = {"queries": n, "served": int(ok.sum()), "within_slo": int(within.sum()),
                          "slo_attainment": round(float(within.sum()) / n, 6) if n else 1.0,
                          "dropped_early": int(self.dropped[name].sum()),
-                         "p99_ms": (round(float(served_lat[min(len(served_lat) - 1, int(math.ceil(0.99 * len(served_lat))) - 1)]), 3)
-                                    if len(served_lat) else None),
+                         "p99_ms": round(nearest_rank(served_lat, 99), 3) if len(served_lat) else None,
                          "slo_ms": g.slo_ms, "measured_factors": factors,
                          "accuracy": round(float(np.mean(per_query)), 6) if per_query else None,
                          "top_accuracy": round(top, 6)}

@@ -146,4 +146,15 @@ def rest_below(pipe: Pipeline, budgets_ms: Mapping[str, float], task: str) -> fl
                default=0.0)
 
 
-__all__ = ["Hop", "RoutingTables", "VariantSlot", "most_accurate_first", "next_hop", "rest_below"]
+def step_slo(pipe: Pipeline, budgets_ms: Mapping[str, float], task: str, left_ms: float) -> float | None:
+    """The SLO a request of ``task`` gets when ``left_ms`` of the pipeline's are left: that less what
+    the tasks below it still need (:func:`rest_below`); None when the task's own budget and theirs no
+    longer fit: it cannot meet the SLO any more, drop it (Loki §5.2). The live runner and the
+    replay both ask this before a request is made."""
+    rest = rest_below(pipe, budgets_ms, task)
+    if left_ms < budgets_ms.get(task, 0.0) + rest - 1e-9:
+        return None
+    return left_ms - rest
+
+
+__all__ = ["Hop", "RoutingTables", "VariantSlot", "most_accurate_first", "next_hop", "rest_below", "step_slo"]
