@@ -104,11 +104,11 @@ async def _phase(stub, pb, rate: float, duration: float, rng, out: list, phase: 
     await poisson_phase(lambda _: one(), rate, duration, rng, until, max_duration, tick_s=0.02)
 
 
-async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> dict:  # type: ignore[type-arg]  # noqa: ANN001
+def digits_cluster(endpoint: str, tmp: Path, members, mode: str, **extra) -> tuple[Config, list[ProfileRow]]:  # noqa: ANN001,ANN003
+    """The scenario's config (the demo's, the pool pinned to two c5n.2xlarge, accuracy scaling in
+    ``mode``, ``extra`` top-level fields over it) and the digits family registered as
+    ``register_family`` does, with this test's latency rows (returned)."""
     import boto3
-
-    from daemon.local_runner import start_with_local_workers
-    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
@@ -118,11 +118,19 @@ async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> dict:  # ty
     raw["intervals"] = {"fleet_s": 2, "model_s": 0.25, "reconcile_s": 30}
     raw["model_scaling"]["generate_variants"] = False
     raw["model_scaling"]["accuracy_scaling"] = {"enabled": True, "replan_s": 3.0, "mode": mode}
-    cfg = Config.model_validate(raw)
+    cfg = Config.model_validate({**raw, **extra})
     reg = VariantRegistry(registry_path_for(cfg.state_path))
     rows = [ProfileRow("digits", m.name, TYPE, b, LATENCY_MS[m.name] * b, m.accuracy) for m in members for b in BATCHES]
     register_family(reg, dg.SPEC, members, rows, qos_ms=SLO_MS)
     reg.close()
+    return cfg, rows
+
+
+async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> dict:  # type: ignore[type-arg]  # noqa: ANN001
+    from daemon.local_runner import start_with_local_workers
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    cfg, rows = digits_cluster(endpoint, tmp, members, mode)
     acc = {m.name: m.accuracy for m in members}
     top = max(acc, key=acc.__getitem__)
     daemon, runner = await start_with_local_workers(cfg, [("rm2", "builtin:mlp", "rm2")], profiles_csv=cfg.profiles,

@@ -17,14 +17,9 @@ import grpc
 import numpy as np
 import pytest
 
-from config.schema import Config
-from daemon.demo import demo_config
 from tests.load_helpers import poisson_phase
-from tests.test_accuracy_e2e import BATCHES, LATENCY_MS, SLO_MS, TYPE, _profiles
+from tests.test_accuracy_e2e import digits_cluster
 from variants.families import digits as dg
-from variants.families.profiles import ProfileRow
-from variants.families.registration import register_family
-from variants.registry import VariantRegistry, registry_path_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,27 +33,12 @@ def test_a_pipeline_spike_is_served_at_lower_accuracy_and_accuracy_comes_back(mo
 
 
 async def _scenario(endpoint: str, tmp: Path, members) -> None:  # noqa: ANN001
-    import boto3
-
     from daemon.local_runner import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    ami = ec2.describe_images()["Images"][0]["ImageId"]
-    raw = demo_config(tmp, endpoint, ami, budget=2.5, rate=LOW_QPS, policy="kairos-strict",
-                      pinned_pool={TYPE: 2}).model_dump()
-    raw["profiles"] = str(_profiles(tmp))
-    raw["intervals"] = {"fleet_s": 2, "model_s": 0.25, "reconcile_s": 30}
-    raw["model_scaling"]["generate_variants"] = False
-    raw["model_scaling"]["accuracy_scaling"] = {"enabled": True, "replan_s": 3.0, "mode": "plan"}
-    raw["pipelines"] = [{"name": "reads", "slo_ms": PIPE_SLO_MS, "tasks": [
+    cfg, _ = digits_cluster(endpoint, tmp, members, "plan", pipelines=[{"name": "reads", "slo_ms": PIPE_SLO_MS, "tasks": [
         {"name": "prep", "model": "rm2", "children": [{"task": "classify", "factor": 1}]},
-        {"name": "classify", "application": "digits"}]}]
-    cfg = Config.model_validate(raw)
-    reg = VariantRegistry(registry_path_for(cfg.state_path))
-    rows = [ProfileRow("digits", m.name, TYPE, b, LATENCY_MS[m.name] * b, m.accuracy) for m in members for b in BATCHES]
-    register_family(reg, dg.SPEC, members, rows, qos_ms=SLO_MS)
-    reg.close()
+        {"name": "classify", "application": "digits"}]}])
     acc = {m.name: m.accuracy for m in members}
     top = max(acc, key=acc.__getitem__)
     daemon, runner = await start_with_local_workers(cfg, [("rm2", "builtin:mlp", "rm2")], profiles_csv=cfg.profiles,

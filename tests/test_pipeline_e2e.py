@@ -16,9 +16,8 @@ import grpc
 import numpy as np
 import pytest
 
-from config.schema import Config
-from daemon.demo import demo_config
 from tests.load_helpers import poisson_phase
+from tests.test_two_models_e2e import WORKER_MODELS, rm2_and_ranker
 
 pytestmark = pytest.mark.slow
 
@@ -31,25 +30,13 @@ def test_pipeline_queries_are_served_end_to_end_and_the_fleet_sees_each_task(mot
 
 
 async def _scenario(endpoint: str, tmp: Path) -> None:
-    import boto3
-
     from daemon.local_runner import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    ami = ec2.describe_images()["Images"][0]["ImageId"]
-    raw = demo_config(tmp, endpoint, ami, budget=2.5, rate=LOW_QPS).model_dump()
-    raw["models"] = [{**raw["models"][0], "expected_qps": LOW_QPS},
-                     {"name": "ranker", "onnx": "builtin:mlp", "qos_ms": 350.0, "max_batch": 1000, "profile": "rm2",
-                      "expected_qps": 2 * LOW_QPS}]
-    raw["pipelines"] = [{"name": "recs", "slo_ms": SLO_MS, "tasks": [
+    cfg = rm2_and_ranker(endpoint, tmp, LOW_QPS, 2 * LOW_QPS, pipelines=[{"name": "recs", "slo_ms": SLO_MS, "tasks": [
         {"name": "retrieve", "model": "rm2", "children": [{"task": "rank", "factor": 2}]},
-        {"name": "rank", "model": "ranker"}]}]
-    raw["intervals"] = {"fleet_s": 3, "model_s": 0.5, "reconcile_s": 30}
-    raw["model_scaling"]["generate_variants"] = False
-    cfg = Config.model_validate(raw)
-    daemon, runner = await start_with_local_workers(cfg, [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")],
-                                                   generate_variants=False)
+        {"name": "rank", "model": "ranker"}]}])
+    daemon, runner = await start_with_local_workers(cfg, WORKER_MODELS, generate_variants=False)
     d = daemon.dispatcher
     out: list[tuple[str, float | None, str, bool]] = []     # (phase, ms, variants or error code, slo_met)
     sent = {"n": 0}

@@ -30,23 +30,31 @@ def test_two_models_each_on_its_own_workers_through_a_step(moto_endpoint: str, t
     asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path), timeout=280))
 
 
-async def _scenario(endpoint: str, tmp: Path) -> None:
+def rm2_and_ranker(endpoint: str, tmp: Path, rm2_qps: float, ranker_qps: float, **extra) -> Config:  # noqa: ANN003
+    """The demo's config with two models on rm2's profile (QoS 350 ms), declared at these rates;
+    ``extra`` top-level fields over it. The local workers: :data:`WORKER_MODELS`."""
     import boto3
-
-    from daemon.local_runner import start_with_local_workers
-    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
-    raw = demo_config(tmp, endpoint, ami, budget=2.5, rate=LOW_QPS).model_dump()
-    raw["models"] = [{**raw["models"][0], "expected_qps": LOW_QPS},
+    raw = demo_config(tmp, endpoint, ami, budget=2.5, rate=rm2_qps).model_dump()
+    raw["models"] = [{**raw["models"][0], "expected_qps": rm2_qps},
                      {"name": "ranker", "onnx": "builtin:mlp", "qos_ms": SLO_MS, "max_batch": 1000, "profile": "rm2",
-                      "expected_qps": LOW_QPS}]
+                      "expected_qps": ranker_qps}]
     raw["intervals"] = {"fleet_s": 3, "model_s": 0.5, "reconcile_s": 30}
     raw["model_scaling"]["generate_variants"] = False
-    cfg = Config.model_validate(raw)
-    daemon, runner = await start_with_local_workers(cfg, [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")],
-                                                   generate_variants=False)
+    return Config.model_validate({**raw, **extra})
+
+
+WORKER_MODELS = [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")]
+
+
+async def _scenario(endpoint: str, tmp: Path) -> None:
+    from daemon.local_runner import start_with_local_workers
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    cfg = rm2_and_ranker(endpoint, tmp, LOW_QPS, LOW_QPS)
+    daemon, runner = await start_with_local_workers(cfg, WORKER_MODELS, generate_variants=False)
     d = daemon.dispatcher
     out: list[tuple[str, str, float | None, str, str]] = []   # (phase, model, ms, worker, model it served)
 
