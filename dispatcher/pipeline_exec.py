@@ -16,7 +16,7 @@ each task's load) and in its model's outcomes.
 - **Data**: a step gets its parent's output tensors as inputs when the pipeline's query carried
   inputs; a query given as a batch size (emulation) passes the batch size down.
 - **Deadlines and early dropping** (Loki §5.2): each task's budget is the dispatcher's predicted
-  latency of its model at the batch on the fastest live type. Before a step runs, the time left of
+  latency of its model at the batch on the fastest live type among the workers serving that model. Before a step runs, the time left of
   the pipeline's SLO must cover its task's budget and those below it
   (:func:`variants.pipeline_routing.step_slo`); if it does not, the request can no longer meet the
   end-to-end SLO and is dropped there with DEADLINE_EXCEEDED (counted in ``dropped_early``), and the
@@ -81,14 +81,25 @@ class PipelineRunner:
         return n[1] / n[0] if n and n[0] else None
 
     def _budgets(self, pipe: Pipeline, batch: int) -> dict[str, float]:
-        """Each task's expected time: its model's predicted latency at ``batch`` on the fastest live type."""
+        """Each task's expected time: its model's predicted latency at ``batch`` on the fastest live
+        type among the workers that serve it (with several models, each has its own; one pass)."""
         d = self.d
-        types = {w.instance_type for w in d.workers.values() if not (w.draining or w.removed)} or {d.base_type}
+        wanted = set(pipe.models.values())
+        types: dict[str, set[str]] = {m: set() for m in wanted}
+        anyone: set[str] = set()
+        for iid, w in d.workers.items():
+            if w.draining or w.removed:
+                continue
+            anyone.add(w.instance_type)
+            m = d.serves.get(iid)
+            for model in (wanted if m is None else ({m} & wanted)):
+                types[model].add(w.instance_type)
         out = {}
         for task, model in pipe.models.items():
             spec = d._models.get(model)
             key = spec.profile_name if spec is not None else model
-            out[task] = min(float(d.predictor.predict_ms(key, t, batch)) for t in types)
+            on = types[model] or anyone or {d.base_type}     # an application's workers: any live one
+            out[task] = min(float(d.predictor.predict_ms(key, t, batch)) for t in on)
         return out
 
     async def submit(self, r: pb.SubmitRequest) -> Outcome:

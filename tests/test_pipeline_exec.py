@@ -31,6 +31,7 @@ class _Stand:
         self.calls: list[pb.SubmitRequest] = []
         self.now = 0.0
         self.workers = {}
+        self.serves: dict = {}
         self.base_type = "c5n.2xlarge"
         self._models = {}
         self.predictor = SimpleNamespace(predict_ms=lambda key, t, b: self.ms)
@@ -111,3 +112,15 @@ def test_a_task_whose_model_is_a_registered_application_is_asked_by_its_applicat
 def test_no_batch_and_no_inputs_is_invalid() -> None:
     out = asyncio.run(PipelineRunner(_Stand(_cfg())).submit(pb.SubmitRequest(application="recs")))
     assert out == (SC.INVALID_ARGUMENT, "give batch_size or inputs")
+
+
+def test_a_task_is_budgeted_on_the_workers_that_serve_its_model() -> None:
+    """With several models, each task's expected time is its model's on that model's workers: rm2's
+    worker is a g4dn (5 ms), the ranker's an r5n (30 ms); all workers' fastest type would say 5 ms."""
+    d = _Stand(_cfg())
+    d.workers = {"a": SimpleNamespace(instance_type="g4dn.xlarge", draining=False, removed=False),
+                 "b": SimpleNamespace(instance_type="r5n.large", draining=False, removed=False)}
+    d.serves = {"a": "rm2", "b": "ranker"}
+    ms = {"g4dn.xlarge": 5.0, "r5n.large": 30.0}
+    d.predictor = SimpleNamespace(predict_ms=lambda key, t, b: ms[t])
+    assert PipelineRunner(d)._budgets(PipelineRunner(d).graphs["recs"], 1) == {"retrieve": 5.0, "rank": 30.0}
