@@ -229,11 +229,12 @@ def test_the_two_steps_equal_a_brute_force_on_small_trees(case) -> None:  # type
     pipe, variants, pool, qps = case
     if not any(pool.values()):
         return
-    plan = plan_pipeline(pipe, variants, pool, qps, solver=accuracy_milp.SOLVERS[-1], accuracy_gap=0.0)
     served, acc_w = _brute(pipe, variants, pool, qps)
-    assert plan.served == pytest.approx(max(served, 0.0), abs=1e-6)
-    if plan.served > 1e-9:
-        assert plan.accuracy * plan.served == pytest.approx(acc_w, abs=1e-6)
+    for solver in accuracy_milp.SOLVERS:        # one brute force, every solver (CBC: CBC_OPTIONS)
+        plan = plan_pipeline(pipe, variants, pool, qps, solver=solver, accuracy_gap=0.0)
+        assert plan.served == pytest.approx(max(served, 0.0), abs=1e-6), solver
+        if plan.served > 1e-9:
+            assert plan.accuracy * plan.served == pytest.approx(acc_w, abs=1e-6), solver
     if plan.step == "hardware":
         # step 1: all served at the top variants, with the fewest workers a brute force finds
         tops = {t: max(vs, key=lambda v: (v.accuracy, [-ord(ch) for ch in v.variant])).variant for t, vs in variants.items()}

@@ -9,7 +9,8 @@ The model is written once as plain columns and rows and handed to one of two sol
   workers x 50 variants x 9 models its placements within 1 s are far more accurate than CBC's
   within 1 s, though not always as accurate as CBC's within 10 s (BENCHMARKS.md
   "accuracy-planner"); each step is warm-started from the previous step's answer;
-- **CBC** through PuLP otherwise (and in the tests, both).
+- **CBC** through PuLP otherwise (and in the tests, both), without its MILP preprocessing and
+  without a warm start: with either it reported wrong optima as proven (:data:`CBC_OPTIONS`).
 
 Step 1 is solved to optimality (no gap: the served demand is never traded for speed); steps 2-3
 also ask for optimality and stop at the deadline with the best placement found, whose distance
@@ -40,6 +41,13 @@ INTEGER_TOL = 1e-9
 MIN_STEP_S = 0.05
 #: Share of the time left that step 2 (most accurate) may use; step 3 (fewest swaps) gets the rest.
 ACCURACY_SHARE = 0.75
+#: CBC (the PuLP-bundled 2.10) reported wrong optima as proven on small pipeline plans
+#: (tests/test_pipelines.py): its MILP preprocessing (CglPreProcess) cut off a 0.61-accuracy variant
+#: for a 0.60 one (CI, 2026-11-26), and with preprocessing off a warm start (``-mips``) came back as
+#: "optimal" unchanged (a 200 ms latency budget for 150). So CBC runs without either: no start is
+#: passed to it (:func:`_solve_cbc` ignores ``start``), and it then matched the brute force on 400
+#: random trees. HiGHS takes the start.
+CBC_OPTIONS = ("preprocess off",)
 #: The solvers, fastest first; :data:`SOLVER` is the first one installed.
 SOLVERS = ("highs", "cbc") if highspy is not None else ("cbc",)
 SOLVER = SOLVERS[0]
@@ -133,13 +141,16 @@ def _solve_cbc(m: _Model, cost: Mapping[int, float], start: Sequence[float] | No
         if lo != -float("inf"):
             prob += expr >= lo, f"l{j}"
     prob.setObjective(pulp.lpSum(c * x[i] for i, c in cost.items()))
-    if start is not None:
-        for var, v in zip(x, start):
-            var.setInitialValue(v)
     with warnings.catch_warnings():  # PuLP 3.x deprecates PULP_CBC_CMD, the bundled CBC we use
         warnings.simplefilter("ignore", DeprecationWarning)
-        prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=limit_s, warmStart=start is not None,
-                                     options=[f"integerTolerance {INTEGER_TOL}", f"allowableGap {abs_gap}"]))
+        try:
+            prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=limit_s, warmStart=False,
+                                         options=[f"integerTolerance {INTEGER_TOL}", f"allowableGap {abs_gap}",
+                                                  *CBC_OPTIONS]))
+        except pulp.PulpSolverError:
+            # without preprocessing, CBC reports a model its bound tightening proves infeasible
+            # ("tightenPrimalBounds") by writing no solution file, which PuLP raises on
+            return _Answer(None, False, float("inf"))
     found = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if not found or prob.objective.value() is None:
         return _Answer(None, False, float("inf"))
@@ -195,7 +206,6 @@ def lexicographic_counts(options: Sequence[Option], type_counts: Mapping[str, in
     best, proven, gap = second.values, first.proven and second.proven, second.gap
     m.row(acc_weighted, value(best, acc_weighted) - tol, float("inf"))
     keep: dict[int, float] = {}                                                       # 3. fewest swaps
-    start = list(best)
     for (t, v), cur in sorted(current_counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         idx = [n[i] for i, o in enumerate(options) if o.itype == t and o.variant == v]
         if v is not None and not idx:
@@ -203,17 +213,15 @@ def lexicographic_counts(options: Sequence[Option], type_counts: Mapping[str, in
         k = m.column(0, cur, True)
         if v is not None:                             # keep <= n_{t,v}
             m.row({k: 1.0, idx[0]: -1.0}, -float("inf"), 0.0)
-            start.append(min(cur, round(best[idx[0]])))
         else:                                         # keep <= the type's workers hosting nothing
             on_t = [n[i] for i, o in enumerate(options) if o.itype == t]
             m.row({k: 1.0, **{j: 1.0 for j in on_t}}, -float("inf"), type_counts[t])
-            start.append(max(0, min(cur, type_counts[t] - sum(round(best[j]) for j in on_t))))
         keep[k] = 1.0
     if keep:
         # no warm start here on HiGHS: given step 2's placement as a start, HiGHS 1.16 returned it
         # as optimal with every keep at 0 where a worker could keep its variant (two swaps for one;
-        # found by the brute-force test). CBC takes the start and finds the optimum.
-        third = _solve(m, keep, start if solver != "highs" else None, deadline, 0.5, solver)
+        # found by the brute-force test). CBC is never warm-started (CBC_OPTIONS).
+        third = _solve(m, keep, None, deadline, 0.5, solver)
         if third.values is not None:
             best, proven = third.values, proven and third.proven
         else:
