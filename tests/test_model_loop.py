@@ -68,6 +68,9 @@ def test_a_shortfall_is_only_what_the_load_itself_misses() -> None:
     assert d.unmet_qps["m"] == pytest.approx(0.45) and d.shortfall_qps == {}
     assert next_capacity_hint(1.0, d.vm, d.shortfall_qps) == 1.0
     assert shortfall({"m": 0.45, "n": 3.0}, {"m": 29.0, "n": 20.0}, 0.05) == {"n": 2.0}
+    # an instance only the floor asks for (min_qps 0.01 of an idle model) is no shortfall; 2 q/s of a
+    # 4 q/s load unplaced: 2 - 0.2
+    assert shortfall({"idle": 0.01, "x": 2.0}, {"idle": 0.0, "x": 4.0}, 0.05) == {"x": pytest.approx(1.8)}
 
 
 def test_states_and_vm_add_from_reports() -> None:

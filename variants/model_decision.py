@@ -287,10 +287,16 @@ def shortfall(unmet_qps: Mapping[str, float], load_qps: Mapping[str, float], hea
     place its own headroom on that pool is no sign that the pool is short, only that its estimate
     (each worker's saturation at the mean batch) is cruder. The replay (rm2, a steady 106 q/s on
     g4dn.xlarge + 11 r5n.large, 119.8 q/s by that estimate): the 10 s rate passed 108.9 q/s often
-    enough that the hint bought two more r5n.large and gave them back every five minutes."""
+    enough that the hint bought two more r5n.large and gave them back every five minutes.
+
+    ``load_qps`` is the measured load, before the autoscaler's floor (``min_qps``, one instance of
+    every model): an instance that only the floor asks for is never missing capacity. Without that
+    cap a family's idle members (issue #25: the replay of INFaaS on an application, each member a
+    model at 0 q/s) each asked the fleet for 0.0095 q/s and raised the hint to 1.5."""
     out = {}
     for m, u in unmet_qps.items():
-        short = u - load_qps.get(m, 0.0) * headroom
+        load = load_qps.get(m, 0.0)
+        short = min(u, load * (1.0 + headroom)) - load * headroom
         if short > QPS_TOL:
             out[m] = short
     return out
@@ -318,7 +324,7 @@ def decide(inputs: ModelInputs, state: ModelLoopState = ModelLoopState(),
             plan = keep_running_unless_better(problem, prefer_loaded_equivalents(problem, plan))
             placements = placements_for(plan, inputs.workers)
             unmet = dict(plan.unmet_qps)
-            short = shortfall(unmet, problem.load_qps, problem.headroom)
+            short = shortfall(unmet, inputs.load_qps, problem.headroom)
     wstatus = [WorkerStatus(w.worker, w.hardware, w.utilization,
                             tuple(states.get((v, w.worker), VariantState.ACTIVE) for v in w.loaded))
                for w in inputs.workers]
