@@ -21,7 +21,7 @@ Owns: ``_queue``, ``_retry``, ``_inflight``, ``_idem``, ``_ids``, ``accepted``, 
 ``rejected``, ``_recent``, ``_deadlines``, ``_deadline_timer``, ``_deadline_at`` and the tunables
 ``query_timeout_s``, ``idempotency_capacity``.
 Reads: ``cfg``, ``clock``, ``predictor``, ``xi``, ``window``, ``model_windows``, ``accuracy``, ``_loop``,
-``_stopping`` (server); ``workers``, ``utilization``, ``cloud_view``, ``booting`` (workers);
+``_stopping`` (server); ``workers``, ``utilization_horizon_s``, ``cloud_view``, ``booting`` (workers);
 ``placement``, ``loaded_on`` and ``ensure_loaded`` (placement); ``_kick``, ``_round_catching``,
 ``_run``, ``_release``, ``_completed`` (routing).
 """
@@ -174,7 +174,8 @@ class Admission:
 
     def _route_workers(self) -> list[ml.RouteWorker]:
         now = self.clock()
-        return [ml.RouteWorker(w.instance_id, w.hardware, w.instance_type, self.utilization(w, now),
+        return [ml.RouteWorker(w.instance_id, w.hardware, w.instance_type,
+                               ml.routing_load(w.busy, now, self.utilization_horizon_s, None if w.idle else w.busy_until),
                                frozenset(self.loaded_on(w)))
                 for w in self.workers.values() if not w.draining and not w.removed]
 

@@ -47,7 +47,7 @@ class RouteWorker:
     worker: str
     hardware: str
     instance_type: str
-    utilization: float                 # 0..1 over the recent interval
+    utilization: float                 # its load, :func:`routing_load` (0..1 busy, more when committed ahead)
     loaded: frozenset[str]             # variant names loaded on it
 
 
@@ -167,6 +167,20 @@ def busy_fraction(intervals: Iterable[tuple[float, float]], now: float, horizon_
     for s, e in intervals:
         busy += max(0.0, min(e, now) - max(s, lo))
     return min(1.0, busy / (horizon_s * workers))
+
+
+def routing_load(intervals: Iterable[tuple[float, float]], now: float, horizon_s: float,
+                 busy_until: float | None) -> float:
+    """The load getVariant ranks a worker by (INFaaS §4.1: "the least-loaded worker"): its busy
+    fraction over the last ``horizon_s`` (the finished calls' ``intervals``, :func:`busy_fraction`)
+    plus what the call under way still has to run by its prediction (``busy_until``; None when
+    idle), in the same unit; above 1 when the worker is committed past the horizon.
+
+    The finished calls alone lag: every query admitted while a worker's first call ran saw it as
+    unloaded. Replaying INFaaS on the resnet family (issue #25), a burst's arrivals then went to the
+    fastest variant's worker, busy but "unloaded", while five resnet-152 workers stood idle."""
+    ahead = max(busy_until - now, 0.0) / horizon_s if busy_until is not None and horizon_s > 0 else 0.0
+    return busy_fraction(intervals, now, horizon_s, 1) + ahead
 
 
 def offline_may_run(online_utilization: float, threshold: float = OFFLINE_UTILIZATION_THRESHOLD) -> bool:

@@ -18,8 +18,8 @@ fleet tick, the model tick, the reconcile tick. Dollars come from :class:`sim.le
 (:mod:`sim.replay_models`) runs over each model's base variant; an application (a model entry
 naming a variant family, issue #25) is served by its variants (:mod:`sim.variant_lane`), and with
 accuracy scaling on the accuracy round places and routes them (:mod:`sim.replay_accuracy`, plan
-mode; SlackFit binds per call). Not replayed: INFaaS's per-query variant selection (getVariant)
-over a family without accuracy scaling; such an application is served at its most accurate variant.
+mode; SlackFit binds per call); with it off INFaaS does, as the daemon then runs it: getVariant at
+admission and the model loop over the family's members (:mod:`sim.replay_infaas`).
 
 Several models (issue #24): each configured model has a query loop of its own (its queries, its
 QoS, its service times) over the workers assigned to it (:mod:`scaler.worker_assignment`, from the
@@ -52,6 +52,7 @@ from sim.policies import dispatcher_policy
 from sim.query_loop import QueryLoop, ServiceTimes
 from sim.replay_fleet import Decisions, DecideFn, ReplayFleet, ReplayWorkers
 from sim.replay_accuracy import ReplayAccuracyRound
+from sim.replay_infaas import ReplayInfaas
 from sim.replay_models import ReplayModelLoop
 from sim.replay_pipelines import PipelineReplay, split_workloads
 from sim.service import ServiceKind, ServiceModel
@@ -286,8 +287,16 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
         fleet.workers = ReplayWorkers(lanes, clock, timeline.schedule, fleet.cloud.running_at, spec.load_s,
                                       fleet.decisions, warm_until=fleet.cloud.warm_until)
         fleet.model_loops = {m: ReplayModelLoop(cfg, profiles, q.times.predictor, m) for m, q in lanes.items()}
-        acc = model_params_for(cfg).accuracy
-        if acc is not None:     # the model loop in accuracy mode (issue #25): plan mode's rounds; SlackFit has none
+        params = model_params_for(cfg)
+        acc = params.accuracy
+        if acc is None:         # accuracy scaling off: getVariant and the INFaaS round on each application
+            full = cfg.full_catalog()
+            fleet.infaas = {m: ReplayInfaas(q, fleet.windows[m], params, spec.load_s,
+                                            {t: it.hardware for t, it in full.items()},
+                                            {t: it.price_per_hour for t, it in full.items()}, profiles,
+                                            timeline.schedule, clock.now)
+                            for m, q in lanes.items() if isinstance(q, VariantLoop)}
+        else:     # the model loop in accuracy mode (issue #25): plan mode's rounds; SlackFit has none
             apps = {m: q for m, q in lanes.items() if isinstance(q, VariantLoop)} if acc.mode == "plan" else {}
             fleet.accuracy_rounds = {m: ReplayAccuracyRound(q, fleet.windows[m], acc, spec.load_s, timeline.schedule,
                                                             clock.now) for m, q in apps.items()}

@@ -15,7 +15,8 @@ through the same query loop, cloud, actuator and boot delays, with another rule 
 
 With accuracy scaling on and an application configured (issue #25) two more:
 
-- ``fleet_only``: costscale itself with accuracy scaling off (the fleet alone at full accuracy);
+- ``fleet_only``: costscale itself with accuracy scaling off (the fleet planning the application at
+  its most accurate variant; INFaaS's getVariant and model loop serving it, :mod:`sim.replay_infaas`);
 - ``accuracy_only``: ``static_budget``'s pool held all day with the accuracy round on (Proteus on
   the budget's pool).
 

@@ -42,6 +42,7 @@ from sim.clock import VirtualClock
 from sim.pick_eval import confirmed_plan
 from sim.query_loop import QueryLoop
 from sim.replay_accuracy import ReplayAccuracyRound
+from sim.replay_infaas import ReplayInfaas
 from sim.replay_models import ReplayModelLoop
 from variants.capacity_hint import next_capacity_hint
 
@@ -237,6 +238,8 @@ class ReplayFleet:
         self.model_loops: dict[str, ReplayModelLoop] = {}
         #: accuracy scaling on: each application's accuracy round (the INFaaS round then runs for none)
         self.accuracy_rounds: dict[str, ReplayAccuracyRound] | None = None
+        #: accuracy scaling off: each application's getVariant and INFaaS round (sim.replay_infaas)
+        self.infaas: dict[str, ReplayInfaas] = {}
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour, clock=clock.now,
                                       drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s)
         self.models = [m.name for m in cfg.models]
@@ -389,8 +392,12 @@ class ReplayFleet:
                         self.mem.capacity_hint.get(model, 1.0), (), {model: unmet.get(model, 0.0)},
                         settled=fleet_step.fleet_settled(shares.get(model, {}), w.serving(model)))
                     continue
-                snap = self.windows[model].snapshot(now)
-                decision = ml.tick(w.lanes[model], now, snap.arrival_qps, snap.mean_batch)
+                infaas = self.infaas.get(model)
+                if infaas is not None:                 # an application: its members are the models
+                    decision = infaas.tick(now)
+                else:
+                    snap = self.windows[model].snapshot(now)
+                    decision = ml.tick(w.lanes[model], now, snap.arrival_qps, snap.mean_batch)
                 self.mem.capacity_hint[model] = ml.next_hint(self.mem.capacity_hint.get(model, 1.0), decision,
                                                              shares.get(model, {}), w.serving(model))
             if fleet_step.hint_replan(self.cfg, self.mem.capacity_hint, self.mem.hint_planned):

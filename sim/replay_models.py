@@ -10,8 +10,9 @@ and turns its VM requests into the fleet planner's capacity hint with
 :func:`scaler.fleet_step.fleet_settled`); a hint that moved :data:`scaler.fleet_step.HINT_REPLAN_DELTA`
 replans at once (:func:`scaler.fleet_step.hint_replan`).
 
-Not replayed: variants other than each model's base (the daemon without a variant registry, or
-before its variants are generated): every worker holds the base variant and serves at the profile.
+Each model's base variant only: a model without a family has no other variant with a profile until
+a daemon generates and measures them (every worker holds the base variant and serves at the
+profile); an application's members are the model loop's models in :mod:`sim.replay_infaas`.
 """
 from __future__ import annotations
 

@@ -4,9 +4,10 @@ hosting one variant, as the live dispatcher serves an accuracy-scaled applicatio
 :class:`VariantLoop` is :class:`sim.query_loop.QueryLoop` with the live path's variant rules:
 
 - admission (``dispatcher.accuracy_routing.AccuracyRouting.route``): a query takes the variant of
-  the worker the accuracy plan's :class:`dispatcher.plan_routing.PlanRouter` picks; with no plan
-  (accuracy scaling off, or before the first plan) the most accurate variant, which every worker
-  hosts when it registers (the fleet plans the application at it);
+  the worker the accuracy plan's :class:`dispatcher.plan_routing.PlanRouter` picks; with accuracy
+  scaling off, getVariant's (:attr:`VariantLoop.get_variant`, set by :mod:`sim.replay_infaas`);
+  otherwise (before the first plan) the most accurate variant, which every worker hosts when it
+  registers (the fleet plans the application at it);
 - the matching round (``dispatcher.routing.RoutingRound._round``): the queries are grouped by
   variant, and each group is matched over the live workers that host its variant;
 - service: the variant's profile on the worker's type (predicted and served);
@@ -24,8 +25,9 @@ accuracy over time.
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -34,6 +36,11 @@ from dispatcher.policy import QueryView, WorkerView
 from sim.query_loop import QueryLoop, ServiceTimes, _Worker
 from variants.families.applications import Application
 from variants.slackfit import LATE_RATE_WINDOW_S, bind_at_dispatch, pareto
+
+
+#: the service intervals kept per worker (live: ``WorkerState.busy``, 4096): enough for getVariant's
+#: 2 s horizon at the fastest family variant's batch-1 latency (resnet-18, 24 ms: 83 calls)
+BUSY_INTERVALS = 256
 
 
 class VariantLoop(QueryLoop):
@@ -56,12 +63,21 @@ class VariantLoop(QueryLoop):
         self.late = late           # SlackFit mode: every variant resident, chosen per call (bind_at_dispatch)
         self.batching = self.batching or late     # a late-bound call builds its own (see _call_for)
         self.bound: dict[str, int] = {}   # SlackFit: queries sent to each variant
+        #: getVariant (INFaaS §4.1) at admission, accuracy scaling off (:mod:`sim.replay_infaas`):
+        #: batch -> the variant; None: the most accurate
+        self.get_variant: Callable[[int], str] | None = None
+        self.pinned = np.zeros(len(self.vnames), dtype=np.int64)   # queries pinned to each variant
+        #: worker -> its calls' (start, end), kept while getVariant runs (``WorkerState.busy`` live)
+        self.busy: dict[str, collections.deque[tuple[float, float]]] | None = None
 
     # -- variants ------------------------------------------------------------------------------
-    def _pin(self) -> int:
-        """The variant index for the next query: the plan's pick, else the most accurate."""
+    def _pin(self, q: int) -> int:
+        """The variant index for query ``q``: the plan's pick; with no plan, getVariant's when it
+        runs (accuracy scaling off), else the most accurate."""
         w = self.router.route(self.app.name)
         v = self.placement.get(w) if w is not None else None
+        if v is None and self.get_variant is not None:
+            v = self.get_variant(self._bat[q])
         return self.vindex[v] if v is not None else 0
 
     def hosted(self) -> dict[str, str]:
@@ -80,15 +96,30 @@ class VariantLoop(QueryLoop):
             self.swaps += 1
         self.placement = {wid: v for wid, v in placement.items() if v is not None and wid in self.workers}
         self.router.set_plan({self.app.name: {w: f for w, f in routing.items() if w in self.placement}})
+        self._repin_unplaced()
+        self._round(now)
+
+    def host(self, wid: str, variant: str, now: float) -> None:
+        """A load done outside a plan (the INFaaS model loop or getVariant, accuracy scaling off;
+        :mod:`sim.replay_infaas`): ``wid`` hosts ``variant`` in its one slot, and waiting queries
+        whose variant no live worker hosts any more are pinned again."""
+        w = self.workers.get(wid)
+        if w is None or w.variant == variant:
+            return
+        w.variant, w.pred, w.view = variant, self.vtimes[variant].pred_ms(w.itype), None
+        self.swaps += 1
+        self._repin_unplaced()
+        self._round(now)
+
+    def _repin_unplaced(self) -> None:
         self._live = None
         live = {w.variant for w in self.workers.values() if not (w.draining or w.leaving)}
         for d in (self._retry, self._queue):
             for q, view in list(d.items()):
                 if self.vnames[self.qvariant[q]] not in live:
-                    self.qvariant[q] = self._pin()
+                    self.qvariant[q] = self._pin(q)
                     d[q] = self._view(q, self._bat[q], view.arrival)
                     self.rerouted += 1
-        self._round(now)
 
     # -- QueryLoop hooks -----------------------------------------------------------------------
     def add_worker(self, wid: str, itype: str, now: float, draining: bool = False) -> None:
@@ -102,7 +133,8 @@ class VariantLoop(QueryLoop):
             self.set_draining(wid, False, now)
 
     def _arrive(self, now: float) -> None:
-        self.qvariant[self.i] = self._pin()
+        v = self.qvariant[self.i] = self._pin(self.i)
+        self.pinned[v] += 1
         super()._arrive(now)
 
     def _view(self, q: int, batch: int, arrival: float) -> QueryView:
@@ -151,7 +183,10 @@ class VariantLoop(QueryLoop):
     def _service_s(self, w: _Worker, q: int, rows: int) -> float:
         for x in (q, *w.joined):
             self.qvariant[x] = self.vindex[w.variant]
-        return self.vtimes[w.variant].actual_s(w.itype, q, rows)
+        s = self.vtimes[w.variant].actual_s(w.itype, q, rows)
+        if self.busy is not None:        # getVariant reads each worker's recent service intervals
+            self.busy.setdefault(w.wid, collections.deque(maxlen=BUSY_INTERVALS)).append((w.started, w.started + s))
+        return s
 
     def trim(self, n: int) -> None:
         super().trim(n)

@@ -127,19 +127,23 @@ def test_accuracy_bridges_the_burst_the_fleet_alone_misses(both) -> None:  # typ
     rep, base = report(run), report(fleet_only)
     print(f"both loops: {rep['slo_attainment']:.6f} ${rep['cost_usd']:.6f} {rep['accuracy']}; "
           f"fleet only: {base['slo_attainment']:.6f} ${base['cost_usd']:.6f}")
-    # README "Replay": 99.96 % within SLO at a 4.92-point max drop, against 93.28 % with the fleet alone
+    # README "Replay": 99.96 % within SLO at a 4.92-point max drop, against 93.49 % with accuracy
+    # scaling off (INFaaS: getVariant and the model loop, sim.replay_infaas)
     assert rep["slo_attainment"] >= 0.9995
-    assert base["slo_attainment"] < 0.94
+    assert round(base["slo_attainment"] * 100, 2) == 93.49
     acc = rep["accuracy"]
     assert acc["variants_replayed"] is True and 0.0 < acc["max_drop_points"] <= 5.0
     assert acc["minutes_below_full"] <= 8          # 4 here: noisy seconds are no bursts (burst_noise_z)
     # the README's figures of this deterministic run (virtual time, the profile's mean service times)
     app = acc["applications"]["resnet"]
     assert (round(app["mean"], 2), app["swaps"], acc["minutes_below_full"]) == (77.71, 27, 4)
-    assert base["accuracy"]["variants_replayed"] is False or base["accuracy"]["max_drop_points"] == 0.0
     assert rep["budget_violations"] == 0 and rep["peak_cost_per_hour"] <= 3.0
-    # the money is the fleet's: within 1 % of the fleet-only run
-    assert rep["cost_usd"] <= 1.01 * base["cost_usd"]
+    # accuracy scaling off, INFaaS serves any variant a query allows (it names none): below full
+    # accuracy all the run, on fewer dollars (README: mean 74.76 %, a 5.63-point drop, $0.3837)
+    off, app_off = base["accuracy"], base["accuracy"]["applications"]["resnet"]
+    assert (round(app_off["mean"], 2), round(off["max_drop_points"], 2), off["minutes_below_full"]) == (74.76, 5.63, 30)
+    assert round(base["cost_usd"], 4) == 0.3837
+    assert app["mean"] > app_off["mean"] + 2.5 and rep["slo_attainment"] > base["slo_attainment"] + 0.06
 
 
 def test_the_handover_accuracy_at_the_step_then_the_fleet_then_full_accuracy(both) -> None:  # type: ignore[no-untyped-def]

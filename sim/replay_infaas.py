@@ -1,0 +1,177 @@
+"""INFaaS on an application with accuracy scaling off (issue #25): the daemon's model loop and
+getVariant on the virtual clock, over an application's query loop (:class:`sim.variant_lane.VariantLoop`).
+
+Live, a family registered as an application is one registered model per member, each its own
+variant (:mod:`variants.families.registration`); with ``model_scaling.accuracy_scaling`` off:
+
+- **getVariant at admission** (``dispatcher.admission.Admission._validate`` →
+  :func:`dispatcher.modelless.route`): a query that names only the application (no variant, no
+  minimum accuracy, no latency of its own in a trace) takes the Active variant instance on the
+  least-utilized worker, else the Inactive variant with the lowest load + inference latency, loaded
+  on the least-utilized worker of its hardware (the query waits for the load); Overloaded and
+  Interfered instances are skipped (the state machine's verdicts, below). :class:`ReplayInfaas.pin`
+  calls ``route`` with the lane's workers: what each hosts, its load as admission measures it
+  (:func:`dispatcher.modelless.routing_load`), the states of the last round.
+- **The model loop** (``daemon.model_loop.ModelLoop.tick``): every ``intervals.model_s`` the same
+  :func:`variants.model_decision.decide` over the members as models (each one's load: the queries
+  getVariant pinned to it, over the demand window's horizon as live), its Load/Unload placements applied after the load
+  time (``load_s``), its VM-autoscaler decisions and shortfall turned into the capacity hint as for
+  any model (:meth:`sim.replay_models.ReplayModelLoop.next_hint`).
+
+Where the replay differs: a worker holds one variant (the model loop's "one instance slot per
+worker"); live, a getVariant load on a worker adds a variant beside the one it hosts, here it
+replaces it. Workers register hosting the most accurate variant, as the fleet planned them.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable, Mapping
+
+import numpy as np
+
+from config.profiles import ProfileTable
+from dispatcher import modelless as ml
+from dispatcher.window import DemandWindow
+from sim.variant_lane import VariantLoop
+from variants.executor import ANY_HARDWARE
+from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, VariantCandidate,
+                                     WorkerSnapshot, decide)
+from variants.selection import Request
+from variants.state_machine import StateKey, VariantState
+
+#: ``dispatcher.workers.Workers.utilization_horizon_s``: getVariant's "least-utilized" looks this far back
+UTILIZATION_HORIZON_S = 2.0
+#: the profile grid getVariant reads (``VariantPlacement.grid``): powers of two up to the model's max batch
+_GRID_BATCHES = tuple(1 << i for i in range(11))
+
+
+class ReplayInfaas:
+    """getVariant and the INFaaS model loop over one application's lane (see the module docstring)."""
+
+    def __init__(self, lane: VariantLoop, window: DemandWindow, params: ModelLoopParams, load_s: float,
+                 hardware: Mapping[str, str], prices: Mapping[str, float], profiles: ProfileTable,
+                 schedule: Callable[[float, Callable[[], None]], None], now: Callable[[], float]) -> None:
+        self.lane, self.window, self.params, self.load_s = lane, window, params, load_s
+        self.hardware, self.prices, self.profiles = dict(hardware), dict(prices), profiles
+        self.schedule, self.now = schedule, now
+        self.state = ModelLoopState()
+        self.states: dict[StateKey, VariantState] = {}
+        self.loading: set[str] = set()              # workers with a load in flight
+        self.last_at: float | None = None
+        #: each member's own arrivals after getVariant (live: ``Dispatcher.model_windows``)
+        self.windows = {v: DemandWindow(capacity=window.capacity) for v in lane.vnames}
+        self.rounds = 0
+        self.loads: list[tuple[float, str, str, str]] = []   # (at, worker, variant, "model loop" | "getVariant")
+        app = lane.app
+        self.metas = [ml.VariantMeta(v, v, ANY_HARDWARE, acc, lane.times.max_batch, load_s * 1000.0)
+                      for v, acc in app.variants]
+        self._grid: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {}
+        lane.get_variant = self.pin
+        lane.busy = {}
+
+    # -- getVariant --------------------------------------------------------------------------------
+    def grid(self, variant: str, hw: str) -> tuple[tuple[int, float], ...]:
+        """``VariantPlacement.grid``: ``variant``'s (batch, ms) on the fastest type of ``hw`` it has a
+        profile for."""
+        got = self._grid.get((variant, hw))
+        if got is None:
+            pred = self.lane.vtimes[variant].pred_ms
+            types = [t for t in self.lane.app.types(variant) if self.hardware.get(t) == hw]
+            got = ()
+            if types:
+                t = min(types, key=lambda x: (pred(x)[1], x))
+                top = self.lane.times.max_batch
+                got = tuple((b, float(pred(t)[b])) for b in sorted({b for b in _GRID_BATCHES if b <= top} | {top}))
+            self._grid[(variant, hw)] = got
+        return got
+
+    def _utilization(self, now: float) -> dict[str, float]:
+        """What admission ranks the workers by (:func:`dispatcher.modelless.routing_load`): the busy
+        fraction over the last :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a
+        call's interval is recorded when it completes), plus its call under way's predicted rest."""
+        busy = self.lane.busy or {}
+        lo = now - UTILIZATION_HORIZON_S
+        out = {}
+        for wid, w in self.lane.workers.items():
+            dq = busy.get(wid)
+            if dq:
+                while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
+                    dq.popleft()
+            ivs = () if not dq else (dq if dq[-1][1] <= now else itertools.islice(dq, len(dq) - 1))
+            out[wid] = ml.routing_load(ivs, now, UTILIZATION_HORIZON_S, w.busy_until if w.query >= 0 else None)
+        return out
+
+    def pin(self, batch: int) -> str:
+        """getVariant for one query of ``batch``; a load it starts is applied ``load_s`` later."""
+        lane = self.lane
+        now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
+        util = self._utilization(now)
+        workers = [ml.RouteWorker(wid, self.hardware.get(w.itype, "cpu"), w.itype, util[wid],
+                                  frozenset((w.variant,)) if w.variant and wid not in self.loading else frozenset())
+                   for wid, w in lane.workers.items() if not (w.draining or w.leaving)]
+        try:
+            r = ml.route(Request(None, math.inf, 0.0, int(batch)), self.metas, workers, self.grid, self.states)
+        except ml.RouteError:
+            return lane.app.top          # live: the query is refused; here it waits for the top variant
+        if r.needs_load and r.worker is not None and r.worker not in self.loading:
+            self._load(r.worker, r.variant, now, "getVariant")
+        self.windows[r.variant].record(int(batch), now)
+        return r.variant
+
+    def _load(self, wid: str, variant: str, now: float, by: str) -> None:
+        self.loading.add(wid)
+        self.loads.append((now, wid, variant, by))
+
+        def done() -> None:
+            self.loading.discard(wid)
+            self.lane.host(wid, variant, self.now())
+
+        self.schedule(now + self.load_s, done)
+
+    # -- the model loop ----------------------------------------------------------------------------
+    def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
+        """``ModelLoop._profile`` for a member: its profile on ``itype`` (0 where it has none: the
+        autoscaler skips that pair)."""
+        if (model, itype) not in self.lane.app.latency:
+            return 0.0
+        if stat == "mean":
+            return float(self.lane.vtimes[model].predictor.predict_ms(model, itype, batch))
+        if self.profiles.has(model, itype):
+            return float(self.profiles.latency_ms(model, itype, np.asarray([max(batch, 1.0)]), stat)[0])
+        return 0.0
+
+    def snapshot(self, now: float) -> ModelInputs:
+        """``ModelLoop.snapshot``: the lane's workers and each member's load since the last tick."""
+        lane = self.lane
+        interval = max(now - self.last_at if self.last_at is not None else 1.0, 1e-3)
+        workers = []
+        for wid, (busy, served) in lane.take_samples(now).items():
+            w = lane.workers[wid]
+            hosted = () if (not w.variant or wid in self.loading) else (w.variant,)
+            workers.append(WorkerSnapshot(wid, w.itype, self.hardware.get(w.itype, "cpu"), min(busy / interval, 1.0),
+                                          hosted, tuple((w.variant, int(b), float(ms)) for b, ms in served)))
+        names = lane.vnames
+        snaps = {v: self.windows[v].snapshot(now) for v in names}
+        return ModelInputs(now=now, interval_s=interval, workers=tuple(workers),
+                           variants=tuple(VariantCandidate(v, v, ANY_HARDWARE, 1.0, max(self.load_s, 0.1)) for v in names),
+                           load_qps={v: snaps[v].arrival_qps for v in names},
+                           mean_batch={v: snaps[v].mean_batch or 1.0 for v in names},
+                           slo_ms={v: lane.qos_ms for v in names},
+                           price_per_hour=self.prices, profile=self._profile)
+
+    def tick(self, now: float) -> ModelDecision:
+        """One round: decide, then apply its loads ``load_s`` later (unloads are the loads' other
+        half here: one slot per worker)."""
+        inputs = self.snapshot(now)
+        self.last_at = now
+        decision, self.state = decide(inputs, self.state, self.params)
+        self.states = dict(decision.states)
+        self.rounds += 1
+        for p in decision.placements:
+            if p.action == "load" and p.worker in self.lane.workers and p.worker not in self.loading:
+                self._load(p.worker, p.variant, now, "model loop")
+        return decision
+
+
+__all__ = ["ReplayInfaas"]
