@@ -28,6 +28,7 @@ Reads: ``cfg``, ``clock``, ``predictor``, ``xi``, ``window``, ``model_windows``,
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import heapq
 import itertools
@@ -173,11 +174,23 @@ class Admission:
         return m, batch, (slo if slo > 0 else m.qos_ms), variant, choice
 
     def _route_workers(self) -> list[ml.RouteWorker]:
+        """The live workers as getVariant sees them, each with its load (:func:`ml.routing_load`: recent
+        busy time, the call under way, its share of the queries waiting for its variants)."""
         now = self.clock()
-        return [ml.RouteWorker(w.instance_id, w.hardware, w.instance_type,
-                               ml.routing_load(w.busy, now, self.utilization_horizon_s, None if w.idle else w.busy_until),
-                               frozenset(self.loaded_on(w)))
-                for w in self.workers.values() if not w.draining and not w.removed]
+        live = [(w, frozenset(self.loaded_on(w))) for w in self.workers.values() if not w.draining and not w.removed]
+        waiting = collections.Counter(q.variant for q in itertools.chain(self._retry.values(), self._queue.values())
+                                      if q.variant)
+        hosts = collections.Counter(v for _, vs in live for v in vs if v in waiting)
+        p = self.placement
+        out = []
+        for w, vs in live:
+            share = (ml.waiting_share_ms(vs, waiting, hosts, lambda v, t=w.instance_type:
+                                         p.variant_ms(v, t, 1.0) if v in p.variant_meta else 0.0)
+                     if waiting else 0.0)
+            out.append(ml.RouteWorker(w.instance_id, w.hardware, w.instance_type,
+                                      ml.routing_load(w.busy, now, self.utilization_horizon_s,
+                                                      None if w.idle else w.busy_until, share), vs))
+        return out
 
     def _start_load(self, choice: ml.Route | None) -> None:
         """Load the routed variant on its worker when getVariant chose an Inactive one."""

@@ -170,17 +170,31 @@ def busy_fraction(intervals: Iterable[tuple[float, float]], now: float, horizon_
 
 
 def routing_load(intervals: Iterable[tuple[float, float]], now: float, horizon_s: float,
-                 busy_until: float | None) -> float:
+                 busy_until: float | None, waiting_ms: float = 0.0) -> float:
     """The load getVariant ranks a worker by (INFaaS §4.1: "the least-loaded worker"): its busy
     fraction over the last ``horizon_s`` (the finished calls' ``intervals``, :func:`busy_fraction`)
-    plus what the call under way still has to run by its prediction (``busy_until``; None when
-    idle), in the same unit; above 1 when the worker is committed past the horizon.
+    plus the work committed to it, in the same unit: what its call under way still has to run by
+    its prediction (``busy_until``, seconds; None when idle) and ``waiting_ms``, its share of the
+    queries waiting for the variants it hosts (:func:`waiting_share_ms`). Above 1 when the worker is
+    committed past the horizon.
 
-    The finished calls alone lag: every query admitted while a worker's first call ran saw it as
-    unloaded. Replaying INFaaS on the resnet family (issue #25), a burst's arrivals then went to the
-    fastest variant's worker, busy but "unloaded", while five resnet-152 workers stood idle."""
-    ahead = max(busy_until - now, 0.0) / horizon_s if busy_until is not None and horizon_s > 0 else 0.0
-    return busy_fraction(intervals, now, horizon_s, 1) + ahead
+    Replaying INFaaS on the resnet family (issue #25): with the finished calls alone, every query
+    admitted while a worker's first call ran saw it unloaded, and a burst piled onto the fastest
+    variant's worker while five resnet-152 workers stood idle; with the call under way but not the
+    queue, once every worker was busy the fast variants' queues grew unseen (67.46 % within the SLO
+    at the budget's capacity)."""
+    if horizon_s <= 0:
+        return 0.0
+    ahead = max(busy_until - now, 0.0) if busy_until is not None else 0.0
+    return busy_fraction(intervals, now, horizon_s, 1) + (ahead + waiting_ms / 1000.0) / horizon_s
+
+
+def waiting_share_ms(hosted: Iterable[str], waiting: Mapping[str, int], hosts: Mapping[str, int],
+                     ms: Callable[[str], float]) -> float:
+    """A worker's share of the work waiting for the variants it ``hosted``: for each, the queries
+    waiting for it (``waiting``) times its predicted ms on this worker at batch 1 (``ms``), split
+    evenly over the live workers hosting it (``hosts``)."""
+    return sum(waiting.get(v, 0) * ms(v) / max(hosts.get(v, 1), 1) for v in hosted if waiting.get(v, 0))
 
 
 def offline_may_run(online_utilization: float, threshold: float = OFFLINE_UTILIZATION_THRESHOLD) -> bool:

@@ -24,6 +24,7 @@ replaces it. Workers register hosting the most accurate variant, as the fleet pl
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 from typing import Callable, Mapping
@@ -89,17 +90,24 @@ class ReplayInfaas:
     def _utilization(self, now: float) -> dict[str, float]:
         """What admission ranks the workers by (:func:`dispatcher.modelless.routing_load`): the busy
         fraction over the last :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a
-        call's interval is recorded when it completes), plus its call under way's predicted rest."""
-        busy = self.lane.busy or {}
+        call's interval is recorded when it completes), plus its call under way's predicted rest and
+        its share of the queries waiting for its variant (``Admission._route_workers``)."""
+        lane = self.lane
+        busy = lane.busy or {}
         lo = now - UTILIZATION_HORIZON_S
+        waiting = collections.Counter(v.model for v in itertools.chain(lane._retry.values(), lane._queue.values()))
+        hosts = collections.Counter(w.variant for w in lane.workers.values()
+                                    if not (w.draining or w.leaving) and w.variant in waiting)
         out = {}
-        for wid, w in self.lane.workers.items():
+        for wid, w in lane.workers.items():
             dq = busy.get(wid)
             if dq:
                 while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
                     dq.popleft()
             ivs = () if not dq else (dq if dq[-1][1] <= now else itertools.islice(dq, len(dq) - 1))
-            out[wid] = ml.routing_load(ivs, now, UTILIZATION_HORIZON_S, w.busy_until if w.query >= 0 else None)
+            share = (ml.waiting_share_ms((w.variant,), waiting, hosts, lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
+                     if waiting and w.variant else 0.0)
+            out[wid] = ml.routing_load(ivs, now, UTILIZATION_HORIZON_S, w.busy_until if w.query >= 0 else None, share)
         return out
 
     def pin(self, batch: int) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -193,7 +194,7 @@ def test_load_starts_only_after_admission(tmp_path: Path) -> None:
     async def run() -> None:
         d.add_worker_direct("i-1", "c5n.2xlarge", "127.0.0.1:9")   # the channel needs a running loop
         d.workers["i-1"].loaded = {"rm2"}          # neither variant of "other" is loaded
-        d._queue["q-waiting"] = None  # type: ignore[assignment]   # the queue is full
+        d._queue["q-waiting"] = SimpleNamespace(variant="")  # type: ignore[assignment]   # the queue is full
         out = await d.submit(pb.SubmitRequest(application="vision", batch_size=2))
         assert isinstance(out, tuple) and out[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert loads == []
@@ -226,3 +227,35 @@ def test_speed_factor_ignores_profiling_noise() -> None:
     tiny = prof((1, 0.014), (8, 0.009))                                    # timer noise
     assert _speed_factor(prof((1, 0.009), (8, 0.008)), tiny) == 1.0
     assert _speed_factor([], base) == 1.0
+
+
+def test_getvariant_sees_the_queries_waiting_for_a_workers_variant(tmp_path: Path) -> None:
+    """Admission's view of the workers (``_route_workers``): a worker's load includes its share of the
+    queries already waiting for the variant it hosts, so an idle-looking worker with a queue behind
+    it is not the least loaded (issue #25: without it INFaaS's fast variants' queues grew unseen)."""
+    from variants.generator import Variant
+
+    reg = VariantRegistry(":memory:")
+    rm = RegisteredModel("other", "vision", "builtin:mlp", 500, 64, "rm2")
+    reg.register_model(rm, [base_variant(rm), Variant("other-fp32-cpu", "other", "vision", "fp32", "cpu", "", 0,
+                                                      tmp_path / "x.onnx", 1.0, True)])
+    d = Dispatcher(_cfg(tmp_path), LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg,
+                   models_dir=tmp_path / "m")
+
+    async def run() -> None:
+        d.add_worker_direct("i-1", "c5n.2xlarge", "127.0.0.1:9")
+        d.add_worker_direct("i-2", "c5n.2xlarge", "127.0.0.1:9")
+        d.workers["i-1"].loaded = {"other"}
+        d.workers["i-2"].loaded = {"other-fp32-cpu"}
+        for k in range(3):                                   # three queries wait for "other"
+            d._queue[f"q{k}"] = SimpleNamespace(variant="other")  # type: ignore[assignment]
+        loads = {w.worker: w.utilization for w in d._route_workers()}
+        one = d.placement.variant_ms("other", "c5n.2xlarge", 1.0)
+        assert loads == {"i-1": pytest.approx(3 * one / 1000.0 / d.utilization_horizon_s), "i-2": 0.0}
+        choice = ml.route(Request(None, math.inf, 0.0, 1), [d._variant_meta[n] for n in d.placement.variants_for("vision", "")],
+                          d._route_workers(), d.placement.grid, d.variant_states)
+        assert choice.worker == "i-2"            # the least loaded: nothing waits for its variant
+        d._queue.clear()
+        for w in d.workers.values():
+            await w.client.close()
+    asyncio.run(run())

@@ -37,6 +37,16 @@ def test_the_load_getvariant_ranks_by_counts_the_call_under_way() -> None:
     assert ml.routing_load([(0.0, 1.0), (1.5, 2.0)], 2.0, 2.0, 2.5) == pytest.approx(1.0)
     assert ml.routing_load([(-1.0, 0.5)], 2.0, 2.0, None) == pytest.approx(0.25)
     assert ml.routing_load([], 2.0, 2.0, 1.0) == 0.0          # predicted done already: nothing ahead
+    # 400 ms of waiting work on top of an idle, unloaded worker: 0.4 / 2
+    assert ml.routing_load([], 2.0, 2.0, None, waiting_ms=400.0) == pytest.approx(0.2)
+
+
+def test_a_workers_share_of_the_waiting_queries() -> None:
+    # 6 queries wait for "a" (30 ms each here), hosted on 3 workers: 60 ms each; 2 wait for "b"
+    # (100 ms), hosted on this worker alone: 200 ms; "c" has none waiting
+    ms = {"a": 30.0, "b": 100.0, "c": 5.0}.__getitem__
+    assert ml.waiting_share_ms(["a", "b", "c"], {"a": 6, "b": 2}, {"a": 3, "b": 1}, ms) == pytest.approx(260.0)
+    assert ml.waiting_share_ms(["c"], {"a": 6}, {"a": 3}, ms) == 0.0
 
 
 def test_getvariant_pins_each_query_to_the_least_loaded_workers_variant() -> None:
