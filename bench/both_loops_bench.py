@@ -63,10 +63,11 @@ def goals(res: dict[tuple[str, str | None], dict]) -> str:  # type: ignore[type-
         f"- `fleet_only` is costscale with accuracy scaling off, INFaaS serving the family: {att_fleet:.2f} % at "
         f"H = cap at a mean {acc_fleet:.2f} % (getVariant takes any variant a query allows; these name no "
         "minimum). The issue expected about 97.5 % from the rm2 replay (the fleet alone at full accuracy, "
-        "which this row showed before INFaaS was replayed: 90.32 % at H = cap). Beyond what the pool serves, "
-        "getVariant binds each query to a variant at admission by its workers' load, which counts the calls "
-        "under way but not the queries already waiting for that variant: the fast variants' queues fill while "
-        "the accuracy round's plan, or one queue over all workers, would spread them.\n")
+        "which this row showed before INFaaS was replayed: 90.32 % at H = cap). getVariant binds each query to "
+        "a variant at admission, by its workers' load (recent busy time, the call under way, the queries "
+        "waiting for their variants): until the new instances serve, the low phase's pool is over capacity "
+        "and the queries bound to each variant queue behind it, where the accuracy round plans the pool's "
+        "variants for the whole rate at once.\n")
 
 
 def run(cfg: Config, pattern: str, minutes: float, baseline: str | None = None) -> dict:  # type: ignore[type-arg]
