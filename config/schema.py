@@ -43,7 +43,9 @@ class ModelSpec(_Strict):
     onnx: str = Field("builtin:mlp", description="path to an .onnx file, or builtin:mlp for the demo model")
     qos_ms: Annotated[float, Field(gt=0)] = Field(..., description="p99 latency target in ms")
     max_batch: Annotated[int, Field(ge=1, le=100_000)] = 1000
-    min_accuracy: Annotated[float, Field(ge=0, le=1)] = 0.0
+    min_accuracy: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.0, description="the least accuracy its queries are served at when they ask for less (getVariant and the "
+                         "accuracy plan's routing): for an application, 0 lets INFaaS pick any variant")
     profile: str | None = Field(None, description="model name in the latency profile CSV (default: name)")
     application: str | None = None
     weight: Annotated[float, Field(gt=0, le=1e6)] = Field(

@@ -21,7 +21,7 @@ from daemon.accuracy_loop import AccuracyLoop
 from daemon.recent import Recent
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement,
-                                     VariantCandidate, WorkerSnapshot, decide)
+                                     VariantCandidate, WorkerSnapshot, above_floor, decide)
 from variants.model_split import decide_per_model
 from variants.vm_autoscaler import VmDecision
 
@@ -75,6 +75,11 @@ class ModelLoop:
                                              max(meta.load_latency_ms / 1000.0, 0.1)))
         if not variants:  # no registry: the config models as their own base variants
             variants = [VariantCandidate(m.name, m.name, ANY_HARDWARE) for m in d.cfg.models]
+        else:             # none below its application's floor (models[].min_accuracy): it would serve nothing
+            apps = d.placement.apps
+            floor_of = {n: max(m.min_accuracy, apps[m.application].min_accuracy if m.application in apps else 0.0)
+                        for n, m in d._models.items()}
+            variants = list(above_floor(variants, {n: meta.accuracy for n, meta in d._variant_meta.items()}, floor_of))
         load: dict[str, float] = {}
         mean_batch: dict[str, float] = {}
         for model in sorted({v.model for v in variants}):

@@ -152,6 +152,7 @@ class Admission:
         acc = float(r.min_accuracy)
         if not math.isfinite(acc) or acc < 0 or acc > 1:
             return SC.INVALID_ARGUMENT, f"min_accuracy must be in [0, 1], got {r.min_accuracy}"
+        acc = max(acc, m.min_accuracy)      # the model's (application's) floor for queries that name less
         if not variant and r.application in self.accuracy.late_bound and (slo <= 0 or slo >= m.qos_ms):
             return m, batch, (slo if slo > 0 else m.qos_ms), "", None    # SlackFit: chosen at dispatch
         if not variant and r.application and (slo <= 0 or slo >= m.qos_ms):

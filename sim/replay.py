@@ -294,7 +294,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
             fleet.infaas = {m: ReplayInfaas(q, fleet.windows[m], params, spec.load_s,
                                             {t: it.hardware for t, it in full.items()},
                                             {t: it.price_per_hour for t, it in full.items()}, profiles,
-                                            timeline.schedule, clock.now)
+                                            timeline.schedule, clock.now, cfg.model(m).min_accuracy)
                             for m, q in lanes.items() if isinstance(q, VariantLoop)}
         else:     # the model loop in accuracy mode (issue #25): plan mode's rounds; SlackFit has none
             apps = {m: q for m, q in lanes.items() if isinstance(q, VariantLoop)} if acc.mode == "plan" else {}

@@ -6,7 +6,8 @@ variant (:mod:`variants.families.registration`); with ``model_scaling.accuracy_s
 
 - **getVariant at admission** (``dispatcher.admission.Admission._validate`` →
   :func:`dispatcher.modelless.route`): a query that names only the application (no variant, no
-  minimum accuracy, no latency of its own in a trace) takes the Active variant instance on the
+  latency of its own in a trace; as minimum accuracy the application's ``models[].min_accuracy``,
+  0 by default) takes the Active variant instance on the
   least-utilized worker, else the Inactive variant with the lowest load + inference latency, loaded
   on the least-utilized worker of its hardware (the query waits for the load); Overloaded and
   Interfered instances are skipped (the state machine's verdicts, below). :class:`ReplayInfaas.pin`
@@ -37,7 +38,7 @@ from dispatcher.window import DemandWindow
 from sim.variant_lane import VariantLoop
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, VariantCandidate,
-                                     WorkerSnapshot, decide)
+                                     WorkerSnapshot, above_floor, decide)
 from variants.selection import Request
 from variants.state_machine import StateKey, VariantState
 
@@ -52,8 +53,10 @@ class ReplayInfaas:
 
     def __init__(self, lane: VariantLoop, window: DemandWindow, params: ModelLoopParams, load_s: float,
                  hardware: Mapping[str, str], prices: Mapping[str, float], profiles: ProfileTable,
-                 schedule: Callable[[float, Callable[[], None]], None], now: Callable[[], float]) -> None:
+                 schedule: Callable[[float, Callable[[], None]], None], now: Callable[[], float],
+                 min_accuracy: float = 0.0) -> None:
         self.lane, self.window, self.params, self.load_s = lane, window, params, load_s
+        self.min_accuracy = min_accuracy       # the application's floor (``models[].min_accuracy``)
         self.hardware, self.prices, self.profiles = dict(hardware), dict(prices), profiles
         self.schedule, self.now = schedule, now
         self.state = ModelLoopState()
@@ -119,7 +122,8 @@ class ReplayInfaas:
                                   frozenset((w.variant,)) if w.variant and wid not in self.loading else frozenset())
                    for wid, w in lane.workers.items() if not (w.draining or w.leaving)]
         try:
-            r = ml.route(Request(None, math.inf, 0.0, int(batch)), self.metas, workers, self.grid, self.states)
+            r = ml.route(Request(None, math.inf, self.min_accuracy, int(batch)), self.metas, workers, self.grid,
+                         self.states)
         except ml.RouteError:
             return lane.app.top          # live: the query is refused; here it waits for the top variant
         if r.needs_load and r.worker is not None and r.worker not in self.loading:
@@ -161,8 +165,9 @@ class ReplayInfaas:
                                           hosted, tuple((w.variant, int(b), float(ms)) for b, ms in served)))
         names = lane.vnames
         snaps = {v: self.windows[v].snapshot(now) for v in names}
-        return ModelInputs(now=now, interval_s=interval, workers=tuple(workers),
-                           variants=tuple(VariantCandidate(v, v, ANY_HARDWARE, 1.0, max(self.load_s, 0.1)) for v in names),
+        candidates = above_floor([VariantCandidate(v, v, ANY_HARDWARE, 1.0, max(self.load_s, 0.1)) for v in names],
+                                 dict(lane.app.variants), {v: self.min_accuracy for v in names})
+        return ModelInputs(now=now, interval_s=interval, workers=tuple(workers), variants=candidates,
                            load_qps={v: snaps[v].arrival_qps for v in names},
                            mean_batch={v: snaps[v].mean_batch or 1.0 for v in names},
                            slo_ms={v: lane.qos_ms for v in names},

@@ -135,7 +135,8 @@ class FakeDispatcher:
     def __init__(self) -> None:
         self.workers = {"a": FakeWorker(loaded={"m"}), "b": FakeWorker(loaded={"m"})}
         self._variant_meta = {"m": VariantMeta("m", "m", "any", 1.0, 8, 100.0)}
-        self._models = {"m": SimpleNamespace(profile_name="rm2", qos_ms=350.0)}
+        self._models = {"m": SimpleNamespace(profile_name="rm2", qos_ms=350.0, min_accuracy=0.0, application=None)}
+        self.placement = SimpleNamespace(apps={})     # applications -> their ModelSpec (none here)
         self._prices = {"c5n.2xlarge": 0.432}
         self.cfg = SimpleNamespace(models=[SimpleNamespace(name="m")])
         self.predictor = LatencyModel.from_profiles(load_profiles_csv(None))
@@ -215,10 +216,24 @@ def test_snapshot_takes_each_models_load_from_its_own_window() -> None:
     """Two models: each one's variant instances are sized from its own arrivals, not the total."""
     fd = FakeDispatcher()
     fd._variant_meta["n"] = VariantMeta("n", "n", "any", 1.0, 8, 100.0)
-    fd._models["n"] = SimpleNamespace(profile_name="rm2", qos_ms=350.0)
+    fd._models["n"] = SimpleNamespace(profile_name="rm2", qos_ms=350.0, min_accuracy=0.0, application=None)
     snap = ModelLoop(fd, load_profiles_csv(None)).snapshot(1.0)
     assert dict(snap.load_qps) == {"m": 0.5, "n": 7.0}
     assert dict(snap.mean_batch) == {"m": 1.0, "n": 30.0}
+
+
+def test_no_variant_below_its_applications_floor_is_a_candidate() -> None:
+    """An application "app" of two members: "m" (accuracy 0.9) and "lo" (0.7); the application's
+    models[].min_accuracy is 0.8. getVariant never routes a query to "lo", so the model loop is not
+    given it (the autoscaler would keep one instance of it, holding a worker for nothing)."""
+    fd = FakeDispatcher()
+    fd._variant_meta = {"m": VariantMeta("m", "m", "any", 0.9, 8, 100.0), "lo": VariantMeta("lo", "lo", "any", 0.7, 8, 100.0)}
+    fd._models = {"m": SimpleNamespace(profile_name="rm2", qos_ms=350.0, min_accuracy=0.0, application="app"),
+                  "lo": SimpleNamespace(profile_name="rm2", qos_ms=350.0, min_accuracy=0.0, application="app")}
+    fd.placement = SimpleNamespace(apps={"app": SimpleNamespace(min_accuracy=0.8)})
+    assert [v.name for v in ModelLoop(fd, load_profiles_csv(None)).snapshot(1.0).variants] == ["m"]
+    fd.placement.apps["app"].min_accuracy = 0.0
+    assert sorted(v.name for v in ModelLoop(fd, load_profiles_csv(None)).snapshot(1.0).variants) == ["lo", "m"]
 
 
 def test_an_equivalent_loaded_variant_is_kept_instead_of_swapped() -> None:

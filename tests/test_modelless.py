@@ -259,3 +259,35 @@ def test_getvariant_sees_the_queries_waiting_for_a_workers_variant(tmp_path: Pat
         for w in d.workers.values():
             await w.client.close()
     asyncio.run(run())
+
+
+def test_an_applications_floor_holds_for_queries_that_ask_for_less(tmp_path: Path) -> None:
+    """``models[].min_accuracy`` of an application is the floor of its queries that name a lower one:
+    the least-loaded worker hosts a 0.7-accuracy variant, the floor is 0.8, so the query goes to the
+    busier worker's 1.0 variant (with no floor: to the 0.7 one)."""
+    from variants.generator import Variant
+
+    raw = _cfg(tmp_path).model_dump(mode="json", exclude_unset=True)
+    raw["models"].append({"name": "other", "onnx": "builtin:mlp", "qos_ms": 500, "max_batch": 64,
+                          "application": "vision", "min_accuracy": 0.8})
+    for floor, want in ((0.8, "other"), (0.0, "other-int8-cpu")):
+        raw["models"][-1]["min_accuracy"] = floor
+        reg = VariantRegistry(":memory:")
+        rm = RegisteredModel("other", "vision", "builtin:mlp", 500, 64, "rm2")
+        reg.register_model(rm, [base_variant(rm), Variant("other-int8-cpu", "other", "vision", "int8", "cpu", "", 0,
+                                                          tmp_path / "x.onnx", 0.7, True)])
+        d = Dispatcher(Config.model_validate(raw), LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg,
+                       models_dir=tmp_path / "m")
+
+        async def run() -> str:
+            d.add_worker_direct("i-1", "c5n.2xlarge", "127.0.0.1:9")
+            d.add_worker_direct("i-2", "c5n.2xlarge", "127.0.0.1:9")
+            d.workers["i-1"].loaded = {"other-int8-cpu"}
+            d.workers["i-2"].loaded = {"other"}
+            d._queue["q0"] = SimpleNamespace(variant="other")  # type: ignore[assignment]   # i-2 has work waiting
+            v = d._validate(pb.SubmitRequest(application="vision", batch_size=1))
+            d._queue.clear()
+            for w in d.workers.values():
+                await w.client.close()
+            return v[3]  # type: ignore[return-value]
+        assert asyncio.run(run()) == want, floor
