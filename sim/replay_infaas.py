@@ -113,8 +113,10 @@ class ReplayInfaas:
             out[wid] = ml.routing_load(ivs, now, UTILIZATION_HORIZON_S, w.busy_until if w.query >= 0 else None, share)
         return out
 
-    def pin(self, batch: int) -> str:
-        """getVariant for one query of ``batch``; a load it starts is applied ``load_s`` later."""
+    def pin(self, batch: int, slo_ms: float = 0.0) -> str:
+        """getVariant for one query of ``batch`` asking for ``slo_ms`` (a pipeline step's own budget,
+        as ``PipelineRunner`` sends it in ``latency_slo_ms``; 0: none); a load it starts is applied
+        ``load_s`` later."""
         lane = self.lane
         now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
         util = self._utilization(now)
@@ -122,8 +124,8 @@ class ReplayInfaas:
                                   frozenset((w.variant,)) if w.variant and wid not in self.loading else frozenset())
                    for wid, w in lane.workers.items() if not (w.draining or w.leaving)]
         try:
-            r = ml.route(Request(None, math.inf, self.min_accuracy, int(batch)), self.metas, workers, self.grid,
-                         self.states)
+            r = ml.route(Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch)), self.metas,
+                         workers, self.grid, self.states)
         except ml.RouteError:
             return lane.app.top          # live: the query is refused; here it waits for the top variant
         if r.needs_load and r.worker is not None and r.worker not in self.loading:

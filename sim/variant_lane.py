@@ -64,8 +64,8 @@ class VariantLoop(QueryLoop):
         self.batching = self.batching or late     # a late-bound call builds its own (see _call_for)
         self.bound: dict[str, int] = {}   # SlackFit: queries sent to each variant
         #: getVariant (INFaaS §4.1) at admission, accuracy scaling off (:mod:`sim.replay_infaas`):
-        #: batch -> the variant; None: the most accurate
-        self.get_variant: Callable[[int], str] | None = None
+        #: (batch, the query's own latency SLO in ms, 0: none) -> the variant; None: the most accurate
+        self.get_variant: Callable[[int, float], str] | None = None
         self.pinned = np.zeros(len(self.vnames), dtype=np.int64)   # queries pinned to each variant
         #: worker -> its calls' (start, end), kept while getVariant runs (``WorkerState.busy`` live)
         self.busy: dict[str, collections.deque[tuple[float, float]]] | None = None
@@ -76,8 +76,8 @@ class VariantLoop(QueryLoop):
         runs (accuracy scaling off), else the most accurate."""
         w = self.router.route(self.app.name)
         v = self.placement.get(w) if w is not None else None
-        if v is None and self.get_variant is not None:
-            v = self.get_variant(self._bat[q])
+        if v is None and self.get_variant is not None:     # a pipeline step asks for its own budget
+            v = self.get_variant(self._bat[q], self.qos_of.get(q, 0.0))
         return self.vindex[v] if v is not None else 0
 
     def hosted(self) -> dict[str, str]:

@@ -75,14 +75,23 @@ class NoVariant(LookupError):
         self.closest = closest
 
 
+#: a relative shortfall this small is rounding, not a miss: a pipeline step's own budget is the SLO
+#: less the time spent, and 0.4 - 0.3 s is 0.10000000000000003 s (a 50 ms variant "missed" 49.99999 ms)
+MISS_TOL = 1e-9
+
+
 def misses(request: Request, v: VariantInfo) -> float:
-    """How far ``v`` misses the request: sum of relative shortfalls (0 when it meets it)."""
+    """How far ``v`` misses the request: sum of relative shortfalls (0 when it meets it, to
+    :data:`MISS_TOL`)."""
     if request.model is not None and v.model != request.model:
         return math.inf
     lat = v.latency_at(request.batch)
     miss = 0.0
     if math.isfinite(request.latency_slo_ms):
-        miss += max(0.0, lat / request.latency_slo_ms - 1.0) if request.latency_slo_ms > 0 else math.inf
+        if request.latency_slo_ms <= 0:
+            miss += math.inf
+        elif lat / request.latency_slo_ms - 1.0 > MISS_TOL:
+            miss += lat / request.latency_slo_ms - 1.0
     if request.min_accuracy > 0:
         miss += max(0.0, (request.min_accuracy - v.accuracy) / request.min_accuracy)
     miss += max(0.0, request.batch / max(v.max_batch, 1) - 1.0)
