@@ -15,13 +15,11 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, Mapping, Sequence
 
-import numpy as np
-
 from daemon.accuracy_loop import AccuracyLoop
 from daemon.recent import Recent
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement,
-                                     VariantCandidate, WorkerSnapshot, above_floor, decide)
+                                     VariantCandidate, WorkerSnapshot, above_floor, decide, profiled_ms)
 from variants.model_split import decide_per_model
 from variants.vm_autoscaler import VmDecision
 
@@ -52,11 +50,7 @@ class ModelLoop:
         profile; 0 for an unprofiled pair (the state machine then skips the interference check)."""
         spec = self.d._models.get(model)
         pkey = spec.profile_name if spec is not None else model
-        if stat == "mean":
-            return float(self.d.predictor.predict_ms(pkey, itype, batch))
-        if self.profiles.has(pkey, itype):
-            return float(self.profiles.latency_ms(pkey, itype, np.asarray([max(batch, 1.0)]), stat)[0])
-        return 0.0
+        return profiled_ms(self.d.predictor.predict_ms, self.profiles, pkey, itype, batch, stat)
 
     def snapshot(self, now: float) -> ModelInputs:
         d = self.d

@@ -30,15 +30,13 @@ import itertools
 import math
 from typing import Callable, Mapping
 
-import numpy as np
-
 from config.profiles import ProfileTable
 from dispatcher import modelless as ml
 from dispatcher.window import DemandWindow
 from sim.variant_lane import VariantLoop
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, VariantCandidate,
-                                     WorkerSnapshot, above_floor, decide)
+                                     WorkerSnapshot, above_floor, decide, profiled_ms)
 from variants.selection import Request
 from variants.state_machine import StateKey, VariantState
 
@@ -149,11 +147,7 @@ class ReplayInfaas:
         autoscaler skips that pair)."""
         if (model, itype) not in self.lane.app.latency:
             return 0.0
-        if stat == "mean":
-            return float(self.lane.vtimes[model].predictor.predict_ms(model, itype, batch))
-        if self.profiles.has(model, itype):
-            return float(self.profiles.latency_ms(model, itype, np.asarray([max(batch, 1.0)]), stat)[0])
-        return 0.0
+        return profiled_ms(self.lane.times.predictor.predict_ms, self.profiles, model, itype, batch, stat)
 
     def snapshot(self, now: float) -> ModelInputs:
         """``ModelLoop.snapshot``: the lane's workers and each member's load since the last tick."""

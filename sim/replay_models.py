@@ -16,8 +16,6 @@ profile); an application's members are the model loop's models in :mod:`sim.repl
 """
 from __future__ import annotations
 
-import numpy as np
-
 from config.profiles import ProfileTable
 from config.schema import Config
 from dispatcher.latency_model import LatencyModel
@@ -26,7 +24,7 @@ from sim.query_loop import QueryLoop
 from variants.capacity_hint import next_capacity_hint
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopState, VariantCandidate, WorkerSnapshot,
-                                     decide, model_params_for)
+                                     decide, model_params_for, profiled_ms)
 
 
 class ReplayModelLoop:
@@ -46,11 +44,7 @@ class ReplayModelLoop:
     def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
         """``ModelLoop._profile``: the latency model's mean; the profile's p99 (0 when unprofiled)."""
         pkey = self.model.profile_name if model == self.model.name else model
-        if stat == "mean":
-            return float(self.predictor.predict_ms(pkey, itype, batch))
-        if self.profiles.has(pkey, itype):
-            return float(self.profiles.latency_ms(pkey, itype, np.asarray([max(batch, 1.0)]), stat)[0])
-        return 0.0
+        return profiled_ms(self.predictor.predict_ms, self.profiles, pkey, itype, batch, stat)
 
     def snapshot(self, q: QueryLoop, now: float, arrival_qps: float, mean_batch: float) -> ModelInputs:
         """``ModelLoop.snapshot`` over the query loop."""

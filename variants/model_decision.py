@@ -37,6 +37,7 @@ from variants.executor import ANY_HARDWARE
 from variants.state_machine import StateKey, StateParams, VariantReport, VariantState, apply_reports
 
 if TYPE_CHECKING:
+    from config.profiles import ProfileTable
     from config.schema import Config
 
 #: a p99 over fewer served queries than this is noise: the interference check waits for more
@@ -66,6 +67,19 @@ class VariantCandidate:
 
 #: (model, instance type, batch, stat "mean"|"p99") -> profiled latency in ms
 ProfileFn = Callable[[str, str, float, str], float]
+
+
+def profiled_ms(mean_ms: Callable[[str, str, float], float], profiles: "ProfileTable", key: str, itype: str,
+                batch: float, stat: str) -> float:
+    """What a :data:`ProfileFn` answers for profile name ``key``: the mean from ``mean_ms`` (the
+    dispatcher's latency model: the profile, else what it has learned); another stat from the
+    profile, 0 for an unprofiled pair (the state machine then skips the interference check). The
+    daemon's model loop and the replay's both ask this."""
+    if stat == "mean":
+        return float(mean_ms(key, itype, batch))
+    if profiles.has(key, itype):
+        return float(profiles.latency_ms(key, itype, np.asarray([max(batch, 1.0)]), stat)[0])
+    return 0.0
 
 
 @dataclass(frozen=True)
