@@ -72,6 +72,16 @@ class RouteError(LookupError):
 
 LatencyGrid = Callable[[str, str], tuple[tuple[int, float], ...]]
 
+#: the largest batch a latency grid holds
+GRID_MAX_BATCH = 1024
+
+
+def grid_batches(max_batch: int) -> list[int]:
+    """The batches of a variant's latency grid (:data:`LatencyGrid`): powers of two up to its
+    model's ``max_batch`` (at most :data:`GRID_MAX_BATCH`), and that batch itself."""
+    top = max(1, min(max_batch, GRID_MAX_BATCH))
+    return sorted({1 << i for i in range(top.bit_length()) if (1 << i) <= top} | {top})
+
 
 def variant_infos(variants: Sequence[VariantMeta], hardware_classes: Iterable[str],
                   grid: LatencyGrid) -> list[VariantInfo]:

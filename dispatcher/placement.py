@@ -166,9 +166,7 @@ class VariantPlacement:
             if m is None or t is None:
                 got = ()
             else:
-                top = max(1, min(m.max_batch, 1024))
-                bs = sorted({1 << i for i in range(11) if (1 << i) <= top} | {top})
-                got = tuple((b, self.variant_ms(variant, t, float(b))) for b in bs)
+                got = tuple((b, self.variant_ms(variant, t, float(b))) for b in ml.grid_batches(m.max_batch))
             self.grid_cache[key] = got
         return got
 

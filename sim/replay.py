@@ -291,7 +291,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
         acc = params.accuracy
         if acc is None:         # accuracy scaling off: getVariant and the INFaaS round on each application
             full = cfg.full_catalog()
-            fleet.infaas = {m: ReplayInfaas(q, fleet.windows[m], params, spec.load_s,
+            fleet.infaas = {m: ReplayInfaas(q, params, spec.load_s,
                                             {t: it.hardware for t, it in full.items()},
                                             {t: it.price_per_hour for t, it in full.items()}, profiles,
                                             timeline.schedule, clock.now, cfg.model(m).min_accuracy)

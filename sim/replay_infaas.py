@@ -42,18 +42,16 @@ from variants.state_machine import StateKey, VariantState
 
 #: ``dispatcher.workers.Workers.utilization_horizon_s``: getVariant's "least-utilized" looks this far back
 UTILIZATION_HORIZON_S = 2.0
-#: the profile grid getVariant reads (``VariantPlacement.grid``): powers of two up to the model's max batch
-_GRID_BATCHES = tuple(1 << i for i in range(11))
 
 
 class ReplayInfaas:
     """getVariant and the INFaaS model loop over one application's lane (see the module docstring)."""
 
-    def __init__(self, lane: VariantLoop, window: DemandWindow, params: ModelLoopParams, load_s: float,
+    def __init__(self, lane: VariantLoop, params: ModelLoopParams, load_s: float,
                  hardware: Mapping[str, str], prices: Mapping[str, float], profiles: ProfileTable,
                  schedule: Callable[[float, Callable[[], None]], None], now: Callable[[], float],
                  min_accuracy: float = 0.0) -> None:
-        self.lane, self.window, self.params, self.load_s = lane, window, params, load_s
+        self.lane, self.params, self.load_s = lane, params, load_s
         self.min_accuracy = min_accuracy       # the application's floor (``models[].min_accuracy``)
         self.hardware, self.prices, self.profiles = dict(hardware), dict(prices), profiles
         self.schedule, self.now = schedule, now
@@ -62,9 +60,7 @@ class ReplayInfaas:
         self.loading: set[str] = set()              # workers with a load in flight
         self.last_at: float | None = None
         #: each member's own arrivals after getVariant (live: ``Dispatcher.model_windows``)
-        self.windows = {v: DemandWindow(capacity=window.capacity) for v in lane.vnames}
-        self.rounds = 0
-        self.loads: list[tuple[float, str, str, str]] = []   # (at, worker, variant, "model loop" | "getVariant")
+        self.windows = {v: DemandWindow() for v in lane.vnames}
         app = lane.app
         self.metas = [ml.VariantMeta(v, v, ANY_HARDWARE, acc, lane.times.max_batch, load_s * 1000.0)
                       for v, acc in app.variants]
@@ -83,8 +79,7 @@ class ReplayInfaas:
             got = ()
             if types:
                 t = min(types, key=lambda x: (pred(x)[1], x))
-                top = self.lane.times.max_batch
-                got = tuple((b, float(pred(t)[b])) for b in sorted({b for b in _GRID_BATCHES if b <= top} | {top}))
+                got = tuple((b, float(pred(t)[b])) for b in ml.grid_batches(self.lane.times.max_batch))
             self._grid[(variant, hw)] = got
         return got
 
@@ -127,13 +122,12 @@ class ReplayInfaas:
         except ml.RouteError:
             return lane.app.top          # live: the query is refused; here it waits for the top variant
         if r.needs_load and r.worker is not None and r.worker not in self.loading:
-            self._load(r.worker, r.variant, now, "getVariant")
+            self._load(r.worker, r.variant, now)
         self.windows[r.variant].record(int(batch), now)
         return r.variant
 
-    def _load(self, wid: str, variant: str, now: float, by: str) -> None:
+    def _load(self, wid: str, variant: str, now: float) -> None:
         self.loading.add(wid)
-        self.loads.append((now, wid, variant, by))
 
         def done() -> None:
             self.loading.discard(wid)
@@ -176,10 +170,9 @@ class ReplayInfaas:
         self.last_at = now
         decision, self.state = decide(inputs, self.state, self.params)
         self.states = dict(decision.states)
-        self.rounds += 1
         for p in decision.placements:
             if p.action == "load" and p.worker in self.lane.workers and p.worker not in self.loading:
-                self._load(p.worker, p.variant, now, "model loop")
+                self._load(p.worker, p.variant, now)
         return decision
 
 

@@ -66,7 +66,6 @@ class VariantLoop(QueryLoop):
         #: getVariant (INFaaS §4.1) at admission, accuracy scaling off (:mod:`sim.replay_infaas`):
         #: (batch, the query's own latency SLO in ms, 0: none) -> the variant; None: the most accurate
         self.get_variant: Callable[[int, float], str] | None = None
-        self.pinned = np.zeros(len(self.vnames), dtype=np.int64)   # queries pinned to each variant
         #: worker -> its calls' (start, end), kept while getVariant runs (``WorkerState.busy`` live)
         self.busy: dict[str, collections.deque[tuple[float, float]]] | None = None
 
@@ -133,8 +132,7 @@ class VariantLoop(QueryLoop):
             self.set_draining(wid, False, now)
 
     def _arrive(self, now: float) -> None:
-        v = self.qvariant[self.i] = self._pin(self.i)
-        self.pinned[v] += 1
+        self.qvariant[self.i] = self._pin(self.i)
         super()._arrive(now)
 
     def _view(self, q: int, batch: int, arrival: float) -> QueryView:
