@@ -175,25 +175,40 @@ async def _live(cfg: Config, tmp: Path, wport: int) -> None:
         reg.close()
 
 
-def test_load_starts_only_after_admission(tmp_path: Path) -> None:
-    """getVariant may pick an Inactive variant; its LoadVariant starts only once the query is
-    admitted (not for a query refused because the queue is full)."""
+def _vision(tmp_path: Path, cfg: Config, variant: str = "other-fp32-cpu", accuracy: float = 1.0
+            ) -> tuple[Dispatcher, VariantRegistry]:
+    """A dispatcher whose registry holds application "vision": model "other" (its base variant) and
+    one more variant of it, ``variant`` (a CPU variant of ``accuracy``)."""
     from variants.generator import Variant
 
     reg = VariantRegistry(":memory:")
     rm = RegisteredModel("other", "vision", "builtin:mlp", 500, 64, "rm2")
-    reg.register_model(rm, [base_variant(rm), Variant("other-fp32-cpu", "other", "vision", "fp32", "cpu", "", 0,
-                                                      tmp_path / "x.onnx", 1.0, True)])
+    precision = variant.split("-")[1]
+    reg.register_model(rm, [base_variant(rm), Variant(variant, "other", "vision", precision, "cpu", "", 0,
+                                                      tmp_path / "x.onnx", accuracy, True)])
+    return Dispatcher(cfg, LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg,
+                      models_dir=tmp_path / "m"), reg
+
+
+def _hosting(d: Dispatcher, loaded: dict[str, set[str]]) -> None:
+    """c5n.2xlarge workers added directly (inside a running loop: their channels need one), each
+    with the variants ``loaded`` gives it."""
+    for iid, vs in loaded.items():
+        d.add_worker_direct(iid, "c5n.2xlarge", "127.0.0.1:9")
+        d.workers[iid].loaded = set(vs)
+
+
+def test_load_starts_only_after_admission(tmp_path: Path) -> None:
+    """getVariant may pick an Inactive variant; its LoadVariant starts only once the query is
+    admitted (not for a query refused because the queue is full)."""
     raw = _cfg(tmp_path).model_dump(mode="json", exclude_unset=True)
     raw["dispatcher"]["queue_limit"] = 1
-    cfg = Config.model_validate(raw)
-    d = Dispatcher(cfg, LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg, models_dir=tmp_path / "m")
+    d, reg = _vision(tmp_path, Config.model_validate(raw))
     loads: list[tuple[str, str]] = []
     d.ensure_loaded = lambda w, v: loads.append((w, v))  # type: ignore[method-assign]
 
     async def run() -> None:
-        d.add_worker_direct("i-1", "c5n.2xlarge", "127.0.0.1:9")   # the channel needs a running loop
-        d.workers["i-1"].loaded = {"rm2"}          # neither variant of "other" is loaded
+        _hosting(d, {"i-1": {"rm2"}})              # neither variant of "other" is loaded
         d._queue["q-waiting"] = SimpleNamespace(variant="")  # type: ignore[assignment]   # the queue is full
         out = await d.submit(pb.SubmitRequest(application="vision", batch_size=2))
         assert isinstance(out, tuple) and out[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -233,20 +248,10 @@ def test_getvariant_sees_the_queries_waiting_for_a_workers_variant(tmp_path: Pat
     """Admission's view of the workers (``_route_workers``): a worker's load includes its share of the
     queries already waiting for the variant it hosts, so an idle-looking worker with a queue behind
     it is not the least loaded (issue #25: without it INFaaS's fast variants' queues grew unseen)."""
-    from variants.generator import Variant
-
-    reg = VariantRegistry(":memory:")
-    rm = RegisteredModel("other", "vision", "builtin:mlp", 500, 64, "rm2")
-    reg.register_model(rm, [base_variant(rm), Variant("other-fp32-cpu", "other", "vision", "fp32", "cpu", "", 0,
-                                                      tmp_path / "x.onnx", 1.0, True)])
-    d = Dispatcher(_cfg(tmp_path), LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg,
-                   models_dir=tmp_path / "m")
+    d, reg = _vision(tmp_path, _cfg(tmp_path))
 
     async def run() -> None:
-        d.add_worker_direct("i-1", "c5n.2xlarge", "127.0.0.1:9")
-        d.add_worker_direct("i-2", "c5n.2xlarge", "127.0.0.1:9")
-        d.workers["i-1"].loaded = {"other"}
-        d.workers["i-2"].loaded = {"other-fp32-cpu"}
+        _hosting(d, {"i-1": {"other"}, "i-2": {"other-fp32-cpu"}})
         for k in range(3):                                   # three queries wait for "other"
             d._queue[f"q{k}"] = SimpleNamespace(variant="other")  # type: ignore[assignment]
         loads = {w.worker: w.utilization for w in d._route_workers()}
@@ -259,31 +264,22 @@ def test_getvariant_sees_the_queries_waiting_for_a_workers_variant(tmp_path: Pat
         for w in d.workers.values():
             await w.client.close()
     asyncio.run(run())
+    reg.close()
 
 
 def test_an_applications_floor_holds_for_queries_that_ask_for_less(tmp_path: Path) -> None:
     """``models[].min_accuracy`` of an application is the floor of its queries that name a lower one:
     the least-loaded worker hosts a 0.7-accuracy variant, the floor is 0.8, so the query goes to the
     busier worker's 1.0 variant (with no floor: to the 0.7 one)."""
-    from variants.generator import Variant
-
     raw = _cfg(tmp_path).model_dump(mode="json", exclude_unset=True)
     raw["models"].append({"name": "other", "onnx": "builtin:mlp", "qos_ms": 500, "max_batch": 64,
                           "application": "vision", "min_accuracy": 0.8})
     for floor, want in ((0.8, "other"), (0.0, "other-int8-cpu")):
         raw["models"][-1]["min_accuracy"] = floor
-        reg = VariantRegistry(":memory:")
-        rm = RegisteredModel("other", "vision", "builtin:mlp", 500, 64, "rm2")
-        reg.register_model(rm, [base_variant(rm), Variant("other-int8-cpu", "other", "vision", "int8", "cpu", "", 0,
-                                                          tmp_path / "x.onnx", 0.7, True)])
-        d = Dispatcher(Config.model_validate(raw), LatencyModel.from_profiles(load_profiles_csv(None)), registry=reg,
-                       models_dir=tmp_path / "m")
+        d, reg = _vision(tmp_path, Config.model_validate(raw), "other-int8-cpu", 0.7)
 
         async def run() -> str:
-            d.add_worker_direct("i-1", "c5n.2xlarge", "127.0.0.1:9")
-            d.add_worker_direct("i-2", "c5n.2xlarge", "127.0.0.1:9")
-            d.workers["i-1"].loaded = {"other-int8-cpu"}
-            d.workers["i-2"].loaded = {"other"}
+            _hosting(d, {"i-1": {"other-int8-cpu"}, "i-2": {"other"}})
             d._queue["q0"] = SimpleNamespace(variant="other")  # type: ignore[assignment]   # i-2 has work waiting
             v = d._validate(pb.SubmitRequest(application="vision", batch_size=1))
             d._queue.clear()
@@ -291,3 +287,4 @@ def test_an_applications_floor_holds_for_queries_that_ask_for_less(tmp_path: Pat
                 await w.client.close()
             return v[3]  # type: ignore[return-value]
         assert asyncio.run(run()) == want, floor
+        reg.close()
