@@ -290,11 +290,9 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
         params = model_params_for(cfg)
         acc = params.accuracy
         if acc is None:         # accuracy scaling off: getVariant and the INFaaS round on each application
-            full = cfg.full_catalog()
-            fleet.infaas = {m: ReplayInfaas(q, params, spec.load_s,
-                                            {t: it.hardware for t, it in full.items()},
-                                            {t: it.price_per_hour for t, it in full.items()}, profiles,
-                                            timeline.schedule, clock.now, cfg.model(m).min_accuracy)
+            fleet.infaas = {m: ReplayInfaas(q, params, spec.load_s, fleet.model_loops[m].hardware,
+                                            fleet.model_loops[m].prices, profiles, timeline.schedule, clock.now,
+                                            cfg.model(m).min_accuracy)
                             for m, q in lanes.items() if isinstance(q, VariantLoop)}
         else:     # the model loop in accuracy mode (issue #25): plan mode's rounds; SlackFit has none
             apps = {m: q for m, q in lanes.items() if isinstance(q, VariantLoop)} if acc.mode == "plan" else {}
