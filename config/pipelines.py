@@ -22,7 +22,7 @@ a cycle, a task with two parents, an unknown child, an unknown model, a missing 
 """
 from __future__ import annotations
 
-from typing import Annotated, Iterable
+from typing import Annotated, Iterable, Literal
 
 from pydantic import Field, model_validator
 
@@ -64,6 +64,10 @@ class PipelineSpec(Strict):
         0.0, description="the least end-to-end accuracy a query may be served at (product along its path)")
     root: Name | None = Field(None, description="the root task (default: the one task no other names as a child)")
     tasks: Annotated[list[PipelineTask], Field(min_length=1)]
+    scaling: Literal["loki", "per_task"] = Field(
+        "loki", description="loki: the model loop plans the tasks' workers together (Loki's two steps: moves workers "
+                            "between tasks, then trades end-to-end accuracy when they run out); per_task: each task's "
+                            "model is scaled on its own (INFaaS, or accuracy_scaling when on)")
 
     @model_validator(mode="after")
     def _tree(self) -> "PipelineSpec":
@@ -71,6 +75,10 @@ class PipelineSpec(Strict):
             self.graph()
         except PipelineError as exc:
             raise ValueError(str(exc)) from None     # "tasks[1].children[0].task: ..." (parse_config_text finds its line)
+        for i, t in enumerate(self.tasks):
+            if self.scaling == "loki" and t.application is not None:
+                raise ValueError(f"tasks[{i}].application: scaling: loki plans the tasks' workers together, which needs "
+                                 "every task to name a configured model; give this pipeline scaling: per_task")
         return self
 
     def graph(self) -> Pipeline:

@@ -413,8 +413,10 @@ class Daemon:
             self.dispatcher.set_cloud_view(instances)
             if len(self.cfg.models) > 1:   # each model's queries go to the workers planned for it
                 st = self.status
-                self.dispatcher.set_assignment(fleet_step.worker_models(
-                    self.cfg, instances, st.plan, st.target, st.demand, self.dispatcher.serves, self._park_state.parked))
+                serves = fleet_step.worker_models(self.cfg, instances, st.plan, st.target, st.demand,
+                                                  self.dispatcher.serves, self._park_state.parked)
+                pins = self.model_loop.pipelines.pins_for(serves) if self.model_loop is not None else {}
+                self.dispatcher.set_assignment({**serves, **pins})   # a pipeline round's moves hold
         if self._on_fleet_change is not None:
             await self._on_fleet_change(instances)
 

@@ -16,6 +16,7 @@ import logging
 from typing import Awaitable, Callable, Mapping, Sequence
 
 from daemon.accuracy_loop import AccuracyLoop
+from daemon.pipeline_loop import PipelineLoop
 from daemon.recent import Recent
 from variants.executor import ANY_HARDWARE
 from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement,
@@ -44,6 +45,7 @@ class ModelLoop:
         self.failed: Recent[tuple[Placement, str]] = Recent()
         self.interval_s = 1.0
         self.accuracy = AccuracyLoop(dispatcher)
+        self.pipelines = PipelineLoop(dispatcher, dispatcher.cfg)
 
     def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
         """Mean: the dispatcher's latency model (profile, else what it has learned). p99: the
@@ -86,6 +88,8 @@ class ModelLoop:
                            price_per_hour=dict(d._prices), profile=self._profile)
 
     async def tick(self, now: float) -> ModelDecision | None:
+        if self.pipelines.graphs:               # Loki's round first: it may move workers between tasks
+            await self.pipelines.tick(now)
         if self.params.accuracy is not None:   # accuracy scaling: the accuracy planner places the variants
             self.d.take_samples()               # the INFaaS round that reads them does not run in this mode
             await self.accuracy.tick(now, self.params.accuracy)

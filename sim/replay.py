@@ -55,6 +55,7 @@ from sim.replay_accuracy import ReplayAccuracyRound
 from sim.replay_infaas import ReplayInfaas
 from sim.replay_models import ReplayModelLoop
 from sim.replay_pipelines import PipelineReplay, split_workloads
+from sim.replay_pipeline_round import pipeline_rounds
 from sim.service import ServiceKind, ServiceModel
 from sim.slo_check import slo_check as default_slo_check
 from sim.variant_lane import VariantLoop
@@ -289,13 +290,17 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
         fleet.model_loops = {m: ReplayModelLoop(cfg, profiles, q.times.predictor, m) for m, q in lanes.items()}
         params = model_params_for(cfg)
         acc = params.accuracy
+        if pipes is not None and decide_fn is None:   # Loki's round for each pipeline scaled as one
+            fleet.pipeline_rounds = pipeline_rounds(cfg, pipes, lanes, fleet, spec.load_s, timeline.schedule)
+        owned = {m for r in fleet.pipeline_rounds for m in r.owned()}
         if acc is None:         # accuracy scaling off: getVariant and the INFaaS round on each application
             fleet.infaas = {m: ReplayInfaas(q, params, spec.load_s, fleet.model_loops[m].hardware,
                                             fleet.model_loops[m].prices, profiles, timeline.schedule, clock.now,
                                             cfg.model(m).min_accuracy)
-                            for m, q in lanes.items() if isinstance(q, VariantLoop)}
+                            for m, q in lanes.items() if isinstance(q, VariantLoop) and m not in owned}
         else:     # the model loop in accuracy mode (issue #25): plan mode's rounds; SlackFit has none
-            apps = {m: q for m, q in lanes.items() if isinstance(q, VariantLoop)} if acc.mode == "plan" else {}
+            apps = ({m: q for m, q in lanes.items() if isinstance(q, VariantLoop) and m not in owned}
+                    if acc.mode == "plan" else {})
             fleet.accuracy_rounds = {m: ReplayAccuracyRound(q, fleet.windows[m], acc, spec.load_s, timeline.schedule,
                                                             clock.now) for m, q in apps.items()}
         prices = cfg.prices()
@@ -354,11 +359,17 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                          errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.mem.plans,
                          variant_swaps={m: r.swap_log for m, r in (fleet.accuracy_rounds or {}).items()},
                          accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()},
-                         pipelines=pipes.summary() if pipes is not None else {})
+                         pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {})
     finally:
         fleet.close()
         if tmp is not None:
             tmp.cleanup()
+
+
+def _with_rounds(summary: dict[str, dict], rounds: list) -> dict[str, dict]:  # type: ignore[type-arg]
+    """Each pipeline's figures with its Loki round's (``scaling``: "per_task" when it has none)."""
+    by_name = {r.pipe.name: r.summary() for r in rounds}
+    return {n: {**f, "scaling": by_name.get(n, {"scaling": "per_task"})} for n, f in summary.items()}
 
 
 __all__ = ["DEFAULT_BOOT_S", "DEFAULT_LOAD_S", "Fault", "ReplayRun", "ReplaySpec", "TargetChange", "boot_delays",

@@ -43,6 +43,7 @@ from sim.pick_eval import confirmed_plan
 from sim.query_loop import QueryLoop
 from sim.replay_accuracy import ReplayAccuracyRound
 from sim.replay_infaas import ReplayInfaas
+from sim.replay_pipeline_round import ReplayPipelineRound
 from sim.replay_models import ReplayModelLoop
 from variants.capacity_hint import next_capacity_hint
 
@@ -240,6 +241,10 @@ class ReplayFleet:
         self.accuracy_rounds: dict[str, ReplayAccuracyRound] | None = None
         #: accuracy scaling off: each application's getVariant and INFaaS round (sim.replay_infaas)
         self.infaas: dict[str, ReplayInfaas] = {}
+        #: Loki's round of each pipeline scaled as one (sim.replay_pipeline_round): its task models are
+        #: left out of the per-model rounds, and the instances it moved between tasks are pinned
+        self.pipeline_rounds: list[ReplayPipelineRound] = []
+        self.pins: dict[str, str] = {}
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour, clock=clock.now,
                                       drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s)
         self.models = [m.name for m in cfg.models]
@@ -342,6 +347,10 @@ class ReplayFleet:
             self.errors.append((self.clock.now(), m.last_error))
         self._sync_workers()
 
+    def sync_workers(self) -> None:
+        """The workers' models again now (a pipeline round pinned some, :attr:`pins`)."""
+        self._sync_workers()
+
     def _apply(self, target: dict[str, int], plan_id: str, shares: dict[str, dict[str, int]] | None = None) -> ApplyReport:
         """``Daemon._apply``: park/unpark, then the actuator moves the pool to target + held."""
         w = self.workers
@@ -382,7 +391,12 @@ class ReplayFleet:
         if self.model_loops and w is not None:
             now = self.clock.now()
             shares = self.shares()
+            owned = {m for r in self.pipeline_rounds for m in r.owned()}
+            for r in self.pipeline_rounds:
+                r.tick(now)
             for model, ml in self.model_loops.items():
+                if model in owned:                     # its pipeline's round places its variants (the hint stays 1)
+                    continue
                 if self.accuracy_rounds is not None:   # ``ModelLoop.tick`` in accuracy mode
                     r = self.accuracy_rounds.get(model)
                     if r is not None:
@@ -428,7 +442,11 @@ class ReplayFleet:
             return
         live = {i.instance_id: i for i in instances if i.live}
         m = self.mem
-        w.assign(fleet_step.worker_models(self.cfg, instances, m.plan, m.target, m.planned, w.assignment, m.park.parked))
+        assignment = fleet_step.worker_models(self.cfg, instances, m.plan, m.target, m.planned, w.assignment,
+                                              m.park.parked)
+        for iid in [i for i in self.pins if i not in live]:
+            del self.pins[iid]
+        w.assign({**assignment, **{i: mod for i, mod in self.pins.items() if i in assignment}})
         for inst in live.values():
             w.allow(inst)
         for iid in list(w.allowed):

@@ -18,7 +18,8 @@ Each step is a query of its lane, in the lane's figures too. The lanes run in th
 each step of the replay's clock (a parent's completions before the child's lane runs), so a child
 request never arrives in a lane's past. Limits, one line each: a model is a task of at most one
 pipeline (one parent lane per lane), and a model below a pipeline's root has no queries of its own
-in the trace. Accuracy scaling of pipelines (the planner's step 2) is not replayed: each task runs
+in the trace. A pipeline with ``scaling: loki`` (the default) has Loki's round place its tasks'
+workers and variants together (:mod:`sim.replay_pipeline_round`); with ``per_task`` each task runs
 its model's variants as a model would.
 """
 from __future__ import annotations

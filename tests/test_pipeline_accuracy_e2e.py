@@ -36,7 +36,7 @@ async def _scenario(endpoint: str, tmp: Path, members) -> None:  # noqa: ANN001
     from daemon.local_runner import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
-    cfg, _ = digits_cluster(endpoint, tmp, members, "plan", pipelines=[{"name": "reads", "slo_ms": PIPE_SLO_MS, "tasks": [
+    cfg, _ = digits_cluster(endpoint, tmp, members, "plan", pipelines=[{"name": "reads", "slo_ms": PIPE_SLO_MS, "scaling": "per_task", "tasks": [
         {"name": "prep", "model": "rm2", "children": [{"task": "classify", "factor": 1}]},
         {"name": "classify", "application": "digits"}]}])
     acc = {m.name: m.accuracy for m in members}

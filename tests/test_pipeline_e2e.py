@@ -81,8 +81,13 @@ async def _scenario(endpoint: str, tmp: Path) -> None:
                   f"errors {sorted({o[2] for o in rows if o[1] is None})}")
         steps = {m: sum(d.outcomes.models[m].queries.values()) for m in ("rm2", "ranker")}
         pipeline = d.outcomes.models["recs"].queries
+        loki = daemon.model_loop.pipelines
+        rounds = list(loki.decisions)
         print(f"pipeline e2e: shares {low_shares} -> {high_shares}; steps per model {steps}; pipeline outcomes "
-              f"{dict(pipeline)}; measured factor {d.pipelines.measured_factor('recs', 'retrieve', 'rank')}; plan {plan}")
+              f"{dict(pipeline)}; measured factor {d.pipelines.measured_factor('recs', 'retrieve', 'rank')}; plan {plan}; "
+              f"Loki's round: {len(rounds)} plans, steps {[x[2].plan.step for x in rounds]}, {loki.moves} moves")
+        # Loki's round ran live over the pipeline's workers (the default scaling), at the pipeline's rate
+        assert rounds and all(set(x[2].task_of.values()) <= {"retrieve", "rank"} for x in rounds)
         # every query got exactly one answer (a reply or one typed error), recorded once
         assert len(out) == sent["n"] and sum(pipeline.values()) == sent["n"]
         # served end to end, by both tasks, within the SLO in the steady phases

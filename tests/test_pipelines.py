@@ -438,8 +438,22 @@ def test_a_task_names_a_model_or_an_application_not_both() -> None:
     from config.errors import ConfigError
     from config.schema import parse_config_text
 
-    cfg = parse_config_text(_YAML.replace("        model: digits", "        application: scanner"), "p.yaml")
+    per_task = _YAML.replace("    slo_ms: 800\n", "    slo_ms: 800\n    scaling: per_task\n")
+    cfg = parse_config_text(per_task.replace("        model: digits", "        application: scanner"), "p.yaml")
     assert cfg.pipelines[0].graph().models == {"detect": "resnet", "classify": "scanner"}
     with pytest.raises(ConfigError) as exc:
         parse_config_text(_YAML.replace("        model: digits", "        model: digits\n        application: x"), "p.yaml")
     assert exc.value.lines[0] == "p.yaml: line 23: pipelines[0].tasks[1]: give model or application (one of them)"
+
+
+def test_loki_scaling_needs_every_task_to_name_a_model() -> None:
+    """``scaling: loki`` (the default) plans the tasks' workers together: a task naming a registered
+    application (whose workers only a running daemon knows) is one line naming the field and line."""
+    from config.errors import ConfigError
+    from config.schema import parse_config_text
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config_text(_YAML.replace("        model: digits", "        application: scanner"), "p.yaml")
+    assert exc.value.lines[0].startswith("p.yaml: line 24: pipelines[0].tasks[1].application: scaling: loki plans the "
+                                         "tasks' workers together")
+    assert "give this pipeline scaling: per_task" in exc.value.lines[0]

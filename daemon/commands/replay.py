@@ -284,6 +284,11 @@ def _print(o: dict[str, Any]) -> None:
               + ", ".join(f"{e} {v:g}" for e, v in f["measured_factors"].items())
               + (f"; end-to-end accuracy {100 * f['accuracy']:.2f} % (top {100 * f['top_accuracy']:.2f} %)"
                  if f.get("accuracy") is not None else ""))
+        sc = f.get("scaling") or {}
+        if sc.get("scaling") == "loki":
+            print(f"    Loki's round: {sc['rounds']} plans ({sc['accuracy_steps']} by accuracy scaling), "
+                  f"{sc['moves']} worker moves between tasks, {sc['swaps']} variant swaps; most workers "
+                  + ", ".join(f"{t} {n}" for t, n in sc["most_workers"].items()))
     print(f"  cost ${o['cost_usd']:.4f}; peak {o['peak_cost_per_hour']:.4f} of {o['budget_per_hour']:g} $/hr"
           + (f"; BUDGET EXCEEDED {o['budget_violations']} time(s)" if o["budget_violations"] else ""))
     print("  instance-hours " + ", ".join(f"{t} {h:.3f}" for t, h in o["instance_hours"].items()))
