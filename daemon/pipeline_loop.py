@@ -25,7 +25,7 @@ from config.pipeline_graph import Pipeline
 from daemon.recent import Recent
 from variants.accuracy_planner import VariantProfile
 from variants.pipeline_scaling import (PipelineDecision, PipelineWorker, RoundState, decide, due, round_params,
-                                       task_qos)
+                                       task_qos, with_measured)
 
 if TYPE_CHECKING:
     from config.schema import Config
@@ -101,7 +101,8 @@ class PipelineLoop:
             if demand is None or not workers:
                 continue
             variants = self._variants(pipe, {w.itype for w in workers})
-            dec = await asyncio.to_thread(decide, pipe, variants, workers, demand, self.qos[name],
+            measured = {(t, c): (v[0], v[1]) for (p, t, c), v in self.d.pipelines.fanout.items() if p == name}
+            dec = await asyncio.to_thread(decide, with_measured(pipe, measured), variants, workers, demand, self.qos[name],
                                           self.params.beta, self.params.time_limit_s)
             if dec is None:
                 continue

@@ -23,7 +23,8 @@ from sim.query_loop import QueryLoop
 from sim.variant_lane import VariantLoop
 from variants.accuracy_planner import VariantProfile
 from variants.accuracy_round import AccuracyRoundParams
-from variants.pipeline_scaling import PipelineDecision, PipelineWorker, RoundState, decide, due, round_params, task_qos
+from variants.pipeline_scaling import (PipelineDecision, PipelineWorker, RoundState, decide, due, round_params,
+                                       task_qos, with_measured)
 
 if TYPE_CHECKING:
     from config.schema import Config
@@ -39,8 +40,10 @@ class ReplayPipelineRound:
                  task_qos_ms: Mapping[str, float], params: AccuracyRoundParams, load_s: float,
                  schedule: Callable[[float, Callable[[], None]], None], now: Callable[[], float],
                  pins: MutableMapping[str, str], sync: Callable[[], None],
-                 floors: Mapping[str, float] | None = None) -> None:
+                 floors: Mapping[str, float] | None = None,
+                 fanout: Callable[[], Mapping[tuple[str, str], tuple[int, int]]] | None = None) -> None:
         self.pipe = pipe
+        self.fanout = fanout or (lambda: {})          # (task, child) -> (requests, made): the measured factors
         self.floors = dict(floors or {})              # task -> its model's min_accuracy
         self.lanes = {t: lanes[m] for t, m in pipe.models.items()}
         self.windows = {t: windows[m] for t, m in pipe.models.items()}
@@ -115,8 +118,8 @@ class ReplayPipelineRound:
         if demand is None:
             return None
         self._itype = {w.wid: w.itype for w in workers}
-        dec = decide(self.pipe, self.variants({w.itype for w in workers}), workers, demand, self.task_qos_ms,
-                     beta=self.params.beta, time_limit_s=self.params.time_limit_s)
+        dec = decide(with_measured(self.pipe, self.fanout()), self.variants({w.itype for w in workers}), workers,
+                     demand, self.task_qos_ms, beta=self.params.beta, time_limit_s=self.params.time_limit_s)
         if dec is None:
             return None
         self.last = dec
@@ -175,7 +178,9 @@ def pipeline_rounds(cfg: "Config", pipes: "PipelineReplay", lanes: Mapping[str, 
             continue
         out.append(ReplayPipelineRound(pipe, lanes, fleet.windows, task_qos(cfg, pipe), round_params(cfg), load_s,
                                        schedule, fleet.clock.now, fleet.pins, fleet.sync_workers,
-                                       {t: cfg.model(m).min_accuracy for t, m in pipe.models.items()}))
+                                       {t: cfg.model(m).min_accuracy for t, m in pipe.models.items()},
+                                       lambda n=spec.name: {(t, c): (v[0], v[1]) for (p, t, c), v in pipes.fanout.items()
+                                                            if p == n}))
     return out
 
 

@@ -161,3 +161,34 @@ def test_a_models_accuracy_floor_holds_its_applications_variants(capsys, tmp_pat
     p = json.loads(capsys.readouterr().out)["pipelines"]["traffic"]
     assert round(100 * p["accuracy"], 2) == 85.50 and p["queries"] == 14_274
     assert round(100 * p["slo_attainment"], 2) == 99.92 and round(p["p99_ms"], 1) == 264.5
+
+
+def test_at_twice_what_hardware_scaling_serves_lokis_round_holds_the_slo(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """README "Pipelines" and BENCHMARKS "pipeline-replay" (issue #26's goal): hardware scaling alone
+    serves H = 15.8 images/s on the six workers 3 $/hr buys; at about twice that (6 -> 32) Loki's
+    round holds 99.72 % of the queries within the 400 ms SLO (violations under 1 %) at 77.49 % end to
+    end, where the same round held at the top variants (hardware only) holds 86.18 %."""
+    from config.profiles import load_profiles_csv
+    from variants.pipeline_inputs import budget_workers, task_variants
+    from variants.pipeline_scaling import hardware_capacity, task_qos
+
+    cfg = load_config(EXAMPLE)
+    spec = cfg.pipelines[0]
+    variants = task_variants(cfg, load_profiles_csv(cfg.profiles), spec)
+    h = hardware_capacity(spec.graph(), variants, budget_workers(cfg, spec.graph(), variants), task_qos(cfg, spec.graph()))
+    assert round(h, 1) == 15.8 and 1.95 <= 32 / h <= 2.05
+    fam = f"{EXAMPLE.parent}/families/"
+    text = EXAMPLE.read_text().replace("family: families/", "family: " + fam)
+    tops = text
+    for name, floor in (("detector", 0.9), ("classifier", 0.95)):
+        tops = tops.replace(f"    family: {fam}{name}.csv", f"    family: {fam}{name}.csv\n    min_accuracy: {floor}")
+    got = {}
+    for label, body in (("loki", text), ("hardware only", tops)):
+        cfg_path = tmp_path / f"{label.replace(' ', '_')}.yaml"
+        cfg_path.write_text(body)
+        rc = main(["replay", str(cfg_path), "--pattern", "macroburst:low=6,high=32,low_s=600,high_s=300,model=traffic",
+                   "--hours", "0.5", "--json"])
+        assert rc == 0
+        p = json.loads(capsys.readouterr().out)["pipelines"]["traffic"]
+        got[label] = (round(100 * p["slo_attainment"], 2), round(100 * p["accuracy"], 2))
+    assert got == {"loki": (99.72, 77.49), "hardware only": (86.18, 85.50)}

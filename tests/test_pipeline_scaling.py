@@ -166,6 +166,7 @@ class _Dispatcher:
         for k in range(int(rate * 30)):                    # 30 s of arrivals at the root
             self.model_windows["detector"].record(1, self.now - 30.0 + k / rate)
         self.assigned: list[dict[str, str]] = []
+        self.pipelines = type("Runner", (), {"fanout": {}})()     # PipelineRunner's measured fan-out
 
     def clock(self) -> float:
         return self.now
@@ -204,3 +205,20 @@ def test_the_live_round_moves_a_worker_to_the_bottleneck_and_pins_it() -> None:
     # nothing moved since: no new round until the demand or the workers change
     d.now += 1.0
     assert asyncio.run(loop.tick(d.now)) == 0 and len(loop.decisions) == 1
+
+
+def test_the_measured_fan_out_replaces_the_configured_factor_once_measured() -> None:
+    """Loki §4.2: the factor is measured at run time, the configured one the prior: 300 detector
+    requests that made 900 classifier requests give 3.0; 100 requests are too few (2.0 stays)."""
+    from variants.pipeline_scaling import MEASURED_MIN_REQUESTS, with_measured
+
+    assert MEASURED_MIN_REQUESTS == 200
+    assert with_measured(_pipe(), {("detect", "classify"): (300, 900)}).task_demand(10.0) == {"detect": 10.0, "classify": 30.0}
+    assert with_measured(_pipe(), {("detect", "classify"): (100, 900)}).task_demand(10.0)["classify"] == 20.0
+    # the round plans the classifier for the measured load: at 6.5 images/s (x beta 1.05), 2.0 asks
+    # 13.65 classifications/s of two cls-l workers (10.18 each, 20.35), 3.0 asks 20.48: a third
+    # worker, which the four (two on the detector's 6.8 images/s) do not have: accuracy scaling
+    ws = _workers(2, 2)
+    assert decide(_pipe(), _variants(), ws, 6.5, QOS).plan.step == "hardware"          # type: ignore[union-attr]
+    measured = with_measured(_pipe(), {("detect", "classify"): (300, 900)})
+    assert decide(measured, _variants(), ws, 6.5, QOS).plan.step == "accuracy"         # type: ignore[union-attr]

@@ -9,11 +9,17 @@ trade the other tasks' accuracy.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from config.pipelines import PipelineSpec
 from config.profiles import ProfileTable
 from config.schema import Config
 from variants.accuracy_planner import VariantProfile
 from variants.families.applications import application
+
+if TYPE_CHECKING:
+    from config.pipeline_graph import Pipeline
+    from variants.pipeline_scaling import PipelineWorker
 
 
 def task_variants(cfg: Config, profiles: ProfileTable, spec: PipelineSpec) -> dict[str, list[VariantProfile]]:
@@ -45,4 +51,18 @@ def task_variants(cfg: Config, profiles: ProfileTable, spec: PipelineSpec) -> di
     return out
 
 
-__all__ = ["task_variants"]
+def budget_workers(cfg: Config, pipe: "Pipeline", variants: dict[str, list[VariantProfile]]) -> list["PipelineWorker"]:
+    """The workers the budget buys of the cheapest allowed type, dealt over the pipeline's tasks in
+    turn, each at its task's most accurate variant (what hardware scaling has to work with)."""
+    from variants.pipeline_planner import top_variants
+    from variants.pipeline_scaling import PipelineWorker
+
+    prices = cfg.prices()
+    t = min(cfg.catalog(), key=lambda x: (prices[x], x))
+    tops = top_variants(variants)
+    n = int(cfg.budget_per_hour // prices[t] + 1e-9)
+    return [PipelineWorker(f"w{i:03d}", t, pipe.tasks[i % len(pipe.tasks)], tops[pipe.tasks[i % len(pipe.tasks)]])
+            for i in range(n)]
+
+
+__all__ = ["budget_workers", "task_variants"]

@@ -123,6 +123,26 @@ def task_qos(cfg: "Config", pipe: Pipeline) -> dict[str, float]:
     return {t: min(float(cfg.model(m).qos_ms), pipe.slo_ms) for t, m in pipe.models.items()}
 
 
+#: the requests of a task before its measured fan-out replaces the configured factor (Loki §4.2:
+#: measured at run time, the configured value the prior)
+MEASURED_MIN_REQUESTS = 200
+
+
+def with_measured(pipe: Pipeline, fanout: Mapping[tuple[str, str], tuple[int, int]],
+                  min_requests: int = MEASURED_MIN_REQUESTS) -> Pipeline:
+    """``pipe`` with each edge's factor the measured one (``fanout[(task, child)]`` = (requests of
+    the task, requests made of the child)) once the task has had ``min_requests``; the configured
+    factor until then."""
+    edges = {}
+    for task, es in pipe.edges.items():
+        out = []
+        for e in es:
+            n, made = fanout.get((task, e.child), (0, 0))
+            out.append(replace(e, factor=made / n) if n >= min_requests and made > 0 else e)
+        edges[task] = tuple(out)
+    return replace(pipe, edges=edges)
+
+
 def _servers(pool: Mapping[str, int], itype: str, tasks: int) -> int:
     """The workers of ``itype`` one task's queue is taken to have when planning (its even share)."""
     return max(1, int(round(pool.get(itype, 0) / max(tasks, 1))))
@@ -240,6 +260,23 @@ def decide(pipe: Pipeline, variants: Mapping[str, Sequence[VariantProfile]], wor
     return PipelineDecision(plan, demand_qps, task_of, variant_of, routing, capacity)
 
 
+def hardware_capacity(pipe: Pipeline, variants: Mapping[str, Sequence[VariantProfile]],
+                      workers: Sequence[PipelineWorker], task_qos_ms: Mapping[str, float], beta: float = BETA) -> float:
+    """The most root q/s :func:`decide` serves on ``workers`` with step 1 (every task at its most
+    accurate variant): what hardware scaling alone serves on them, to 1e-6 relative (bisection)."""
+    def fits(q: float) -> bool:
+        d = decide(pipe, variants, workers, q, task_qos_ms, beta)
+        return d is not None and d.plan.step == "hardware"
+
+    lo, hi = 0.0, 1.0
+    while fits(hi) and hi < 1e9:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-6 * hi:
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
 def end_to_end_top(variants: Mapping[str, Sequence[VariantProfile]], pipe: Pipeline) -> float:
     """The end-to-end accuracy at every task's most accurate variant (leaves weighted alike)."""
     best = {t: max(v.accuracy for v in vs) for t, vs in variants.items()}
@@ -247,4 +284,5 @@ def end_to_end_top(variants: Mapping[str, Sequence[VariantProfile]], pipe: Pipel
 
 
 __all__ = ["ROUND_TIME_LIMIT_S", "PipelineDecision", "PipelineWorker", "RoundState", "decide", "due",
-           "end_to_end_top", "planning_variants", "round_params", "task_qos"]
+           "MEASURED_MIN_REQUESTS", "end_to_end_top", "hardware_capacity", "planning_variants", "round_params", "task_qos",
+           "with_measured"]
