@@ -75,10 +75,16 @@ class PipelineSpec(Strict):
             self.graph()
         except PipelineError as exc:
             raise ValueError(str(exc)) from None     # "tasks[1].children[0].task: ..." (parse_config_text finds its line)
+        first: dict[str, str] = {}
         for i, t in enumerate(self.tasks):
             if self.scaling == "loki" and t.application is not None:
                 raise ValueError(f"tasks[{i}].application: scaling: loki plans the tasks' workers together, which needs "
                                  "every task to name a configured model; give this pipeline scaling: per_task")
+            if self.scaling == "loki" and t.model in first:
+                raise ValueError(f"tasks[{i}].model: tasks {first[t.model]!r} and {t.name!r} serve model {t.model!r}: "
+                                 "scaling: loki gives each task its model's workers; give this pipeline scaling: per_task")
+            if t.model is not None:
+                first.setdefault(t.model, t.name)
         return self
 
     def graph(self) -> Pipeline:

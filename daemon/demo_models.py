@@ -43,6 +43,8 @@ class ModelLoad:
     step_at: float
     stats: LoadStats = field(default_factory=LoadStats)
     workers: list[tuple[float, int]] = field(default_factory=list)    # (t, workers serving it)
+    application: bool = False          # its queries name it as their application (a pipeline's)
+    details: dict[str, str] = field(default_factory=dict)     # error code -> its first message
 
     def __post_init__(self) -> None:
         self.stats.qos_ms = self.qos_ms
@@ -51,7 +53,7 @@ class ModelLoad:
         return self.low if t < self.step_at else self.high
 
 
-async def _send(stub: Any, pb: Any, load: ModelLoad, duration: float, rng: np.random.Generator,
+async def send_load(stub: Any, pb: Any, load: ModelLoad, duration: float, rng: np.random.Generator,
                 stop: asyncio.Event) -> None:
     """Open-loop Poisson arrivals of ``load`` for ``duration`` s."""
     batches = sample_batches("deeprecsys", 100_000, rng)
@@ -60,10 +62,11 @@ async def _send(stub: Any, pb: Any, load: ModelLoad, duration: float, rng: np.ra
     async def one(i: int) -> None:
         t0 = time.perf_counter()
         try:
-            reply = await stub.Submit(pb.SubmitRequest(model=load.name, batch_size=int(batches[i % len(batches)])),
-                                      timeout=10.0)
+            name = {"application" if load.application else "model": load.name}
+            reply = await stub.Submit(pb.SubmitRequest(**name, batch_size=int(batches[i % len(batches)])), timeout=10.0)
         except grpc.aio.AioRpcError as exc:
             load.stats.record_error(exc.code().name)
+            load.details.setdefault(exc.code().name, exc.details() or "")
             return
         load.stats.record_served((time.perf_counter() - t0) * 1000.0, time.monotonic(), reply.instance_type,
                                  reply.provider)
@@ -148,7 +151,7 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
         watcher = asyncio.create_task(watch())
         async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
             stub = pbg.InferenceStub(ch)
-            await asyncio.gather(*(_send(stub, pb, m, duration, np.random.default_rng([seed, k]), stop)
+            await asyncio.gather(*(send_load(stub, pb, m, duration, np.random.default_rng([seed, k]), stop)
                                    for k, m in enumerate(loads)))
         watcher.cancel()
         interrupted = stop.is_set()
@@ -198,4 +201,4 @@ def _model_summary(m: ModelLoad) -> dict[str, Any]:
             "workers_before_step": max(before, default=0), "workers_peak": max(after, default=0)}
 
 
-__all__ = ["ModelLoad", "run_models_demo"]
+__all__ = ["ModelLoad", "run_models_demo", "send_load"]

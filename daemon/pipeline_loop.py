@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("costscale.model")
 
+#: how long a moved worker's model load holds its pipeline's rounds back (s)
+LOAD_WAIT_S = 60.0
+
 
 class PipelineLoop:
     """The live rounds of the config's Loki-scaled pipelines (see the module docstring)."""
@@ -48,6 +51,7 @@ class PipelineLoop:
         self.pins: dict[str, str] = {}
         self.decisions: Recent[tuple[float, str, PipelineDecision]] = Recent()
         self.moves = 0
+        self._moved_at: dict[str, float] = {}        # instance -> when a round last moved it
 
     def _workers(self, pipe: Pipeline) -> list[PipelineWorker]:
         d = self.d
@@ -59,12 +63,14 @@ class PipelineLoop:
                 out.append(PipelineWorker(iid, w.instance_type, task_of[m], m))
         return out
 
-    def _loading(self, pipe: Pipeline) -> bool:
-        """A worker moved by a round that does not hold its new model yet."""
+    def _loading(self, pipe: Pipeline, now: float) -> bool:
+        """A worker moved by a round in the last :data:`LOAD_WAIT_S` that does not hold its new model
+        yet (one whose load failed or hangs stops holding the rounds back after that)."""
         d = self.d
         for iid, m in self.pins.items():
             w = d.workers.get(iid)
             if m in pipe.models.values() and w is not None and not w.removed and w.loaded is not None \
+                    and now - self._moved_at.get(iid, -LOAD_WAIT_S) < LOAD_WAIT_S \
                     and not any(d.variant_model(v) == m for v in w.loaded):
                 return True
         return False
@@ -91,8 +97,9 @@ class PipelineLoop:
         live = set(self.d.workers)
         for iid in [i for i in self.pins if i not in live]:
             del self.pins[iid]
+            self._moved_at.pop(iid, None)
         for name, pipe in self.graphs.items():
-            if self._loading(pipe):
+            if self._loading(pipe, now):
                 continue
             workers = self._workers(pipe)
             members = tuple((w.wid, w.itype) for w in workers)
@@ -111,6 +118,8 @@ class PipelineLoop:
             n = dec.moves(workers)
             for w in workers:
                 self.pins[w.wid] = pipe.models[dec.task_of[w.wid]]
+                if dec.task_of[w.wid] != w.task:
+                    self._moved_at[w.wid] = now
             if n:
                 moved += n
                 self.d.set_assignment({**self.d.serves, **self.pins_for(self.d.serves)})
@@ -125,4 +134,4 @@ class PipelineLoop:
         return {i: m for i, m in self.pins.items() if i in assignment}
 
 
-__all__ = ["PipelineLoop"]
+__all__ = ["LOAD_WAIT_S", "PipelineLoop"]

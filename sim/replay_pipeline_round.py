@@ -72,18 +72,18 @@ class ReplayPipelineRound:
     def workers(self) -> list[PipelineWorker]:
         """The live workers of the task lanes, and those moving in (pinned, not yet joined)."""
         out: dict[str, PipelineWorker] = {}
+        seen: set[str] = set()
         for task, lane in self.lanes.items():
             for wid, w in lane.workers.items():
+                seen.add(wid)
                 if not (w.draining or w.leaving):
                     variant = w.variant if isinstance(lane, VariantLoop) else lane.times.model
                     out[wid] = PipelineWorker(wid, w.itype, task, variant)
         last = self.last
-        if last is not None:
+        if last is not None:          # moved by the last round, in no lane yet (its load not done)
             for wid, task in last.task_of.items():
-                if wid in out or self.pins.get(wid) != self.pipe.models[task]:
-                    continue
                 itype = self._itype.get(wid)
-                if itype is not None and self.pending_until > self.now():
+                if wid not in seen and itype is not None and self.pins.get(wid) == self.pipe.models[task]:
                     out[wid] = PipelineWorker(wid, itype, task, last.variant_of[wid])
         return sorted(out.values(), key=lambda w: w.wid)
 

@@ -222,3 +222,26 @@ def test_the_measured_fan_out_replaces_the_configured_factor_once_measured() -> 
     assert decide(_pipe(), _variants(), ws, 6.5, QOS).plan.step == "hardware"          # type: ignore[union-attr]
     measured = with_measured(_pipe(), {("detect", "classify"): (300, 900)})
     assert decide(measured, _variants(), ws, 6.5, QOS).plan.step == "accuracy"         # type: ignore[union-attr]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 3), st.floats(0.5, 40.0))
+def test_no_worker_moves_when_they_carry_the_demand_where_they_are(det: int, cls: int, qps: float) -> None:  # type: ignore[no-untyped-def]
+    """A move loads a model: when the workers where they are carry the demand at the top variants
+    (step 1 with each task held to its own workers), the round moves none; and it moves only for a
+    plan that serves 1 % more of the demand, or 0.5 points more end-to-end accuracy, or fits the top
+    variants where keeping them does not."""
+    from variants.pipeline_planner import plan_pipeline
+    from variants.pipeline_scaling import MOVE_GAIN_ACCURACY, MOVE_GAIN_SERVED, _planner_pipeline
+
+    ws = _workers(det, cls)
+    d = decide(_pipe(), _variants(), ws, qps, QOS, time_limit_s=10.0)
+    assert d is not None
+    planning, _ = planning_variants(_variants(), {C5: det + cls}, QOS)
+    split = {"detect": {C5: det}, "classify": {C5: cls}}
+    keep = plan_pipeline(_planner_pipeline(_pipe(), planning), planning, {C5: det + cls}, 1.05 * qps, split=split)
+    if keep.step == "hardware":
+        assert d.moves(ws) == 0
+    if d.moves(ws) > 0:
+        assert (d.plan.step == "hardware" and keep.step != "hardware") or d.plan.served > keep.served + MOVE_GAIN_SERVED \
+            or (d.plan.accuracy or 0.0) > (keep.accuracy or 0.0) + MOVE_GAIN_ACCURACY - 1e-9

@@ -457,3 +457,16 @@ def test_loki_scaling_needs_every_task_to_name_a_model() -> None:
     assert exc.value.lines[0].startswith("p.yaml: line 24: pipelines[0].tasks[1].application: scaling: loki plans the "
                                          "tasks' workers together")
     assert "give this pipeline scaling: per_task" in exc.value.lines[0]
+
+
+def test_loki_scaling_needs_a_model_per_task() -> None:
+    """Two tasks serving one model cannot each get that model's workers: one line, the second task's
+    field and line, and the way out (``scaling: per_task``)."""
+    from config.errors import ConfigError
+    from config.schema import parse_config_text
+
+    with pytest.raises(ConfigError) as exc:
+        parse_config_text(_YAML.replace("        model: digits", "        model: resnet"), "p.yaml")
+    assert exc.value.lines[0] == ("p.yaml: line 24: pipelines[0].tasks[1].model: tasks 'detect' and 'classify' serve "
+                                  "model 'resnet': scaling: loki gives each task its model's workers; give this "
+                                  "pipeline scaling: per_task")

@@ -115,7 +115,8 @@ def _path_accuracy(prefix: Prefix, acc: Mapping[tuple[str, str], float]) -> floa
 
 def _solve_step(pipe: Pipeline, variants: Mapping[str, Sequence[VariantProfile]], pool: Mapping[str, int],
                 root_qps: float, allowed: Mapping[str, Sequence[str]], hardware: bool, deadline: float,
-                solver: str, accuracy_gap: float = 0.0) -> tuple[dict[Kind, int], dict[Prefix, float], str] | None:
+                solver: str, accuracy_gap: float = 0.0, split: Mapping[str, Mapping[str, int]] | None = None
+                ) -> tuple[dict[Kind, int], dict[Prefix, float], str] | None:
     acc = {(t, v.variant): v.accuracy for t, vs in variants.items() for v in vs}
     kinds = [k for k in _kinds(pipe, variants, pool) if k[0][1] in allowed[k[0][0]]]
     prefixes = list(pipe.prefixes(allowed))
@@ -143,6 +144,11 @@ def _solve_step(pipe: Pipeline, variants: Mapping[str, Sequence[VariantProfile]]
         idx = {x[i]: 1.0 for i, (k, _, _) in enumerate(kinds) if k[2] == t}
         if idx:
             m.row(idx, -math.inf, pool[t])
+    for task, by_type in (split or {}).items():                                  # each task's own workers
+        for t in sorted(pool):
+            idx = {x[i]: 1.0 for i, (k, _, _) in enumerate(kinds) if k[0] == task and k[2] == t}
+            if idx:
+                m.row(idx, -math.inf, float(by_type.get(t, 0)))
     for p in prefixes:                                                           # conservation
         task = p[-1][0]
         for e in pipe.edges.get(task, ()):
@@ -191,10 +197,13 @@ def _solve_step(pipe: Pipeline, variants: Mapping[str, Sequence[VariantProfile]]
 
 def plan_pipeline(pipe: Pipeline, variants: Mapping[str, Sequence[VariantProfile]], pool: Mapping[str, int],
                   root_qps: float, time_limit_s: float = DEFAULT_TIME_LIMIT_S, solver: str | None = None,
-                  accuracy_gap: float = ACCURACY_GAP) -> PipelinePlan:
+                  accuracy_gap: float = ACCURACY_GAP, split: Mapping[str, Mapping[str, int]] | None = None
+                  ) -> PipelinePlan:
     """Loki's two steps over ``pool`` ({type: workers}) for ``root_qps`` entering the root. ValueError
     for a task with no variant, a demand that is not a finite number >= 0, or an empty pool.
-    ``accuracy_gap``: how far below the best end-to-end accuracy step 2 may stop (0: proven best)."""
+    ``accuracy_gap``: how far below the best end-to-end accuracy step 2 may stop (0: proven best).
+    ``split`` (task -> type -> workers): each task may use at most its own workers (the plan that
+    moves none between tasks)."""
     t0 = time.perf_counter()
     for task in pipe.tasks:
         if not variants.get(task):
@@ -207,11 +216,12 @@ def plan_pipeline(pipe: Pipeline, variants: Mapping[str, Sequence[VariantProfile
     deadline = t0 + time_limit_s
     tops = top_variants(variants)
     step = "hardware"
-    out = _solve_step(pipe, variants, pool, root_qps, {t: [v] for t, v in tops.items()}, True, deadline, solver)
+    out = _solve_step(pipe, variants, pool, root_qps, {t: [v] for t, v in tops.items()}, True, deadline, solver,
+                      split=split)
     if out is None:
         step = "accuracy"
         out = _solve_step(pipe, variants, pool, root_qps, {t: [v.variant for v in vs] for t, vs in variants.items()},
-                          False, deadline, solver, accuracy_gap)
+                          False, deadline, solver, accuracy_gap, split)
     if out is None:
         return PipelinePlan("accuracy", {}, {}, 0.0, None, {}, {t: 0.0 for t in pipe.tasks}, "no_solution",
                             (time.perf_counter() - t0) * 1000.0)

@@ -22,8 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the whole loop against an embedded EC2 (moto) on 127.0.0.1")
     p.add_argument("--duration", type=finite_float, default=None,
                    help="seconds of load (default 60; 90 with --models 2)")
-    p.add_argument("--rate", type=finite_float, default=12.0, help="q/s in the first half (default 12)")
-    p.add_argument("--step-rate", type=finite_float, default=36.0, help="q/s in the second half (default 36)")
+    p.add_argument("--rate", type=finite_float, default=None, help="q/s in the first half (default 12; --pipeline 3)")
+    p.add_argument("--step-rate", type=finite_float, default=None,
+                   help="q/s in the second half (default 36; --pipeline 10)")
     p.add_argument("--budget", type=finite_float, default=2.5, help="$/hr (default 2.5)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--policy", default="kairos", choices=POLICY_NAMES,
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "real time instead of the two rates: the live side of `costscale replay --trace`")
     p.add_argument("--models", type=int, default=1, choices=(1, 2),
                    help="2: two models (rm2, dien) on one budget, each stepping up at its own time (default 1)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="a two-task pipeline (retrieve: rm2 -> 2 x rank: ranker) served end to end, Loki's round "
+                        "placing its workers; --rate / --step-rate are its queries/s (default 3 -> 10)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--serve", action="store_true",
@@ -46,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.rate is None:
+        args.rate = 3.0 if args.pipeline else 12.0
+    if args.step_rate is None:
+        args.step_rate = 10.0 if args.pipeline else 36.0
     if (args.duration is not None and args.duration <= 0) or args.rate <= 0 or args.step_rate <= 0 or args.budget <= 0:
         raise UsageError("demo: --duration, --rate, --step-rate and --budget must be > 0")
     level = getattr(logging, args.log_level)
@@ -67,6 +75,14 @@ def _run(args: argparse.Namespace) -> int:
 
         with quiet:
             return asyncio.run(run_models_demo(duration, args.budget, args.seed, args.json))
+    if args.pipeline:
+        if args.trace or pool or args.serve or args.models == 2:
+            raise UsageError("demo: --pipeline runs its own pipeline load: no --trace, --pool, --serve or --models 2")
+        from daemon.demo_pipeline import run_pipeline_demo
+
+        with quiet:
+            return asyncio.run(run_pipeline_demo(60.0 if args.duration is None else args.duration, args.rate,
+                                                 args.step_rate, args.budget, args.seed, args.json))
     if args.serve:
         from daemon.sandbox import run_sandbox
 
