@@ -45,7 +45,7 @@ class ModelLoop:
         self.failed: Recent[tuple[Placement, str]] = Recent()
         self.interval_s = 1.0
         self.accuracy = AccuracyLoop(dispatcher)
-        self.pipelines = PipelineLoop(dispatcher, dispatcher.cfg)
+        self.pipelines = PipelineLoop(dispatcher, getattr(dispatcher.cfg, "pipelines", ()))
 
     def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
         """Mean: the dispatcher's latency model (profile, else what it has learned). p99: the

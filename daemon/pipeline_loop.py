@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from config.pipeline_graph import Pipeline
 from daemon.recent import Recent
 from variants.accuracy_planner import VariantProfile
+from variants.accuracy_round import AccuracyRoundParams
 from variants.pipeline_scaling import (PipelineDecision, PipelineWorker, RoundState, decide, due, round_params,
                                        task_qos, with_measured)
 
 if TYPE_CHECKING:
-    from config.schema import Config
+    from config.pipelines import PipelineSpec
     from dispatcher.server import Dispatcher
 
 log = logging.getLogger("costscale.model")
@@ -40,11 +41,11 @@ LOAD_WAIT_S = 60.0
 class PipelineLoop:
     """The live rounds of the config's Loki-scaled pipelines (see the module docstring)."""
 
-    def __init__(self, d: "Dispatcher", cfg: "Config") -> None:
+    def __init__(self, d: "Dispatcher", pipelines: Sequence["PipelineSpec"]) -> None:
         self.d = d
-        self.graphs: dict[str, Pipeline] = {p.name: p.graph() for p in cfg.pipelines if p.scaling == "loki"}
-        self.qos = {n: task_qos(cfg, g) for n, g in self.graphs.items()}
-        self.params = round_params(cfg)
+        self.graphs: dict[str, Pipeline] = {p.name: p.graph() for p in pipelines if p.scaling == "loki"}
+        self.qos = {n: task_qos(d.cfg, g) for n, g in self.graphs.items()}
+        self.params = round_params(d.cfg) if self.graphs else AccuracyRoundParams()
         self.states: dict[str, RoundState] = {n: RoundState() for n in self.graphs}
         self.last: dict[str, PipelineDecision] = {}
         #: instance -> the model a round put it on (laid over the fleet's assignment)

@@ -194,7 +194,7 @@ def test_the_live_round_moves_a_worker_to_the_bottleneck_and_pins_it() -> None:
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "examples/pipeline.yaml")
     d = _Dispatcher(cfg, {"i-1": "detector", "i-2": "classifier", "i-3": "classifier", "i-4": "classifier"}, 5.0)
-    loop = PipelineLoop(d, cfg)                                                # type: ignore[arg-type]
+    loop = PipelineLoop(d, cfg.pipelines)                                      # type: ignore[arg-type]
     moved = asyncio.run(loop.tick(d.now))
     assert moved == 1 and loop.moves == 1
     assert sorted(d.serves.values()) == ["classifier", "classifier", "detector", "detector"]
