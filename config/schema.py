@@ -249,7 +249,9 @@ class WorkloadSpec(_Strict):
 
 class AwsSpec(_Strict):
     """How boto3 reaches AWS. The standard credential chain is used; endpoint_url is for testing
-    against a local EC2 emulator (moto) and should stay unset in production."""
+    against a local EC2 emulator (moto) and should stay unset in production. max_attempts: the
+    attempts per EC2 call, retries included, botocore retrying throttling, 5xx and dropped
+    connections in its standard retry mode (``scaler.aws_client``)."""
 
     endpoint_url: str | None = None
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 8

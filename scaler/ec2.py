@@ -3,26 +3,40 @@ assume such a VM actuator under the planner).
 
 Every instance is launched with the cluster, managed-by and intent (= ClientToken) tags in the
 same run_instances call (TagSpecifications), so no instance exists untagged even for an instant.
-Listing is always filtered by the cluster tag; termination verifies the tag on every id first
-(DESIGN invariant 2). Cloud errors become the typed errors of ``scaler.cloud`` here:
+Listing is always filtered by the cluster tag, through botocore's ``describe_instances``
+paginator; termination verifies the tag on every id first (DESIGN invariant 2).
 
-* RequestLimitExceeded / Throttling → retried with exponential backoff and full jitter
-  (sleep = U(0, min(cap, base·2^attempt)); injectable ``sleep`` and ``rng``), then ``Throttled``;
+Transient faults are retried by botocore, not here: the client is built by
+``scaler.aws_client`` in botocore's ``standard`` retry mode with ``max_attempts`` attempts in all
+(8 by default, config ``aws.max_attempts``); that module says what is retried and why
+``standard`` rather than ``adaptive``. What botocore gives up on becomes the typed errors of
+``scaler.cloud`` here:
+
+* RequestLimitExceeded / Throttling after the last attempt → ``Throttled``;
 * InsufficientInstanceCapacity / InstanceLimitExceeded / Unsupported → ``InsufficientCapacity``;
 * authentication and parameter errors → ``CloudConfigError``;
-* anything else → ``CloudError``.
+* anything else (a 5xx or a dropped connection after the last attempt) → ``CloudError``.
+
+With 8 attempts, a call that stays throttled waits at most 1+2+4+8+16+20+20 = 71 s in backoff
+(each wait a uniform draw below its bound: about 35 s on average) before ``Throttled``; other
+transient faults back off from 50 ms (at most 6.35 s in all). EC2 sends its capacity errors
+(InsufficientInstanceCapacity) as HTTP 500, so botocore retries those too, at that short backoff,
+before they come back here as ``InsufficientCapacity``.
 
 Launch is idempotent per ClientToken: before run_instances the instances already tagged with the
-token are looked up and returned instead (moto ignores ClientToken; AWS honours it as well).
+token are looked up and returned instead (moto ignores ClientToken; AWS honours it as well). The
+ClientToken is also what makes botocore's retry of a run_instances safe: an attempt whose answer
+was lost (a reset connection, a read timeout) may have launched, and its retry carries the same
+token, so EC2 answers it with that launch instead of a second one. A retried terminate_instances
+or describe_instances is harmless as it is (terminating a terminating instance changes nothing).
 """
 from __future__ import annotations
 
-import random
 import shlex
-import time
 from datetime import datetime
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from scaler.aws_client import EC2_MAX_ATTEMPTS, Typed, after, aws_call, make_client
 from scaler.cloud import (
     CLUSTER_TAG,
     INTENT_TAG,
@@ -37,43 +51,13 @@ from scaler.cloud import (
 )
 
 THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled",
-                            "TooManyRequestsException"})
+                            "TooManyRequestsException", "EC2ThrottledException"})
 CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InstanceLimitExceeded", "Unsupported",
                             "InsufficientHostCapacity", "VcpuLimitExceeded"})
 AUTH_CODES = frozenset({"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
                         "OptInRequired", "Blocked", "MissingParameter", "MissingAuthenticationToken",
                         "ExpiredToken", "AccessDenied", "AccessDeniedException", "IdempotentParameterMismatch"})
 NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
-
-BACKOFF_BASE_S = 0.2
-BACKOFF_CAP_S = 20.0
-
-
-def backoff_delay(attempt: int, u: float, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S) -> float:
-    """Full-jitter exponential backoff: ``u`` ∈ [0, 1) times min(cap, base·2^attempt)."""
-    return u * min(cap, base * (2 ** attempt))
-
-
-def aws_call(op: str, call: Callable[[], Any], typed: Callable[[str, str], CloudError | None]) -> Any:
-    """``call()`` (one boto3 call) at the error boundary: a ClientError becomes ``typed(code,
-    message)``, the typed error to raise (None: the ClientError itself is raised, for a caller
-    that judges that code); no credentials → ``CloudConfigError``; any other botocore failure (an
-    unreachable endpoint) → ``CloudError``."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    try:
-        return call()
-    except ClientError as exc:
-        err = exc.response.get("Error", {})
-        code = str(err.get("Code", ""))
-        mapped = typed(code, str(err.get("Message", "")) or code)
-        if mapped is None:
-            raise
-        raise mapped from None
-    except NoCredentialsError as exc:
-        raise CloudConfigError(f"{op}: no AWS credentials ({exc})") from None
-    except BotoCoreError as exc:
-        raise CloudError(f"{op}: {exc}") from None
 
 
 def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
@@ -110,13 +94,11 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
     return "\n".join(lines) + "\n"
 
 
-def make_ec2_client(region: str, endpoint_url: str | None = None) -> Any:
-    """A boto3 EC2 client with botocore's own retries off (this module retries, with jitter)."""
-    import boto3
-    from botocore.config import Config as BotoConfig
-
-    cfg = BotoConfig(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30)
-    return boto3.client("ec2", region_name=region, endpoint_url=endpoint_url, config=cfg)
+def make_ec2_client(region: str, endpoint_url: str | None = None, max_attempts: int = EC2_MAX_ATTEMPTS) -> Any:
+    """A boto3 EC2 client, botocore retrying transient faults in its standard mode
+    (``scaler.aws_client``) with ``max_attempts`` attempts in all."""
+    return make_client("ec2", region, endpoint_url=endpoint_url, max_attempts=max_attempts, connect_timeout=5,
+                       read_timeout=30)
 
 
 def _epoch(v: Any) -> float:
@@ -140,7 +122,10 @@ def _to_managed(inst: dict[str, Any]) -> ManagedInstance:
 
 
 class Ec2Cloud:
-    """``scaler.cloud.CloudProvider`` on boto3 EC2."""
+    """``scaler.cloud.CloudProvider`` on boto3 EC2.
+
+    ``max_attempts``: the attempts botocore makes per call (retries included) on the client built
+    here; a ``client`` handed in keeps its own retry config (tests, ``scaler.fleet_runner``)."""
 
     def __init__(
         self,
@@ -149,10 +134,8 @@ class Ec2Cloud:
         launch: Any,  # config.schema.LaunchSpec (duck-typed so scaler does not import daemon)
         *,
         endpoint_url: str | None = None,
-        max_attempts: int = 8,
+        max_attempts: int = EC2_MAX_ATTEMPTS,
         client: Any = None,
-        sleep: Callable[[float], None] = time.sleep,
-        rng: random.Random | None = None,
         dispatcher: str | None = None,
         cluster_token: str | None = None,
         models: Sequence[tuple[str, str]] = (),
@@ -164,9 +147,7 @@ class Ec2Cloud:
         self.cluster = cluster
         self.launch_spec = launch
         self.max_attempts = max_attempts
-        self.client = client if client is not None else make_ec2_client(region, endpoint_url)
-        self.sleep = sleep
-        self.rng = rng if rng is not None else random.Random()
+        self.client = client if client is not None else make_ec2_client(region, endpoint_url, max_attempts)
         self.dispatcher = dispatcher
         self.cluster_token = cluster_token
         self.models = tuple(models)
@@ -174,39 +155,33 @@ class Ec2Cloud:
         self.worker_flags = tuple(worker_flags)
 
     # -- the error boundary ------------------------------------------------------------------
-    def _call(self, op: str, instance_type: str | None = None, **kwargs: Any) -> Any:
-        def typed(code: str, msg: str) -> CloudError:
-            if code in THROTTLE_CODES:   # retried below; raised after the last attempt
-                return Throttled(f"{op}: throttled by EC2 ({code}) after {self.max_attempts} attempts")
+    @staticmethod
+    def _typed(op: str, instance_type: str | None = None) -> Typed:
+        """How an EC2 error code that botocore gave up on (or does not retry) maps to a typed error."""
+        def typed(code: str, msg: str, attempts: int) -> CloudError:
+            if code in THROTTLE_CODES:
+                return Throttled(f"{op}: throttled by EC2 ({code}){after(attempts)}")
             if code in CAPACITY_CODES:
                 return InsufficientCapacity(instance_type or "?", f"{op}: {code}: {msg}")
             if code in AUTH_CODES or code.startswith("Invalid"):
                 return CloudConfigError(f"{op}: {code}: {msg}")
-            return CloudError(f"{op}: {code}: {msg}")
+            return CloudError(f"{op}: {code}: {msg}{after(attempts)}")
 
-        for attempt in range(self.max_attempts):
-            try:
-                return aws_call(op, lambda: getattr(self.client, op)(**kwargs), typed)
-            except Throttled:
-                if attempt + 1 >= self.max_attempts:
-                    raise
-                self.sleep(backoff_delay(attempt, self.rng.random()))
-        raise AssertionError("unreachable")
+        return typed
+
+    def _call(self, op: str, instance_type: str | None = None, **kwargs: Any) -> Any:
+        """One EC2 call (botocore retrying its transient faults), its failure typed."""
+        return aws_call(op, lambda: getattr(self.client, op)(**kwargs), self._typed(op, instance_type))
 
     def _describe(self, filters: list[dict[str, Any]]) -> list[ManagedInstance]:
-        out: list[ManagedInstance] = []
-        token: str | None = None
-        while True:
-            kw: dict[str, Any] = {"Filters": filters}
-            if token:
-                kw["NextToken"] = token
-            resp = self._call("describe_instances", **kw)
-            for res in resp.get("Reservations", []):
-                for inst in res.get("Instances", []):
-                    out.append(_to_managed(inst))
-            token = resp.get("NextToken")
-            if not token:
-                return out
+        """Every instance matching ``filters``, through botocore's paginator (each page's request
+        retried by botocore on its own)."""
+        def pages() -> list[ManagedInstance]:
+            paginator = self.client.get_paginator("describe_instances")
+            return [_to_managed(inst) for page in paginator.paginate(Filters=filters)
+                    for res in page.get("Reservations", []) for inst in res.get("Instances", [])]
+
+        return aws_call("describe_instances", pages, self._typed("describe_instances"))
 
     def _cluster_filter(self) -> dict[str, Any]:
         return {"Name": f"tag:{CLUSTER_TAG}", "Values": [self.cluster]}

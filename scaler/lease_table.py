@@ -7,16 +7,18 @@ the same owner, generation and expiry otherwise): of two daemons racing, one wri
 other gets False, never an overwrite. Reads are strongly consistent. ``ensure_table`` creates the
 table (PAY_PER_REQUEST) when it is missing.
 
-botocore retries in its standard mode. Failures become ``scaler.cloud``'s typed errors here: no
-credentials, refused access or a bad table name → ``CloudConfigError``; anything else (an
-unreachable endpoint) → ``CloudError``.
+botocore retries transient faults (throttling, 5xx, dropped connections) in its standard mode
+on the client ``scaler.aws_client`` builds (3 attempts in all, short timeouts). What it gives up
+on becomes ``scaler.cloud``'s typed errors here: no credentials, refused access or a bad table
+name → ``CloudConfigError``; anything else (an unreachable endpoint) → ``CloudError``.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from scaler.aws_client import after, aws_call, make_client
 from scaler.cloud import CloudConfigError, CloudError
-from scaler.ec2 import AUTH_CODES, aws_call
+from scaler.ec2 import AUTH_CODES
 from scaler.lease import Lease
 
 DEFAULT_TABLE = "costscale-leases"
@@ -30,14 +32,10 @@ TABLE_WAIT = {"Delay": 1, "MaxAttempts": 120}   # a new table is ACTIVE within s
 
 
 def make_dynamodb_client(region: str, endpoint_url: str | None = None, max_attempts: int = 3) -> Any:
-    """A boto3 DynamoDB client, botocore retrying in its standard mode, with short timeouts (a
-    renewal must finish well inside a third of the lease)."""
-    import boto3
-    from botocore.config import Config as BotoConfig
-
-    cfg = BotoConfig(retries={"mode": "standard", "total_max_attempts": max_attempts}, connect_timeout=3,
-                     read_timeout=5)
-    return boto3.client("dynamodb", region_name=region, endpoint_url=endpoint_url, config=cfg)
+    """A boto3 DynamoDB client, botocore retrying in its standard mode (``scaler.aws_client``),
+    with short timeouts (a renewal must finish well inside a third of the lease)."""
+    return make_client("dynamodb", region, endpoint_url=endpoint_url, max_attempts=max_attempts, connect_timeout=3,
+                       read_timeout=5)
 
 
 def to_item(lease: Lease) -> dict[str, Any]:
@@ -68,14 +66,14 @@ class DynamoLeaseTable:
     def _call(self, op: str, judged: tuple[str, ...] = (), **kwargs: Any) -> Any:
         """One DynamoDB call; the ``judged`` error codes (a failed condition, no table yet, a table
         being created) come back as the ClientError for the caller, the rest as typed cloud errors."""
-        def typed(code: str, msg: str) -> CloudError | None:
+        def typed(code: str, msg: str, attempts: int) -> CloudError | None:
             if code in judged:
                 return None
             if code == NOT_FOUND:
                 return CloudConfigError(f"{op}: table {self.table} not found ({msg})")
             if code in CONFIG_CODES:
                 return CloudConfigError(f"{op}: {code}: {msg}")
-            return CloudError(f"{op}: {code}: {msg}")
+            return CloudError(f"{op}: {code}: {msg}{after(attempts)}")
 
         return aws_call(op, lambda: getattr(self.client, op)(**kwargs), typed)
 

@@ -5,7 +5,8 @@ invariant (DESIGN invariant 1) rests on prices, so the daemon prices its own reg
 
 * ``GetProducts`` on the ``pricing`` client (its endpoint in us-east-1), through botocore's
   paginator, one query per type: ServiceCode AmazonEC2, ``instanceType``, ``regionCode``,
-  operatingSystem Linux, tenancy Shared, preInstalledSw NA, capacitystatus Used;
+  operatingSystem Linux, tenancy Shared, preInstalledSw NA, capacitystatus Used; botocore
+  retries each request's transient faults in its standard mode (``scaler.aws_client``);
 * each PriceList entry (a JSON string) gives its OnDemand terms' USD price per hour
   (``parse_on_demand``); where several products match, the dearest is taken (the safe side of a
   budget);
@@ -31,6 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from config.files import write_atomic
 from config.schema import Config
+from scaler.aws_client import make_client
 
 log = logging.getLogger("costscale")
 
@@ -70,12 +72,8 @@ def parse_on_demand(price_list: Iterable[str]) -> float | None:
 
 
 def make_pricing_client(max_attempts: int = 3) -> Any:
-    import boto3
-    from botocore.config import Config as BotoConfig
-
-    cfg = BotoConfig(retries={"mode": "standard", "total_max_attempts": max_attempts}, connect_timeout=3,
-                     read_timeout=10)
-    return boto3.client("pricing", region_name=PRICING_REGION, config=cfg)
+    """The Price List API's client, botocore retrying in its standard mode (``scaler.aws_client``)."""
+    return make_client("pricing", PRICING_REGION, max_attempts=max_attempts, connect_timeout=3, read_timeout=10)
 
 
 class RegionPrices:

@@ -71,3 +71,22 @@ def ec2_client(moto_endpoint: str):
     import boto3
 
     return boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
+
+
+@pytest.fixture()
+def botocore_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """botocore's retry backoff without the waiting: each delay its standard retry mode computes
+    (``ExponentialBackoff.delay_amount``, the backoff of ``botocore.retries.standard``) is recorded
+    in the returned list, in order, and the retry goes out at once. Its retry decisions, quota and
+    attempt counting are untouched."""
+    from botocore.retries import standard
+
+    delays: list[float] = []
+    computed = standard.ExponentialBackoff.delay_amount
+
+    def record(self: standard.ExponentialBackoff, context: standard.RetryContext) -> float:
+        delays.append(computed(self, context))
+        return 0.0
+
+    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", record)
+    return delays

@@ -1,7 +1,6 @@
-"""Cloud faults at the boundary: throttling backoff, capacity errors → replan, stuck pending."""
+"""Cloud faults at the boundary: typed errors, capacity errors → replan, stuck pending. (botocore's
+retries of transient faults: tests/test_aws_retries.py.)"""
 from __future__ import annotations
-
-import random
 
 import pytest
 from botocore.stub import Stubber
@@ -10,8 +9,8 @@ from config.schema import LaunchSpec
 from scaler.state import StateStore
 from scaler.actuator import FleetActuator
 from config.catalog import load_catalog
-from scaler.cloud import CloudConfigError, InsufficientCapacity, Throttled, pool_of
-from scaler.ec2 import BACKOFF_BASE_S, BACKOFF_CAP_S, Ec2Cloud, backoff_delay, make_ec2_client
+from scaler.cloud import CloudConfigError, CloudError, InsufficientCapacity, Throttled, pool_of
+from scaler.ec2 import Ec2Cloud, make_ec2_client
 from scaler.fake_cloud import FakeCloud
 
 CATALOG = load_catalog()
@@ -26,45 +25,16 @@ class Clock:
         return self.t
 
 
-def _stubbed(max_attempts: int = 5, rng: random.Random | None = None):
+def _stubbed() -> tuple[Ec2Cloud, Stubber]:
+    """An Ec2Cloud whose client the Stubber answers (at botocore's before-call, above its retry
+    loop: each stubbed error is the call's one answer, so the typed mapping shows alone)."""
     client = make_ec2_client("us-east-1", "http://127.0.0.1:9")  # never reached: the Stubber answers
-    sleeps: list[float] = []
-    cloud = Ec2Cloud("alpha", "us-east-1", LaunchSpec(ami_id="ami-1"), client=client, max_attempts=max_attempts,
-                     sleep=sleeps.append, rng=rng or random.Random(7))
-    return cloud, Stubber(client), sleeps
-
-
-def test_throttling_backs_off_with_full_jitter_then_raises() -> None:
-    cloud, stub, sleeps = _stubbed(max_attempts=5, rng=random.Random(42))
-    for _ in range(5):
-        stub.add_client_error("describe_instances", service_error_code="RequestLimitExceeded", http_status_code=503)
-    with stub, pytest.raises(Throttled, match="after 5 attempts"):
-        cloud.list_managed()
-    ref = random.Random(42)
-    assert sleeps == [backoff_delay(a, ref.random()) for a in range(4)]  # 4 sleeps between 5 attempts
-    assert all(0 <= s <= BACKOFF_BASE_S * 2 ** a for a, s in enumerate(sleeps))
-    stub.assert_no_pending_responses()
-
-
-class _MaxRng:
-    def random(self) -> float:
-        return 1.0
-
-
-def test_backoff_ceiling_doubles_and_is_capped() -> None:
-    cloud, stub, sleeps = _stubbed(max_attempts=10, rng=_MaxRng())  # type: ignore[arg-type]
-    for _ in range(9):
-        stub.add_client_error("describe_instances", service_error_code="Throttling", http_status_code=400)
-    stub.add_response("describe_instances", EMPTY)
-    with stub:
-        assert cloud.list_managed() == []  # the 10th attempt succeeds
-    assert len(sleeps) == 9
-    assert sleeps == [min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** a) for a in range(9)]
-    assert sleeps[:7] == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8] and sleeps[7:] == [20.0, 20.0]
+    cloud = Ec2Cloud("alpha", "us-east-1", LaunchSpec(ami_id="ami-1"), client=client)
+    return cloud, Stubber(client)
 
 
 def test_error_mapping() -> None:
-    cloud, stub, sleeps = _stubbed()
+    cloud, stub = _stubbed()
     stub.add_response("describe_instances", EMPTY)  # the intent lookup before launching
     stub.add_client_error("run_instances", service_error_code="InsufficientInstanceCapacity", http_status_code=500)
     stub.add_response("describe_instances", EMPTY)
@@ -81,7 +51,13 @@ def test_error_mapping() -> None:
             cloud.list_managed()
         with pytest.raises(CloudConfigError, match="InvalidParameterValue"):
             cloud.list_managed()
-    assert sleeps == []  # none of these is retried
+        stub.add_client_error("describe_instances", service_error_code="RequestLimitExceeded", http_status_code=503)
+        with pytest.raises(Throttled, match=r"^describe_instances: throttled by EC2 \(RequestLimitExceeded\)$"):
+            cloud.list_managed()
+        stub.add_client_error("describe_instances", service_error_code="InternalError", http_status_code=500)
+        with pytest.raises(CloudError, match="^describe_instances: InternalError: InternalError$"):
+            cloud.list_managed()
+        stub.assert_no_pending_responses()
 
 
 def _actuator(fake: FakeCloud, clock: Clock, tmp_path, budget: float = 2.0) -> FleetActuator:
