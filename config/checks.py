@@ -129,6 +129,11 @@ def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str =
     if stored is not None:
         table = table.merged(stored)
     out = pipeline_qos_warnings(cfg)
+    d = cfg.dispatcher
+    if not d.token_parameter and (d.cluster_token or d.cluster_token_file or not is_loopback(d.listen)):
+        out.append("dispatcher.token_parameter: empty, so the cluster token goes into launched workers' user data, "
+                   "readable by anyone allowed ec2:DescribeInstanceAttribute and by every process on the instance; "
+                   "keep it in SSM (the default /costscale/{cluster}/cluster-token)")
     for m in cfg.models:
         if m.family:      # its latencies are its family CSV's (load_config checked it is there)
             continue

@@ -147,6 +147,10 @@ class DispatcherSpec(_Strict):
     worker_port: Annotated[int, Field(ge=1, le=65535)] = 50052
     cluster_token: str | None = Field(None, description="shared secret workers present when they register")
     cluster_token_file: str | None = None
+    token_parameter: str | None = Field(
+        "/costscale/{cluster}/cluster-token", description="SSM SecureString parameter holding the cluster token: "
+        "launched workers read it with their instance profile (user data names it; rotate by overwriting it); "
+        "'' or null: the token goes into user data (readable with ec2:DescribeInstanceAttribute)")
     tls: TlsSpec | None = Field(None, description="TLS on this port (config.security); client_ca_file: mutual TLS")
     auth_token_file: str | None = Field(
         None, description="clients of Inference and OIP send this file's token as 'authorization: Bearer <token>'")
@@ -162,7 +166,6 @@ class DispatcherSpec(_Strict):
     def _blank_is_none(cls, v: str | None) -> str | None:
         """A blank inline token is no token (beyond loopback one is then generated), never "" to compare."""
         return (v or "").strip() or None
-
 
     def token(self) -> str | None:
         """The cluster token (from cluster_token_file when given); None when unset. An empty or

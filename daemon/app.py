@@ -1,18 +1,16 @@
 """The costscale daemon process: the dispatcher (query loop), the model loop and the fleet loop.
-
-I/O lives here and in the adapters; every decision is a pure function from scaler/, dispatcher/
-and variants/ (DESIGN "How the code is shaped"). Loops are APScheduler 3.x jobs on the asyncio
-event loop; boto3 calls run in worker threads so the query path never waits on EC2.
-"""
+I/O lives here and in the adapters; every decision is a pure function from scaler/, dispatcher/ and
+variants/ (DESIGN "How the code is shaped"). Loops are APScheduler 3.x jobs on the asyncio event
+loop; boto3 calls run in worker threads so the query path never waits on EC2."""
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 import logging
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Awaitable, Callable
+from collections import deque
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -153,6 +151,8 @@ class Daemon:
         self.dispatcher = Dispatcher(cfg, self.predictor, registry=self.registry, models_dir=models_dir(cfg))
         self.model_loop = ModelLoop(self.dispatcher, self.profiles, self.model_params, on_vm=self._on_vm)
         self.model_loop.interval_s = cfg.intervals.model_s
+        if self.aws is not None:   # the cluster token its SSM parameter holds, read again every minute
+            self.aws.attach(self.dispatcher)
         try:
             self.port = await self.dispatcher.start(self._listen or cfg.dispatcher.listen)
         except UsageError:   # no client authentication beyond loopback, an unreadable certificate or token
@@ -415,8 +415,8 @@ class Daemon:
                 st = self.status
                 serves = fleet_step.worker_models(self.cfg, instances, st.plan, st.target, st.demand,
                                                   self.dispatcher.serves, self._park_state.parked)
-                pins = self.model_loop.pipelines.pins_for(serves) if self.model_loop is not None else {}
-                self.dispatcher.set_assignment({**serves, **pins})   # a pipeline round's moves hold
+                self.dispatcher.set_assignment({**serves, **self.model_loop.pipelines.pins_for(serves)}
+                                               if self.model_loop is not None else serves)   # pipeline rounds' moves hold
         if self._on_fleet_change is not None:
             await self._on_fleet_change(instances)
 

@@ -9,9 +9,13 @@ that the lease fences (what ``Daemon.start`` builds when no cloud is handed to i
    (``scaler.cluster_lease``; another live holder → ``LeaseHeld``, one line, exit 1), then
    ``Ec2Cloud`` wrapped in ``FencedCloud``. All before reconciliation, which would adopt the
    other daemon's instances.
+   With a cluster token and ``dispatcher.token_parameter`` (the default), the token goes into that
+   SSM SecureString parameter (the parameter's value wins when it exists) and user data names the
+   parameter, never the token (``scaler.token_parameter``, issue #27).
 3. ``schedule()``: renewal every ttl/3 (an APScheduler job like the loops); a renewal that finds
    the lease lost has the fence refuse every launch and terminate from then on, logs one line
-   and stops the daemon.
+   and stops the daemon. The token parameter is read again every minute: a rotated token reaches
+   the dispatcher (``attach``) without a restart.
 4. ``left_running()``: with the lease lost, ``on_shutdown: terminate`` does not try (the fence
    would refuse): one line says which instances are left running and that the new holder owns them.
 5. ``close()`` (the end of ``Daemon.stop``): gives the lease back, or raises ``LeaseLost`` so that
@@ -38,6 +42,8 @@ from scaler.ec2 import Ec2Cloud
 from scaler.lease import Claimant, LeaseLost, holder_text, renew_interval_s, utc
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
 from scaler.region_prices import RegionPrices, cache_path_for, regional_config
+from scaler.token_parameter import TokenParameter, make_ssm_client, parameter_name
+from dispatcher.auth import TOKEN_GRACE_S, TOKEN_REFRESH_S
 
 log = logging.getLogger("costscale")
 
@@ -67,13 +73,17 @@ class AwsWiring:
     """Prices, lease and fenced EC2 provider of one daemon."""
 
     def __init__(self, cfg: Config, listen: str | None, *, prices: RegionPrices | None = None,
-                 dynamodb: Any = None) -> None:
+                 dynamodb: Any = None, ssm: Any = None) -> None:
         self.cfg = cfg
         self.listen = listen
         emulated = cfg.aws.endpoint_url is not None      # no Pricing API there: the table's prices
         self.prices = prices or (None if emulated else RegionPrices(cfg.region, cache_path_for(cfg.state_path)))
         self._dynamodb = dynamodb
+        self._ssm = ssm
         self.lease: ClusterLease | None = None
+        self.token: str | None = None                       # the cluster token, as its parameter holds it
+        self.token_parameter: TokenParameter | None = None
+        self._dispatcher: Any = None
 
     def priced(self, cfg: Config, fetch: bool = True, also: Sequence[str] = (), check: bool = True) -> Config:
         """``cfg`` with its region's prices (``fetch`` False: the cache only, as on a reload;
@@ -92,6 +102,9 @@ class AwsWiring:
     def open(self) -> CloudProvider:
         """Take the cluster's lease, then the EC2 provider fenced by it (blocking: run in a thread)."""
         cfg = self.cfg
+        token = cfg.dispatcher.token()
+        if token and cfg.dispatcher.token_parameter:       # user data names the parameter, never the token
+            self._publish_token(token)                     # (refused: one line, before the lease is taken)
         name = cfg.lease.table
         client = self._dynamodb or make_dynamodb_client(cfg.region, cfg.aws.endpoint_url)
         table = DynamoLeaseTable(name, client)
@@ -109,10 +122,46 @@ class AwsWiring:
         self.lease = lease
         advertise = cfg.dispatcher.advertise or (self.listen or cfg.dispatcher.listen)
         ec2 = Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,
-                       max_attempts=cfg.aws.max_attempts, dispatcher=advertise, cluster_token=cfg.dispatcher.token(),
+                       max_attempts=cfg.aws.max_attempts, dispatcher=advertise,
+                       cluster_token=None if self.token_parameter else token,
+                       token_parameter=self.token_parameter.name if self.token_parameter else None,
                        models=[(m.name, m.onnx) for m in cfg.models], worker_port=cfg.dispatcher.worker_port,
                        worker_flags=worker_tls_flags(cfg.dispatcher.tls, cfg.dispatcher.worker_tls))
         return FencedCloud(ec2, lease)
+
+    def _publish_token(self, token: str) -> None:
+        """The cluster token into its SSM parameter (issue #27; the parameter's value wins when it
+        exists: it may have been rotated), or one line naming the permission."""
+        cfg = self.cfg
+        name = parameter_name(cfg.dispatcher.token_parameter or "", cfg.cluster)
+        param = TokenParameter(self._ssm or make_ssm_client(cfg.region, cfg.aws.endpoint_url), name)
+        try:
+            self.token = param.publish(token)
+        except CloudError as exc:
+            raise aws_error("SSM", cfg, exc, f"ssm:GetParameter and ssm:PutParameter on {name} (or set "
+                                             "dispatcher.token_parameter: '' to put the token in user data)") from None
+        self.token_parameter = param
+        log.info("cluster %s: workers read the cluster token from SSM parameter %s", cfg.cluster, name)
+
+    def attach(self, dispatcher: Any) -> None:
+        """The dispatcher whose cluster token follows the parameter: set now, read again every
+        :data:`dispatcher.auth.TOKEN_REFRESH_S` (:meth:`schedule`)."""
+        self._dispatcher = dispatcher
+        if self.token is not None:
+            dispatcher.set_cluster_token(self.token)
+
+    async def _refresh_token(self) -> None:
+        param, d = self.token_parameter, self._dispatcher
+        if param is None or d is None:
+            return
+        try:
+            value = await asyncio.to_thread(param.read)
+        except CloudError as exc:
+            log.warning("cluster token parameter %s not read (%s): keeping the token held", param.name, exc)
+            return
+        if value and d.set_cluster_token(value):
+            log.info("cluster token rotated in %s: registering and calling workers with the new one (the old one "
+                     "stays valid for %.0f s)", param.name, TOKEN_GRACE_S)
 
     def schedule(self, scheduler: Any, stop: Callable[[], None]) -> None:
         """Renew the lease every ttl/3; on its loss, one log line and ``stop()`` (from any thread:
@@ -128,6 +177,9 @@ class AwsWiring:
         self.lease.on_lost = lost
         scheduler.add_job(self._renew, "interval", seconds=renew_interval_s(self.lease.ttl_s), max_instances=1,
                           coalesce=True, id="lease")
+        if self.token_parameter is not None:
+            scheduler.add_job(self._refresh_token, "interval", seconds=TOKEN_REFRESH_S, max_instances=1, coalesce=True,
+                              id="token")
 
     def left_running(self, instances: Sequence[ManagedInstance]) -> str | None:
         """With the lease lost, the one line ``on_shutdown: terminate`` logs instead of terminating

@@ -337,7 +337,7 @@ async def run_demo(duration: float = 60.0, rate1: float = 12.0, rate2: float = 3
         daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0")
         await daemon.start()
         target = f"127.0.0.1:{daemon.port}"
-        runner = LocalRunner(target, cfg.dispatcher.cluster_token or "", [(DEMO_MODEL, "builtin:mlp", DEMO_MODEL)],
+        runner = LocalRunner(target, daemon.dispatcher.cluster_token(), [(DEMO_MODEL, "builtin:mlp", DEMO_MODEL)],
                              profiles_csv=cfg.profiles)
         holder["runner"] = runner
         await daemon.fleet_tick("start")

@@ -136,6 +136,6 @@ async def start_with_local_workers(cfg: "Config", models: list[tuple[str, str, s
 
     daemon = Daemon(cfg, None, on_fleet_change=follow, listen="127.0.0.1:0", **daemon_kw)  # type: ignore[arg-type]
     await daemon.start()
-    holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "", models,
+    holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.dispatcher.cluster_token(), models,
                               profiles_csv=profiles_csv)
     return daemon, holder["r"]

@@ -48,7 +48,7 @@ async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
         await daemon.stop(grace=0.0)   # close what started (the listening port) before the one-line error
         raise
     if local_workers:
-        runner = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.cfg.dispatcher.token() or "",
+        runner = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.dispatcher.cluster_token(),
                              [(m.name, m.onnx, m.profile_name) for m in cfg.models], profiles_csv=cfg.profiles)
         log.info("EC2 is an emulator on this host (%s): local worker processes serve its instances",
                  cfg.aws.endpoint_url)

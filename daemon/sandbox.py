@@ -74,7 +74,7 @@ async def run_sandbox(budget: float = 2.5, listen: str = "127.0.0.1:50051", metr
             print(f"costscale demo --serve: {exc}", file=sys.stderr)
             return 1
         api = f"{listen.rpartition(':')[0]}:{daemon.port}"
-        runner = holder["runner"] = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
+        runner = holder["runner"] = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.dispatcher.cluster_token(),
                                                 [(DEMO_MODEL, "builtin:mlp", DEMO_MODEL)], profiles_csv=cfg.profiles)
         await daemon.fleet_tick("start")
         start = time.monotonic()

@@ -41,7 +41,7 @@ from config.catalog import InstanceType
 from config.errors import ConfigError
 from config.schema import Config
 from config.security import client_auth_missing, read_token
-from dispatcher.auth import BearerTokenInterceptor
+from dispatcher.auth import BearerTokenInterceptor, TokenRing
 from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity, dispatcher_server_credentials
 from dispatcher.accuracy_routing import AccuracyRouting
 from dispatcher.admission import SC, Admission
@@ -125,7 +125,8 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         self.outcomes = OutcomeLedger(clock())
         self.status_source: Callable[[], FleetFacts] | None = None
         # lifecycle
-        self._token: str | None = None
+        #: the cluster token workers register with and are called with (a ring: it may rotate)
+        self._token: TokenRing | None = None
         #: how worker channels are dialled (dispatcher.worker_tls), read at start
         self.worker_security: WorkerChannelSecurity = PLAINTEXT
         self._server: grpc.aio.Server | None = None
@@ -161,6 +162,22 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
     def _read_token(self) -> str | None:
         return self.cfg.dispatcher.token()
 
+    def cluster_token(self) -> str:
+        """The token a worker registers with now ("" when there is none): what a local worker
+        standing for an instance reads (a launched one reads it from the token's parameter)."""
+        return self._token.outbound() if self._token is not None else (self._read_token() or "")
+
+    def set_cluster_token(self, token: str) -> bool:
+        """The cluster token as its parameter holds it now (read at start and every minute): a new
+        one is used from now on, the one before still accepted for a grace period
+        (:class:`dispatcher.auth.TokenRing`); True when it changed. Never logged."""
+        if not token:
+            return False
+        if self._token is None:          # before start (the daemon read the parameter first), or none configured
+            self._token = TokenRing(token)
+            return True
+        return self._token.set(token)
+
     # -- lifecycle ---------------------------------------------------------------------------------
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """Client authentication by bearer token (``dispatcher.auth_token_file``) on the Inference and
@@ -183,7 +200,9 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         interceptors = self._interceptors()
         self.worker_security = WorkerChannelSecurity.from_spec(spec.worker_tls)
         self._loop = asyncio.get_running_loop()
-        self._token = self._read_token()
+        if self._token is None:         # a token read from its parameter before start is kept
+            token = self._read_token()
+            self._token = TokenRing(token) if token else None
         limit = self.cfg.dispatcher.max_payload_bytes + 1024 * 1024
         server = grpc.aio.server(interceptors=interceptors, options=[("grpc.max_receive_message_length", limit),
                                           ("grpc.max_send_message_length", 64 * 1024 * 1024),

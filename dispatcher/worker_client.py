@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from dispatcher.auth import bearer_metadata
+from dispatcher.auth import TokenRing, as_ring, bearer_metadata
 from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
@@ -35,7 +35,8 @@ class WorkerClient:
     credentials (``dispatcher.worker_tls``), and the cluster token, when there is one, as a bearer
     token on every call (a worker started with a token refuses calls without it)."""
 
-    def __init__(self, address: str, security: WorkerChannelSecurity = PLAINTEXT, token: str | None = None) -> None:
+    def __init__(self, address: str, security: WorkerChannelSecurity = PLAINTEXT,
+                 token: "str | TokenRing | None" = None) -> None:
         self.address = address
         options = _OPTIONS + list(security.options())
         if security.credentials is not None:
@@ -43,8 +44,12 @@ class WorkerClient:
         else:
             self._channel = grpc.aio.insecure_channel(address, options=options)
         self._stub = pbg.WorkerStub(self._channel)
-        self._metadata = bearer_metadata(token) if token else None
+        self._ring = as_ring(token) if token else None      # the cluster token as it rotates
         self.closed = False
+
+    @property
+    def _metadata(self) -> tuple[tuple[str, str], ...] | None:
+        return bearer_metadata(self._ring.outbound()) if self._ring is not None else None
 
     async def infer(self, request: pb.InferRequest, timeout: float) -> pb.InferReply:
         return await self._stub.Infer(request, timeout=max(timeout, 0.001), metadata=self._metadata)

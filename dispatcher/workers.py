@@ -30,7 +30,6 @@ from typing import Iterable, Mapping
 
 from config.hostport import split_hostport
 from dispatcher import modelless as ml
-from dispatcher.auth import token_matches
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.worker_client import WorkerClient
 from scaler.cloud import ManagedInstance
@@ -186,7 +185,7 @@ class WorkerRegistry:
         self._kick()
 
     def register(self, req: pb.RegisterWorkerRequest) -> pb.RegisterWorkerReply:
-        if self._token is not None and not token_matches(req.token, self._token):
+        if self._token is not None and not self._token.accepts(req.token):
             return pb.RegisterWorkerReply(accepted=False, message="bad cluster token")
         want = self._allowed.get(req.instance_id)
         if want is None:

@@ -62,13 +62,16 @@ NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
 
 def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
                     cluster_token: str | None = None, models: Sequence[tuple[str, str]] = (),
-                    worker_port: int = 50052, worker_flags: Sequence[str] = ()) -> str:
+                    worker_port: int = 50052, worker_flags: Sequence[str] = (),
+                    token_parameter: str | None = None) -> str:
     """The worker's cloud-init script: the user's extra lines, then ``costscale worker``
     (with ``worker_flags``: the TLS files, :func:`config.security.worker_tls_flags`).
 
     The instance learns its own id, type and private address from the instance metadata service
     (IMDSv2, token-based) and registers with the dispatcher under them; the dispatcher accepts only
-    instances the daemon launched. ``models`` are (name, ONNX spec) pairs to serve."""
+    instances the daemon launched. ``models`` are (name, ONNX spec) pairs to serve. The cluster
+    token: with ``token_parameter`` only that SSM parameter's name (the worker reads it with its
+    instance profile, :mod:`scaler.token_parameter`); else ``cluster_token`` itself."""
     lines = ["#!/bin/bash", "set -euo pipefail"]
     if extra:
         body = extra[len("#!/bin/bash"):] if extra.startswith("#!/bin/bash") else extra
@@ -82,7 +85,10 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
         "COSTSCALE_ADDRESS=$(md local-ipv4)",
         f"export COSTSCALE_CLUSTER={shlex.quote(cluster)}",
     ]
-    if cluster_token:
+    if token_parameter:    # the worker reads the token with its instance profile; none is written here
+        lines.append("export AWS_DEFAULT_REGION=$(md placement/region)")
+        lines.append(f"export COSTSCALE_TOKEN_PARAMETER={shlex.quote(token_parameter)}")
+    elif cluster_token:
         lines.append(f"export COSTSCALE_CLUSTER_TOKEN={shlex.quote(cluster_token)}")
     cmd = f"exec costscale worker --listen 0.0.0.0:{int(worker_port)} --advertise \"$COSTSCALE_ADDRESS:{int(worker_port)}\""
     for name, spec in models:
@@ -141,6 +147,7 @@ class Ec2Cloud:
         models: Sequence[tuple[str, str]] = (),
         worker_port: int = 50052,
         worker_flags: Sequence[str] = (),
+        token_parameter: str | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -150,6 +157,7 @@ class Ec2Cloud:
         self.client = client if client is not None else make_ec2_client(region, endpoint_url, max_attempts)
         self.dispatcher = dispatcher
         self.cluster_token = cluster_token
+        self.token_parameter = token_parameter      # when set, user data names it instead of the token
         self.models = tuple(models)
         self.worker_port = worker_port
         self.worker_flags = tuple(worker_flags)
@@ -215,7 +223,8 @@ class Ec2Cloud:
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
                                   {"ResourceType": "volume", "Tags": tag_list}],
             "UserData": build_user_data(self.cluster, self.dispatcher, getattr(spec, "user_data", None),
-                                        self.cluster_token, self.models, self.worker_port, self.worker_flags),
+                                        self.cluster_token, self.models, self.worker_port, self.worker_flags,
+                                        self.token_parameter),
         }
         if getattr(spec, "ami_id", None):
             kw["ImageId"] = spec.ami_id

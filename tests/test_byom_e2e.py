@@ -94,7 +94,7 @@ async def _scenario(cfg: Config, onnx_path: Path, ec2) -> None:  # noqa: ANN001
 
     daemon = Daemon(cfg, None, cloud=cloud, on_fleet_change=on_fleet_change, listen="127.0.0.1:0")
     await daemon.start()
-    holder["r"] = runner = LocalRunner(f"127.0.0.1:{daemon.port}", "t0ken", [(MODEL, str(onnx_path), MODEL)])
+    holder["r"] = runner = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.dispatcher.cluster_token(), [(MODEL, str(onnx_path), MODEL)])
     try:
         prof = daemon.profiling
         assert prof is not None and prof._task is not None

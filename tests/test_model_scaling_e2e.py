@@ -93,7 +93,7 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
     daemon = Daemon(cfg, None, on_fleet_change=on_fleet_change, listen="127.0.0.1:0", model_params=params,
                     generate_variants=True)
     await daemon.start()
-    runner = LocalRunner(f"127.0.0.1:{daemon.port}", cfg.dispatcher.cluster_token or "",
+    runner = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.dispatcher.cluster_token(),
                          [("rm2", "builtin:mlp", "rm2")], profiles_csv=cfg.profiles)
     holder["r"] = runner
     try:

@@ -34,7 +34,7 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from config.hostport import split_hostport
-from dispatcher.auth import BearerTokenInterceptor
+from dispatcher.auth import TOKEN_REFRESH_S, BearerTokenInterceptor, TokenRing
 from dispatcher.credentials import channel_credentials, server_credentials
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from config.files import write_atomic
@@ -47,6 +47,7 @@ from config.emulation import padding_ms
 from variants.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
 from variants.onnx_executor import OnnxExecutor
 from worker.padding import own_profiles, padding_profile, padding_table, type_factor_fn
+from worker.token import TokenKeeper
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,9 @@ class WorkerOptions:
     models: dict[str, str] = field(default_factory=lambda: {"mlp": "builtin:mlp"})  # name -> spec
     dispatcher: str | None = None
     token: str = ""
+    #: reads the cluster token again (its SSM parameter, ``--token-parameter``): rotation without a restart
+    token_fetch: Callable[[], str | None] | None = None
+    token_refresh_s: float = TOKEN_REFRESH_S
     advertise: str | None = None            # address given to the dispatcher (default: the bound one)
     providers: list[str] | None = None      # None: auto (CUDA first on GPU types, CPU otherwise)
     emulate_profile: str | None = None      # model name in the profile CSV to pad to
@@ -146,6 +150,9 @@ class WorkerServer(pbg.WorkerServicer):
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._dispatcher_creds: grpc.ChannelCredentials | None = None   # read once, on first use
+        self._ring: TokenRing | None = None                  # the cluster token (rotating: worker.token)
+        self._keeper: TokenKeeper | None = None
+        self._keeper_task: asyncio.Task[None] | None = None
         self.port: int | None = None
         self.served = 0
         self.in_flight = 0
@@ -196,7 +203,11 @@ class WorkerServer(pbg.WorkerServicer):
             await asyncio.to_thread(self._load, name, name, path)
         # with a cluster token, the Worker service answers only the dispatcher, which sends it as a
         # bearer token (dispatcher.worker_client); health checks stay open
-        interceptors = [BearerTokenInterceptor(self.opts.token, (WORKER_SERVICE,))] if self.opts.token else []
+        self._ring = TokenRing(self.opts.token) if self.opts.token else None
+        if self._ring is not None and self.opts.token_fetch is not None:
+            self._keeper = TokenKeeper(self._ring, self.opts.token_fetch, self.opts.token_refresh_s)
+            self._keeper_task = asyncio.get_running_loop().create_task(self._keeper.run())
+        interceptors = [BearerTokenInterceptor(self._ring, (WORKER_SERVICE,))] if self._ring is not None else []
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -228,6 +239,8 @@ class WorkerServer(pbg.WorkerServicer):
         return port
 
     async def stop_async(self, grace: float | None = 1.0) -> None:
+        if self._keeper_task is not None:
+            self._keeper_task.cancel()
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self._server is not None:
@@ -285,8 +298,11 @@ class WorkerServer(pbg.WorkerServicer):
             address=self.advertised_address(), token=self.opts.token,
             providers=self.executor.providers, executor=self.executor.kind)
         delay, attempt = self.opts.register_backoff_s, 0
+        rotating_until = time.monotonic() + 2 * TOKEN_REFRESH_S    # a dispatcher may read a rotated token later
         while True:
             attempt += 1
+            if self._ring is not None:
+                req.token = self._ring.outbound()
             try:
                 async with self._dispatcher_channel() as ch:
                     reply = await pbg.ControlStub(ch).RegisterWorker(req, timeout=5.0)
@@ -298,6 +314,12 @@ class WorkerServer(pbg.WorkerServicer):
                                              f"attempt(s): {exc.code().name}") from None
                 log.warning("registering with %s failed (%s); retrying in %.1f s",
                             self.opts.dispatcher, exc.code().name, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            if not reply.accepted and reply.message == "bad cluster token" and self._keeper is not None \
+                    and time.monotonic() < rotating_until:     # rotated: one side has not read it yet
+                await self._keeper.refresh()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
                 continue

@@ -63,9 +63,10 @@ async def profile_on_fleet(cfg: Config, specs: Sequence[ModelSpec], srcs: dict[s
         cfg = await asyncio.to_thread(wiring.priced, cfg)
         cloud = await asyncio.to_thread(wiring.open)
         dispatcher = Dispatcher(cfg, LatencyModel(), registry=registry)
+        wiring.attach(dispatcher)                 # the token its SSM parameter holds (issue #27)
         port = await dispatcher.start(cfg.dispatcher.listen)
         if on_this_host(cfg):   # an emulator on this host: probes' workers run here
-            runner = LocalRunner(f"127.0.0.1:{port}", cfg.dispatcher.token() or "",
+            runner = LocalRunner(f"127.0.0.1:{port}", dispatcher.cluster_token(),
                                  [(m.name, str(srcs.get(m.name, m.onnx)), m.profile_name) for m in cfg.models],
                                  profiles_csv=cfg.profiles)
         renewal = asyncio.create_task(_keep_lease(wiring))

@@ -3,7 +3,9 @@
 Prints ``listening HOST:PORT`` as the first stdout line once bound (``--listen 127.0.0.1:0`` picks a
 free port; the demo parses the line). SIGTERM/SIGINT stop it gracefully. The instance id and type
 come from flags or COSTSCALE_INSTANCE_ID / COSTSCALE_INSTANCE_TYPE (EC2 instance metadata is not
-read); the cluster token from --token, --token-file or COSTSCALE_CLUSTER_TOKEN. Bad flags raise
+read); the cluster token from --token, --token-file or COSTSCALE_CLUSTER_TOKEN, or read from the SSM
+parameter --token-parameter / COSTSCALE_TOKEN_PARAMETER names (what launched workers get: user data
+names the parameter, never the token; read again every minute, issue #27). Bad flags raise
 UsageError (one line, exit 2); a refused registration exits 1.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from config.hostport import split_hostport
 from config.errors import UsageError
@@ -36,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tok = p.add_mutually_exclusive_group()
     tok.add_argument("--token", help="cluster token presented when registering [$COSTSCALE_CLUSTER_TOKEN]")
     tok.add_argument("--token-file", metavar="F", help="file holding the cluster token")
+    tok.add_argument("--token-parameter", metavar="NAME",
+                     help="SSM parameter holding the cluster token, read with this instance's profile at start and "
+                          "every minute (rotation without a restart) [$COSTSCALE_TOKEN_PARAMETER]")
     p.add_argument("--instance-id", default=None, help="this instance's id [$COSTSCALE_INSTANCE_ID]")
     p.add_argument("--instance-type", default=None, help="this instance's EC2 type [$COSTSCALE_INSTANCE_TYPE]")
     p.add_argument("--model", action="append", default=[], metavar="NAME=SPEC",
@@ -85,6 +90,27 @@ def _hostport(flag: str, value: str) -> str:
     return value
 
 
+def _token_from_parameter(name: str) -> tuple[str, Callable[[], str | None]]:
+    """The cluster token read from SSM parameter ``name`` (region: $AWS_REGION or $AWS_DEFAULT_REGION,
+    which the launch's user data sets from the instance metadata), and the read to repeat. One line
+    (UsageError, exit 2) when it cannot be read: no region, refused access, no such parameter."""
+    from scaler.cloud import CloudError
+    from scaler.token_parameter import TokenParameter, make_ssm_client
+
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise UsageError("--token-parameter: no region (set AWS_REGION or AWS_DEFAULT_REGION)")
+    param = TokenParameter(make_ssm_client(region), name)
+    try:
+        value = param.read()
+    except CloudError as exc:
+        raise UsageError(f"--token-parameter: {exc}; the instance profile needs ssm:GetParameter on it "
+                         "(and kms:Decrypt with a customer-managed key)") from None
+    if not value:
+        raise UsageError(f"--token-parameter: SSM parameter {name} does not exist in {region}")
+    return value, param.read
+
+
 def build_options(args: argparse.Namespace) -> "WorkerOptions":
     """Check the flags and build WorkerOptions (every problem is a UsageError)."""
     from worker.server import WorkerOptions, default_cache_dir
@@ -95,6 +121,11 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
     token = args.token or os.environ.get("COSTSCALE_CLUSTER_TOKEN", "")
     if args.token_file:
         token = read_token(args.token_file, "--token-file")     # ConfigError: one line, exit 2
+    parameter = None if (args.token or args.token_file) else (args.token_parameter
+                                                              or os.environ.get("COSTSCALE_TOKEN_PARAMETER"))
+    fetch = None
+    if parameter:
+        token, fetch = _token_from_parameter(parameter)
     instance_id = args.instance_id or os.environ.get("COSTSCALE_INSTANCE_ID")
     if not instance_id:
         raise UsageError("--instance-id: missing (give the flag or set COSTSCALE_INSTANCE_ID)")
@@ -128,7 +159,8 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
         raise UsageError("--register-attempts: must be >= 1")
     return WorkerOptions(
         instance_id=instance_id, instance_type=instance_type, listen=listen,
-        models=models or {"mlp": "builtin:mlp"}, dispatcher=dispatcher, token=token, advertise=advertise,
+        models=models or {"mlp": "builtin:mlp"}, dispatcher=dispatcher, token=token, token_fetch=fetch,
+        advertise=advertise,
         providers=providers, emulate_profile=args.emulate_profile, model_profiles=model_profiles,
         profiles_path=Path(args.profiles) if args.profiles else None,
         cache_dir=Path(args.cache_dir) if args.cache_dir else default_cache_dir(),
