@@ -308,6 +308,12 @@ def _keep_current(ranking: Ranking, current: Mapping[str, int], need: float, max
     return None
 
 
+def no_pool_fits(inputs: PlanInputs) -> PlanError:
+    cheapest = min(inputs.prices[t] for t in inputs.allowed)
+    return PlanError(f"no pool fits the budget {inputs.budget_per_hour:g} $/hr (cheapest allowed type "
+                     f"{cheapest:g} $/hr; per-type minimums included)")
+
+
 def choose_pool(
     inputs: PlanInputs,
     objective: Objective = "max_throughput",
@@ -354,9 +360,7 @@ def choose_pool(
                                    max_checks, current, keep_within)
     ba, ranking = rank_inputs(inputs)
     if len(ranking) == 0:
-        cheapest = min(inputs.prices[t] for t in inputs.allowed)
-        raise PlanError(f"no pool fits the budget {inputs.budget_per_hour:g} $/hr (cheapest allowed type "
-                        f"{cheapest:g} $/hr; per-type minimums included)")
+        raise no_pool_fits(inputs)
     demand_unmet = False
     if objective == "max_throughput":
         idx, rule = similarity_pick(ranking.counts, ranking.types.index(ba.base_type))

@@ -22,7 +22,7 @@ from typing import Mapping
 import numpy as np
 
 from scaler.base_aux import BaseAux
-from scaler.plan import SIMILARITY_TOP, Meets, Objective, Plan, PlanInputs, similarity_pick
+from scaler.plan import SIMILARITY_TOP, Meets, Objective, Plan, PlanInputs, no_pool_fits, similarity_pick
 from scaler.pool_search import PoolSpace, Pools, cheapest_pools, in_space, maximal, top_pools
 
 _Row = tuple[np.ndarray, float, float]      # counts over the space's types, $/hr, bound
@@ -93,6 +93,8 @@ def choose_searched(inputs: PlanInputs, ba: BaseAux, space: PoolSpace, n_pools: 
                     demand_qps: float, headroom: float, top_k: int, meets: Meets | None, max_checks: int,
                     current: Mapping[str, int] | None, keep_within: float) -> Plan:
     """:func:`scaler.plan.choose_pool`'s decision over the search (``meets`` already memoised)."""
+    if n_pools == 0:
+        raise no_pool_fits(inputs)
     k = max(int(top_k), 0)
     head = top_pools(space, max(k, SIMILARITY_TOP))
     demand_unmet = False

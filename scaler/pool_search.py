@@ -9,9 +9,9 @@ the cheapest pools whose bound covers a demand, and how many pools there are.
 
 **The bound is not monotone in the counts.** Adding one instance of an auxiliary type whose
 QoS region is larger than that of every auxiliary type in the pool moves Eq. 15's ``f'`` and the
-region every ``Q_a^i`` is taken over, and can lower the bound (on the shipped profiles: wnd at
-25 ms with the deeprecsys mix, 4 r5n.large + 8 t3.xlarge + 1 g4dn.xlarge bounds less than the
-same pool without the r5n.large; tests/test_pool_search.py shows such cases). Pruning on "the pool
+region every ``Q_a^i`` is taken over, and can lower the bound (on the shipped profiles, wnd at
+25 ms with the deeprecsys mix: 5 g4dn.xlarge + 8 t3.xlarge bound 1764.6 q/s, and 1760.1 with one
+r5n.large more; tests/test_pool_search.py). Pruning on "the pool
 with every free type at its maximum" would therefore be wrong. What holds instead, with ``j`` the
 auxiliary of the largest region present (``j*`` of Eq. 15): the bound is
 
@@ -250,11 +250,12 @@ def _empty_pools(t: int) -> Pools:
 
 def _pass(space: PoolSpace, tau: float, *, lo: np.ndarray | None = None, cap: np.ndarray | None = None,
           cost_cap: float | None = None, beam: int | None = None, positive: bool = False,
-          work_limit: int = WORK_LIMIT) -> Pools:
+          work_limit: int | None = None) -> Pools:
     """Every pool of the space within ``lo <= counts <= cap`` (defaults: the space's), of cost at most
     ``cost_cap``, whose bound is at least ``tau`` (and > 0 if ``positive``), unordered — or with
     ``beam``, some of them (the best ``beam`` partial pools per level)."""
     t = len(space.types)
+    work_limit = WORK_LIMIT if work_limit is None else work_limit
     lo = space.lo.copy() if lo is None else np.maximum(np.asarray(lo, dtype=np.int64), space.lo)
     cap = space.cap.copy() if cap is None else np.minimum(np.asarray(cap, dtype=np.int64), space.cap)
     rx = _relax(space.params)
@@ -443,6 +444,8 @@ def count_pools(space: PoolSpace) -> int:
 def _box(dp: np.ndarray, p: int, lo: int, hi: int) -> np.ndarray:
     """``new[c] = sum_{n=lo..hi} dp[c - n p]`` (counts of pools by cost in grid units)."""
     cells = len(dp)
+    if hi < lo:
+        return np.zeros_like(dp)
     rows = -(-cells // p)
     a = np.zeros(rows * p, dtype=dp.dtype)
     a[:cells] = dp
@@ -459,7 +462,7 @@ def _grid(space: PoolSpace) -> tuple[list[int], int] | None:
     for d in range(7):
         scale = 10.0 ** d
         units = np.round(space.prices * scale)
-        if np.all(np.abs(space.prices * scale - units) <= 1e-6) and units.min() >= 1:
+        if np.all(np.abs(space.prices * scale - units) <= 1e-12 * np.maximum(units, 1.0)) and units.min() >= 1:
             cells = int(np.floor((space.budget + BUDGET_EPS) * scale + 1e-6))
             if cells > _GRID_CELLS:
                 return None
