@@ -3,6 +3,7 @@ not, the pruning bound on a hand-computed case and against every completion, and
 against the enumeration: same pick, rule, top-K, count, for both objectives."""
 from __future__ import annotations
 
+import zlib
 from dataclasses import replace
 
 import numpy as np
@@ -16,9 +17,10 @@ from config.catalog import load_catalog
 from config.profiles import LatencyProfile, load_profiles_csv
 from scaler.base_aux import NoFeasibleBase, PlanError, split_base_aux
 from scaler.batch_mix import BatchMix, mix_from_dist
+from scaler.confirm import confirm_pick
 from scaler.plan import PlanInputs, base_aux_of, choose_pool, pool_space, rank_inputs, undominated
 from scaler.plan_search import undominated_row
-from scaler.upper_bound import enumerate_pools, upper_bounds
+from scaler.upper_bound import enumerate_pools, upper_bound_one, upper_bounds
 
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
 TABLE = load_profiles_csv()
@@ -46,12 +48,12 @@ def real_inputs(model: str, dist: str, budget: float, types: list[str] | None = 
                       prices={t: CATALOG[t].price_per_hour for t in types}, **kw)
 
 
-def searched(inp: PlanInputs, monkeypatch: pytest.MonkeyPatch | None = None, **kw: object) -> plan_mod.Plan:
-    """choose_pool with the search forced (every space is above the threshold)."""
+def searched(inp: PlanInputs, *a: object, decide=choose_pool, **kw: object):  # type: ignore[no-untyped-def]
+    """``decide`` (choose_pool, confirm_pick) with the search forced: every space is above the threshold."""
     old = plan_mod.SEARCH_ABOVE
     plan_mod.SEARCH_ABOVE = -1
     try:
-        return choose_pool(inp, **kw)  # type: ignore[arg-type]
+        return decide(inp, *a, **kw)
     finally:
         plan_mod.SEARCH_ABOVE = old
 
@@ -101,6 +103,22 @@ def test_the_bound_is_monotone_while_the_largest_region_present_stays(model: str
         v2[:, i] += 1
         stay = jstar >= i
         assert np.all(upper_bounds(u, v2, ba.params)[stay] >= b0[stay] - 1e-9 * np.maximum(b0[stay], 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=st.sampled_from(sorted(QOS)), dist=st.sampled_from(["deeprecsys", "gaussian"]), seed=st.integers(0, 2**31 - 1))
+def test_a_pools_bound_is_the_same_float_whatever_shares_the_call(model: str, dist: str, seed: int) -> None:
+    """The search evaluates pools in other batches than the enumeration (one held pool alone, a
+    pass's survivors): upper_bounds gives each row the same bits either way."""
+    ba = base_aux_of(real_inputs(model, dist, 5.0, qos_scale=1.5))
+    rng = np.random.default_rng(seed)
+    u = rng.integers(0, 40, 300)
+    v = rng.integers(0, 40, (300, len(ba.aux))) * (rng.random((300, len(ba.aux))) < 0.5)
+    together = upper_bounds(u, v, ba.params)
+    alone = [upper_bounds(u[i:i + 1], v[i:i + 1], ba.params)[0] for i in range(0, 300, 7)]
+    assert together[::7].tolist() == alone
+    assert together[::7].tolist() == pytest.approx([upper_bound_one(int(u[i]), v[i].tolist(), ba.params)
+                                                    for i in range(0, 300, 7)], rel=1e-12)
 
 
 # --- the pruning bound ---------------------------------------------------------------------------
@@ -241,7 +259,7 @@ def catalogs(draw: st.DrawFn) -> PlanInputs:
 def fake_meets(seed: int):  # type: ignore[no-untyped-def]
     """A deterministic stand-in for the simulation: passes pools by a hash of their counts."""
     def meets(pool: dict[str, int], base: str) -> bool:
-        return (hash((seed, tuple(sorted(pool.items())))) % 3) == 0 or sum(pool.values()) > 6 + seed % 5
+        return zlib.crc32(repr((seed, sorted(pool.items()))).encode()) % 3 == 0 or sum(pool.values()) > 6 + seed % 5
     return meets
 
 
@@ -324,6 +342,25 @@ def test_cheapest_pools_are_the_min_cost_candidates_in_order(inp: PlanInputs, fr
     order = ok[np.lexsort((-ranking.bound[ok], np.round(ranking.cost[ok], 9)))][:k]
     got = ps.cheapest_pools(pool_space(inp, ba), need, k)
     assert np.array_equal(got.counts, ranking.counts[order]) and got.cost.tolist() == ranking.cost[order].tolist()
+
+
+def fake_evaluate(seed: int):  # type: ignore[no-untyped-def]
+    """A deterministic stand-in for the simulator: about the bound's size, scrambled per pool."""
+    def evaluate(pool: dict[str, int]) -> float:
+        return float(sum(pool.values()) * 10 + zlib.crc32(repr((seed, sorted(pool.items()))).encode()) % 37)
+    return evaluate
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inp=catalogs(), evaluations=st.integers(2, 8), seed=st.integers(0, 50))
+def test_confirmation_over_the_search_is_the_one_over_the_ranking(inp: PlanInputs, evaluations: int,
+                                                                  seed: int) -> None:
+    """confirm_pick with its candidates (the homogeneous pool, one more base instance, Kairos+ over
+    the maximal pools in ranking order) from the search evaluates the same pools in the same order
+    and confirms the same plan as from the ranked list."""
+    want = outcome(confirm_pick, inp, fake_evaluate(seed), evaluations, exhaustive=True)
+    got = outcome(searched, inp, fake_evaluate(seed), evaluations, decide=confirm_pick)
+    assert got == want
 
 
 # --- at fleet scale ------------------------------------------------------------------------------
