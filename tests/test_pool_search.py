@@ -15,7 +15,7 @@ import scaler.plan as plan_mod
 import scaler.pool_search as ps
 from config.catalog import load_catalog
 from config.profiles import LatencyProfile, load_profiles_csv
-from scaler.base_aux import NoFeasibleBase, PlanError, split_base_aux
+from scaler.base_aux import NoFeasibleBase, PlanError
 from scaler.batch_mix import BatchMix, mix_from_dist
 from scaler.confirm import confirm_pick
 from scaler.plan import PlanInputs, base_aux_of, choose_pool, pool_space, rank_inputs, undominated
