@@ -34,8 +34,8 @@ import numpy as np
 
 from scaler import plan as _plan
 from scaler.plan import Plan, PlanInputs, base_aux_of, choose_pool, maximal_pools, pool_space, rank_inputs
-from scaler.pool_search import PoolSpace, count_pools, in_space, top_pools
-from scaler.upper_bound import BUDGET_EPS, Ranking
+from scaler.pool_search import PoolSpace, SearchTooLarge, count_pools, in_space, top_pools
+from scaler.upper_bound import BUDGET_EPS, DEFAULT_POOL_LIMIT, Ranking
 
 Evaluate = Callable[[dict[str, int]], float]
 #: evaluations a confirmation may spend by default (pick, homogeneous, one more base, Kairos+)
@@ -158,11 +158,22 @@ def confirm_pick(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = 
     (unless ``exhaustive``) from the pool search: the same candidates in the same order."""
     if max_evaluations < 2:
         raise ValueError("max_evaluations must be >= 2 (the pick and the homogeneous pool)")
-    plan = choose_pool(inputs, "max_throughput", top_k=top_k, exhaustive=exhaustive)
     ba = base_aux_of(inputs)
     space = pool_space(inputs, ba)
-    src: _Ranked | _Searched = (_Ranked(inputs) if exhaustive or count_pools(space) <= _plan.SEARCH_ABOVE
-                                else _Searched(space))
+    n_pools = count_pools(space)
+    if not exhaustive and n_pools > _plan.SEARCH_ABOVE:
+        try:
+            return _confirm(inputs, evaluate, max_evaluations, top_k, False, _Searched(space), ba.base_type)
+        except SearchTooLarge:
+            if n_pools > DEFAULT_POOL_LIMIT:
+                raise
+    return _confirm(inputs, evaluate, max_evaluations, top_k, True, None, ba.base_type)
+
+
+def _confirm(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int, top_k: int, exhaustive: bool,
+             searched: "_Searched | None", base_type: str) -> Confirmation:
+    plan = choose_pool(inputs, "max_throughput", top_k=top_k, exhaustive=exhaustive)
+    src: _Ranked | _Searched = searched if searched is not None else _Ranked(inputs)
     types = inputs.allowed
     measured: dict[Key, float] = {}
     order: list[Key] = []
@@ -175,10 +186,10 @@ def confirm_pick(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = 
 
     pick = tuple(plan.chosen.get(t, 0) for t in types)
     measure(pick)
-    homo = src.homogeneous(ba.base_type)
+    homo = src.homogeneous(base_type)
     if homo is not None:
         measure(homo)
-    more = src.more_base(ba.base_type, pick)
+    more = src.more_base(base_type, pick)
     if more is not None and len(measured) < max_evaluations:
         measure(more)
     # Kairos+ (Algorithm 1) over the maximal pools: none is a sub-pool of another, so only the

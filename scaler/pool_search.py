@@ -240,8 +240,8 @@ def _order(space: PoolSpace) -> list[int]:
     return [space.base_col] + rest
 
 
-class _TooLarge(PlanError):
-    """A pass went past its work limit."""
+class SearchTooLarge(PlanError):
+    """A search pass went past its work limit (one line: set per-type max counts)."""
 
 
 def _empty_pools(t: int) -> Pools:
@@ -277,7 +277,7 @@ def _pass(space: PoolSpace, tau: float, *, lo: np.ndarray | None = None, cap: np
         width = np.maximum(top.astype(np.int64) - lo[col] + 1, 0)
         work += int(width.sum())
         if work > work_limit:
-            raise _TooLarge(f"the pool search needs more than {work_limit:,} steps at budget {space.budget:g} $/hr "
+            raise SearchTooLarge(f"the pool search needs more than {work_limit:,} steps at budget {space.budget:g} $/hr "
                             f"over {t} types; set per-type max counts")
         kept_c, kept_cost, kept_opt = [], [], []
         for s, e in _chunks(width):
@@ -364,7 +364,7 @@ def top_pools(space: PoolSpace, k: int, *, lo: np.ndarray | None = None, cap: np
         last = beam >= MAX_BEAM
         try:
             found = _pass(space, tau, lo=lo, cap=cap, work_limit=WORK_LIMIT if last else RETRY_WORK)
-        except _TooLarge:
+        except SearchTooLarge:
             if last:
                 raise
             beam = min(beam * 8, MAX_BEAM)
@@ -386,7 +386,7 @@ def cheapest_pools(space: PoolSpace, need: float, k: int) -> Pools:
         try:
             found = _pass(space, float(need), cost_cap=cap, positive=True,
                           work_limit=WORK_LIMIT if tight else RETRY_WORK)
-        except _TooLarge:
+        except SearchTooLarge:
             if tight:
                 raise
             cap, step = 0.5 * (floor + cap), step / 4

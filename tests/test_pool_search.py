@@ -409,3 +409,16 @@ def test_a_search_past_its_work_limit_is_one_plan_error(monkeypatch: pytest.Monk
     with pytest.raises(PlanError, match=r"^the pool search needs more than 1,000 steps at budget 20 \$/hr over 12 "
                                         r"types; set per-type max counts$"):
         choose_pool(inp)
+
+
+def test_a_search_past_its_limit_falls_back_to_ranking_where_ranking_can(monkeypatch: pytest.MonkeyPatch) -> None:
+    inp = real_inputs("wnd", "deeprecsys", 4.0)
+    want = choose_pool(inp, exhaustive=True)
+    want_confirmed = confirm_pick(inp, fake_evaluate(1), 4, exhaustive=True)
+    monkeypatch.setattr(plan_mod, "SEARCH_ABOVE", 0)
+    monkeypatch.setattr(ps, "WORK_LIMIT", 10)
+    monkeypatch.setattr(ps, "RETRY_WORK", 10)
+    with pytest.raises(ps.SearchTooLarge):
+        ps.top_pools(pool_space(inp, base_aux_of(inp)), 10)
+    assert choose_pool(inp) == want
+    assert confirm_pick(inp, fake_evaluate(1), 4) == want_confirmed
