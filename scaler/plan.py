@@ -17,6 +17,12 @@ daemon's fleet loop, ``costscale plan`` and the simulator.
   covers ``demand_qps * (1 + headroom)`` ("min-cost"); if none does, the pool with the highest upper
   bound within the budget, flagged ``demand_unmet`` ("min-cost-unmet").
 
+Above ``SEARCH_ABOVE`` (200,000) pools within budget the planner does not list them: the same
+decision (pick, rule, the top pools, the count) comes from an exact branch and bound on the bound
+(``scaler.pool_search``, driven by ``scaler.plan_search``); ``exhaustive=True`` (``costscale plan
+--exhaustive``) ranks every pool as before, and :func:`rank_inputs` refuses more than
+``DEFAULT_POOL_LIMIT`` pools in one line, counting them first.
+
 ``Plan.chosen`` and the pools in ``Plan.ranked`` list **every** type of the inputs (count 0 where
 unused, and for excluded types), in the inputs' order, so consumers see a full target per type.
 """
@@ -31,7 +37,8 @@ import numpy as np
 from scaler.base_aux import BaseAux, PlanError, split_base_aux
 from scaler.batch_mix import BatchMix, mix_from_dist
 from config.profiles import LatencyProfile, ProfileTable, Stat
-from scaler.pool_search import PoolSpace, SearchTooLarge, count_pools
+from scaler.pool_count import count_pools
+from scaler.pool_search import PoolSpace, SearchTooLarge
 from scaler.upper_bound import BUDGET_EPS, DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
 
 Objective = Literal["max_throughput", "min_cost"]

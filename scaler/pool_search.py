@@ -30,17 +30,23 @@ on more base instances (at most as many as fit and the type's maximum allows), t
 ``beta_ji / price_i`` of the free auxiliary types ``i <= j``, maximised over ``x`` (the minimum of two
 linear functions of ``x``: at an end or where they cross). Every pool of the subtree spends at most
 ``R`` on its free instances, so its bound is at most this value. Partial pools whose pruning bound
-is below a threshold are dropped, level by level (one type per level, vectorised over the level),
-so each pass returns every pool with a bound at or above the threshold, with the cost, budget rule
-and bound (``upper_bounds`` itself) enumeration gives them. A small beam pass (the best
-``BEAM`` partial pools per level) gives the threshold: the K-th best bound among the pools it
-finds. Where a beam or threshold is far from the top the passes grow; a pass that would
-generate more than ``WORK_LIMIT`` partial pools stops with one PlanError line.
+is below a threshold are dropped, level by level (one type per level, the base type first, then
+the dearest; vectorised over the level), so a pass returns every pool with a bound at or above the
+threshold, with the cost, budget rule and bound enumeration gives them (the pools found are checked
+against enumeration's own float rule, type by type in its column order, and bounded by
+``upper_bounds`` itself). Sorting them as the ranking does gives its top K exactly.
 
-**The count** (``Plan.pools_ranked``) is a dynamic programme over the types on the budget in units
-of ``10^-d`` $/hr (the smallest ``d <= 6`` that puts every price on the grid; exact there, since a
-pool's cost then differs from the budget by a grid step or by nothing, far beyond the 1e-9 of the
-budget rule); prices off every such grid are counted by listing all but the last type.
+- Top K (:func:`top_pools`): a beam pass (the ``BEAM`` partial pools of highest pruning bound per
+  level) finds K real pools; the K-th best bound among them is the threshold of the exact pass. A
+  pass that generates more than ``RETRY_WORK`` partial pools is retried with a beam 8x wider, up to
+  ``MAX_BEAM``; the last try stops at ``WORK_LIMIT`` with one PlanError line (``SearchTooLarge``).
+- The cheapest pools covering a demand (:func:`cheapest_pools`, ``min_cost``): the threshold is the
+  demand, and a cost cap prunes too (the pruning bound then uses the money below the cap). The cap
+  starts at the least money whose pruning bound over the whole space reaches the demand (no pool
+  below it can) and rises in growing steps until K pools lie under it; a step that finds too much
+  to search is cut back.
+
+**The count** (``Plan.pools_ranked``) is :mod:`scaler.pool_count`'s.
 """
 from __future__ import annotations
 
@@ -64,7 +70,6 @@ RETRY_WORK = 4_000_000
 #: budget slack of the search passes: the exact budget rule is applied to the pools found
 SLACK = 1e-7
 NO_CAP = np.iinfo(np.int32).max // 4
-_GRID_CELLS = 8_000_000
 
 
 @dataclass(frozen=True)
@@ -418,74 +423,3 @@ def _cost_floor(space: PoolSpace, need: float) -> float:
         mid = 0.5 * (lo_m + hi_m)
         lo_m, hi_m = (lo_m, mid) if reach(mid) else (mid, hi_m)
     return lo_m
-
-
-# --- the count -----------------------------------------------------------------------------------
-
-def count_pools(space: PoolSpace) -> int:
-    """How many pools ``enumerate_pools`` lists for this space, without listing them (module doc)."""
-    grid = _grid(space)
-    if grid is None:
-        return _count_by_listing(space)
-    units, cells = grid
-    dp: np.ndarray = np.zeros(cells + 1, dtype=np.int64)
-    dp[0] = 1
-    big = False
-    for p, lo, hi in zip(units, space.lo.tolist(), space.cap.tolist()):
-        est = _box(dp.astype(float), p, lo, hi)
-        if not big and est.sum() > 2.0 ** 60:
-            big = True
-            dp = dp.astype(object)
-        dp = _box(dp, p, lo, hi)
-    total = int(sum(dp.tolist())) if big else int(dp.sum())
-    return total - (1 if not space.lo.any() else 0)
-
-
-def _box(dp: np.ndarray, p: int, lo: int, hi: int) -> np.ndarray:
-    """``new[c] = sum_{n=lo..hi} dp[c - n p]`` (counts of pools by cost in grid units)."""
-    cells = len(dp)
-    if hi < lo:
-        return np.zeros_like(dp)
-    rows = -(-cells // p)
-    a = np.zeros(rows * p, dtype=dp.dtype)
-    a[:cells] = dp
-    cs = np.cumsum(a.reshape(rows, p), axis=0)
-    out = np.zeros_like(cs)
-    if lo < rows:
-        out[lo:] = cs[: rows - lo]
-    if hi + 1 < rows:
-        out[hi + 1:] -= cs[: rows - hi - 1]
-    return out.reshape(-1)[:cells]
-
-
-def _grid(space: PoolSpace) -> tuple[list[int], int] | None:
-    for d in range(7):
-        scale = 10.0 ** d
-        units = np.round(space.prices * scale)
-        if np.all(np.abs(space.prices * scale - units) <= 1e-12 * np.maximum(units, 1.0)) and units.min() >= 1:
-            cells = int(np.floor((space.budget + BUDGET_EPS) * scale + 1e-6))
-            if cells > _GRID_CELLS:
-                return None
-            return [int(u) for u in units], max(cells, 0)
-    return None
-
-
-def _count_by_listing(space: PoolSpace) -> int:
-    """Prices off the decimal grid: enumeration's own level loop over all but the last type (its
-    float rule), the last type's range counted instead of listed."""
-    reserve, t = space.reserve, len(space.types)
-    cost = np.zeros(1)
-    for k in range(t):
-        room = space.budget + BUDGET_EPS - cost - reserve[k]
-        top = np.minimum(np.floor(np.maximum(room, -1.0) / space.prices[k]), space.cap[k]).astype(np.int64)
-        width = np.maximum(top - space.lo[k] + 1, 0)
-        total = int(width.sum())
-        if k == t - 1:
-            break
-        if total > WORK_LIMIT:
-            raise PlanError(f"cannot count the pools within budget {space.budget:g} $/hr: the prices are on no "
-                            f"10^-6 $/hr grid and the count is above {WORK_LIMIT:,}")
-        par = np.repeat(np.arange(len(cost)), width)
-        cnt = (np.arange(total) - np.repeat(np.cumsum(width) - width, width)).astype(np.int32) + np.int32(space.lo[k])
-        cost = cost[par] + cnt * space.prices[k]
-    return total - (1 if not space.lo.any() else 0)

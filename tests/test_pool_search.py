@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import scaler.plan as plan_mod
+import scaler.pool_count as pool_count
 import scaler.pool_search as ps
 from config.catalog import load_catalog
 from config.profiles import LatencyProfile, load_profiles_csv
@@ -205,8 +206,8 @@ def test_count_equals_the_enumeration(prices: list[int], budget: int, off_grid: 
     space = ps.PoolSpace(tuple(f"t{j}" for j in range(t)), np.array(pr), np.array(mins, dtype=np.int64),
                          np.array([ps.NO_CAP if m is None else m for m in maxs], dtype=np.int64), b, params, 0,
                          np.zeros(0, dtype=np.int64))
-    assert ps.count_pools(space) == want
-    assert (ps._grid(space) is None) == off_grid
+    assert pool_count.count_pools(space) == want
+    assert (pool_count._grid(space) is None) == off_grid
 
 
 def test_count_of_the_whole_catalog_at_20_per_hour() -> None:
@@ -221,7 +222,7 @@ def test_count_of_the_whole_catalog_at_20_per_hour() -> None:
     params = base_aux_of(hand_inputs()).params
     space = ps.PoolSpace(tuple(CATALOG), np.array(prices), np.zeros(12, dtype=np.int64),
                          np.full(12, ps.NO_CAP, dtype=np.int64), 20.0, params, 0, np.zeros(0, dtype=np.int64))
-    assert ps.count_pools(space) == sum(ways) - 1 > 10**13
+    assert pool_count.count_pools(space) == sum(ways) - 1 > 10**13
 
 
 # --- the search against the enumeration ----------------------------------------------------------
