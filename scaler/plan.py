@@ -317,6 +317,7 @@ def _keep_current(ranking: Ranking, current: Mapping[str, int], need: float, max
 
 
 def no_pool_fits(inputs: PlanInputs) -> PlanError:
+    """The one line for a budget no pool fits (per-type minimums included)."""
     cheapest = min(inputs.prices[t] for t in inputs.allowed)
     return PlanError(f"no pool fits the budget {inputs.budget_per_hour:g} $/hr (cheapest allowed type "
                      f"{cheapest:g} $/hr; per-type minimums included)")

@@ -252,7 +252,7 @@ def render(plan: Plan, dist: str) -> str:
     widths = [max(len(h), *(len(r[j]) for r in rows)) if rows else len(h) for j, h in enumerate(head)]
     fmt = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))  # noqa: E731
     lines = [f"model {plan.model}: budget {plan.budget_per_hour:g} $/hr, batch mix {dist}, "
-             f"{plan.pools_ranked} pools within budget; top {len(plan.ranked)} by upper bound (* = pick):",
+             f"{plan.pools_ranked:,} pools within budget; top {len(plan.ranked)} by upper bound (* = pick):",
              fmt(head)] + [fmt(r) for r in rows]
     pick = ", ".join(f"{t} x{c}" for t, c in plan.chosen.items() if c) or "(empty)"
     lines.append(f"pick: {pick}  ({plan.cost_per_hour:.4f} $/hr, upper bound {plan.upper_bound_qps:.1f} QPS, "
