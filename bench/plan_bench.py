@@ -7,7 +7,13 @@ Eq. 15 of ``upper_bound_one``, then ``sorted``) over a subsample of the same poo
 The Kairos profiles cover 4 types; two more are synthetic, derived by scaling: ``g4dn.synth-fast``
 (g4dn.xlarge latencies x0.7, $0.75/hr) and ``r5n.synth-slow`` (r5n.large latencies x1.4, $0.10/hr).
 
-Run: ``.venv/bin/python bench/plan_bench.py [--runs 5] [--model rm2] [--budget 7.5]``
+Run: ``.venv/bin/python bench/plan_bench.py [--runs 5] [--model rm2] [--budget 7.5] [--section plan|fleet-scale|all]``
+
+The ``fleet-scale`` section (issue #29) times ``choose_pool`` ranking every pool (``exhaustive=True``)
+against the exact pool search (``scaler.pool_search``) in the same run, and checks they give the
+same Plan: (a) 5 types (the 4 Kairos types and r5.large) at a budget of about 4.5 M pools; (b) all
+12 catalog types at 20 $/hr (1.66e13 pools: the ranking refuses), the search alone. The 8 catalog
+types without a Kairos profile are scaled copies of a measured one (``FLEET_SCALED``).
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ import numpy as np  # noqa: E402
 
 from bench._report import machine, write_section  # noqa: E402
 from scaler.batch_mix import mix_from_dist  # noqa: E402
+import scaler.plan as plan_mod  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
 from config.profiles import LatencyProfile, load_profiles_csv  # noqa: E402
@@ -72,13 +79,123 @@ def baseline(inputs: PlanInputs, pools: list[tuple[int, ...]]) -> float:
     return time.perf_counter() - t0
 
 
+#: the catalog types without a Kairos profile: a measured type's latencies times a factor (ours;
+#: roughly the price ratio, so that none is far better per dollar than the measured ones)
+FLEET_SCALED = {"g4dn.2xlarge": ("g4dn.xlarge", 0.95), "g5.xlarge": ("g4dn.xlarge", 0.55),
+                "inf1.xlarge": ("g4dn.xlarge", 2.4), "inf2.xlarge": ("g4dn.xlarge", 0.75),
+                "c5.2xlarge": ("c5n.2xlarge", 1.05), "c6i.2xlarge": ("c5n.2xlarge", 0.92),
+                "m5.xlarge": ("t3.xlarge", 1.0), "r5.large": ("r5n.large", 1.03)}
+FIVE = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge", "r5.large")
+
+
+def fleet_inputs(model: str, budget: float, types: tuple[str, ...] | None = None) -> PlanInputs:
+    """``types`` (default: every catalog type, in catalog order) at catalog prices, deeprecsys mix."""
+    table = load_profiles_csv()
+    profiles = {}
+    for t in types or tuple(_CATALOG):
+        src, k = FLEET_SCALED.get(t, (t, 1.0))
+        profiles[t] = scaled(table.get(model, src), t, k) if k != 1.0 or src != t else table.get(model, t)
+    return PlanInputs(model=model, profiles=profiles, mix=mix_from_dist("deeprecsys", seed=0), qos_ms=QOS[model],
+                      budget_per_hour=budget, prices={t: _CATALOG[t].price_per_hour for t in profiles})
+
+
+def timed(f, runs: int):  # type: ignore[no-untyped-def]
+    out, ts = None, []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = f()
+        ts.append(time.perf_counter() - t0)
+    return out, statistics.median(ts)
+
+
+def searched(inputs: PlanInputs, **kw: object):  # type: ignore[no-untyped-def]
+    old = plan_mod.SEARCH_ABOVE
+    plan_mod.SEARCH_ABOVE = -1          # search whatever the size (the default above 200,000 pools does too)
+    try:
+        return choose_pool(inputs, **kw)  # type: ignore[arg-type]
+    finally:
+        plan_mod.SEARCH_ABOVE = old
+
+
+def short(pool: dict[str, int]) -> str:
+    return " + ".join(f"{n} {t}" for t, n in pool.items() if n)
+
+
+def fleet_scale(runs: int, budget5: float, demand_frac: float) -> str:
+    syn = ", ".join(f"{t} = {src} x{k}" for t, (src, k) in FLEET_SCALED.items())
+    lines = [
+        "## plan fleet-scale: the exact pool search against ranking every pool (issue #29)",
+        "",
+        f"Machine: {machine()}; one thread (OMP/OPENBLAS/MKL_NUM_THREADS=1).",
+        f"Command: `.venv/bin/python bench/plan_bench.py --section fleet-scale --runs {runs}`",
+        "",
+        "deeprecsys mix, each model at its Kairos QoS, catalog prices. `choose_pool` times, median of "
+        f"{runs} runs each; max_throughput (the similarity pick, undominated) and min_cost at demand = "
+        f"{demand_frac:g} x the top bound / 1.1 (so need = {demand_frac:g} x the top bound). \"same\": the "
+        "search's Plan equals the ranking's (pick, rule, cost, bound, pools_ranked, the top 10 with "
+        "costs and bounds).",
+        f"Types without a Kairos profile are scaled copies of a measured type: {syn}.",
+        "",
+        f"(a) 5 types ({', '.join(FIVE)}) at {budget5:g} $/hr: enumeration and search in the same run.",
+        "",
+        "| model | pools | rank every pool s | search s | speed-up | same pick | min_cost rank s | min_cost search s "
+        "| same | pick (max_throughput) |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---|---|",
+    ]
+    for model in sorted(QOS):
+        inp = fleet_inputs(model, budget5, FIVE)
+        want, t_rank = timed(lambda: choose_pool(inp, exhaustive=True), runs)
+        got, t_search = timed(lambda: searched(inp), runs)
+        kw = {"objective": "min_cost", "demand_qps": demand_frac * want.ranked[0][2] / 1.1}
+        want_mc, t_rank_mc = timed(lambda: choose_pool(inp, exhaustive=True, **kw), runs)
+        got_mc, t_search_mc = timed(lambda: searched(inp, **kw), runs)
+        lines.append(f"| {model} | {want.pools_ranked:,} | {t_rank:.3f} | {t_search:.3f} | {t_rank / t_search:.0f}x | "
+                     f"{'yes' if got == want else 'NO'} | {t_rank_mc:.3f} | {t_search_mc:.3f} | "
+                     f"{'yes' if got_mc == want_mc else 'NO'} | {short(got.chosen)} ({got.rule}) |")
+        print(lines[-1], flush=True)
+    lines += [
+        "",
+        "(b) all 12 catalog types at 20 $/hr: the search alone (ranking every pool refuses: "
+        "`rank_inputs` counts the pools first and stops in one PlanError line). Goal: <= 1 s.",
+        "",
+        "| model | pools | search s (max_throughput) | pick | bound q/s | rule | min_cost search s | min_cost pick ($/hr) |",
+        "|---|---:|---:|---|---:|---|---:|---|",
+    ]
+    worst = 0.0
+    for model in sorted(QOS):
+        inp = fleet_inputs(model, 20.0)
+        got, t = timed(lambda: choose_pool(inp), runs)
+        kw = {"objective": "min_cost", "demand_qps": demand_frac * got.ranked[0][2] / 1.1}
+        mc, t_mc = timed(lambda: choose_pool(inp, **kw), runs)
+        worst = max(worst, t, t_mc)
+        lines.append(f"| {model} | {got.pools_ranked:,} | {t:.3f} | {short(got.chosen)} | {got.upper_bound_qps:.1f} | "
+                     f"{got.rule} | {t_mc:.3f} | {short(mc.chosen)} (${mc.cost_per_hour:.3f}) |")
+        print(lines[-1], flush=True)
+    try:
+        rank_inputs(fleet_inputs("rm2", 20.0))
+        refused = "(ranked?)"
+    except Exception as exc:  # noqa: BLE001 - the line it refuses with
+        refused = str(exc)
+    lines += ["", f"Slowest search in (b): {worst:.3f} s (goal <= 1 s). `rank_inputs` at 20 $/hr: \"{refused}\"."]
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--model", default="rm2", choices=sorted(QOS))
     ap.add_argument("--budget", type=float, default=7.5)
     ap.add_argument("--subsample", type=int, default=50_000)
+    ap.add_argument("--section", choices=("plan", "fleet-scale", "all"), default="all")
+    ap.add_argument("--budget5", type=float, default=12.4, help="fleet-scale (a): the 5 types' budget")
+    ap.add_argument("--demand-frac", type=float, default=0.6, help="fleet-scale: min_cost need / top bound")
     args = ap.parse_args()
+    if args.section in ("fleet-scale", "all"):
+        md = fleet_scale(args.runs, args.budget5, args.demand_frac)
+        print(md)
+        write_section("plan-fleet-scale", md)
+    if args.section == "fleet-scale":
+        return 0
     inputs = make_inputs(args.model, args.budget)
 
     vec_s, n_pools = [], 0
@@ -88,7 +205,7 @@ def main() -> int:
         vec_s.append(time.perf_counter() - t0)
         n_pools = len(ranking)
     t0 = time.perf_counter()
-    plan = choose_pool(inputs)
+    plan = choose_pool(inputs, exhaustive=True)     # ranking every pool, as this section measures
     choose_s = time.perf_counter() - t0
 
     rng = np.random.default_rng(0)

@@ -28,16 +28,21 @@ caching each answer per planning question (``scaler.pick_cache``), the replay in
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
-from scaler.plan import Plan, PlanInputs, choose_pool, maximal_pools, rank_inputs
-from scaler.upper_bound import Ranking
+from scaler import plan as _plan
+from scaler.plan import Plan, PlanInputs, base_aux_of, choose_pool, maximal_pools, pool_space, rank_inputs
+from scaler.pool_count import count_pools
+from scaler.pool_search import PoolSpace, SearchTooLarge, in_space, top_pools
+from scaler.upper_bound import BUDGET_EPS, DEFAULT_POOL_LIMIT, Ranking
 
 Evaluate = Callable[[dict[str, int]], float]
 #: evaluations a confirmation may spend by default (pick, homogeneous, one more base, Kairos+)
 DEFAULT_EVALUATIONS = 4
+
+Key = tuple[int, ...]       # a pool's counts over the allowed types
 
 
 @dataclass(frozen=True)
@@ -69,50 +74,143 @@ def more_base_row(ranking: Ranking, base_type: str, row: int, maximal: np.ndarra
     return int(hit[0]) if hit.size else None
 
 
+class _Ranked:
+    """The candidates from the ranked list of every pool."""
+
+    def __init__(self, inputs: PlanInputs) -> None:
+        _, self.ranking = rank_inputs(inputs)
+        self.inputs = inputs
+        self.maximal = maximal_pools(self.ranking, inputs)
+        self.rows = {tuple(int(c) for c in r): i for i, r in enumerate(self.ranking.counts)}
+
+    def info(self, key: Key) -> tuple[float, float]:
+        i = self.rows[key]
+        return float(self.ranking.cost[i]), float(self.ranking.bound[i])
+
+    def homogeneous(self, base: str) -> Key | None:
+        i = homogeneous_row(self.ranking, base)
+        return None if i is None else tuple(int(c) for c in self.ranking.counts[i])
+
+    def more_base(self, base: str, pick: Key) -> Key | None:
+        i = more_base_row(self.ranking, base, self.rows[pick], self.maximal)
+        return None if i is None else tuple(int(c) for c in self.ranking.counts[i])
+
+    def maximal_in_order(self) -> Iterator[Key]:
+        for i in np.flatnonzero(self.maximal).tolist():
+            yield tuple(int(c) for c in self.ranking.counts[i])
+
+
+class _Searched:
+    """The same candidates from the pool search (``scaler.pool_search``), for spaces too large to rank."""
+
+    def __init__(self, space: PoolSpace) -> None:
+        self.space = space
+        self.known: dict[Key, tuple[float, float]] = {}
+
+    def _note(self, counts: np.ndarray, cost: float, bound: float) -> Key:
+        key = tuple(int(c) for c in counts)
+        self.known[key] = (float(cost), float(bound))
+        return key
+
+    def info(self, key: Key) -> tuple[float, float]:
+        if key not in self.known:
+            vec = np.array([key])
+            self._note(vec[0], float(in_space(self.space, vec)[1][0]), float(self.space.bounds(vec)[0]))
+        return self.known[key]
+
+    def homogeneous(self, base: str) -> Key | None:
+        sp, j = self.space, self.space.types.index(base)
+        if np.delete(sp.lo, j).any():
+            return None
+        n = int(min(sp.cap[j], np.floor((sp.budget + BUDGET_EPS) / sp.prices[j])))
+        while n >= max(int(sp.lo[j]), 1):
+            vec = np.zeros((1, len(sp.types)), dtype=np.int32)
+            vec[0, j] = n
+            ok, cost = in_space(sp, vec)
+            if ok[0]:
+                return self._note(vec[0], float(cost[0]), float(sp.bounds(vec)[0]))
+            n -= 1
+        return None
+
+    def more_base(self, base: str, pick: Key) -> Key | None:
+        sp, j = self.space, self.space.types.index(base)
+        lo, cap = sp.lo.copy(), sp.cap.copy()
+        lo[j] = cap[j] = pick[j] + 1
+        if pick[j] + 1 > sp.cap[j]:
+            return None
+        hit = top_pools(sp, 1, lo=lo, cap=cap, maximal_only=True)
+        return self._note(hit.counts[0], hit.cost[0], hit.bound[0]) if len(hit) else None
+
+    def maximal_in_order(self) -> Iterator[Key]:
+        k, seen = 8, 0
+        while True:
+            got = top_pools(self.space, k, maximal_only=True)
+            for i in range(seen, len(got)):
+                yield self._note(got.counts[i], got.cost[i], got.bound[i])
+            if len(got) < k:
+                return
+            seen, k = len(got), 2 * k
+
+
 def confirm_pick(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int = DEFAULT_EVALUATIONS,
-                 top_k: int = 10) -> Confirmation:
-    """The max_throughput pick, confirmed by at most ``max_evaluations`` (>= 2) evaluations."""
+                 top_k: int = 10, exhaustive: bool = False) -> Confirmation:
+    """The max_throughput pick, confirmed by at most ``max_evaluations`` (>= 2) evaluations. The
+    candidates come from the ranked list of every pool, or above ``scaler.plan.SEARCH_ABOVE`` pools
+    (unless ``exhaustive``) from the pool search: the same candidates in the same order."""
     if max_evaluations < 2:
         raise ValueError("max_evaluations must be >= 2 (the pick and the homogeneous pool)")
-    plan = choose_pool(inputs, "max_throughput", top_k=top_k)
-    ba, ranking = rank_inputs(inputs)
-    measured: dict[int, float] = {}
-    order: list[int] = []
+    ba = base_aux_of(inputs)
+    space = pool_space(inputs, ba)
+    n_pools = count_pools(space)
+    if not exhaustive and n_pools > _plan.SEARCH_ABOVE:
+        try:
+            return _confirm(inputs, evaluate, max_evaluations, top_k, False, _Searched(space), ba.base_type)
+        except SearchTooLarge:
+            if n_pools > DEFAULT_POOL_LIMIT:
+                raise
+    return _confirm(inputs, evaluate, max_evaluations, top_k, True, None, ba.base_type)
 
-    def measure(i: int) -> float:
-        if i not in measured:
-            measured[i] = float(evaluate({t: int(c) for t, c in zip(ranking.types, ranking.counts[i]) if c}))
-            order.append(i)
-        return measured[i]
 
-    key = {t: plan.chosen.get(t, 0) for t in ranking.types}
-    pick_i = int(np.flatnonzero(np.all(ranking.counts == np.array([key[t] for t in ranking.types]), axis=1))[0])
-    measure(pick_i)
-    homo_i = homogeneous_row(ranking, ba.base_type)
-    if homo_i is not None:
-        measure(homo_i)
-    maximal = maximal_pools(ranking, inputs)
-    more_i = more_base_row(ranking, ba.base_type, pick_i, maximal)
-    if more_i is not None and len(measured) < max_evaluations:
-        measure(more_i)
+def _confirm(inputs: PlanInputs, evaluate: Evaluate, max_evaluations: int, top_k: int, exhaustive: bool,
+             searched: "_Searched | None", base_type: str) -> Confirmation:
+    plan = choose_pool(inputs, "max_throughput", top_k=top_k, exhaustive=exhaustive)
+    src: _Ranked | _Searched = searched if searched is not None else _Ranked(inputs)
+    types = inputs.allowed
+    measured: dict[Key, float] = {}
+    order: list[Key] = []
+
+    def measure(key: Key) -> float:
+        if key not in measured:
+            measured[key] = float(evaluate({t: c for t, c in zip(types, key) if c}))
+            order.append(key)
+        return measured[key]
+
+    pick = tuple(plan.chosen.get(t, 0) for t in types)
+    measure(pick)
+    homo = src.homogeneous(base_type)
+    if homo is not None:
+        measure(homo)
+    more = src.more_base(base_type, pick)
+    if more is not None and len(measured) < max_evaluations:
+        measure(more)
     # Kairos+ (Algorithm 1) over the maximal pools: none is a sub-pool of another, so only the
     # bound test prunes; already measured pools cost nothing
-    for i in np.flatnonzero(maximal).tolist():
+    for key in src.maximal_in_order():
         best = max(measured.values())
-        if ranking.bound[i] <= best or (len(measured) >= max_evaluations and i not in measured):
+        if src.info(key)[1] <= best or (len(measured) >= max_evaluations and key not in measured):
             break
-        measure(i)
-    win = max(order, key=lambda i: (measured[i], -order.index(i)))
-    rule = (plan.rule if win == pick_i else "homogeneous" if win == homo_i else "more-base" if win == more_i
+        measure(key)
+    win = max(order, key=lambda k: (measured[k], -order.index(k)))
+    rule = (plan.rule if win == pick else "homogeneous" if win == homo else "more-base" if win == more
             else "kairos+")
     chosen = {t: 0 for t in inputs.types}
-    chosen.update({t: int(c) for t, c in zip(ranking.types, ranking.counts[win])})
-    confirmed = replace(plan, chosen=chosen, cost_per_hour=float(ranking.cost[win]),
-                        upper_bound_qps=float(ranking.bound[win]), rule=f"confirmed:{rule}")
+    chosen.update(dict(zip(types, win)))
+    cost, bound = src.info(win)
+    confirmed = replace(plan, chosen=chosen, cost_per_hour=cost, upper_bound_qps=bound, rule=f"confirmed:{rule}")
+    pool = lambda key: dict(zip(types, key))  # noqa: E731
     return Confirmation(
-        plan=confirmed, pick_qps=measured[win], similarity_qps=measured[pick_i],
-        homogeneous=ranking.pool(homo_i) if homo_i is not None else {},
-        homogeneous_qps=measured[homo_i] if homo_i is not None else 0.0,
-        evaluated=tuple((ranking.pool(i), measured[i]) for i in order),
+        plan=confirmed, pick_qps=measured[win], similarity_qps=measured[pick],
+        homogeneous=pool(homo) if homo is not None else {},
+        homogeneous_qps=measured[homo] if homo is not None else 0.0,
+        evaluated=tuple((pool(k), measured[k]) for k in order),
     )
-

@@ -26,7 +26,7 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
                model: str, exclude: Sequence[str] = (), types: Sequence[str] | None = None,
                budget: float | None = None, qos_ms: float | None = None, objective: Objective | None = None,
                top_k: int = 10, current: Mapping[str, int] | None = None,
-               confirmed: PickCache | None = None) -> Plan:
+               confirmed: PickCache | None = None, exhaustive: bool = False) -> Plan:
     """The planner's pick for ``model`` (one model's sub-pool; every model at once is
     :func:`scaler.joint_plan.plan_joint`) at ``demand_qps`` with
     batch mix ``mix``; ``exclude`` are types that are temporarily unavailable (InsufficientCapacity).
@@ -34,7 +34,8 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
     pick (``min_cost``; see ``choose_pool``). ``confirmed`` (``max_throughput``): the picks
     confirmed by simulation so far (``scaler.pick_cache``): the confirmed plan for this question
     when there is one, else the similarity pick carrying ``confirm`` (what to confirm it with).
-    Raises scaler.base_aux.PlanError when no pool fits."""
+    ``exhaustive``: rank every pool even where ``choose_pool`` would search (``costscale plan
+    --exhaustive``). Raises scaler.base_aux.PlanError when no pool fits."""
     spec = cfg.model(model)
     objective = objective or cfg.objective
     inputs = plan_inputs_from_config(cfg, profiles, spec.name, mix, exclude=tuple(exclude), types=types,
@@ -50,7 +51,7 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
         if hit is not None:
             return hit
     plan = choose_pool(inputs, objective=objective, demand_qps=demand_qps, headroom=cfg.headroom,
-                       top_k=top_k, meets=meets, current=current)
+                       top_k=top_k, meets=meets, current=current, exhaustive=exhaustive)
     if not confirming:
         return plan
     return replace(plan, confirm=ToConfirm(key, inputs, cfg.dispatcher.policy, cfg.confirm_evaluations, plan.base_type))

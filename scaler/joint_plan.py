@@ -213,21 +213,22 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
                confirmed: PickCache | None = None, top_k: int = 10,
                fixed: Mapping[str, Mapping[str, int]] | None = None,
                types_for: Mapping[str, Sequence[str]] | None = None,
-               keep: Mapping[str, ModelShare] | None = None) -> JointPlan:
+               keep: Mapping[str, ModelShare] | None = None, exhaustive: bool = False) -> JointPlan:
     """The joint plan for every configured model (module docstring). ``demand``: each model's
     demand (missing ones: the declared); ``current``: each model's pool held now (``min_cost``
     keeps it while it fits); ``fixed``: models that hold a given pool (a model being profiled holds
     its conservative pool, ``daemon.self_profiling``): the others are planned in what it leaves of
     the budget; ``types_for``: a model's allowed types when fewer than ``types`` (the types it has
     a profile on); ``keep``: ``min_cost`` shares to hold as they are while the picks still fit the
-    budget (the models whose demand did not move, ``scaler.fleet_step.unmoved_shares``). Raises
-    PlanError when no pool fits."""
+    budget (the models whose demand did not move, ``scaler.fleet_step.unmoved_shares``);
+    ``exhaustive``: each model's pick ranks every pool (``plan_fleet``). Raises PlanError when no
+    pool fits."""
     objective = objective or cfg.objective
     budget = float(budget if budget is not None else cfg.budget_per_hour)
     if fixed:
         return _with_fixed(cfg, profiles, demand, fixed, slo_check=slo_check, exclude=exclude, types=types,
                            budget=budget, objective=objective, current=current, confirmed=confirmed, top_k=top_k,
-                           types_for=types_for, keep=keep)
+                           types_for=types_for, keep=keep, exhaustive=exhaustive)
     demand = _with_declared(cfg, demand)
     weights = {m.name: m.weight for m in cfg.models}
     current = current or {}
@@ -239,7 +240,7 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
         d = demand[model]
         return plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check, model=model, exclude=exclude,
                           types=model_types(model), budget=share, objective=obj, top_k=top_k,
-                          current=current.get(model) or None, confirmed=confirmed)
+                          current=current.get(model) or None, confirmed=confirmed, exhaustive=exhaustive)
 
     if len(cfg.models) == 1:
         m = cfg.models[0].name

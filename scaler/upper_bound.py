@@ -51,9 +51,11 @@ def upper_bounds(u: np.ndarray, v: np.ndarray, p: BoundParams) -> np.ndarray:
     ratio = (1.0 - fs) / fs                     # (1-f')/f'        per region
     inv_f = 1.0 / fs                            # 1/f'
     inv_1mf = 1.0 / (1.0 - fs)                  # 1/(1-f')
-    # sum_i v^i Q_a^i over region j*: (N, n) @ (n, n)^T then pick column j*
-    qa_all = v.astype(float) @ p.q_a.T
-    sum_vqa = qa_all[np.arange(n_pools), jstar]
+    # sum_i v^i Q_a^i over region j*, added in i order as upper_bound_one does: a pool's bound is the
+    # same float whichever other pools share the call (a matrix product's sums are not)
+    sum_vqa = np.zeros(n_pools)
+    for i in range(n_aux):
+        sum_vqa = sum_vqa + v[:, i] * p.q_a[jstar, i]
     ub = uf * p.q_b_splus[jstar]
     c = sum_vqa * ratio[jstar]                                            # Eq. 14
     with np.errstate(divide="ignore", invalid="ignore"):

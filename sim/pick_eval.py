@@ -21,7 +21,7 @@ import numpy as np
 from config.profiles import ProfileTable
 from scaler.batch_mix import BatchMix
 from scaler.confirm import DEFAULT_EVALUATIONS, Confirmation, confirm_pick
-from scaler.plan import Plan, PlanInputs, ToConfirm, rank_inputs
+from scaler.plan import Plan, PlanInputs, ToConfirm, base_aux_of
 from sim.capacity import bisect_rate, pool_capacity
 from sim.oracle import oracle_capacity
 from sim.policies import policy_factory
@@ -72,16 +72,17 @@ def capacity_evaluator(model: str, profiles: ProfileTable, qos_ms: float, mix: B
 
 
 def confirmation(inputs: PlanInputs, policy: str, evaluations: int = DEFAULT_EVALUATIONS, top_k: int = 10,
-                 base_type: str | None = None) -> Confirmation:
+                 base_type: str | None = None, exhaustive: bool = False) -> Confirmation:
     """The max_throughput pick for ``inputs`` confirmed by Kairos+ (``scaler.confirm.confirm_pick``)
     with :func:`capacity_evaluator` under ``policy`` and the planner's base type (``costscale plan
     --confirm``, the daemon's confirmer in a process of its own, the replay in line: plain data in
-    and out, so it pickles)."""
+    and out, so it pickles). ``exhaustive``: candidates from the ranked list of every pool, never
+    the pool search."""
     if base_type is None:
-        base_type = rank_inputs(inputs)[0].base_type
+        base_type = base_aux_of(inputs).base_type
     table = ProfileTable({(inputs.model, t): p for t, p in inputs.profiles.items()})
     evaluate = capacity_evaluator(inputs.model, table, inputs.qos_ms, inputs.mix, policy=policy, base_type=base_type)
-    return confirm_pick(inputs, evaluate, evaluations, top_k=top_k)
+    return confirm_pick(inputs, evaluate, evaluations, top_k=top_k, exhaustive=exhaustive)
 
 
 def confirmed_plan(todo: ToConfirm) -> Plan:

@@ -134,3 +134,51 @@ def test_plan_confirms_by_default_as_the_daemon_does(cfg: str, capsys: pytest.Ca
     assert "confirmation" not in json.loads(capsys.readouterr().out)
     assert main(argv + ["--objective", "min_cost"]) == 0
     assert "confirmation" not in json.loads(capsys.readouterr().out)
+
+
+def test_plan_exhaustive_is_the_same_plan(cfg: str, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """--exhaustive ranks every pool; the default searches above scaler.plan.SEARCH_ABOVE pools (set
+    to 0 here so that it searches): the same JSON, for both objectives."""
+    import scaler.plan as plan_mod
+    for extra in (["--model", "dien"], ["--model", "wnd", "--objective", "min_cost", "--demand-qps", "400"]):
+        argv = ["plan", cfg, *extra, "--budget", "4", "--json", "--confirm", "0"]
+        assert main([*argv, "--exhaustive"]) == 0
+        ranked = json.loads(capsys.readouterr().out)
+        monkeypatch.setattr(plan_mod, "SEARCH_ABOVE", 0)
+        assert main(argv) == 0
+        assert json.loads(capsys.readouterr().out) == ranked and ranked["pools_ranked"] == 3378
+        monkeypatch.undo()
+
+
+def test_plan_over_the_whole_catalog_at_20_per_hour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every catalog type at 20 $/hr (the 8 without a Kairos profile: scaled copies of a measured
+    type in a profile CSV of their own): the search plans it; --exhaustive refuses in one line."""
+    from dataclasses import replace
+    from config.catalog import load_catalog
+    from config.profiles import load_profiles_csv, save_profiles_csv
+    scaled = {"g4dn.2xlarge": ("g4dn.xlarge", 0.95), "g5.xlarge": ("g4dn.xlarge", 0.55),
+              "inf1.xlarge": ("g4dn.xlarge", 2.4), "inf2.xlarge": ("g4dn.xlarge", 0.75),
+              "c5.2xlarge": ("c5n.2xlarge", 1.05), "c6i.2xlarge": ("c5n.2xlarge", 0.92),
+              "m5.xlarge": ("t3.xlarge", 1.0), "r5.large": ("r5n.large", 1.03)}
+    table = load_profiles_csv()
+    catalog = list(load_catalog())
+    rows = []
+    for t in catalog:
+        src, k = scaled.get(t, (t, 1.0))
+        p = table.get("dien", src)
+        rows.append(replace(p, instance_type=t, mean_ms=p.mean_ms * k, p50_ms=p.p50_ms * k, p99_ms=p.p99_ms * k))
+    save_profiles_csv(tmp_path / "p.csv", rows)
+    types = "\n".join(f"  - type: {t}" for t in catalog)
+    c = tmp_path / "c.yaml"
+    c.write_text(f"cluster: t\nbudget_per_hour: 20\nmodels:\n  - {{name: dien, qos_ms: 35}}\ninstance_types:\n{types}\n"
+                 f"launch: {{ami_id: ami-1}}\nprofiles: {tmp_path / 'p.csv'}\nworkload:\n  batch_dist: deeprecsys\n",
+                 encoding="utf-8")
+    assert main(["plan", str(c), "--json", "--confirm", "0"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["pools_ranked"] == 16_576_648_012_014 and len(d["ranked"]) == 10
+    assert d["cost_per_hour"] <= 20 + 1e-9 and d["upper_bound_qps"] > 0
+    assert main(["plan", str(c), "--json", "--confirm", "0", "--exhaustive"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and len(cap.err.strip().splitlines()) == 1
+    assert "plan: 16,576,648,012,014 pools within budget 20 $/hr over 12 types: too many to list" in cap.err

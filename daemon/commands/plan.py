@@ -7,6 +7,9 @@ pools are listed (default 10); --json prints exactly one JSON object (``Plan.to_
 --confirm N (max_throughput) confirms the pick with Kairos+ (``scaler.confirm``) using the simulator
 as evaluator (``sim.pick_eval``, the config's dispatch policy) within N evaluations; the homogeneous
 pool of the base type is always one of them.
+--exhaustive ranks every pool within the budget, as costscale did before the pool search (issue
+#29); by default above ``scaler.plan.SEARCH_ABOVE`` pools the planner finds the same pick, top
+pools and count by an exact search without listing them (``scaler.pool_search``).
 --region-prices prices the config's region as the daemon does (``daemon.aws_wiring``: the Price
 List API, cached beside the state store; on failure the shipped us-east-1 table, with one warning
 line); without it the shipped table's prices are used.
@@ -32,7 +35,7 @@ from scaler.fleet_decision import plan_fleet
 from sim.slo_check import slo_check
 from scaler.pick_cache import PickCache
 from scaler.plan import MIX_SEED, Plan
-from sim.pick_eval import confirmation, confirmed_plan
+from sim.pick_eval import confirmation
 from scaler.joint_plan import JointPlan, declared_demands, plan_joint
 from scaler.replan import DemandView
 
@@ -54,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--confirm", metavar="N", type=int,
                    help="max_throughput: confirm the pick by simulating at most N pools (Kairos+; >= 2; 0: the "
                         "similarity pick unconfirmed); default the config's confirm_evaluations, as the daemon does")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="rank every pool within the budget instead of searching (the reference; refused in one line "
+                        "beyond 50,000,000 pools)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -95,11 +101,13 @@ def run(args: argparse.Namespace) -> int:
         mix = mix_from_dist(dist, seed=MIX_SEED, max_batch=r.max_batch)
         # as the daemon decides: a max_throughput pick comes with what to confirm it with (plan.confirm)
         plan = plan_fleet(cfg, r.profiles, mix, demand, slo_check=slo_check, model=r.model, types=types, budget=args.budget,
-                          qos_ms=args.qos_ms, objective=objective, top_k=args.top, confirmed=PickCache())
+                          qos_ms=args.qos_ms, objective=objective, top_k=args.top, confirmed=PickCache(),
+                          exhaustive=args.exhaustive)
         conf = None
         if plan.confirm is not None:
             todo = plan.confirm
-            conf = confirmation(todo.inputs, todo.policy, todo.evaluations, top_k=args.top, base_type=todo.base_type)
+            conf = confirmation(todo.inputs, todo.policy, todo.evaluations, top_k=args.top, base_type=todo.base_type,
+                                exhaustive=args.exhaustive)
             plan = conf.plan
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
@@ -197,13 +205,14 @@ def run_joint(args: argparse.Namespace, cfg: Config, profiles, rates: dict[str, 
     cache = PickCache()
     try:
         plan = plan_joint(cfg, profiles, demand, slo_check=slo_check, types=types, budget=args.budget,
-                          objective=objective, confirmed=cache)  # type: ignore[arg-type]
+                          objective=objective, confirmed=cache, exhaustive=args.exhaustive)  # type: ignore[arg-type]
         todo = [p.confirm for p in plan.plans if p.confirm is not None]
         if todo:
             for c in todo:
-                cache.put(c.key, confirmed_plan(c))
+                cache.put(c.key, confirmation(c.inputs, c.policy, c.evaluations, base_type=c.base_type,
+                                              exhaustive=args.exhaustive).plan)
             plan = plan_joint(cfg, profiles, demand, slo_check=slo_check, types=types, budget=args.budget,
-                              objective=objective, confirmed=cache)  # type: ignore[arg-type]
+                              objective=objective, confirmed=cache, exhaustive=args.exhaustive)  # type: ignore[arg-type]
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
     if args.json:
@@ -243,7 +252,7 @@ def render(plan: Plan, dist: str) -> str:
     widths = [max(len(h), *(len(r[j]) for r in rows)) if rows else len(h) for j, h in enumerate(head)]
     fmt = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))  # noqa: E731
     lines = [f"model {plan.model}: budget {plan.budget_per_hour:g} $/hr, batch mix {dist}, "
-             f"{plan.pools_ranked} pools within budget; top {len(plan.ranked)} by upper bound (* = pick):",
+             f"{plan.pools_ranked:,} pools within budget; top {len(plan.ranked)} by upper bound (* = pick):",
              fmt(head)] + [fmt(r) for r in rows]
     pick = ", ".join(f"{t} x{c}" for t, c in plan.chosen.items() if c) or "(empty)"
     lines.append(f"pick: {pick}  ({plan.cost_per_hour:.4f} $/hr, upper bound {plan.upper_bound_qps:.1f} QPS, "
