@@ -188,9 +188,13 @@ def rank_inputs(inputs: PlanInputs, limit: int = DEFAULT_POOL_LIMIT) -> tuple[Ba
     """Base/auxiliary split and every pool within budget ranked by upper bound (Kairos §5.2).
     Pools' columns are ``inputs.allowed`` (excluded types never appear). Raises PlanError (one
     line) before listing anything when there are more than ``limit`` pools (counted first)."""
-    allowed = inputs.allowed
     ba = base_aux_of(inputs)
-    n = count_pools(pool_space(inputs, ba))
+    return ba, _ranking(inputs, ba, count_pools(pool_space(inputs, ba)), limit)
+
+
+def _ranking(inputs: PlanInputs, ba: BaseAux, n: int, limit: int = DEFAULT_POOL_LIMIT) -> Ranking:
+    """:func:`rank_inputs`'s ranking, given the split and the count (``n`` pools) already made."""
+    allowed = inputs.allowed
     if n > limit:
         raise PlanError(f"{n:,} pools within budget {inputs.budget_per_hour:g} $/hr over {len(allowed)} types: too "
                         f"many to list (limit {limit:,}); set per-type max counts or fewer types")
@@ -201,7 +205,7 @@ def rank_inputs(inputs: PlanInputs, limit: int = DEFAULT_POOL_LIMIT) -> tuple[Ba
     u = counts[:, col[ba.base_type]]
     v = counts[:, [col[t] for t in ba.aux_types]] if ba.aux else np.zeros((len(u), 0))
     bound = upper_bounds(u, v, ba.params)
-    return ba, rank_pools(allowed, counts, cost, bound)
+    return rank_pools(allowed, counts, cost, bound)
 
 
 def pool_space(inputs: PlanInputs, ba: BaseAux) -> PoolSpace:
@@ -374,7 +378,9 @@ def choose_pool(
                 if n_pools > DEFAULT_POOL_LIMIT:
                     raise           # neither way: one line
                 # a search past its work limit where ranking every pool still can: rank them
-    ba, ranking = rank_inputs(inputs)
+        ranking = _ranking(inputs, ba, n_pools)        # the split and the count made once
+    else:
+        ba, ranking = rank_inputs(inputs)
     if len(ranking) == 0:
         raise no_pool_fits(inputs)
     demand_unmet = False
