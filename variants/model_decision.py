@@ -109,15 +109,19 @@ class ModelLoopParams:
     accuracy: AccuracyRoundParams | None = None
 
 
+def accuracy_params(cfg: "Config") -> AccuracyRoundParams:
+    """``model_scaling.accuracy_scaling`` as the accuracy round's parameters (its trigger, headroom,
+    floors and mode), whether or not it is on: a pipeline's Loki round plans with them too."""
+    acc = cfg.model_scaling.accuracy_scaling
+    return AccuracyRoundParams(trigger=TriggerParams(replan_s=acc.replan_s, noise_z=acc.burst_noise_z), beta=acc.beta,
+                               min_accuracy=tuple(sorted(acc.min_accuracy.items())), mode=acc.mode)
+
+
 def model_params_for(cfg: "Config") -> ModelLoopParams:
     """The model loop's parameters from the config (``model_scaling`` and ``headroom``): what the
     daemon and the replay both run with."""
     ms = cfg.model_scaling
-    acc = ms.accuracy_scaling
-    accuracy = (AccuracyRoundParams(trigger=TriggerParams(replan_s=acc.replan_s, noise_z=acc.burst_noise_z),
-                                    beta=acc.beta,
-                                    min_accuracy=tuple(sorted(acc.min_accuracy.items())), mode=acc.mode)
-                if acc.enabled else None)
+    accuracy = accuracy_params(cfg) if ms.accuracy_scaling.enabled else None
     return ModelLoopParams(solver=ms.solver, headroom=cfg.headroom,
                            vm=VmParams(add_cooldown_s=ms.vm_add_cooldown_s, remove_cooldown_s=ms.vm_remove_cooldown_s,
                                        low_utilization=ms.vm_low_utilization), accuracy=accuracy)

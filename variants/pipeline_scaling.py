@@ -53,6 +53,7 @@ from variants.accuracy_allocation import BETA
 from variants.accuracy_planner import VariantProfile
 from variants.accuracy_round import AccuracyRoundParams, max_utilization
 from variants.accuracy_trigger import TriggerParams, TriggerState, initial_state, replan
+from variants.model_decision import accuracy_params
 from variants.pipeline_planner import PipelinePlan, plan_pipeline, top_variants
 from variants.pipeline_routing import VariantSlot, most_accurate_first
 
@@ -122,9 +123,7 @@ def due(state: RoundState, members: tuple[tuple[str, str], ...], now: float, rat
 def round_params(cfg: "Config") -> AccuracyRoundParams:
     """The round's trigger and headroom: ``model_scaling.accuracy_scaling``'s (``replan_s``,
     ``burst_noise_z``, ``beta``), whether or not accuracy scaling is on for the models."""
-    acc = cfg.model_scaling.accuracy_scaling
-    return AccuracyRoundParams(trigger=TriggerParams(replan_s=acc.replan_s, noise_z=acc.burst_noise_z), beta=acc.beta,
-                               time_limit_s=ROUND_TIME_LIMIT_S)
+    return replace(accuracy_params(cfg), time_limit_s=ROUND_TIME_LIMIT_S)
 
 
 def task_qos(cfg: "Config", pipe: Pipeline) -> dict[str, float]:
