@@ -45,11 +45,18 @@ class WorkerClient:
             self._channel = grpc.aio.insecure_channel(address, options=options)
         self._stub = pbg.WorkerStub(self._channel)
         self._ring = as_ring(token) if token else None      # the cluster token as it rotates
+        self._sent: tuple[str, tuple[tuple[str, str], ...]] | None = None   # (token, its metadata), built once
         self.closed = False
 
     @property
     def _metadata(self) -> tuple[tuple[str, str], ...] | None:
-        return bearer_metadata(self._ring.outbound()) if self._ring is not None else None
+        """The bearer metadata of every call: rebuilt only when the token presented changes."""
+        if self._ring is None:
+            return None
+        token = self._ring.outbound()
+        if self._sent is None or self._sent[0] != token:
+            self._sent = (token, bearer_metadata(token))
+        return self._sent[1]
 
     async def infer(self, request: pb.InferRequest, timeout: float) -> pb.InferReply:
         return await self._stub.Infer(request, timeout=max(timeout, 0.001), metadata=self._metadata)
