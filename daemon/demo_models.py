@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import grpc
 import numpy as np
@@ -90,6 +90,35 @@ async def send_load(stub: Any, pb: Any, load: ModelLoad, duration: float, rng: n
         await asyncio.wait(pending, timeout=15.0)
 
 
+def stop_on_signals() -> asyncio.Event:
+    """An event SIGINT or SIGTERM sets: Ctrl-C ends a demo's load, then it prints its summary."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def serving(d: Any, model: str) -> int:
+    """Workers of the dispatcher ``d`` taking ``model``'s queries (assigned to it, not draining)."""
+    return sum(1 for iid, w in d.workers.items() if d.serves.get(iid) == model and not w.draining)
+
+
+async def start_serving(daemon: Any, models: Sequence[str], stop: asyncio.Event, budget: float,
+                        wait_s: float = 60.0) -> tuple[dict[str, float], CostLedger]:
+    """A demo's start: the first fleet tick, then up to ``wait_s`` until each of ``models`` has a
+    serving worker; the prices and a cost ledger from the pool held then."""
+    await daemon.fleet_tick("start")
+    t_wait = time.monotonic()
+    while not stop.is_set() and time.monotonic() - t_wait < wait_s and any(serving(daemon.dispatcher, m) < 1
+                                                                            for m in models):
+        await asyncio.sleep(0.2)
+    prices = daemon.cfg.prices(allowed_only=True)
+    ledger = CostLedger(prices, budget)
+    ledger.observe(0.0, daemon.status.pool())
+    return prices, ledger
+
+
 async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int = 1, as_json: bool = False) -> int:
     """The two-model demo (module docstring); exit 0 when both models were served and nothing was
     left running, 1 otherwise, 130 on Ctrl-C."""
@@ -98,10 +127,7 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
     from dispatcher.proto import costscale_pb2_grpc as pbg
 
     out = sys.stderr if as_json else sys.stdout
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     # the joint plan (headroom 0.5): rm2 g4dn.xlarge + r5n.large x1 -> x2 at 16 q/s; dien r5n.large x1 -> x2 at 30
     loads = [ModelLoad("rm2", DEMO_QOS_MS, 5.0, 16.0, duration / 3),
              ModelLoad(SECOND[0], SECOND[1], 5.0, 30.0, 2 * duration / 3)]
@@ -120,17 +146,8 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
                           for m in loads), file=out)
         daemon, runner = await start_with_local_workers(cfg, [(m.name, "builtin:mlp", m.name) for m in loads],
                                                         profiles_csv=cfg.profiles)
-        await daemon.fleet_tick("start")
         d = daemon.dispatcher
-
-        def serving(model: str) -> int:
-            return sum(1 for iid, w in d.workers.items() if d.serves.get(iid) == model and not w.draining)
-        t_wait = time.monotonic()
-        while not stop.is_set() and time.monotonic() - t_wait < 60 and any(serving(m.name) < 1 for m in loads):
-            await asyncio.sleep(0.2)
-        prices = cfg.prices(allowed_only=True)
-        ledger = CostLedger(prices, budget)
-        ledger.observe(0.0, daemon.status.pool())
+        prices, ledger = await start_serving(daemon, [m.name for m in loads], stop, budget)
         display = LiveDisplay(out)
         t0 = time.monotonic()
 
@@ -140,11 +157,11 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
                 pool = daemon.status.pool()
                 ledger.observe(min(el, duration), pool)
                 for m in loads:
-                    m.workers.append((el, serving(m.name)))
+                    m.workers.append((el, serving(d, m.name)))
                 if not as_json:
                     phase = sum(el >= m.step_at for m in loads)
                     display.show(phase, f"t={el:4.0f}s  " + "  ".join(
-                        f"{m.name} {m.rate(el):3.0f} q/s {serving(m.name)} workers miss {fmt_pct(m.stats.miss_pct())}"
+                        f"{m.name} {m.rate(el):3.0f} q/s {serving(d, m.name)} workers miss {fmt_pct(m.stats.miss_pct())}"
                         for m in loads) + f"  pool {' '.join(f'{t}x{n}' for t, n in sorted(pool.items()))}"
                         f"  ${pool_cost(pool, prices):.3f}/hr")
                 await asyncio.sleep(0.5)
@@ -201,4 +218,4 @@ def _model_summary(m: ModelLoad) -> dict[str, Any]:
             "workers_before_step": max(before, default=0), "workers_peak": max(after, default=0)}
 
 
-__all__ = ["ModelLoad", "run_models_demo", "send_load"]
+__all__ = ["ModelLoad", "run_models_demo", "send_load", "serving", "start_serving", "stop_on_signals"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sys
 import time
 from typing import Any
@@ -22,10 +21,9 @@ import grpc
 import numpy as np
 
 from daemon.demo import DEMO_QOS_MS, LiveDisplay, _table, demo_config, fmt_pct
-from daemon.demo_models import ModelLoad, send_load
+from daemon.demo_models import ModelLoad, send_load, serving, start_serving, stop_on_signals
 from daemon.embedded import EmbeddedCloud
 from scaler.transitions import pool_cost
-from sim.ledger import CostLedger
 
 PIPELINE = "recs"
 SLO_MS = 1000.0
@@ -57,10 +55,7 @@ async def run_pipeline_demo(duration: float = 60.0, rate1: float = 3.0, rate2: f
     from dispatcher.proto import costscale_pb2_grpc as pbg
 
     out = sys.stderr if as_json else sys.stdout
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     load = ModelLoad(PIPELINE, SLO_MS, rate1, rate2, duration / 2, application=True)
     cloud = EmbeddedCloud("demo")
     daemon = runner = None
@@ -71,17 +66,8 @@ async def run_pipeline_demo(duration: float = 60.0, rate1: float = 3.0, rate2: f
               f"t={duration / 2:.0f}s", file=out)
         daemon, runner = await start_with_local_workers(cfg, [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")],
                                                         profiles_csv=cfg.profiles)
-        await daemon.fleet_tick("start")
         d = daemon.dispatcher
-
-        def serving(model: str) -> int:
-            return sum(1 for iid, w in d.workers.items() if d.serves.get(iid) == model and not w.draining)
-        t_wait = time.monotonic()
-        while not stop.is_set() and time.monotonic() - t_wait < 60 and any(serving(m) < 1 for _, m in TASKS):
-            await asyncio.sleep(0.2)
-        prices = cfg.prices(allowed_only=True)
-        ledger = CostLedger(prices, budget)
-        ledger.observe(0.0, daemon.status.pool())
+        prices, ledger = await start_serving(daemon, [m for _, m in TASKS], stop, budget)
         display = LiveDisplay(out)
         workers: list[tuple[float, dict[str, int]]] = []
         rounds = daemon.model_loop.pipelines
@@ -92,7 +78,7 @@ async def run_pipeline_demo(duration: float = 60.0, rate1: float = 3.0, rate2: f
                 el = time.monotonic() - t0
                 pool = daemon.status.pool()
                 ledger.observe(min(el, duration), pool)
-                workers.append((el, {t: serving(m) for t, m in TASKS}))
+                workers.append((el, {t: serving(d, m) for t, m in TASKS}))
                 if not as_json:
                     display.show(int(el >= load.step_at), f"t={el:4.0f}s  {load.rate(el):3.0f} q/s  "
                                  + "  ".join(f"{t} {n}" for t, n in workers[-1][1].items())
