@@ -10,8 +10,10 @@ Two rules, shared by the worker (which pads a query's service time to them) and 
    type T at batch b is the median, over the reference models of the shipped Kairos profiles, of
    ``ref(m, T, b) / min_T' ref(m, T', b)``: how much slower the reference models run on T than on
    their fastest type at that batch. This machine stands for the fastest type (factor 1), because
-   padding can slow a local worker down but never speed it up. Types without a reference profile
-   have no factor: they can only be measured (a probe on AWS).
+   padding can slow a local worker down but never speed it up. A type without a reference profile
+   takes its sibling's factor times its latency factor when ``config/type_estimates.csv`` has a row
+   for it (``rules``: :func:`config.type_estimates.type_rules`; the estimate is then one by that
+   table, issue #29); else it has no factor and can only be measured (a probe on AWS).
 
 INFaaS §3.2 profiles every variant on every hardware type at registration; these factors are how
 the embedded default (and ``--local``) gives every type an estimate from one local measurement.
@@ -20,10 +22,14 @@ Pure but for :func:`reference_profiles`, which reads the shipped CSV once.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
 from config.profiles import LatencyProfile, ProfileTable, Stat, load_profiles_csv
+
+if TYPE_CHECKING:
+    from config.type_estimates import TypeRule
 
 
 def padded_service_ms(profile: LatencyProfile | None, batch: int, compute_ms: float, stat: Stat = "mean",
@@ -59,9 +65,13 @@ def factor_types(reference: ProfileTable) -> list[str]:
 
 
 def emulation_factors(reference: ProfileTable, instance_type: str, batches: np.ndarray | list[int],
-                      stat: Stat = "mean") -> np.ndarray | None:
+                      stat: Stat = "mean", rules: Mapping[str, TypeRule] | None = None) -> np.ndarray | None:
     """Rule 2's factor of ``instance_type`` at each of ``batches`` (>= 1 each); None when no
-    reference model is profiled on that type."""
+    reference model is profiled on that type and ``rules`` give it no sibling that has one."""
+    rule = (rules or {}).get(instance_type)
+    if rule is not None and instance_type not in reference.types():
+        f = emulation_factors(reference, rule.sibling, batches, stat)
+        return None if f is None else f * rule.latency_factor
     b = np.maximum(np.asarray(batches, dtype=float), 1.0)
     ratios = []
     for m in reference.models():
@@ -82,10 +92,10 @@ def emulated_ms(measured_ms: float | np.ndarray, factor: float | np.ndarray) -> 
 
 
 def derive_profile(local: LatencyProfile, instance_type: str, reference: ProfileTable,
-                   model: str | None = None) -> LatencyProfile | None:
+                   model: str | None = None, rules: Mapping[str, TypeRule] | None = None) -> LatencyProfile | None:
     """``local`` (measured on this machine) as an estimate for ``instance_type``: every batch's
     mean, p50 and p99 times the type's emulation factor at that batch; None without a factor."""
-    f = emulation_factors(reference, instance_type, local.batch_sizes)
+    f = emulation_factors(reference, instance_type, local.batch_sizes, rules=rules)
     if f is None:
         return None
     return LatencyProfile(model=model or local.model, instance_type=instance_type,

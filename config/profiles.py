@@ -4,6 +4,11 @@ Source data: real AWS measurements from the Kairos artifact (``config/kairos_lat
 MIT, see ``config/LICENSE.kairos-data``), batch sizes 10..1000 in steps of 10. A query's batch is
 rounded *up* to the next profiled size to look up its latency (data README); beyond the largest
 profiled size the last two points are extrapolated linearly.
+
+A table also says which of its profiles are *estimates* (:class:`Estimate`: from a local run and a
+type's emulation factor, ``config.emulation``; or from a measured sibling type, ``config.type_estimates``)
+rather than measurements, so nothing downstream can take one for the other. A profile CSV may carry
+that in an optional ``source`` column (``measured`` or the estimate's basis).
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import io
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Iterable, Literal, Mapping
 
 import numpy as np
 
@@ -59,11 +64,27 @@ class LatencyProfile:
         return int(self.batch_sizes[ok].max()) if ok.any() else 0
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """Why a profile is an estimate and not a measurement: ``basis``, one line (what it was made
+    from); ``sibling``: the measured type it scales (``config.type_estimates``), None for an estimate
+    from a local run on a type that has an emulation factor (``config.emulation`` rule 2)."""
+
+    basis: str
+    sibling: str | None = None
+
+
+#: the ``source`` column's value for a measured profile (:func:`save_profiles_csv`)
+MEASURED = "measured"
+
+
 @dataclass
 class ProfileTable:
-    """All profiles, keyed by (model, instance type)."""
+    """All profiles, keyed by (model, instance type); ``estimated``: the keys whose profile is an
+    estimate (each with its :class:`Estimate`); every other profile is a measurement."""
 
     profiles: dict[tuple[str, str], LatencyProfile] = field(default_factory=dict)
+    estimated: dict[tuple[str, str], Estimate] = field(default_factory=dict)
 
     def get(self, model: str, instance_type: str) -> LatencyProfile:
         try:
@@ -83,9 +104,22 @@ class ProfileTable:
     def latency_ms(self, model: str, instance_type: str, batch: float | np.ndarray, stat: Stat = "mean") -> np.ndarray:
         return self.get(model, instance_type).latency_ms(batch, stat)
 
+    def estimate(self, model: str, instance_type: str) -> Estimate | None:
+        """The :class:`Estimate` behind a profile, None for a measured one (or none)."""
+        return self.estimated.get((model, instance_type))
+
     def merged(self, other: "ProfileTable") -> "ProfileTable":
-        """A new table: this one's profiles, with ``other``'s added (``other`` wins on a clash)."""
-        return ProfileTable({**self.profiles, **other.profiles})
+        """A new table: this one's profiles, with ``other``'s added (``other`` wins on a clash,
+        with what it says about being an estimate)."""
+        est = {k: e for k, e in self.estimated.items() if k not in other.profiles}
+        return ProfileTable({**self.profiles, **other.profiles}, {**est, **other.estimated})
+
+    def update(self, other: "ProfileTable") -> None:
+        """:meth:`merged` in place (the daemon's table is shared by its loops)."""
+        for k in other.profiles:
+            self.estimated.pop(k, None)
+        self.profiles.update(other.profiles)
+        self.estimated.update({k: e for k, e in other.estimated.items() if k in self.profiles})
 
 
 def default_profiles_path() -> Path:
@@ -93,9 +127,15 @@ def default_profiles_path() -> Path:
 
 
 def profiles_from_rows(rows: Iterable[dict[str, str]]) -> ProfileTable:
+    """Rows of a profile CSV as a table; a row whose optional ``source`` is not ``measured`` (nor
+    empty) marks its (model, type) an estimate with that basis."""
     grouped: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
+    sources: dict[tuple[str, str], str] = {}
     for r in rows:
         key = (r["model"], r["instance_type"])
+        src = (r.get("source") or "").strip()
+        if src and src != MEASURED:
+            sources[key] = src
         grouped.setdefault(key, []).append(
             (float(r["batch_size"]), float(r["service_ms_mean"]), float(r["service_ms_p50"]), float(r["service_ms_p99"]))
         )
@@ -106,6 +146,7 @@ def profiles_from_rows(rows: Iterable[dict[str, str]]) -> ProfileTable:
             model=model, instance_type=itype, batch_sizes=arr[:, 0],
             mean_ms=arr[:, 1], p50_ms=arr[:, 2], p99_ms=arr[:, 3],
         )
+    table.estimated = {k: Estimate(src) for k, src in sources.items()}
     return table
 
 
@@ -113,15 +154,21 @@ def profiles_from_rows(rows: Iterable[dict[str, str]]) -> ProfileTable:
 PROFILE_COLUMNS = ("model", "instance_type", "batch_size", "service_ms_mean", "service_ms_p50", "service_ms_p99")
 
 
-def save_profiles_csv(path: str | Path, profiles: Iterable[LatencyProfile]) -> None:
-    """Write ``profiles`` as a profile CSV (:data:`PROFILE_COLUMNS`, 4 decimals), atomically."""
+def save_profiles_csv(path: str | Path, profiles: Iterable[LatencyProfile],
+                      estimated: Mapping[tuple[str, str], Estimate] | None = None) -> None:
+    """Write ``profiles`` as a profile CSV (:data:`PROFILE_COLUMNS`, 4 decimals), atomically; with
+    ``estimated`` non-empty, also a ``source`` column (``measured``, or the estimate's basis) so the
+    file keeps saying which rows are estimates."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(PROFILE_COLUMNS)
+    tagged = bool(estimated)
+    w.writerow(PROFILE_COLUMNS + (("source",) if tagged else ()))
     for p in sorted(profiles, key=lambda p: (p.model, p.instance_type)):
+        e = (estimated or {}).get((p.model, p.instance_type))
+        tag = [e.basis if e is not None else MEASURED] if tagged else []
         for i, b in enumerate(p.batch_sizes):
             w.writerow([p.model, p.instance_type, int(b), f"{p.mean_ms[i]:.4f}", f"{p.p50_ms[i]:.4f}",
-                        f"{p.p99_ms[i]:.4f}"])
+                        f"{p.p99_ms[i]:.4f}"] + tag)
     write_atomic(Path(path), buf.getvalue().encode("utf-8"))
 
 
