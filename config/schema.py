@@ -86,6 +86,10 @@ class InstanceTypeSpec(_Strict):
     min: Annotated[int, Field(ge=0)] = 0
     max: Annotated[int, Field(ge=0)] | None = None
     price_per_hour: Annotated[float, Field(gt=0)] | None = None
+    #: plan models on this type from an estimate by config/type_estimates.csv (a sibling type's
+    #: measurement x a latency factor) where it has no measurement; off: such a type is left out of
+    #: those models' plans (issue #29, scaler.estimate_gate). A measurement is always used.
+    allow_estimates: bool = False
 
     @field_validator("type")
     @classmethod

@@ -13,6 +13,7 @@ from typing import Callable, Mapping, Sequence
 
 from config.schema import Config
 from scaler.batch_mix import BatchMix
+from scaler.estimate_gate import planned_types
 from scaler.pick_cache import PickCache, pick_key
 from scaler.plan import Meets, Objective, Plan, ToConfirm, choose_pool, plan_inputs_from_config
 from config.profiles import ProfileTable
@@ -35,9 +36,12 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
     confirmed by simulation so far (``scaler.pick_cache``): the confirmed plan for this question
     when there is one, else the similarity pick carrying ``confirm`` (what to confirm it with).
     ``exhaustive``: rank every pool even where ``choose_pool`` would search (``costscale plan
-    --exhaustive``). Raises scaler.base_aux.PlanError when no pool fits."""
+    --exhaustive``). A type where the model has only an estimate by ``config/type_estimates.csv`` is
+    left out unless the config allows it (:func:`scaler.estimate_gate.planned_types`). Raises
+    scaler.base_aux.PlanError when no pool fits."""
     spec = cfg.model(model)
     objective = objective or cfg.objective
+    types = planned_types(cfg, profiles, model, types)    # estimates by the type table only where allowed
     inputs = plan_inputs_from_config(cfg, profiles, spec.name, mix, exclude=tuple(exclude), types=types,
                                      budget=budget, qos_ms=qos_ms)
     meets = None

@@ -30,6 +30,7 @@ from config.schema import Config
 from scaler.base_aux import PlanError
 from scaler.batch_mix import mix_from_dist
 from scaler.budget_split import Frontier, Split, frontier, split_budget
+from scaler.estimate_gate import planned_types
 from scaler.fleet_decision import SloCheck, plan_fleet
 from scaler.pick_cache import PickCache
 from scaler.plan import MIX_SEED, Objective, Plan, plan_inputs_from_config, rank_inputs
@@ -155,8 +156,9 @@ def model_frontiers(cfg: Config, profiles: ProfileTable, demand: Mapping[str, De
     cols = list(types) if types is not None else [t.type for t in cfg.instance_types]
     out = []
     for m in cfg.models:
+        mine = planned_types(cfg, profiles, m.name, (types_for or {}).get(m.name, types))
         inputs = plan_inputs_from_config(cfg, profiles, m.name, demand[m.name].mix, exclude=tuple(exclude),
-                                         types=(types_for or {}).get(m.name, types), budget=budget)
+                                         types=mine, budget=budget)
         _, ranking = rank_inputs(inputs)
         out.append(frontier(m.name, ranking, cols))
     return out
