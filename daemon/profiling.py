@@ -9,7 +9,7 @@ from per-(model, type, batch) service times).
 - **Here** (:func:`profile_here`, ``costscale profile --local`` and the daemon's first guess): the
   model and its generated variants are measured on this machine with ONNX Runtime, and each type's
   profile is *estimated* from that with the type's emulation factor (``config.emulation``, the rule
-  a local worker pads with).
+  a local worker pads with; a type nobody measured through its sibling, ``config.type_estimates``).
 - **On the fleet** (:func:`measure_fn`, used with ``daemon.probing.Prober`` and on running workers):
   measured through a worker of the type.
 """
@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from config.emulation import reference_profiles
-from config.profiles import LatencyProfile, ProfileTable
+from config.type_estimates import type_rules
+from config.profiles import Estimate, LatencyProfile, ProfileTable
 from config.schema import Config, ModelSpec
 from daemon.probing import Measure, measure_on_worker
 from dispatcher.worker_client import WorkerClient
@@ -95,8 +96,10 @@ def own_models(cfg: Config, csv: ProfileTable) -> list[ModelSpec]:
 
 
 def measured_only(table: ProfileTable, registry: VariantRegistry) -> ProfileTable:
-    """``table`` without the (model, type) pairs whose registry profile is an estimate."""
-    est = set()
+    """``table`` without its estimates: the (model, type) pairs it marks as estimated (from a local
+    run, or from a sibling type by ``config/type_estimates.csv``) and those whose registry profile
+    is an estimate."""
+    est = set(table.estimated)
     for m in registry.models():
         for p in registry.profiles_of(m.name):
             if p.instance_type != LOCAL_TYPE and is_estimate(p):
@@ -135,12 +138,15 @@ class ModelProfiles:
     not_done: dict[str, str] = field(default_factory=dict)                         # type -> why (base variant)
 
     def table(self) -> ProfileTable:
-        """As a profile table: the base variant under the model's profile key, others by name."""
+        """As a profile table: the base variant under the model's profile key, others by name; the
+        estimates marked."""
         out = ProfileTable()
         for v, per in self.by_type.items():
             key = self.spec.profile_name if v == self.spec.name else v
             for t, p in per.items():
                 out.profiles[(key, t)] = p.to_latency_profile(key)
+                if is_estimate(p):
+                    out.estimated[(key, t)] = Estimate(p.provider)
         return out
 
     def base(self) -> dict[str, LatencyProfile]:
@@ -163,7 +169,7 @@ def profile_here(cfg: Config, spec: ModelSpec, registry: VariantRegistry, src: P
                 out.not_done = {t: f"not measured here: {local}" for t in types}
             continue
         registry.save_profile(local)
-        est, skipped = estimate_types(local, types_for(v.hardware, types, hw), reference_profiles())
+        est, skipped = estimate_types(local, types_for(v.hardware, types, hw), reference_profiles(), type_rules())
         for p in est:
             registry.save_profile(p)
             out.by_type.setdefault(v.name, {})[p.instance_type] = p

@@ -13,7 +13,9 @@ At start, for each configured model without a *measured* profile on some allowed
    probe launched through the fleet actuator within the budget (``daemon.probing.Prober``), under the
    fleet lock so the fleet loop does not retire the probes;
 3. the profiles are stored in the variant registry, given to the latency model, and the fleet
-   replans from them.
+   replans from them; a measurement replaces the estimate of its (model, type), and the estimates of
+   the types nobody measured (``config/type_estimates.csv``) are derived again from their siblings'
+   profiles (a probe of the sibling moves them; a probe of the type itself replaces them).
 
 Every ``fleet_s`` the online latency model is compared with the profiles
 (``variants.type_profiles.drift``); a drifted (model, type) is measured again on a worker of that type.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from config.profiles import ProfileTable, load_profiles_csv
 from config.schema import ModelSpec
+from config.type_estimates import sibling_estimates
 from daemon.probing import ProbeOutcome, Prober
 from daemon.profiling import ModelProfiles, measure_fn, measured_only, own_models, profile_here, record_measured
 from dispatcher.status import Profiling
@@ -231,7 +234,13 @@ class SelfProfiler:
             log.info("model %s profiled on %s", r.spec.name, ", ".join(sorted(r.base())) or "no type")
 
     def _add(self, table: ProfileTable) -> None:
-        self.d.profiles.profiles.update(table.profiles)
+        """``table`` into the daemon's profiles (a measurement replaces an estimate, and is no longer
+        marked one), and the estimates of the types nobody measured derived again from their siblings'
+        profiles as they now are (``config.type_estimates``)."""
+        self.d.profiles.update(table)
+        derived = sibling_estimates(self.d.profiles)
+        self.d.profiles.update(derived)
+        table = table.merged(derived)
         if getattr(self.d, "predictor", None) is not None:
             self.d.predictor.add_profiles(table)
         if self.d.dispatcher is not None:

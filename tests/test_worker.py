@@ -314,7 +314,7 @@ def test_refused_registration_exits_with_message(cache: Path, capsys: pytest.Cap
     (["worker", "--instance-id", "i-1", "--instance-type", "c5.2xlarge", "--listen", "127.0.0.1:0",
       "--model", "m=/nonexistent/model.onnx"], "not found"),
     (["worker", "--instance-id", "i-1", "--instance-type", "c5.2xlarge", "--listen", "127.0.0.1:0",
-      "--emulate-profile", "ncf"], "no latency profile"),
+      "--emulate-profile", "ncf", "--profiles", "/nonexistent/p.csv"], "cannot read profile CSV"),
     (["worker", "--token", "a", "--token-file", "b"], "not allowed with"),
 ])
 def test_bad_flags_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str],

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from config.profiles import ProfileTable
+from config.profiles import Estimate, ProfileTable
 from config.schema import ModelSpec
 from variants.executor import ANY_HARDWARE
 from variants.generator import Variant
 from variants.profiler import LOCAL_TYPE, ProfileStore, VariantProfile
+from variants.type_profiles import is_estimate
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS registered_models (
@@ -193,7 +194,8 @@ class VariantRegistry:
 
     def type_profiles(self) -> ProfileTable:
         """The stored profiles on instance types (not this machine's ``local`` ones) as a profile
-        table: a model's base variant under its profile key, other variants under their names."""
+        table: a model's base variant under its profile key, other variants under their names; the
+        estimates among them marked (``ProfileTable.estimated``, their provider as the basis)."""
         key = {m.name: m.profile for m in self.models()}
         with self._lock:
             stored = [p for (_, t), p in sorted(self._profiles.items()) if t != LOCAL_TYPE]
@@ -201,6 +203,8 @@ class VariantRegistry:
         for p in stored:
             name = key.get(p.variant, p.variant)
             table.profiles[(name, p.instance_type)] = p.to_latency_profile(name)
+            if is_estimate(p):    # from a local run, or from a sibling type: tagged as such
+                table.estimated[(name, p.instance_type)] = Estimate(p.provider)
         return table
 
     def profiles_of(self, variant: str) -> list[VariantProfile]:

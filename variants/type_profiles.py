@@ -10,7 +10,8 @@ purely (no I/O, no clock):
 - :func:`types_for`: the types a variant runs on (its hardware class; the base variant on all);
 - :func:`missing_types`: the allowed types a model has no profile on;
 - :func:`estimate_types`: a local measurement as estimates for other types
-  (:func:`config.emulation.derive_profile`, the rule the local worker pads with), made
+  (:func:`config.emulation.derive_profile`, the rule the local worker pads with; a type nobody
+  measured through its sibling in ``config/type_estimates.csv``, issue #29), made
   :func:`monotone` in the batch size, as measured profiles are;
 - :func:`slo_verdict`: the one line for a model that meets its SLO on no type at its largest batch;
 - :func:`conservative_pool`: the pool a model is served on until its profiles exist (the cheapest
@@ -24,7 +25,7 @@ Measuring (ONNX Runtime here, or a worker's Infer on a probe) is done by adapter
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from config.emulation import derive_profile
 from config.profiles import LatencyProfile, ProfileTable
 from variants.executor import ANY_HARDWARE
 from variants.profiler import BatchLatency, VariantProfile
+
+if TYPE_CHECKING:
+    from config.type_estimates import TypeRule
 
 #: the provider recorded for a profile derived from a local measurement (not measured on the type)
 ESTIMATE_PROVIDER = "estimate: local measurement x emulation factor"
@@ -46,6 +50,8 @@ def default_batches(max_batch: int) -> tuple[int, ...]:
 
 
 def is_estimate(p: VariantProfile) -> bool:
+    """Whether a stored profile is an estimate (its provider says so: :data:`ESTIMATE_PROVIDER`, or
+    a ``config/type_estimates.csv`` basis, which starts the same way)."""
     return p.provider.startswith("estimate")
 
 
@@ -81,18 +87,22 @@ def as_variant_profile(lp: LatencyProfile, like: VariantProfile, provider: str, 
                           memory_method=like.memory_method)
 
 
-def estimate_types(local: VariantProfile, types: Sequence[str], reference: ProfileTable) -> tuple[list[VariantProfile], list[str]]:
+def estimate_types(local: VariantProfile, types: Sequence[str], reference: ProfileTable,
+                   rules: Mapping[str, TypeRule] | None = None) -> tuple[list[VariantProfile], list[str]]:
     """``local`` (measured here) as an estimate on each of ``types`` (made :func:`monotone` before
-    and after the type's factors, which fall with the batch on some types); also the types without
-    an emulation factor (they can only be measured on the type itself)."""
+    and after the type's factors, which fall with the batch on some types); a type without a
+    reference profile through its sibling in ``rules`` (its provider then that rule's basis); also
+    the types without an emulation factor (they can only be measured on the type itself)."""
     lp = monotone(local).to_latency_profile()
     out, skipped = [], []
     for t in types:
-        d = derive_profile(lp, t, reference)
+        d = derive_profile(lp, t, reference, rules=rules)
         if d is None:
             skipped.append(t)
-        else:
-            out.append(monotone(as_variant_profile(d, local, ESTIMATE_PROVIDER)))
+            continue
+        rule = (rules or {}).get(t) if t not in reference.types() else None
+        provider = rule.basis(sibling_estimated=True) if rule is not None else ESTIMATE_PROVIDER
+        out.append(monotone(as_variant_profile(d, local, provider)))
     return out, skipped
 
 

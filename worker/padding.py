@@ -8,17 +8,20 @@ from typing import TYPE_CHECKING, Callable
 
 from config.emulation import emulation_factors, reference_profiles
 from config.profiles import LatencyProfile, ProfileTable, load_profiles_csv
+from config.type_estimates import type_rules, with_type_estimates
 
 if TYPE_CHECKING:
     from worker.server import WorkerOptions
 
 
 def padding_table(opts: WorkerOptions) -> ProfileTable | None:
-    """The profile CSV a worker that pads to it reads (once, at start); None for a worker with an
-    explicit profile or none to emulate."""
+    """The profile CSV a worker that pads to it reads (once, at start), with the estimates of the
+    types nobody measured from their siblings (``config.type_estimates``: a worker standing for
+    g5.xlarge pads to the daemon's estimate there); None for a worker with an explicit profile or
+    none to emulate."""
     if opts.profile is not None or not opts.emulate_profile:
         return None
-    return load_profiles_csv(opts.profiles_path)
+    return with_type_estimates(load_profiles_csv(opts.profiles_path))
 
 
 def padding_profile(opts: WorkerOptions, table: ProfileTable | None) -> LatencyProfile | None:
@@ -57,14 +60,14 @@ def type_factor_fn(opts: WorkerOptions, profile: LatencyProfile | None) -> Calla
     worker stands for (config.emulation rule 2); None when the worker pads to a profile or not at all."""
     if profile is not None or not opts.emulate_profile:
         return None
-    ref = reference_profiles()
-    if emulation_factors(ref, opts.instance_type, [1]) is None:
+    ref, rules = reference_profiles(), type_rules()
+    if emulation_factors(ref, opts.instance_type, [1], rules=rules) is None:
         raise ValueError(f"no latency profile for model {opts.emulate_profile!r} and no emulation factor for "
-                         f"{opts.instance_type!r} (types with one: {', '.join(ref.types())})")
+                         f"{opts.instance_type!r} (types with one: {', '.join(ref.types() + sorted(rules))})")
 
     @functools.lru_cache(maxsize=4096)
     def factor(batch: int) -> float:
-        return float(emulation_factors(ref, opts.instance_type, [batch])[0])  # type: ignore[index]
+        return float(emulation_factors(ref, opts.instance_type, [batch], rules=rules)[0])  # type: ignore[index]
 
     return factor
 
