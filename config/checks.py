@@ -4,7 +4,8 @@ otherwise pass ``costscale validate`` and fail later, in the daemon (DESIGN inva
 ``config_problems(cfg)`` returns the problems as one line each; ``validate`` prints them and exits
 2, and ``costscale run`` refuses to start on them. ``config_warnings(cfg)`` returns what works but
 deserves a look (a model without latency profiles: the daemon profiles it, INFaaS §3.2);
-``validate`` prints them and exits 0. Pure but for reading the profile CSV and botocore's bundled
+``validate`` prints them and exits 0; among them, each allowed type a model has only an estimate on
+(``config/type_estimates.csv``), planned on or left out (:func:`estimate_warnings`). Pure but for reading the profile CSV and botocore's bundled
 region table (no network); ``security_file_problems`` reads the certificates, keys and tokens the
 config names (as the daemon reads them at start), and only ``validate`` and ``run`` at start ask
 for it (``load_checked_config(path, files=True)``).
@@ -16,6 +17,7 @@ from pathlib import Path
 from config.errors import ConfigError
 from config.hostport import split_hostport
 from config.profiles import ProfileTable, load_profiles_csv
+from config.type_estimates import with_type_estimates
 from config.schema import Config, DispatcherSpec, load_config
 from config.security import client_auth_missing, is_loopback, read_pem, read_token
 
@@ -128,6 +130,7 @@ def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str =
     named = set(table.models())    # a model the CSV names keeps it as its source (plan reports its gaps)
     if stored is not None:
         table = table.merged(stored)
+    table = with_type_estimates(table)
     out = pipeline_qos_warnings(cfg)
     d = cfg.dispatcher
     if not d.token_parameter and (d.cluster_token or d.cluster_token_file or not is_loopback(d.listen)):
@@ -143,6 +146,26 @@ def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str =
             out.append(f"models: {m.name!r} has no latency profile on {on}: run `costscale profile {path}` "
                        f"(or `costscale profile {path} --local` for estimates from this machine); until then the "
                        "daemon profiles it at start and serves it on a conservative pool")
+    return out + estimate_warnings(cfg, table, path)
+
+
+def estimate_warnings(cfg: Config, table: ProfileTable, path: str = "CONFIG") -> list[str]:
+    """One line per allowed type where a model has only an estimate by ``config/type_estimates.csv``
+    (issue #29): left out of its plans (``allow_estimates`` off), or planned on from that estimate
+    (on): either way not a measurement (``scaler.estimate_gate`` decides the same)."""
+    out = []
+    for t in cfg.instance_types:
+        for m in cfg.models:
+            e = table.estimate(m.profile_name, t.type)
+            if e is None or e.sibling is None or m.family:
+                continue
+            if t.allow_estimates:
+                out.append(f"instance_types: {t.type}: model {m.name!r} is planned there from an estimate, not a "
+                           f"measurement ({e.basis}); the daemon may launch it on that estimate")
+            else:
+                out.append(f"instance_types: {t.type}: model {m.name!r} has only an estimate there ({e.basis}), so it "
+                           f"is left out of {m.name}'s plans: set allow_estimates: true on it to plan with the estimate, "
+                           f"or measure it (costscale profile {path} --model {m.name} --types {t.type})")
     return out
 
 

@@ -41,7 +41,7 @@ from daemon.profiling import generate_config_variants, models_dir, open_config_r
 from daemon.self_profiling import SelfProfiler
 from daemon.metrics import MetricsServer, start_observing, stop_observing
 from daemon.status_feed import StatusFeed
-from daemon.fleet_status import FleetStatus, demand_text, load_profiles_for, quiet_at_shutdown
+from daemon.fleet_status import FleetStatus, load_profiles_for, plan_estimates, quiet_at_shutdown, tick_line
 from daemon.pick_confirmer import PickConfirmer
 
 log = logging.getLogger("costscale")
@@ -277,6 +277,7 @@ class Daemon:
                     pid = plan_id_for(target, self._generation)
                     report = await self._apply(target, pid, self.shares(plan, target))
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
+                self.status.estimated = plan_estimates(self.cfg, self.profiles, plan)
                 if fresh:
                     self._planned_at, self._unavailable_planned = now, frozenset(self.actuator.unavailable_types())
                 self._hint_planned = dict(self.capacity_hint)
@@ -285,9 +286,8 @@ class Daemon:
                 base = plan.dispatch_base_type() if plan is not None else None
                 if base is not None and self.dispatcher is not None:
                     self.dispatcher.set_base_type(base)
-                log.info("fleet (%s): demand %s -> target %s (%s); %s", reason, demand_text(demand),
-                         pool_text(target) or "none",
-                         plan.rule if plan else "pinned" if self.cfg.pinned_pool else "conservative pool", report.summary())
+                log.info("%s", tick_line(reason, demand, target, plan, bool(self.cfg.pinned_pool), report.summary(),
+                                         self.status.estimated))
                 if plan is not None and plan.short:
                     log.warning("fleet: the budget %.4g $/hr cannot cover every model: short %s", plan.budget_per_hour,
                                 ", ".join(f"{m} {q:.1f} q/s" for m, q in plan.short.items()))

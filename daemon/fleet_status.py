@@ -7,12 +7,15 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from config.profiles import ProfileTable, load_profiles_csv
+from config.profiles import Estimate, ProfileTable, load_profiles_csv
 from config.schema import Config
+from config.type_estimates import with_type_estimates
 from daemon.aws_wiring import DaemonError
 from daemon.profiling import stored_profiles
 from variants.families.applications import with_applications
+from scaler.actuator import pool_text
 from scaler.cloud import ManagedInstance, pool_of
+from scaler.estimate_gate import estimates_line, share_estimates
 from scaler.joint_plan import JointPlan
 from scaler.replan import DemandView
 
@@ -30,6 +33,8 @@ class FleetStatus:
     instances: list[ManagedInstance] = field(default_factory=list)
     plans_applied: int = 0
     last_error: str | None = None
+    #: model -> type -> estimate: the plan's workers that rest on an estimated profile (issue #29)
+    estimated: dict[str, dict[str, Estimate]] = field(default_factory=dict)
 
     def pool(self) -> dict[str, int]:
         return pool_of(self.instances)
@@ -54,15 +59,33 @@ def demand_text(demand: dict[str, DemandView]) -> str:
     return ", ".join(f"{m} {d.qps:.1f}" for m, d in demand.items()) + " q/s"
 
 
+def plan_estimates(cfg: Config, profiles: ProfileTable, plan: JointPlan | None) -> dict[str, dict[str, Estimate]]:
+    """Model -> type -> estimate for each model's workers in ``plan`` planned from an estimated
+    profile (:func:`scaler.estimate_gate.share_estimates`; a held pool without a plan: none)."""
+    return share_estimates(cfg, profiles, {m: s.pool for m, s in plan.models.items()}) if plan is not None else {}
+
+
+def tick_line(reason: str, demand: dict[str, DemandView], target: dict[str, int], plan: JointPlan | None,
+              pinned: bool, summary: str, estimated: dict[str, dict[str, Estimate]]) -> str:
+    """The fleet tick's log line: the demand, the target and its rule, what was done, and the
+    workers that rest on estimates (said, never taken for measurements)."""
+    rule = plan.rule if plan else "pinned" if pinned else "conservative pool"
+    est = estimates_line(estimated)
+    return (f"fleet ({reason}): demand {demand_text(demand)} -> target {pool_text(target) or 'none'} ({rule}); {summary}"
+            + (f"; {est}" if est else ""))
+
+
 def load_profiles_for(cfg: Config) -> ProfileTable:
-    """The profile CSV, the profiles measured since (a model without any is profiled at start) and
-    the configured applications' (issue #25: each at its most accurate variant, and every variant)."""
+    """The profile CSV, the profiles measured since (a model without any is profiled at start), the
+    configured applications' (issue #25: each at its most accurate variant, and every variant), and
+    the estimates of the types nobody measured from their siblings (``config.type_estimates``, issue
+    #29; tagged, planned on only where allowed)."""
     try:
-        return with_applications(cfg, load_profiles_csv(cfg.profiles).merged(stored_profiles(cfg)))
+        return with_type_estimates(with_applications(cfg, load_profiles_csv(cfg.profiles).merged(stored_profiles(cfg))))
     except ValueError as exc:
         raise DaemonError(str(exc)) from None
 
 
 
 
-__all__ = ["FleetStatus", "demand_text", "load_profiles_for", "quiet_at_shutdown"]
+__all__ = ["FleetStatus", "demand_text", "load_profiles_for", "plan_estimates", "quiet_at_shutdown", "tick_line"]

@@ -2,8 +2,8 @@
 the dollars spent, the fleet and model loops' decisions with their reasons, the last error, and
 the models being profiled on a conservative pool (:class:`dispatcher.status.FleetFacts`).
 
-:class:`StatusFeed` hears each new fleet target from ``Daemon.fleet_tick`` (the planner's rule
-and the demand it planned for) and each VM-autoscaler add or remove from ``Daemon._on_vm`` (with its
+:class:`StatusFeed` hears each new fleet target from ``Daemon.fleet_tick`` (the planner's rule,
+the demand it planned for, and the workers planned from estimated profiles, issue #29) and each VM-autoscaler add or remove from ``Daemon._on_vm`` (with its
 reason, INFaaS §4.2.3), and watches the rest once a second (an APScheduler job on the event loop)
 and whenever Status is asked: each launch and termination as its write-ahead intent records it
 (instance ids, type, intent id, the pool's $/hr after), each park and unpark
@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from config.files import write_atomic
 from daemon import audit
+from daemon.fleet_status import plan_estimates
 from dispatcher.status import Decision, FleetFacts, Profiling, pool_cost_per_hour
 from scaler.actuator import pool_text
+from scaler.estimate_gate import estimates_line
 
 if TYPE_CHECKING:
     from scaler.joint_plan import JointPlan
@@ -176,12 +178,17 @@ class StatusFeed:
             why += "; short " + ", ".join(f"{m} {q:.1f} q/s" for m, q in short.items())
         if qps is not None:
             why += f" for {qps:.1f} q/s ({'measured' if measured else 'declared'})"
+        profiles = getattr(d, "profiles", None)             # issue #29: said wherever a plan shows
+        est = plan_estimates(d.cfg, profiles, plan) if profiles is not None else {}
+        if est:
+            why += f"; {estimates_line(est)}"
         cost = sum(self._price(d, t) * n for t, n in target.items())
         self.record("fleet", "plan", f"target {pool_text(target) or 'none'} at {cost:.3f} $/hr", why,
                     target=target, cost_per_hour=round(cost, 6), rule=plan.rule if plan is not None else why,
                     demand_qps=round(qps, 4) if qps is not None else None, demand_measured=measured,
                     short_qps={m: round(q, 4) for m, q in short.items()},
-                    models={m: s.to_dict() for m, s in plan.models.items()} if plan is not None else None)
+                    models={m: s.to_dict() for m, s in plan.models.items()} if plan is not None else None,
+                    estimated={m: {t: e.basis for t, e in per.items()} for m, per in est.items()})
 
     async def _tick(self) -> None:   # a coroutine: APScheduler runs it on the event loop
         self.observe()

@@ -11,7 +11,7 @@ from daemon.cli import main
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
 PRICES = {"g4dn.xlarge": 0.526, "c5n.2xlarge": 0.432, "r5n.large": 0.149, "t3.xlarge": 0.1664}
 KEYS = ["model", "budget_per_hour", "base_type", "chosen", "cost_per_hour", "upper_bound_qps", "rule",
-        "pools_ranked", "ranked", "models"]
+        "pools_ranked", "ranked", "models", "estimated", "estimated_picked", "estimates", "left_out_estimated"]
 
 
 @pytest.fixture()
@@ -75,7 +75,7 @@ def test_plan_min_cost(cfg: str, capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize("extra,needle", [
     (["--model", "nope"], "unknown model"),
     (["--types", "g4dn.xlarge,x9.huge"], "unknown instance type"),
-    (["--types", "g4dn.xlarge,m5.xlarge"], "no latency profile"),
+    (["--types", "m5.xlarge"], "instance_types[].allow_estimates: true"),
     (["--types", "t3.xlarge"], "QoS target"),
     (["--budget", "-1"], "--budget"),
     (["--budget", "abc"], "--budget"),

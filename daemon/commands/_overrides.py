@@ -7,14 +7,16 @@ from config.numbers import finite_float
 
 import argparse
 import math
+import sys
 from dataclasses import dataclass
 from typing import Collection
 
 from variants.families.applications import with_applications
-from config.schema import Config, ModelSpec, load_config
+from config.schema import Config, InstanceTypeSpec, ModelSpec, load_config
 from config.errors import UsageError
 from config.batch_dist import parse_batch_dist
 from config.profiles import ProfileTable, load_profiles_csv
+from config.type_estimates import with_type_estimates
 
 
 def add_override_flags(p: argparse.ArgumentParser) -> None:
@@ -61,6 +63,7 @@ def resolve(args: argparse.Namespace, cmd: str, *, one_model: bool = False) -> R
         profiles = with_applications(cfg, profiles)
     except ValueError as exc:
         raise UsageError(f"{cmd}: {exc}") from None
+    profiles = with_type_estimates(profiles)   # the types nobody measured, from their siblings (issue #29)
     name = getattr(args, "model", None)
     if one_model and name is None and len(cfg.models) > 1:
         raise UsageError(f"{cmd}: the config has {len(cfg.models)} models ({', '.join(m.name for m in cfg.models)}): "
@@ -120,4 +123,17 @@ def parse_pool(text: str, r: Resolved, cmd: str) -> dict[str, int]:
     for itype in pool:
         if not r.profiles.has(r.profile_model, itype):
             raise UsageError(f"{cmd}: --pool: no latency profile for model {r.profile_model!r} on {itype}")
+        e = r.profiles.estimate(r.profile_model, itype)
+        if e is not None:   # said, never taken for a measurement (issue #29)
+            print(f"costscale: note: {cmd}: {r.profile_model!r} on {itype} runs at an estimated profile, not a "
+                  f"measured one ({e.basis})", file=sys.stderr)
     return pool
+
+
+def with_estimates_allowed(cfg: Config, types: Collection[str] | None = None) -> Config:
+    """``cfg`` with ``allow_estimates`` on every allowed type and on ``types`` (``--estimates``: a
+    what-if on the types nobody measured; those not in the config are added with no bounds)."""
+    listed = [t.model_copy(update={"allow_estimates": True}) for t in cfg.instance_types]
+    have = {t.type for t in listed}
+    extra = [InstanceTypeSpec(type=t, allow_estimates=True) for t in (types or ()) if t not in have]
+    return cfg.model_copy(update={"instance_types": listed + extra})

@@ -10,6 +10,10 @@ pool of the base type is always one of them.
 --exhaustive ranks every pool within the budget, as costscale did before the pool search (issue
 #29); by default above ``scaler.plan.SEARCH_ABOVE`` pools the planner finds the same pick, top
 pools and count by an exact search without listing them (``scaler.pool_search``).
+--estimates plans with the types where a model has only an estimated profile by
+``config/type_estimates.csv`` (as if every type had ``allow_estimates: true``; issue #29); without
+it they are left out, and a line says so. Every estimated type a plan shows is marked ``~`` with its
+basis below the table (``estimated`` in ``--json``), and a pick that rests on one says so.
 --region-prices prices the config's region as the daemon does (``daemon.aws_wiring``: the Price
 List API, cached beside the state store; on failure the shipped us-east-1 table, with one warning
 line); without it the shipped table's prices are used.
@@ -24,9 +28,11 @@ import json
 import logging
 import math
 import sys
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
-from daemon.commands._overrides import add_override_flags, resolve
+from config.profiles import Estimate
+from daemon.commands._estimates import footer, marked, model_estimates
+from daemon.commands._overrides import add_override_flags, resolve, with_estimates_allowed
 from config.errors import UsageError
 from config.schema import Config
 from scaler.base_aux import PlanError
@@ -60,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exhaustive", action="store_true",
                    help="rank every pool within the budget instead of searching (the reference; refused in one line "
                         "beyond 50,000,000 pools)")
+    p.add_argument("--estimates", action="store_true",
+                   help="also plan with the types where a model has only an estimated profile (config/type_estimates.csv: "
+                        "a measured sibling type x a latency factor), as instance_types[].allow_estimates does")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -82,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("plan: --types lists a type twice")
     if args.region_prices:
         cfg = region_priced(cfg, types)
+    if args.estimates:
+        cfg = with_estimates_allowed(cfg, types)
     dist = r.batch_dist
     objective = args.objective or cfg.objective
     if args.confirm and objective != "max_throughput":
@@ -111,13 +122,15 @@ def run(args: argparse.Namespace) -> int:
             plan = conf.plan
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
+    est = model_estimates(cfg, r.profiles, plan.model, plan.chosen, types)
     if args.json:
         d = plan.to_dict()
         need = demand * (1 + cfg.headroom)
         d["models"] = {plan.model: {"workers": {t: n for t, n in plan.chosen.items() if n},
                                     "capacity_qps": round(plan.upper_bound_qps, 3), "demand_qps": round(demand, 3),
                                     "short_qps": round(max(0.0, need - plan.upper_bound_qps), 3)
-                                    if objective == "min_cost" else 0.0}}
+                                    if objective == "min_cost" else 0.0, "estimated": sorted(est.picked)}}
+        d.update(est.to_dict())
         if conf is not None:
             d["confirmation"] = {"pick_qps": round(conf.pick_qps, 3), "similarity_qps": round(conf.similarity_qps, 3),
                                  "homogeneous": conf.homogeneous, "homogeneous_qps": round(conf.homogeneous_qps, 3),
@@ -128,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
             catalog = cfg.full_catalog()
             print(f"prices ({cfg.region}): " + ", ".join(f"{t} {catalog[t].price_per_hour:g}" for t in plan.chosen)
                   + " $/hr")
-        print(render(plan, dist))
+        print(render(plan, dist, est.considered))
+        for line in footer([est]):
+            print(line)
         if conf is not None:
             print(f"confirmed by {len(conf.evaluated)} simulated pools ({cfg.dispatcher.policy}): pick "
                   f"{conf.pick_qps:.1f} q/s, similarity pick {conf.similarity_qps:.1f} q/s, homogeneous "
@@ -215,21 +230,32 @@ def run_joint(args: argparse.Namespace, cfg: Config, profiles, rates: dict[str, 
                               objective=objective, confirmed=cache, exhaustive=args.exhaustive)  # type: ignore[arg-type]
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
+    ests = [model_estimates(cfg, profiles, m, s.plan.chosen if s.plan is not None else s.pool, types)
+            for m, s in plan.models.items()]
     if args.json:
-        print(json.dumps(plan.to_dict()))
+        d = plan.to_dict()
+        for e in ests:
+            d["models"][e.model].update(e.to_dict())
+        d["estimated"] = sorted({t for e in ests for t in e.picked})
+        print(json.dumps(d))
     else:
-        print(render_joint(plan))
+        print(render_joint(plan, {e.model: e.considered for e in ests}))
+        for line in footer(ests):
+            print(line)
     return 0
 
 
-def render_joint(plan: JointPlan) -> str:
-    """The joint plan: the pool, each model's workers, capacity against demand, and what is short."""
+def render_joint(plan: JointPlan, estimated: Mapping[str, Mapping[str, Estimate]] | None = None) -> str:
+    """The joint plan: the pool, each model's workers (``~`` on a type planned from an estimate,
+    ``estimated``: model -> type -> estimate), capacity against demand, and what is short."""
+    est = estimated or {}
     pool = ", ".join(f"{t} x{n}" for t, n in sorted(plan.pool.items())) or "(empty)"
     lines = [f"joint plan of {len(plan.models)} models: budget {plan.budget_per_hour:g} $/hr, objective "
              f"{plan.objective}, rule {plan.rule}",
              f"pool: {pool}  ({plan.cost_per_hour:.4f} $/hr)"]
     head = ["model", "workers", "$/hr", "capacity q/s", "demand q/s", "short q/s", "weight", "rule"]
-    rows = [[m, ", ".join(f"{t} x{n}" for t, n in sorted(s.pool.items())) or "none", f"{s.cost_per_hour:.4f}",
+    rows = [[m, ", ".join(f"{marked(t, est.get(m, {}))} x{n}" for t, n in sorted(s.pool.items())) or "none",
+             f"{s.cost_per_hour:.4f}",
              f"{s.capacity_qps:.1f}", f"{s.demand_qps:.1f}", f"{s.short_qps:.1f}", f"{s.weight:g}",
              s.plan.rule if s.plan is not None else "none"] for m, s in plan.models.items()]
     widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
@@ -241,10 +267,12 @@ def render_joint(plan: JointPlan) -> str:
     return "\n".join(lines)
 
 
-def render(plan: Plan, dist: str) -> str:
-    """Human-readable plan: the top pools, the pick and its rule, base and auxiliary types."""
+def render(plan: Plan, dist: str, estimated: Mapping[str, Estimate] | None = None) -> str:
+    """Human-readable plan: the top pools, the pick and its rule, base and auxiliary types; each
+    type planned from an estimate (``estimated``: type -> estimate) marked ``~``."""
+    est = estimated or {}
     types = list(plan.chosen)
-    head = ["#"] + types + ["$/hr", "QPS bound"]
+    head = ["#"] + [marked(t, est) for t in types] + ["$/hr", "QPS bound"]
     rows = []
     for i, (pool, cost, bound) in enumerate(plan.ranked, 1):
         mark = "*" if pool == plan.chosen else ""
@@ -254,7 +282,7 @@ def render(plan: Plan, dist: str) -> str:
     lines = [f"model {plan.model}: budget {plan.budget_per_hour:g} $/hr, batch mix {dist}, "
              f"{plan.pools_ranked:,} pools within budget; top {len(plan.ranked)} by upper bound (* = pick):",
              fmt(head)] + [fmt(r) for r in rows]
-    pick = ", ".join(f"{t} x{c}" for t, c in plan.chosen.items() if c) or "(empty)"
+    pick = ", ".join(f"{marked(t, est)} x{c}" for t, c in plan.chosen.items() if c) or "(empty)"
     lines.append(f"pick: {pick}  ({plan.cost_per_hour:.4f} $/hr, upper bound {plan.upper_bound_qps:.1f} QPS, "
                  f"rule {plan.rule})")
     if plan.demand_unmet:

@@ -7,6 +7,11 @@ this machine and *estimates* the types with their emulation factors (``config.em
 without it, one probe instance per type that lacks a measured profile is launched through the fleet
 actuator, measured through its worker, and terminated (``daemon.probing``), and what the probes
 cost is printed. By default the models with no profile on some allowed type are profiled.
+
+Every estimate is tagged as one, in the output, the registry and ``--out`` (its ``source`` column):
+this machine's measurement x a type's emulation factor, and for the eight catalog types nobody
+measured, a sibling type's profile x its latency factor (``config/type_estimates.csv``, issue #29),
+also for the models whose profiles come from the profile CSV (listed, not profiled).
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ if TYPE_CHECKING:   # the command's work imports ONNX Runtime and gRPC: only whe
     from variants.registry import VariantRegistry
 
 ESTIMATE_NOTE = ("per-type profiles marked 'estimate' are this machine's measurement x each type's emulation factor "
-                 "(config/emulation.py), not measurements on the type: run `costscale profile CONFIG` without "
+                 "(config/emulation.py; a type nobody measured: its sibling's x its latency factor, "
+                 "config/type_estimates.csv), not measurements on the type: run `costscale profile CONFIG` without "
                  "--local (probes on AWS) to measure them")
 
 
@@ -152,11 +158,12 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             table = table.merged(r.table())
         try:
-            save_profiles_csv(args.out, table.profiles.values())
+            save_profiles_csv(args.out, table.profiles.values(), table.estimated)
         except OSError as exc:
             raise UsageError(f"profile: --out: cannot write {args.out} ({exc.strerror or exc})") from None
     stored = registry_path_for(cfg.state_path) if registry is not None else None
     doc = _document(cfg, results, types, skipped, probes, stored, args.out, args.local)
+    doc["type_estimates"] = _type_estimates(cfg, csv, results, types)
     print(json.dumps(doc) if args.json else _render(doc))
     return 0
 
@@ -173,6 +180,24 @@ def _estimate(cfg: Config, m: ModelSpec, reg: "VariantRegistry", src: Path, type
     for t in keep:
         r.not_done[t] = "measured already: kept (an estimate never replaces a measurement)"
     return r
+
+
+def _type_estimates(cfg: Config, csv: ProfileTable, results: "list[ModelProfiles]",
+                    types: list[str]) -> dict[str, dict[str, str]]:
+    """Model -> type -> basis: the estimates by ``config/type_estimates.csv`` the daemon and ``plan``
+    hold for the models not profiled in this run, on ``types`` (issue #29)."""
+    from config.type_estimates import with_type_estimates
+    from daemon.profiling import stored_profiles
+
+    view = with_type_estimates(csv.merged(stored_profiles(cfg)))
+    done = {r.spec.name for r in results}
+    out = {}
+    for m in cfg.models:
+        est = {t: e.basis for t in types if m.name not in done and (e := view.estimate(m.profile_name, t)) is not None
+               and e.sibling is not None}
+        if est:
+            out[m.name] = est
+    return out
 
 
 def _resolve(m: ModelSpec) -> Path:
@@ -200,6 +225,7 @@ def _document(cfg: Config, results: "list[ModelProfiles]", types: list[str], ski
             "model": r.spec.name, "qos_ms": r.spec.qos_ms, "max_batch": r.spec.max_batch,
             "variants": [v.name for v in r.variants],
             "types": {t: {"source": "estimate" if is_estimate(p) else "measured", "provider": p.provider,
+                          "basis": p.provider if is_estimate(p) else None,
                           "price_per_hour": prices[t],
                           "p99_ms": {str(b.batch_size): round(b.p99_ms, 4) for b in p.batches},
                           "p99_ms_at_max_batch": round(check.p99_ms[t], 4) if t in check.p99_ms else None}
@@ -224,13 +250,17 @@ def _render(doc: dict[str, Any]) -> str:
         for t, row in m["types"].items():
             sizes = list(row["p99_ms"])
             lines.append(f"  {t:<14} {row['price_per_hour']:>7.4f} $/hr  p99 {row['p99_ms'][sizes[0]]:.3f} ms at batch "
-                         f"{sizes[0]} .. {row['p99_ms'][sizes[-1]]:.3f} ms at batch {sizes[-1]}  ({row['source']})")
+                         f"{sizes[0]} .. {row['p99_ms'][sizes[-1]]:.3f} ms at batch {sizes[-1]}  ({row['basis'] or row['source']})")
         for t, why in m["not_profiled"].items():
             lines.append(f"  {t:<14} not profiled: {why}")
         if m["variant_types"]:
             lines.append("  variants: " + "; ".join(f"{v} on {', '.join(ts)}" for v, ts in m["variant_types"].items()))
         if m["slo"]:
             lines.append(m["slo"])
+    for m, per in doc.get("type_estimates", {}).items():
+        lines.append(f"model {m}: estimated, not measured, on " + "; ".join(f"{t} ({b})" for t, b in per.items())
+                     + f" (planned on only where instance_types[].allow_estimates; to measure: costscale profile CONFIG --model {m} --types "
+                     + ",".join(per) + ", without --local)")
     if doc["estimates_note"] and doc["models"]:
         lines.append(f"note: {doc['estimates_note']}")
     if doc["probes"] is not None:

@@ -1,7 +1,8 @@
 """``costscale replay CONFIG (--trace CSV | --pattern NAME[:k=v,...]) [--hours H] [--seed N]
-[--baselines] [--json] [--plot FILE.png]``: a day of traffic through the daemon's own loops on a
-virtual clock, scored in dollars, SLO attainment and accuracy (:mod:`sim.replay`), optionally
-against the baselines of :mod:`sim.replay_baselines`.
+[--baselines] [--estimates] [--json] [--plot FILE.png]``: a day of traffic through the daemon's own
+loops on a virtual clock, scored in dollars, SLO attainment and accuracy (:mod:`sim.replay`), optionally
+against the baselines of :mod:`sim.replay_baselines`. The report's ``estimated`` names each model's
+workers that ran on an estimated profile (issue #29), and the summary marks them ``~``.
 """
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ import argparse
 import json
 import math
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from config.errors import UsageError
+from config.profiles import ProfileTable
 from config.schema import Config
-from daemon.commands._overrides import resolve
+from daemon.commands._overrides import resolve, with_estimates_allowed
 from daemon.commands._progress import Progress
+from scaler.estimate_gate import share_estimates
 from sim.patterns import parse_pattern, pattern_workload
 from sim.replay import DEFAULT_BOOT_S, Fault, ReplaySpec, replay
 from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, baseline_names, run_baseline
@@ -53,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cold", action="store_true", help="start with no instances (default: the first pool is up)")
     p.add_argument("--baselines", action="store_true", help="also run " + ", ".join(BASELINE_NAMES)
                    + " (and fleet_only, accuracy_only with accuracy scaling on)")
+    p.add_argument("--estimates", action="store_true",
+                   help="plan with the allowed types where a model has only an estimated profile (config/type_estimates.csv), "
+                        "as instance_types[].allow_estimates does; the report names them")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="draw the timeline")
     p.set_defaults(func=run_replay)
@@ -212,7 +218,7 @@ def run_replay(args: argparse.Namespace) -> int:
         if not (math.isfinite(v) and v >= 0):
             raise UsageError(f"{cmd}: --{flag.replace('_', '-')} must be >= 0")
     r = resolve(args, cmd)      # an unknown --model: one line
-    cfg = r.cfg
+    cfg = with_estimates_allowed(r.cfg) if args.estimates else r.cfg
     only = r.model if args.model else None
     for line in not_replayed(cfg):
         print(f"costscale: warning: {cmd}: {line}", file=sys.stderr)
@@ -238,6 +244,7 @@ def run_replay(args: argparse.Namespace) -> int:
             raise UsageError(f"{cmd}: {exc}") from None
         out = report(run, with_timeline=bool(args.plot))
         out["source"] = source
+        out["estimated"] = replay_estimates(cfg, r.profiles, run.targets)
         if args.baselines:
             planner = PoolPlanner(cfg, r.profiles, slo_check)
             out["baselines"] = {}
@@ -266,6 +273,16 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def replay_estimates(cfg: Config, profiles: ProfileTable, targets: Sequence[Any]) -> dict[str, dict[str, str]]:
+    """Model -> type -> basis: each model's workers, in any target of the replay, planned from an
+    estimated profile (issue #29: its figures then rest on that estimate, not a measurement)."""
+    out: dict[str, dict[str, str]] = {}
+    for tc in targets:
+        for m, per in share_estimates(cfg, profiles, tc.shares).items():
+            out.setdefault(m, {}).update({t: e.basis for t, e in per.items()})
+    return {m: dict(sorted(per.items())) for m, per in sorted(out.items())}
+
+
 def _print(o: dict[str, Any]) -> None:
     p99 = "over QoS" if o["p99_ms"] is None else f"{o['p99_ms']:.1f} ms"
     qos = f", QoS {o['qos_ms']:g} ms" if o["qos_ms"] is not None else ""
@@ -292,6 +309,9 @@ def _print(o: dict[str, Any]) -> None:
     print(f"  cost ${o['cost_usd']:.4f}; peak {o['peak_cost_per_hour']:.4f} of {o['budget_per_hour']:g} $/hr"
           + (f"; BUDGET EXCEEDED {o['budget_violations']} time(s)" if o["budget_violations"] else ""))
     print("  instance-hours " + ", ".join(f"{t} {h:.3f}" for t, h in o["instance_hours"].items()))
+    for m, per in (o.get("estimated") or {}).items():
+        print(f"  ~ {m} ran on estimated profiles, not measurements: "
+              + "; ".join(f"{t} ({basis})" for t, basis in per.items()))
     print("  decisions " + ", ".join(f"{k} {v}" for k, v in o["decisions"].items())
           + f"; plans {o['plans']}; wall {o['wall_s']:.1f} s")
     acc = o["accuracy"]
