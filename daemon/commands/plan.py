@@ -249,7 +249,8 @@ def render_joint(plan: JointPlan, estimated: Mapping[str, Mapping[str, Estimate]
     """The joint plan: the pool, each model's workers (``~`` on a type planned from an estimate,
     ``estimated``: model -> type -> estimate), capacity against demand, and what is short."""
     est = estimated or {}
-    pool = ", ".join(f"{t} x{n}" for t, n in sorted(plan.pool.items())) or "(empty)"
+    anywhere = {t: e for m, s in plan.models.items() for t, e in est.get(m, {}).items() if s.pool.get(t, 0) > 0}
+    pool = ", ".join(f"{marked(t, anywhere)} x{n}" for t, n in sorted(plan.pool.items())) or "(empty)"
     lines = [f"joint plan of {len(plan.models)} models: budget {plan.budget_per_hour:g} $/hr, objective "
              f"{plan.objective}, rule {plan.rule}",
              f"pool: {pool}  ({plan.cost_per_hour:.4f} $/hr)"]
