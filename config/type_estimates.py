@@ -118,10 +118,17 @@ def sibling_estimates(table: ProfileTable, rules: Mapping[str, TypeRule] | None 
     return out
 
 
+def estimate_of(basis: str, instance_type: str, rules: Mapping[str, TypeRule] | None = None) -> Estimate:
+    """A stored estimate (its provider or CSV ``source`` as ``basis``) on ``instance_type``: one by
+    the table (its sibling named) where the type has a row, else one from a local run."""
+    rule = (type_rules() if rules is None else rules).get(instance_type)
+    return Estimate(basis, rule.sibling if rule is not None else None)
+
+
 def with_type_estimates(table: ProfileTable, rules: Mapping[str, TypeRule] | None = None) -> ProfileTable:
     """``table`` with :func:`sibling_estimates` added (a measured profile is never replaced)."""
     return table.merged(sibling_estimates(table, rules))
 
 
-__all__ = ["TABLE_NAME", "TypeRule", "parse_type_rules", "scaled", "sibling_estimates", "type_rules",
+__all__ = ["TABLE_NAME", "TypeRule", "estimate_of", "parse_type_rules", "scaled", "sibling_estimates", "type_rules",
            "with_type_estimates"]

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from config.emulation import reference_profiles
-from config.type_estimates import type_rules
-from config.profiles import Estimate, LatencyProfile, ProfileTable
+from config.type_estimates import estimate_of, type_rules
+from config.profiles import LatencyProfile, ProfileTable
 from config.schema import Config, ModelSpec
 from daemon.probing import Measure, measure_on_worker
 from dispatcher.worker_client import WorkerClient
@@ -146,7 +146,7 @@ class ModelProfiles:
             for t, p in per.items():
                 out.profiles[(key, t)] = p.to_latency_profile(key)
                 if is_estimate(p):
-                    out.estimated[(key, t)] = Estimate(p.provider)
+                    out.estimated[(key, t)] = estimate_of(p.provider, t)
         return out
 
     def base(self) -> dict[str, LatencyProfile]:

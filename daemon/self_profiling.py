@@ -35,6 +35,7 @@ from daemon.profiling import ModelProfiles, measure_fn, measured_only, own_model
 from dispatcher.status import Profiling
 from scaler.transitions import pool_sum
 from scaler.actuator import pool_text
+from scaler.estimate_gate import allowed_estimate_types, split_types
 from variants.profiler import VariantProfile
 from variants.type_profiles import conservative_pool, drift, slo_verdict
 
@@ -165,7 +166,9 @@ class SelfProfiler:
         res = await asyncio.to_thread(profile_here, d.cfg, spec, d.registry, src, self._types(), None, 5, False)
         table = res.table()
         self._add(table)
-        check = slo_verdict(table, spec.profile_name, self._types(), spec.qos_ms, spec.max_batch, spec.name)
+        # the conservative pool never rests on an estimate by the type table the config does not allow
+        types = split_types(table, spec.profile_name, self._types(), allowed_estimate_types(d.cfg)).planned
+        check = slo_verdict(table, spec.profile_name, types, spec.qos_ms, spec.max_batch, spec.name)
         if check.line():
             log.warning("%s", check.line())
         prices = d.cfg.prices(allowed_only=True)

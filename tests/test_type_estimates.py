@@ -368,3 +368,67 @@ def test_the_daemons_plan_log_line_and_fleet_view_name_the_estimates() -> None:
     assert line.endswith("; nothing to do; rests on estimated profiles, not measurements: rm2 on r5.large (estimate: "
                          "r5n.large x 1 (2 vCPUs and 16 GiB, same Intel Xeon family; config/type_estimates.csv))")
     assert plan_estimates(cfg, t, None) == {}
+
+
+def test_the_plan_decision_in_status_says_it_rests_on_estimates() -> None:
+    from types import SimpleNamespace
+
+    from daemon.status_feed import StatusFeed
+    from scaler.joint_plan import plan_joint
+    from sim.slo_check import slo_check
+
+    cfg = load_config(RM2).model_copy(update={"state_path": ":memory:", "objective": "max_throughput",
+                                              "confirm_evaluations": 0})
+    cfg = cfg.model_copy(update={"instance_types": [*cfg.instance_types,
+                                                    cfg.instance_types[0].model_copy(update={"type": "r5.large",
+                                                                                             "allow_estimates": True})]})
+    t = with_type_estimates(load_profiles_csv())
+    plan = plan_joint(cfg, t, {}, slo_check=slo_check)
+    feed = StatusFeed(SimpleNamespace(cfg=cfg, profiles=t, actuator=None), clock=lambda: 0.0)   # type: ignore[arg-type]
+    feed.planned(dict(plan.pool), plan, None)
+    (d,) = feed.decisions
+    assert d.kind == "plan" and "r5.large" in plan.pool
+    assert d.reason.endswith("; rests on estimated profiles, not measurements: rm2 on r5.large (estimate: r5n.large x 1 "
+                             "(2 vCPUs and 16 GiB, same Intel Xeon family; config/type_estimates.csv))")
+
+
+def test_the_conservative_pool_never_rests_on_a_type_estimate_the_config_does_not_allow(tmp_path: Path) -> None:
+    """A user's model profiled at start with r5.large allowed but not its estimates: r5.large (r5n.large's
+    estimate at 0.126 instead of 0.149 $/hr) would be the cheapest meeting the SLO; the pool is r5n.large."""
+    import asyncio
+
+    from daemon.app import Daemon
+    from scaler.fake_cloud import FakeCloud
+    from tests.byom_helpers import KAIROS_TYPES, build_user_model, user_config
+    from tests.test_dispatcher_live import run
+
+    onnx_path = build_user_model(tmp_path / "mymodel.onnx")
+    raw = user_config(tmp_path, onnx_path, dispatcher={"listen": "127.0.0.1:0"},
+                      launch={"ami_id": "ami-1", "pending_timeout_s": 300}, intervals={"fleet_s": 3600, "reconcile_s": 3600})
+    raw["instance_types"] = [{"type": t, "max": 2} for t in (*KAIROS_TYPES, "r5.large")]
+    cfg = Config.model_validate(raw)
+
+    async def body() -> tuple[dict[str, int], str, bool]:
+        d = Daemon(cfg, None, cloud=FakeCloud(cfg.cluster), listen="127.0.0.1:0")
+        await d.start()
+        try:
+            prof = d.profiling
+            assert prof is not None and prof._task is not None
+            while not prof.hold():
+                assert not prof._task.done(), prof._task
+                await asyncio.sleep(0.05)
+            (pool, why), = prof.held.values()
+            return pool, why, d.profiles.estimate(raw["models"][0]["name"], "r5.large") is not None
+        finally:
+            await d.stop(grace=0.0)
+
+    pool, why, estimated = run(body, timeout=120)
+    assert estimated                                   # r5.large has an estimate (from r5n.large's local one) ...
+    assert pool == {"r5n.large": 1} and why.startswith("r5n.large meets p99 <= 50 ms")   # ... but is not held on it
+
+
+def test_a_stored_estimate_on_an_unmeasured_type_names_its_sibling() -> None:
+    from config.type_estimates import estimate_of
+
+    assert estimate_of("estimate: x", "g5.xlarge") == Estimate("estimate: x", "g4dn.xlarge")
+    assert estimate_of("estimate: x", "t3.xlarge") == Estimate("estimate: x", None)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from config.profiles import Estimate, ProfileTable
+from config.profiles import ProfileTable
+from config.type_estimates import estimate_of
 from config.schema import ModelSpec
 from variants.executor import ANY_HARDWARE
 from variants.generator import Variant
@@ -204,7 +205,7 @@ class VariantRegistry:
             name = key.get(p.variant, p.variant)
             table.profiles[(name, p.instance_type)] = p.to_latency_profile(name)
             if is_estimate(p):    # from a local run, or from a sibling type: tagged as such
-                table.estimated[(name, p.instance_type)] = Estimate(p.provider)
+                table.estimated[(name, p.instance_type)] = estimate_of(p.provider, p.instance_type)
         return table
 
     def profiles_of(self, variant: str) -> list[VariantProfile]:
