@@ -284,7 +284,7 @@ def test_a_joint_plan_tags_each_models_estimated_workers(capsys: pytest.CaptureF
     assert main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     picked = {m: s["estimated_picked"] for m, s in d["models"].items()}
-    assert d["estimated"] == sorted({t for ts in picked.values() for t in ts})
+    assert d["estimated_picked"] == sorted({t for ts in picked.values() for t in ts}) and d["estimated"] == ["r5.large"]
     for m, s in d["models"].items():
         assert s["estimated_picked"] == sorted(t for t in s["workers"] if t == "r5.large")
         assert s["estimated"] == ["r5.large"]

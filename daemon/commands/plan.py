@@ -236,7 +236,8 @@ def run_joint(args: argparse.Namespace, cfg: Config, profiles, rates: dict[str, 
         d = plan.to_dict()
         for e in ests:
             d["models"][e.model].update(e.to_dict())
-        d["estimated"] = sorted({t for e in ests for t in e.picked})
+        d["estimated"] = sorted({t for e in ests for t in e.considered})        # as one model's plan says them
+        d["estimated_picked"] = sorted({t for e in ests for t in e.picked})
         print(json.dumps(d))
     else:
         print(render_joint(plan, {e.model: e.considered for e in ests}))
