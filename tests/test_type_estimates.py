@@ -245,7 +245,7 @@ def test_plan_whose_pick_includes_an_estimated_type_is_tagged_in_table_and_json(
     assert out[5].startswith("pick: g4dn.xlarge x1, r5.large~ x15  (2.4160 $/hr")
     assert "~ r5.large: estimate: r5n.large x 1 (2 vCPUs and 16 GiB, same Intel Xeon family; config/type_estimates.csv)" in out
     assert "this pick rests on estimated profiles, not measurements: r5.large (measure them: costscale profile CONFIG " \
-           "--types ...)" in out
+           "--model rm2 --types r5.large)" in out
 
 
 def test_plan_without_the_opt_in_leaves_estimated_types_out_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:

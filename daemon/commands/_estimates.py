@@ -55,8 +55,9 @@ def footer(per_model: Sequence[PlanEstimates]) -> list[str]:
             lines.append(f"{MARK} {who}{t}: {e.basis}")
     picked = [f"{pe.model} on {t}" if several else t for pe in per_model for t in sorted(pe.picked)]
     if picked:
-        lines.append(f"this pick rests on estimated profiles, not measurements: {', '.join(picked)} (measure them: "
-                     "costscale profile CONFIG --types ...)")
+        how = "; ".join(f"costscale profile CONFIG --model {pe.model} --types {','.join(sorted(pe.picked))}"
+                        for pe in per_model if pe.picked)
+        lines.append(f"this pick rests on estimated profiles, not measurements: {', '.join(picked)} (measure them: {how})")
     left = [(pe.model, t, e) for pe in per_model for t, e in sorted(pe.left_out.items())]
     if left:
         lines.append("left out (only an estimate there, not allowed): "
