@@ -126,3 +126,23 @@ def test_match_dispatches_only_idle_workers_once_each(policy: type[KairosPolicy]
             ti = {w.worker_id: pc.tix[j] for j, w in enumerate(workers)}
             assert all(pc.S[qi[a.query_id], ti[a.worker_id]] <= pc.slack[qi[a.query_id]] for a in got)
 
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=rounds())
+def test_scipy_highs_gives_the_same_optimum_where_highspy_is_missing(case: tuple) -> None:
+    from dispatcher.policies import transport_lp
+
+    pred, queue, workers, now = case
+    pol = KairosPolicy(pred, "A")
+    pc = pol.pair_costs(queue, workers, now)
+    cost, _ = pol._restrict(pol._terms(queue, workers, now))
+    saved = transport_lp.highspy
+    transport_lp.highspy = None
+    try:
+        got = match_classes(pc)
+    finally:
+        transport_lp.highspy = saved
+    assert got is not None
+    opt = _dense_optimum(cost)
+    assert abs(float(cost[got].sum()) - opt) <= 1e-9 * max(1.0, abs(opt))
