@@ -110,8 +110,10 @@ def test_match_dispatches_only_idle_workers_once_each(policy: type[KairosPolicy]
     pred, queue, workers, now = case
     old = kairos_mod.DENSE_MAX_PAIRS
     kairos_mod.DENSE_MAX_PAIRS = 0
+    pol = policy(pred, "A")
+    pol.class_matching = True                  # kairos-strict's class path too, where it certifies
     try:
-        got = policy(pred, "A").match(queue, workers, now)
+        got = pol.match(queue, workers, now)
     finally:
         kairos_mod.DENSE_MAX_PAIRS = old
     idle = {w.worker_id for w in workers if w.idle}

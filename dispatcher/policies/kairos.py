@@ -59,6 +59,8 @@ class RoundTerms:
 
 class KairosPolicy:
     name = "kairos"
+    #: large rounds by the class matching (dispatcher/policies/class_match.py); else always dense
+    class_matching = True
 
     def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = DISPATCH_XI,
                  max_queue_factor: int = DISPATCH_VIEW_FACTOR, penalty_factor: float = PENALTY_FACTOR) -> None:
@@ -108,7 +110,7 @@ class KairosPolicy:
         if len(queue) == 1:
             return self._match_one(queue[0], workers, now)
         q = mx.earliest(queue, self.max_queue_factor * len(workers))
-        if len(q) * len(workers) > DENSE_MAX_PAIRS:
+        if self.class_matching and len(q) * len(workers) > DENSE_MAX_PAIRS:
             pc, on_time_only = self._restrict_pairs(self.pair_costs(q, workers, now))
             got = match_classes(pc)
             if got is not None:
