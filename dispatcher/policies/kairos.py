@@ -11,6 +11,11 @@ Kairos §5.1, Eq. 1–8. At each call, for the m waiting queries and n workers:
 - minimise Σ C[j]·L[i, j]·P[i, j] with ``scipy.optimize.linear_sum_assignment`` (Jonker–Volgenant;
   rectangular either way: min(m, n) pairs, Eq. 6–7).
 
+**Solving it.** Small rounds (at most :data:`DENSE_MAX_PAIRS` pairs) on the dense matrix; larger
+ones as a transportation problem over classes of identical queries and groups of workers of one type
+(dispatcher/policies/class_match.py, issue #29): the same optimum (equal total cost), without the
+m × n matrix or the cubic solve.
+
 Only pairs whose worker is idle are dispatched; a query matched to a busy worker waits for the next
 round (its worker's remaining time was part of the cost, Kairos §6).
 
@@ -28,10 +33,16 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from dispatcher.policies import _matrix as mx
+from dispatcher.policies.class_match import match_classes
+from dispatcher.policies.pair_costs import PairCosts
 from dispatcher.policy import (DISPATCH_VIEW_FACTOR, DISPATCH_XI, Assignment, LatencyPredictor, QueryView,
                               WorkerView)
 
 PENALTY_FACTOR = 10.0
+#: rounds with at most this many (query, worker) pairs are solved on the dense matrix (fast there:
+#: 20 × 20 in some 50 µs); larger ones by the exact class matching (dispatcher/policies/class_match.py),
+#: which gives the same optimum. Where the two cross: BENCHMARKS.md "match-scale".
+DENSE_MAX_PAIRS = 20_000
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,8 @@ class RoundTerms:
 
 class KairosPolicy:
     name = "kairos"
+    #: large rounds by the class matching (dispatcher/policies/class_match.py); else always dense
+    class_matching = True
 
     def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = DISPATCH_XI,
                  max_queue_factor: int = DISPATCH_VIEW_FACTOR, penalty_factor: float = PENALTY_FACTOR) -> None:
@@ -67,6 +80,15 @@ class KairosPolicy:
         return t.cost, t.L, t.C
 
     def _terms(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> RoundTerms:
+        pc = self.pair_costs(queue, workers, now)
+        L = pc.completion()
+        C = pc.C[pc.tix]
+        Lp = np.where(L > pc.slack[:, None], pc.late[:, pc.tix], L * C)
+        return RoundTerms(Lp, L, C, pc.slack, pc.busy)
+
+    def pair_costs(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> PairCosts:
+        """The round's costs per (query, type) and remaining time per worker, no m × n array:
+        ``pair_costs(...).dense()`` is :meth:`cost_matrix`'s cost, element for element."""
         types, tix = mx.type_index(workers)
         m = len(queue)
         xi, pf = self.xi, self.penalty_factor
@@ -77,14 +99,10 @@ class KairosPolicy:
         # service times of every query on every type, plus the base type for C_j (last column)
         cols = types if self.base_type in types else types + [self.base_type]
         s_types = mx.service_by_type(queue, cols, self.predictor, b)
-        busy = mx.remaining_ms(workers, now)
-        L = s_types[:, tix]
-        L += busy
         row = s_types[int(np.argmax(b))]                      # the largest waiting query
-        C = (row[cols.index(self.base_type)] / np.maximum(row[: len(types)], 1e-12))[tix]
-        Lp = np.where(L > per_q[:, 1:2], per_q[:, 2:3], L)
-        Lp *= C
-        return RoundTerms(Lp, L, C, per_q[:, 1], busy)
+        C = row[cols.index(self.base_type)] / np.maximum(row[: len(types)], 1e-12)
+        S = s_types[:, : len(types)]
+        return PairCosts(S, C, mx.remaining_ms(workers, now), tix, per_q[:, 1], per_q[:, 2:3] * C, np.zeros(m))
 
     def match(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]:
         if not queue or not workers or not any(w.idle for w in workers):
@@ -92,11 +110,33 @@ class KairosPolicy:
         if len(queue) == 1:
             return self._match_one(queue[0], workers, now)
         q = mx.earliest(queue, self.max_queue_factor * len(workers))
+        if self.class_matching and len(q) * len(workers) > DENSE_MAX_PAIRS:
+            pc, on_time_only = self._restrict_pairs(self.pair_costs(q, workers, now))
+            got = match_classes(pc)
+            if got is not None:
+                rows, cols = got
+                keep = np.array([workers[j].idle for j in cols.tolist()], dtype=bool)
+                if on_time_only:
+                    keep &= pc.S[rows, pc.tix[cols]] <= pc.slack[rows]     # on time on an idle worker
+                srt = np.argsort(rows[keep], kind="stable")
+                return [Assignment(q[i].query_id, workers[j].worker_id)
+                        for i, j in zip(rows[keep][srt].tolist(), cols[keep][srt].tolist())]
+        return self.match_dense(q, workers, now)
+
+    def match_dense(self, q: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]:
+        """The round solved on the dense m × n matrix with ``linear_sum_assignment`` (Kairos §5.1 as
+        the paper states it; the fast path for small rounds and the reference of the class matching):
+        ``q`` as given, no bounding of the view."""
         cost, allowed = self._restrict(self._terms(q, workers, now))
         rows, cols = linear_sum_assignment(cost)
         return [Assignment(q[i].query_id, workers[j].worker_id)
                 for i, j in zip(rows.tolist(), cols.tolist())
                 if workers[j].idle and (allowed is None or allowed[i, j])]
+
+    def _restrict_pairs(self, pc: PairCosts) -> tuple[PairCosts, bool]:
+        """:meth:`_restrict` on the per-type costs: the costs to minimise and whether only on-time
+        pairs are dispatched. The paper's: ``pc`` as it is, every pair."""
+        return pc, False
 
     def _restrict(self, t: RoundTerms) -> tuple[np.ndarray, np.ndarray | None]:
         """The hook a stricter matching overrides: the cost the assignment minimises and which
