@@ -37,9 +37,10 @@ def _spare_owners(types: Sequence[str], spare: Mapping[str, int], replicas: Sequ
     """The (replica, type) pairs that get one of the type's spare workers: every type's ``spare``
     placed, each replica getting ``E // R`` or ``E // R + 1`` spares in all (``E`` the spares of
     every type), the most ``gain`` kept (1 where the replica already holds more than the type's
-    even share, so the spare worker stays where it is). Ties: the earlier replicas (by name) get
-    the spares of the earlier types (by name), by a term ``eps (i + 1) (j + 1)`` too small to
-    outweigh one kept worker (the rearrangement inequality pairs them in order)."""
+    even share, so the spare worker stays where it is). Ties go by a term
+    ``eps (R - i) (T - j)`` (replica ``i`` of ``R`` and type ``j`` of ``T``, both by name) too small
+    to outweigh one kept worker: the first replicas get spares first, and by the rearrangement
+    inequality the first replica's is of the first type."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     nr, nt = len(replicas), len(types)
@@ -51,7 +52,7 @@ def _spare_owners(types: Sequence[str], spare: Mapping[str, int], replicas: Sequ
     eps = 0.5 / (nr * nt) ** 2                      # the tie-break's terms add up to less than one gain
     for i, r in enumerate(replicas):
         for j, t in enumerate(types):
-            c[i * nt + j] = -gain.get((r, t), 0) - eps * (i + 1) * (j + 1)
+            c[i * nt + j] = -gain.get((r, t), 0) - eps * (nr - i) * (nt - j)
     rows, lo, hi = [], [], []
     for j, t in enumerate(types):                   # each type's spares are all placed
         a = np.zeros(nx + nr)
