@@ -96,7 +96,8 @@ cases = st.tuples(
 
 @settings(max_examples=150, deadline=None)
 @given(cases)
-def test_assign_is_balanced_and_moves_the_fewest_workers_a_brute_force_finds(case) -> None:  # type: ignore[no-untyped-def]
+def test_assign_is_balanced_and_moves_the_fewest_workers_a_brute_force_finds(
+        case: tuple[list[str], list[str], list[str | None]]) -> None:
     types, replicas, prev_of = case
     workers = [(f"w{k}", t) for k, t in enumerate(types)]
     prev = {w: p for (w, _), p in zip(workers, prev_of) if p is not None}
@@ -139,7 +140,7 @@ ops = st.lists(st.sampled_from(STEPS), max_size=30)
 
 @settings(max_examples=600, deadline=None)
 @given(ops)
-def test_no_worker_is_ever_in_use_by_two_replicas(sequence) -> None:  # type: ignore[no-untyped-def]
+def test_no_worker_is_ever_in_use_by_two_replicas(sequence: list[tuple[str, str]]) -> None:
     """A replica uses the workers the version it applied gives it (and none after it dies or
     restarts); the lease holder sees the version each replica applied only through its heartbeats,
     which may lag. Whatever the order, a worker has at most one user, and once everyone applies

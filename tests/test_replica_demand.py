@@ -5,6 +5,7 @@ items the replicas publish, against moto in server mode on 127.0.0.1."""
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
@@ -91,7 +92,8 @@ def windows(draw: st.DrawFn) -> ModelWindow:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(windows(), min_size=1, max_size=4), st.randoms())
-def test_the_merge_adds_rates_keeps_a_mix_and_does_not_depend_on_the_order(ws, rnd) -> None:  # type: ignore[no-untyped-def]
+def test_the_merge_adds_rates_keeps_a_mix_and_does_not_depend_on_the_order(ws: list[ModelWindow],
+                                                                            rnd: random.Random) -> None:
     got = sum_windows(ws)
     assert got.arrival_qps == pytest.approx(sum(w.arrival_qps for w in ws))
     assert got.steady_qps == pytest.approx(sum(w.steady_qps for w in ws))
