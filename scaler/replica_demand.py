@@ -95,12 +95,12 @@ def sum_windows(windows: Sequence[ModelWindow]) -> ModelWindow:
     weights = np.where(has_mix, weights, 0.0)
     sizes = np.unique(np.concatenate([np.asarray(w.mix.sizes, dtype=np.int64) for w in windows]))
     if weights.sum() > 0:
+        weights = weights / weights.sum()           # shares first: a tiny rate times a fraction underflows
         frac = np.zeros(len(sizes))
         for wt, w in zip(weights, windows):
             if wt > 0:
                 frac[np.searchsorted(sizes, w.mix.sizes)] += wt * np.asarray(w.mix.fractions, dtype=float)
-        frac /= weights.sum()
-        mean = float(sum(wt * w.mean_batch for wt, w in zip(weights, windows)) / weights.sum())
+        mean = float(sum(wt * w.mean_batch for wt, w in zip(weights, windows)))
         keep = frac > 0
         mix = BatchMix(sizes[keep], frac[keep])
     else:
