@@ -1,0 +1,246 @@
+"""What sharding the workers over dispatcher replicas costs in matching quality (issue #27,
+deliverable 2).
+
+With several dispatcher replicas each replica matches (Kairos §5.1) only the workers it owns
+(``scaler.replica_assignment.assign``: each type split evenly, the totals too), and the balancer in
+front of them sends each replica every S-th query (round robin, as gRPC's round_robin or an NLB
+would). Each matching round sees a smaller pool, so fewer (query, worker) pairs to choose from.
+
+Measured: the allowable throughput (Kairos §7 "Metrics": the highest Poisson rate at which the p99
+latency of *all* queries stays within the QoS; ``sim.capacity.allowable_throughput``) of the
+Kairos pool at 2.5 and 10 $/hr for each model (the pick confirmed by Kairos+ with the simulator, as
+``bench/kairos_repro.py``'s "ours": ``scaler.confirm.confirm_pick``), served by ``kairos-strict``
+(the default policy), with 1, 2 and 4 shards. Each shard is one ``sim.engine.simulate`` run over
+its own workers and its own queries; the latencies are pooled for the p99. Common random numbers:
+one seeded unit-rate workload (DeepRecSys batch sizes), scaled for each rate tried, the same for
+every shard count. Goal: 2 shards >= 0.97x one shard.
+
+Run: ``.venv/bin/python bench/shard_bench.py [--models rm2,dien] [--budgets 2.5,10] [--queries 4000]
+[--precision 0.01]``
+(prints the table; ``--write`` also writes the BENCHMARKS.md section "shard-matching").
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from bench._report import machine, write_section  # noqa: E402
+from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
+from dispatcher.policy import DISPATCH_XI  # noqa: E402
+from scaler.batch_mix import mix_from_batches  # noqa: E402
+from scaler.confirm import confirm_pick  # noqa: E402
+from scaler.plan import PlanInputs  # noqa: E402
+from scaler.replica_assignment import assign  # noqa: E402
+from sim.capacity import allowable_throughput  # noqa: E402
+from sim.engine import simulate, worker_ids_for  # noqa: E402
+from sim.metrics import nearest_rank  # noqa: E402
+from sim.oracle import oracle_capacity  # noqa: E402
+from sim.pick_eval import capacity_evaluator  # noqa: E402
+from sim.policies import policy_factory  # noqa: E402
+from sim.workload import Workload, unit_poisson_workload  # noqa: E402
+
+#: Kairos §7: the models and their QoS (ms), the four instance types of Table 3 at catalog prices
+MODELS = {"ncf": 5.0, "rm2": 350.0, "wnd": 25.0, "mtwnd": 25.0, "dien": 35.0}
+TYPES = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")
+BUDGETS = (2.5, 10.0)   # Kairos §8.1's budget, and §8.6 Fig. 15a's 4x
+POLICY = "kairos-strict"
+SHARDS = (1, 2, 4)
+GOAL = 0.97          # 2 shards / 1 shard
+
+Pool = dict[str, int]
+
+
+def pool_text(pool: Mapping[str, int]) -> str:
+    return " ".join(f"{n}{t.split('.')[0]}" for t, n in sorted(pool.items()) if n) or "(none)"
+
+
+def kairos_pool(model: str, prof: ProfileTable, budget: float) -> tuple[Pool, str, PlanInputs]:
+    """The Kairos pool at ``budget``, as ``bench/kairos_repro.py``'s "ours" (the pick confirmed by
+    Kairos+ with the simulator), and its base type."""
+    from config.catalog import load_catalog
+
+    cat = load_catalog()
+    prices = {t: cat[t].price_per_hour for t in TYPES}
+    qos = MODELS[model]
+    mix = mix_from_batches(unit_poisson_workload(20_000, "deeprecsys", seed=2).batches)
+    inputs = PlanInputs(model=model, profiles={t: prof.get(model, t) for t in TYPES}, mix=mix, qos_ms=qos,
+                        budget_per_hour=budget, prices=prices, xi=DISPATCH_XI)
+    from scaler.plan import choose_pool
+
+    base = choose_pool(inputs).base_type
+    conf = confirm_pick(inputs, capacity_evaluator(model, prof, qos, mix, policy=POLICY, base_type=base))
+    return {t: int(n) for t, n in conf.plan.chosen.items() if n}, conf.plan.base_type, inputs
+
+
+def base_multiple_pools(inputs: PlanInputs, pool: Mapping[str, int], base: str, shards: int) -> list[Pool]:
+    """What a planner that knows the shard count could hold instead of ``pool`` when its base
+    count is not a multiple of ``shards``: the pools with the best Kairos §5.2 upper bound whose
+    base count is the multiple of ``shards`` just below and just above (none below when that is
+    0); ``[pool]`` when its base count already is a multiple."""
+    from scaler.plan import rank_inputs
+
+    have = pool.get(base, 0)
+    if have % shards == 0:
+        return [dict(pool)]
+    _, ranking = rank_inputs(inputs)
+    col = ranking.types.index(base)
+    out = []
+    for want in (have - have % shards, have - have % shards + shards):
+        hit = np.flatnonzero(ranking.counts[:, col] == want) if want > 0 else np.array([], dtype=int)
+        if hit.size:
+            out.append({t: n for t, n in ranking.pool(int(hit[0])).items() if n})
+    return out
+
+
+def shard_pools(pool: Mapping[str, int], shards: int) -> list[Pool]:
+    """Each shard's workers, as ``scaler.replica_assignment.assign`` deals them (no owners yet)."""
+    names = [f"s{k}" for k in range(shards)]
+    owner = assign(worker_ids_for(pool), names, {})
+    out: list[Pool] = [{} for _ in names]
+    for w, t in worker_ids_for(pool):
+        k = names.index(owner[w])
+        out[k][t] = out[k].get(t, 0) + 1
+    return out
+
+
+def sharded_p99(pools: Sequence[Pool], model: str, prof: ProfileTable, qos: float, base: str,
+                arrivals: np.ndarray, batches: np.ndarray) -> float:
+    """p99 (ms) of every query when shard k gets queries k, k + S, ... (round robin) and matches
+    them over its own pool; a shard without workers misses all of its queries."""
+    s = len(pools)
+    lat = []
+    for k, pool in enumerate(pools):
+        idx = np.arange(k, len(arrivals), s)
+        if not pool:
+            lat.append(np.full(idx.size, np.inf))
+            continue
+        policy = policy_factory(POLICY, prof, model, pool, xi=DISPATCH_XI, base_type=base)()
+        res = simulate(pool, model, prof, policy, arrivals[idx], batches[idx], qos, seed=1)
+        lat.append(res.latency_ms)
+    return nearest_rank(np.concatenate(lat), 99)
+
+
+def shard_capacity(pools: Sequence[Pool], model: str, prof: ProfileTable, base: str, wl: Workload,
+                   precision: float, start_qps: float) -> float:
+    qos = MODELS[model]
+    return allowable_throughput(lambda rate: sharded_p99(pools, model, prof, qos, base, wl.arrivals / rate, wl.batches),
+                                qos, start_qps, precision=precision).allowable_qps
+
+
+def run_model(model: str, budget: float, prof: ProfileTable, wl: Workload, precision: float) -> dict:
+    t0 = time.perf_counter()
+    pool, base, inputs = kairos_pool(model, prof, budget)
+    qos = MODELS[model]
+    start = oracle_capacity(pool, model, prof, qos, wl.batches, drain_s=qos / 1000).allowable_qps / 2
+    row: dict = {"model": model, "budget": budget, "pool": pool, "base": base, "shards": {}}
+    for s in SHARDS:
+        pools = shard_pools(pool, s)
+        qps = shard_capacity(pools, model, prof, base, wl, precision, start)
+        row["shards"][s] = (qps, pools)
+        if s == 1:
+            start = qps
+    row["planned"] = {}
+    for s in SHARDS[1:]:                     # the pool planned for s shards (base count a multiple of s)
+        best = None
+        for cand in base_multiple_pools(inputs, pool, base, s):
+            pools = shard_pools(cand, s)
+            qps = row["shards"][s][0] if cand == pool else shard_capacity(pools, model, prof, base, wl, precision, start)
+            if best is None or qps > best[0]:
+                best = (qps, cand, pools)
+        row["planned"][s] = best
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = "| model (QoS) | budget $/hr | Kairos pool | " + " | ".join(f"{s} shard{'s' if s > 1 else ''} q/s" for s in SHARDS) \
+        + " | " + " | ".join(f"{s} ÷ 1" for s in SHARDS[1:]) + " | shards' pools (2; 4) |"
+    lines = [head, "|" + "---|" * (4 + 2 * len(SHARDS) - 1)]
+    for r in rows:
+        one = r["shards"][1][0]
+        q = [r["shards"][s][0] for s in SHARDS]
+        ratio = [f"{x / one:.3f}" if one > 0 else "-" for x in q[1:]]
+        split = "; ".join(" / ".join(pool_text(p) for p in r["shards"][s][1]) for s in SHARDS[1:])
+        lines.append(f"| {r['model']} ({MODELS[r['model']]:g} ms) | {r['budget']:g} | {pool_text(r['pool'])} | "
+                     + " | ".join(f"{x:.0f}" for x in q) + " | " + " | ".join(ratio) + f" | {split} |")
+    return "\n".join(lines)
+
+
+def planned_table(rows: list[dict]) -> str:
+    lines = ["| model | budget $/hr | 1 shard: Kairos pool, q/s | "
+             + " | ".join(f"{s} shards: pool (base count a multiple of {s}), q/s | ÷ 1 shard" for s in SHARDS[1:]) + " |",
+             "|" + "---|" * (3 + 2 * len(SHARDS[1:]))]
+    for r in rows:
+        one = r["shards"][1][0]
+        cells = []
+        for s in SHARDS[1:]:
+            got = r["planned"][s]
+            cells.append(f"{pool_text(got[1])}, {got[0]:.0f} | {got[0] / one:.3f}" if got is not None and one > 0
+                         else "(none) | -")
+        lines.append(f"| {r['model']} | {r['budget']:g} | {pool_text(r['pool'])}, {one:.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
+    ap.add_argument("--budgets", default=",".join(f"{b:g}" for b in BUDGETS), help="comma-separated $/hr")
+    ap.add_argument("--queries", type=int, default=4000, help="queries per tried rate (all shards together)")
+    ap.add_argument("--precision", type=float, default=0.01, help="relative bisection precision")
+    ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section shard-matching")
+    args = ap.parse_args()
+    models = [m for m in args.models.split(",") if m]
+    bad = [m for m in models if m not in MODELS]
+    try:
+        budgets = [float(b) for b in args.budgets.split(",") if b]
+    except ValueError:
+        budgets = []
+    problem = (f"unknown model {', '.join(bad)} (known: {', '.join(MODELS)})" if bad
+               else "--budgets: positive numbers, comma-separated" if not budgets or min(budgets) <= 0
+               else "--queries must be >= 100" if args.queries < 100
+               else "--precision must be in (0, 1)" if not 0 < args.precision < 1 else "")
+    if problem:
+        print(f"shard_bench: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    prof = load_profiles_csv()
+    wl = unit_poisson_workload(args.queries, "deeprecsys", seed=1)
+    t0 = time.perf_counter()
+    rows = [run_model(m, b, prof, wl, args.precision) for b in budgets for m in models]
+    wall = time.perf_counter() - t0
+    worst = min(r["shards"][2][0] / r["shards"][1][0] for r in rows if r["shards"][1][0] > 0)
+    worst_planned = min(r["planned"][2][0] / r["shards"][1][0] for r in rows
+                        if r["shards"][1][0] > 0 and r["planned"][2] is not None)
+    cmd = ".venv/bin/python bench/shard_bench.py" + (f" --models {args.models}" if args.models != ",".join(MODELS) else "") \
+        + (f" --budgets {args.budgets}" if budgets != list(BUDGETS) else "") \
+        + (f" --queries {args.queries}" if args.queries != 4000 else "") \
+        + (f" --precision {args.precision:g}" if args.precision != 0.01 else "")
+    md = "\n".join([
+        "## shard-matching", "",
+        f"Machine: {machine()}. Command: `{cmd}` ({wall:.0f} s wall, one process). Allowable throughput (highest "
+        f"Poisson rate with the p99 of all queries <= QoS; {args.queries} queries per rate, common random numbers, "
+        f"{args.precision:.1%} bisection precision, DeepRecSys batch sizes, service = profile mean) of the Kairos pool "
+        f"at each budget ({POLICY}, the pick confirmed as in kairos-repro's *ours*), its workers split over S "
+        "dispatcher shards by `scaler.replica_assignment.assign` (each type and the totals even), the queries "
+        "dealt round robin; each shard matches its own queries over its own workers. "
+        f"Goal (issue #27): 2 shards >= {GOAL:.2f}x one shard; worst measured: **{worst:.3f}** "
+        f"({'met' if worst >= GOAL else 'not met'}); with the pool planned for 2 shards (below): "
+        f"**{worst_planned:.3f}**.", "", table(rows), "",
+        "The same, with the pool planned for the shard count: where the Kairos pool's base count is not a multiple "
+        "of S, the best-bounded pools (Kairos §5.2 upper bound) with the multiple of S just below and above it, the "
+        "better one as measured (the same queries and search), against one shard on the Kairos pool.", "",
+        planned_table(rows)])
+    print(md)
+    print("wall s: " + ", ".join(f"{r['model']}@{r['budget']:g} {r['wall_s']:.0f}" for r in rows))
+    if args.write:
+        write_section("shard-matching", md)
+
+
+if __name__ == "__main__":
+    main()
