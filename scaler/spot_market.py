@@ -5,7 +5,8 @@ The planner (Kairos §5.2) plans a pool of instance types; these decisions say w
 to plan with and where its instances run:
 
 1. :func:`planning_prices`: a type that may run spot and has a zone open to it is planned at the
-   dearest open zone's spot price (any zone the placement picks then costs no more than planned);
+   cheapest open zone's spot price (the planned pool fits the budget there; the placement spreads
+   it and, where the spread costs more than the budget, moves instances to the cheaper zones);
    one with no open zone at its on-demand price when it may fall back, else it is left out
    (SpotHedge, EuroSys '25, §4.3 "dynamic fallback"; a heterogeneous planner re-plans the pool at
    the prices it can buy now instead of replacing one replica type with its on-demand twin).
@@ -21,10 +22,12 @@ to plan with and where its instances run:
    instances under an interruption notice serve until they are reclaimed; the whole target within
    the budget at the prices billed now (a spot price rise that breaks it retires or moves the
    dearest capacity at once).
-5. :func:`after_notice`, :func:`settle`, :func:`drains_due`: an interruption notice (EC2 gives two
-   minutes, :data:`NOTICE_S`) dooms the instance: its zone is out for :data:`ZONE_COOLDOWN_S`, a
+5. :func:`after_notice`, :func:`after_apply`, :func:`settle`, :func:`drains_due`: an interruption
+   notice (EC2 gives two minutes, :data:`NOTICE_S`) dooms the instance: its zone is out for
+   :data:`ZONE_COOLDOWN_S` and suspect until a launch there succeeds (:class:`SpotState`), a
    replacement is placed at once, the doomed worker stops taking queries :data:`DRAIN_LEAD_S` before
-   it goes, and a query it still runs then is re-run elsewhere.
+   it goes, and a query it still runs then is re-run elsewhere. A refused launch makes its zone
+   suspect the same way.
 
 Pure: no I/O, no clock (the caller passes ``now``, the prices and the instances).
 """
@@ -148,7 +151,7 @@ def planning_prices(market: SpotMarket, unavailable: Collection[str] = ()) -> Pl
     for t in market.markets:
         zones = market.open_zones(t, unavailable)
         if zones:
-            prices[t] = max(market.spot[t][z] for z in zones)
+            prices[t] = min(market.spot[t][z] for z in zones)
             on_spot.add(t)
         elif market.on_demand_allowed(t) and t not in unavailable:
             prices[t] = float(market.on_demand[t])
@@ -221,16 +224,20 @@ def keep_n(instances: Sequence[ManagedInstance], n: int,
 
 
 def place(market: SpotMarket, target: Mapping[str, int], instances: Sequence[ManagedInstance], budget: float, *,
-          unavailable: Collection[str] = (), doomed: Collection[str] = (), retire_first: Sequence[str] = ()) -> Placement:
-    """Step 4 of the module docstring. ``target``: type -> count (parking's, the extras included);
-    ``instances``: the managed ones by slot; ``unavailable``: slots out for now (a type name: its
-    on-demand slot); ``doomed``: ids under an interruption notice; ``retire_first``: parked ids."""
-    first = {iid: k for k, iid in enumerate(retire_first)}
-    key = drop_order(market, first)
+          unavailable: Collection[str] = (), doomed: Collection[str] = (), retire_first: Sequence[str] = (),
+          extra: Mapping[str, int] | None = None) -> Placement:
+    """Step 4 of the module docstring. ``target``: type -> count (parking's, the overprovision
+    included; ``extra``: how many of a type's count are that overprovision, placed on spot or not
+    at all); ``instances``: the managed ones by slot; ``unavailable``: slots out for now (a type
+    name: its on-demand slot); ``doomed``: ids under an interruption notice; ``retire_first``:
+    parked ids."""
+    key = drop_order(market, {iid: k for k, iid in enumerate(retire_first)})
     live = [i for i in instances if i.live]
     by_type: dict[str, list[ManagedInstance]] = {}
+    existing: dict[str, int] = {}
     for i in live:
         by_type.setdefault(base_type(i.instance_type), []).append(i)
+        existing[i.instance_type] = existing.get(i.instance_type, 0) + 1
     out: dict[str, int] = {}
     short: dict[str, int] = {}
     fallback: dict[str, int] = {}
@@ -238,12 +245,12 @@ def place(market: SpotMarket, target: Mapping[str, int], instances: Sequence[Man
     held: list[ManagedInstance] = []
     for t in sorted(set(target) | set(by_type)):
         n = int(target.get(t, 0))
+        x = min(int((extra or {}).get(t, 0)), n)          # spot or nothing
         mine = by_type.get(t, [])
         held += [i for i in mine if i.instance_id in doomed and n > 0 and market.keepable(i.instance_type)]
         alive = [i for i in mine if i.instance_id not in doomed and market.keepable(i.instance_type)]
-        spot_alive = [i for i in alive if is_spot(i.instance_type)]
         od_alive = [i for i in alive if not is_spot(i.instance_type)]
-        spot_keep = keep_n(spot_alive, n, key) if market.spot_allowed(t) else []
+        spot_keep = keep_n([i for i in alive if is_spot(i.instance_type)], n, key) if market.spot_allowed(t) else []
         placed: dict[str, int] = {}
         for i in spot_keep:
             placed[i.instance_type] = placed.get(i.instance_type, 0) + 1
@@ -254,15 +261,15 @@ def place(market: SpotMarket, target: Mapping[str, int], instances: Sequence[Man
             placed[order[0]] = placed.get(order[0], 0) + 1
         on_spot = sum(placed.values())
         running = sum(1 for i in spot_keep if i.state == "running")
-        od_need = n - on_spot
+        od_need = max(n - x - on_spot, 0)
         if market.on_demand_allowed(t) and (t not in unavailable or od_alive):
-            hold = max(od_need, min(len(od_alive), n - running))
+            hold = max(od_need, min(len(od_alive), n - x - running))
             if t in unavailable:          # out of on-demand capacity: keep what runs, launch nothing
                 hold = min(hold, len(od_alive))
             if hold:
                 placed[t] = hold
-            if hold > max(od_need, 0):
-                overlap[t] = hold - max(od_need, 0)
+            if hold > od_need:
+                overlap[t] = hold - od_need
             if hold and market.spot_allowed(t):
                 fallback[t] = hold
             if hold < od_need:
@@ -271,25 +278,31 @@ def place(market: SpotMarket, target: Mapping[str, int], instances: Sequence[Man
             short[t] = od_need
         for s, k in placed.items():
             out[s] = out.get(s, 0) + k
-    return within_budget(market, out, held, short, fallback, budget, unavailable, retire_first, overlap)
+    return within_budget(market, out, held, short, fallback, budget, unavailable, retire_first, overlap, existing)
 
 
 def within_budget(market: SpotMarket, out: dict[str, int], held: list[ManagedInstance], short: dict[str, int],
                   fallback: dict[str, int], budget: float, unavailable: Collection[str],
-                  retire_first: Sequence[str], overlap: Mapping[str, int] | None = None) -> Placement:
-    """The last step of :func:`place`: while the target costs more than ``budget`` at the prices now,
-    first the on-demand instances held only until spot runs (``overlap``: type -> count) go, the
-    dearest first; then one instance at a time leaves the dearest slot for the cheapest slot of its
-    type that keeps the target within budget, or is dropped. Doomed instances (``held``) are held,
-    cheapest first, only while they fit."""
+                  retire_first: Sequence[str], overlap: Mapping[str, int] | None = None,
+                  existing: Mapping[str, int] | None = None) -> Placement:
+    """The last step of :func:`place`, while the target costs more than ``budget`` at the prices
+    now: a spot launch meant to replace a running on-demand instance (``overlap``: type -> such
+    instances; ``existing``: slot -> live instances) waits for a later tick, the dearest first, so
+    that instance keeps serving; the doomed instances (``held``) are held, cheapest first, only while
+    they fit; then one instance at a time moves to an open, cheaper slot of its type, the move that
+    saves most first (a replacement: the capacity whose price rose moves), or, with no cheaper slot
+    left, the dearest instance is dropped (retired)."""
     cost = sum(market.price(s) * n for s, n in out.items())
-    for t in sorted(overlap or {}, key=lambda t: (-market.price(t), t)):
-        for _ in range((overlap or {})[t]):
-            if cost <= budget + _EPS:
-                break
-            out[t] -= 1
-            cost -= market.price(t)
-            fallback[t] = fallback.get(t, 0) - 1
+    have = existing or {}
+    lag = dict(overlap or {})
+    while cost > budget + _EPS:
+        new = [s for s, n in out.items() if is_spot(s) and n > have.get(s, 0) and lag.get(base_type(s), 0) > 0]
+        if not new:
+            break
+        s = max(new, key=lambda s: (market.price(s), s))
+        out[s] -= 1
+        cost -= market.price(s)
+        lag[base_type(s)] -= 1
     released: list[str] = []
     for i in sorted(held, key=lambda i: (market.price(i.instance_type), i.instance_id)):
         p = market.price(i.instance_type)
@@ -299,44 +312,66 @@ def within_budget(market: SpotMarket, out: dict[str, int], held: list[ManagedIns
         else:
             released.append(i.instance_id)
     while cost > budget + _EPS:
-        slot = max((s for s, n in out.items() if n > 0), key=lambda s: (market.price(s), s))
-        p = market.price(slot)
+        moves = [(market.price(s) - market.price(to), s, to) for s, n in out.items() if n > 0
+                 for to in zone_order(market, base_type(s), out, unavailable)
+                 if market.price(to) < market.price(s) - _EPS]
+        if moves:                       # replace: the move that saves most (the capacity whose price rose)
+            _, slot, to = max(moves, key=lambda m: (m[0], m[1], m[2]))
+        else:                           # retire: the dearest instance
+            slot, to = max((s for s, n in out.items() if n > 0), key=lambda s: (market.price(s), s)), None
         t = base_type(slot)
         out[slot] -= 1
-        cost -= p
+        cost -= market.price(slot)
         if not is_spot(slot) and fallback.get(t):
             fallback[t] -= 1
-        cheaper = [s for s in zone_order(market, t, out, unavailable)
-                   if s != slot and market.price(s) < p - _EPS and cost + market.price(s) <= budget + _EPS]
-        if cheaper:
-            out[cheaper[0]] = out.get(cheaper[0], 0) + 1
-            cost += market.price(cheaper[0])
-            if not is_spot(cheaper[0]):
-                fallback[t] = fallback.get(t, 0) + 1
-        else:
+        if to is None:
             short[t] = short.get(t, 0) + 1
+            continue
+        out[to] = out.get(to, 0) + 1
+        cost += market.price(to)
+        if not is_spot(to):
+            fallback[t] = fallback.get(t, 0) + 1
     return Placement({s: n for s, n in out.items() if n > 0}, tuple(released) + tuple(retire_first),
                      {t: n for t, n in short.items() if n > 0}, {t: n for t, n in fallback.items() if n > 0})
 
 
 @dataclass(frozen=True)
 class SpotState:
-    """Instances under an interruption notice: id -> when EC2 reclaims it."""
+    """What the fleet learnt about spot: instances under an interruption notice (id -> when EC2
+    reclaims it), and suspect slots: not known to have capacity (every slot at the start,
+    :meth:`initial`), interrupted, or refused, and not launched into since. The placement tries a
+    suspect slot (once its cooldown, if any, is over); the planner prices the pool with trusted
+    slots only, so a zone that stays out costs a refused launch now and then, never a pool planned
+    at a spot price it cannot buy."""
 
     doomed: Mapping[str, float] = field(default_factory=dict)
+    suspect: frozenset[str] = frozenset()
+
+    @classmethod
+    def initial(cls, market: SpotMarket) -> "SpotState":
+        """Nothing known yet: every spot slot suspect."""
+        return cls({}, frozenset(s for s in market.slot_prices() if is_spot(s)))
 
 
 def after_notice(state: SpotState, instance_id: str, slot: str, now: float) -> tuple[SpotState, tuple[str, float]]:
     """An interruption notice for ``instance_id`` in ``slot`` at ``now``: the new state (it is
-    reclaimed at ``now + NOTICE_S``) and the mark to record, (slot, out until)."""
+    reclaimed at ``now + NOTICE_S``, its slot suspect) and the mark to record, (slot, out until)."""
     doomed = dict(state.doomed)
     doomed.setdefault(instance_id, now + NOTICE_S)
-    return SpotState(doomed), (slot, now + ZONE_COOLDOWN_S)
+    return SpotState(doomed, state.suspect | {slot}), (slot, now + ZONE_COOLDOWN_S)
+
+
+def after_apply(state: SpotState, launched: Collection[str], refused: Collection[str]) -> SpotState:
+    """After the actuator acted: a zone that gave a spot instance is trusted for every type (spot
+    capacity comes and goes by zone: the availability traces move per zone), a slot that refused a
+    launch (InsufficientCapacity) is suspect."""
+    zones = {split_slot(s)[1] for s in launched if is_spot(s)}
+    return SpotState(state.doomed, frozenset(s for s in state.suspect if split_slot(s)[1] not in zones) | set(refused))
 
 
 def settle(state: SpotState, live_ids: Collection[str]) -> SpotState:
     """Forget the doomed instances that are gone."""
-    return SpotState({i: t for i, t in state.doomed.items() if i in live_ids})
+    return SpotState({i: t for i, t in state.doomed.items() if i in live_ids}, state.suspect)
 
 
 def drains_due(state: SpotState, now: float) -> list[str]:
@@ -345,5 +380,5 @@ def drains_due(state: SpotState, now: float) -> list[str]:
 
 
 __all__ = ["DRAIN_LEAD_S", "NOTICE_S", "Placement", "PlanningView", "SpotMarket", "SpotState", "ZONE_COOLDOWN_S",
-           "after_notice", "drains_due", "drop_order", "keep_n", "overprovision", "place", "planning_prices", "settle",
+           "after_apply", "after_notice", "drains_due", "drop_order", "keep_n", "overprovision", "place", "planning_prices", "settle",
            "within_budget", "zone_order"]

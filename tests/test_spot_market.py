@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from scaler.cloud import ManagedInstance
-from scaler.spot_market import (DRAIN_LEAD_S, NOTICE_S, ZONE_COOLDOWN_S, SpotMarket, SpotState, after_notice,
-                                drains_due, overprovision, place, planning_prices, settle, zone_order)
+from scaler.spot_market import (DRAIN_LEAD_S, NOTICE_S, ZONE_COOLDOWN_S, SpotMarket, SpotState, after_apply,
+                                after_notice, drains_due, overprovision, place, planning_prices, settle, zone_order)
 from scaler.spot_slots import base_type, is_spot, pool_by_type, slot_of, split_slot, typed
 
 G, R, T = "g4dn.xlarge", "r5n.large", "t3.xlarge"
@@ -38,18 +38,20 @@ def test_slots_name_the_market_and_zone() -> None:
     assert [i.instance_type for i in typed([inst("i1", "g4dn.xlarge@us-east-1a"), inst("i2", T)])] == [G, T]
 
 
-def test_planning_prices_take_the_dearest_open_zone_then_on_demand_then_nothing() -> None:
+def test_planning_prices_take_the_cheapest_open_zone_then_on_demand_then_nothing() -> None:
     m = market()
     v = planning_prices(m)
-    assert v.prices == {G: 0.2158, R: 0.0674, T: 0.1664} and v.on_spot == {G, R} and not v.excluded
-    v = planning_prices(m, {"g4dn.xlarge@us-east-1a"})
-    assert v.prices[G] == 0.2043                    # a is out: the dearest of c and d
+    assert v.prices == {G: 0.2039, R: 0.0545, T: 0.1664} and v.on_spot == {G, R} and not v.excluded
+    v = planning_prices(m, {"g4dn.xlarge@us-east-1c"})
+    assert v.prices[G] == 0.2043                    # c is out: the cheaper of a and d
     out = {slot_of(G, z) for z in (A, C, D)} | {slot_of(R, z) for z in (A, C, D)}
     v = planning_prices(m, out)
     assert v.prices == {G: 0.526, R: 0.149, T: 0.1664} and not v.on_spot     # both fall back (fallback on_demand)
     v = planning_prices(market(fallback="none"), out)
     assert v.prices == {G: 0.526, T: 0.1664} and v.excluded == {R}            # spot-only, no fallback: left out
-    assert planning_prices(market(max_price=0.21)).prices[G] == 0.2043        # a (0.2158) is above max_price
+    no_cd = {"g4dn.xlarge@us-east-1c", "g4dn.xlarge@us-east-1d"}
+    assert planning_prices(m, no_cd).prices[G] == 0.2158
+    assert planning_prices(market(max_price=0.21), no_cd).prices[G] == 0.526   # a (0.2158) is above max_price
 
 
 def test_zone_order_spreads_by_fewest_then_price_then_falls_back() -> None:
@@ -103,10 +105,46 @@ def test_on_demand_fallback_is_held_until_spot_runs_then_retired() -> None:
     assert pl.target == {} and pl.short == {R: 2}            # market spot, fallback none: nothing to buy
 
 
+def test_the_overprovision_goes_on_spot_or_not_at_all() -> None:
+    m = market()
+    pl = place(m, {G: 3}, [], 2.5, extra={G: 1})
+    assert pl.target == {"g4dn.xlarge@us-east-1c": 1, "g4dn.xlarge@us-east-1d": 1, "g4dn.xlarge@us-east-1a": 1}
+    every_g = {slot_of(G, z) for z in (A, C, D)}
+    pl = place(m, {G: 3}, [], 2.5, unavailable=every_g, extra={G: 1})
+    assert pl.target == {G: 2} and not pl.short            # no zone: the plan's 2 on-demand, no on-demand extra
+
+
+def test_a_spot_launch_that_would_retire_a_serving_on_demand_instance_waits_instead() -> None:
+    """Two on-demand g4dn.xlarge serve (1.052 $/hr) and spot is back; at a 1.3 $/hr budget both spot
+    launches beside them (+0.4082) do not fit: the dearer one (d, 0.2043) waits for a later tick, the
+    two on-demand keep serving (1.052 + 0.2039 = 1.2559)."""
+    od = [inst("o1", G), inst("o2", G)]
+    pl = place(market(), {G: 2}, od, 1.3)
+    assert pl.target == {"g4dn.xlarge@us-east-1c": 1, G: 2} and not pl.short
+    pl = place(market(), {G: 2}, od, 1.1)                   # nothing fits beside them: they serve on
+    assert pl.target == {G: 2} and not pl.short
+
+
+def test_a_suspect_zone_is_tried_by_the_placement_but_not_priced_by_the_planner() -> None:
+    m = market()
+    s, _ = after_notice(SpotState(), "x", "g4dn.xlarge@us-east-1a", 0.0)
+    s = after_apply(s, [], ["g4dn.xlarge@us-east-1c"])
+    assert s.suspect == {"g4dn.xlarge@us-east-1a", "g4dn.xlarge@us-east-1c"}
+    assert planning_prices(m, s.suspect).prices[G] == 0.2043                 # only d is trusted
+    assert zone_order(m, G, {})[0] == "g4dn.xlarge@us-east-1c"              # the placement may try c again
+    s = after_apply(s, ["g4dn.xlarge@us-east-1c", G], [])
+    assert s.suspect == {"g4dn.xlarge@us-east-1a"} and settle(s, set()).suspect == s.suspect
+    start = SpotState.initial(m)                                            # nothing known: all suspect
+    assert start.suspect == {slot_of(t, z) for t in (G, R) for z in (A, C, D)}
+    assert planning_prices(m, start.suspect).prices == {G: 0.526, R: 0.149, T: 0.1664}
+    s = after_apply(start, ["r5n.large@us-east-1d"], ["g4dn.xlarge@us-east-1a"])   # d gave one: d trusted
+    assert s.suspect == {slot_of(t, z) for t in (G, R) for z in (A, C)}
+
+
 def test_a_spot_price_rise_that_breaks_the_budget_moves_the_dearest_capacity_at_once() -> None:
     """Three g4dn.xlarge spot, one per zone (0.2158 + 0.2039 + 0.2043 = 0.624 $/hr within 0.7); us-east-1a
     rises to 0.30: 0.7082 > 0.7. The a instance moves to c (0.2039 + 0.2039 + 0.2043 = 0.6121), or at a
-    0.61 $/hr budget, where no move fits (0.6121), it is retired."""
+    0.61 $/hr budget, where the moves do not fit (0.6121, then d to c 0.6117), one is retired."""
     pool = [inst("ia", "g4dn.xlarge@us-east-1a"), inst("ic", "g4dn.xlarge@us-east-1c"),
             inst("id", "g4dn.xlarge@us-east-1d")]
     m = market()
@@ -116,9 +154,10 @@ def test_a_spot_price_rise_that_breaks_the_budget_moves_the_dearest_capacity_at_
     pl = place(risen, {G: 3}, pool, 0.7)
     assert pl.target == {"g4dn.xlarge@us-east-1c": 2, "g4dn.xlarge@us-east-1d": 1} and not pl.short
     assert math.isclose(pl.cost(risen), 0.6121)
-    pl = place(risen, {G: 3}, pool, 0.61)
-    assert pl.target == {"g4dn.xlarge@us-east-1c": 1, "g4dn.xlarge@us-east-1d": 1} and pl.short == {G: 1}
-    assert planning_prices(risen).prices[G] == 0.30                # the next plan is priced at the risen zone
+    pl = place(risen, {G: 3}, pool, 0.61)          # a and then d move to c (0.6117), still over: one retired
+    assert pl.target == {"g4dn.xlarge@us-east-1c": 2} and pl.short == {G: 1}
+    assert math.isclose(pl.cost(risen), 0.4078)
+    assert planning_prices(risen, {"g4dn.xlarge@us-east-1c", "g4dn.xlarge@us-east-1d"}).prices[G] == 0.30
     # above max_price the a instance is not kept at all (EC2 would interrupt it): it moves
     pl = place(market(max_price=0.25).with_price(G, A, 0.30), {G: 3}, pool, 2.5)
     assert pl.target == {"g4dn.xlarge@us-east-1c": 2, "g4dn.xlarge@us-east-1d": 1}
@@ -138,6 +177,7 @@ def test_a_doomed_instance_serves_until_reclaimed_while_its_replacement_fits_the
 def test_notice_state_reclaim_time_cooldown_and_drain() -> None:
     s, mark = after_notice(SpotState(), "x", "g4dn.xlarge@us-east-1a", 1000.0)
     assert s.doomed == {"x": 1000.0 + NOTICE_S} and mark == ("g4dn.xlarge@us-east-1a", 1000.0 + ZONE_COOLDOWN_S)
+    assert s.suspect == {"g4dn.xlarge@us-east-1a"}
     s2, _ = after_notice(s, "x", "g4dn.xlarge@us-east-1a", 1050.0)
     assert s2.doomed == {"x": 1120.0}                                  # a second notice does not move it
     assert drains_due(s, 1120.0 - DRAIN_LEAD_S - 1) == [] and drains_due(s, 1120.0 - DRAIN_LEAD_S) == ["x"]
@@ -171,7 +211,8 @@ def cases(draw):  # type: ignore[no-untyped-def]
 @given(cases())
 def test_place_never_breaks_the_budget_nor_launches_where_it_may_not(case) -> None:  # type: ignore[no-untyped-def]
     m, pool, doomed, unavailable, target, budget = case
-    pl = place(m, target, pool, budget, unavailable=unavailable, doomed=doomed)
+    extra = {t: min(1, n) for t, n in target.items()}
+    pl = place(m, target, pool, budget, unavailable=unavailable, doomed=doomed, extra=extra)
     assert pl.cost(m) <= budget + 1e-9
     live = {}
     for i in pool:
