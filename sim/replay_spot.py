@@ -28,8 +28,10 @@ from config.catalog import InstanceType
 from config.schema import Config
 from scaler.actuator import ApplyReport
 from scaler.cloud import CLUSTER_TAG, ManagedInstance
-from scaler.spot_market import (DRAIN_LEAD_S, Placement, SpotMarket, SpotState, after_apply, after_notice,
-                                overprovision, place, planning_prices, settle)
+from scaler.joint_plan import JointPlan, ModelShare
+from scaler.replan import DemandView
+from scaler.spot_market import (DRAIN_LEAD_S, Placement, PlanningView, SpotMarket, SpotState, after_apply,
+                                after_notice, overprovision, place, planning_prices, settle)
 from scaler.spot_slots import base_type, is_spot, slot_of, split_slot, typed
 from sim.ledger import CostLedger
 from sim.replay_fleet import ReplayFleet
@@ -119,7 +121,8 @@ class SpotReplayFleet(ReplayFleet):
         self._spot_planned: frozenset[str] | None = None    # the types the last plan priced at spot
         self.actuator.catalog.update(slot_catalog(self.cfg, market))
 
-    def decide(self, demand: Any, keep: Any = None) -> Any:
+    def decide(self, demand: Mapping[str, DemandView],
+               keep: Mapping[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
         self._spot_planned = self._view().on_spot
         return super().decide(demand, keep)
 
@@ -127,7 +130,7 @@ class SpotReplayFleet(ReplayFleet):
         """A type the plan priced at spot has no trusted zone left (refusals, notices)."""
         return self._spot_planned is not None and not self._spot_planned <= self._view().on_spot
 
-    def replan_now(self, plan: Any, target: dict[str, int]) -> bool:
+    def replan_now(self, plan: JointPlan | None, target: dict[str, int]) -> bool:
         """Also when a type the plan priced at spot has no zone left: the pool is planned again at
         what it can buy now before on-demand is bought for a plan priced at spot."""
         return super().replan_now(plan, target) or self._fell_back()
@@ -136,7 +139,7 @@ class SpotReplayFleet(ReplayFleet):
         """Slots the planner and the overprovision leave aside: out for now, or suspect."""
         return self.actuator.unavailable_types() | set(self.state.suspect)
 
-    def _view(self):  # type: ignore[no-untyped-def]
+    def _view(self) -> PlanningView:
         return planning_prices(self.market, self._trusted_out())
 
     def planning(self) -> tuple[Config, set[str]]:
@@ -305,11 +308,10 @@ class SpotDriver:
             "spot_hours_by_zone": {z: round(h, 6) for z, h in sorted(by_zone.items())},
             "zones": list(self.market.zones),
         }
-        if self.trace is not None:
+        if self.trace is not None:      # the share of the run each zone had spot (for the first spot type)
+            first = next(iter(self.market.spot), ANY_TYPE)
             out["trace"] = {"source": self.trace.source, "available_share": {
-                z: round(self.trace.available_share(z, ANY_TYPE if ANY_TYPE in self.trace.types else
-                                                    (self.trace.types or [ANY_TYPE])[0], duration_s), 6)
-                for z in self.market.zones}}
+                z: round(self.trace.available_share(z, first, duration_s), 6) for z in self.market.zones}}
         return out
 
 
