@@ -20,6 +20,8 @@ from config.profiles import ProfileTable, load_profiles_csv
 from config.type_estimates import with_type_estimates
 from config.schema import Config, DispatcherSpec, load_config
 from config.security import client_auth_missing, is_loopback, read_pem, read_token
+from config.spot import spot_problems, spot_types
+from config.spot_catalog import load_spot_table
 
 
 def known_regions() -> frozenset[str]:
@@ -55,6 +57,7 @@ def config_problems(cfg: Config) -> list[str]:
         if pinned > budget + 1e-9:
             problems.append(f"pinned_pool: costs {pinned:.3f} $/hr, over budget_per_hour {budget:g}")
 
+    problems += spot_problems(cfg.instance_types, cfg.spot, {t: it.price_per_hour for t, it in catalog.items()}, budget)
     try:
         load_profiles_csv(cfg.profiles)
     except ValueError as exc:
@@ -137,6 +140,13 @@ def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str =
         out.append("dispatcher.token_parameter: empty, so the cluster token goes into launched workers' user data, "
                    "readable by anyone allowed ec2:DescribeInstanceAttribute and by every process on the instance; "
                    "keep it in SSM (the default /costscale/{cluster}/cluster-token)")
+    table_prices = load_spot_table(cfg.region)
+    for t in spot_types(cfg.instance_types):
+        unpriced = [z for z in (cfg.spot.zones if cfg.spot else {}) if z not in table_prices.get(t, {})]
+        if unpriced:
+            out.append(f"spot: the shipped spot price table has no price for {t} in {', '.join(unpriced)}: the daemon "
+                       "asks describe_spot_price_history (IAM ec2:DescribeSpotPriceHistory); without an answer "
+                       f"{t} is planned on-demand there")
     for m in cfg.models:
         if m.family:      # its latencies are its family CSV's (load_config checked it is there)
             continue

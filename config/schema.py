@@ -22,6 +22,7 @@ from config.families import shipped as shipped_families
 from config.fields import Name, Strict
 from config.pipelines import PipelineSpec, check_models
 from config.security import TlsSpec, WorkerTlsSpec, read_token
+from config.spot import Market, SpotSpec, check_spot
 
 def _optional_hostport(v: str | None, message: str) -> str | None:
     """A field validator's check: None, or a HOST:PORT :func:`config.hostport.split_hostport` accepts."""
@@ -90,6 +91,7 @@ class InstanceTypeSpec(_Strict):
     #: measurement x a latency factor) where it has no measurement; off: such a type is left out of
     #: those models' plans (issue #29, scaler.estimate_gate). A measurement is always used.
     allow_estimates: bool = False
+    market: Market = Field("on_demand", description="on_demand, spot or both (config.spot; issue #28)")
 
     @field_validator("type")
     @classmethod
@@ -295,6 +297,7 @@ class Config(_Strict):
     models: Annotated[list[ModelSpec], Field(min_length=1)]
     pipelines: list[PipelineSpec] = Field([], description="inference pipelines over the models (issue #26, Loki)")
     instance_types: Annotated[list[InstanceTypeSpec], Field(min_length=1)]
+    spot: SpotSpec | None = Field(None, description="spot capacity: zones, overprovision, max_price, fallback")
     launch: LaunchSpec
     dispatcher: DispatcherSpec = DispatcherSpec()
     metrics: MetricsSpec = MetricsSpec()
@@ -331,6 +334,7 @@ class Config(_Strict):
         if dupt:
             raise ValueError(f"duplicate instance type(s): {', '.join(sorted(dupt))}")
         check_models(self.pipelines, names)
+        check_spot(self.instance_types, self.spot, self.region)
         if self.pinned_pool:
             allowed = set(types)
             bad = sorted(set(self.pinned_pool) - allowed)

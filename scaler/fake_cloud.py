@@ -9,7 +9,8 @@ Hooks: ``throttle_next(k)`` (the next k calls raise ``Throttled``), ``fail_capac
 (launches of that type raise ``InsufficientCapacity``), ``stick_pending(type)`` (instances of that
 type never leave ``pending``), ``limit_next_launch(n)`` (partial success: at most n instances),
 ``before_call``/``after_call`` (callables ``(op, args)`` run around every call: raise from them to
-simulate a crash before or after the cloud acted), and ``clock``/``boot_s`` for pending → running
+simulate a crash before or after the cloud acted), ``reclaim(id)`` (EC2 takes a spot instance
+back), and ``clock``/``boot_s`` for pending → running
 (``boot_by_type``: a launch-to-running delay per instance type, ``boot_s`` for the others; the
 replay's boot delays, ``sim.replay``).
 """
@@ -157,6 +158,18 @@ class FakeCloud:
             out.append(inst)
         self._leave("launch", args)
         return out
+
+    def reclaim(self, instance_id: str) -> bool:
+        """EC2 takes a spot instance back (issue #28; not a call of ours, so no hook raises): it goes
+        to ``shutting-down`` and is no longer billed; ``after_call`` hooks see ``("reclaim", ...)``.
+        False when it had already gone."""
+        inst = self._instances.get(instance_id)
+        if inst is None or self._view(inst).state in ("shutting-down", "terminated"):
+            return False
+        self._instances[instance_id] = replace(self._view(inst), state="shutting-down")
+        self._terminated_at[instance_id] = self.clock()
+        self._leave("reclaim", {"instance_ids": [instance_id]})
+        return True
 
     def terminate(self, instance_ids: list[str]) -> None:
         args = {"instance_ids": list(instance_ids)}

@@ -173,20 +173,22 @@ class QueryLoop:
             self._live = None
             self._round(now)
 
-    def remove_worker(self, wid: str, now: float) -> None:
-        """The instance is gone: a drained worker finishes its query, another has it re-dispatched."""
+    def remove_worker(self, wid: str, now: float, lost: bool = False) -> list[int]:
+        """The instance is gone: a drained worker finishes its query, another (or any, when ``lost``:
+        reclaimed, issue #28) has it re-dispatched; returns the queries re-dispatched."""
         w = self.workers.get(wid)
-        if w is None or w.leaving:
-            return
-        if w.query >= 0 and w.draining:
+        if w is None or (w.leaving and not lost):
+            return []
+        if w.query >= 0 and w.draining and not lost:
             w.leaving = True
-            return
+            return []
         del self.workers[wid]
         self._live = None
-        if w.query >= 0:
-            for x in (w.query, *w.joined):
-                self._requeue(x)
+        again = [w.query, *w.joined] if w.query >= 0 else []
+        for x in again:
+            self._requeue(x)
         self._round(now)
+        return again
 
     def registered(self) -> frozenset[str]:
         """Ids of the workers registered now (parked ones included, as ``Dispatcher.workers``)."""

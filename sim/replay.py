@@ -34,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
@@ -45,6 +45,8 @@ from scaler.cloud import CLUSTER_TAG, pool_of
 from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan
 from scaler.replan import DemandView
+from scaler.spot_market import SpotMarket
+from scaler.spot_slots import base_type
 from sim.clock import VirtualClock
 from sim.ledger import CostLedger
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
@@ -55,6 +57,8 @@ from sim.replay_accuracy import ReplayAccuracyRound
 from sim.replay_infaas import ReplayInfaas
 from sim.replay_models import ReplayModelLoop
 from sim.replay_pipelines import PipelineReplay, split_workloads
+from sim.replay_spot import SpotDriver, SpotPriceStep, SpotReplayFleet, spot_prices_for
+from sim.spot_trace import SpotTrace
 from sim.replay_pipeline_round import pipeline_rounds
 from sim.service import ServiceKind, ServiceModel
 from sim.slo_check import slo_check as default_slo_check
@@ -94,6 +98,11 @@ class ReplaySpec:
     load_s: float = DEFAULT_LOAD_S
     faults: tuple[Fault, ...] = ()
     warm_start: bool = True     # the first plan's instances run (and serve) at 0; False: they boot
+    #: spot (issue #28): zone availability over time, the spot prices billed (type -> zone -> $/hr over the
+    #: shipped table), and price steps during the run
+    spot_trace: SpotTrace | None = None
+    spot_prices: Mapping[str, Mapping[str, float]] | None = None
+    spot_price_steps: tuple[SpotPriceStep, ...] = ()
 
 
 @dataclass
@@ -129,6 +138,8 @@ class ReplayRun:
     accuracy_plans: dict[str, list[tuple[float, Allocation]]] = field(default_factory=dict)
     #: each pipeline with queries: its end-to-end figures (:meth:`sim.replay_pipelines.PipelineReplay.summary`)
     pipelines: dict[str, dict] = field(default_factory=dict)  # type: ignore[type-arg]
+    #: with spot markets: preemptions, spot share, fallback hours, the cost by market (sim.replay_spot)
+    spot: dict | None = None  # type: ignore[type-arg]
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -244,14 +255,15 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
            progress: Callable[[float], None] | None = None, state_dir: Path | None = None,
            decide_fn: DecideFn | None = None,
            on_query_loop: Callable[[dict[str, QueryLoop]], None] | None = None,
-           accuracy_round: bool = False) -> ReplayRun:
+           accuracy_round: bool = False, spot_policy: Any = None) -> ReplayRun:
     """Replay ``workload`` (arrivals from 0; one per model, see :func:`workloads_by_model`) for
     ``duration_s`` virtual seconds under ``cfg``: every configured model on one clock and one budget.
 
     ``decide_fn(now, demand) -> (target, plan)`` replaces the planner on every fleet tick (the
     baselines of :mod:`sim.replay_baselines`); ``on_query_loop`` receives the query loops (model →
     loop) once built; ``accuracy_round``: with ``decide_fn``, the model loop's accuracy round runs
-    all the same (a baseline's, ``accuracy_only``)."""
+    all the same (a baseline's, ``accuracy_only``); ``spot_policy``: where spot capacity goes when a
+    type may run spot (default costscale's, :class:`sim.replay_spot.CostscaleSpot`)."""
     if not duration_s > 0:
         raise ValueError("duration must be > 0")
     wall0 = time.perf_counter()
@@ -272,9 +284,15 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                                     dict(plan.short) if plan else {}))
 
     tmp = tempfile.TemporaryDirectory(prefix="costscale-replay-") if state_dir is None else None
-    fleet = ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir,
-                        boot_by_type=boot_delays(cfg, spec.boot_s), slo_check=slo_check, on_target=on_target,
-                        decide_fn=decide_fn, baseline_accuracy=accuracy_round)
+    market = SpotMarket.from_config(cfg, spot_prices_for(cfg, spec.spot_prices))
+    boot = boot_delays(cfg, spec.boot_s)
+    kw: dict[str, Any] = dict(boot_by_type={**boot, **{s: boot[base_type(s)] for s in market.slot_prices()}},
+                              slo_check=slo_check, on_target=on_target, decide_fn=decide_fn,
+                              baseline_accuracy=accuracy_round)
+    fleet = (SpotReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, market=market,
+                             policy=spot_policy, **kw) if market.enabled else
+             ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, **kw))
+    spot = SpotDriver(cfg, market, spec.spot_trace, spec.spot_price_steps) if market.enabled else None
     try:
         lanes = {m: make_query_loop(cfg, profiles, wl, spec, record=fleet.windows[m].record, model=m)
                  for m, wl in loads.items()}
@@ -303,13 +321,13 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                     if acc.mode == "plan" else {})
             fleet.accuracy_rounds = {m: ReplayAccuracyRound(q, fleet.windows[m], acc, spec.load_s, timeline.schedule,
                                                             clock.now) for m, q in apps.items()}
-        prices = cfg.prices()
+        prices = {**cfg.prices(), **market.slot_prices()}
         ledger = CostLedger(prices, cfg.budget_per_hour)
         launches: list[tuple[float, str, int]] = []
         terminations: list[tuple[float, int]] = []
 
         def after_call(op: str, args: dict) -> None:  # type: ignore[type-arg]
-            if op not in ("launch", "terminate"):
+            if op not in ("launch", "terminate", "reclaim"):
                 return
             now = clock.now()
             live = pool_of([i for i in fleet.cloud.all_instances() if i.tags.get(CLUSTER_TAG) == cfg.cluster])
@@ -321,6 +339,8 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                 terminations.append((now, len(args["instance_ids"])))
 
         fleet.cloud.after_call.append(after_call)
+        if spot is not None:
+            spot.attach(fleet, ledger, timeline.schedule)  # type: ignore[arg-type]
         for f in spec.faults:
             timeline.schedule(f.at_s, lambda f=f: _apply_fault(fleet.cloud, f))
         iv = cfg.intervals
@@ -359,7 +379,8 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                          errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.mem.plans,
                          variant_swaps={m: r.swap_log for m, r in (fleet.accuracy_rounds or {}).items()},
                          accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()},
-                         pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {})
+                         pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {},
+                         spot=spot.report(lanes, ledger, duration_s) if spot is not None else None)
     finally:
         fleet.close()
         if tmp is not None:

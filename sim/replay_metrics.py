@@ -177,6 +177,8 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
     }
     if getattr(run, "pipelines", None):
         out["pipelines"] = run.pipelines
+    if getattr(run, "spot", None) is not None:     # spot markets (issue #28, sim.replay_spot)
+        out["spot"] = dict(run.spot)
     if with_timeline:
         out["timeline"] = timeline(run)
     return out

@@ -1,8 +1,11 @@
 """``costscale replay CONFIG (--trace CSV | --pattern NAME[:k=v,...]) [--hours H] [--seed N]
-[--baselines] [--estimates] [--json] [--plot FILE.png]``: a day of traffic through the daemon's own
-loops on a virtual clock, scored in dollars, SLO attainment and accuracy (:mod:`sim.replay`), optionally
-against the baselines of :mod:`sim.replay_baselines`. The report's ``estimated`` names each model's
-workers that ran on an estimated profile (issue #29), and the summary marks them ``~``.
+[--spot-trace CSV] [--baselines] [--estimates] [--json] [--plot FILE.png]``: a day of traffic through
+the daemon's own loops on a virtual clock, scored in dollars, SLO attainment and accuracy
+(:mod:`sim.replay`), optionally against the baselines of :mod:`sim.replay_baselines`. The report's
+``estimated`` names each model's workers that ran on an estimated profile (issue #29), and the summary
+marks them ``~``. With spot markets (issue #28) the report has a ``spot`` section and the
+``on_demand_only`` baseline (:mod:`sim.spot_baselines`), and ``--spot-trace`` preempts spot instances
+as a zone's availability trace says.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from sim.replay import DEFAULT_BOOT_S, Fault, ReplaySpec, replay
 from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, baseline_names, run_baseline
 from sim.replay_metrics import report
 from sim.slo_check import slo_check
+from sim.spot_baselines import SPOT_BASELINES, figures, run_spot_baseline, spot_enabled
+from sim.spot_trace import ANY_TYPE, SpotTrace, read_spot_trace
 from sim.workload import Workload, read_trace_csv, trace_workload
 
 #: a replay is refused (one line, exit 2) past this many queries (memory: ~100 bytes each)
@@ -54,8 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--throttle", action="append", default=[], metavar="N@T",
                    help="the N cloud calls after T seconds are throttled (repeatable)")
     p.add_argument("--cold", action="store_true", help="start with no instances (default: the first pool is up)")
+    p.add_argument("--spot-trace", metavar="CSV", help="spot availability, timestamp_s,zone,instance_type,available "
+                   "(0/1; instance_type * for every type): a zone at 0 preempts its spot instances with a 2-minute "
+                   "notice and refuses spot launches (README \"Spot\")")
     p.add_argument("--baselines", action="store_true", help="also run " + ", ".join(BASELINE_NAMES)
-                   + " (and fleet_only, accuracy_only with accuracy scaling on)")
+                   + " (and fleet_only, accuracy_only with accuracy scaling on; spothedge with spot markets)")
     p.add_argument("--estimates", action="store_true",
                    help="plan with the allowed types where a model has only an estimated profile (config/type_estimates.csv), "
                         "as instance_types[].allow_estimates does; the report names them")
@@ -189,6 +197,30 @@ def _faults(args: argparse.Namespace, types: set[str]) -> tuple[Fault, ...]:
     return tuple(sorted(out, key=lambda f: f.at_s))
 
 
+def _spot_trace(args: argparse.Namespace, cfg: Config) -> SpotTrace | None:
+    """--spot-trace, read and checked against the config; one line, exit 2, when it does not fit."""
+    if not args.spot_trace:
+        return None
+    if not spot_enabled(cfg):
+        raise UsageError("replay: --spot-trace: no instance type may run spot (set instance_types[].market: spot "
+                         "or both, and spot.zones)")
+    try:
+        trace = read_spot_trace(args.spot_trace)
+    except ValueError as exc:
+        raise UsageError(f"replay: --spot-trace: {exc}") from None
+    zones = set(cfg.spot.zones) if cfg.spot is not None else set()
+    bad = [z for z in trace.zones if z not in zones]
+    if bad:
+        raise UsageError(f"replay: --spot-trace {args.spot_trace}: zone {bad[0]} is not in spot.zones "
+                         f"({', '.join(sorted(zones))})")
+    allowed = {t.type for t in cfg.instance_types}
+    bad = [t for t in trace.types if t != ANY_TYPE and t not in allowed]
+    if bad:
+        raise UsageError(f"replay: --spot-trace {args.spot_trace}: instance type {bad[0]} is not allowed "
+                         f"({', '.join(sorted(allowed))}, or * for every type)")
+    return trace
+
+
 def _bar(total_steps: int, label: str):  # type: ignore[no-untyped-def]
     bar = Progress(total_steps)
     state = {"k": 0}
@@ -229,9 +261,10 @@ def run_replay(args: argparse.Namespace) -> int:
                          "replay fewer hours or a lower rate")
     boot = {"gpu": args.boot_gpu_s, "inferentia": args.boot_gpu_s, "cpu": args.boot_cpu_s}
     spec = ReplaySpec(service=args.service, seed=args.seed, boot_s=boot, warm_start=not args.cold,
-                      faults=_faults(args, set(cfg.catalog())))
+                      faults=_faults(args, set(cfg.catalog())), spot_trace=_spot_trace(args, cfg))
     names = baseline_names(cfg) if args.baselines else ()
-    runs = 1 + len(names)
+    spot_names = ("on_demand_only",) + (SPOT_BASELINES[1:] if args.baselines else ()) if spot_enabled(cfg) else ()
+    runs = 1 + len(names) + len(spot_names)
     bar, tick = _bar(100 * runs, f"replay {'+'.join(wl)}")
     done = {"n": 0}
 
@@ -254,6 +287,18 @@ def run_replay(args: argparse.Namespace) -> int:
                 out["baselines"][name] = {k: rep[k] for k in ("cost_usd", "slo_attainment", "p99_ms",
                                                               "peak_cost_per_hour", "instance_hours", "decisions",
                                                               "models", "accuracy")}
+        for name in spot_names:      # on_demand_only: costscale without spot; spothedge (--baselines)
+            done["n"] += 1
+            try:
+                got = figures(run_spot_baseline(name, cfg, r.profiles, wl, duration, spec))
+            except ValueError as exc:
+                raise UsageError(f"{cmd}: {name}: {exc}") from None
+            if name == "on_demand_only":
+                out["on_demand_only"] = got
+                if out.get("spot") is not None and got["cost_usd"]:
+                    out["spot"]["cost_vs_on_demand_only"] = round(out["cost_usd"] / float(got["cost_usd"]), 6)
+            else:
+                out.setdefault("baselines", {})[name] = got
     finally:
         bar.close()
     if args.plot:
@@ -314,6 +359,16 @@ def _print(o: dict[str, Any]) -> None:
               + "; ".join(f"{t} ({basis})" for t, basis in per.items()))
     print("  decisions " + ", ".join(f"{k} {v}" for k, v in o["decisions"].items())
           + f"; plans {o['plans']}; wall {o['wall_s']:.1f} s")
+    sp = o.get("spot")
+    if sp:
+        print(f"  spot: {100 * sp['spot_share']:.1f} % of instance-hours, {sp['preemptions']} preemption(s), "
+              f"{sp['queries_lost_to_preemption']} queries lost to them ({sp['queries_re_run']} re-run), "
+              f"{sp['fallback_hours']:.3f} on-demand fallback hours; $ spot {sp['cost_usd']['spot']:.4f}, "
+              f"on-demand {sp['cost_usd']['on_demand']:.4f}")
+    od = o.get("on_demand_only")
+    if od:
+        print(f"  on_demand_only ${od['cost_usd']:.4f} ({100 * od['slo_attainment']:.2f} % in SLO); "
+              f"costscale/on_demand_only {o['cost_usd'] / od['cost_usd'] if od['cost_usd'] else math.nan:.2f}x")
     acc = o["accuracy"]
     for app, a in (acc.get("applications") or {}).items():
         print(f"  accuracy {app}: mean {a['mean']:.2f} % of the top {a['top']:.2f} %; max drop "

@@ -1,0 +1,157 @@
+"""Spot $/hr per instance type and availability zone from EC2 (issue #28): an adapter (I/O).
+
+* ``DescribeSpotPriceHistory`` on the EC2 client, through botocore's paginator, for the allowed
+  spot types in the configured zones, product ``Linux/UNIX`` (``Linux/UNIX (Amazon VPC)`` is the
+  same price), ``StartTime`` now: EC2 then answers with the price in force now per type and zone
+  (the latest entry of each pair is taken; botocore retries transient faults in its standard mode,
+  ``scaler.aws_client``). IAM: ``ec2:DescribeSpotPriceHistory``.
+* Prices are cached in a JSON file beside the state store (0600) for :data:`CACHE_TTL_S`; a lookup
+  within it asks nothing, one after it refreshes (the daemon looks up again every fleet interval,
+  so a price that moved is seen within the hour).
+* When EC2 fails (no permission, no network) a cached price of any age stands in, else the shipped
+  table's (``config/spot_prices.csv``), with one warning line; a pair neither knows is left out, and
+  the decisions plan that type on-demand in that zone (``scaler.spot_market``).
+
+The decisions take the result as a plain mapping (``SpotMarket.from_config``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from config.files import write_atomic
+from config.spot_catalog import SpotPrices, load_spot_table
+from scaler.aws_client import make_client
+
+log = logging.getLogger("costscale")
+
+#: a cached spot price is asked for again after this long (s)
+CACHE_TTL_S = 3600.0
+CACHE_VERSION = 1
+#: the Linux products (EC2-Classic's name and the VPC one report the same price)
+PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
+
+
+def cache_path_for(state_path: str) -> Path:
+    """The spot price cache beside the state store."""
+    return Path(state_path + ".spot-prices.json")
+
+
+def parse_history(entries: Iterable[Mapping[str, Any]], types: Sequence[str], zones: Sequence[str]) -> SpotPrices:
+    """The latest price of each (type, zone) in ``DescribeSpotPriceHistory`` entries, for the
+    ``types`` and ``zones`` asked (other products, types and zones ignored)."""
+    best: dict[tuple[str, str], tuple[Any, float]] = {}
+    for e in entries:
+        t, z = e.get("InstanceType"), e.get("AvailabilityZone")
+        if t not in types or z not in zones or e.get("ProductDescription", PRODUCTS[0]) not in PRODUCTS:
+            continue
+        price = float(e["SpotPrice"])
+        if not price > 0:
+            continue
+        stamp = e.get("Timestamp")
+        key = stamp.timestamp() if isinstance(stamp, datetime) else str(stamp or "")
+        if (t, z) not in best or key >= best[(t, z)][0]:
+            best[(t, z)] = (key, price)
+    out: SpotPrices = {}
+    for (t, z), (_, p) in sorted(best.items()):
+        out.setdefault(t, {})[z] = p
+    return out
+
+
+class SpotPriceSource:
+    """Spot prices of one region's zones: the cache first, then EC2, then the shipped table."""
+
+    def __init__(self, region: str, cache_path: Path, *, client: Any = None, clock: Callable[[], float] = time.time,
+                 endpoint_url: str | None = None, max_attempts: int = 3) -> None:
+        self.region, self.cache_path, self.clock = region, cache_path, clock
+        self._client, self._endpoint, self._attempts = client, endpoint_url, max_attempts
+        self.requests = 0       # pages asked for (tests, logs)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = make_client("ec2", self.region, max_attempts=self._attempts, connect_timeout=3,
+                                       read_timeout=10, endpoint_url=self._endpoint)
+        return self._client
+
+    def fetch(self, types: Sequence[str], zones: Sequence[str]) -> SpotPrices:
+        """The prices in force now, from EC2 (raises what botocore gives up on)."""
+        start = datetime.fromtimestamp(self.clock(), tz=timezone.utc)
+        pages = self.client.get_paginator("describe_spot_price_history").paginate(
+            InstanceTypes=list(types), ProductDescriptions=list(PRODUCTS), StartTime=start,
+            Filters=[{"Name": "availability-zone", "Values": list(zones)}])
+        entries: list[Mapping[str, Any]] = []
+        for page in pages:
+            self.requests += 1
+            entries.extend(page.get("SpotPriceHistory", []))
+        return parse_history(entries, types, zones)
+
+    def _read_cache(self) -> dict[str, dict[str, dict[str, float]]]:
+        try:
+            data = json.loads(self.cache_path.read_text(encoding="utf-8"))
+            if data.get("version") != CACHE_VERSION or data.get("region") != self.region:
+                return {}
+            return {t: {z: {"usd_per_hour": float(e["usd_per_hour"]), "fetched_at": float(e["fetched_at"])}
+                        for z, e in by_zone.items()} for t, by_zone in data.get("prices", {}).items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def _write_cache(self, entries: dict[str, dict[str, dict[str, float]]]) -> None:
+        text = json.dumps({"version": CACHE_VERSION, "region": self.region, "prices": entries}, indent=1,
+                          sort_keys=True)
+        try:
+            write_atomic(self.cache_path, text.encode())
+            self.cache_path.chmod(0o600)
+        except OSError as exc:
+            log.warning("spot prices: cannot write the cache %s (%s)", self.cache_path, exc.strerror or exc)
+
+    def lookup(self, types: Sequence[str], zones: Sequence[str], fetch: bool = True) -> tuple[SpotPrices, str | None]:
+        """Prices of ``types`` in ``zones``: fresh cache entries, else EC2 (when ``fetch``), else
+        cached ones of any age, else the shipped table; and one warning line when some came from the
+        last two or are missing."""
+        cached = self._read_cache()
+        now = self.clock()
+        want = [(t, z) for t in types for z in zones]
+        fresh = {(t, z) for t, z in want if now - cached.get(t, {}).get(z, {}).get("fetched_at", -1e18) < CACHE_TTL_S}
+        error: str | None = None
+        if fetch and len(fresh) < len(want):
+            try:
+                got = self.fetch(types, zones)
+            except Exception as exc:  # noqa: BLE001 - any failure: the fallback, with a warning
+                err = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
+                error = f"{err['Code']}: {err.get('Message', '')}" if err.get("Code") else f"{type(exc).__name__}: {exc}"
+            else:
+                for t, by_zone in got.items():
+                    for z, p in by_zone.items():
+                        cached.setdefault(t, {})[z] = {"usd_per_hour": p, "fetched_at": now}
+                        fresh.add((t, z))
+                if got:
+                    self._write_cache(cached)
+        table = load_spot_table(self.region)
+        out: SpotPrices = {}
+        stale, from_table, missing = [], [], []
+        for t, z in want:
+            if (t, z) in fresh or z in cached.get(t, {}):
+                out.setdefault(t, {})[z] = cached[t][z]["usd_per_hour"]
+                if (t, z) not in fresh:
+                    stale.append(f"{t}@{z}")
+            elif z in table.get(t, {}):
+                out.setdefault(t, {})[z] = table[t][z]
+                from_table.append(f"{t}@{z}")
+            else:
+                missing.append(f"{t}@{z}")
+        if not (stale or from_table or missing):
+            return out, None
+        why = f"describe_spot_price_history failed ({error})" if error else "not fetched" if not fetch else \
+            "no spot price listed"
+        parts = [f"cached prices older than {CACHE_TTL_S / 3600:g} h for {', '.join(stale)}" if stale else "",
+                 f"the shipped table's for {', '.join(from_table)}" if from_table else "",
+                 f"none for {', '.join(missing)} (planned on-demand there)" if missing else ""]
+        return out, f"spot prices in {self.region}: {why}; using " + "; ".join(p for p in parts if p)
+
+
+__all__ = ["CACHE_TTL_S", "PRODUCTS", "SpotPriceSource", "cache_path_for", "parse_history"]
