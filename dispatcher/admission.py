@@ -13,8 +13,9 @@ While instances are pending or registered workers are loading, queries wait as b
 Guarantees: every accepted query ends with a result or a typed gRPC error -- DEADLINE_EXCEEDED
 (cannot meet its SLO in ``drop`` mode, or its overall deadline ``query_timeout_s`` passed),
 RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (its workers kept failing after ``max_retries``
-re-dispatches, or the dispatcher stopped), INVALID_ARGUMENT (malformed). A deadline sweep (one
-timer over a heap of deadlines) ends each query at its overall deadline, so nothing hangs.
+re-dispatches, or the dispatcher stopped), INVALID_ARGUMENT (malformed). The query book
+(:mod:`dispatcher.queries`) holds the admitted queries and ends each one, at its overall deadline
+at the latest, so nothing hangs.
 
 :class:`Admission` is a part of :class:`dispatcher.server.Dispatcher` (``d.admission``). Owns: the
 demand windows (``window``, all queries; ``model_windows``, per model after routing). Takes: the
