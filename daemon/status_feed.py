@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from config.files import write_atomic
 from daemon import audit
 from daemon.fleet_status import plan_estimates
-from dispatcher.status import Decision, FleetFacts, Profiling, pool_cost_per_hour
+from dispatcher.status import Decision, FleetFacts, Profiling
 from scaler.actuator import pool_text
 from scaler.estimate_gate import estimates_line
 
@@ -232,7 +232,7 @@ class StatusFeed:
     def observe(self, sample: bool = True) -> None:
         d = self.daemon
         if sample and d.dispatcher is not None:
-            self.spend.sample(self.clock(), pool_cost_per_hour(d.dispatcher))
+            self.spend.sample(self.clock(), d.dispatcher.cost_per_hour())
         self._fleet(d)
         self._intents(d)
         self._fleet_events(d)

@@ -16,32 +16,38 @@ an application stays loaded, a query of it waits unbound, and when it is dispatc
 :meth:`AccuracyRouting.bind` chooses the variant and how many waiting queries go with it.
 
 A part of :class:`dispatcher.server.Dispatcher` (``d.accuracy``). Owns: the router, the plan's
-placement, each application's demand window, the late-bound applications. Reads: ``clock``, ``xi``,
-``predictor``, ``placement`` (``variant_meta``, ``models``, ``app_models``, ``cfg_models``), ``workers``, ``_queue``,
-``_retry``, ``_kick``.
+placement, each application's demand window, the late-bound applications. Takes: placement
+(``variant_meta``, ``models``, ``app_models``, ``cfg_models``, ``variant_model``, ``variant_ms``), the
+worker registry (its workers, read only), the waiting queries (:meth:`dispatcher.queries.QueryBook.waiting`),
+the round trigger's ``kick``, the clock and the matching's tunables (ξ).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from dispatcher import batch_join
+from dispatcher.placement import VariantPlacement
 from dispatcher.plan_routing import PlanRouter
+from dispatcher.queries import Query
+from dispatcher.runtime import MatchTunables
 from dispatcher.window import DemandWindow
+from dispatcher.workers import WorkerRegistry, WorkerState
 from variants.slackfit import LATE_RATE_WINDOW_S, bind_at_dispatch, pareto
-
-if TYPE_CHECKING:
-    from dispatcher.admission import _Query
-    from dispatcher.server import Dispatcher
-    from dispatcher.workers import WorkerState
 
 
 class AccuracyRouting:
     """The live accuracy plan's routing (see the module docstring)."""
 
-    def __init__(self, d: "Dispatcher") -> None:
-        self.d = d
+    def __init__(self, placement: VariantPlacement, registry: WorkerRegistry,
+                 waiting: Callable[[], Iterable[Query]], kick: Callable[[], None], clock: Callable[[], float],
+                 tunables: MatchTunables) -> None:
+        self.variants = placement
+        self.registry = registry
+        self.waiting = waiting
+        self.kick = kick
+        self.clock = clock
+        self.tunables = tunables
         self.router = PlanRouter()
         self.placement: dict[str, str | None] = {}     # worker -> accuracy-scaled variant it hosts
         self.windows: dict[str, DemandWindow] = {}     # application -> its arrivals
@@ -61,7 +67,7 @@ class AccuracyRouting:
         """Arrivals of ``application`` per second over the last ``window_s`` seconds (to ``now``,
         default the clock's)."""
         w = self.windows.get(application)
-        return w.arrival_rate(self.d.clock() if now is None else now, window_s) if w is not None else 0.0
+        return w.arrival_rate(self.clock() if now is None else now, window_s) if w is not None else 0.0
 
     def mean_batch(self, application: str) -> float:
         w = self.windows.get(application)
@@ -73,11 +79,11 @@ class AccuracyRouting:
         variant the plan no longer places are routed again."""
         self.placement = dict(placement)
         self.router.set_plan(routing)
-        for q in list(self.d._retry.values()) + list(self.d._queue.values()):
+        for q in list(self.waiting()):
             self.repin_if_unplaced(q)
-        self.d._kick()
+        self.kick()
 
-    def repin_if_unplaced(self, q: "_Query") -> None:
+    def repin_if_unplaced(self, q: Query) -> None:
         """A waiting query of a planned application whose variant no plan worker hosts any more
         (a swap, or a worker that said it does not hold it) takes the plan's variant now."""
         if not q.application or not self.router.workers_for(q.application):
@@ -96,30 +102,30 @@ class AccuracyRouting:
         v = self.placement.get(w) if w is not None else None
         if v is None:
             return None
-        meta = self.d.placement.variant_meta.get(v)
+        meta = self.variants.variant_meta.get(v)
         return v if meta is not None and meta.accuracy >= min_accuracy else None
 
     # -- SlackFit: the variant at dispatch -----------------------------------------------------------
-    def holds(self, w: "WorkerState", application: str, floor: float = 0.0) -> bool:
+    def holds(self, w: WorkerState, application: str, floor: float = 0.0) -> bool:
         """Whether ``w`` holds a variant of ``application`` at or above ``floor`` (a late-bound query
         with that ``min_accuracy`` may go there); stops at the first."""
         return next(self._resident(w, application, floor), None) is not None
 
-    def _resident(self, w: "WorkerState", application: str, floor: float) -> Iterator[str]:
-        p = self.d.placement
+    def _resident(self, w: WorkerState, application: str, floor: float) -> Iterator[str]:
+        p = self.variants
         models = p.app_models.get(application, ())
         loaded = w.loaded if w.loaded is not None else p.cfg_models
         return (v for v in loaded if p.variant_model(v) in models
                 and (meta := p.variant_meta.get(v)) is not None and meta.accuracy >= floor)
 
-    def bind(self, q: "_Query", w: "WorkerState", now: float, waiting: Sequence["_Query"]) -> list["_Query"]:
+    def bind(self, q: Query, w: WorkerState, now: float, waiting: Sequence[Query]) -> list[Query]:
         """SlackFit on the live path (SuperServe §4.2; :func:`variants.slackfit.choose_for_queue`, the
         rule that did best in the simulator): among the variants of ``q``'s application resident on
         ``w`` (at or above the query's ``min_accuracy``), the most accurate one that serves ``q`` and
         the waiting queries behind it (``waiting``, queue order, those whose inputs stack with it) within
         ``q``'s slack, in one call; when none does, the fastest with the largest batch that fits (one
         query at least). ``q`` and the queries that join it take that variant; returns the joiners."""
-        p = self.d.placement
+        p = self.variants
         names = sorted(self._resident(w, q.application, q.min_accuracy))   # never empty: the group key holds the floor
         if not names:
             return []
@@ -133,13 +139,13 @@ class AccuracyRouting:
         fns = {v: (p.variant_meta[v].accuracy, seconds(v)) for v in names}
         fits = {v: max(1, sum(1 for r in rows if r <= p.models[p.variant_model(v)].max_batch)) for v in names}
         front = pareto(fns)
-        slack_s = (self.d.xi * q.qos_ms - 1000.0 * (now - q.arrival)) / 1000.0
+        slack_s = (self.tunables.xi * q.qos_ms - 1000.0 * (now - q.arrival)) / 1000.0
         # each worker holding the application must keep up with its share of the arrivals, and takes
         # its share of what waits (idle ones take the rest in this round). Both are read per
         # dispatch: a share refreshed per model tick lagged a spike's first second, and SlackFit
         # kept choosing the slow variants while the queue grew (93.6 % in CI's run of
         # tests/test_accuracy_e2e.py); holders cached per tick missed workers that loaded since
-        holders = [x for x in self.d.workers.values()
+        holders = [x for x in self.registry.workers.values()
                    if not (x.draining or x.removed) and self.holds(x, q.application)]
         variant, n = bind_at_dispatch(fns, fits, front, len(group), slack_s,
                                       self.rate(q.application, LATE_RATE_WINDOW_S, now), len(holders),
@@ -149,8 +155,8 @@ class AccuracyRouting:
         self.bound[variant] = self.bound.get(variant, 0) + n
         return group[1:n]
 
-    def _repin(self, q: "_Query", variant: str) -> None:
-        p = self.d.placement
+    def _repin(self, q: Query, variant: str) -> None:
+        p = self.variants
         m = p.models.get(p.variant_meta[variant].model, q.model)
         q.variant, q.model = variant, m
         q.view = dataclasses.replace(q.view, model=m.profile_name)

@@ -8,12 +8,13 @@ Inputs and outputs never touch the control host's paths (issue #14): the inputs 
 as INFaaS keeps offline inputs in S3), and the outputs go to ``output_uri`` in S3 or, without one,
 into the done job's reply (:mod:`dispatcher.object_store`). A local path is INVALID_ARGUMENT.
 
-:class:`OfflineJobs` is a part of :class:`dispatcher.server.Dispatcher` (``d.offline``); the
+:class:`OfflineJobs` is a part of :class:`dispatcher.server.Dispatcher` (``d.offline``; the
 Dispatcher forwards ``submit_offline`` and ``offline_jobs``, ``offline_threshold``,
-``offline_chunk``, ``offline_poll_s`` to it.
-Owns: ``jobs``, ``threshold``, ``chunk``, ``poll_s``. Reads from the Dispatcher: ``workers``,
-``objects``, ``online_utilization``, ``_eligible``, ``_validate``, ``_start_load``, ``enqueue_offline``,
-``_loop``, ``_stopping``.
+``offline_chunk``, ``offline_poll_s`` to it). Owns: ``jobs``, ``threshold``, ``chunk``, ``poll_s``.
+Takes: admission (validation, the load getVariant's route needs, a chunk queued like a query), which
+workers may serve a job (:meth:`dispatcher.routing.RoutingRound.eligible`), the worker registry
+(the workers and their online utilization), the object store and the
+:class:`dispatcher.runtime.Runtime` (loop, stopping).
 """
 from __future__ import annotations
 
@@ -22,22 +23,20 @@ import io
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import grpc
 import numpy as np
 
 from config.schema import ModelSpec
 from dispatcher import modelless as ml
-from dispatcher.admission import SC
+from dispatcher.admission import SC, Admission
 from dispatcher.object_store import ObjectStore, parse_s3_uri
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.proto.tensors import tensor_to_array
-from dispatcher.routing import group_key
-from dispatcher.workers import WorkerState
-
-if TYPE_CHECKING:
-    from dispatcher.server import Dispatcher
+from dispatcher.routing import GroupKey, group_key
+from dispatcher.runtime import Runtime
+from dispatcher.workers import WorkerRegistry, WorkerState
 
 
 @dataclass(eq=False)
@@ -156,8 +155,13 @@ KEEP_ENDED = 1000
 class OfflineJobs:
     """The offline jobs of one dispatcher and their throttled runs (see the module docstring)."""
 
-    def __init__(self, d: Dispatcher) -> None:
-        self.d = d
+    def __init__(self, admission: Admission, eligible: Callable[[WorkerState, GroupKey], bool],
+                 registry: WorkerRegistry, objects: ObjectStore, rt: Runtime) -> None:
+        self.admission = admission
+        self.eligible = eligible
+        self.registry = registry
+        self.objects = objects
+        self.rt = rt
         self.jobs: dict[str, OfflineJob] = {}     # by submission, oldest first
         self.submitted = 0
         self.threshold = ml.OFFLINE_UTILIZATION_THRESHOLD
@@ -171,12 +175,12 @@ class OfflineJobs:
             return SC.INVALID_ARGUMENT, str(exc)
         # the model before the inputs: nothing is downloaded for a model the dispatcher does not serve
         probe = pb.SubmitRequest(model=r.model, application=r.application, batch_size=1, min_accuracy=r.min_accuracy)
-        v = self.d._validate(probe)
+        v = self.admission.validate(probe)
         if isinstance(v[0], grpc.StatusCode):
             return v[0], v[1]  # type: ignore[return-value]
         m, _, _, variant, choice = v  # type: ignore[misc]
         try:   # reading the inputs (whole .npy/.npz files, S3) stays off the query loop
-            inputs = await asyncio.to_thread(remote_inputs, r, self.d.objects)
+            inputs = await asyncio.to_thread(remote_inputs, r, self.objects)
         except ValueError as exc:   # ObjectError too: a missing object
             return SC.INVALID_ARGUMENT, str(exc)
         self.forget_ended()
@@ -185,8 +189,8 @@ class OfflineJobs:
                          output_uri=r.output_uri,
                          total=sum(ml.chunks(a.shape[0], self.chunk).__len__() for _, a in inputs))
         self.jobs[job.job_id] = job
-        self.d._start_load(choice)
-        job.task = (self.d._loop or asyncio.get_running_loop()).create_task(self._run(job))
+        self.admission.start_load(choice)
+        job.task = self.rt.create_task(self._run(job))
         return job.reply()
 
     def forget_ended(self, keep: int | None = None) -> None:
@@ -199,16 +203,16 @@ class OfflineJobs:
 
     def _workers(self, job: OfflineJob) -> list[WorkerState]:
         key = group_key(job.variant, job.model.name)
-        return [w for w in self.d.workers.values() if not w.draining and self.d._eligible(w, key)]
+        return [w for w in self.registry.workers.values() if not w.draining and self.eligible(w, key)]
 
     async def _gate(self, job: OfflineJob) -> None:
         """Wait until the job may run: a worker serves its model and online utilization of those
         workers is under the threshold (INFaaS §5); meanwhile the job reports ``throttled``."""
         while True:
-            if self.d._stopping:
+            if self.rt.stopping:
                 raise RuntimeError("dispatcher stopped")
             ws = self._workers(job)
-            if ws and ml.offline_may_run(self.d.online_utilization(ws), self.threshold):
+            if ws and ml.offline_may_run(self.registry.online_utilization(ws), self.threshold):
                 job.state = "running"
                 return
             job.state = "throttled" if ws else "queued"
@@ -219,7 +223,7 @@ class OfflineJobs:
         """One chunk through the normal queue; transient failures are retried, never dropped."""
         while True:
             await self._gate(job)
-            out = await asyncio.shield(self.d.enqueue_offline(job.model, job.variant, chunk))
+            out = await asyncio.shield(self.admission.enqueue_offline(job.model, job.variant, chunk))
             if not isinstance(out, tuple):
                 return tensor_to_array(out.outputs[0])
             if out[0] not in (SC.UNAVAILABLE, SC.DEADLINE_EXCEEDED, SC.RESOURCE_EXHAUSTED):
@@ -243,7 +247,7 @@ class OfflineJobs:
                     job.done += 1
             data = await asyncio.to_thread(npz_bytes, {k: np.concatenate(v) for k, v in outputs.items()})
             if job.output_uri:
-                await asyncio.to_thread(self.d.objects.put, job.output_uri, data)
+                await asyncio.to_thread(self.objects.put, job.output_uri, data)
                 job.message = f"wrote {job.output_uri}"
             else:
                 job.output, job.message = data, f"outputs in this reply ({len(data)} bytes, .npz)"

@@ -4,28 +4,29 @@ KServe's, grpcurl) query costscale unchanged.
 
 A ``model_name`` is a model or an application (INFaaS §3: model-less, getVariant picks the
 variant); ``model_version`` is empty, ``1``, or the name of one of its variants. ModelInfer
-becomes one costscale query through :meth:`dispatcher.server.Dispatcher.submit` -- the same
-admission, routing and typed errors as ``Submit`` -- and its reply parameters say which variant and
-instance type served it and its queue and service time (:mod:`dispatcher.oip_codec`). Like the
-other servicers it only parses, calls the Dispatcher and renders.
+becomes one costscale query through the dispatcher's ``submit`` -- the same admission, routing and
+typed errors as ``Submit`` -- and its reply parameters say which variant and instance type served
+it and its queue and service time (:mod:`dispatcher.oip_codec`). Like the other servicers it only
+parses, calls and renders: it takes ``submit``, placement (the names it resolves, what each worker
+holds), the worker registry (readiness) and the :class:`dispatcher.runtime.Runtime` (stopping).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from importlib.metadata import PackageNotFoundError, version as dist_version
-from typing import TYPE_CHECKING
+from typing import Awaitable, Callable, Union
 
 import grpc
 import onnx
 from onnx import helper
 
 from dispatcher.oip_codec import DATATYPE_OF, infer_response, submit_request
-from dispatcher.proto import oip_pb2 as oip, oip_pb2_grpc as oipg
+from dispatcher.placement import VariantPlacement
+from dispatcher.proto import costscale_pb2 as pb, oip_pb2 as oip, oip_pb2_grpc as oipg
+from dispatcher.runtime import Runtime
+from dispatcher.workers import WorkerRegistry
 from variants.builtin_models import BUILTIN_PREFIX, graph_inputs, mlp_model
-
-if TYPE_CHECKING:
-    from dispatcher.server import Dispatcher
 
 SC = grpc.StatusCode
 SERVICE_NAME = "inference.GRPCInferenceService"
@@ -67,15 +68,21 @@ def onnx_signature(spec: str) -> tuple[TensorList, TensorList]:
     return _tensors(graph_inputs(model)), _tensors(model.graph.output)
 
 
+Submit = Callable[[pb.SubmitRequest], Awaitable[Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]]]
+
+
 class OipServicer(oipg.GRPCInferenceServiceServicer):
-    def __init__(self, d: Dispatcher) -> None:
-        self.d = d
+    def __init__(self, submit: Submit, placement: VariantPlacement, registry: WorkerRegistry, rt: Runtime) -> None:
+        self.submit = submit
+        self.placement = placement
+        self.registry = registry
+        self.rt = rt
         self._signatures: dict[str, tuple[TensorList, TensorList]] = {}
 
     # -- names -------------------------------------------------------------------------------------
     def _resolve(self, name: str) -> tuple[str, str] | None:
         """(model, "") or ("", application) for a ``model_name``; None when unknown."""
-        p = self.d.placement
+        p = self.placement
         if name in p.models:
             return name, ""
         if name in p.apps or name in p.app_models:
@@ -83,7 +90,7 @@ class OipServicer(oipg.GRPCInferenceServiceServicer):
         return None
 
     def _models_of(self, model: str, application: str) -> set[str]:
-        p = self.d.placement
+        p = self.placement
         if model:
             return {model}
         default = p.apps.get(application)
@@ -93,18 +100,18 @@ class OipServicer(oipg.GRPCInferenceServiceServicer):
         """The variant a ``model_version`` names ("" for none); None when it names none of ``models``'."""
         if version in ("", DEFAULT_VERSION):
             return ""
-        meta = self.d.placement.variant_meta.get(version)
+        meta = self.placement.variant_meta.get(version)
         return version if meta is not None and meta.model in models else None
 
     def _serving(self, models: set[str] | None = None) -> bool:
         """A live worker that takes queries (of a variant of one of ``models``, when given)."""
-        d = self.d
-        if d._stopping:
+        if self.rt.stopping:
             return False
-        for w in d.workers.values():
+        p = self.placement
+        for w in self.registry.workers.values():
             if w.draining or w.removed:
                 continue
-            if models is None or any(d.variant_model(v) in models for v in d.loaded_on(w)):
+            if models is None or any(p.variant_model(v) in models for v in p.loaded_on(w)):
                 return True
         return False
 
@@ -124,9 +131,9 @@ class OipServicer(oipg.GRPCInferenceServiceServicer):
         if variant is None:
             return oip.ModelReadyResponse(ready=False)
         if variant:
-            d = self.d
-            ready = not d._stopping and any(variant in d.loaded_on(w) for w in d.workers.values()
-                                            if not w.draining and not w.removed)
+            ready = not self.rt.stopping and any(variant in self.placement.loaded_on(w)
+                                                 for w in self.registry.workers.values()
+                                                 if not w.draining and not w.removed)
             return oip.ModelReadyResponse(ready=ready)
         return oip.ModelReadyResponse(ready=self._serving(models))
 
@@ -138,7 +145,7 @@ class OipServicer(oipg.GRPCInferenceServiceServicer):
         if found is None:
             await context.abort(SC.NOT_FOUND, f"unknown model {request.name!r}")
         model, application = found  # type: ignore[misc]
-        p = self.d.placement
+        p = self.placement
         spec = p.models[model] if model else p.apps.get(application)
         if spec is None:   # an application whose models are not loaded yet
             await context.abort(SC.UNAVAILABLE, f"application {application!r} has no model yet")
@@ -165,7 +172,7 @@ class OipServicer(oipg.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request: oip.ModelInferRequest, context: grpc.aio.ServicerContext) -> oip.ModelInferResponse:
         found = self._resolve(request.model_name)
         if found is None:
-            known = ", ".join(sorted(set(self.d.placement.models) | set(self.d.placement.apps)))
+            known = ", ".join(sorted(set(self.placement.models) | set(self.placement.apps)))
             await context.abort(SC.NOT_FOUND, f"unknown model {request.model_name!r} (known: {known})")
         model, application = found  # type: ignore[misc]
         variant = self._variant_of(request.model_version, self._models_of(model, application))
@@ -174,14 +181,14 @@ class OipServicer(oipg.GRPCInferenceServiceServicer):
         sub = submit_request(request, model=model, application=application, variant=variant or "")
         if isinstance(sub, tuple):
             await context.abort(*sub)
-        spec = self.d.placement.models.get(model) if model else self.d.placement.apps.get(application)
+        spec = self.placement.models.get(model) if model else self.placement.apps.get(application)
         if request.outputs and spec is not None:   # unknown outputs refused before the query runs
             known = {t.name for t in (await self._signature(spec.onnx))[1]}
             unknown = [o.name for o in request.outputs if o.name not in known]
             if known and unknown:
                 await context.abort(SC.INVALID_ARGUMENT, f"unknown output(s) {', '.join(map(repr, unknown))} "
                                                          f"(the model has {', '.join(map(repr, sorted(known)))})")
-        out = await self.d.submit(sub)  # type: ignore[arg-type]
+        out = await self.submit(sub)  # type: ignore[arg-type]
         if isinstance(out, tuple):
             await context.abort(*out)
         resp = infer_response(request, out)  # type: ignore[arg-type]

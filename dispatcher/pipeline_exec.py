@@ -29,6 +29,12 @@ each task's load) and in its model's outcomes.
   error ends the whole query with that one typed error: never half an answer.
 - **Retries**: a pipeline query with an ``idempotency_key`` gives each step a key derived from it,
   so a retried Submit collects the steps already answered instead of running them again.
+
+:class:`PipelineRunner` is a part of :class:`dispatcher.server.Dispatcher` (``d.pipelines``). It
+takes the config's pipelines, the dispatcher's ``submit`` (a step is a query of its own, its
+outcome recorded), the clock, the serving workers (:class:`ServingWorkers`: the registry), the
+known models (:class:`KnownModels`: placement), the latency model and the base type (before any
+worker serves, a task is budgeted on it).
 """
 from __future__ import annotations
 
@@ -36,19 +42,40 @@ import asyncio
 import math
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, Union
 
 import grpc
 
-from dispatcher.proto import costscale_pb2 as pb
 from config.pipeline_graph import Pipeline
+from config.pipelines import PipelineSpec
+from config.schema import ModelSpec
+from dispatcher.policy import LatencyPredictor
+from dispatcher.proto import costscale_pb2 as pb
 from variants.pipeline_routing import step_slo
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dispatcher.server import Dispatcher
 
 Outcome = Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]
 SC = grpc.StatusCode
+
+
+class ServingWorkers(Protocol):
+    """The live workers (``draining``, ``removed``, ``instance_type`` of each) and the model each
+    serves (:class:`dispatcher.workers.WorkerRegistry`)."""
+
+    @property
+    def workers(self) -> Mapping[str, Any]: ...
+
+    @property
+    def serves(self) -> Mapping[str, str]: ...
+
+
+class KnownModels(Protocol):
+    """The models and applications the dispatcher serves (:class:`dispatcher.placement.VariantPlacement`)."""
+
+    @property
+    def models(self) -> Mapping[str, ModelSpec]: ...
+
+    @property
+    def apps(self) -> Mapping[str, ModelSpec]: ...
 
 
 @dataclass
@@ -62,11 +89,18 @@ class _Step:
 
 
 class PipelineRunner:
-    """Runs the config's pipelines over a :class:`dispatcher.server.Dispatcher` (module docstring)."""
+    """Runs the config's pipelines, each step through the dispatcher's ``submit`` (module docstring)."""
 
-    def __init__(self, d: "Dispatcher", seed: int = 0) -> None:
-        self.d = d
-        self.graphs: dict[str, Pipeline] = {p.name: p.graph() for p in d.cfg.pipelines}
+    def __init__(self, pipelines: Sequence[PipelineSpec], submit: Callable[[pb.SubmitRequest], Awaitable[Outcome]],
+                 clock: Callable[[], float], workers: ServingWorkers, known: KnownModels,
+                 predictor: LatencyPredictor, base_type: Callable[[], str], seed: int = 0) -> None:
+        self.submit_step = submit
+        self.clock = clock
+        self.live = workers
+        self.known = known
+        self.predictor = predictor
+        self.base_type = base_type
+        self.graphs: dict[str, Pipeline] = {p.name: p.graph() for p in pipelines}
         self.rng = random.Random(seed)
         #: (pipeline, task, child) -> [requests of the task, requests made of the child]: the measured factor
         self.fanout: dict[tuple[str, str, str], list[int]] = {}
@@ -83,23 +117,23 @@ class PipelineRunner:
     def _budgets(self, pipe: Pipeline, batch: int) -> dict[str, float]:
         """Each task's expected time: its model's predicted latency at ``batch`` on the fastest live
         type among the workers that serve it (with several models, each has its own; one pass)."""
-        d = self.d
+        serves = self.live.serves
         wanted = set(pipe.models.values())
         types: dict[str, set[str]] = {m: set() for m in wanted}
         anyone: set[str] = set()
-        for iid, w in d.workers.items():
+        for iid, w in self.live.workers.items():
             if w.draining or w.removed:
                 continue
             anyone.add(w.instance_type)
-            m = d.serves.get(iid)
+            m = serves.get(iid)
             for model in (wanted if m is None else ({m} & wanted)):
                 types[model].add(w.instance_type)
         out = {}
         for task, model in pipe.models.items():
-            spec = d._models.get(model)
+            spec = self.known.models.get(model)
             key = spec.profile_name if spec is not None else model
-            on = types[model] or anyone or {d.base_type}     # an application's workers: any live one
-            out[task] = min(float(d.predictor.predict_ms(key, t, batch)) for t in on)
+            on = types[model] or anyone or {self.base_type()}     # an application's workers: any live one
+            out[task] = min(float(self.predictor.predict_ms(key, t, batch)) for t in on)
         return out
 
     async def submit(self, r: pb.SubmitRequest) -> Outcome:
@@ -113,7 +147,7 @@ class PipelineRunner:
         slo = float(r.latency_slo_ms) if r.latency_slo_ms > 0 else pipe.slo_ms
         if not math.isfinite(slo):
             return SC.INVALID_ARGUMENT, f"latency_slo_ms must be a number, got {r.latency_slo_ms}"
-        t0 = self.d.clock()
+        t0 = self.clock()
         budgets = self._budgets(pipe, batch)
         out = await self._run(pipe, pipe.root, list(r.inputs), batch, t0, slo, budgets, r.idempotency_key, "0", None)
         if isinstance(out, tuple):
@@ -121,7 +155,7 @@ class PipelineRunner:
                 self.dropped_early += 1
             return out
         self.served += 1
-        total_ms = (self.d.clock() - t0) * 1000.0
+        total_ms = (self.clock() - t0) * 1000.0
         used = ";".join(f"{t}={','.join(sorted(out.variants[t]))}" for t in pipe.tasks if t in out.variants)
         known = [a for a in out.leaf_accuracy if a is not None]
         acc = sum(known) / len(known) if known else 0.0
@@ -132,8 +166,7 @@ class PipelineRunner:
     async def _run(self, pipe: Pipeline, task: str, inputs: list, batch: int, t0: float, slo: float,
                    budgets: dict[str, float], key: str, path: str, acc_so_far: float | None) -> "_Step | tuple[SC, str]":
         """One request of ``task`` and, below it, its children's."""
-        d = self.d
-        left_ms = slo - (d.clock() - t0) * 1000.0
+        left_ms = slo - (self.clock() - t0) * 1000.0
         own_slo = step_slo(pipe, budgets, task, left_ms)
         if own_slo is None:                           # this task and those below no longer fit (Loki §5.2)
             return SC.DEADLINE_EXCEEDED, (f"pipeline {pipe.name}: dropped before {task}: {max(left_ms, 0.0):.0f} ms of "
@@ -141,10 +174,10 @@ class PipelineRunner:
         model = pipe.models[task]
         # a registered application (a family's variants) is asked by its application name, so the
         # variant comes from its accuracy plan (or getVariant) as for any query of it
-        app = model in getattr(getattr(d, "placement", None), "apps", {})
+        app = model in self.known.apps
         req = pb.SubmitRequest(model="" if app else model, application=model if app else "", batch_size=batch,
                                inputs=inputs, latency_slo_ms=own_slo, idempotency_key=f"{key}/{path}" if key else "")
-        rep = await d.submit(req)
+        rep = await self.submit_step(req)
         if isinstance(rep, tuple):
             code, msg = rep
             return code, f"pipeline {pipe.name}: task {task}: {msg}"

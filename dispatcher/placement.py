@@ -9,36 +9,41 @@ are its Health reply's (authoritative) or, before the first one, the config's mo
 unload updates them at once. Loads are started by getVariant (``ensure_loaded``), the model loop
 and unpark; a parked worker is loaded only by unpark.
 
-:class:`VariantPlacement` is a part of :class:`dispatcher.server.Dispatcher` (``d.placement``);
-the Dispatcher forwards its public methods and state under the names the daemon and the tests use.
+:class:`VariantPlacement` is a part of :class:`dispatcher.server.Dispatcher` (``d.placement``; the
+Dispatcher forwards its public methods and state under the names the daemon and the tests use).
 Owns: ``models``, ``apps``, ``cfg_models``, ``registry``, ``models_dir``, ``variant_meta``,
 ``variant_path``, ``app_models``, ``grid_cache``, ``variant_states``, ``loading``, ``load_ops``,
-``unload_ops``. Reads from the Dispatcher: ``cfg``, ``objects``, ``workers``, ``clock``, ``predictor``,
-``_catalog``, ``_loop``, ``_tasks``, ``_kick``.
+``unload_ops``. Takes: the worker registry (its workers, read only), the latency model, the catalog,
+the :class:`dispatcher.runtime.Runtime` (clock, tasks), the round trigger (a variant loaded or
+unloaded changes where queries may go) and the object store (RegisterModel's files).
 """
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import grpc
 import numpy as np
 
+from config.catalog import InstanceType
 from config.files import write_atomic
 from config.schema import ModelSpec
 from dispatcher import modelless as ml
-from dispatcher.admission import SC
-from dispatcher.object_store import ObjectError, parse_s3_uri
+from dispatcher.object_store import ObjectError, ObjectStore, parse_s3_uri
+from dispatcher.policy import LatencyPredictor
 from dispatcher.proto import costscale_pb2 as pb
-from dispatcher.workers import WorkerState
+from dispatcher.runtime import RoundTrigger, Runtime
+from dispatcher.workers import WorkerRegistry, WorkerState
 from variants.executor import ANY_HARDWARE
 from variants.naming import base_name
 from variants.pipeline import generate_and_profile, hardware_classes
 
 if TYPE_CHECKING:
-    from dispatcher.server import Dispatcher
     from variants.generator import Variant
+    from variants.registry import VariantRegistry
+
+SC = grpc.StatusCode
 
 #: base latencies below this (ms) are timer noise on a brief local profile: no speed factor from them
 SPEED_MIN_BASE_MS = 0.1
@@ -66,12 +71,20 @@ class VariantPlacement:
     """The models and variants the dispatcher knows and where they are loaded (see the module
     docstring)."""
 
-    def __init__(self, d: Dispatcher, registry=None, models_dir: str | Path | None = None) -> None:
-        self.d = d
-        self.models: dict[str, ModelSpec] = {m.name: m for m in d.cfg.models}
-        self.cfg_models = tuple(m.name for m in d.cfg.models)
+    def __init__(self, models: Sequence[ModelSpec], worker_registry: WorkerRegistry, predictor: LatencyPredictor,
+                 catalog: Mapping[str, InstanceType], rt: Runtime, trigger: RoundTrigger, objects: ObjectStore,
+                 registry: VariantRegistry | None = None, models_dir: str | Path | None = None) -> None:
+        self.worker_registry = worker_registry
+        self.predictor = predictor
+        #: the allowed instance types (the Dispatcher updates it in place on a config reload)
+        self.catalog = catalog
+        self.rt = rt
+        self.trigger = trigger
+        self.objects = objects
+        self.models: dict[str, ModelSpec] = {m.name: m for m in models}
+        self.cfg_models = tuple(m.name for m in models)
         self.apps: dict[str, ModelSpec] = {}
-        for m in d.cfg.models:
+        for m in models:
             if m.application and m.application not in self.apps:
                 self.apps[m.application] = m
         # model-less API (INFaaS §3.1): the variant registry and what routing knows of it
@@ -133,7 +146,7 @@ class VariantPlacement:
         """Predicted ms of ``variant`` on ``instance_type`` at ``batch``: its model's latency model there
         times the variant's speed factor (what routing, the model loop and accuracy scaling use)."""
         meta = self.variant_meta[variant]
-        return meta.speed_factor * self.d.predictor.predict_ms(self.models[meta.model].profile_name, instance_type, batch)
+        return meta.speed_factor * self.predictor.predict_ms(self.models[meta.model].profile_name, instance_type, batch)
 
     def runs_on(self, variant: str, hardware: str) -> bool:
         """Whether ``variant`` runs on a worker of ``hardware`` (its class, or any)."""
@@ -144,10 +157,10 @@ class VariantPlacement:
         return sorted(n for n, v in self.variant_meta.items() if v.model in models)
 
     def _fastest_type(self, pkey: str, hardware: str) -> str | None:
-        types = [t for t, it in self.d._catalog.items() if it.hardware == hardware]
+        types = [t for t, it in self.catalog.items() if it.hardware == hardware]
         if not types:
             return None
-        return min(types, key=lambda t: (self.d.predictor.predict_ms(pkey, t, 1.0), t))
+        return min(types, key=lambda t: (self.predictor.predict_ms(pkey, t, 1.0), t))
 
     def speed_factor(self, variant: str) -> float:
         """Relative speed of a variant against its model's base variant (computed by
@@ -188,22 +201,21 @@ class VariantPlacement:
 
     def ensure_loaded(self, instance_id: str, variant: str) -> asyncio.Task | None:
         """Start loading ``variant`` on a worker (once); queued queries of it wait for the load."""
-        w = self.d.workers.get(instance_id)
+        w = self.worker_registry.workers.get(instance_id)
         if w is None or variant in self.loaded_on(w):
             return None
         key = (variant, instance_id)
         task = self.loading.get(key)
         if task is None:
-            task = (self.d._loop or asyncio.get_running_loop()).create_task(self.load_variant(instance_id, variant))
+            task = self.rt.spawn(self.load_variant(instance_id, variant))
             self.loading[key] = task
-            self.d._tasks.add(task)
-            task.add_done_callback(lambda t: (self.loading.pop(key, None), self.d._tasks.discard(t)))
+            task.add_done_callback(lambda t: self.loading.pop(key, None))
         return task
 
     async def load_variant(self, instance_id: str, variant: str, allow_parked: bool = False) -> tuple[bool, str]:
         """Worker.LoadVariant; on success the dispatcher routes the variant's queries there. A
-        parked worker is refused (only :meth:`dispatcher.workers.WorkerRegistry.unpark` loads onto it)."""
-        w = self.d.workers.get(instance_id)
+        parked worker is refused (only :meth:`dispatcher.worker_roles.WorkerRoles.unpark` loads onto it)."""
+        w = self.worker_registry.workers.get(instance_id)
         if w is None:
             return False, f"unknown worker {instance_id}"
         if w.parked and not allow_parked:
@@ -216,19 +228,19 @@ class VariantPlacement:
             return False, f"LoadVariant {variant} on {instance_id}: {exc}"
         finally:
             w.ops_in_flight -= 1
-            w.last_op_at = self.d.clock()
+            w.last_op_at = self.rt.clock()
         if not reply.ok:
             return False, reply.message
         w.loaded = self.loaded_on(w) | {variant}
         self.load_ops += 1
-        self.d._kick()
+        self.trigger.kick()
         return True, reply.message
 
     async def unload_variant(self, instance_id: str, variant: str) -> tuple[bool, str]:
         """Stop routing ``variant`` to the worker first, then Worker.UnloadVariant (the worker
         finishes a running query of it before it unloads). Health replies that were asked before
         the unload finished do not bring the variant back."""
-        w = self.d.workers.get(instance_id)
+        w = self.worker_registry.workers.get(instance_id)
         if w is None:
             return False, f"unknown worker {instance_id}"
         w.loaded = self.loaded_on(w) - {variant}
@@ -241,9 +253,9 @@ class VariantPlacement:
             return False, f"UnloadVariant {variant} on {instance_id}: {exc}"
         finally:
             w.ops_in_flight -= 1
-            w.last_op_at = self.d.clock()
+            w.last_op_at = self.rt.clock()
         self.unload_ops += 1
-        self.d._kick()
+        self.trigger.kick()
         return bool(reply.ok), reply.message
 
     # -- ListVariants and RegisterModel (INFaaS §3.1) ----------------------------------------------
@@ -256,7 +268,7 @@ class VariantPlacement:
             v = self.registry.variant(name) if self.registry is not None else None
         meta = self.variant_meta.get(name)
         state = "Inactive"
-        instances = sorted(w.instance_id for w in self.d.workers.values() if name in self.loaded_on(w))
+        instances = sorted(w.instance_id for w in self.worker_registry.workers.values() if name in self.loaded_on(w))
         if instances:
             states = {str(getattr(self.variant_states.get((name, i)), "value", "active")) for i in instances}
             state = "Overloaded" if "overloaded" in states else ("Interfered" if "interfered" in states else "Active")
@@ -277,7 +289,7 @@ class VariantPlacement:
     def _fetch(self, uri: str, what: str) -> bytes:
         """An S3 object a request names (ObjectError for a local path or a missing object)."""
         parse_s3_uri(uri, what)
-        return self.d.objects.get(uri)
+        return self.objects.get(uri)
 
     async def register_model(self, r: pb.RegisterModelRequest) -> pb.RegisterModelReply | tuple[grpc.StatusCode, str]:
         """INFaaS §3.1 register_model: store the ONNX file, generate and profile its variants."""
@@ -312,7 +324,7 @@ class VariantPlacement:
                 await asyncio.to_thread(write_atomic, val, validation)
         except (ModelError, ObjectError) as exc:
             return SC.INVALID_ARGUMENT, str(exc)
-        hws = hardware_classes(self.d._catalog) or ("cpu",)
+        hws = hardware_classes(self.catalog) or ("cpu",)
         rm = RegisteredModel(name=name, application=app, onnx_path=str(src), qos_ms=float(r.qos_ms or 1000.0),
                              max_batch=int(r.max_batch or 64), profile=name)
         try:

@@ -17,14 +17,14 @@ A query whose worker dies (RPC UNAVAILABLE/CANCELLED) goes back to the head of t
 ``max_retries`` times. Measured service times feed the latency model in batches
 (``observe_batch``, ``observe_delay_s``) and the model loop's samples.
 
-:class:`RoutingRound` is a mixin of :class:`dispatcher.server.Dispatcher`.
-Owns: ``_kick_pending``, ``_catch``, ``_caught``, ``redispatched``, ``_pending_obs``,
-``_obs_timer`` and the tunables ``max_retries``, ``observe_batch``, ``observe_delay_s``.
-Reads: ``cfg``, ``clock``, ``predictor``, ``policy``, ``xi``, ``view_factor``, ``_loop``,
-``_stopping``, ``_spawn`` (server); ``_queue``, ``_retry``, ``_inflight``, ``query_timeout_s``,
-``_finish`` (admission); ``workers``, ``utilization_horizon_s``, ``_remove_worker`` (workers);
-``placement`` (``variant_model``, ``variant_accuracy``), ``loaded_on``, ``variant_model`` (placement);
-``accuracy`` (a requeued query of a planned application whose variant moved takes the plan's).
+:class:`RoutingRound` is a part of :class:`dispatcher.server.Dispatcher` (``d.routing``). Owns: the
+caught dispatch (``_catch``, ``_caught``), the pending latency measurements and the tunables
+``observe_batch``, ``observe_delay_s``. Takes: the dispatcher's spec (``on_deadline``, ``batching``),
+the :class:`dispatcher.runtime.Runtime` (clock, loop, tasks, stopping), the round trigger (it runs
+the rounds the trigger coalesces), the query book (the queues, each query's end, re-dispatch), the
+worker registry (workers, assignment, removal, utilization horizon), placement (what each worker
+holds, a variant's model and accuracy), accuracy routing (SlackFit's binding, a plan's re-pinning),
+the policy, the latency model and the matching's tunables.
 """
 from __future__ import annotations
 
@@ -34,13 +34,18 @@ from typing import Collection
 
 import grpc
 
+from config.schema import DispatcherSpec
 from dispatcher import batch_join
-from dispatcher.admission import SC, _Query
+from dispatcher.accuracy_routing import AccuracyRouting
+from dispatcher.placement import VariantPlacement
 from dispatcher.policies import infeasible
-from dispatcher.policy import WorkerView
+from dispatcher.latency_model import LatencyModel
+from dispatcher.policy import Policy, WorkerView
 from dispatcher.proto import costscale_pb2 as pb
+from dispatcher.queries import SC, Query, QueryBook
+from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
 from dispatcher.worker_client import is_worker_failure
-from dispatcher.workers import WorkerState
+from dispatcher.workers import WorkerRegistry, WorkerState
 
 #: weight of the newest call in a worker's smoothed call overhead
 OVERHEAD_EWMA = 0.1
@@ -62,146 +67,160 @@ HEAD_SCAN = 2048
 class RoutingRound:
     """The matching round, the worker call and re-dispatch (see the module docstring)."""
 
-    def _init_routing(self) -> None:
-        self.max_retries = 2
-        self.redispatched = 0
-        self._kick_pending = False
+    def __init__(self, spec: DispatcherSpec, rt: Runtime, trigger: RoundTrigger, book: QueryBook,
+                 registry: WorkerRegistry, placement: VariantPlacement, accuracy: AccuracyRouting,
+                 policy: Policy, predictor: LatencyModel, tunables: MatchTunables) -> None:
+        self.spec = spec
+        self.rt = rt
+        self.trigger = trigger
+        self.book = book
+        self.registry = registry
+        self.placement = placement
+        self.accuracy = accuracy
+        self.policy = policy
+        self.predictor = predictor
+        self.tunables = tunables
         # a round run by a coroutine that serves what it dispatches itself: the query or worker it
-        # catches, and the dispatch caught (see _round_catching)
-        self._catch: _Query | WorkerState | None = None
-        self._caught: tuple[_Query, WorkerState, int] | None = None
+        # catches, and the dispatch caught (see round_catching)
+        self._catch: Query | WorkerState | None = None
+        self._caught: tuple[Query, WorkerState, int] | None = None
         self.observe_batch = 32
         self.observe_delay_s = 0.05
         self._pending_obs: list[tuple[str, str, int, float]] = []
         self._obs_timer: asyncio.TimerHandle | None = None
+        trigger.attach(self.round)
 
-    def _kick(self) -> None:
-        if self._kick_pending or self._loop is None:
+    def round(self) -> None:
+        """One matching round over the waiting queries and the idle workers, now."""
+        self.trigger.started()
+        book = self.book
+        if not (book.queue or book.retry):
             return
-        self._kick_pending = True
-        self._loop.call_soon(self._round)
-
-    def _round(self) -> None:
-        self._kick_pending = False
-        if not (self._queue or self._retry):
-            return
-        live = [w for w in self.workers.values() if not w.draining]
+        live = [w for w in self.registry.workers.values() if not w.draining]
         if not any(w.idle for w in live):
             return
-        now = self.clock()
-        k = self.view_factor * len(live)
-        if self.serves:     # several models on their own workers: each model's own head of the queue
+        now = self.rt.clock()
+        k = self.tunables.view_factor * len(live)
+        if self.registry.serves:     # several models on their own workers: each model's own head of the queue
             qs = self._heads_by_model(live, k)
         else:
-            qs = list(itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), k))
-        if self.cfg.dispatcher.on_deadline == "drop":
+            qs = list(itertools.islice(book.waiting(), k))
+        if self.spec.on_deadline == "drop":
             wviews = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle) for w in live]
-            bad = infeasible([q.view for q in qs], wviews, self.predictor, now, self.xi)
+            bad = infeasible([q.view for q in qs], wviews, self.predictor, now, self.tunables.xi)
             if bad:
                 for qid in bad:
-                    q = self._retry.pop(qid, None) or self._queue.pop(qid)
-                    self._finish(q, (SC.DEADLINE_EXCEEDED, f"waited {1000 * (now - q.arrival):.1f} ms: can no longer meet its {q.qos_ms:g} ms SLO"))
+                    q = book.retry.pop(qid, None) or book.queue.pop(qid)
+                    book.finish(q, (SC.DEADLINE_EXCEEDED, f"waited {1000 * (now - q.arrival):.1f} ms: can no longer meet its {q.qos_ms:g} ms SLO"))
                 badset = set(bad)
                 qs = [q for q in qs if q.query_id not in badset]
         if not qs:
-            if self._queue or self._retry:
-                self._kick()
+            if book.queue or book.retry:
+                self.trigger.kick()
             return
         # A variant's queries go only to workers where it is loaded (INFaaS §3.2): one matching
         # round per group of queries with the same eligible workers (usually a single group).
         key0 = self._group_key(qs[0])
-        groups: dict[str, list[_Query]] = {key0: qs}
+        groups: dict[str, list[Query]] = {key0: qs}
         if any(self._group_key(q) != key0 for q in qs):
             groups = {}
             for q in qs:
                 groups.setdefault(self._group_key(q), []).append(q)
         taken: set[str] = set()
+        workers = self.registry.workers
         for gkey, gqs in groups.items():
             gw = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle and w.instance_id not in taken)
-                  for w in live if self._eligible(w, gkey)]
+                  for w in live if self.eligible(w, gkey)]
             if not any(x.idle for x in gw):
                 continue
             matches = self.policy.match([q.view for q in gqs], gw, now)
             reserved = {a.query_id for a in matches}   # matched to their own workers: none joins another call
             for a in matches:
-                w = self.workers.get(a.worker_id)
-                q = self._retry.pop(a.query_id, None) or self._queue.pop(a.query_id, None)
+                w = workers.get(a.worker_id)
+                q = book.take_waiting(a.query_id)
                 if q is None:
                     continue
-                if w is None or not w.idle or w.draining or w.removed or not self._eligible(w, gkey):
-                    self._retry[q.query_id] = q   # policy broke the contract: keep it queued
+                if w is None or not w.idle or w.draining or w.removed or not self.eligible(w, gkey):
+                    book.retry[q.query_id] = q   # policy broke the contract: keep it queued
                     continue
                 taken.add(w.instance_id)
                 self._dispatch(q, w, now, reserved)
 
-    def _heads_by_model(self, live: list[WorkerState], k: int) -> list[_Query]:
+    def _heads_by_model(self, live: list[WorkerState], k: int) -> list[Query]:
         """The round's view when models have workers of their own (the fleet's joint plan): up to
         ``view_factor`` queries per worker of each model, from the head of the queue, so that one
         model's backlog never hides another model's queries from its idle workers (looked for among
         the first :data:`HEAD_SCAN` waiting, or ``k`` if more)."""
+        serves = self.registry.serves
+        per_worker = self.tunables.view_factor
         cap: dict[str | None, int] = {}
         for w in live:
-            m = self.serves.get(w.instance_id)
-            cap[m] = cap.get(m, 0) + self.view_factor
+            m = serves.get(w.instance_id)
+            cap[m] = cap.get(m, 0) + per_worker
         taken: dict[str | None, int] = {}
         out = []
-        for q in itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), max(k, HEAD_SCAN)):
+        for q in itertools.islice(self.book.waiting(), max(k, HEAD_SCAN)):
             m = q.model.name if q.model.name in cap else None
             if taken.get(m, 0) < cap.get(m, 0):
                 taken[m] = taken.get(m, 0) + 1
                 out.append(q)
         return out
 
-    def _group_key(self, q: _Query) -> GroupKey:
+    def _group_key(self, q: Query) -> GroupKey:
         if q.late:      # an application's queries, by the floor the variant must meet (exact: a float)
             return ("a", q.application, q.min_accuracy)
         return group_key(q.variant, q.model.name)
 
-    def _eligible(self, w: WorkerState, gkey: GroupKey) -> bool:
+    def eligible(self, w: WorkerState, gkey: GroupKey) -> bool:
+        """Whether ``w`` may serve the queries (or the offline job) of group ``gkey``: it serves their
+        model (the assignment) and holds their variant, one of their model's, or (late-bound) one of
+        their application's at or above their floor."""
         kind, name = gkey[0], gkey[1]
-        if self.serves and kind in ("m", "v") and not self.serves_model(
-                w.instance_id, name if kind == "m" else self.placement.variant_model(name)):
+        p = self.placement
+        if self.registry.serves and kind in ("m", "v") and not self.registry.serves_model(
+                w.instance_id, name if kind == "m" else p.variant_model(name)):
             return False     # the worker serves another model (the fleet's joint plan)
         if w.loaded is None:  # not reported yet: it serves the config's models (no variant is known there)
-            return kind == "m" or (kind == "v" and name in self.placement.cfg_models)
+            return kind == "m" or (kind == "v" and name in p.cfg_models)
         if kind == "v":
             return name in w.loaded
         if kind == "a":
             return self.accuracy.holds(w, name, gkey[2])
-        variant_model = self.placement.variant_model
+        variant_model = p.variant_model
         return any(variant_model(x) == name for x in w.loaded)
 
-    def _waiting_like(self, q: _Query, reserved: Collection[str] = ()) -> list[_Query]:
+    def _waiting_like(self, q: Query, reserved: Collection[str] = ()) -> list[Query]:
         """The queries of ``q``'s group still waiting, in queue order, looked for beyond the round's
         view among the first batch_join.JOIN_SCAN waiting (at most batch_join.MAX_QUERIES), but for those the
         round already matched to a worker (``reserved``)."""
         key = self._group_key(q)
-        scan = itertools.islice(itertools.chain(self._retry.values(), self._queue.values()), batch_join.JOIN_SCAN)
+        scan = itertools.islice(self.book.waiting(), batch_join.JOIN_SCAN)
         return list(itertools.islice((x for x in scan if x is not q and not x.offline and x.query_id not in reserved
                                       and self._group_key(x) == key), batch_join.MAX_QUERIES))
 
-    def _join(self, q: _Query, w: WorkerState, now: float, reserved: Collection[str]) -> list[_Query]:
+    def _join(self, q: Query, w: WorkerState, now: float, reserved: Collection[str]) -> list[Query]:
         """The queries of ``q``'s group still waiting that join it in one call (dispatcher.batch_join)."""
         sig = q.sig
         waiting = self._waiting_like(q, reserved) if sig is not None else []
         if not waiting:
             return []
         picks = batch_join.followers(q.view, sig, [(x.view, x.sig) for x in waiting],
-                                     w.instance_type, self.predictor, now, q.model.max_batch, self.xi)
+                                     w.instance_type, self.predictor, now, q.model.max_batch, self.tunables.xi)
         return [waiting[i] for i in picks]
 
-    def _dispatch(self, q: _Query, w: WorkerState, now: float, reserved: Collection[str] = ()) -> None:
-        joined: list[_Query] = []
+    def _dispatch(self, q: Query, w: WorkerState, now: float, reserved: Collection[str] = ()) -> None:
+        joined: list[Query] = []
         if q.late:     # SlackFit: the variant and the batch from the head's slack, on this worker
             joined = self.accuracy.bind(q, w, now, self._waiting_like(q, reserved))
-        elif not q.offline and self.cfg.dispatcher.batching == "work_conserving":
+        elif not q.offline and self.spec.batching == "work_conserving":
             joined = self._join(q, w, now, reserved)
+        book = self.book
         for x in (q, *joined):
             if x is not q:
-                self._retry.pop(x.query_id, None) or self._queue.pop(x.query_id, None)
+                book.take_waiting(x.query_id)
             x.dispatched_at = now
             x.gen += 1
-            self._inflight[x.query_id] = x
+            book.inflight[x.query_id] = x
         # the call is fixed now: who is in it (at which generation) and what it sends
         members = [(x, x.gen) for x in (q, *joined)]
         w.call = (members, q.inputs if not joined else batch_join.stack([x.inputs for x in (q, *joined)]))
@@ -212,55 +231,56 @@ class RoutingRound:
         if self._catch is q or self._catch is w:
             self._caught = (q, w, q.gen)    # the coroutine running this round serves it itself
         else:
-            self._spawn(self._serve(q, w, q.gen))
+            self.rt.spawn(self._serve(q, w, q.gen))
 
-    def _round_catching(self, target: _Query | WorkerState) -> tuple[_Query, WorkerState, int] | None:
+    def round_catching(self, target: Query | WorkerState) -> tuple[Query, WorkerState, int] | None:
         """A matching round whose dispatch of ``target`` (the caller's own query, or the worker
         whose task runs the round) comes back to the caller instead of starting a task."""
         self._catch, self._caught = target, None
         try:
-            self._round()
+            self.round()
         finally:
             self._catch = None
         caught, self._caught = self._caught, None
         return caught
 
-    async def _serve(self, q: _Query, w: WorkerState, gen: int) -> None:
+    async def _serve(self, q: Query, w: WorkerState, gen: int) -> None:
         """Serve ``q`` on ``w``, then run the matching round for the completion event at once
         (Kairos §5.1: a round at each completion); when that round gives ``w`` its next query, serve
         it in this same task (no task per query under load)."""
         while True:
-            await self._run(q, w, gen)
-            nxt = self._completed(w, take_next=True)
+            await self.run(q, w, gen)
+            nxt = self.completed(w, take_next=True)
             if nxt is None:
                 return
             q, _, gen = nxt
 
-    def _completed(self, w: WorkerState, take_next: bool = False) -> tuple[_Query, WorkerState, int] | None:
+    def completed(self, w: WorkerState, take_next: bool = False) -> tuple[Query, WorkerState, int] | None:
         """The completion event on ``w``: its matching round, now. With ``take_next`` (the caller
         is ``w``'s serving task) a query the round gives ``w`` is returned instead of spawned."""
-        if w.removed or self._stopping or self._loop is None:
-            self._kick()
+        if w.removed or self.rt.stopping or self.rt.loop is None:
+            self.trigger.kick()
             return None
         if take_next:
-            return self._round_catching(w)
-        self._round()
+            return self.round_catching(w)
+        self.round()
         return None
 
-    def _release(self, w: WorkerState, qid: str) -> None:
+    def release(self, w: WorkerState, qid: str) -> None:
+        """``w``'s call headed by ``qid`` is over: ``w`` is idle again (unless removed)."""
         if w.in_flight == qid:
             w.call = None
         if not w.removed:
             w.idle = True
-            w.busy_until = self.clock()
+            w.busy_until = self.rt.clock()
             w.idle_event.set()
 
-    async def _run(self, q: _Query, w: WorkerState, gen: int) -> None:
+    async def run(self, q: Query, w: WorkerState, gen: int) -> None:
         """One worker call for ``q`` and the queries that joined it (dispatcher.batch_join), then each
         one's outcome."""
         call = w.call
         if call is None or call[0][0] != (q, gen):   # abandoned meanwhile (worker removed): its queries requeued
-            self._release(w, q.query_id)
+            self.release(w, q.query_id)
             return
         members, inputs = call
         batch = sum(m.batch for m, _ in members)
@@ -270,7 +290,7 @@ class RoutingRound:
         details = ""
         reply: pb.InferReply | None = None
         try:
-            reply = await w.client.infer(req, q.deadline - self.clock())
+            reply = await w.client.infer(req, q.deadline - self.rt.clock())
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -280,95 +300,82 @@ class RoutingRound:
             code, details = exc.code(), exc.details() or ""
         except Exception as exc:  # noqa: BLE001 - any client failure is a worker failure
             code, details = SC.UNKNOWN, repr(exc)
-        now = self.clock()
-        self._release(w, q.query_id)
+        now = self.rt.clock()
+        self.release(w, q.query_id)
         if reply is not None:
-            w.served += len(members)
-            service_ms = reply.service_ms if reply.service_ms > 0 else 1000.0 * (now - q.dispatched_at)
-            if not q.offline:
-                w.busy.append((q.dispatched_at, now))
-                # one call per worker at a time: end times only increase, so what ended before
-                # the utilization horizon is at the left
-                lo = now - self.utilization_horizon_s
-                while w.busy and w.busy[0][1] < lo:
-                    w.busy.popleft()
-            w.samples.append((reply.variant or q.variant or q.model.name, batch, service_ms, q.offline))
-            if reply.service_ms > 0:
-                extra = max(1000.0 * (now - q.dispatched_at) - service_ms, 0.0)
-                w.overhead_ms += OVERHEAD_EWMA * (extra - w.overhead_ms)
-            self._observe(q.model.profile_name, w.instance_type, batch, service_ms)
-            outputs: list = [list(reply.outputs)]
-            if len(members) > 1:
-                try:
-                    outputs = batch_join.split(reply.outputs, [m.batch for m, _ in members])
-                except ValueError as exc:     # outputs not batch-major: no query gets a wrong slice
-                    for m, g in members:
-                        if m.gen == g and not m.future.done():
-                            self._inflight.pop(m.query_id, None)
-                            self._finish(m, (SC.INTERNAL, f"cannot split the batch's outputs by query: {exc}"))
-                    return
-            for (m, g), out in zip(members, outputs):
-                if m.gen != g or m.future.done():
-                    continue
-                self._inflight.pop(m.query_id, None)
-                total = 1000.0 * (now - m.arrival)
-                variant = reply.variant or m.variant
-                self._finish(m, pb.SubmitReply(
-                    outputs=out, model=m.model.name, variant=variant,
-                    instance_id=w.instance_id, instance_type=w.instance_type,
-                    queue_ms=1000.0 * (m.dispatched_at - m.arrival), service_ms=service_ms, total_ms=total,
-                    slo_met=total <= m.qos_ms, provider=reply.provider,
-                    accuracy=self.placement.variant_accuracy(variant)))
-            return
+            self._answered(q, w, members, batch, reply, now)
+        else:
+            self._failed(w, members, code, details)
+
+    def _answered(self, q: Query, w: WorkerState, members: list[tuple[Query, int]], batch: int,
+                  reply: pb.InferReply, now: float) -> None:
+        """The call answered: the worker's load and samples, the latency model, each query's result."""
+        book = self.book
+        w.served += len(members)
+        service_ms = reply.service_ms if reply.service_ms > 0 else 1000.0 * (now - q.dispatched_at)
+        if not q.offline:
+            w.busy.append((q.dispatched_at, now))
+            # one call per worker at a time: end times only increase, so what ended before
+            # the utilization horizon is at the left
+            lo = now - self.registry.utilization_horizon_s
+            while w.busy and w.busy[0][1] < lo:
+                w.busy.popleft()
+        w.samples.append((reply.variant or q.variant or q.model.name, batch, service_ms, q.offline))
+        if reply.service_ms > 0:
+            extra = max(1000.0 * (now - q.dispatched_at) - service_ms, 0.0)
+            w.overhead_ms += OVERHEAD_EWMA * (extra - w.overhead_ms)
+        self._observe(q.model.profile_name, w.instance_type, batch, service_ms)
+        outputs: list = [list(reply.outputs)]
+        if len(members) > 1:
+            try:
+                outputs = batch_join.split(reply.outputs, [m.batch for m, _ in members])
+            except ValueError as exc:     # outputs not batch-major: no query gets a wrong slice
+                for m, g in members:
+                    if m.gen == g and not m.future.done():
+                        book.inflight.pop(m.query_id, None)
+                        book.finish(m, (SC.INTERNAL, f"cannot split the batch's outputs by query: {exc}"))
+                return
+        for (m, g), out in zip(members, outputs):
+            if m.gen != g or m.future.done():
+                continue
+            book.inflight.pop(m.query_id, None)
+            total = 1000.0 * (now - m.arrival)
+            variant = reply.variant or m.variant
+            book.finish(m, pb.SubmitReply(
+                outputs=out, model=m.model.name, variant=variant,
+                instance_id=w.instance_id, instance_type=w.instance_type,
+                queue_ms=1000.0 * (m.dispatched_at - m.arrival), service_ms=service_ms, total_ms=total,
+                slo_met=total <= m.qos_ms, provider=reply.provider,
+                accuracy=self.placement.variant_accuracy(variant)))
+
+    def _failed(self, w: WorkerState, members: list[tuple[Query, int]], code: grpc.StatusCode | None,
+                details: str) -> None:
+        """The call failed: a dead worker is removed and its queries re-dispatched; otherwise each
+        query ends or goes back to the queue by the code."""
+        book = self.book
         failed = w.removed or is_worker_failure(code)
         if failed:
-            self._remove_worker(w, f"Infer failed: {code.name if code else '?'} {details}")
+            self.registry.remove_worker(w, f"Infer failed: {code.name if code else '?'} {details}")
         for m, g in members:
             if m.gen != g or m.future.done():
                 continue
-            self._inflight.pop(m.query_id, None)
+            book.inflight.pop(m.query_id, None)
             if failed:
-                self._requeue(m, f"worker {w.instance_id} failed ({code.name if code else '?'})")
+                book.requeue(m, f"worker {w.instance_id} failed ({code.name if code else '?'})")
             elif code == SC.DEADLINE_EXCEEDED:
-                self._finish(m, (SC.DEADLINE_EXCEEDED, f"no result within {self.query_timeout_s:g} s"))
+                book.finish(m, (SC.DEADLINE_EXCEEDED, f"no result within {book.query_timeout_s:g} s"))
             elif code == SC.INVALID_ARGUMENT:
-                self._finish(m, (SC.INVALID_ARGUMENT, f"worker rejected the query: {details}"))
+                book.finish(m, (SC.INVALID_ARGUMENT, f"worker rejected the query: {details}"))
             elif code == SC.NOT_FOUND:
                 # the worker does not hold what we routed (an unload raced with this query):
                 # it is authoritative, so stop routing that variant there and try elsewhere
-                gone = {m.variant} if m.variant else {v for v in self.loaded_on(w) if self.variant_model(v) == m.model.name}
-                w.loaded = self.loaded_on(w) - gone
-                self._requeue(m, f"worker {w.instance_id} does not hold {m.variant or m.model.name}: {details}")
+                p = self.placement
+                gone = {m.variant} if m.variant else {v for v in p.loaded_on(w) if p.variant_model(v) == m.model.name}
+                w.loaded = p.loaded_on(w) - gone
+                book.requeue(m, f"worker {w.instance_id} does not hold {m.variant or m.model.name}: {details}")
                 self.accuracy.repin_if_unplaced(m)
             else:
-                self._requeue(m, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
-
-    def _abandon_call(self, w: WorkerState, reason: str, skip: _Query | None = None) -> None:
-        """``w``'s call will not answer: its queries (but ``skip``) back to the queue, the call forgotten."""
-        if w.call is not None:
-            self._requeue_call([m for m in w.call[0] if m[0] is not skip], reason)
-        w.call = None
-
-    def _requeue_call(self, members: list[tuple[_Query, int]], reason: str) -> None:
-        """Back to the queue: the queries of a call that will not answer them, those still current."""
-        for m, g in members:
-            if m.gen != g:
-                continue                    # requeued already, perhaps in flight elsewhere now
-            if m.future.done():
-                self._inflight.pop(m.query_id, None)
-            else:
-                self._requeue(m, reason)
-
-    def _requeue(self, q: _Query, reason: str) -> None:
-        q.attempts += 1
-        q.gen += 1
-        self._inflight.pop(q.query_id, None)
-        if q.attempts > self.max_retries:
-            self._finish(q, (SC.UNAVAILABLE, f"gave up after {q.attempts} attempts: {reason}"))
-            return
-        self.redispatched += 1
-        self._retry[q.query_id] = q
-        self._kick()
+                book.requeue(m, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
 
     def _observe(self, model: str, instance_type: str, batch: int, service_ms: float) -> None:
         """Feed a measured service time to the latency model, in batches of ``observe_batch`` (or
@@ -377,8 +384,8 @@ class RoutingRound:
         self._pending_obs.append((model, instance_type, batch, service_ms))
         if len(self._pending_obs) >= self.observe_batch:
             self.flush_observations()
-        elif self._obs_timer is None and self._loop is not None:
-            self._obs_timer = self._loop.call_later(self.observe_delay_s, self.flush_observations)
+        elif self._obs_timer is None and self.rt.loop is not None:
+            self._obs_timer = self.rt.loop.call_later(self.observe_delay_s, self.flush_observations)
 
     def flush_observations(self) -> None:
         if self._obs_timer is not None:
@@ -393,7 +400,7 @@ class RoutingRound:
         """Per worker: (variant, batch, service_ms, offline) served since the last call."""
         self.flush_observations()
         out: dict[str, list] = {}
-        for iid, w in self.workers.items():
+        for iid, w in self.registry.workers.items():
             out[iid] = list(w.samples)
             w.samples.clear()
         return out

@@ -5,32 +5,39 @@ registration, gRPC health) and reports what it sees.
 
 Where a change belongs:
 
-* :mod:`dispatcher.admission` -- request validation, admission, the queue, overall deadlines, and
+* :mod:`dispatcher.runtime` -- what the parts share: the clock, the loop and tasks, the stopping
+  flag, the coalesced request for a matching round, the matching's tunables;
+* :mod:`dispatcher.queries` -- the queues, the calls in flight, overall deadlines, re-dispatch, and
   how every accepted query ends (DESIGN invariant 4);
-* :mod:`dispatcher.workers` -- the worker registry: registration, health checks, drain, park and
-  unpark, utilization;
+* :mod:`dispatcher.admission` -- request validation (getVariant, INFaaS §4.1), admission, the
+  demand windows;
+* :mod:`dispatcher.workers` -- the worker registry: registration, health checks, drain,
+  utilization, the cloud view; :mod:`dispatcher.worker_roles` -- park, unpark and the model each
+  worker serves;
 * :mod:`dispatcher.routing` -- the routing round: which idle worker serves which waiting query
-  (Kairos §5.1), the worker call, re-dispatch, the latency model's measurements;
+  (Kairos §5.1), the worker call, the latency model's measurements;
 * :mod:`dispatcher.placement` -- variant metadata and placement: the models and variants known,
   where each is loaded, Load/Unload, RegisterModel and ListVariants (INFaaS §3-4);
-* :mod:`dispatcher.offline` -- offline jobs (INFaaS §3.1, §5);
-* :mod:`dispatcher.servicers` -- the gRPC servicers: parse, call the Dispatcher, render;
+* :mod:`dispatcher.accuracy_routing` -- the accuracy plan's routing and SlackFit's binding;
+  :mod:`dispatcher.pipeline_exec` -- pipeline queries; :mod:`dispatcher.offline` -- offline jobs
+  (INFaaS §3.1, §5);
+* :mod:`dispatcher.servicers` -- the gRPC servicers: parse, call, render;
   :mod:`dispatcher.oip_servicer` -- the Open Inference Protocol (KServe v2 / Triton) on the same port;
 * :mod:`dispatcher.status` -- what Status reports; :mod:`dispatcher.outcomes` -- how queries ended.
 
-Admission, the worker registry and the routing round act on the same queries and workers at every
-event, so they are mixins of the one Dispatcher (each module's docstring lists the attributes it
-owns and those it reads from the others). Placement and offline jobs have state of their own: they
-are parts (``d.placement``, ``d.offline``), and the Dispatcher forwards their API and state under
-the names the daemon, the model loop and the tests use. Underscored names are internal to the
-dispatcher package and shared by its modules.
+Each part takes the narrow collaborators it uses (each module's docstring says which), never this
+Dispatcher: no module of the package imports this one (an import-linter contract in
+pyproject.toml), so a shard -- a dispatcher over a subset of the workers -- is built from the same
+parts. The Dispatcher builds them in dependency order, owns the server's lifecycle (listening,
+credentials, the cluster token, stop) and forwards the parts' API and state under the names the
+daemon, the model loop and the tests use (:data:`FORWARDED`).
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import grpc
 import numpy as np
@@ -41,26 +48,33 @@ from config.catalog import InstanceType
 from config.errors import ConfigError
 from config.schema import Config
 from config.security import client_auth_missing, read_token
+from dispatcher.accuracy_routing import AccuracyRouting
+from dispatcher.admission import Admission
 from dispatcher.auth import BearerTokenInterceptor, TokenRing
 from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity, dispatcher_server_credentials
-from dispatcher.accuracy_routing import AccuracyRouting
-from dispatcher.admission import SC, Admission
 from dispatcher.latency_model import LatencyModel
 from dispatcher.object_store import ObjectStore, S3Objects
 from dispatcher.offline import OfflineJobs
 from dispatcher.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipServicer
 from dispatcher.outcomes import OutcomeLedger
+from dispatcher.pipeline_exec import PipelineRunner
 from dispatcher.placement import VariantPlacement
 from dispatcher.policies import make_policy
-from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI, Policy, default_base_type
+from dispatcher.policy import Policy, default_base_type
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip_pb2_grpc as oipg
-from dispatcher.pipeline_exec import PipelineRunner
+from dispatcher.queries import QueryBook
 from dispatcher.routing import RoutingRound
+from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
 from dispatcher.servicers import _ControlServicer, _InferenceServicer
-from dispatcher.status import FleetFacts, build_status_reply, record_outcome, record_pipeline
+from dispatcher.status import FleetFacts, build_status_reply, pool_cost_per_hour, record_outcome, record_pipeline
 from dispatcher.window import DemandWindow, WindowSnapshot
-from dispatcher.workers import WorkerRegistry, WorkerState
+from dispatcher.worker_client import WorkerClient
+from dispatcher.worker_roles import WorkerRoles
+from dispatcher.workers import WorkerRegistry
 from scaler.replan import STEADY_HORIZON_S
+
+if TYPE_CHECKING:
+    from variants.registry import VariantRegistry
 
 SERVICE_NAME = "costscale.v1.Inference"
 _EMPTY_WINDOW = DemandWindow(capacity=1)
@@ -68,8 +82,9 @@ _EMPTY_WINDOW = DemandWindow(capacity=1)
 
 class _Forwarded:
     """A Dispatcher attribute that lives on one of its parts, read and set through the Dispatcher
-    under the name the daemon and the tests use (e.g. ``d._variant_meta`` is
-    ``d.placement.variant_meta``)."""
+    under the name the daemon and the tests use (e.g. ``d.workers`` is ``d.worker_registry.workers``,
+    ``d._variant_meta`` is ``d.placement.variant_meta``). A method set this way (a test's stub)
+    replaces the part's own, as the other parts call it."""
 
     def __init__(self, part: str, name: str) -> None:
         self.part, self.name = part, name
@@ -83,7 +98,29 @@ class _Forwarded:
         setattr(getattr(d, self.part), self.name, value)
 
 
-class Dispatcher(Admission, WorkerRegistry, RoutingRound):
+#: the Dispatcher's names that live on a part: part attribute -> (Dispatcher name, or (its name,
+#: the part's name))
+FORWARDED: dict[str, tuple[str | tuple[str, str], ...]] = {
+    "queries": ("accepted", "served", "rejected", "redispatched", "query_timeout_s", "idempotency_capacity",
+                "max_retries"),
+    "worker_registry": ("workers", "serves", "parked_ids", "cloud_view", "cloud_pending", "health_interval_s",
+                        "health_timeout_s", "health_failures", "utilization_horizon_s", "allow_instance",
+                        "set_cloud_view", "booting", "pool_view", "forget_instance", "add_worker_direct", "drain",
+                        "serving_by_type", "utilization", "online_utilization", "serves_model"),
+    "roles": ("set_assignment", "mark_parked", "park", "unpark"),
+    "routing": ("policy", "observe_batch", "observe_delay_s", "flush_observations", "take_samples"),
+    "admission": ("window", "model_windows", "enqueue_offline"),
+    "tunables": ("xi", "view_factor"),
+    "placement": ("registry", "variant_states", "load_ops", "unload_ops", ("_models", "models"),
+                  ("_variant_meta", "variant_meta"), "refresh_variants", "variant_model", "speed_factor",
+                  "loaded_on", "cfg_model_names", "ensure_loaded", "load_variant", "unload_variant",
+                  "list_variants", "register_model"),
+    "offline": (("offline_jobs", "jobs"), ("offline_threshold", "threshold"), ("offline_chunk", "chunk"),
+                ("offline_poll_s", "poll_s"), ("submit_offline", "submit")),
+}
+
+
+class Dispatcher:
     """See the module docstring. Tunables are plain attributes, settable after construction:
     ``query_timeout_s`` (30), ``max_retries`` (2 re-dispatches), ``health_interval_s`` (1),
     ``health_timeout_s`` (1), ``health_failures`` (2 in a row), ``idempotency_capacity`` (10,000),
@@ -91,20 +128,8 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
     at once) and ``observe_delay_s`` (0.05: the longest a measurement waits for its batch). The policy built here (none given) gets ``xi`` and
     ``view_factor`` as its ξ and ``max_queue_factor``; a policy passed in keeps its own."""
 
-    # state kept on the parts
-    registry = _Forwarded("placement", "registry")
-    variant_states = _Forwarded("placement", "variant_states")
-    load_ops = _Forwarded("placement", "load_ops")
-    unload_ops = _Forwarded("placement", "unload_ops")
-    _models = _Forwarded("placement", "models")
-    _variant_meta = _Forwarded("placement", "variant_meta")
-    offline_jobs = _Forwarded("offline", "jobs")
-    offline_threshold = _Forwarded("offline", "threshold")
-    offline_chunk = _Forwarded("offline", "chunk")
-    offline_poll_s = _Forwarded("offline", "poll_s")
-
     def __init__(self, cfg: Config, predictor: LatencyModel, *, clock: Callable[[], float] = time.monotonic,
-                 policy: Policy | None = None, base_type: str | None = None, registry=None,
+                 policy: Policy | None = None, base_type: str | None = None, registry: VariantRegistry | None = None,
                  models_dir: str | Path | None = None, objects: ObjectStore | None = None) -> None:
         self.cfg = cfg
         #: where offline inputs and outputs and registered models' files are read and written (S3)
@@ -112,14 +137,9 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         self.predictor = predictor
         self.clock = clock
         self.base_type = base_type or self._default_base_type()
-        # the policy's tunables (one source: passed to the policy built here)
-        self.xi = DISPATCH_XI
-        self.view_factor = DISPATCH_VIEW_FACTOR
-        self.policy: Policy = policy or make_policy(cfg.dispatcher.policy, predictor, self.base_type,
-                                                    xi=self.xi, max_queue_factor=self.view_factor)
-        self.window = DemandWindow()
-        #: per model (after routing): the model loop sizes each model's variant instances from its own load
-        self.model_windows: dict[str, DemandWindow] = {}
+        #: the allowed types and their $/hr, updated in place on a reload (the parts hold the catalog)
+        self._catalog: dict[str, InstanceType] = {}
+        self._prices: dict[str, float] = {}
         self.set_catalog(cfg.catalog())
         #: how queries ended, per model (Status and the metrics); what the daemon adds to Status
         self.outcomes = OutcomeLedger(clock())
@@ -131,34 +151,55 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         self.worker_security: WorkerChannelSecurity = PLAINTEXT
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
-        self._tasks: set[asyncio.Task] = set()
-        self._stopping = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        # the parts
-        self._init_workers()
-        self._init_admission()
-        self._init_routing()
-        self.placement = VariantPlacement(self, registry, models_dir)
-        self.accuracy = AccuracyRouting(self)
-        self.pipelines = PipelineRunner(self)
-        self.offline = OfflineJobs(self)
+        # the parts, each given what it uses (the policy's tunables: one source, passed to the policy built here)
+        self.rt = Runtime(clock)
+        self.tunables = MatchTunables()
+        policy = policy or make_policy(cfg.dispatcher.policy, predictor, self.base_type,
+                                       xi=self.tunables.xi, max_queue_factor=self.tunables.view_factor)
+        self.trigger = RoundTrigger(self.rt)
+        self.queries = QueryBook(self.rt, self.trigger)
+        self.worker_registry = WorkerRegistry(self.rt, self.trigger, self.queries, self._catalog, self._connect)
+        self.placement = VariantPlacement(cfg.models, self.worker_registry, predictor, self._catalog, self.rt,
+                                          self.trigger, self.objects, registry, models_dir)
+        self.roles = WorkerRoles(self.worker_registry, self.placement, self.trigger)
+        self.accuracy = AccuracyRouting(self.placement, self.worker_registry, self.queries.waiting, self.trigger.kick,
+                                        clock, self.tunables)
+        self.routing = RoutingRound(cfg.dispatcher, self.rt, self.trigger, self.queries, self.worker_registry,
+                                    self.placement, self.accuracy, policy, predictor, self.tunables)
+        self.admission = Admission(cfg.dispatcher, self.rt, self.trigger, self.queries, self.worker_registry,
+                                   self.placement, self.accuracy, self.routing, predictor, self.tunables)
+        self.pipelines = PipelineRunner(cfg.pipelines, self.submit, clock, self.worker_registry, self.placement,
+                                        predictor, self._current_base_type)
+        self.offline = OfflineJobs(self.admission, self.routing.eligible, self.worker_registry, self.objects, self.rt)
 
     # -- configuration -----------------------------------------------------------------------------
     def _default_base_type(self) -> str:
         """Before the first plan: :func:`dispatcher.policy.default_base_type`."""
         return default_base_type(self.cfg, self.predictor.predict_ms)
 
+    def _current_base_type(self) -> str:
+        return self.base_type
+
     def set_catalog(self, catalog: Mapping[str, InstanceType]) -> None:
         """The allowed instance types and their prices (at start and on a config reload)."""
-        self._catalog = dict(catalog)
-        self._prices = {t: it.price_per_hour for t, it in self._catalog.items()}
+        self._catalog.clear()
+        self._catalog.update(catalog)
+        self._prices.clear()
+        self._prices.update({t: it.price_per_hour for t, it in self._catalog.items()})
 
     def set_base_type(self, t: str) -> None:
         self.base_type = t
         if hasattr(self.policy, "base_type"):
             self.policy.base_type = t  # type: ignore[attr-defined]
-        self._kick()
+        self.trigger.kick()
 
+    def _connect(self, address: str) -> WorkerClient:
+        """A channel to the worker at ``address``, with the dispatcher's TLS and cluster token."""
+        return WorkerClient(address, self.worker_security, self._token)
+
+    def register(self, req: pb.RegisterWorkerRequest) -> pb.RegisterWorkerReply:
+        """A worker's RegisterWorker (:meth:`dispatcher.workers.WorkerRegistry.register`)."""
+        return self.worker_registry.register(req, self._token)
     def _read_token(self) -> str | None:
         return self.cfg.dispatcher.token()
 
@@ -199,7 +240,7 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         credentials = dispatcher_server_credentials(spec.tls)
         interceptors = self._interceptors()
         self.worker_security = WorkerChannelSecurity.from_spec(spec.worker_tls)
-        self._loop = asyncio.get_running_loop()
+        self.rt.loop = asyncio.get_running_loop()
         if self._token is None:         # a token read from its parameter before start is kept
             token = self._read_token()
             self._token = TokenRing(token) if token else None
@@ -208,8 +249,9 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
                                           ("grpc.max_send_message_length", 64 * 1024 * 1024),
                                           ("grpc.so_reuseport", 0)])
         pbg.add_InferenceServicer_to_server(_InferenceServicer(self), server)
-        pbg.add_ControlServicer_to_server(_ControlServicer(self), server)
-        oipg.add_GRPCInferenceServiceServicer_to_server(OipServicer(self), server)
+        pbg.add_ControlServicer_to_server(_ControlServicer(self.register), server)
+        oipg.add_GRPCInferenceServiceServicer_to_server(
+            OipServicer(self.submit, self.placement, self.worker_registry, self.rt), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # server reflection: grpcurl and other generic clients list and call the services
@@ -224,120 +266,86 @@ class Dispatcher(Admission, WorkerRegistry, RoutingRound):
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self._health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         await self._health.set(OIP_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        self._health_task = asyncio.create_task(self._health_loop())
+        self.worker_registry.start_health()
         return port
 
     async def stop(self, grace: float = 5.0) -> None:
         """Refuse new queries, let queued and in-flight ones finish within ``grace`` seconds, end the
         rest with UNAVAILABLE, then shut the server and the worker channels."""
-        self._stopping = True
+        self.rt.stopping = True
         end = self.clock() + grace
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
-        while (self._queue or self._retry or self._inflight) and self.clock() < end:
+        book = self.queries
+        while (book.queue or book.retry or book.inflight) and self.clock() < end:
             await asyncio.sleep(0.01)
-        for q in list(self._queue.values()) + list(self._retry.values()) + list(self._inflight.values()):
-            self._finish(q, (SC.UNAVAILABLE, "dispatcher stopped before the query was served"))
-        self._queue.clear()
-        self._retry.clear()
-        self._inflight.clear()
-        self._deadlines.clear()
-        self.flush_observations()
-        if self._deadline_timer is not None:
-            self._deadline_timer.cancel()
-            self._deadline_timer = None
-        if self._health_task is not None:
-            self._health_task.cancel()
+        book.end_all("dispatcher stopped before the query was served")
+        self.routing.flush_observations()
+        self.worker_registry.stop_health()
         if self._server is not None:
             await self._server.stop(max(0.0, min(1.0, end - self.clock())))
-        for t in list(self._tasks):
-            t.cancel()
-        for w in list(self.workers.values()):
-            await w.client.close()
-        self.workers.clear()
-
-    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
-        t = (self._loop or asyncio.get_running_loop()).create_task(coro)
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
+        self.rt.cancel_tasks()
+        await self.worker_registry.close()
 
     async def submit(self, r: pb.SubmitRequest) -> pb.SubmitReply | tuple[grpc.StatusCode, str]:
         """Admission's submit (:meth:`dispatcher.admission.Admission.submit`), its outcome recorded
         once per query (:mod:`dispatcher.outcomes`; not again for a retry the idempotency cache answers)."""
-        repeat = bool(r.idempotency_key) and r.idempotency_key in self._idem
+        repeat = bool(r.idempotency_key) and r.idempotency_key in self.queries.idem
         if self.pipelines.handles(r):        # a pipeline: its steps are queries of their own (issue #26)
             out = await self.pipelines.submit(r)
-            record_pipeline(self, r, out)
+            record_pipeline(self.outcomes, r, out, self.clock())
             return out
-        out = await Admission.submit(self, r)
+        out = await self.admission.submit(r)
         if not repeat:
-            record_outcome(self, r, out)
+            record_outcome(self.outcomes, self.placement, r, out, self.clock())
         return out
-
-    # -- placement (dispatcher.placement) ----------------------------------------------------------
-    def refresh_variants(self) -> None:
-        self.placement.refresh_variants()
-
-    def variant_model(self, variant: str) -> str:
-        return self.placement.variant_model(variant)
-
-    def speed_factor(self, variant: str) -> float:
-        return self.placement.speed_factor(variant)
-
-    def loaded_on(self, w: WorkerState) -> set[str]:
-        return self.placement.loaded_on(w)
-
-    def cfg_model_names(self) -> list[str]:
-        return self.placement.cfg_model_names()
-
-    def ensure_loaded(self, instance_id: str, variant: str) -> asyncio.Task | None:
-        return self.placement.ensure_loaded(instance_id, variant)
-
-    async def load_variant(self, instance_id: str, variant: str, allow_parked: bool = False) -> tuple[bool, str]:
-        return await self.placement.load_variant(instance_id, variant, allow_parked)
-
-    async def unload_variant(self, instance_id: str, variant: str) -> tuple[bool, str]:
-        return await self.placement.unload_variant(instance_id, variant)
-
-    def list_variants(self, model: str = "", application: str = "") -> list[pb.VariantInfo]:
-        return self.placement.list_variants(model, application)
-
-    async def register_model(self, r: pb.RegisterModelRequest) -> pb.RegisterModelReply | tuple[grpc.StatusCode, str]:
-        return await self.placement.register_model(r)
-
-    # -- offline jobs (dispatcher.offline) ---------------------------------------------------------
-    async def submit_offline(self, r: pb.OfflineJobRequest) -> pb.OfflineJobReply | tuple[grpc.StatusCode, str]:
-        return await self.offline.submit(r)
 
     # -- reporting ---------------------------------------------------------------------------------
     def window_snapshot(self, model: str | None = None, steady_s: float = STEADY_HORIZON_S) -> WindowSnapshot:
         """The demand window of all queries, or of one model's (empty when it has had none); its
         steady rate over the last ``steady_s`` seconds."""
+        a = self.admission
         if model is None:
-            return self.window.snapshot(self.clock(), steady_s)
-        return self.model_windows.get(model, _EMPTY_WINDOW).snapshot(self.clock(), steady_s)
+            return a.window.snapshot(self.clock(), steady_s)
+        return a.model_windows.get(model, _EMPTY_WINDOW).snapshot(self.clock(), steady_s)
 
     def stats(self) -> dict[str, float | int]:
-        lat = np.fromiter(self._recent, dtype=float) if self._recent else np.zeros(0)
+        book, workers = self.queries, self.worker_registry.workers
+        lat = np.fromiter(book.recent, dtype=float) if book.recent else np.zeros(0)
         out: dict[str, float | int] = {
-            "queued": len(self._queue) + len(self._retry),
-            "in_flight": len(self._inflight),
-            "accepted": self.accepted,
-            "served": self.served,
-            "redispatched": self.redispatched,
-            "rejected": int(sum(self.rejected.values())),
-            "workers": len(self.workers),
-            "idle_workers": sum(1 for w in self.workers.values() if w.idle and not w.draining),
-            "arrival_qps": self.window.arrival_rate(self.clock()),
+            "queued": book.waiting_count(),
+            "in_flight": len(book.inflight),
+            "accepted": book.accepted,
+            "served": book.served,
+            "redispatched": book.redispatched,
+            "rejected": int(sum(book.rejected.values())),
+            "workers": len(workers),
+            "idle_workers": sum(1 for w in workers.values() if w.idle and not w.draining),
+            "arrival_qps": self.admission.window.arrival_rate(self.clock()),
             "p50_ms": float(np.percentile(lat, 50)) if lat.size else 0.0,
             "p99_ms": float(np.percentile(lat, 99)) if lat.size else 0.0,
         }
-        for code, n in sorted(self.rejected.items()):
+        for code, n in sorted(book.rejected.items()):
             out[f"rejected_{code}"] = n
         return out
+
+    def cost_per_hour(self) -> float:
+        """$/hr of every live instance (pending or running, parked included) at the catalog's prices."""
+        return pool_cost_per_hour(self.worker_registry.pool_view(), self._prices)
 
     def status_reply(self) -> pb.StatusReply:
         """``pool`` and ``cost_per_hour``: every live instance, registered or still booting (the
         cloud view, :meth:`set_cloud_view`); ``workers`` and ``parked``: registered workers only;
         the rest: :func:`dispatcher.status.build_status_reply`."""
-        return build_status_reply(self)
+        now = self.clock()
+        return build_status_reply(cfg=self.cfg, now=now, registry=self.worker_registry, placement=self.placement,
+                                  book=self.queries, arrival_qps=self.admission.window.arrival_rate(now),
+                                  outcomes=self.outcomes, prices=self._prices,
+                                  facts=self.status_source() if self.status_source is not None else None)
+
+
+for _part, _names in FORWARDED.items():
+    for _name in _names:
+        _mine, _theirs = _name if isinstance(_name, tuple) else (_name, _name)
+        setattr(Dispatcher, _mine, _Forwarded(_part, _theirs))
+del _part, _names, _name, _mine, _theirs

@@ -1,20 +1,43 @@
 """The dispatcher's gRPC servicers (costscale.v1 ``Inference`` and ``Control``): they only parse a
-request, call the :class:`dispatcher.server.Dispatcher`, and render its answer as a reply or a typed
-gRPC status (moto's responses/models split); every decision is the Dispatcher's.
+request, call the API they serve (:class:`InferenceApi`, the Dispatcher's; ``register``, the worker
+registry's check of a worker), and render its answer as a reply or a typed gRPC status (moto's
+responses/models split); every decision is the dispatcher's.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, TypeVar, Union
 
 import grpc
 
-from dispatcher.admission import SC
+from dispatcher.offline import OfflineJob
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.queries import SC
 
 if TYPE_CHECKING:
-    from dispatcher.server import Dispatcher
+    from variants.registry import VariantRegistry
 
 Reply = TypeVar("Reply")
+Refusal = tuple[grpc.StatusCode, str]
+
+
+class InferenceApi(Protocol):
+    """What the ``Inference`` service calls (:class:`dispatcher.server.Dispatcher` has it)."""
+
+    @property
+    def registry(self) -> VariantRegistry | None: ...   # None: the model-less calls are UNIMPLEMENTED
+
+    @property
+    def offline_jobs(self) -> Mapping[str, OfflineJob]: ...
+
+    async def submit(self, r: pb.SubmitRequest) -> Union[pb.SubmitReply, Refusal]: ...
+
+    def status_reply(self) -> pb.StatusReply: ...
+
+    async def register_model(self, r: pb.RegisterModelRequest) -> Union[pb.RegisterModelReply, Refusal]: ...
+
+    def list_variants(self, model: str = "", application: str = "") -> list[pb.VariantInfo]: ...
+
+    async def submit_offline(self, r: pb.OfflineJobRequest) -> Union[pb.OfflineJobReply, Refusal]: ...
 
 
 async def _render(out: Reply | tuple[grpc.StatusCode, str], context: grpc.aio.ServicerContext) -> Reply:
@@ -25,41 +48,41 @@ async def _render(out: Reply | tuple[grpc.StatusCode, str], context: grpc.aio.Se
 
 
 class _InferenceServicer(pbg.InferenceServicer):
-    def __init__(self, d: Dispatcher) -> None:
-        self.d = d
+    def __init__(self, api: InferenceApi) -> None:
+        self.api = api
 
     async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> pb.SubmitReply:
-        return await _render(await self.d.submit(request), context)
+        return await _render(await self.api.submit(request), context)
 
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusReply:
-        return self.d.status_reply()
+        return self.api.status_reply()
 
     async def _no_registry(self, context: grpc.aio.ServicerContext, name: str) -> None:
-        if self.d.registry is None:
+        if self.api.registry is None:
             await context.abort(SC.UNIMPLEMENTED, f"{name}: this dispatcher runs without a variant registry")
 
     async def RegisterModel(self, request: pb.RegisterModelRequest, context: grpc.aio.ServicerContext) -> pb.RegisterModelReply:
         await self._no_registry(context, "RegisterModel")
-        return await _render(await self.d.register_model(request), context)
+        return await _render(await self.api.register_model(request), context)
 
     async def ListVariants(self, request: pb.ListVariantsRequest, context: grpc.aio.ServicerContext) -> pb.ListVariantsReply:
         await self._no_registry(context, "ListVariants")
-        return pb.ListVariantsReply(variants=self.d.list_variants(request.model, request.application))
+        return pb.ListVariantsReply(variants=self.api.list_variants(request.model, request.application))
 
     async def SubmitOffline(self, request: pb.OfflineJobRequest, context: grpc.aio.ServicerContext) -> pb.OfflineJobReply:
         await self._no_registry(context, "SubmitOffline")
-        return await _render(await self.d.submit_offline(request), context)
+        return await _render(await self.api.submit_offline(request), context)
 
     async def GetOfflineJob(self, request: pb.OfflineJobReply, context: grpc.aio.ServicerContext) -> pb.OfflineJobReply:
-        job = self.d.offline_jobs.get(request.job_id)
+        job = self.api.offline_jobs.get(request.job_id)
         if job is None:
             await context.abort(SC.NOT_FOUND, f"no offline job {request.job_id!r}")
         return job.reply()
 
 
 class _ControlServicer(pbg.ControlServicer):
-    def __init__(self, d: Dispatcher) -> None:
-        self.d = d
+    def __init__(self, register: Callable[[pb.RegisterWorkerRequest], pb.RegisterWorkerReply]) -> None:
+        self.register = register
 
     async def RegisterWorker(self, request: pb.RegisterWorkerRequest, context: grpc.aio.ServicerContext) -> pb.RegisterWorkerReply:
-        return self.d.register(request)
+        return self.register(request)

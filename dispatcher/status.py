@@ -10,22 +10,25 @@ An instance's state: ``parked`` (surplus kept warm, :mod:`scaler.parking`), ``dr
 (finishing its query before it retires), ``pending`` (booting on EC2) or ``running`` (serving,
 or running and about to register). The pool and its $/hr count every live instance, registered
 or not (the cloud view, :meth:`dispatcher.workers.WorkerRegistry.set_cloud_view`).
+
+The functions take the parts they read -- the worker registry, placement, the query book, the
+outcome ledger -- and the daemon's :class:`FleetFacts`, never the Dispatcher.
 """
 from __future__ import annotations
 
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Union
+from typing import Mapping, Union
 
 import grpc
 
-from dispatcher.outcomes import UNKNOWN_MODEL
+from config.schema import Config
+from dispatcher.outcomes import UNKNOWN_MODEL, OutcomeLedger
+from dispatcher.placement import VariantPlacement
 from dispatcher.proto import costscale_pb2 as pb
-
-if TYPE_CHECKING:
-    from dispatcher.server import Dispatcher
-    from dispatcher.workers import WorkerState
+from dispatcher.queries import QueryBook
+from dispatcher.workers import WorkerRegistry, WorkerState
 
 #: the states an instance is counted in, in the order status shows them
 INSTANCE_STATES = ("pending", "running", "parked", "draining")
@@ -76,36 +79,37 @@ def worker_state(w: WorkerState) -> str:
     return "parked" if w.parked else "draining" if w.draining else "running"
 
 
-def instance_states(d: Dispatcher) -> dict[str, Counter[str]]:
-    """Live instances: type -> state -> count (the same instances as ``Dispatcher.pool_view``)."""
+def instance_states(registry: WorkerRegistry) -> dict[str, Counter[str]]:
+    """Live instances: type -> state -> count (the same instances as ``WorkerRegistry.pool_view``)."""
     out: dict[str, Counter[str]] = {}
-    view = d.cloud_view or {}
+    view = registry.cloud_view or {}
+    workers = registry.workers
     for iid, itype in view.items():
-        w = d.workers.get(iid)
-        if iid in d.parked_ids or (w is not None and w.parked):
+        w = workers.get(iid)
+        if iid in registry.parked_ids or (w is not None and w.parked):
             state = "parked"
         elif w is not None and w.draining:
             state = "draining"
-        elif iid in d.cloud_pending:
+        elif iid in registry.cloud_pending:
             state = "pending"
         else:
             state = "running"
         out.setdefault(itype, Counter())[state] += 1
-    for iid, w in d.workers.items():
+    for iid, w in workers.items():
         if iid not in view:
             out.setdefault(w.instance_type, Counter())[worker_state(w)] += 1
     return out
 
 
-def pool_cost_per_hour(d: Dispatcher) -> float:
-    """$/hr of every live instance (pending or running, parked included) at the catalog's prices."""
-    return float(sum(d._prices.get(t, 0.0) * n for t, n in d.pool_view().items()))
+def pool_cost_per_hour(pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
+    """$/hr of a pool (type -> live instances, parked included) at ``prices`` (type -> $/hr)."""
+    return float(sum(prices.get(t, 0.0) * n for t, n in pool.items()))
 
 
-def model_label(d: Dispatcher, r: pb.SubmitRequest) -> str:
+def model_label(placement: VariantPlacement, r: pb.SubmitRequest) -> str:
     """The model a refused request is counted under: the model it names, its variant's or its
     application's; one ``(unknown)`` label for names the dispatcher does not know."""
-    p = d.placement
+    p = placement
     if r.model in p.models:
         return r.model
     meta = p.variant_meta.get(r.variant) if r.variant else None
@@ -115,36 +119,38 @@ def model_label(d: Dispatcher, r: pb.SubmitRequest) -> str:
     return app.name if app is not None else UNKNOWN_MODEL
 
 
-def record_outcome(d: Dispatcher, r: pb.SubmitRequest, out: Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]) -> None:
+def record_outcome(outcomes: OutcomeLedger, placement: VariantPlacement, r: pb.SubmitRequest,
+                   out: Union[pb.SubmitReply, tuple[grpc.StatusCode, str]], now: float) -> None:
     """Record how one Submit ended in the dispatcher's :class:`dispatcher.outcomes.OutcomeLedger`."""
-    now = d.clock()
     if isinstance(out, tuple):
-        d.outcomes.record(model_label(d, r), out[0].name, now)
+        outcomes.record(model_label(placement, r), out[0].name, now)
         return
-    meta = d.placement.variant_meta.get(out.variant)
-    d.outcomes.record(out.model, "OK", now, slo_met=out.slo_met, latency_s=out.total_ms / 1000.0,
-                      accuracy=meta.accuracy if meta is not None else None)
+    meta = placement.variant_meta.get(out.variant)
+    outcomes.record(out.model, "OK", now, slo_met=out.slo_met, latency_s=out.total_ms / 1000.0,
+                    accuracy=meta.accuracy if meta is not None else None)
 
 
-def record_pipeline(d: Dispatcher, r: pb.SubmitRequest, out: Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]) -> None:
+def record_pipeline(outcomes: OutcomeLedger, r: pb.SubmitRequest,
+                    out: Union[pb.SubmitReply, tuple[grpc.StatusCode, str]], now: float) -> None:
     """A pipeline query's outcome under the pipeline's name (its steps are recorded under their models)."""
-    now = d.clock()
     if isinstance(out, tuple):
-        d.outcomes.record(r.application, out[0].name, now)
+        outcomes.record(r.application, out[0].name, now)
     else:
-        d.outcomes.record(r.application, "OK", now, slo_met=out.slo_met, latency_s=out.total_ms / 1000.0,
-                          accuracy=out.accuracy if out.accuracy > 0 else None)
+        outcomes.record(r.application, "OK", now, slo_met=out.slo_met, latency_s=out.total_ms / 1000.0,
+                        accuracy=out.accuracy if out.accuracy > 0 else None)
 
 
-def _model_status(d: Dispatcher, name: str, now: float, facts: FleetFacts | None) -> pb.ModelStatus:
-    m = d.outcomes.models.get(name)
-    serving = sum(1 for iid, w in d.workers.items() if not (w.draining or w.removed) and d.serves_model(iid, name))
+def _model_status(outcomes: OutcomeLedger, registry: WorkerRegistry, name: str, now: float,
+                  facts: FleetFacts | None) -> pb.ModelStatus:
+    m = outcomes.models.get(name)
+    serving = sum(1 for iid, w in registry.workers.items()
+                  if not (w.draining or w.removed) and registry.serves_model(iid, name))
     ms = pb.ModelStatus(name=name, queries=dict(m.queries) if m else {}, slo_violations=m.slo_violations if m else 0,
                         workers=serving)
     if facts is not None and name in facts.planned:
         ms.planned = True
         ms.planned_qps, ms.capacity_qps, ms.short_qps = facts.planned[name]
-    for w in d.outcomes.windows(name, now):
+    for w in outcomes.windows(name, now):
         mw = ms.windows.add(seconds=w.seconds, demand_qps=w.demand_qps, queries=w.queries, slo_met=w.slo_met)
         if w.attainment is not None:
             mw.attainment = w.attainment
@@ -153,28 +159,30 @@ def _model_status(d: Dispatcher, name: str, now: float, facts: FleetFacts | None
     return ms
 
 
-def build_status_reply(d: Dispatcher) -> pb.StatusReply:
-    """The Status RPC's reply (see the module docstring)."""
-    now = d.clock()
-    pool = d.pool_view()
+def build_status_reply(*, cfg: Config, now: float, registry: WorkerRegistry, placement: VariantPlacement,
+                       book: QueryBook, arrival_qps: float, outcomes: OutcomeLedger, prices: Mapping[str, float],
+                       facts: FleetFacts | None) -> pb.StatusReply:
+    """The Status RPC's reply (see the module docstring): ``arrival_qps`` is every query's arrival
+    rate now, ``facts`` what the daemon adds (None without one)."""
+    pool = registry.pool_view()
+    workers = registry.workers
     reply = pb.StatusReply(
-        cluster=d.cfg.cluster, budget_per_hour=d.cfg.budget_per_hour, cost_per_hour=pool_cost_per_hour(d),
-        pool=dict(pool), queued=len(d._queue) + len(d._retry), served=d.served,
-        rejected=int(sum(d.rejected.values())), arrival_qps=d.window.arrival_rate(now),
-        workers=len(d.workers), parked=sum(1 for w in d.workers.values() if w.parked),
-        in_flight=len(d._inflight), now_unix=time.time(), capacity_hint=1.0)
-    for itype, states in sorted(instance_states(d).items()):
+        cluster=cfg.cluster, budget_per_hour=cfg.budget_per_hour, cost_per_hour=pool_cost_per_hour(pool, prices),
+        pool=dict(pool), queued=book.waiting_count(), served=book.served,
+        rejected=int(sum(book.rejected.values())), arrival_qps=arrival_qps,
+        workers=len(workers), parked=sum(1 for w in workers.values() if w.parked),
+        in_flight=len(book.inflight), now_unix=time.time(), capacity_hint=1.0)
+    for itype, states in sorted(instance_states(registry).items()):
         for state in INSTANCE_STATES:
             if states.get(state):
                 reply.instances.add(instance_type=itype, state=state, count=states[state])
-    names = list(d.placement.cfg_models) + sorted((set(d.placement.models) | set(d.outcomes.models))
-                                                  - set(d.placement.cfg_models))
-    facts = d.status_source() if d.status_source is not None else None
-    reply.models.extend(_model_status(d, n, now, facts) for n in names)
-    for iid, w in sorted(d.workers.items()):
+    names = list(placement.cfg_models) + sorted((set(placement.models) | set(outcomes.models))
+                                                - set(placement.cfg_models))
+    reply.models.extend(_model_status(outcomes, registry, n, now, facts) for n in names)
+    for iid, w in sorted(workers.items()):
         reply.worker_list.add(instance_id=iid, instance_type=w.instance_type, state=worker_state(w),
-                              variants=sorted(d.loaded_on(w)), utilization=d.utilization(w, now), served=w.served,
-                              model=d.serves.get(iid, ""))
+                              variants=sorted(placement.loaded_on(w)), utilization=registry.utilization(w, now),
+                              served=w.served, model=registry.serves.get(iid, ""))
     if facts is not None:
         reply.daemon = True
         reply.spent_usd_today = facts.spent_usd_today

@@ -14,23 +14,28 @@ the pool and its $/hr from it, and admission refuses at once a query nothing ser
 is booting. Until the first view (a dispatcher run without the daemon) nothing is known to boot and
 admission does not refuse on that ground.
 
-:class:`WorkerRegistry` is a mixin of :class:`dispatcher.server.Dispatcher`.
-Owns: ``workers``, ``_allowed``, ``parked_ids``, ``cloud_view``, ``cloud_pending``, ``_health_task`` (started by ``start``) and the
-tunables ``health_interval_s``, ``health_timeout_s``, ``health_failures``, ``utilization_horizon_s``.
-Reads: ``clock``, ``_catalog``, ``_loop``, ``_token``, ``worker_security``, ``_spawn`` (server); ``_inflight``
-(admission); ``_kick``, ``_requeue`` (routing); ``loaded_on``, ``cfg_model_names``,
-``load_variant``, ``unload_variant`` (placement).
+:class:`WorkerRegistry` is a part of :class:`dispatcher.server.Dispatcher` (``d.worker_registry``; the
+Dispatcher forwards its API and ``workers``, ``serves``, ``parked_ids``, ``cloud_view`` and the
+tunables ``health_interval_s``, ``health_timeout_s``, ``health_failures``, ``utilization_horizon_s``).
+It takes the :class:`dispatcher.runtime.Runtime` (clock, loop, tasks), the round trigger, the
+catalog (a type's hardware class), how to dial a worker (``connect``) and what to do with the call
+of a worker that is removed (``calls``: :meth:`dispatcher.queries.QueryBook.abandon_call`). Parking
+and the model each worker serves, which also load and unload variants, are
+:mod:`dispatcher.worker_roles`'.
 """
 from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Protocol
 
+from config.catalog import InstanceType
 from config.hostport import split_hostport
 from dispatcher import modelless as ml
+from dispatcher.auth import TokenRing
 from dispatcher.proto import costscale_pb2 as pb
+from dispatcher.runtime import RoundTrigger, Runtime
 from dispatcher.worker_client import WorkerClient
 from scaler.cloud import ManagedInstance
 
@@ -80,10 +85,24 @@ class WorkerState:
     overhead_ms: float = 0.0
 
 
-class WorkerRegistry:
-    """Registration, health, drain, park/unpark and utilization (see the module docstring)."""
+class AbandonsCalls(Protocol):
+    """What happens to the call of a worker that is removed (:class:`dispatcher.queries.QueryBook`)."""
 
-    def _init_workers(self) -> None:
+    def abandon_call(self, w: WorkerState, reason: str) -> None: ...
+
+
+class WorkerRegistry:
+    """Registration, health, drain, the parked marks, the assignment and utilization (see the module
+    docstring)."""
+
+    def __init__(self, rt: Runtime, trigger: RoundTrigger, calls: AbandonsCalls,
+                 catalog: Mapping[str, InstanceType], connect: Callable[[str], WorkerClient]) -> None:
+        self.rt = rt
+        self.trigger = trigger
+        self.calls = calls
+        #: the allowed instance types (the Dispatcher updates it in place on a config reload)
+        self.catalog = catalog
+        self.connect = connect
         self.workers: dict[str, WorkerState] = {}
         self.health_interval_s = 1.0
         self.health_timeout_s = 1.0
@@ -100,18 +119,13 @@ class WorkerRegistry:
         #: instance not named serves any model (one model, or a dispatcher without a daemon)
         self.serves: dict[str, str] = {}
 
-    def set_assignment(self, serves: Mapping[str, str]) -> None:
-        """Which model each instance serves from now on: its queries of other models stop (a call
-        running finishes), and the model it now serves is loaded on it when it is not."""
+    def set_assignment(self, serves: Mapping[str, str]) -> list[str]:
+        """Which model each instance serves from now on (its queries of other models stop; a call
+        running finishes); returns the instances whose model changed (no round is asked for: the
+        caller loads what they miss first, :meth:`dispatcher.worker_roles.WorkerRoles.set_assignment`)."""
         moved = [iid for iid, m in serves.items() if self.serves.get(iid) != m]
         self.serves = dict(serves)
-        for iid in moved:
-            w = self.workers.get(iid)
-            if w is not None and not w.removed and not w.parked and w.loaded is not None \
-                    and not any(self.variant_model(v) == serves[iid] for v in w.loaded):
-                self.ensure_loaded(iid, serves[iid])
-        if moved:
-            self._kick()
+        return moved
 
     def serves_model(self, instance_id: str, model: str) -> bool:
         """``instance_id`` may take queries of ``model`` (the assignment; none: any model)."""
@@ -147,45 +161,38 @@ class WorkerRegistry:
         pool.update(w.instance_type for iid, w in self.workers.items() if iid not in (self.cloud_view or {}))
         return pool
 
-    def _off_loop(self) -> bool:
-        """True when called from a thread other than the dispatcher's event loop."""
-        if self._loop is None:
-            return False
-        try:
-            return asyncio.get_running_loop() is not self._loop
-        except RuntimeError:
-            return True
-
     def forget_instance(self, instance_id: str) -> None:
-        if self._off_loop():
-            self._loop.call_soon_threadsafe(self.forget_instance, instance_id)  # type: ignore[union-attr]
+        if self.rt.off_loop():
+            self.rt.loop.call_soon_threadsafe(self.forget_instance, instance_id)  # type: ignore[union-attr]
             return
         self._allowed.pop(instance_id, None)
         self.parked_ids.discard(instance_id)
         w = self.workers.get(instance_id)
         if w is not None:
-            self._remove_worker(w, "instance forgotten")
+            self.remove_worker(w, "instance forgotten")
 
     def add_worker_direct(self, instance_id: str, instance_type: str, address: str) -> None:
-        if self._off_loop():
-            self._loop.call_soon_threadsafe(self.add_worker_direct, instance_id, instance_type, address)  # type: ignore[union-attr]
+        if self.rt.off_loop():
+            self.rt.loop.call_soon_threadsafe(self.add_worker_direct, instance_id, instance_type, address)  # type: ignore[union-attr]
             return
         old = self.workers.get(instance_id)
         if old is not None:
             if old.address == address and old.instance_type == instance_type:
                 return
-            self._remove_worker(old, "re-registered")
-        w = WorkerState(instance_id, instance_type, address, WorkerClient(address, self.worker_security, self._token))
-        it = self._catalog.get(instance_type)
+            self.remove_worker(old, "re-registered")
+        w = WorkerState(instance_id, instance_type, address, self.connect(address))
+        it = self.catalog.get(instance_type)
         w.hardware = it.hardware if it is not None else "cpu"
         w.idle_event.set()
         if instance_id in self.parked_ids:
             w.parked = w.draining = True
         self.workers[instance_id] = w
-        self._kick()
+        self.trigger.kick()
 
-    def register(self, req: pb.RegisterWorkerRequest) -> pb.RegisterWorkerReply:
-        if self._token is not None and not self._token.accepts(req.token):
+    def register(self, req: pb.RegisterWorkerRequest, token: TokenRing | None) -> pb.RegisterWorkerReply:
+        """A worker's RegisterWorker, checked against the cluster ``token`` (none: any) and the
+        instances the fleet launched."""
+        if token is not None and not token.accepts(req.token):
             return pb.RegisterWorkerReply(accepted=False, message="bad cluster token")
         want = self._allowed.get(req.instance_id)
         if want is None:
@@ -207,7 +214,7 @@ class WorkerRegistry:
         if w is None:
             return True
         w.draining = True
-        self._kick()
+        self.trigger.kick()
         if w.idle:
             return True
         try:
@@ -216,67 +223,34 @@ class WorkerRegistry:
         except asyncio.TimeoutError:
             return False
 
-    def mark_parked(self, instance_id: str) -> None:
-        """Stop giving a (possibly not yet registered) instance queries: it is parked
-        (:mod:`scaler.parking`); a running query finishes."""
-        self.parked_ids.add(instance_id)
-        w = self.workers.get(instance_id)
-        if w is not None and not w.removed and not w.parked:
-            w.parked_variants = set(self.loaded_on(w))
-            w.parked = w.draining = True
-            self._kick()
-
-    async def park(self, instance_id: str) -> list[tuple[str, bool, str]]:
-        """Park an instance (:meth:`mark_parked`) and unload every variant on it (each unload waits
-        for a running query of it). Idempotent: a worker that registered while parked, or got a
-        variant since, has it unloaded by the next call. Returns (variant, ok, message) per unload."""
-        self.mark_parked(instance_id)
-        w = self.workers.get(instance_id)
-        if w is None or w.removed:
-            return []
-        held = sorted(self.loaded_on(w))
-        w.parked_variants = (w.parked_variants or set()) | set(held)
-        out = []
-        for v, r in zip(held, await asyncio.gather(*(self.unload_variant(instance_id, v) for v in held),
-                                                   return_exceptions=True)):
-            ok, msg = (False, str(r)) if isinstance(r, BaseException) else r
-            out.append((v, ok, msg))
-        return out
-
-    async def unpark(self, instance_id: str) -> list[tuple[str, bool, str]]:
-        """Bring a parked instance back: load what it held when parked (else the config's models),
-        then route queries to it again -- also when a load fails or is cut short (the model loop
-        and getVariant then place variants on it as on any worker). Returns (variant, ok, message)
-        per load."""
-        self.parked_ids.discard(instance_id)
-        w = self.workers.get(instance_id)
-        if w is None or w.removed or not w.parked:
-            return []
-        want = sorted(w.parked_variants or set(self.cfg_model_names()))
-        out = []
-        try:
-            for v, r in zip(want, await asyncio.gather(*(self.load_variant(instance_id, v, allow_parked=True)
-                                                         for v in want), return_exceptions=True)):
-                ok, msg = (False, str(r)) if isinstance(r, BaseException) else r
-                out.append((v, ok, msg))
-        finally:
-            if not w.removed and instance_id not in self.parked_ids:   # not parked again meanwhile
-                w.parked = w.draining = False
-                w.parked_variants = None
-                self._kick()
-        return out
-
-    def _remove_worker(self, w: WorkerState, reason: str) -> None:
+    def remove_worker(self, w: WorkerState, reason: str) -> None:
+        """``w`` leaves: its call's queries go back to the queue, its channel closes."""
         if w.removed:
             return
         w.removed = True
         if self.workers.get(w.instance_id) is w:
             del self.workers[w.instance_id]
-        self._abandon_call(w, f"worker {w.instance_id} removed ({reason})")
+        self.calls.abandon_call(w, f"worker {w.instance_id} removed ({reason})")
         w.idle = False
         w.idle_event.set()
-        self._spawn(w.client.close())
-        self._kick()
+        self.rt.spawn(w.client.close())
+        self.trigger.kick()
+
+    # -- health ------------------------------------------------------------------------------------
+    def start_health(self) -> None:
+        """Health checks every ``health_interval_s`` from now on (the dispatcher's start)."""
+        self._health_task = asyncio.create_task(self._health_loop())
+
+    def stop_health(self) -> None:
+        """No more health checks (the dispatcher stops)."""
+        if self._health_task is not None:
+            self._health_task.cancel()
+
+    async def close(self) -> None:
+        """Every worker's channel closed and the workers forgotten (the dispatcher has stopped)."""
+        for w in list(self.workers.values()):
+            await w.client.close()
+        self.workers.clear()
 
     async def _health_loop(self) -> None:
         while True:
@@ -287,19 +261,20 @@ class WorkerRegistry:
 
     async def _check(self, w: WorkerState) -> None:
         try:
-            asked = self.clock()
+            asked = self.rt.clock()
             reply = await w.client.health(self.health_timeout_s)
             w.health_failures = 0
             if reply.loaded_variants and asked > w.last_op_at and w.ops_in_flight == 0:
                 before = w.loaded
                 w.loaded = set(reply.loaded_variants)
                 if before != w.loaded:
-                    self._kick()
+                    self.trigger.kick()
         except Exception:
             w.health_failures += 1
             if w.health_failures >= self.health_failures:
-                self._remove_worker(w, "failed health checks")
+                self.remove_worker(w, "failed health checks")
 
+    # -- load --------------------------------------------------------------------------------------
     def serving_by_type(self) -> dict[str, int]:
         """Workers taking queries (not draining, parked or removed), counted by instance type."""
         out: dict[str, int] = {}
@@ -309,10 +284,10 @@ class WorkerRegistry:
         return out
 
     def utilization(self, w: WorkerState, now: float | None = None) -> float:
-        now = self.clock() if now is None else now
+        now = self.rt.clock() if now is None else now
         return ml.busy_fraction(w.busy, now, self.utilization_horizon_s, 1)
 
     def online_utilization(self, workers: list[WorkerState] | None = None) -> float:
         ws = [w for w in (self.workers.values() if workers is None else workers) if not w.draining]
-        now = self.clock()
+        now = self.rt.clock()
         return ml.busy_fraction((iv for w in ws for iv in w.busy), now, self.utilization_horizon_s, len(ws))

@@ -390,7 +390,7 @@ class QueryLoop:
         return [v for v in qs if v.query_id not in bad]
 
     def _round(self, now: float) -> None:
-        """The dispatcher's matching round (``dispatcher.routing.RoutingRound._round``)."""
+        """The dispatcher's matching round (``dispatcher.routing.RoutingRound.round``)."""
         queue, retry = self._queue, self._retry
         if not (queue or retry):
             return

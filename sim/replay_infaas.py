@@ -4,7 +4,7 @@ getVariant on the virtual clock, over an application's query loop (:class:`sim.v
 Live, a family registered as an application is one registered model per member, each its own
 variant (:mod:`variants.families.registration`); with ``model_scaling.accuracy_scaling`` off:
 
-- **getVariant at admission** (``dispatcher.admission.Admission._validate`` →
+- **getVariant at admission** (``dispatcher.admission.Admission.validate`` →
   :func:`dispatcher.modelless.route`): a query that names only the application (no variant, no
   latency of its own in a trace; as minimum accuracy the application's ``models[].min_accuracy``,
   0 by default) takes the Active variant instance on the
@@ -87,7 +87,7 @@ class ReplayInfaas:
         """What admission ranks the workers by (:func:`dispatcher.modelless.routing_load`): the busy
         fraction over the last :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a
         call's interval is recorded when it completes), plus its call under way's predicted rest and
-        its share of the queries waiting for its variant (``Admission._route_workers``)."""
+        its share of the queries waiting for its variant (``Admission.route_workers``)."""
         lane = self.lane
         busy = lane.busy or {}
         lo = now - UTILIZATION_HORIZON_S

@@ -8,7 +8,7 @@ hosting one variant, as the live dispatcher serves an accuracy-scaled applicatio
   scaling off, getVariant's (:attr:`VariantLoop.get_variant`, set by :mod:`sim.replay_infaas`);
   otherwise (before the first plan) the most accurate variant, which every worker hosts when it
   registers (the fleet plans the application at it);
-- the matching round (``dispatcher.routing.RoutingRound._round``): the queries are grouped by
+- the matching round (``dispatcher.routing.RoutingRound.round``): the queries are grouped by
   variant, and each group is matched over the live workers that host its variant;
 - service: the variant's profile on the worker's type (predicted and served);
 - a new plan (:meth:`set_plan`, after its loads): the workers' variants change, and a waiting query

@@ -95,11 +95,18 @@ def test_the_floor_is_kept_and_unmet_demand_reported() -> None:
 
 
 def _dispatcher(queued: list) -> SimpleNamespace:
+    """What accuracy routing is given, as stand-ins: placement, the workers, the waiting queries,
+    the round trigger's kick (counted), the clock and ξ."""
     metas = {"hi": VariantMeta("hi", "m-hi", "any", 0.9, 1), "lo": VariantMeta("lo", "m-lo", "any", 0.8, 1)}
     models = {"m-hi": SimpleNamespace(name="m-hi", profile_name="m-hi"), "m-lo": SimpleNamespace(name="m-lo", profile_name="m-lo")}
     kicks = []
     return SimpleNamespace(clock=lambda: 0.0, placement=SimpleNamespace(variant_meta=metas, models=models),
-                           _queue={q.query_id: q for q in queued}, _retry={}, _kick=lambda: kicks.append(1), kicks=kicks)
+                           workers={}, xi=1.0, waiting=queued, kick=lambda: kicks.append(1), kicks=kicks)
+
+
+def _routing(d: SimpleNamespace) -> AccuracyRouting:
+    return AccuracyRouting(d.placement, SimpleNamespace(workers=d.workers), lambda: iter(d.waiting), d.kick,  # type: ignore[arg-type]
+                           d.clock, SimpleNamespace(xi=d.xi))  # type: ignore[arg-type]
 
 
 def _query(qid: str, variant: str, model: str) -> SimpleNamespace:
@@ -110,7 +117,7 @@ def _query(qid: str, variant: str, model: str) -> SimpleNamespace:
 def test_routing_follows_the_plan_and_queued_queries_follow_a_swap() -> None:
     q = _query("q1", "hi", "m-hi")
     d = _dispatcher([q])
-    r = AccuracyRouting(d)  # type: ignore[arg-type]
+    r = _routing(d)
     assert r.route("a", 0.0) is None                       # no plan yet: getVariant decides
     r.set_plan({"w1": "hi", "w2": "hi"}, {"a": {"w1": 0.5, "w2": 0.5}})
     assert q.variant == "hi"                               # still placed: stays
@@ -158,8 +165,7 @@ def _slackfit_dispatcher(waiting: int) -> tuple[SimpleNamespace, SimpleNamespace
     placement = SimpleNamespace(variant_meta=metas, models=models, app_models={"a": ["m-hi", "m-lo"]},
                                 variant_model=lambda v: metas[v].model if v in metas else v,
                                 variant_ms=lambda v, t, b: PerRow().predict_ms(metas[v].model, t, b))
-    d = SimpleNamespace(clock=lambda: 10.0, placement=placement, workers={"w": w}, loaded_on=lambda x: set(x.loaded),
-                        predictor=PerRow(), xi=1.0, _queue={}, _retry={}, _kick=lambda: None)
+    d = SimpleNamespace(clock=lambda: 10.0, placement=placement, workers={"w": w}, xi=1.0, waiting=[], kick=lambda: None)
     qs = [SimpleNamespace(query_id=f"q{i}", application="a", variant="", model=models["m-hi"], batch=1, inputs=[], sig=(),
                           min_accuracy=0.0, arrival=10.0, qos_ms=1000.0, view=QueryView(f"q{i}", "m-hi", 1, 10.0, 1000.0))
           for i in range(waiting + 1)]
@@ -169,17 +175,17 @@ def _slackfit_dispatcher(waiting: int) -> tuple[SimpleNamespace, SimpleNamespace
 def test_slackfit_binds_the_most_accurate_variant_that_serves_the_queue_in_half_the_slack() -> None:
     # slack 1 s, half of it 0.5 s: four queries of "hi" take 0.4 s -> "hi" for all four
     d, w, qs = _slackfit_dispatcher(3)
-    r = AccuracyRouting(d)  # type: ignore[arg-type]
+    r = _routing(d)
     assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:]
     assert {q.variant for q in qs} == {"hi"} and r.bound == {"hi": 4}
     # seven take 0.7 s on "hi": "lo" (0.07 s) serves them all
     d, w, qs = _slackfit_dispatcher(6)
-    r = AccuracyRouting(d)  # type: ignore[arg-type]
+    r = _routing(d)
     assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:] and {q.variant for q in qs} == {"lo"}
     assert qs[0].model.name == "m-lo" and qs[0].view.model == "m-lo"
     # 30 q/s arriving: "hi" serves 10 q/s however it batches, under 1.5 x 30 -> "lo"
     d, w, qs = _slackfit_dispatcher(3)
-    r = AccuracyRouting(d)  # type: ignore[arg-type]
+    r = _routing(d)
     for i in range(30):
         r.record("a", 1, 9.0 + i / 30.0)
     assert r.bind(qs[0], w, 10.0, qs[1:]) == qs[1:] and {q.variant for q in qs} == {"lo"}

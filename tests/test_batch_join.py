@@ -108,10 +108,10 @@ def test_a_live_dispatcher_joins_waiting_queries_into_one_call(batching: str, ca
                     return asyncio.create_task(call(req))
 
                 first = send(xs[0])
-                while not d._inflight:                       # the first query is on the held worker
+                while not d.queries.inflight:                       # the first query is on the held worker
                     await asyncio.sleep(0.01)
                 rest = [send(x) for x in xs[1:]] + [send(None)]   # a batch without tensors joins none
-                while len(d._queue) < 6:
+                while len(d.queries.queue) < 6:
                     await asyncio.sleep(0.01)
                 echo.hold.set()
                 replies = await asyncio.gather(first, *rest, return_exceptions=True)
@@ -154,7 +154,7 @@ def test_queries_the_round_matched_to_other_workers_do_not_join_a_call() -> None
                     return await stub.Submit(pb.SubmitRequest(model="big", inputs=[array_to_tensor("x", x)]), timeout=15)
 
                 tasks = [asyncio.create_task(call(i)) for i in range(3)]
-                while len(d._queue) < 3:                    # no worker yet: all three wait
+                while len(d.queries.queue) < 3:                    # no worker yet: all three wait
                     await asyncio.sleep(0.01)
                 for i, (_, wport) in enumerate(echoes):     # one turn: one matching round for all three
                     d.add_worker_direct(f"i-{i}", "g4dn.xlarge", f"127.0.0.1:{wport}")

@@ -299,7 +299,7 @@ def test_stop_finishes_in_flight_then_refuses() -> None:
         while d.stats()["in_flight"] < 1:
             await asyncio.sleep(0.005)
         stopping = asyncio.ensure_future(d.stop(grace=2.0))
-        while not d._stopping:
+        while not d.rt.stopping:
             await asyncio.sleep(0.001)
         late = await submit(ch, model="big", batch_size=1)
         assert late == grpc.StatusCode.UNAVAILABLE

@@ -79,7 +79,7 @@ def test_a_query_nothing_serves_and_nothing_boots_is_unavailable_at_once() -> No
             assert ei.value.code() == SC.UNAVAILABLE
             assert ei.value.details() == "no worker serves model 'ncf' and none is starting"
             # answered without entering the queue: no overall deadline was ever armed for it
-            assert d.accepted == 0 and d._deadlines == [] and d.stats()["queued"] == 0
+            assert d.accepted == 0 and d.queries.deadlines == [] and d.stats()["queued"] == 0
             assert d.rejected == {"UNAVAILABLE": 1}
             assert d.window_snapshot("ncf").count == 1   # its demand still reaches the planner
         finally:

@@ -209,11 +209,11 @@ def test_load_starts_only_after_admission(tmp_path: Path) -> None:
 
     async def run() -> None:
         _hosting(d, {"i-1": {"rm2"}})              # neither variant of "other" is loaded
-        d._queue["q-waiting"] = SimpleNamespace(variant="")  # type: ignore[assignment]   # the queue is full
+        d.queries.queue["q-waiting"] = SimpleNamespace(variant="")  # type: ignore[assignment]   # the queue is full
         out = await d.submit(pb.SubmitRequest(application="vision", batch_size=2))
         assert isinstance(out, tuple) and out[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert loads == []
-        d._queue.clear()
+        d.queries.queue.clear()
         task = asyncio.ensure_future(d.submit(pb.SubmitRequest(application="vision", batch_size=2)))
         await asyncio.sleep(0)
         assert len(loads) == 1 and loads[0][0] == "i-1" and loads[0][1].startswith("other")
@@ -245,7 +245,7 @@ def test_speed_factor_ignores_profiling_noise() -> None:
 
 
 def test_getvariant_sees_the_queries_waiting_for_a_workers_variant(tmp_path: Path) -> None:
-    """Admission's view of the workers (``_route_workers``): a worker's load includes its share of the
+    """Admission's view of the workers (``Admission.route_workers``): a worker's load includes its share of the
     queries already waiting for the variant it hosts, so an idle-looking worker with a queue behind
     it is not the least loaded (issue #25: without it INFaaS's fast variants' queues grew unseen)."""
     d, reg = _vision(tmp_path, _cfg(tmp_path))
@@ -253,14 +253,14 @@ def test_getvariant_sees_the_queries_waiting_for_a_workers_variant(tmp_path: Pat
     async def run() -> None:
         _hosting(d, {"i-1": {"other"}, "i-2": {"other-fp32-cpu"}})
         for k in range(3):                                   # three queries wait for "other"
-            d._queue[f"q{k}"] = SimpleNamespace(variant="other")  # type: ignore[assignment]
-        loads = {w.worker: w.utilization for w in d._route_workers()}
+            d.queries.queue[f"q{k}"] = SimpleNamespace(variant="other")  # type: ignore[assignment]
+        loads = {w.worker: w.utilization for w in d.admission.route_workers()}
         one = d.placement.variant_ms("other", "c5n.2xlarge", 1.0)
         assert loads == {"i-1": pytest.approx(3 * one / 1000.0 / d.utilization_horizon_s), "i-2": 0.0}
         choice = ml.route(Request(None, math.inf, 0.0, 1), [d._variant_meta[n] for n in d.placement.variants_for("vision", "")],
-                          d._route_workers(), d.placement.grid, d.variant_states)
+                          d.admission.route_workers(), d.placement.grid, d.variant_states)
         assert choice.worker == "i-2"            # the least loaded: nothing waits for its variant
-        d._queue.clear()
+        d.queries.queue.clear()
         for w in d.workers.values():
             await w.client.close()
     asyncio.run(run())
@@ -280,9 +280,9 @@ def test_an_applications_floor_holds_for_queries_that_ask_for_less(tmp_path: Pat
 
         async def run() -> str:
             _hosting(d, {"i-1": {"other-int8-cpu"}, "i-2": {"other"}})
-            d._queue["q0"] = SimpleNamespace(variant="other")  # type: ignore[assignment]   # i-2 has work waiting
-            v = d._validate(pb.SubmitRequest(application="vision", batch_size=1))
-            d._queue.clear()
+            d.queries.queue["q0"] = SimpleNamespace(variant="other")  # type: ignore[assignment]   # i-2 has work waiting
+            v = d.admission.validate(pb.SubmitRequest(application="vision", batch_size=1))
+            d.queries.queue.clear()
             for w in d.workers.values():
                 await w.client.close()
             return v[3]  # type: ignore[return-value]

@@ -15,7 +15,7 @@ from dispatcher import modelless as ml
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.admission import SC
-from dispatcher.offline import OfflineJob, OfflineJobs, offline_inputs, remote_inputs
+from dispatcher.offline import OfflineJob, offline_inputs, remote_inputs
 from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
 from tests.test_modelless import _cfg
@@ -152,7 +152,7 @@ def test_a_job_for_an_unknown_model_downloads_nothing(tmp_path: Path) -> None:
         assert store.gets == [] and not d.offline_jobs
         job = await d.submit_offline(pb.OfflineJobRequest(model="rm2", input_uri="s3://jobs/in/x.npy"))
         assert store.gets == ["s3://jobs/in/x.npy"] and job.total == 1   # a known model: read once
-        d._stopping = True    # the job, with no worker, ends at its next poll
+        d.rt.stopping = True    # the job, with no worker, ends at its next poll
         await d.offline_jobs[job.job_id].task
 
     asyncio.run(asyncio.wait_for(go(), 30))
@@ -171,7 +171,7 @@ def test_a_single_object_input_is_keyed_by_its_name() -> None:
 def test_a_finished_job_lets_go_of_its_inputs(tmp_path: Path, fails: bool) -> None:
     """Done or failed, a job no longer holds its inputs; its state, counts and outputs stay for
     GetOfflineJob."""
-    jobs = OfflineJobs(Dispatcher(_cfg(tmp_path), LatencyModel(), objects=_Store({})))
+    jobs = Dispatcher(_cfg(tmp_path), LatencyModel(), objects=_Store({})).offline
     jobs.chunk = 4
 
     async def chunk(job: OfflineJob, rows: np.ndarray) -> np.ndarray:
@@ -196,7 +196,8 @@ def test_a_finished_job_lets_go_of_its_inputs(tmp_path: Path, fails: bool) -> No
 def test_ended_jobs_beyond_the_limit_are_forgotten_oldest_first(tmp_path: Path) -> None:
     """A dispatcher running for months keeps the latest ended jobs only (outputs included); a job
     still queued or running is never forgotten, and ids stay unique after forgetting."""
-    jobs = OfflineJobs(Dispatcher(_cfg(tmp_path), LatencyModel(), objects=_Store({})))
+    d = Dispatcher(_cfg(tmp_path), LatencyModel(), objects=_Store({}))
+    jobs = d.offline
     m = _cfg(tmp_path).models[0]
     states = ["done", "running", "failed", "done", "queued", "done"]
     for i, s in enumerate(states, 1):
@@ -209,7 +210,7 @@ def test_ended_jobs_beyond_the_limit_are_forgotten_oldest_first(tmp_path: Path) 
 
     async def submit() -> list[str]:
         jobs._run = lambda job: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
-        jobs.d._start_load = lambda choice: None  # type: ignore[method-assign]
+        d.admission.start_load = lambda choice: None  # type: ignore[method-assign]
         x = io.BytesIO()
         np.save(x, np.zeros((2, 64), np.float32))
         ids = []
