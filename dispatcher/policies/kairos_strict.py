@@ -42,7 +42,9 @@ from typing import Sequence
 
 import numpy as np
 
+from dispatcher.policies.class_match import match_classes
 from dispatcher.policies.kairos import KairosPolicy, RoundTerms
+from dispatcher.policies.on_time_flow import match_on_time
 from dispatcher.policies.pair_costs import PairCosts, max_on_time_cost
 from dispatcher.policy import Assignment, QueryView, WorkerView
 
@@ -52,13 +54,28 @@ from dispatcher.policy import Assignment, QueryView, WorkerView
 LAXITY_WEIGHT = 1.0
 
 
+#: rounds with at most this many (query, worker) pairs are solved on the dense matrix, larger ones
+#: as the on-time flow (dispatcher/policies/on_time_flow.py), the same optimum: where the two cross
+#: on the bench's rounds (``bench/match_bench.py --crossover``, BENCHMARKS.md "match-strict")
+STRICT_DENSE_MAX_PAIRS = 20_000
+
+
 class KairosStrictPolicy(KairosPolicy):
+    """Kairos §5.1 with Eq. 5 as a constraint and the least laxity first (the module docstring).
+    Large rounds by the on-time flow (dispatcher/policies/on_time_flow.py), not the class matching:
+    the laxity makes every query's cost row its own, which the class matching's relaxation rarely
+    certifies, while the flow needs only the rows' service times and reach to be shared."""
+
     name = "kairos-strict"
-    #: not yet: the laxity makes each query's row its own, its LP pieces give the on-time pairs to
-    #: the least slack, and the relaxation is rarely tight: at 400 × 200 many cuts (10× slower than
-    #: dense), at 2,000 × 1,000 the cuts run out and the dense solve follows (BENCHMARKS.md
-    #: "match-scale"). Exact where it certifies (tests/test_class_match.py), so only the speed is missing.
-    class_matching = False
+
+    def _dense_max_pairs(self) -> int:
+        return STRICT_DENSE_MAX_PAIRS
+
+    def _large_round(self, pc: PairCosts, on_time_only: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """The on-time pairs by the min-cost flow (late pairs are never dispatched, so they are not
+        listed); the best-effort round (every query hopeless: the paper's cost, every pair) by
+        the class matching, as ``kairos``."""
+        return match_on_time(pc) if on_time_only else match_classes(pc)
 
     def _restrict(self, t: RoundTerms) -> tuple[np.ndarray, np.ndarray | None]:
         """The paper's cost plus each query's laxity, with the pairs that miss Eq. 5 (with ξ) masked
