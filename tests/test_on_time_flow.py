@@ -79,13 +79,13 @@ def test_the_flow_reaches_the_dense_optimum(case: tuple) -> None:
 @given(case=strict_rounds())
 def test_match_through_the_flow_dispatches_on_time_pairs_on_idle_workers(case: tuple) -> None:
     pred, queue, workers = case
-    old = strict_mod.STRICT_DENSE_MAX_PAIRS
-    strict_mod.STRICT_DENSE_MAX_PAIRS = 0
+    old = strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED, strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE
+    strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED = strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE = 0
     try:
         pol = KairosStrictPolicy(pred, "A")
         got = pol.match(queue, workers, NOW)
     finally:
-        strict_mod.STRICT_DENSE_MAX_PAIRS = old
+        strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED, strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE = old
     idle = {w.worker_id for w in workers if w.idle}
     assert all(a.worker_id in idle for a in got)
     assert len({a.worker_id for a in got}) == len(got) == len({a.query_id for a in got})
@@ -147,10 +147,11 @@ def test_a_hand_computed_round() -> None:
 def test_the_hand_round_through_match_sends_only_the_idle_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     # q1's worker a1 is busy: it waits for it; q2 waits for the next round. The dense solve agrees.
     pol, queue, workers = _hand_round()
-    monkeypatch.setattr(strict_mod, "STRICT_DENSE_MAX_PAIRS", 0)
+    monkeypatch.setattr(strict_mod, "STRICT_DENSE_MAX_PAIRS_SATURATED", 0)
+    monkeypatch.setattr(strict_mod, "STRICT_DENSE_MAX_PAIRS_WIDE", 0)
 
     def no_dense(*_: object) -> list:
-        raise AssertionError("a round above STRICT_DENSE_MAX_PAIRS went to the dense solve")
+        raise AssertionError("a round above the thresholds went to the dense solve")
 
     want = {("q3", "a0"), ("q0", "b0")}
     assert {(a.query_id, a.worker_id) for a in pol.match_dense(queue, workers, NOW)} == want

@@ -110,7 +110,7 @@ class KairosPolicy:
         if len(queue) == 1:
             return self._match_one(queue[0], workers, now)
         q = mx.earliest(queue, self.max_queue_factor * len(workers))
-        if self.class_matching and len(q) * len(workers) > self._dense_max_pairs():
+        if self.class_matching and not self._dense_is_faster(len(q), len(workers)):
             pc, on_time_only = self._restrict_pairs(self.pair_costs(q, workers, now))
             got = self._large_round(pc, on_time_only)
             if got is not None:
@@ -133,9 +133,9 @@ class KairosPolicy:
                 for i, j in zip(rows.tolist(), cols.tolist())
                 if workers[j].idle and (allowed is None or allowed[i, j])]
 
-    def _dense_max_pairs(self) -> int:
-        """Rounds with at most this many (query, worker) pairs are solved on the dense matrix."""
-        return DENSE_MAX_PAIRS
+    def _dense_is_faster(self, m: int, n: int) -> bool:
+        """Whether an m × n round goes to the dense solve: at most :data:`DENSE_MAX_PAIRS` pairs."""
+        return m * n <= DENSE_MAX_PAIRS
 
     def _large_round(self, pc: PairCosts, on_time_only: bool) -> tuple[np.ndarray, np.ndarray] | None:
         """A large round's matched (query rows, worker columns) without the dense matrix, an optimum

@@ -55,9 +55,14 @@ LAXITY_WEIGHT = 1.0
 
 
 #: rounds with at most this many (query, worker) pairs are solved on the dense matrix, larger ones
-#: as the on-time flow (dispatcher/policies/on_time_flow.py), the same optimum: where the two cross
-#: on the bench's rounds (``bench/match_bench.py --crossover``, BENCHMARKS.md "match-strict")
-STRICT_DENSE_MAX_PAIRS = 20_000
+#: as the on-time flow (dispatcher/policies/on_time_flow.py), the same optimum; one threshold for
+#: saturated rounds (at least as many waiting as workers: every worker is matched, Eq. 7) and one
+#: for wide ones (fewer waiting than workers, Eq. 6), where the dense solve's augmenting paths are
+#: short and it stays fast far longer. Each is the largest round at which the dense solve was still
+#: faster at p50 (``bench/match_bench.py --crossover``: 2n × n and m × 1,000 rounds; BENCHMARKS.md
+#: "match-scale"); in pairs, or in min(m, n)²·max(m, n), the two shapes cross 4-6× apart.
+STRICT_DENSE_MAX_PAIRS_SATURATED = 45_000
+STRICT_DENSE_MAX_PAIRS_WIDE = 200_000
 
 
 class KairosStrictPolicy(KairosPolicy):
@@ -68,8 +73,9 @@ class KairosStrictPolicy(KairosPolicy):
 
     name = "kairos-strict"
 
-    def _dense_max_pairs(self) -> int:
-        return STRICT_DENSE_MAX_PAIRS
+    def _dense_is_faster(self, m: int, n: int) -> bool:
+        """Whether an m × n round goes to the dense solve (the measured thresholds above)."""
+        return m * n <= (STRICT_DENSE_MAX_PAIRS_SATURATED if m >= n else STRICT_DENSE_MAX_PAIRS_WIDE)
 
     def _large_round(self, pc: PairCosts, on_time_only: bool) -> tuple[np.ndarray, np.ndarray] | None:
         """The on-time pairs by the min-cost flow (late pairs are never dispatched, so they are not
