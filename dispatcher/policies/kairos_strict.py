@@ -32,6 +32,10 @@ whatever happens; the dispatcher drops these first with ``on_deadline: drop``) i
 when every query in the view is such a query (``on_deadline: best_effort``), as Kairos would: the
 paper's penalised cost, every matched pair.
 
+Large rounds (above :data:`STRICT_DENSE_MAX_PAIRS_SATURATED` / :data:`STRICT_DENSE_MAX_PAIRS_WIDE`
+pairs) are solved as a min-cost flow over query classes and per-type chains of workers
+(dispatcher/policies/on_time_flow.py), the same optimum as the dense matrix without building it.
+
 Measured (BENCHMARKS.md "kairos-repro", where the ideas tried and dropped are listed too): the
 laxity term raises allowable throughput by 3-7 % on the tight-QoS models (wnd, mtwnd, dien) at
 2.5 $/hr; the mask alone changes little, as the paper's penalty already prices most late pairs out.
