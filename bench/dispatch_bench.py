@@ -6,10 +6,12 @@
    the same size (the baseline ratio).
 2. End-to-end throughput and client p99 on loopback: the dispatcher vs a plain round-robin grpc.aio
    proxy built the same way (same server options, same persistent worker channels), both in front of
-   the same 4 no-op workers (a separate process), driven by the same closed-loop client (another
-   process). Alternating runs, medians.
+   the same no-op workers (a separate process), driven by the same closed-loop client (another
+   process), with 4 and with 64 workers (``WORKER_COUNTS``; the client keeps 4 Submits per worker in
+   flight). Alternating runs, medians.
 
-Run: ``.venv/bin/python bench/dispatch_bench.py`` (``--quick`` for a short run).
+Run: ``.venv/bin/python bench/dispatch_bench.py`` (``--quick`` for a short run; ``--no-write``: print
+the section only).
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-N_WORKERS = 4
+#: the no-op worker counts of the end-to-end rows: the original 4, and a pool whose matching
+#: rounds are no longer trivial
+WORKER_COUNTS = (4, 64)
 TYPES = ["g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge"]
 KINDS = ("proxy", "proxy-1", "dispatcher")
 
@@ -70,10 +74,10 @@ def decision_latency(m: int, n: int, reps: int) -> dict[str, float]:
 
 
 # ---- 2. end to end -------------------------------------------------------------------------------
-async def _workers_main() -> None:
+async def _workers_main(count: int) -> None:
     from tests.dispatch_helpers import start_worker
 
-    ws = [await start_worker(f"i-{k}", TYPES[k % 4], 0.0) for k in range(N_WORKERS)]
+    ws = [await start_worker(f"i-{k}", TYPES[k % 4], 0.0) for k in range(count)]
     print(json.dumps([w.address for w in ws]), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)   # until the parent closes stdin
 
@@ -194,8 +198,9 @@ async def _one_run(kind: str, addresses: list[str], seconds: float, concurrency:
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
-async def end_to_end(rounds: int, seconds: float, concurrency: int) -> dict[str, list[dict[str, float]]]:
-    wp = subprocess.Popen([sys.executable, __file__, "--role", "workers"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+async def end_to_end(workers: int, rounds: int, seconds: float, concurrency: int) -> dict[str, list[dict[str, float]]]:
+    wp = subprocess.Popen([sys.executable, __file__, "--role", "workers", "--workers", str(workers)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert wp.stdout is not None
         addresses = json.loads(wp.stdout.readline())
@@ -215,12 +220,14 @@ def main() -> None:
     ap.add_argument("--role", default="main", choices=["main", "workers", "load"])
     ap.add_argument("--target", default="")
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--concurrency", type=int, default=16, help="concurrent Submits per 4 workers")
+    ap.add_argument("--workers", type=int, default=4, help="(role workers) how many no-op workers to serve")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md as it is")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     if a.role == "workers":
-        asyncio.run(_workers_main())
+        asyncio.run(_workers_main(a.workers))
         return
     if a.role == "load":
         asyncio.run(_load_main(a.target, a.seconds, a.concurrency))
@@ -228,10 +235,12 @@ def main() -> None:
     reps = 300 if a.quick else 2000
     rounds, seconds = (1, 1.5) if a.quick else (a.rounds, a.seconds)
     dl = {f"{m}×{n}": decision_latency(m, n, reps) for m, n in ((20, 20), (200, 50))}
-    e2e = asyncio.run(end_to_end(rounds, seconds, a.concurrency))
-    med = {k: {f: float(np.median([r[f] for r in v])) for f in ("qps", "p50_ms", "p99_ms", "errors")} for k, v in e2e.items()}
-    ratio = med["dispatcher"]["qps"] / med["proxy"]["qps"]
-    ratio1 = med["dispatcher"]["qps"] / med["proxy-1"]["qps"]
+    conc = {w: a.concurrency * w // 4 for w in WORKER_COUNTS}
+    med: dict[int, dict[str, dict[str, float]]] = {}
+    for w in WORKER_COUNTS:
+        e2e = asyncio.run(end_to_end(w, rounds, seconds, conc[w]))
+        med[w] = {k: {f: float(np.median([r[f] for r in v])) for f in ("qps", "p50_ms", "p99_ms", "errors")}
+                  for k, v in e2e.items()}
     from bench._report import machine, write_section
 
     lines = [
@@ -251,22 +260,28 @@ def main() -> None:
                      f"{v['p50_us'] / v['lsa_p50_us']:.1f}× |")
     lines += [
         "",
-        f"End to end on loopback: {N_WORKERS} no-op workers (one process), closed-loop client with {a.concurrency} "
-        f"concurrent Submits (another process), {rounds} alternating rounds of {seconds:g} s each, medians. Baseline: a plain "
+        f"End to end on loopback: {' and '.join(map(str, WORKER_COUNTS))} no-op workers (one process), closed-loop client "
+        f"with {a.concurrency} concurrent Submits per 4 workers (another process), {rounds} alternating rounds of "
+        f"{seconds:g} s each, medians. Baseline: a plain "
         "round-robin grpc.aio proxy (no queue, no policy, several queries per worker at once) with the same server "
         "options and worker channels; `proxy-1` is the same proxy holding one query per worker at a time (FIFO over idle "
         "workers), the constraint the dispatcher has by design (Kairos §6: one query per instance at a time).",
         "",
-        "| front end | throughput q/s | client p50 ms | client p99 ms | errors |",
-        "|---|---|---|---|---|",
+        "| workers | front end | concurrent Submits | throughput q/s | client p50 ms | client p99 ms | errors |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for k in KINDS:
-        v = med[k]
-        lines.append(f"| {k} | {v['qps']:.0f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} | {v['errors']:.0f} |")
-    lines += ["", f"Dispatcher / proxy throughput: **{ratio:.2f}×** (goal ≥ 0.8×), added p99 "
-              f"**{med['dispatcher']['p99_ms'] - med['proxy']['p99_ms']:+.2f} ms**; dispatcher / proxy-1 (same one-query-per-"
-              f"worker rule): **{ratio1:.2f}×**, added p99 **{med['dispatcher']['p99_ms'] - med['proxy-1']['p99_ms']:+.2f} ms**."]
-    write_section("dispatch", "\n".join(lines))
+    for w in WORKER_COUNTS:
+        for k in KINDS:
+            v = med[w][k]
+            lines.append(f"| {w} | {k} | {conc[w]} | {v['qps']:.0f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} | "
+                         f"{v['errors']:.0f} |")
+    for w in WORKER_COUNTS:
+        d, px, p1 = med[w]["dispatcher"], med[w]["proxy"], med[w]["proxy-1"]
+        lines += ["", f"{w} workers: dispatcher / proxy throughput **{d['qps'] / px['qps']:.2f}×** (goal ≥ 0.8×), added "
+                  f"p99 **{d['p99_ms'] - px['p99_ms']:+.2f} ms**; dispatcher / proxy-1 (same one-query-per-worker rule): "
+                  f"**{d['qps'] / p1['qps']:.2f}×**, added p99 **{d['p99_ms'] - p1['p99_ms']:+.2f} ms**."]
+    if not a.no_write:
+        write_section("dispatch", "\n".join(lines))
     print("\n".join(lines))
 
 

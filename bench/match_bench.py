@@ -1,14 +1,23 @@
 """Matching that scales with the types, not the workers (issue #29) → section "match-scale".
 
-``make_policy(name, ...).match`` (the class matching above ``DENSE_MAX_PAIRS`` pairs) against
-``match_dense`` (today's dense ``linear_sum_assignment`` on the m × n matrix, the baseline), on the
-same rounds, in the same process: rm2 queries (DeepRecSys batch mix, waited 0-100 ms, SLO 350 ms)
-on 12 instance types (the 4 profiled types and copies of them 1.35× and 1.8× slower), a third of
-the workers busy for 0-50 ms. Per size: p50/p99 per decision of each, the ratio, and the largest
-|total cost of the new assignment − the dense optimum| over the rounds.
+``make_policy(name, ...).match`` as shipped (the dense solve up to the policy's threshold, above it
+the large-round path: ``kairos``'s class matching, dispatcher/policies/class_match.py;
+``kairos-strict``'s on-time flow, dispatcher/policies/on_time_flow.py), the large-round path forced
+at every size, and ``match_dense`` (the dense ``linear_sum_assignment`` on the m × n matrix, the
+baseline), on the same rounds, interleaved, in the same process: rm2 queries (DeepRecSys batch mix,
+waited 0-100 ms, SLO 350 ms) on 12 instance types (the 4 profiled types and copies of them 1.35×
+and 1.8× slower), a third of the workers busy for 0-50 ms. Per size: p50/p99 per decision of
+each, the ratio, and the largest |total cost of the large-round path's assignment − the dense
+optimum| over the rounds (late pairs, never listed by the flow, at the mask's M each).
 
-Run: ``.venv/bin/python bench/match_bench.py`` (``--quick``: fewer rounds; ``--write``: write the
-section of BENCHMARKS.md).
+``--crossover``: the forced path against the dense solve on saturated rounds (2n waiting × n
+workers, the routing round's view) of growing n and on wide ones (m waiting × 1,000 workers), and
+the largest size, in pairs, at which the dense
+solve was still faster at p50, per shape: what ``STRICT_DENSE_MAX_PAIRS_SATURATED`` and
+``STRICT_DENSE_MAX_PAIRS_WIDE`` are set from (and ``DENSE_MAX_PAIRS`` could be).
+
+Run: ``.venv/bin/python bench/match_bench.py`` (``--quick``: fewer rounds; ``--policies``;
+``--crossover``; ``--write``: write the section of BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -19,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse  # noqa: E402
 import time  # noqa: E402
-from typing import Sequence  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from typing import Callable, Iterator, Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -27,6 +37,11 @@ PROFILED = ["g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge"]
 SLOWER = [1.0, 1.35, 1.8]
 TYPES = [PROFILED[k % 4] if k < 4 else f"{PROFILED[k % 4]}-x{k // 4}" for k in range(12)]
 SIZES = ((20, 20), (200, 50), (400, 200), (2000, 1000))
+#: saturated rounds (2n waiting × n workers) for ``--crossover``
+CROSSOVER_N = (50, 100, 125, 150, 175, 200, 250, 300)
+#: wide rounds (fewer waiting than workers: m × WIDE_N) for ``--crossover``
+WIDE_N = 1000
+WIDE_M = (50, 100, 150, 200, 300)
 
 
 class TwelveTypes:
@@ -71,41 +86,88 @@ def make_round(m: int, n: int, seed: int):  # type: ignore[no-untyped-def]
     return queue, workers, now
 
 
-def measure(name: str, m: int, n: int, rounds: int, reps: int, dense_reps: int) -> dict[str, float]:
+@contextmanager
+def forced_large_rounds() -> Iterator[None]:
+    """Both policies take the large-round path at every size (thresholds 0) inside the block."""
+    from dispatcher.policies import kairos as kairos_mod, kairos_strict as strict_mod
+
+    names = ("STRICT_DENSE_MAX_PAIRS_SATURATED", "STRICT_DENSE_MAX_PAIRS_WIDE")
+    saved = kairos_mod.DENSE_MAX_PAIRS, [getattr(strict_mod, k) for k in names]
+    kairos_mod.DENSE_MAX_PAIRS = 0
+    for k in names:
+        setattr(strict_mod, k, 0)
+    try:
+        yield
+    finally:
+        kairos_mod.DENSE_MAX_PAIRS = saved[0]
+        for k, v in zip(names, saved[1]):
+            setattr(strict_mod, k, v)
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - t0) / 1000
+
+
+def measure(name: str, m: int, n: int, rounds: int, reps: int, dense_reps: int,
+            shipped: bool = True) -> dict[str, float]:
+    """µs per decision of ``match`` as shipped, the forced large-round path and ``match_dense``,
+    interleaved per round; the largest |cost − dense optimum| of the large-round path."""
     from scipy.optimize import linear_sum_assignment
 
-    from dispatcher.policies import kairos as kairos_mod, make_policy
-    from dispatcher.policies.class_match import match_classes
+    from dispatcher.policies import make_policy
 
     pred = TwelveTypes()
     pol = make_policy(name, pred, "g4dn.xlarge", max_queue_factor=max(2, -(-m // n)))
-    pol.class_matching = True         # measured even where the policy does not use it yet (strict)
-    t_new: list[float] = []
-    t_dense: list[float] = []
+    t: dict[str, list[float]] = {"new": [], "forced": [], "dense": []}
     diff = 0.0
     dense_calls = 0
     for seed in range(rounds):
         queue, workers, now = make_round(m, n, seed)
-        pol.match(queue, workers, now)                     # warm the predictor's tables
-        for _ in range(reps):
-            t0 = time.perf_counter_ns()
-            pol.match(queue, workers, now)
-            t_new.append((time.perf_counter_ns() - t0) / 1000)
-        for _ in range(dense_reps):
-            t0 = time.perf_counter_ns()
-            pol.match_dense(queue, workers, now)
-            t_dense.append((time.perf_counter_ns() - t0) / 1000)
+        pol.match_dense(queue, workers, now)                # warm the predictor's tables
+        for _ in range(max(reps, dense_reps)):
+            if len(t["new"]) < (seed + 1) * reps and shipped:
+                t["new"].append(_timed(lambda: pol.match(queue, workers, now)))
+            if len(t["forced"]) < (seed + 1) * reps:
+                with forced_large_rounds():
+                    t["forced"].append(_timed(lambda: pol.match(queue, workers, now)))
+            if len(t["dense"]) < (seed + 1) * dense_reps:
+                t["dense"].append(_timed(lambda: pol.match_dense(queue, workers, now)))
         cost, _ = pol._restrict(pol._terms(queue, workers, now))
         r, c = linear_sum_assignment(cost)
-        if m * n > kairos_mod.DENSE_MAX_PAIRS:
-            got = match_classes(pol._restrict_pairs(pol.pair_costs(queue, workers, now))[0])
-            if got is None:
-                dense_calls += 1
-            else:
-                diff = max(diff, abs(float(cost[got].sum()) - float(cost[r, c].sum())))
+        pc, on_time_only = pol._restrict_pairs(pol.pair_costs(queue, workers, now))
+        got = pol._large_round(pc, on_time_only)
+        if got is None:
+            dense_calls += 1
+        else:
+            late = float(pc.late.flat[0]) * (min(m, n) - len(got[0])) if on_time_only else 0.0
+            diff = max(diff, abs(float(cost[got].sum()) + late - float(cost[r, c].sum())))
     p = np.percentile
-    return {"new50": float(p(t_new, 50)), "new99": float(p(t_new, 99)), "dense50": float(p(t_dense, 50)),
-            "dense99": float(p(t_dense, 99)), "diff": diff, "fallback": dense_calls, "rounds": rounds}
+    out = {f"{k}{q}": float(p(v, q)) for k, v in t.items() if v for q in (50, 99)}
+    return {**out, "diff": diff, "fallback": dense_calls, "rounds": rounds}
+
+
+def crossover(names: Sequence[str], quick: bool) -> list[str]:
+    """The forced path against dense on saturated (2n × n) and wide (m × 1,000) rounds; per policy
+    and shape the largest round, in pairs, at which the dense solve was still faster at p50."""
+    lines = ["| policy | shape | queries × workers | pairs | dense p50 ms | large-round path p50 ms | dense / path |",
+             "|---|---|---|---|---|---|---|"]
+    series = {"saturated": [(2 * n, n) for n in CROSSOVER_N], "wide": [(m, WIDE_N) for m in WIDE_M]}
+    for name in names:
+        for shape, sizes in series.items():
+            dense_won = [0]
+            for m, n in sizes:
+                reps = 3 if quick else 9
+                v = measure(name, m, n, 2 if quick else 4, reps, reps, shipped=False)
+                if v["dense50"] <= v["forced50"]:
+                    dense_won.append(m * n)
+                lines.append(f"| {name} | {shape} | {m:,}×{n:,} | {m * n:,} | {v['dense50'] / 1000:.3f} | "
+                             f"{v['forced50'] / 1000:.3f} | {v['dense50'] / v['forced50']:.2f}× |")
+                print(lines[-1], flush=True)
+            lines.append(f"| {name} | {shape} | dense faster up to | {max(dense_won):,} | | | |")
+            print(lines[-1], flush=True)
+    return lines
 
 
 def main() -> None:
@@ -113,12 +175,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--write", action="store_true", help="write the section of BENCHMARKS.md")
     ap.add_argument("--policies", default="kairos,kairos-strict")
+    ap.add_argument("--crossover", action="store_true", help="measure where the large-round path overtakes dense")
     a = ap.parse_args()
-    from dispatcher.policies import kairos as kairos_mod
+    from dispatcher.policies import kairos as kairos_mod, kairos_strict as strict_mod
 
-    lines = ["| policy | queries × workers | dense p50 ms | dense p99 ms | new p50 ms | new p99 ms | dense / new (p50) | "
-             "max \\|cost − dense optimum\\| | rounds left to the dense solve |", "|---|---|---|---|---|---|---|---|---|"]
-    for name in a.policies.split(","):
+    names = a.policies.split(",")
+    lines = ["| policy | queries × workers | dense p50 ms | dense p99 ms | match p50 ms | match p99 ms | dense / match (p50) | "
+             "large-round path p50 ms | p99 ms | dense / path (p50) | max \\|cost − dense optimum\\| | "
+             "rounds left to the dense solve |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name in names:
         for m, n in SIZES:
             big = m * n > 100_000
             rounds = 2 if a.quick else (3 if big else 10)
@@ -126,16 +191,22 @@ def main() -> None:
             v = measure(name, m, n, rounds, reps, 1 if big else reps)
             lines.append(f"| {name} | {m:,}×{n:,} | {v['dense50'] / 1000:.3f} | {v['dense99'] / 1000:.3f} | "
                          f"{v['new50'] / 1000:.3f} | {v['new99'] / 1000:.3f} | {v['dense50'] / v['new50']:.1f}× | "
+                         f"{v['forced50'] / 1000:.3f} | {v['forced99'] / 1000:.3f} | {v['dense50'] / v['forced50']:.2f}× | "
                          f"{v['diff']:.1e} | {v['fallback']} of {v['rounds']} |")
             print(lines[-1], flush=True)
+    cross = crossover(names, a.quick) if a.crossover else []
     from bench._report import machine, write_section
 
+    cmd = "bench/match_bench.py" + (" --quick" if a.quick else "") + (" --crossover" if a.crossover else "")
     text = "\n".join([
-        "## match-scale: Kairos matching over classes of queries and groups of workers (issue #29)", "",
-        f"Machine: {machine()}. Command: `.venv/bin/python bench/match_bench.py{' --quick' if a.quick else ''}`.", "",
-        f"`match` (the class matching above {kairos_mod.DENSE_MAX_PAIRS:,} pairs, dense below) against `match_dense` "
-        "(the dense `linear_sum_assignment`, the baseline) on the same rounds in the same process; rm2 on 12 types, "
-        "a third of the workers busy. New = dense at 20×20 and 200×50 (the same code).", "", *lines])
+        "## match-scale: large Kairos rounds without the dense matrix (issue #29)", "",
+        f"Machine: {machine()}. Command: `.venv/bin/python {cmd}`.", "",
+        f"`match` as shipped (dense up to {kairos_mod.DENSE_MAX_PAIRS:,} pairs for kairos; for kairos-strict up to "
+        f"{strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED:,} pairs with at least as many waiting as workers, "
+        f"{strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE:,} with fewer; above: kairos's class matching, "
+        "kairos-strict's on-time flow), the large-round path forced at every size, and `match_dense` (the dense "
+        "`linear_sum_assignment`, the baseline), interleaved on the same rounds in the same process; rm2 on 12 types, "
+        "a third of the workers busy.", "", *lines, *([""] + cross if cross else [])])
     print(text)
     if a.write:
         write_section("match-scale", text)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from dispatcher.policies import KairosPolicy, KairosStrictPolicy, kairos as kairos_mod
+from dispatcher.policies import KairosPolicy, KairosStrictPolicy, kairos as kairos_mod, kairos_strict as strict_mod
 from dispatcher.policies._matrix import earliest
 from dispatcher.policies.class_match import match_classes
 from dispatcher.policy import QueryView, WorkerView
@@ -108,14 +108,16 @@ def test_identical_idle_workers_collapse_into_one_group_and_busy_ones_are_not_di
 def test_match_dispatches_only_idle_workers_once_each(policy: type[KairosPolicy], case: tuple,
                                                        ) -> None:
     pred, queue, workers, now = case
-    old = kairos_mod.DENSE_MAX_PAIRS
-    kairos_mod.DENSE_MAX_PAIRS = 0
+    old = (kairos_mod.DENSE_MAX_PAIRS, strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED,
+           strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE)
+    kairos_mod.DENSE_MAX_PAIRS = strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED = 0     # the large-round path
+    strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE = 0
     pol = policy(pred, "A")
-    pol.class_matching = True                  # kairos-strict's class path too, where it certifies
     try:
         got = pol.match(queue, workers, now)
     finally:
-        kairos_mod.DENSE_MAX_PAIRS = old
+        (kairos_mod.DENSE_MAX_PAIRS, strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED,
+         strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE) = old
     idle = {w.worker_id for w in workers if w.idle}
     assert all(a.worker_id in idle for a in got)
     assert len({a.worker_id for a in got}) == len(got) == len({a.query_id for a in got})

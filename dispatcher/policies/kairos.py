@@ -110,9 +110,9 @@ class KairosPolicy:
         if len(queue) == 1:
             return self._match_one(queue[0], workers, now)
         q = mx.earliest(queue, self.max_queue_factor * len(workers))
-        if self.class_matching and len(q) * len(workers) > DENSE_MAX_PAIRS:
+        if self.class_matching and not self._dense_is_faster(len(q), len(workers)):
             pc, on_time_only = self._restrict_pairs(self.pair_costs(q, workers, now))
-            got = match_classes(pc)
+            got = self._large_round(pc, on_time_only)
             if got is not None:
                 rows, cols = got
                 keep = np.array([workers[j].idle for j in cols.tolist()], dtype=bool)
@@ -132,6 +132,16 @@ class KairosPolicy:
         return [Assignment(q[i].query_id, workers[j].worker_id)
                 for i, j in zip(rows.tolist(), cols.tolist())
                 if workers[j].idle and (allowed is None or allowed[i, j])]
+
+    def _dense_is_faster(self, m: int, n: int) -> bool:
+        """Whether an m × n round goes to the dense solve: at most :data:`DENSE_MAX_PAIRS` pairs."""
+        return m * n <= DENSE_MAX_PAIRS
+
+    def _large_round(self, pc: PairCosts, on_time_only: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """A large round's matched (query rows, worker columns) without the dense matrix, an optimum
+        of ``linear_sum_assignment(pc.dense())``; None: solve it dense. The paper's: the class
+        matching (dispatcher/policies/class_match.py)."""
+        return match_classes(pc)
 
     def _restrict_pairs(self, pc: PairCosts) -> tuple[PairCosts, bool]:
         """:meth:`_restrict` on the per-type costs: the costs to minimise and whether only on-time

@@ -32,6 +32,10 @@ whatever happens; the dispatcher drops these first with ``on_deadline: drop``) i
 when every query in the view is such a query (``on_deadline: best_effort``), as Kairos would: the
 paper's penalised cost, every matched pair.
 
+Large rounds (above :data:`STRICT_DENSE_MAX_PAIRS_SATURATED` / :data:`STRICT_DENSE_MAX_PAIRS_WIDE`
+pairs) are solved as a min-cost flow over query classes and per-type chains of workers
+(dispatcher/policies/on_time_flow.py), the same optimum as the dense matrix without building it.
+
 Measured (BENCHMARKS.md "kairos-repro", where the ideas tried and dropped are listed too): the
 laxity term raises allowable throughput by 3-7 % on the tight-QoS models (wnd, mtwnd, dien) at
 2.5 $/hr; the mask alone changes little, as the paper's penalty already prices most late pairs out.
@@ -42,7 +46,9 @@ from typing import Sequence
 
 import numpy as np
 
+from dispatcher.policies.class_match import match_classes
 from dispatcher.policies.kairos import KairosPolicy, RoundTerms
+from dispatcher.policies.on_time_flow import match_on_time
 from dispatcher.policies.pair_costs import PairCosts, max_on_time_cost
 from dispatcher.policy import Assignment, QueryView, WorkerView
 
@@ -52,13 +58,36 @@ from dispatcher.policy import Assignment, QueryView, WorkerView
 LAXITY_WEIGHT = 1.0
 
 
+#: rounds with at most this many (query, worker) pairs are solved on the dense matrix, larger ones
+#: as the on-time flow (dispatcher/policies/on_time_flow.py), the same optimum; one threshold for
+#: saturated rounds (at least as many waiting as workers: every worker is matched, Eq. 7) and one
+#: for wide ones (fewer waiting than workers, Eq. 6), where the dense solve's augmenting paths are
+#: short and it stays fast far longer. Each is the largest round at which the dense solve was still
+#: faster at p50 in any run of ``bench/match_bench.py --crossover`` (2n × n and m × 1,000 rounds;
+#: saturated: 45,000, 31,250 and 20,000 in three runs, within 1.2× of each other between 20,000
+#: and 45,000; wide: 200,000 in two; BENCHMARKS.md "match-scale"). In pairs, or in
+#: min(m, n)²·max(m, n), the two shapes cross 4-6× apart, hence two thresholds.
+STRICT_DENSE_MAX_PAIRS_SATURATED = 45_000
+STRICT_DENSE_MAX_PAIRS_WIDE = 200_000
+
+
 class KairosStrictPolicy(KairosPolicy):
+    """Kairos §5.1 with Eq. 5 as a constraint and the least laxity first (the module docstring).
+    Large rounds by the on-time flow (dispatcher/policies/on_time_flow.py), not the class matching:
+    the laxity makes every query's cost row its own, which the class matching's relaxation rarely
+    certifies, while the flow needs only the rows' service times and reach to be shared."""
+
     name = "kairos-strict"
-    #: not yet: the laxity makes each query's row its own, its LP pieces give the on-time pairs to
-    #: the least slack, and the relaxation is rarely tight: at 400 × 200 many cuts (10× slower than
-    #: dense), at 2,000 × 1,000 the cuts run out and the dense solve follows (BENCHMARKS.md
-    #: "match-scale"). Exact where it certifies (tests/test_class_match.py), so only the speed is missing.
-    class_matching = False
+
+    def _dense_is_faster(self, m: int, n: int) -> bool:
+        """Whether an m × n round goes to the dense solve (the measured thresholds above)."""
+        return m * n <= (STRICT_DENSE_MAX_PAIRS_SATURATED if m >= n else STRICT_DENSE_MAX_PAIRS_WIDE)
+
+    def _large_round(self, pc: PairCosts, on_time_only: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """The on-time pairs by the min-cost flow (late pairs are never dispatched, so they are not
+        listed); the best-effort round (every query hopeless: the paper's cost, every pair) by
+        the class matching, as ``kairos``."""
+        return match_on_time(pc) if on_time_only else match_classes(pc)
 
     def _restrict(self, t: RoundTerms) -> tuple[np.ndarray, np.ndarray | None]:
         """The paper's cost plus each query's laxity, with the pairs that miss Eq. 5 (with ξ) masked

@@ -47,10 +47,19 @@ def solve_transport(cost: np.ndarray, count: np.ndarray, cap: np.ndarray, fill_w
     col_hi = np.full(R * G, np.inf)
     if piece_cost is not None and on is not None and piece_class is not None:
         A, c, col_hi, row_lo, row_hi = _with_pieces(A, c, col_hi, row_lo, row_hi, on, piece_cost, piece_class)
+    x = solve_integral(A, c, col_hi, row_lo, row_hi)
+    return None if x is None else x[: R * G].reshape(R, G)
+
+
+def solve_integral(A: sparse.csc_matrix, c: np.ndarray, col_hi: np.ndarray, row_lo: np.ndarray,
+                   row_hi: np.ndarray) -> np.ndarray | None:
+    """``min c·x`` subject to ``row_lo <= A·x <= row_hi`` and ``0 <= x <= col_hi`` (``inf``: no upper
+    bound) by HiGHS's simplex, for an ``A`` that is totally unimodular (a network matrix, up to the
+    sign of its rows) with integral bounds: the basic optimum as integers, or None where the solver
+    proved no optimum or the solution is not integral (the caller then solves the dense problem)."""
     x = _highspy(A, c, col_hi, row_lo, row_hi) if highspy is not None else _linprog(A, c, col_hi, row_lo, row_hi)
     if x is None:
         return None
-    x = x[: R * G].reshape(R, G)
     xi = np.rint(x)
     if np.abs(x - xi).max(initial=0.0) > INTEGRAL_TOL or (xi < 0).any():
         return None
