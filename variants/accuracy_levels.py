@@ -24,6 +24,14 @@ takes the split of the incumbent, which models are served in full and which are 
 get their cover row, the short ones together one row, their capacity at least the rest of the
 served demand. That split is a restriction (another split could be more accurate), which the
 caller must lift to claim optimality.
+
+**No spare workers.** A worker whose group takes none of its model's demand, or one more than its
+group needs to take what it takes, can host nothing instead at the same served demand and
+accuracy, so some optimum has none: there, every group but the last in fill order is used in full
+and the last has fewer than one worker's capacity over what it takes, so a model's capacity is at
+most its demand plus its largest worker capacity. :func:`add_no_spare` adds that row for step 2
+(not step 3, where a worker left idle may keep what it hosts); a start must be trimmed to it
+first (:func:`variants.accuracy_search.trimmed`).
 """
 from __future__ import annotations
 
@@ -128,6 +136,14 @@ def add_covers(lm: LevelModel, options: Sequence[Option], demand: Mapping[str, f
     return bool(short)
 
 
+def add_no_spare(lm: LevelModel, options: Sequence[Option], demand: Mapping[str, float]) -> None:
+    """Per model with demand: its capacity <= its demand + its largest worker capacity (module
+    docstring, "No spare workers")."""
+    for model in sorted({o.model for o in options if demand.get(o.model, 0.0) > 0}):
+        row = {lm.n[i]: capped(o, demand) for i, o in enumerate(options) if o.model == model}
+        lm.milp.row(row, -INF, demand[model] + max(row.values()))
+
+
 def add_keeps(lm: LevelModel, options: Sequence[Option], type_counts: Mapping[str, int],
               current_counts: Mapping[tuple[str, str | None], int]) -> dict[int, float]:
     """Step 3's columns (as :func:`variants.accuracy_milp.lexicographic_counts`): keep_{t,v} <=
@@ -168,5 +184,5 @@ def keeps_start(lm: LevelModel, options: Sequence[Option], type_counts: Mapping[
     return out
 
 
-__all__ = ["LevelModel", "add_covers", "add_keeps", "add_served_floor", "build", "capped", "counts_of", "keeps_start",
+__all__ = ["LevelModel", "add_covers", "add_keeps", "add_no_spare", "add_served_floor", "build", "capped", "counts_of", "keeps_start",
            "served_only", "start", "value"]

@@ -22,6 +22,7 @@ the best ``PAIR_CANDIDATES`` of each kind, checked exactly before it is taken).
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Mapping, Protocol, Sequence
 
@@ -64,6 +65,9 @@ class _Placement:
         for ids in self.by_model.values():   # fill order: the most accurate first
             ids.sort(key=lambda i: (-options[i].accuracy, -options[i].qps, i))
         self.value = {m: self._fill(m, {}) for m in self.by_model}
+
+    def served(self) -> float:
+        return sum(v[0] for v in self.value.values())
 
     def idle(self, t: str) -> int:
         return self.type_counts[t] - sum(self.n[i] for i in self.by_type[t])
@@ -153,28 +157,52 @@ def improve(options: Sequence[Option], type_counts: Mapping[str, int], demand: M
             max_rounds: int = MAX_ROUNDS) -> dict[tuple[str, str], int]:
     """``counts`` ((type, variant) -> workers, within ``type_counts``) improved by moves of one or
     two workers (module docstring) until none improves, ``max_rounds`` moves were taken, or
-    ``deadline`` (perf_counter) passed. Each move serves more, or serves as much (within ``tol``)
-    and raises the accuracy-weighted throughput by more than ``tol``."""
+    ``deadline`` (perf_counter) passed. Each move serves more, or raises the accuracy-weighted
+    throughput by more than ``tol`` while the served demand stays within ``tol`` of the most it
+    reached (so many moves never add up to serving less)."""
     p = _Placement(options, type_counts, demand, counts)
+    floor = p.served() - tol                         # what a move that keeps the served demand keeps
     for _ in range(max_rounds):
         if time.perf_counter() >= deadline:
             break
         scored: list[tuple[Move, float, float]] = []
         best: tuple[Move, tuple[float, float], dict[str, tuple[float, float]]] | None = None
+        slack = p.served() - floor
         for move in p.single_moves():
             ds, da, new = p.delta(move)
             scored.append((move, ds, da))
-            gain = (ds, da) if ds > tol else (0.0, da) if ds >= -tol and da > tol else None
+            gain = (ds, da) if ds > tol else (0.0, da) if ds >= -slack and da > tol else None
             if gain is not None and (best is None or gain > best[1]):
                 best = (move, gain, new)
-        if best is not None:
-            p.apply(best[0], best[2])
-            continue
-        pair = _best_pair(p, scored, tol)
-        if pair is None:
-            break
-        p.apply(*pair)
+        if best is None:
+            pair = _best_pair(p, scored, min(tol, slack))
+            if pair is None:
+                break
+            best = (pair[0], (0.0, 0.0), pair[1])
+        p.apply(best[0], best[2])
+        floor = max(floor, p.served() - tol)
     return {(o.itype, o.variant): p.n[i] for i, o in enumerate(options) if p.n[i] > 0}
+
+
+def trimmed(options: Sequence[Option], demand: Mapping[str, float],
+            counts: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """``counts`` without spare workers: per model, in fill order, each group keeps the fewest
+    workers that take what it takes (none where it takes nothing); same served demand and
+    accuracy-weighted throughput (:mod:`variants.accuracy_levels`, "No spare workers")."""
+    p = _Placement(options, {o.itype: 0 for o in options}, demand, counts)
+    out: dict[tuple[str, str], int] = {}
+    for model, ids in p.by_model.items():
+        left = p.demand.get(model, 0.0)
+        for i in ids:
+            if p.n[i] <= 0 or left <= 0.0 or p.cap[i] <= 0.0:
+                continue
+            need = min(p.n[i], math.ceil(left / p.cap[i] - 1e-12))
+            take = min(left, p.cap[i] * p.n[i])
+            while need < p.n[i] and p.cap[i] * need < take:     # ceil's rounding never drops demand
+                need += 1
+            out[(options[i].itype, options[i].variant)] = need
+            left -= take
+    return out
 
 
 def placement_value(options: Sequence[Option], demand: Mapping[str, float],
@@ -186,4 +214,4 @@ def placement_value(options: Sequence[Option], demand: Mapping[str, float],
             {m: v[0] for m, v in p.value.items()})
 
 
-__all__ = ["MAX_ROUNDS", "PAIR_CANDIDATES", "improve", "placement_value"]
+__all__ = ["MAX_ROUNDS", "PAIR_CANDIDATES", "improve", "placement_value", "trimmed"]

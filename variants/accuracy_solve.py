@@ -11,8 +11,8 @@ faster. Pure: options, worker counts and demand in, worker counts per (type, var
    step 2 may still serve more, and step 2 holds whichever serves more.
 2. **Most accurate** with that served demand held: an incumbent first, the better of step 1's
    placement and the current one, improved by :func:`variants.accuracy_search.improve` (a few
-   tens of ms); then the MILP in level form with cover rows (:mod:`variants.accuracy_levels`)
-   from that incumbent on HiGHS, with its heuristics at :data:`HIGHS_OPTIONS`. The better of the
+   tens of ms); then the MILP in level form with cover rows and no spare workers
+   (:mod:`variants.accuracy_levels`) from that incumbent on HiGHS, with its heuristics at :data:`HIGHS_OPTIONS`. The better of the
    two is kept, so the search is a floor. When the cover rows restrict the problem (step 1 cannot
    serve every model) and that solve is proven optimal, the unrestricted level model is solved
    from its answer, and only that proof counts as optimal.
@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 from variants import accuracy_levels as lv
 from variants import accuracy_milp
 from variants.accuracy_milp import REL_TOL, Option, solve
-from variants.accuracy_search import improve, placement_value
+from variants.accuracy_search import improve, placement_value, trimmed
 
 #: Share of the budget step 1 may use: proven within tens of ms up to 4x the demand the pool serves
 #: at full accuracy; at 8x-16x it takes 0.5-2.5 s to prove (bench/accuracy_bench.py), and then
@@ -110,8 +110,8 @@ def plan_counts(options: Sequence[Option], type_counts: Mapping[str, int], deman
     served_now, accw_now, _ = placement_value(options, demand, now)
     if served_now >= most - tol and accw_now > placement_value(options, demand, incumbent)[1]:
         incumbent = now
-    incumbent = improve(options, type_counts, demand, incumbent, tol,
-                        time.perf_counter() + max(0.0, _left(deadline)) * SEARCH_SHARE)
+    incumbent = trimmed(options, demand, improve(options, type_counts, demand, incumbent, tol,
+                                                 time.perf_counter() + max(0.0, _left(deadline)) * SEARCH_SHARE))
     served_inc, best_accw, by_model = placement_value(options, demand, incumbent)
     most = max(most, served_inc)                           # the search serves more where step 1 stopped early
     best = incumbent
@@ -121,6 +121,7 @@ def plan_counts(options: Sequence[Option], type_counts: Mapping[str, int], deman
     m2 = lv.build(options, type_counts, demand)
     lv.add_served_floor(m2, most, tol)
     restricted = lv.add_covers(m2, options, demand, most, by_model, tol)
+    lv.add_no_spare(m2, options, demand)
     second = solve(m2.milp, m2.accuracy_weighted, lv.start(m2, options, demand, incumbent), deadline, tol / 10,
                    solver, ACCURACY_SHARE, HIGHS_OPTIONS)
     proven2 = False
@@ -134,6 +135,8 @@ def plan_counts(options: Sequence[Option], type_counts: Mapping[str, int], deman
     if restricted and second.proven and _left(deadline) >= MIN_LEFT_S:
         m2 = lv.build(options, type_counts, demand)       # lift the split: is it optimal without?
         lv.add_served_floor(m2, most, tol)
+        lv.add_no_spare(m2, options, demand)
+        best = trimmed(options, demand, best)
         again = solve(m2.milp, m2.accuracy_weighted, lv.start(m2, options, demand, best), deadline, tol / 10,
                       solver, ACCURACY_SHARE, HIGHS_OPTIONS)
         if again.values is not None:
