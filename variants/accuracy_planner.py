@@ -82,7 +82,7 @@ FEASIBLE_TOL = 1e-6
 DEFAULT_TIME_LIMIT_S = 1.0
 #: Share of the budget the solves may use; the rest covers a solver's overrun of its own limit
 #: and building the plan, so a call ends within its budget.
-SOLVE_SHARE = 0.9
+SOLVE_SHARE = 0.85
 
 
 @dataclass(frozen=True)
