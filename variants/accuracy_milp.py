@@ -1,7 +1,10 @@
-"""The accuracy planner's MILP (Proteus §4, linearised; see :mod:`variants.accuracy_planner`) and
-its three lexicographic solves: the most demand served, then the highest accuracy-weighted
+"""The accuracy planner's MILP as first linearised (Proteus §4; see :mod:`variants.accuracy_planner`)
+and its three lexicographic solves: the most demand served, then the highest accuracy-weighted
 throughput, then the fewest swaps. Pure: options, worker counts and demand in, worker counts per
-(type, variant) out.
+(type, variant) out. Since issue #29 the planner solves the same problem within 1 s through
+:mod:`variants.accuracy_solve` (the level form of :mod:`variants.accuracy_levels`); this one is
+the reference the tests and the bench hold it to (``plan_accuracy(reference=True)``), and its
+solver plumbing (:class:`Milp`, :func:`solve`) serves both and the pipeline planner.
 
 The model is written once as plain columns and rows and handed to one of two solvers:
 

@@ -11,11 +11,13 @@ faster. Pure: options, worker counts and demand in, worker counts per (type, var
    step 2 may still serve more, and step 2 holds whichever serves more.
 2. **Most accurate** with that served demand held: an incumbent first, the better of step 1's
    placement and the current one, improved by :func:`variants.accuracy_search.improve` (a few
-   tens of ms); then the MILP in level form with cover rows and no spare workers
-   (:mod:`variants.accuracy_levels`) from that incumbent on HiGHS, with its heuristics at :data:`HIGHS_OPTIONS`. The better of the
-   two is kept, so the search is a floor. When the cover rows restrict the problem (step 1 cannot
-   serve every model) and that solve is proven optimal, the unrestricted level model is solved
-   from its answer, and only that proof counts as optimal.
+   tens of ms); then, on the MILP in level form with cover rows and no spare workers
+   (:mod:`variants.accuracy_levels`), RINS from it (:func:`_rins`: the counts where the LP
+   relaxation agrees with it fixed, the rest solved), then the whole MILP from the best found, on
+   HiGHS with its heuristics at :data:`HIGHS_OPTIONS`. Each only replaces a better placement.
+   When the cover rows restrict the problem (step 1 cannot serve every model) and that solve is
+   proven optimal, the unrestricted level model is solved from its answer, and only that proof
+   counts as optimal.
 3. **Fewest swaps** with that accuracy held, as the reference's step 3, on the level model.
 
 Each step gets a share of what is left of the budget; a step past the deadline keeps the previous
@@ -29,7 +31,7 @@ from typing import Mapping, Sequence
 
 from variants import accuracy_levels as lv
 from variants import accuracy_milp
-from variants.accuracy_milp import REL_TOL, Option, solve
+from variants.accuracy_milp import REL_TOL, Milp, Option, solve
 from variants.accuracy_search import improve, placement_value, trimmed
 
 #: Share of the budget step 1 may use: proven within tens of ms up to 4x the demand the pool serves
@@ -46,6 +48,9 @@ ACCURACY_SHARE = 0.8
 #: (bench/accuracy_bench.py: at a 0.5 s budget the worst of 15 cases rose from 0.94 to 0.999 of
 #: the reference's 10 s answer with both).
 HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_effort": 0.3, "mip_heuristic_run_feasibility_jump": False}
+#: RINS rounds before step 2's MILP (:func:`_rins`), each within this share of step 2's time left.
+RINS_ROUNDS = 4
+RINS_SHARE = 0.4
 #: A step starts only with at least this much of the budget left (s); step 1 always runs.
 MIN_LEFT_S = 0.02
 
@@ -73,6 +78,49 @@ def _gap(answer: accuracy_milp._Answer, accw: float) -> float:
     if math.isnan(answer.bound):
         return answer.gap
     return max(0.0, answer.bound - accw) / answer.bound if answer.bound > 0 else math.inf
+
+
+def _gap_to(bound: float, accw: float) -> float:
+    return max(0.0, bound - accw) / bound if bound > 0 and math.isfinite(bound) else math.inf
+
+
+def _rins(m2: lv.LevelModel, options: Sequence[Option], demand: Mapping[str, float],
+          incumbent: dict[tuple[str, str], int], accw: float, most: float, tol: float, end: float,
+          solver: str) -> tuple[dict[tuple[str, str], int], float, float]:
+    """RINS (relaxation induced neighbourhood search; Danna, Rothberg, Le Pape 2005): fix every
+    worker count where the LP relaxation is integral and agrees with the incumbent, solve the rest
+    (small: a few dozen counts of 300 free); again from what it finds, up to :data:`RINS_ROUNDS`
+    times or until it finds nothing better. (incumbent, its accuracy-weighted throughput, the LP
+    bound). HiGHS runs its own RINS only after its root cuts, which at 40 workers x 50 variants x
+    9 models took ~0.5 s (bench/accuracy_bench.py)."""
+    lp = Milp(list(m2.milp.lower), list(m2.milp.upper), [False] * len(m2.milp.integer), m2.milp.rows)
+    rel = solve(lp, m2.accuracy_weighted, None, end, 0.0, solver, RINS_SHARE)
+    if rel.values is None:
+        return incumbent, accw, math.inf
+    bound = lv.value(m2.accuracy_weighted, rel.values)
+    for _ in range(RINS_ROUNDS):
+        if end - time.perf_counter() < MIN_LEFT_S:
+            break
+        sub = Milp(list(m2.milp.lower), list(m2.milp.upper), list(m2.milp.integer), m2.milp.rows)
+        free = 0
+        for i, o in enumerate(options):
+            j, c = m2.n[i], incumbent.get((o.itype, o.variant), 0)
+            if abs(rel.values[j] - c) < 1e-6:
+                sub.lower[j] = sub.upper[j] = float(c)
+            else:
+                free += 1
+        if not free:
+            break
+        ans = solve(sub, m2.accuracy_weighted, lv.start(m2, options, demand, incumbent), end, tol / 10, solver,
+                    RINS_SHARE, HIGHS_OPTIONS)
+        if ans.values is None:
+            break
+        found = lv.counts_of(m2, options, ans.values)
+        served, value, _ = placement_value(options, demand, found)
+        if served < most - tol or value <= accw + tol:
+            break
+        incumbent, accw = found, value
+    return incumbent, accw, bound
 
 
 def keeps(counts: Mapping[tuple[str, str], int], type_counts: Mapping[str, int],
@@ -122,8 +170,10 @@ def plan_counts(options: Sequence[Option], type_counts: Mapping[str, int], deman
     lv.add_served_floor(m2, most, tol)
     restricted = lv.add_covers(m2, options, demand, most, by_model, tol)
     lv.add_no_spare(m2, options, demand)
-    second = solve(m2.milp, m2.accuracy_weighted, lv.start(m2, options, demand, incumbent), deadline, tol / 10,
-                   solver, ACCURACY_SHARE, HIGHS_OPTIONS)
+    step_end = time.perf_counter() + max(0.0, _left(deadline)) * ACCURACY_SHARE
+    best, best_accw, lp_bound = _rins(m2, options, demand, best, best_accw, most, tol, step_end, solver)
+    second = solve(m2.milp, m2.accuracy_weighted, lv.start(m2, options, demand, best), step_end, tol / 10,
+                   solver, 1.0, HIGHS_OPTIONS)
     proven2 = False
     if second.values is not None:
         found = lv.counts_of(m2, options, second.values)
@@ -131,7 +181,7 @@ def plan_counts(options: Sequence[Option], type_counts: Mapping[str, int], deman
         if served >= most - tol and accw >= best_accw - tol:
             best, best_accw = found, max(accw, best_accw)
         proven2 = second.proven and not restricted
-        gap = math.inf if restricted else _gap(second, best_accw)
+        gap = math.inf if restricted else min(_gap(second, best_accw), _gap_to(lp_bound, best_accw))
     if restricted and second.proven and _left(deadline) >= MIN_LEFT_S:
         m2 = lv.build(options, type_counts, demand)       # lift the split: is it optimal without?
         lv.add_served_floor(m2, most, tol)
