@@ -35,9 +35,10 @@ from variants.accuracy_milp import REL_TOL, Milp, Option, solve
 from variants.accuracy_search import improve, placement_value, trimmed
 
 #: Share of the budget step 1 may use: proven within tens of ms up to 4x the demand the pool serves
-#: at full accuracy; at 8x-16x it takes 0.5-2.5 s to prove (bench/accuracy_bench.py), and then
-#: steps 2-3 get the rest with the best placement found so far.
-SERVED_SHARE = 0.5
+#: at full accuracy; beyond what the pool serves at all (8x-16x) it took 0.5-2.5 s to prove
+#: (bench/accuracy_bench.py). The served demand comes first, so it gets most of the budget there;
+#: steps 2-3 get the rest, from the best placement step 1 found.
+SERVED_SHARE = 0.7
 #: Share of the time left after step 1 that the local search may use (it stops earlier when no
 #: move helps, usually after a few tens of ms at 40 workers x 50 variants x 9 models).
 SEARCH_SHARE = 0.15
