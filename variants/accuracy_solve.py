@@ -44,10 +44,10 @@ SERVED_SHARE = 0.7
 SEARCH_SHARE = 0.15
 #: Share of the time left that step 2's MILP may use; step 3 (fewest swaps) gets the rest.
 ACCURACY_SHARE = 0.8
-#: HiGHS options of step 2: its heuristics at 0.3 of the effort (default 0.05), and without the
-#: feasibility jump heuristic, which costs some 5 ms per solve and never found a placement here
-#: (bench/accuracy_bench.py: at a 0.5 s budget the worst of 15 cases rose from 0.94 to 0.999 of
-#: the reference's 10 s answer with both).
+#: HiGHS options of steps 1-2: its heuristics at 0.3 of the effort (default 0.05), and without the
+#: feasibility jump heuristic, which cost some 5 ms per solve here and found no placement the start
+#: did not (trials at 40 workers x 50 variants x 9 models; their results moved with the machine's
+#: load more than with these options).
 HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_effort": 0.3, "mip_heuristic_run_feasibility_jump": False}
 #: RINS rounds before step 2's MILP (:func:`_rins`), each within this share of step 2's time left.
 RINS_ROUNDS = 4
