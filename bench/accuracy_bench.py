@@ -147,7 +147,7 @@ def main() -> None:
         "full accuracy (rough); served: the share of it the reference serves. Accuracy-weighted throughput (q/s x "
         "accuracy) of: the **reference** (the MILP as first written, main's planner before issue #29, "
         f"{accuracy_milp.SOLVER}) at 1 s and at 10 s, in the same run; **now**: `plan_accuracy` at its default budget, "
-        f"{DEFAULT_TIME_LIMIT_S:g} s (step 1 on the fastest variants, a local search, the MILP in level form with cover "
+        f"{DEFAULT_TIME_LIMIT_S:g} s (step 1 on the fastest variants, a local search, RINS and the MILP in level form with cover "
         "rows). now/10 s: the ratio to the reference at 10 s (goal >= 0.995); LP: now over the level form's LP bound "
         "(an upper bound on any placement). From a placement: demand 10 % lower, from each one's first placement; "
         "swaps now / reference.",
