@@ -1,7 +1,10 @@
-"""The accuracy planner's MILP (Proteus §4, linearised; see :mod:`variants.accuracy_planner`) and
-its three lexicographic solves: the most demand served, then the highest accuracy-weighted
+"""The accuracy planner's MILP as first linearised (Proteus §4; see :mod:`variants.accuracy_planner`)
+and its three lexicographic solves: the most demand served, then the highest accuracy-weighted
 throughput, then the fewest swaps. Pure: options, worker counts and demand in, worker counts per
-(type, variant) out.
+(type, variant) out. Since issue #29 the planner solves the same problem within 1 s through
+:mod:`variants.accuracy_solve` (the level form of :mod:`variants.accuracy_levels`); this one is
+the reference the tests and the bench hold it to (``plan_accuracy(reference=True)``), and its
+solver plumbing (:class:`Milp`, :func:`solve`) serves both and the pipeline planner.
 
 The model is written once as plain columns and rows and handed to one of two solvers:
 
@@ -87,10 +90,11 @@ class _Answer:
     values: list[float] | None     # None: no solution found
     proven: bool                   # proven optimal
     gap: float                     # relative distance from the solver's bound (0 when proven)
+    bound: float = float("nan")    # the solver's bound on the objective (nan: none reported)
 
 
 def _solve_highs(m: _Model, cost: Mapping[int, float], start: Sequence[float] | None, limit_s: float,
-                 abs_gap: float) -> _Answer:
+                 abs_gap: float, options: Mapping[str, object] | None = None) -> _Answer:
     # The core class, not highspy.Highs: the wrapper's constructor enables callbacks and so logs
     # HiGHS's banner to the process's stdout before any option can be set (ERGO-Code/HiGHS#1702),
     # which would corrupt `costscale accuracy plan --json`.
@@ -101,6 +105,8 @@ def _solve_highs(m: _Model, cost: Mapping[int, float], start: Sequence[float] | 
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("mip_abs_gap", float(abs_gap))
     h.setOptionValue("mip_feasibility_tolerance", INTEGER_TOL)
+    for name, value in (options or {}).items():
+        h.setOptionValue(name, value)
     inf = highspy.kHighsInf
     ncol = len(m.lower)
     h.addVars(ncol, m.lower, [u if u != float("inf") else inf for u in m.upper])
@@ -125,11 +131,12 @@ def _solve_highs(m: _Model, cost: Mapping[int, float], start: Sequence[float] | 
     if info.primal_solution_status != 2:          # kSolutionStatusFeasible
         return _Answer(None, False, float("inf"))
     proven = status == highspy.HighsModelStatus.kOptimal
-    return _Answer(list(h.getSolution().col_value), proven, 0.0 if proven else float(info.mip_gap))
+    return _Answer(list(h.getSolution().col_value), proven, 0.0 if proven else float(info.mip_gap),
+                   float(info.mip_dual_bound))
 
 
 def _solve_cbc(m: _Model, cost: Mapping[int, float], start: Sequence[float] | None, limit_s: float,
-               abs_gap: float) -> _Answer:
+               abs_gap: float, options: Mapping[str, object] | None = None) -> _Answer:
     prob = pulp.LpProblem("proteus_accuracy", pulp.LpMaximize)
     x = [prob.add_variable(f"x{i}", lowBound=lo, upBound=(None if hi == float("inf") else hi),
                            cat="Integer" if integer else "Continuous")
@@ -159,10 +166,12 @@ def _solve_cbc(m: _Model, cost: Mapping[int, float], start: Sequence[float] | No
 
 
 def _solve(m: _Model, cost: Mapping[int, float], start: Sequence[float] | None, deadline: float,
-           abs_gap: float, solver: str, share: float = 1.0) -> _Answer:
+           abs_gap: float, solver: str, share: float = 1.0,
+           highs_options: Mapping[str, object] | None = None) -> _Answer:
+    """``highs_options``: HiGHS options beyond ours (CBC ignores them), e.g. its heuristics' effort."""
     limit = max(MIN_STEP_S, (deadline - time.perf_counter()) * share)
     if solver == "highs":
-        return _solve_highs(m, cost, start, limit, abs_gap)
+        return _solve_highs(m, cost, start, limit, abs_gap, highs_options)
     return _solve_cbc(m, cost, start, limit, abs_gap)
 
 

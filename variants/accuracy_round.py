@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from variants.accuracy_allocation import BETA, Allocation, allocate
-from variants.accuracy_planner import AccuracyPlan, VariantProfile
+from variants.accuracy_planner import DEFAULT_TIME_LIMIT_S, AccuracyPlan, VariantProfile
 from variants.accuracy_trigger import TriggerParams, TriggerState, initial_state, replan
 
 
@@ -39,7 +39,7 @@ from variants.accuracy_trigger import TriggerParams, TriggerState, initial_state
 class AccuracyRoundParams:
     trigger: TriggerParams = TriggerParams()
     beta: float = BETA
-    time_limit_s: float = 2.0          # the solves' budget: the round runs on the model loop's tick
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S   # the planner's budget (1 s): the round runs on the model loop's tick
     min_accuracy: tuple[tuple[str, float], ...] = ()   # (application, floor)
     mode: str = "plan"                 # "slackfit": no plan, every variant resident (daemon.accuracy_loop)
 
