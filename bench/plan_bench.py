@@ -13,7 +13,7 @@ The ``fleet-scale`` section (issue #29) times ``choose_pool`` ranking every pool
 against the exact pool search (``scaler.pool_search``) in the same run, and checks they give the
 same Plan: (a) 5 types (the 4 Kairos types and r5.large) at a budget of about 4.5 M pools; (b) all
 12 catalog types at 20 $/hr (1.66e13 pools: the ranking refuses), the search alone. The 8 catalog
-types without a Kairos profile are scaled copies of a measured one (``FLEET_SCALED``).
+types without a Kairos profile are planned on their estimates (`config/type_estimates.csv`, ``FLEET_SCALED``).
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ import scaler.plan as plan_mod  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
 from config.profiles import LatencyProfile, load_profiles_csv  # noqa: E402
+from config.type_estimates import type_rules  # noqa: E402
 from scaler.upper_bound import upper_bound_one  # noqa: E402
 
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
@@ -79,12 +80,9 @@ def baseline(inputs: PlanInputs, pools: list[tuple[int, ...]]) -> float:
     return time.perf_counter() - t0
 
 
-#: the catalog types without a Kairos profile: a measured type's latencies times a factor (ours;
-#: roughly the price ratio, so that none is far better per dollar than the measured ones)
-FLEET_SCALED = {"g4dn.2xlarge": ("g4dn.xlarge", 0.95), "g5.xlarge": ("g4dn.xlarge", 0.55),
-                "inf1.xlarge": ("g4dn.xlarge", 2.4), "inf2.xlarge": ("g4dn.xlarge", 0.75),
-                "c5.2xlarge": ("c5n.2xlarge", 1.05), "c6i.2xlarge": ("c5n.2xlarge", 0.92),
-                "m5.xlarge": ("t3.xlarge", 1.0), "r5.large": ("r5n.large", 1.03)}
+#: the catalog types without a Kairos profile: their sibling's measured latencies times the type
+#: table's factor (config/type_estimates.csv, the estimates `costscale plan --estimates` plans with)
+FLEET_SCALED = {t: (r.sibling, r.latency_factor) for t, r in type_rules().items()}
 FIVE = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge", "r5.large")
 
 
@@ -134,7 +132,7 @@ def fleet_scale(runs: int, budget5: float, demand_frac: float) -> str:
         f"{demand_frac:g} x the top bound / 1.1 (so need = {demand_frac:g} x the top bound). \"same\": the "
         "search's Plan equals the ranking's (pick, rule, cost, bound, pools_ranked, the top 10 with "
         "costs and bounds).",
-        f"Types without a Kairos profile are scaled copies of a measured type: {syn}.",
+        f"Types without a Kairos profile are planned on their estimates (config/type_estimates.csv, as `costscale plan --estimates` does): {syn}.",
         "",
         f"(a) 5 types ({', '.join(FIVE)}) at {budget5:g} $/hr: enumeration and search in the same run.",
         "",
