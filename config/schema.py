@@ -276,6 +276,18 @@ class LeaseSpec(_Strict):
     table: str = Field("costscale-leases", description="DynamoDB table of the leases (created when missing)")
     ttl_s: Annotated[float, Field(ge=3, le=3600)] = Field(
         60.0, description="lease length; the holder renews every ttl_s/3, a crashed holder's lease is free after it")
+    replicas: bool = Field(
+        False, description="a daemon that finds the lease held starts as a standby replica (serves queries, "
+                           "heartbeats, publishes its demand, retries the lease every ttl_s/3) instead of exiting 1")
+    replica_id: str = Field(
+        "", description="this replica's id in the lease table (replicas: true; default HOST:PORT of its listener)")
+
+    @field_validator("replica_id")
+    @classmethod
+    def _replica_id(cls, v: str) -> str:
+        if v and (len(v) > 200 or not re.match(r"^[A-Za-z0-9_.:@-]+$", v)):
+            raise ValueError("must be 1-200 letters, digits, '_', '.', ':', '@' or '-'")
+        return v
 
     @field_validator("table")
     @classmethod
