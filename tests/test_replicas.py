@@ -1,0 +1,181 @@
+"""Replicas of one cluster in the daemon (issue #27 deliverable 1, ``daemon.replica``): with
+``lease.replicas`` a daemon that finds the lease held starts as a standby (it serves, beats and
+publishes its demand; it never acts on the fleet), the holder plans for every live replica's demand,
+and a standby takes the lease when the holder is gone, adopting its instances; plan ids lead with the
+lease generation. In process, two ``Daemon`` objects against moto in server mode."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from config.errors import ConfigError
+from config.schema import parse_config_text
+from scaler.fleet_step import plan_id_for
+from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
+
+CONFIG = """\
+cluster: ha
+budget_per_hour: 1.0
+models:
+  - name: rm2
+    qos_ms: 350
+instance_types:
+  - type: r5n.large
+launch:
+  ami_id: {ami}
+dispatcher:
+  listen: 127.0.0.1:0
+intervals:
+  fleet_s: 3600
+  reconcile_s: 3600
+state_path: {state}
+pinned_pool:
+  r5n.large: 1
+model_scaling:
+  generate_variants: false
+lease:
+  ttl_s: {ttl}
+  replicas: {replicas}
+aws:
+  endpoint_url: {endpoint}
+"""
+
+
+def _config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60, replicas: bool = True):  # type: ignore[no-untyped-def]
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
+    ami = ec2.describe_images()["Images"][0]["ImageId"]
+    text = CONFIG.format(ami=ami, state=tmp_path / name / "state.db", ttl=ttl, endpoint=endpoint,
+                         replicas=str(replicas).lower())
+    (tmp_path / name).mkdir(exist_ok=True)
+    return parse_config_text(text)
+
+
+def _live(endpoint: str) -> list[str]:
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
+    res = ec2.describe_instances(Filters=[{"Name": "tag:costscale:cluster", "Values": ["ha"]},
+                                          {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return sorted(i["InstanceId"] for r in res["Reservations"] for i in r["Instances"])
+
+
+# -- pure ----------------------------------------------------------------------------------------
+
+def test_plan_ids_lead_with_the_lease_generation_and_are_unchanged_without_one() -> None:
+    digest = hashlib.sha256(repr([("r5n.large", 2)]).encode()).hexdigest()[:10]
+    assert plan_id_for({"r5n.large": 2}, 3) == f"g3-{digest}"                  # replicas off: as before
+    assert plan_id_for({"r5n.large": 2}, 3, None) == f"g3-{digest}"
+    assert plan_id_for({"r5n.large": 2}, 1, 2) == f"L2g1-{digest}"
+    # a new holder counting its generations from 0 again never re-derives the old holder's ids
+    assert plan_id_for({"r5n.large": 2}, 1, 2) != plan_id_for({"r5n.large": 2}, 1, 1)
+    assert plan_id_for({"r5n.large": 2}, 1, 1) != plan_id_for({"r5n.large": 2}, 11, None)
+
+
+def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
+    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true")
+    with pytest.raises(ConfigError) as err:
+        parse_config_text(text.replace("  replicas: true\n", "  replicas: true\n  replica_id: a b\n"), "c.yaml")
+    assert err.value.exit_code == 2
+    assert err.value.lines == ["c.yaml: line 23: lease.replica_id: must be 1-200 letters, digits, '_', '.', ':', '@' "
+                               "or '-'"]
+    cfg = parse_config_text(text)
+    assert (cfg.lease.replicas, cfg.lease.replica_id) == (True, "")
+
+
+# -- two daemons on moto -------------------------------------------------------------------------
+
+async def _until(cond: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+def test_a_standby_serves_beats_and_never_acts_then_takes_over_and_adopts(moto_endpoint: str,
+                                                                          tmp_path: Path) -> None:
+    from daemon.app import Daemon
+
+    a_cfg = _config(tmp_path, moto_endpoint, "host-a")
+    b_cfg = _config(tmp_path, moto_endpoint, "host-b")
+
+    async def scenario() -> dict[str, Any]:
+        a = Daemon(a_cfg, None, listen="127.0.0.1:0")
+        await a.start()
+        b = Daemon(b_cfg, None, listen="127.0.0.1:0")
+        out: dict[str, Any] = {}
+        try:
+            await a.fleet_tick("test")
+            await b.start()                                  # no LeaseHeld: a standby
+            assert a.replica is not None and b.replica is not None
+            out["roles"] = (a.leading(), b.leading())
+            out["first"] = _live(moto_endpoint)
+            await b.fleet_tick("test")                       # a standby's ticks do nothing
+            await b.reconcile_tick()
+            out["b_plans"] = b.status.plans_applied
+            out["after_standby_tick"] = _live(moto_endpoint)
+            await a.replica.beat()                           # the holder reads both replicas' demand
+            assert a.replica.merged is not None
+            out["merged_from"] = sorted(a.replica.merged.replicas)
+            out["ids"] = sorted([a.replica.me.replica, b.replica.me.replica])
+            await b.replica.try_lead()                       # the holder is live: refused, still standby
+            out["still_standby"] = not b.leading()
+            await a.stop(grace=0.0)                          # a clean stop gives the lease back
+            await b.replica.try_lead()                       # the next retry takes it, reconciles, ticks
+            out["b_leads"] = b.leading()
+            out["generation"] = b.replica.lease_generation()
+            out["b_plans_after"] = b.status.plans_applied
+            out["after_takeover"] = _live(moto_endpoint)
+            # the new holder acts: an instance lost behind its back is replaced under plan ids of lease 2
+            ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
+            ec2.terminate_instances(InstanceIds=out["first"])
+            await b.reconcile_tick()
+            await b.fleet_tick("test")
+            out["replaced"] = _live(moto_endpoint)
+            assert b.store is not None
+            out["launch_plans"] = sorted({i.plan_id for i in b.store.intents() if i.kind == "launch"})
+        finally:
+            await b.stop(grace=0.0)
+            if not a._stop.is_set():
+                await a.stop(grace=0.0)
+        return out
+
+    out = asyncio.run(scenario())
+    assert out["roles"] == (True, False)
+    assert len(out["first"]) == 1
+    assert out["b_plans"] == 0 and out["after_standby_tick"] == out["first"]
+    assert out["merged_from"] == out["ids"]
+    assert out["still_standby"]
+    assert out["b_leads"] and out["generation"] == 2
+    assert out["b_plans_after"] == 1
+    assert out["after_takeover"] == out["first"]             # adopted: no orphan, nothing launched twice
+    assert len(out["replaced"]) == 1 and out["replaced"] != out["first"]
+    assert out["launch_plans"] and all(p.startswith("L2g") for p in out["launch_plans"]), out["launch_plans"]
+    table = DynamoLeaseTable("costscale-leases", make_dynamodb_client("us-east-1", moto_endpoint))
+    lease = table.get("ha")
+    assert lease is not None and lease.generation == 2 and lease.expires_at <= time.time()   # given back
+
+
+def test_replicas_off_a_second_daemon_is_still_refused(moto_endpoint: str, tmp_path: Path) -> None:
+    from daemon.app import Daemon
+    from scaler.lease import LeaseHeld
+
+    a_cfg = _config(tmp_path, moto_endpoint, "host-a", replicas=False)
+    b_cfg = _config(tmp_path, moto_endpoint, "host-b", replicas=False)
+
+    async def scenario() -> None:
+        a = Daemon(a_cfg, None, listen="127.0.0.1:0")
+        await a.start()
+        b = Daemon(b_cfg, None, listen="127.0.0.1:0")
+        try:
+            assert a.replica is None
+            with pytest.raises(LeaseHeld):
+                await b.start()
+        finally:
+            await b.stop(grace=0.0)
+            await a.stop(grace=0.0)
+
+    asyncio.run(scenario())
