@@ -272,9 +272,10 @@ class Daemon:
 
     @quiet_at_shutdown
     async def fleet_tick(self, reason: str = "interval") -> None:
-        if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing) or \
-                not self.leading():   # (probes hold the fleet: daemon.self_profiling replans when they are done)
-            return                    # (a standby replica waits for the lease: daemon.replica)
+        if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing):
+            return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
+        if not self.leading():   # a standby replica follows the fleet the holder keeps (daemon.replica)
+            return await self._sync_workers()
         async with self._fleet_lock:
             try:
                 now = time.monotonic()
