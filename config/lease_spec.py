@@ -25,6 +25,10 @@ class LeaseSpec(Strict):
     replica_id: str = Field(
         "", description="this replica's id in the lease table (replicas: true; default HOST:PORT of its listener)")
 
+    unready_s: Annotated[float, Field(ge=0, le=300)] = Field(
+        5.0, description="replicas: how long a stopping replica answers health checks NOT_SERVING while it still "
+                         "serves, so a balancer moves new queries off it before it refuses them")
+
     @field_validator("replica_id")
     @classmethod
     def _replica_id(cls, v: str) -> str:

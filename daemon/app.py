@@ -24,7 +24,7 @@ from dispatcher.server import Dispatcher
 from daemon.model_loop import ModelLoop
 from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams, model_params_for
-from daemon.replica import ReplicaRole, lease_generation, model_windows, replica_address
+from daemon.replica import ReplicaRole, lease_generation, model_windows, start_replica
 from scaler.actuator import FleetActuator, pool_text
 from scaler.cloud import CloudError, CloudProvider, ManagedInstance
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
@@ -165,11 +165,9 @@ class Daemon:
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
                                       pending_timeout_s=cfg.launch.pending_timeout_s)
-        if cfg.lease.replicas and self.aws is not None and self.aws.lease is not None:   # daemon.replica
-            address = replica_address(self._listen or cfg.dispatcher.listen, self.port)
-            self.replica = ReplicaRole(cfg, self.aws.lease, self.aws.dynamodb, address,
-                                       lambda: model_windows(self.cfg, self.dispatcher), self._took_lease)
-            await self.replica.start()
+        self.replica = await start_replica(cfg, self.aws.lease if self.aws else None, self.aws and self.aws.dynamodb,
+                                           self._listen or cfg.dispatcher.listen, self.port,
+                                           lambda: model_windows(self.cfg, self.dispatcher), self._took_lease)
         if self.leading():
             try:
                 report = await asyncio.to_thread(self.actuator.reconcile)
@@ -476,6 +474,8 @@ class Daemon:
     async def stop(self, grace: float = 10.0) -> None:
         self._stop.set()
         sdnotify.notify("STOPPING=1")
+        if self.replica is not None and self.dispatcher is not None:   # NOT_SERVING first: balancers move off it
+            await self.replica.leave(self.dispatcher)
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
         if self.profiling is not None:   # a probe round under way terminates its probes first

@@ -76,6 +76,17 @@ def lease_generation(role: "ReplicaRole | None") -> int | None:
     return role.lease_generation() if role is not None else None
 
 
+async def start_replica(cfg: Config, lease: ClusterLease | None, client: Any, listen: str, port: int,
+                        windows: Windows, on_lead: Callable[[], Awaitable[None]]) -> "ReplicaRole | None":
+    """This daemon's replica role, started (its first heartbeat), or None with replicas off (or
+    no lease: a cloud handed in)."""
+    if not cfg.lease.replicas or lease is None:
+        return None
+    role = ReplicaRole(cfg, lease, client, replica_address(listen, port), windows, on_lead)
+    await role.start()
+    return role
+
+
 def replica_id(cfg: Config, address: str) -> str:
     """This replica's id: ``lease.replica_id``, else its address (:func:`replica_address`)."""
     return cfg.lease.replica_id or address
@@ -97,6 +108,7 @@ class ReplicaRole:
         self.table = DynamoReplicaTable(cfg.lease.table, client, cfg.cluster)
         self.demand_table = DynamoDemandTable(cfg.lease.table, client, cfg.cluster)
         self.heartbeat = ReplicaHeartbeat(self.table, self.me, beat_ttl_s, table_name=cfg.lease.table)
+        self.unready_s = cfg.lease.unready_s
         self.merged: MergedDemand | None = None   # the holder's view, read with each heartbeat
         self.takeovers = 0
 
@@ -156,6 +168,15 @@ class ReplicaRole:
         scheduler.add_job(self.try_lead, "interval", seconds=renew_interval_s(self.lease.ttl_s), max_instances=1,
                           coalesce=True, id="replica-lead")
 
+    async def leave(self, dispatcher: Any) -> None:
+        """The first step of a stop: health NOT_SERVING on every service while this replica still
+        serves, for ``lease.unready_s``, so balancers (NLB health checks, nginx, a client's
+        health-checked round_robin) send new queries to the other replicas; the daemon then
+        drains and exits (``Dispatcher.stop``)."""
+        log.info("replica %s leaving: NOT_SERVING for %g s, then draining", self.me.replica, self.unready_s)
+        await dispatcher.unready()
+        await asyncio.sleep(self.unready_s)
+
     async def close(self) -> None:
         """A clean stop: the heartbeat and demand items deleted (if still ours)."""
         def forget() -> None:
@@ -173,4 +194,4 @@ class ReplicaRole:
                 "takeovers": self.takeovers, "merged_from": list(merged.replicas) if merged else []}
 
 
-__all__ = ["ReplicaRole", "lease_generation", "model_windows", "replica_address", "replica_id"]
+__all__ = ["ReplicaRole", "start_replica", "lease_generation", "model_windows", "replica_address", "replica_id"]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import grpc
 import pytest
 
 from config.errors import ConfigError
@@ -42,16 +43,18 @@ model_scaling:
 lease:
   ttl_s: {ttl}
   replicas: {replicas}
+  unready_s: {unready}
 aws:
   endpoint_url: {endpoint}
 """
 
 
-def _config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60, replicas: bool = True):  # type: ignore[no-untyped-def]
+def _config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60, replicas: bool = True,  # type: ignore[no-untyped-def]
+            unready: float = 0):
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
     text = CONFIG.format(ami=ami, state=tmp_path / name / "state.db", ttl=ttl, endpoint=endpoint,
-                         replicas=str(replicas).lower())
+                         replicas=str(replicas).lower(), unready=unready)
     (tmp_path / name).mkdir(exist_ok=True)
     return parse_config_text(text)
 
@@ -76,7 +79,7 @@ def test_plan_ids_lead_with_the_lease_generation_and_are_unchanged_without_one()
 
 
 def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
-    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true")
+    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true", unready=5)
     with pytest.raises(ConfigError) as err:
         parse_config_text(text.replace("  replicas: true\n", "  replicas: true\n  replica_id: a b\n"), "c.yaml")
     assert err.value.exit_code == 2
@@ -179,3 +182,54 @@ def test_replicas_off_a_second_daemon_is_still_refused(moto_endpoint: str, tmp_p
             await a.stop(grace=0.0)
 
     asyncio.run(scenario())
+
+
+def test_a_stopping_replica_says_not_serving_while_it_still_admits_then_drains(moto_endpoint: str,
+                                                                              tmp_path: Path) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from daemon.app import Daemon
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    cfg = _config(tmp_path, moto_endpoint, "host-a", unready=3)
+
+    async def scenario() -> dict[str, Any]:
+        d = Daemon(cfg, None, listen="127.0.0.1:0")
+        await d.start()
+        await d.fleet_tick("test")         # an instance starting: a query waits for it instead of failing fast
+        out: dict[str, Any] = {}
+        stopping: asyncio.Task[None] | None = None
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{d.port}") as ch:
+                health = health_pb2_grpc.HealthStub(ch)
+                check = health_pb2.HealthCheckRequest(service="costscale.v1.Inference")
+                out["before"] = (await health.Check(check, timeout=5)).status
+                stopping = asyncio.create_task(d.stop(grace=0.0))
+                states: list[int] = []
+
+                async def not_serving() -> bool:
+                    states.append((await health.Check(check, timeout=5)).status)
+                    return states[-1] == health_pb2.HealthCheckResponse.NOT_SERVING
+                deadline = time.monotonic() + 10
+                while not await not_serving():
+                    assert time.monotonic() < deadline
+                assert d.dispatcher is not None
+                out["admitting"] = not d.dispatcher.rt.stopping
+                try:   # admitted (no worker here: it waits), not refused with UNAVAILABLE
+                    await pbg.InferenceStub(ch).Submit(pb.SubmitRequest(model="rm2", batch_size=1), timeout=0.5)
+                except grpc.aio.AioRpcError as exc:
+                    out["during"] = exc.code()
+                    out["details"] = exc.details()
+                await stopping
+                out["after"] = d.dispatcher.rt.stopping
+        finally:
+            if stopping is None:
+                await d.stop(grace=0.0)
+        return out
+
+    out = asyncio.run(scenario())
+    from grpc_health.v1 import health_pb2
+    assert out["before"] == health_pb2.HealthCheckResponse.SERVING
+    assert out["admitting"] is True
+    assert out["during"] == grpc.StatusCode.DEADLINE_EXCEEDED, out
+    assert out["after"] is True
