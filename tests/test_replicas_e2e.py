@@ -6,6 +6,10 @@ replica's calls), nothing else; the standby takes the lease within the ttl + 5 s
 acts (it adopts the pool: no orphan, no duplicate; it replaces an instance lost after the kill); the
 budget holds at every sample.
 
+A second test stops the standby with SIGTERM under load from a client whose round_robin checks
+health (``healthCheckConfig``): the replica says NOT_SERVING for ``lease.unready_s`` while it still
+serves, the client moves off it, and no query fails at all (deliverable 3).
+
 Embedded-mode caveat (issue #27 deliverable 2 is not built): each replica's local runner starts its
 own worker process for every running instance, so in this test each replica has its own workers; on
 AWS a worker registers with the one address it is given (a balancer in front of the replicas).
@@ -13,6 +17,7 @@ AWS a worker registers with the one address it is given (a balancer in front of 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -240,3 +245,74 @@ async def _load_and_kill(a: subprocess.Popen[bytes], pa: int, pb_port: int, tabl
             await asyncio.sleep(0.1)
     assert len(outcomes) == i
     return outcomes, t_kill, t_lease or float("inf")
+
+
+#: a client's round_robin over the replicas that leaves a replica out while its health is NOT_SERVING
+HEALTH_CHECKED_RR = json.dumps({"loadBalancingConfig": [{"round_robin": {}}],
+                                "healthCheckConfig": {"serviceName": "costscale.v1.Inference"}})
+
+
+def test_a_replica_stopped_under_load_leaves_the_balancing_before_it_refuses(moto_endpoint: str,
+                                                                             tmp_path: Path) -> None:
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
+    ami = ec2.describe_images()["Images"][0]["ImageId"]
+    pa, pb_port = _free_port(), _free_port()
+    a, a_log = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
+    b: subprocess.Popen[bytes] | None = None
+    try:
+        assert asyncio.run(_serves(pa, 120)), a_log.read_text()[-3000:]
+        b, b_log = _start(tmp_path, "host-b", moto_endpoint, ami, pb_port)
+        assert asyncio.run(_serves(pb_port, 120)), b_log.read_text()[-3000:]
+        outcomes, b_code = asyncio.run(_load_and_stop(b, pa, pb_port))
+        b_text = b_log.read_text()
+        live = _live(ec2)
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in (a, b):
+            if p is not None:
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    failed = [o for o in outcomes if o != "OK"]
+    print(f"replicas e2e (SIGTERM of a standby, health-checked round_robin): {len(outcomes)} queries, "
+          f"{len(outcomes) - len(failed)} answered, failed {failed}")
+    assert b_code == 0 and "leaving: NOT_SERVING for 5 s, then draining" in b_text
+    assert failed == [] and len(outcomes) > 50
+    assert len(live) == 2                              # the standby's stop left the holder's fleet alone
+
+
+async def _load_and_stop(b: subprocess.Popen[bytes], pa: int, pb_port: int) -> tuple[list[str], int | None]:
+    """Poisson load at 8 q/s for 14 s through health-checked round_robin; SIGTERM the standby at 4 s."""
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    rng = np.random.default_rng(28)
+    outcomes: list[str] = []
+    target = f"ipv4:127.0.0.1:{pa},127.0.0.1:{pb_port}"
+    async with grpc.aio.insecure_channel(target, options=[("grpc.service_config", HEALTH_CHECKED_RR)]) as ch:
+        stub = pbg.InferenceStub(ch)
+
+        async def one(i: int) -> None:
+            try:
+                await stub.Submit(pb.SubmitRequest(model="rm2", batch_size=int(rng.integers(1, 50)),
+                                                   idempotency_key=f"ha-stop-{i}"), timeout=10.0)
+                outcomes.append("OK")
+            except grpc.aio.AioRpcError as exc:
+                outcomes.append(exc.code().name)
+
+        tasks: list[asyncio.Task[None]] = []
+        t0 = time.monotonic()
+        stopped = False
+        i = 0
+        while time.monotonic() - t0 < 14.0:
+            if not stopped and time.monotonic() - t0 >= 4.0:
+                b.send_signal(signal.SIGTERM)
+                stopped = True
+            tasks.append(asyncio.create_task(one(i)))
+            i += 1
+            await asyncio.sleep(float(rng.exponential(1 / 8.0)))
+        await asyncio.gather(*tasks)
+    code = await asyncio.to_thread(b.wait, 60)
+    return outcomes, code
