@@ -80,6 +80,45 @@ aws:
 """
 
 
+NGINX = "/usr/sbin/nginx"
+
+
+def _start_nginx(tmp: Path, port: int, upstream: list[int]) -> subprocess.Popen[bytes]:
+    """nginx in the foreground on 127.0.0.1:``port``: HTTP/2 cleartext, ``grpc_pass`` to an
+    upstream of the replicas (its default ``grpc_next_upstream error timeout`` tries the next
+    replica when one refuses the connection)."""
+    d = tmp / "nginx"
+    d.mkdir()
+    servers = "".join(f"    server 127.0.0.1:{p};\n" for p in upstream)
+    temp = " ".join(f"{k}_temp_path {d / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (d / "nginx.conf").write_text(f"""daemon off;
+worker_processes 1;
+pid {d / 'nginx.pid'};
+error_log {d / 'error.log'} warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  {temp}
+  upstream costscale {{
+{servers}  }}
+  server {{
+    listen 127.0.0.1:{port} http2;
+    location / {{ grpc_pass grpc://costscale; }}
+  }}
+}}
+""")
+    p = subprocess.Popen([NGINX, "-p", str(d), "-c", str(d / "nginx.conf")], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return p
+        assert p.poll() is None, (p.stderr.read() if p.stderr else b"").decode()
+        time.sleep(0.05)
+    raise AssertionError("nginx did not listen")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,6 +184,17 @@ async def _serves(port: int, timeout: float) -> bool:
 
 def test_the_standby_takes_the_fleet_over_when_the_holder_is_killed_mid_load(moto_endpoint: str,
                                                                               tmp_path: Path) -> None:
+    _kill_scenario(moto_endpoint, tmp_path, nginx=False)
+
+
+def test_the_same_through_nginx_grpc_pass(moto_endpoint: str, tmp_path: Path) -> None:
+    """Deliverable 4: nginx (``grpc_pass`` to an upstream of both replicas) in front."""
+    if not Path(NGINX).exists():
+        pytest.skip(f"{NGINX} missing (make bootstrap installs nginx-light)")
+    _kill_scenario(moto_endpoint, tmp_path, nginx=True)
+
+
+def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
     table = DynamoLeaseTable("costscale-leases", make_dynamodb_client("us-east-1", moto_endpoint))
@@ -153,6 +203,7 @@ def test_the_standby_takes_the_fleet_over_when_the_holder_is_killed_mid_load(mot
     sampler.start()
     a, a_log = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
     b: subprocess.Popen[bytes] | None = None
+    balancer: subprocess.Popen[bytes] | None = None
     try:
         assert asyncio.run(_serves(pa, 120)), a_log.read_text()[-3000:]
         first = _live(ec2)
@@ -163,7 +214,13 @@ def test_the_standby_takes_the_fleet_over_when_the_holder_is_killed_mid_load(mot
         assert held is not None and held.pid == a.pid and held.generation == 1
         assert "starting as a standby replica" in b_log.read_text()
 
-        outcomes, t_kill, t_lease = asyncio.run(_load_and_kill(a, pa, pb_port, table, b.pid))
+        if nginx:
+            front = _free_port()
+            balancer = _start_nginx(tmp_path, front, [pa, pb_port])
+            target, options = f"127.0.0.1:{front}", []
+        else:
+            target, options = f"ipv4:127.0.0.1:{pa},127.0.0.1:{pb_port}", [("grpc.lb_policy_name", "round_robin")]
+        outcomes, t_kill, t_lease = asyncio.run(_load_and_kill(a, target, options, table, b.pid))
         took = t_lease - t_kill
         after_kill = _live(ec2)
         # the fleet loop acts on the new holder: an instance lost now is replaced within a few ticks
@@ -177,6 +234,9 @@ def test_the_standby_takes_the_fleet_over_when_the_holder_is_killed_mid_load(mot
         a_workers = [int(p) for p in re.findall(r"started worker pid (\d+)", a_log.read_text())]
     finally:
         sampler.stop.set()
+        if balancer is not None:
+            balancer.terminate()
+            balancer.wait(timeout=30)
         for p in (a, b):
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -189,7 +249,7 @@ def test_the_standby_takes_the_fleet_over_when_the_holder_is_killed_mid_load(mot
     ok = sum(1 for o in outcomes if o == "OK")
     unavailable = sum(1 for o in outcomes if o == "UNAVAILABLE")
     other = [o for o in outcomes if o not in ("OK", "UNAVAILABLE")]
-    print(f"replicas e2e: {len(outcomes)} queries, {ok} answered, {unavailable} UNAVAILABLE, other {other}; "
+    print(f"replicas e2e ({'nginx grpc_pass' if nginx else 'round_robin'}): {len(outcomes)} queries, {ok} answered, {unavailable} UNAVAILABLE, other {other}; "
           f"lease taken {took:.2f} s after the kill (ttl {TTL_S:g} s); a lost instance replaced in {replaced_s:.1f} s; "
           f"peak {sampler.peak:.3f} of {BUDGET} $/hr over {sampler.samples} samples")
     assert other == [] and ok > 0.8 * len(outcomes)          # each query once: a result or UNAVAILABLE
@@ -202,17 +262,16 @@ def test_the_standby_takes_the_fleet_over_when_the_holder_is_killed_mid_load(mot
     assert a_workers and not any(pid_alive(p, zombie_alive=False) for p in a_workers)   # died with their replica
 
 
-async def _load_and_kill(a: subprocess.Popen[bytes], pa: int, pb_port: int, table: DynamoLeaseTable,
-                         b_pid: int) -> tuple[list[str], float, float]:
-    """Poisson load at 8 q/s for 16 s through round_robin over both replicas; SIGKILL the holder
-    at 5 s; the time the standby's lease item lands."""
+async def _load_and_kill(a: subprocess.Popen[bytes], target: str, options: list[tuple[str, str]],
+                         table: DynamoLeaseTable, b_pid: int) -> tuple[list[str], float, float]:
+    """Poisson load at 8 q/s for 16 s to ``target`` (round_robin over both replicas, or a balancer);
+    SIGKILL the holder at 5 s; the time the standby's lease item lands."""
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     rng = np.random.default_rng(27)
     outcomes: list[str] = []
     t_kill = t_lease = 0.0
-    target = f"ipv4:127.0.0.1:{pa},127.0.0.1:{pb_port}"
-    async with grpc.aio.insecure_channel(target, options=[("grpc.lb_policy_name", "round_robin")]) as ch:
+    async with grpc.aio.insecure_channel(target, options=options) as ch:
         stub = pbg.InferenceStub(ch)
 
         async def one(i: int) -> None:
