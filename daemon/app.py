@@ -24,7 +24,7 @@ from dispatcher.server import Dispatcher
 from daemon.model_loop import ModelLoop
 from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams, model_params_for
-from daemon.replica import ReplicaRole, lease_generation, model_windows, start_replica
+from daemon.replica import ReplicaRole, fleet_left_to_others, lease_generation, model_windows, start_replica
 from scaler.actuator import FleetActuator, pool_text
 from scaler.cloud import CloudError, CloudProvider, ManagedInstance
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
@@ -455,8 +455,7 @@ class Daemon:
         """``on_shutdown: terminate``; with the lease lost, one line instead (the fence refuses, and
         the daemon holding the lease now owns the instances: no terminate intent is written)."""
         await self._sync_workers()
-        left = (self.aws.left_running(self.status.instances) if self.aws is not None else None) if self.leading() \
-            else "on_shutdown: terminate skipped: a standby replica leaves the fleet to the lease holder"
+        left = fleet_left_to_others(self.replica) or (self.aws.left_running(self.status.instances) if self.aws else None)
         if left is not None:
             log.warning("%s", left)
             return

@@ -87,6 +87,22 @@ async def start_replica(cfg: Config, lease: ClusterLease | None, client: Any, li
     return role
 
 
+def fleet_left_to_others(role: "ReplicaRole | None") -> str | None:
+    """Why ``on_shutdown: terminate`` does not terminate the fleet at this replica's stop, or None
+    (replicas off, or the last live replica): a standby never acts on the fleet, and a holder that
+    other replicas outlive hands the fleet over (its lease is given back at the stop, and the next
+    replica to take it adopts the instances) instead of ending the service for them."""
+    if role is None:
+        return None
+    if not role.leading():
+        return "on_shutdown: terminate skipped: a standby replica leaves the fleet to the lease holder"
+    others = [r for r in role.live if r != role.me.replica]
+    if others:
+        return (f"on_shutdown: terminate skipped: replica{'s' * (len(others) > 1)} {', '.join(others)} "
+                "live: the next to take the lease runs the fleet")
+    return None
+
+
 def replica_id(cfg: Config, address: str) -> str:
     """This replica's id: ``lease.replica_id``, else its address (:func:`replica_address`)."""
     return cfg.lease.replica_id or address
@@ -110,6 +126,7 @@ class ReplicaRole:
         self.heartbeat = ReplicaHeartbeat(self.table, self.me, beat_ttl_s, table_name=cfg.lease.table)
         self.unready_s = cfg.lease.unready_s
         self.merged: MergedDemand | None = None   # the holder's view, read with each heartbeat
+        self.live: tuple[str, ...] = ()          # the live replicas as the holder read them last
         self.takeovers = 0
 
     def leading(self) -> bool:
@@ -128,6 +145,7 @@ class ReplicaRole:
         self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, dict(self.windows())))
         if self.leading():
             live = live_replicas(self.table.beats(), now)
+            self.live = tuple(live)
             self.merged = merge_demand(self.demand_table.read(), live, now)
 
     async def beat(self) -> None:
@@ -188,10 +206,7 @@ class ReplicaRole:
             log.warning("replica %s: items not deleted (%s); they expire in %g s", self.me.replica, exc,
                         self.heartbeat.ttl_s)
 
-    def status(self) -> dict[str, Any]:
-        merged = self.merged
-        return {"replica": self.me.replica, "leading": self.leading(), "generation": self.lease_generation(),
-                "takeovers": self.takeovers, "merged_from": list(merged.replicas) if merged else []}
 
 
-__all__ = ["ReplicaRole", "start_replica", "lease_generation", "model_windows", "replica_address", "replica_id"]
+__all__ = ["ReplicaRole", "fleet_left_to_others", "lease_generation", "model_windows", "replica_address", "replica_id",
+           "start_replica"]

@@ -36,6 +36,7 @@ intervals:
   fleet_s: 3600
   reconcile_s: 3600
 state_path: {state}
+on_shutdown: {on_shutdown}
 pinned_pool:
   r5n.large: 1
 model_scaling:
@@ -50,11 +51,11 @@ aws:
 
 
 def _config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60, replicas: bool = True,  # type: ignore[no-untyped-def]
-            unready: float = 0):
+            unready: float = 0, on_shutdown: str = "keep"):
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
     text = CONFIG.format(ami=ami, state=tmp_path / name / "state.db", ttl=ttl, endpoint=endpoint,
-                         replicas=str(replicas).lower(), unready=unready)
+                         replicas=str(replicas).lower(), unready=unready, on_shutdown=on_shutdown)
     (tmp_path / name).mkdir(exist_ok=True)
     return parse_config_text(text)
 
@@ -79,11 +80,12 @@ def test_plan_ids_lead_with_the_lease_generation_and_are_unchanged_without_one()
 
 
 def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
-    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true", unready=5)
+    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true", unready=5,
+                         on_shutdown="keep")
     with pytest.raises(ConfigError) as err:
         parse_config_text(text.replace("  replicas: true\n", "  replicas: true\n  replica_id: a b\n"), "c.yaml")
     assert err.value.exit_code == 2
-    assert err.value.lines == ["c.yaml: line 23: lease.replica_id: must be 1-200 letters, digits, '_', '.', ':', '@' "
+    assert err.value.lines == ["c.yaml: line 24: lease.replica_id: must be 1-200 letters, digits, '_', '.', ':', '@' "
                                "or '-'"]
     cfg = parse_config_text(text)
     assert (cfg.lease.replicas, cfg.lease.replica_id) == (True, "")
@@ -233,3 +235,40 @@ def test_a_stopping_replica_says_not_serving_while_it_still_admits_then_drains(m
     assert out["admitting"] is True
     assert out["during"] == grpc.StatusCode.DEADLINE_EXCEEDED, out
     assert out["after"] is True
+
+
+def test_on_shutdown_terminate_hands_the_fleet_over_while_another_replica_lives(moto_endpoint: str, tmp_path: Path,
+                                                                                caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from daemon.app import Daemon
+
+    a_cfg = _config(tmp_path, moto_endpoint, "host-a", on_shutdown="terminate")
+    b_cfg = _config(tmp_path, moto_endpoint, "host-b", on_shutdown="terminate")
+
+    async def scenario() -> tuple[list[str], list[str], list[str]]:
+        a = Daemon(a_cfg, None, listen="127.0.0.1:0")
+        await a.start()
+        b = Daemon(b_cfg, None, listen="127.0.0.1:0")
+        try:
+            await a.fleet_tick("test")
+            await b.start()
+            assert a.replica is not None and b.replica is not None
+            await a.replica.beat()                       # the holder sees b live
+            first = _live(moto_endpoint)
+            await a.stop(grace=0.0)                      # b outlives it: the fleet is handed over
+            handed = _live(moto_endpoint)
+            await b.replica.try_lead()
+            assert b.leading()
+            await b.replica.beat()                       # a's items are gone: b is the last replica
+        finally:
+            await b.stop(grace=0.0)                      # the last replica terminates as configured
+            if not a._stop.is_set():
+                await a.stop(grace=0.0)
+        return first, handed, _live(moto_endpoint)
+
+    with caplog.at_level(logging.INFO, logger="costscale"):
+        first, handed, last = asyncio.run(scenario())
+    assert len(first) == 1 and handed == first and last == []
+    assert any(r.getMessage().startswith("on_shutdown: terminate skipped: replica 127.0.0.1:") and
+               r.getMessage().endswith(" live: the next to take the lease runs the fleet") for r in caplog.records)
