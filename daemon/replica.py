@@ -38,6 +38,7 @@ import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from config.schema import Config
+from daemon.aws_wiring import DaemonError
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
 from scaler.demand_table import DynamoDemandTable
@@ -157,7 +158,11 @@ class ReplicaRole:
     async def start(self) -> None:
         """The first heartbeat (raises ReplicaIdTaken, one line, when another live process beats
         under this id), then the log line saying which role this replica starts in."""
-        await asyncio.to_thread(self._beat_sync)
+        try:
+            await asyncio.to_thread(self._beat_sync)
+        except CloudError as exc:     # one line, exit 1 (as the lease's own table errors at start)
+            raise DaemonError(f"replica {self.me.replica}: DynamoDB table {self.table.table} refused its first "
+                              f"heartbeat: {exc}") from None
         role = f"lease holder (generation {self.lease_generation()})" if self.leading() else "standby"
         log.info("replica %s of cluster %s at %s: %s", self.me.replica, self.me.cluster, self.address, role)
 

@@ -272,3 +272,29 @@ def test_on_shutdown_terminate_hands_the_fleet_over_while_another_replica_lives(
     assert len(first) == 1 and handed == first and last == []
     assert any(r.getMessage().startswith("on_shutdown: terminate skipped: replica 127.0.0.1:") and
                r.getMessage().endswith(" live: the next to take the lease runs the fleet") for r in caplog.records)
+
+
+def test_a_first_heartbeat_refused_by_dynamodb_is_one_line_exit_1() -> None:
+    from daemon.aws_wiring import DaemonError
+    from daemon.replica import ReplicaRole
+    from scaler.cloud import CloudError
+    from scaler.cluster_lease import ClusterLease
+    from scaler.lease import Claimant
+
+    def down(key: str) -> Any:
+        raise CloudError("get_item: endpoint unreachable")
+
+    cfg = parse_config_text(CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9",
+                                          replicas="true", unready=0, on_shutdown="keep"))
+    lease = ClusterLease(None, Claimant(cluster="ha", owner="h:1:n", host="h", pid=1), 6.0)  # type: ignore[arg-type]
+
+    async def noop() -> None:
+        return None
+
+    role = ReplicaRole(cfg, lease, None, "127.0.0.1:5", dict, noop)
+    role.table.get_item = down  # type: ignore[method-assign]
+    with pytest.raises(DaemonError) as err:
+        asyncio.run(role.start())
+    assert err.value.exit_code == 1
+    assert str(err.value) == ("replica 127.0.0.1:5: DynamoDB table costscale-leases refused its first heartbeat: "
+                              "get_item: endpoint unreachable")
