@@ -298,3 +298,34 @@ def test_a_first_heartbeat_refused_by_dynamodb_is_one_line_exit_1() -> None:
     assert err.value.exit_code == 1
     assert str(err.value) == ("replica 127.0.0.1:5: DynamoDB table costscale-leases refused its first heartbeat: "
                               "get_item: endpoint unreachable")
+
+
+def test_the_holder_plans_for_the_merged_windows_of_every_replica(moto_endpoint: str,
+                                                                          tmp_path: Path) -> None:
+    import numpy as np
+
+    from daemon.app import Daemon
+    from scaler import fleet_step
+    from scaler.batch_mix import BatchMix
+    from scaler.replica_demand import MergedDemand, ModelWindow
+
+    cfg = _config(tmp_path, moto_endpoint, "host-a")
+    mix = BatchMix(np.array([1, 64], dtype=np.int64), np.array([0.75, 0.25]))
+    summed = ModelWindow(arrival_qps=12.0, steady_qps=10.0, count=600, total=600, mean_batch=16.75, mix=mix, span_s=60.0)
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        d = Daemon(cfg, None, listen="127.0.0.1:0")
+        await d.start()
+        try:
+            assert d.replica is not None and d.leading()
+            own = d.current_demand()["rm2"]                  # nothing read yet: its own (empty) window
+            d.replica.merged = MergedDemand({"rm2": summed}, ("a:1", "b:2"))
+            merged = d.current_demand()["rm2"]
+            declared = fleet_step.declared_demands(d.cfg)["rm2"]
+            want = fleet_step.planning_demand(12.0, mix, 600, declared, 1.0, 10.0)
+            return own, merged, want
+        finally:
+            await d.stop(grace=0.0)
+
+    own, merged, want = asyncio.run(scenario())
+    assert merged == want and merged != own
