@@ -301,7 +301,7 @@ def test_a_first_heartbeat_refused_by_dynamodb_is_one_line_exit_1() -> None:
 
 
 def test_the_holder_plans_for_the_merged_windows_of_every_replica(moto_endpoint: str,
-                                                                          tmp_path: Path) -> None:
+                                                                  tmp_path: Path) -> None:
     import numpy as np
 
     from daemon.app import Daemon
