@@ -23,6 +23,7 @@ from config.fields import Name, Strict
 from config.pipelines import PipelineSpec, check_models
 from config.security import TlsSpec, WorkerTlsSpec, read_token
 from config.spot import Market, SpotSpec, check_spot
+from config.lease_spec import LeaseSpec
 
 def _optional_hostport(v: str | None, message: str) -> str | None:
     """A field validator's check: None, or a HOST:PORT :func:`config.hostport.split_hostport` accepts."""
@@ -264,25 +265,6 @@ class AwsSpec(_Strict):
 
     endpoint_url: str | None = None
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 8
-
-
-_TABLE_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
-
-
-class LeaseSpec(_Strict):
-    """The cluster-wide owner lease (DynamoDB, conditional writes): one daemon acts on a cluster's
-    fleet, whatever host it runs on; a second is refused until the holder's lease expires."""
-
-    table: str = Field("costscale-leases", description="DynamoDB table of the leases (created when missing)")
-    ttl_s: Annotated[float, Field(ge=3, le=3600)] = Field(
-        60.0, description="lease length; the holder renews every ttl_s/3, a crashed holder's lease is free after it")
-
-    @field_validator("table")
-    @classmethod
-    def _table(cls, v: str) -> str:
-        if not _TABLE_RE.match(v):
-            raise ValueError("must be a DynamoDB table name: 3-255 letters, digits, '_', '-' or '.'")
-        return v
 
 
 class Config(_Strict):

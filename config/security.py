@@ -102,6 +102,7 @@ def client_auth_missing(listen: str, auth_token_file: str | None, tls: TlsSpec |
 RESTART_ONLY: dict[str, tuple[str, ...] | None] = {
     "dispatcher": None,
     "metrics": ("listen", "public"),
+    "lease": None,          # the lease, its table and the replica role are taken at start (daemon.aws_wiring, daemon.replica)
 }
 
 

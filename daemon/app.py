@@ -17,13 +17,14 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from daemon import sdnotify
 from config.schema import Config
 from config.errors import UsageError
-from daemon.reload import reloaded_config, reschedule
+from daemon.reload import reload_daemon
 from scaler.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
 from daemon.model_loop import ModelLoop
 from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams, model_params_for
+from daemon.replica import ReplicaRole, fleet_left_to_others, lease_generation, model_windows, start_replica
 from scaler.actuator import FleetActuator, pool_text
 from scaler.cloud import CloudError, CloudProvider, ManagedInstance
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
@@ -77,6 +78,7 @@ class Daemon:
         self.actuator: FleetActuator | None = None
         self.cloud: CloudProvider | None = None
         self.aws: AwsWiring | None = None    # region prices, cluster lease, fenced EC2 (when no cloud is given)
+        self.replica: ReplicaRole | None = None   # lease.replicas: heartbeat, demand, the lease retried (daemon.replica)
         self._generation = 0
         self._declared: tuple[Config, dict[str, DemandView]] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
@@ -163,11 +165,15 @@ class Daemon:
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
                                       pending_timeout_s=cfg.launch.pending_timeout_s)
-        try:
-            report = await asyncio.to_thread(self.actuator.reconcile)
-        except CloudError as exc:
-            raise aws_error("EC2", cfg, exc, "describe, run, tag and terminate instances") from None
-        log.info("reconciled at start: %s", report.summary())
+        self.replica = await start_replica(cfg, self.aws.lease if self.aws else None, self.aws and self.aws.dynamodb,
+                                           self._listen or cfg.dispatcher.listen, self.port,
+                                           lambda: model_windows(self.cfg, self.dispatcher), self._took_lease)
+        if self.leading():
+            try:
+                report = await asyncio.to_thread(self.actuator.reconcile)
+            except CloudError as exc:
+                raise aws_error("EC2", cfg, exc, "describe, run, tag and terminate instances") from None
+            log.info("reconciled at start: %s", report.summary())
         await self._sync_workers()
         self._scheduler = AsyncIOScheduler(event_loop=self._loop)
         now = datetime.now()
@@ -183,6 +189,8 @@ class Daemon:
                                     id="watchdog")
         if self.aws is not None:   # lease renewal; a lost lease stops the daemon
             self.aws.schedule(self._scheduler, self.request_stop)
+        if self.replica is not None:
+            self.replica.schedule(self._scheduler)
         self.status_feed, self.metrics = start_observing(self, self._scheduler)
         self._scheduler.start()
         self.profiling = SelfProfiler(self)
@@ -200,6 +208,18 @@ class Daemon:
             return True
         return await self.dispatcher.drain(instance_id, timeout=DRAIN_TIMEOUT_S)
 
+    def leading(self) -> bool:
+        """This daemon runs the fleet loop: replicas off, or it holds the cluster lease."""
+        return self.replica is None or self.replica.leading()
+
+    async def _took_lease(self) -> None:
+        """A standby took the lease: reconcile from EC2 as a restarted daemon, then tick at once."""
+        async with self._fleet_lock:
+            if self.actuator is not None:
+                log.info("reconciled at takeover: %s", (await asyncio.to_thread(self.actuator.reconcile)).summary())
+            await self._sync_workers()
+        await self.fleet_tick("lease taken")
+
     # ---- the loops -------------------------------------------------------------------------
     def current_demand(self) -> dict[str, DemandView]:
         """Each model's demand the fleet plans for (:func:`scaler.fleet_step.planning_demand` over
@@ -207,9 +227,10 @@ class Daemon:
         declared = self._declared_demand()
         if self.dispatcher is None:
             return dict(declared)
-        out = {}
-        for m, dec in declared.items():
+        out, merged = {}, self.replica.merged if self.replica is not None and self.replica.leading() else None
+        for m, dec in declared.items():   # a replicated cluster's holder: every live replica's windows summed
             snap = self.dispatcher.window_snapshot(m, steady_s=fleet_step.steady_horizon(self.cfg))
+            snap = merged.windows.get(m, snap) if merged is not None else snap   # type: ignore[assignment]
             out[m] = fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, dec,
                                                 self.capacity_hint.get(m, 1.0), snap.steady_qps)
         return out
@@ -251,6 +272,8 @@ class Daemon:
     async def fleet_tick(self, reason: str = "interval") -> None:
         if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing):
             return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
+        if not self.leading():   # a standby replica follows the fleet the holder keeps (daemon.replica)
+            return await self._sync_workers()
         async with self._fleet_lock:
             try:
                 now = time.monotonic()
@@ -268,13 +291,13 @@ class Daemon:
                 else:   # nothing the plan rests on moved: converge the pool to it
                     target, plan, demand = self.status.target, self.status.plan, self.status.demand or demand
                 self._generation = fleet_step.next_generation(target, self.status.target, self._generation)
-                pid = plan_id_for(target, self._generation)
+                pid = plan_id_for(target, self._generation, lease_generation(self.replica))
                 report = await self._apply(target, pid, self.shares(plan, target))
                 if fleet_step.replan_without_unavailable(plan, target, self.actuator.unavailable_types()):
                     # InsufficientCapacity: replan at once without the unavailable types.
                     target, plan = await self._decided(demand)
                     self._generation += 1
-                    pid = plan_id_for(target, self._generation)
+                    pid = plan_id_for(target, self._generation, lease_generation(self.replica))
                     report = await self._apply(target, pid, self.shares(plan, target))
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
                 self.status.estimated = plan_estimates(self.cfg, self.profiles, plan)
@@ -387,7 +410,7 @@ class Daemon:
 
     @quiet_at_shutdown
     async def reconcile_tick(self) -> None:
-        if self._stop.is_set() or self.actuator is None:
+        if self._stop.is_set() or self.actuator is None or not self.leading():
             return
         async with self._fleet_lock:
             try:
@@ -425,48 +448,20 @@ class Daemon:
         self._stop.set()
 
     def reload(self) -> bool:
-        """SIGHUP: load the config again (:func:`daemon.reload.reloaded_config`); a refused one is
-        logged and the running one kept. Changed tick intervals take effect now."""
-        if self.cfg_path is None:
-            return False
-        sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
-        try:
-            new, unapplied = reloaded_config(self.cfg, self.cfg_path, self._listen, self.aws)
-        except UsageError as exc:
-            log.error("reload rejected, keeping the running config: %s", exc.lines[0])
-            sdnotify.notify(f"READY=1\nSTATUS=reload rejected: {exc.lines[0]}")
-            return False
-        if unapplied:
-            log.warning("reload: %s changed: restart to apply (the running values are kept)", ", ".join(unapplied))
-        reschedule(self._scheduler, self.cfg.intervals, new.intervals)
-        self.cfg = new
-        if self._explicit_params is None:
-            self.model_params = model_params_for(new)
-            if self.model_loop is not None:
-                self.model_loop.params = self.model_params
-                self.model_loop.interval_s = new.intervals.model_s
-        if self.actuator is not None:
-            self.actuator.budget = new.budget_per_hour
-            self.actuator.catalog = new.catalog()
-        if self.dispatcher is not None:   # prices the model loop and Status use
-            self.dispatcher.set_catalog(new.catalog())
-        log.info("reloaded %s (budget %.4g $/hr)", self.cfg_path, new.budget_per_hour)
-        sdnotify.notify(f"READY=1\nSTATUS=reloaded, budget {new.budget_per_hour:g} $/hr"
-                        + (f"; restart to apply {', '.join(unapplied)}" if unapplied else ""))
-        if self._loop is not None:
-            self._loop.create_task(self.fleet_tick("config reloaded"))
-        return True
+        """SIGHUP: :func:`daemon.reload.reload_daemon`."""
+        return reload_daemon(self)
 
     async def _terminate_fleet(self) -> None:
         """``on_shutdown: terminate``; with the lease lost, one line instead (the fence refuses, and
         the daemon holding the lease now owns the instances: no terminate intent is written)."""
         await self._sync_workers()
-        left = self.aws.left_running(self.status.instances) if self.aws is not None else None
+        left = fleet_left_to_others(self.replica) or (self.aws.left_running(self.status.instances) if self.aws else None)
         if left is not None:
             log.warning("%s", left)
             return
         try:
-            await asyncio.to_thread(self.actuator.apply, {}, plan_id_for({}, self._generation + 1))
+            pid = plan_id_for({}, self._generation + 1, lease_generation(self.replica))
+            await asyncio.to_thread(self.actuator.apply, {}, pid)
         except Fenced as exc:   # lost or not renewable while terminating
             log.warning("on_shutdown: terminate refused, instances left running: %s", exc)
         except Exception:
@@ -478,6 +473,8 @@ class Daemon:
     async def stop(self, grace: float = 10.0) -> None:
         self._stop.set()
         sdnotify.notify("STOPPING=1")
+        if self.replica is not None and self.dispatcher is not None:   # NOT_SERVING first: balancers move off it
+            await self.replica.leave(self.dispatcher)
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
         if self.profiling is not None:   # a probe round under way terminates its probes first
@@ -496,5 +493,7 @@ class Daemon:
             self.store.close()
         if self.registry is not None:
             self.registry.close()
+        if self.replica is not None:   # heartbeat and demand items deleted: the holder stops counting this one
+            await self.replica.close()
         if self.aws is not None:   # the lease last: raises LeaseLost (exit 1, one line) if it was lost
             await self.aws.close()

@@ -6,7 +6,8 @@ that the lease fences (what ``Daemon.start`` builds when no cloud is handed to i
    all use the region's prices; what ``costscale validate`` checks on prices is checked again at
    them (a pinned pool over the budget there: one line, exit 2).
 2. ``open()``: the lease table (created when missing, and the log says so), the cluster's lease
-   (``scaler.cluster_lease``; another live holder → ``LeaseHeld``, one line, exit 1), then
+   (``scaler.cluster_lease``; another live holder → ``LeaseHeld``, one line, exit 1; with
+   ``lease.replicas`` the daemon goes on as a standby replica instead, ``daemon.replica``), then
    ``Ec2Cloud`` wrapped in ``FencedCloud``. All before reconciliation, which would adopt the
    other daemon's instances.
    With a cluster token and ``dispatcher.token_parameter`` (the default), the token goes into that
@@ -39,7 +40,7 @@ from config.security import worker_tls_flags
 from scaler.cloud import CloudConfigError, CloudError, CloudProvider, ManagedInstance
 from scaler.cluster_lease import CLOCK_SAFETY, ClusterLease, FencedCloud
 from scaler.ec2 import Ec2Cloud
-from scaler.lease import Claimant, LeaseLost, holder_text, renew_interval_s, utc
+from scaler.lease import Claimant, Lease, LeaseHeld, LeaseLost, holder_text, renew_interval_s, utc
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
 from scaler.region_prices import RegionPrices, cache_path_for, regional_config
 from scaler.token_parameter import TokenParameter, make_ssm_client, parameter_name
@@ -81,6 +82,7 @@ class AwsWiring:
         self._dynamodb = dynamodb
         self._ssm = ssm
         self.lease: ClusterLease | None = None
+        self.dynamodb: Any = None                           # the lease table's client (replicas share it)
         self.token: str | None = None                       # the cluster token, as its parameter holds it
         self.token_parameter: TokenParameter | None = None
         self._dispatcher: Any = None
@@ -112,14 +114,20 @@ class AwsWiring:
         try:
             if table.ensure_table():
                 log.info("created the DynamoDB table %s (PAY_PER_REQUEST) for cluster leases", name)
-            held = lease.acquire()
+            held: Lease | None = lease.acquire()
+        except LeaseHeld as exc:
+            if not cfg.lease.replicas:
+                raise
+            held = None     # a standby replica (daemon.replica): it serves, and retries the lease
+            log.info("cluster %s: starting as a standby replica: %s", cfg.cluster, str(exc).split(";")[0])
         except CloudError as exc:
             raise aws_error("DynamoDB", cfg, exc, f"describe, create, read and write the table {name} "
                                                   "(the cluster lease)") from None
-        prev = lease.taken_from
-        log.info("cluster %s: lease taken in %s (generation %d, ttl %gs)%s", cfg.cluster, name, held.generation,
-                 cfg.lease.ttl_s, f"; its last holder ({holder_text(prev)}) is gone" if prev else "")
-        self.lease = lease
+        if held is not None:
+            prev = lease.taken_from
+            log.info("cluster %s: lease taken in %s (generation %d, ttl %gs)%s", cfg.cluster, name, held.generation,
+                     cfg.lease.ttl_s, f"; its last holder ({holder_text(prev)}) is gone" if prev else "")
+        self.lease, self.dynamodb = lease, client
         advertise = cfg.dispatcher.advertise or (self.listen or cfg.dispatcher.listen)
         ec2 = Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,
                        max_attempts=cfg.aws.max_attempts, dispatcher=advertise,

@@ -269,6 +269,12 @@ class Dispatcher:
         self.worker_registry.start_health()
         return port
 
+    async def unready(self) -> None:
+        """NOT_SERVING on every service while queries are still admitted and served: a replica
+        leaving its balancer (issue #27; ``daemon.replica``) before :meth:`stop` refuses them."""
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+
     async def stop(self, grace: float = 5.0) -> None:
         """Refuse new queries, let queued and in-flight ones finish within ``grace`` seconds, end the
         rest with UNAVAILABLE, then shut the server and the worker channels."""

@@ -130,11 +130,15 @@ def next_generation(target: Mapping[str, int], previous: Mapping[str, int], gene
     return generation + 1 if dict(target) != dict(previous) else generation
 
 
-def plan_id_for(target: Mapping[str, int], generation: int) -> str:
+def plan_id_for(target: Mapping[str, int], generation: int, lease_generation: int | None = None) -> str:
     """A deterministic plan id: the same target at the same generation gives the same id, so a
-    restarted daemon re-derives the same ClientTokens (DESIGN invariant 3)."""
+    restarted daemon re-derives the same ClientTokens (DESIGN invariant 3). With replicas
+    (issue #27), the cluster lease's generation leads the id: a replica that takes the lease over
+    counts its own generations from 0 again, and must not re-derive the ClientTokens of the dead
+    holder's plans (EC2 would answer a reused token with the old launch, not a new one)."""
     digest = hashlib.sha256(repr(sorted(target.items())).encode()).hexdigest()[:10]
-    return f"g{generation}-{digest}"
+    lead = f"L{lease_generation}" if lease_generation is not None else ""
+    return f"{lead}g{generation}-{digest}"
 
 
 def park_round(instances: Sequence[ManagedInstance], target: Mapping[str, int], ready: frozenset[str] | set[str],

@@ -364,4 +364,4 @@ def test_a_bad_lease_section_is_a_config_error_naming_the_field() -> None:
         "c.yaml: line 21: lease.table: must be a DynamoDB table name: 3-255 letters, digits, '_', '-' or '.'",
         "c.yaml: line 22: lease.ttl_s: Input should be greater than or equal to 3"]
     assert parse_config_text(text.replace("lease:\n  ttl_s: 1\n", "")).lease.model_dump() == {
-        "table": "costscale-leases", "ttl_s": 60.0}
+        "table": "costscale-leases", "ttl_s": 60.0, "replicas": False, "replica_id": "", "unready_s": 5.0}

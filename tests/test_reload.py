@@ -112,3 +112,15 @@ def test_a_reload_failing_a_check_keeps_the_running_config(tmp_path: Path, caplo
     with caplog.at_level(logging.INFO):
         assert d.reload() is False
     assert d.cfg.budget_per_hour == 2.5 and "buys no allowed instance type" in caplog.text
+
+
+def test_a_reload_keeps_the_lease_section_until_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d, path = _daemon(tmp_path)
+    before = d.cfg
+    path.write_text(_text(tmp_path / "state.db").replace("budget_per_hour: 2.5", "budget_per_hour: 3.0")
+                    + "lease:\n  ttl_s: 9\n  replicas: true\n  unready_s: 1\n")
+    with caplog.at_level(logging.INFO):
+        assert d.reload() is True
+    assert d.cfg.budget_per_hour == 3.0 and d.cfg.lease == before.lease
+    assert _restart_lines(caplog) == ["reload: lease.ttl_s, lease.replicas, lease.unready_s changed: restart to apply "
+                                      "(the running values are kept)"]

@@ -1,0 +1,217 @@
+"""The daemon as one of several replicas of a cluster (issue #27, deliverable 1; ``lease.replicas``).
+
+Every replica serves the same gRPC API; one of them, the cluster lease's holder, runs the fleet
+loop. This module is the wiring (I/O); the decisions are ``scaler.lease.decide`` (who holds the
+lease), ``scaler.replica_membership.decide_beat`` (heartbeats) and
+``scaler.replica_demand.merge_demand`` (the demand the holder plans for).
+
+* A daemon that finds the lease held starts as a **standby** (``daemon.aws_wiring``): it serves
+  queries, and every third of the replica ttl it beats (``scaler.replica_heartbeat``, its address
+  in the item) and publishes its per-model demand windows (``scaler.demand_table``).
+* Every renew interval (lease ttl / 3) a standby tries to take the lease (``ClusterLease.acquire``).
+  When the holder died its lease expires after its ttl and the first standby to write takes it, at
+  the next generation. The new holder then does what a restarted daemon does: ``reconcile`` from
+  EC2's cluster tags (adopt, finish, clean up), and a fleet tick at once.
+* The holder plans for the demand of every live replica: the published windows of the replicas
+  whose heartbeat is live and fresh, summed (``merge_demand``), read with each heartbeat.
+
+Invariant (with the fence, ``scaler.cluster_lease.FencedCloud``): **at most one replica launches or
+terminates at any instant, and only under a lease generation it holds**. A standby's cloud is
+fenced (no lease held: every launch and terminate refused), a holder stops acting
+``ttl x CLOCK_SAFETY`` before its lease can expire by another host's clock, and each launch is
+tagged with its lease generation. Plan ids lead with the lease generation
+(``fleet_step.plan_id_for(..., lease_generation)``), so a new holder never re-derives the dead
+holder's ClientTokens. A new holder adopts every instance carrying the cluster tag, so a takeover
+leaves no orphan and launches nothing twice; the budget holds because only the holder acts and
+the actuator checks every launch against the budget over everything it lists.
+
+Not here yet (issue #27 deliverables 2-4): workers owned by one replica each (a replica dispatches
+to the workers that registered with it), forwarding to an owning replica, NOT_SERVING before a
+drain, a balancer.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import Any, Awaitable, Callable, Mapping
+
+from config.schema import Config
+from daemon.aws_wiring import DaemonError
+from scaler.cloud import CloudError
+from scaler.cluster_lease import ClusterLease
+from scaler.demand_table import DynamoDemandTable
+from scaler.lease import LeaseHeld, holder_text, renew_interval_s
+from scaler.fleet_step import steady_horizon
+from scaler.replica_demand import ModelWindow, MergedDemand, ReplicaDemand, merge_demand, window_of
+from scaler.replica_heartbeat import ReplicaHeartbeat
+from scaler.replica_membership import REPLICA_TTL_S, Replica, live_replicas
+from scaler.replica_table import DynamoReplicaTable
+
+log = logging.getLogger("costscale")
+
+Windows = Callable[[], Mapping[str, ModelWindow]]
+
+
+def replica_address(listen: str, port: int) -> str:
+    """Where the other replicas reach this one: the listener's host (this host's name when it
+    listens on every address) and the port it got."""
+    host = listen.rpartition(":")[0]
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = socket.gethostname()
+    return f"{host}:{port}"
+
+
+def model_windows(cfg: Config, dispatcher: Any) -> dict[str, ModelWindow]:
+    """This replica's demand window of each model, as it publishes them."""
+    if dispatcher is None:
+        return {}
+    steady = steady_horizon(cfg)
+    return {m.name: window_of(dispatcher.window_snapshot(m.name, steady_s=steady)) for m in cfg.models}
+
+
+def lease_generation(role: "ReplicaRole | None") -> int | None:
+    """The lease generation a daemon's plan ids lead with: None without replicas (the ids as
+    before), else the generation it holds (``fleet_step.plan_id_for``)."""
+    return role.lease_generation() if role is not None else None
+
+
+async def start_replica(cfg: Config, lease: ClusterLease | None, client: Any, listen: str, port: int,
+                        windows: Windows, on_lead: Callable[[], Awaitable[None]]) -> "ReplicaRole | None":
+    """This daemon's replica role, started (its first heartbeat), or None with replicas off (or
+    no lease: a cloud handed in)."""
+    if not cfg.lease.replicas or lease is None:
+        return None
+    role = ReplicaRole(cfg, lease, client, replica_address(listen, port), windows, on_lead)
+    await role.start()
+    return role
+
+
+def fleet_left_to_others(role: "ReplicaRole | None") -> str | None:
+    """Why ``on_shutdown: terminate`` does not terminate the fleet at this replica's stop, or None
+    (replicas off, or the last live replica): a standby never acts on the fleet, and a holder that
+    other replicas outlive hands the fleet over (its lease is given back at the stop, and the next
+    replica to take it adopts the instances) instead of ending the service for them."""
+    if role is None:
+        return None
+    if not role.leading():
+        return "on_shutdown: terminate skipped: a standby replica leaves the fleet to the lease holder"
+    others = [r for r in role.live if r != role.me.replica]
+    if others:
+        return (f"on_shutdown: terminate skipped: replica{'s' * (len(others) > 1)} {', '.join(others)} "
+                "live: the next to take the lease runs the fleet")
+    return None
+
+
+def replica_id(cfg: Config, address: str) -> str:
+    """This replica's id: ``lease.replica_id``, else its address (:func:`replica_address`)."""
+    return cfg.lease.replica_id or address
+
+
+class ReplicaRole:
+    """One daemon's part in a replicated cluster: heartbeat, demand, the lease retried."""
+
+    def __init__(self, cfg: Config, lease: ClusterLease, client: Any, address: str, windows: Windows,
+                 on_lead: Callable[[], Awaitable[None]], *, clock: Callable[[], float] = time.time,
+                 beat_ttl_s: float = REPLICA_TTL_S) -> None:
+        self.lease = lease
+        self.address = address
+        self.windows = windows
+        self.on_lead = on_lead
+        self.clock = clock
+        self.me = Replica(cluster=cfg.cluster, replica=replica_id(cfg, address), owner=lease.me.owner,
+                          host=lease.me.host, address=address)
+        self.table = DynamoReplicaTable(cfg.lease.table, client, cfg.cluster)
+        self.demand_table = DynamoDemandTable(cfg.lease.table, client, cfg.cluster)
+        self.heartbeat = ReplicaHeartbeat(self.table, self.me, beat_ttl_s, table_name=cfg.lease.table)
+        self.unready_s = cfg.lease.unready_s
+        self.merged: MergedDemand | None = None   # the holder's view, read with each heartbeat
+        self.live: tuple[str, ...] = ()          # the live replicas as the holder read them last
+        self.takeovers = 0
+
+    def leading(self) -> bool:
+        """This replica holds the cluster lease (it runs the fleet loop)."""
+        return self.lease.held is not None and self.lease.lost is None
+
+    def lease_generation(self) -> int | None:
+        held = self.lease.held
+        return held.generation if held is not None else None
+
+    # -- the jobs ---------------------------------------------------------------------------
+    def _beat_sync(self) -> None:
+        """Heartbeat, publish this replica's windows; the holder reads every replica's."""
+        self.heartbeat.beat(applied=0)
+        now = round(self.clock(), 3)
+        self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, dict(self.windows())))
+        if self.leading():
+            live = live_replicas(self.table.beats(), now)
+            self.live = tuple(live)
+            self.merged = merge_demand(self.demand_table.read(), live, now)
+
+    async def beat(self) -> None:
+        try:
+            await asyncio.to_thread(self._beat_sync)
+        except CloudError as exc:
+            log.warning("replica %s: heartbeat not written (%s); retrying", self.me.replica, exc)
+
+    async def start(self) -> None:
+        """The first heartbeat (raises ReplicaIdTaken, one line, when another live process beats
+        under this id), then the log line saying which role this replica starts in."""
+        try:
+            await asyncio.to_thread(self._beat_sync)
+        except CloudError as exc:     # one line, exit 1 (as the lease's own table errors at start)
+            raise DaemonError(f"replica {self.me.replica}: DynamoDB table {self.table.table} refused its first "
+                              f"heartbeat: {exc}") from None
+        role = f"lease holder (generation {self.lease_generation()})" if self.leading() else "standby"
+        log.info("replica %s of cluster %s at %s: %s", self.me.replica, self.me.cluster, self.address, role)
+
+    async def try_lead(self) -> None:
+        """A standby's lease retry; on success ``on_lead`` (reconcile, then a fleet tick)."""
+        if self.leading() or self.lease.lost is not None:
+            return
+        try:
+            held = await asyncio.to_thread(self.lease.acquire)
+        except LeaseHeld:
+            return
+        except CloudError as exc:
+            log.warning("replica %s: lease not tried (%s)", self.me.replica, exc)
+            return
+        prev = self.lease.taken_from
+        self.takeovers += 1
+        log.info("replica %s took the lease of cluster %s (generation %d)%s: running the fleet loop",
+                 self.me.replica, self.me.cluster, held.generation,
+                 f"; its last holder ({holder_text(prev)}) is gone" if prev else "")
+        await self.beat()       # the merged demand before the first tick
+        await self.on_lead()
+
+    def schedule(self, scheduler: Any) -> None:
+        scheduler.add_job(self.beat, "interval", seconds=self.heartbeat.ttl_s / 3, max_instances=1, coalesce=True,
+                          id="replica-beat")
+        scheduler.add_job(self.try_lead, "interval", seconds=renew_interval_s(self.lease.ttl_s), max_instances=1,
+                          coalesce=True, id="replica-lead")
+
+    async def leave(self, dispatcher: Any) -> None:
+        """The first step of a stop: health NOT_SERVING on every service while this replica still
+        serves, for ``lease.unready_s``, so balancers (NLB health checks, nginx, a client's
+        health-checked round_robin) send new queries to the other replicas; the daemon then
+        drains and exits (``Dispatcher.stop``)."""
+        log.info("replica %s leaving: NOT_SERVING for %g s, then draining", self.me.replica, self.unready_s)
+        await dispatcher.unready()
+        await asyncio.sleep(self.unready_s)
+
+    async def close(self) -> None:
+        """A clean stop: the heartbeat and demand items deleted (if still ours)."""
+        def forget() -> None:
+            self.heartbeat.stop()
+            self.demand_table.forget(self.me)
+        try:
+            await asyncio.to_thread(forget)
+        except CloudError as exc:
+            log.warning("replica %s: items not deleted (%s); they expire in %g s", self.me.replica, exc,
+                        self.heartbeat.ttl_s)
+
+
+
+__all__ = ["ReplicaRole", "fleet_left_to_others", "lease_generation", "model_windows", "replica_address", "replica_id",
+           "start_replica"]

@@ -1,0 +1,70 @@
+"""How many dispatcher replicas own workers, which ones, and where the others forward (pure;
+issue #27, deliverable 2).
+
+Splitting a small pool over replicas loses most of its allowable throughput: measured in
+BENCHMARKS.md "shard-matching", two shards of the 2.5 $/hr Kairos pools serve 0.00-0.81x what one
+shard serves, because a shard without a base (GPU) instance cannot serve the large queries within
+the QoS (Kairos §5.1: the matching's gain comes from sending each query size to the type that
+serves it best; §5.2: the base type is the one that serves every size). At 10 $/hr, with 3-8 base
+instances, two shards keep 0.94-0.99x. So the number of owning replicas is a decision:
+
+1. **owners**: ``k = max(1, min(live replicas, base workers // MIN_BASE_PER_OWNER))``: only as many
+   replicas own workers as keep at least ``MIN_BASE_PER_OWNER`` base-type workers each
+   (``scaler.replica_assignment.assign`` splits each type evenly over the owners, so each owner
+   gets ``base // k >= MIN_BASE_PER_OWNER`` of them), and at least one;
+2. **which**: the lease holder first (when it is live: it is the replica that runs the fleet loop
+   and survives longest in the role), then the live replicas that own workers now (sticky: a change
+   of owner drains workers), then the others in id order;
+3. **forwarding**: every live replica that owns no worker forwards each query to an owning
+   replica, the non-owners dealt over the owners in id order (each owner gets ``n // k`` or
+   ``n // k + 1`` of them).
+
+No I/O, no clock: the caller passes the live replicas (``scaler.replica_membership.live_replicas``),
+the holder, the base-type worker count and the current owners.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Collection, Sequence
+
+#: base-type (GPU) workers each owning replica keeps at least, so every shard can serve the largest
+#: queries (BENCHMARKS.md "shard-matching": 1 base per shard lost 0.19-1.0 of one shard's throughput)
+MIN_BASE_PER_OWNER = 2
+
+
+@dataclass(frozen=True)
+class OwningReplicas:
+    """The replicas that own workers (in the order chosen) and, for each live replica that owns
+    none, the owning replica it forwards its queries to."""
+
+    owners: tuple[str, ...]
+    forward_to: dict[str, str] = field(default_factory=dict)
+
+
+def owner_count(live: int, base_workers: int, min_base: int = MIN_BASE_PER_OWNER) -> int:
+    """How many of ``live`` replicas own workers (rule 1); 0 when none is live."""
+    if live <= 0:
+        return 0
+    if min_base < 1:
+        raise ValueError(f"min_base must be >= 1, not {min_base}")
+    return max(1, min(live, max(0, base_workers) // min_base))
+
+
+def owning_replicas(live: Collection[str], holder: str | None, base_workers: int,
+                    current_owners: Sequence[str] = (), min_base: int = MIN_BASE_PER_OWNER) -> OwningReplicas:
+    """The owning replicas and the forwarding of the others (module docstring, rules 1-3)."""
+    replicas = sorted(set(live))
+    k = owner_count(len(replicas), base_workers, min_base)
+    if k == 0:
+        return OwningReplicas(())
+    order: list[str] = []
+    if holder is not None and holder in replicas:
+        order.append(holder)
+    order += sorted(r for r in set(current_owners) if r in replicas and r not in order)
+    order += [r for r in replicas if r not in order]
+    owners = tuple(order[:k])
+    rest = [r for r in replicas if r not in owners]
+    return OwningReplicas(owners, {r: owners[i % k] for i, r in enumerate(rest)})
+
+
+__all__ = ["MIN_BASE_PER_OWNER", "OwningReplicas", "owner_count", "owning_replicas"]
