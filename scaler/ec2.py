@@ -88,7 +88,7 @@ NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
 def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
                     cluster_token: str | None = None, models: Sequence[tuple[str, str]] = (),
                     worker_port: int = 50052, worker_flags: Sequence[str] = (),
-                    token_parameter: str | None = None) -> str:
+                    token_parameter: str | None = None, spot_watch: bool = False) -> str:
     """The worker's cloud-init script: the user's extra lines, then ``costscale worker``
     (with ``worker_flags``: the TLS files, :func:`config.security.worker_tls_flags`).
 
@@ -96,7 +96,8 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
     (IMDSv2, token-based) and registers with the dispatcher under them; the dispatcher accepts only
     instances the daemon launched. ``models`` are (name, ONNX spec) pairs to serve. The cluster
     token: with ``token_parameter`` only that SSM parameter's name (the worker reads it with its
-    instance profile, :mod:`scaler.token_parameter`); else ``cluster_token`` itself."""
+    instance profile, :mod:`scaler.token_parameter`); else ``cluster_token`` itself. ``spot_watch``
+    (a spot instance): the worker watches IMDS for the interruption notice (``worker.spot_watch``)."""
     lines = ["#!/bin/bash", "set -euo pipefail"]
     if extra:
         body = extra[len("#!/bin/bash"):] if extra.startswith("#!/bin/bash") else extra
@@ -121,6 +122,8 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
     if dispatcher:
         cmd += f" --dispatcher {shlex.quote(dispatcher)}"
     cmd += "".join(f" {shlex.quote(f)}" for f in worker_flags)
+    if spot_watch:
+        cmd += " --imds-endpoint http://169.254.169.254"
     lines.append(cmd)
     return "\n".join(lines) + "\n"
 
@@ -274,7 +277,7 @@ class Ec2Cloud:
                                   {"ResourceType": "volume", "Tags": tag_list}],
             "UserData": build_user_data(self.cluster, self.dispatcher, getattr(spec, "user_data", None),
                                         self.cluster_token, self.models, self.worker_port, self.worker_flags,
-                                        self.token_parameter),
+                                        self.token_parameter, spot_watch=zone is not None),
         }
         if getattr(spec, "ami_id", None):
             kw["ImageId"] = spec.ami_id
