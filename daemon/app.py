@@ -321,7 +321,7 @@ class Daemon:
         listed = None
         d = self.dispatcher
         if d is not None and self.cloud is not None:
-            instances = self.market.typed(listed := await asyncio.to_thread(self.cloud.list_managed))
+            instances = self.market.parking_view(listed := await asyncio.to_thread(self.cloud.list_managed))
             ready = frozenset(iid for iid, w in d.workers.items() if not w.removed)
             dec, self._park_state = fleet_step.park_round(instances, eff, ready, self.market.type_price,
                                                           self.actuator.budget, time.monotonic(), self._park_state,

@@ -72,6 +72,9 @@ class FleetMarket:
     def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
         return self.spot.typed(instances) if self.spot is not None else instances
 
+    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        return self.spot.parking_view(instances) if self.spot is not None else instances
+
     def type_price(self, instance_type: str) -> float:
         return self.spot.type_price(instance_type) if self.spot is not None else self.actuator.price(instance_type)
 

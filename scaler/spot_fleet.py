@@ -36,6 +36,7 @@ class Actuator(Protocol):
     budget: float
     catalog: dict[str, InstanceType]
     store: Any
+    clock: Callable[[], float]
 
     def unavailable_types(self) -> set[str]: ...
 
@@ -151,6 +152,12 @@ class SpotFleet:
     def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
         return typed(instances)
 
+    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        """What parking counts against the target: the typed instances but the doomed ones (they
+        leave within two minutes: their replacement is not surplus, and parking it would have the
+        placement launch yet another)."""
+        return [i for i in typed(instances) if i.instance_id not in self.state.doomed]
+
     def type_price(self, instance_type: str) -> float:
         return self.view().prices.get(instance_type, float(self.market.on_demand[instance_type]))
 
@@ -184,7 +191,8 @@ class SpotFleet:
         :data:`scaler.spot_market.NOTICE_S` later): the instance is doomed, its zone out for the
         cooldown; returns when it is reclaimed."""
         self.state, (s, until) = after_notice(self.state, instance_id, slot, now, reclaim_at)
-        self.actuator.store.mark_unavailable(s, until, "spot interruption notice")
+        # the out-until mark on the actuator's own clock (the daemon's ``now`` is monotonic, EC2's epoch)
+        self.actuator.store.mark_unavailable(s, self.actuator.clock() + (until - now), "spot interruption notice")
         return self.state.doomed[instance_id]
 
 

@@ -98,6 +98,9 @@ class SpotReplayFleet(ReplayFleet):
     def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
         return self.spot.typed(instances)
 
+    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        return self.spot.parking_view(instances)
+
     def type_price(self, instance_type: str) -> float:
         return self.spot.type_price(instance_type)
 

@@ -4,57 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
+from tests.imds_helpers import FakeImds
 from worker.spot_watch import Notice, SpotWatch, parse_instance_action, parse_rebalance
-
-
-class FakeImds:
-    """IMDSv2 on 127.0.0.1: tokens from PUT /latest/api/token, metadata only with a valid token."""
-
-    def __init__(self) -> None:
-        self.docs: dict[str, str] = {}
-        self.tokens: set[str] = set()
-        self.puts = 0
-        self.unauthorized = 0
-        imds = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a: Any) -> None:
-                pass
-
-            def _send(self, code: int, body: str = "") -> None:
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def do_PUT(self) -> None:
-                if self.path != "/latest/api/token" or "X-aws-ec2-metadata-token-ttl-seconds" not in self.headers:
-                    return self._send(400)
-                imds.puts += 1
-                tok = f"tok{imds.puts}"
-                imds.tokens.add(tok)
-                self._send(200, tok)
-
-            def do_GET(self) -> None:
-                if self.headers.get("X-aws-ec2-metadata-token") not in imds.tokens:
-                    imds.unauthorized += 1
-                    return self._send(401)
-                doc = imds.docs.get(self.path.removeprefix("/latest/meta-data/"))
-                self._send(404) if doc is None else self._send(200, doc)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture()
@@ -81,17 +36,17 @@ def test_poll_finds_nothing_until_a_notice_then_each_kind_once_and_renews_an_exp
 
     w = SpotWatch(imds.url, tell, poll_s=0.0)
     assert w.poll_once() == [] and imds.puts == 1
-    imds.docs["spot/instance-action"] = json.dumps({"action": "terminate", "time": "2026-11-26T10:30:00Z"})
+    imds.docs[("", "spot/instance-action")] = json.dumps({"action": "terminate", "time": "2026-11-26T10:30:00Z"})
     imds.tokens.clear()                                 # the token expired: a 401, then a new token
     got = w.poll_once()
     assert [n.kind for n in got] == ["instance-action"] and imds.unauthorized == 1 and imds.puts == 2
     w.told.add("instance-action")
-    imds.docs["events/recommendations/rebalance"] = json.dumps({"noticeTime": "2026-11-26T10:28:00Z"})
+    imds.docs[("", "events/recommendations/rebalance")] = json.dumps({"noticeTime": "2026-11-26T10:28:00Z"})
     assert [n.kind for n in w.poll_once()] == ["rebalance"]
 
 
 def test_run_tells_again_until_the_dispatcher_has_it(imds: FakeImds) -> None:
-    imds.docs["spot/instance-action"] = json.dumps({"action": "terminate", "time": "2026-11-26T10:30:00Z"})
+    imds.docs[("", "spot/instance-action")] = json.dumps({"action": "terminate", "time": "2026-11-26T10:30:00Z"})
     answers = [False, True]
     told: list[str] = []
 
