@@ -149,3 +149,26 @@ def test_a_bad_interruption_queue_is_one_line_naming_the_field(tmp_path: Path, u
     with pytest.raises(ConfigError) as err:
         load_config(p)
     assert "spot.interruption_queue" in str(err.value) and "\n" not in str(err.value)
+
+
+class _Prices:
+    """A price source standing in for scaler.spot_prices.SpotPriceSource (its ``lookup``)."""
+
+    def __init__(self, prices: dict[str, dict[str, float]]) -> None:
+        self.prices = prices
+
+    def lookup(self, types, zones, fetch=True):  # type: ignore[no-untyped-def]
+        return {t: dict(z) for t, z in self.prices.items() if t in types}, None
+
+
+def test_a_spot_price_that_moved_reprices_the_slots_and_says_so(tmp_path: Path) -> None:
+    fm, cloud, act = _market(tmp_path)
+    cfg = load_config(SPOT_YAML)
+    src = _Prices({**{t: dict(z) for t, z in PRICES.items()}})
+    fm.prices = src  # type: ignore[assignment]
+    lock = asyncio.Lock()
+    assert act.price("r5n.large@us-east-1c") == 0.06
+    assert asyncio.run(fm.refresh(cfg, lock)) is False            # the same prices: nothing moves
+    src.prices["r5n.large"]["us-east-1c"] = 0.09
+    assert asyncio.run(fm.refresh(cfg, lock)) is True
+    assert act.price("r5n.large@us-east-1c") == 0.09 and fm.spot.market.price("r5n.large@us-east-1c") == 0.09
