@@ -166,7 +166,7 @@ class FleetMarket:
         delay = max(0.0, gone_at - DRAIN_LEAD_S - time.monotonic())
         log.warning("spot interruption notice for %s (%s): reclaimed in %.0f s; draining in %.0f s, replacing now",
                     instance_id, inst.instance_type, gone_at - time.monotonic(), delay)
-        self._timers.append(loop.call_later(delay, self._spawn, loop, drain(instance_id)))
+        self._timers.append(loop.call_later(delay, lambda: self._spawn(loop, drain(instance_id))))
         tick_soon("spot interruption")
 
     def start(self, cfg_of: Callable[[], Config], lock: asyncio.Lock, tick_soon: Callable[[str], None],
