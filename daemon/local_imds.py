@@ -1,6 +1,9 @@
-"""A local IMDSv2 for tests (issue #28): tokens from ``PUT /latest/api/token``, metadata only with a
-valid token, 404 for what is not set. ``/{instance id}/latest/...`` serves one instance's view (the
-local runner points each worker at its own), ``/latest/...`` the default one."""
+"""A local instance metadata service (IMDSv2) standing for EC2's, for ``costscale demo --spot`` and
+the tests (issue #28): session tokens from ``PUT /latest/api/token``, metadata only with a valid
+token (401 otherwise), 404 for what is not set. ``/{instance id}/latest/...`` serves one instance's
+view (the local runner points each worker at its own, ``--imds-endpoint``), ``/latest/...`` the
+default one. :meth:`LocalImds.interrupt` gives an instance EC2's spot interruption notice. An
+adapter: a stdlib HTTP server on 127.0.0.1 in a thread; it decides nothing."""
 from __future__ import annotations
 
 import json
@@ -10,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
-class FakeImds:
+class LocalImds:
     def __init__(self) -> None:
         self.docs: dict[tuple[str, str], str] = {}      # (instance id or "", path under meta-data/) -> body
         self.tokens: set[str] = set()
@@ -63,3 +66,6 @@ class FakeImds:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+__all__ = ["LocalImds"]
