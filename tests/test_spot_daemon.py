@@ -172,3 +172,16 @@ def test_a_spot_price_that_moved_reprices_the_slots_and_says_so(tmp_path: Path) 
     src.prices["r5n.large"]["us-east-1c"] = 0.09
     assert asyncio.run(fm.refresh(cfg, lock)) is True
     assert act.price("r5n.large@us-east-1c") == 0.09 and fm.spot.market.price("r5n.large@us-east-1c") == 0.09
+
+
+def test_a_zone_without_capacity_moves_the_launch_to_the_next_zone_then_on_demand(tmp_path: Path) -> None:
+    fm, cloud, act = _market(tmp_path)
+    cloud.fail_capacity("r5n.large@us-east-1a")
+    rep = fm.actuate({"r5n.large": 1}, "p1", [], cloud.list_managed())
+    assert [s for s, ids in rep.launched.items() if ids] == ["r5n.large@us-east-1c"]   # a refused: the next zone
+    assert "r5n.large@us-east-1a" in act.unavailable_types()
+    for z in ("us-east-1c", "us-east-1d"):
+        cloud.fail_capacity(f"r5n.large@{z}")
+    rep = fm.actuate({"r5n.large": 3}, "p2", [], cloud.list_managed())
+    got = sorted(s for s, ids in rep.launched.items() for _ in ids)
+    assert got == ["r5n.large", "r5n.large"]            # no spot zone left: market both falls back to on-demand
