@@ -11,6 +11,8 @@
   the budget.
 * ``spot.max_price``: the most costscale pays per spot instance-hour (EC2 ``MaxPrice``; default the
   type's on-demand price, EC2's own default); a zone priced above it is treated as out of capacity.
+* ``spot.interruption_queue``: an SQS queue URL an EventBridge rule sends the "EC2 Spot Instance
+  Interruption Warning" to (optional; the workers watch IMDS themselves, ``worker.spot_watch``).
 * ``spot.fallback``: ``on_demand`` (SpotHedge §4.3 "dynamic fallback": on-demand covers what spot
   cannot, and is retired once spot runs again) or ``none``.
 
@@ -47,6 +49,17 @@ class SpotSpec(Strict):
     fallback: Literal["on_demand", "none"] = Field(
         "on_demand", description="market: spot types when no zone has spot capacity: launch on-demand, or nothing "
                                  "(market: both always falls back to on-demand)")
+
+    interruption_queue: str | None = Field(
+        None, description="an SQS queue URL that EventBridge sends 'EC2 Spot Instance Interruption Warning' events "
+                          "to: the daemon reads it beside the workers' own IMDS watch (optional)")
+
+    @field_validator("interruption_queue")
+    @classmethod
+    def _queue_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("https://", "http://")):
+            raise ValueError(f"{v!r} is not an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)")
+        return v
 
     @field_validator("zones")
     @classmethod

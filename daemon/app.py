@@ -44,11 +44,11 @@ from daemon.metrics import MetricsServer, start_observing, stop_observing
 from daemon.status_feed import StatusFeed
 from daemon.fleet_status import FleetStatus, load_profiles_for, plan_estimates, quiet_at_shutdown, tick_line
 from daemon.pick_confirmer import PickConfirmer
+from daemon.spot_wiring import FleetMarket, open_market
 
 log = logging.getLogger("costscale")
 
 FleetHook = Callable[[list[ManagedInstance]], Awaitable[None]]
-
 
 DRAIN_TIMEOUT_S = 30.0
 UNPARK_TIMEOUT_S = 15.0   # loading a parked instance's variants back, before the actuator runs
@@ -79,6 +79,7 @@ class Daemon:
         self.cloud: CloudProvider | None = None
         self.aws: AwsWiring | None = None    # region prices, cluster lease, fenced EC2 (when no cloud is given)
         self.replica: ReplicaRole | None = None   # lease.replicas: heartbeat, demand, the lease retried (daemon.replica)
+        self.market: FleetMarket | None = None   # the fleet tick's market hooks: on-demand, or spot (issue #28)
         self._generation = 0
         self._declared: tuple[Config, dict[str, DemandView]] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
@@ -107,8 +108,7 @@ class Daemon:
 
     # ---- wiring ----------------------------------------------------------------------------
     def _declared_demand(self) -> dict[str, DemandView]:
-        """Each model's declared workload (computed once per config: sampling the mix is not free
-        and current_demand() runs every model tick)."""
+        """Each model's declared workload (once per config: sampling the mix is not free, and this runs each tick)."""
         cfg = self.cfg
         if self._declared is None or self._declared[0] is not cfg:
             self._declared = (cfg, fleet_step.declared_demands(cfg))
@@ -165,6 +165,7 @@ class Daemon:
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
                                       pending_timeout_s=cfg.launch.pending_timeout_s)
+        self.market = await open_market(cfg, self.actuator, self.cloud)
         self.replica = await start_replica(cfg, self.aws.lease if self.aws else None, self.aws and self.aws.dynamodb,
                                            self._listen or cfg.dispatcher.listen, self.port,
                                            lambda: model_windows(self.cfg, self.dispatcher), self._took_lease)
@@ -193,6 +194,8 @@ class Daemon:
             self.replica.schedule(self._scheduler)
         self.status_feed, self.metrics = start_observing(self, self._scheduler)
         self._scheduler.start()
+        self.market.start(lambda: self.cfg, self._fleet_lock, self._tick_soon, self._loop, self._drain,
+                          self.dispatcher.set_spot_notice_handler)
         self.profiling = SelfProfiler(self)
         self.profiling.start()
         if self.generate_variants:
@@ -202,8 +205,7 @@ class Daemon:
                  cfg.budget_per_hour)
 
     async def _drain(self, instance_id: str) -> bool:
-        """Before a termination (the actuator runs it on the event loop, bounded by its timeout):
-        stop giving the worker queries and let its in-flight one finish."""
+        """Before a termination or a spot reclaim: no new queries for the worker; its in-flight one finishes."""
         if self.dispatcher is None:
             return True
         return await self.dispatcher.drain(instance_id, timeout=DRAIN_TIMEOUT_S)
@@ -243,17 +245,16 @@ class Daemon:
 
     def decide(self, demand: dict[str, DemandView],
                keep: dict[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
-        """The fleet decision (:func:`scaler.fleet_step.fleet_target`, the same function the replay
-        and `costscale plan` use): the pinned pool, or the planner's pick without the types in a
-        capacity cooldown; a model not profiled yet holds its conservative pool."""
+        """:func:`scaler.fleet_step.fleet_target` (as the replay, `costscale plan`) at the market's prices
+        (:mod:`daemon.spot_wiring`), without types out of capacity; unprofiled models: conservative pools."""
         prof = self.profiling
         if not self.cfg.pinned_pool and prof is not None:
             held = prof.hold()
             if held is not None:   # every model not profiled yet: their conservative pools (daemon.self_profiling)
                 return held, None
-        unavailable = sorted(self.actuator.unavailable_types()) if self.actuator else []
+        cfg, unavailable = self.market.deciding(self.cfg) if self.market else (self.cfg, [])
         current = self.shares() if self.status.plan is not None else None
-        return fleet_step.fleet_target(self.cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
+        return fleet_step.fleet_target(cfg, self.profiles, demand, slo_check=slo_check, unavailable=unavailable,
                                        current=current, confirmed=self.confirmer.cache,
                                        fixed=(prof.held_pools() or None) if prof else None,
                                        types_for=(prof.plan_types() or None) if prof else None, keep=keep)
@@ -270,7 +271,7 @@ class Daemon:
 
     @quiet_at_shutdown
     async def fleet_tick(self, reason: str = "interval") -> None:
-        if self._stop.is_set() or self.actuator is None or (self.profiling and self.profiling.probing):
+        if self._stop.is_set() or self.market is None or (self.profiling and self.profiling.probing):
             return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
         if not self.leading():   # a standby replica follows the fleet the holder keeps (daemon.replica)
             return await self._sync_workers()
@@ -279,7 +280,7 @@ class Daemon:
                 now = time.monotonic()
                 demand, self._demand_history = fleet_step.stabilized_demands(
                     self._demand_history, now, self.current_demand(), self.cfg.intervals.scale_in_s)
-                unavailable = frozenset(self.actuator.unavailable_types())
+                unavailable = self.market.plan_key()
                 fresh = reason != "interval" or fleet_step.plan_due(self.cfg, self.status.demand, self._planned_at,
                                                                     demand, now, unavailable != self._unavailable_planned)
                 if fresh:   # with several models, those whose demand did not move keep their workers
@@ -293,8 +294,7 @@ class Daemon:
                 self._generation = fleet_step.next_generation(target, self.status.target, self._generation)
                 pid = plan_id_for(target, self._generation, lease_generation(self.replica))
                 report = await self._apply(target, pid, self.shares(plan, target))
-                if fleet_step.replan_without_unavailable(plan, target, self.actuator.unavailable_types()):
-                    # InsufficientCapacity: replan at once without the unavailable types.
+                if self.market.replan_now(plan, target):   # InsufficientCapacity (spot: no zone left): replan now
                     target, plan = await self._decided(demand)
                     self._generation += 1
                     pid = plan_id_for(target, self._generation, lease_generation(self.replica))
@@ -302,7 +302,7 @@ class Daemon:
                 self.status.plan, self.status.target, self.status.demand = plan, target, demand
                 self.status.estimated = plan_estimates(self.cfg, self.profiles, plan)
                 if fresh:
-                    self._planned_at, self._unavailable_planned = now, frozenset(self.actuator.unavailable_types())
+                    self._planned_at, self._unavailable_planned = now, self.market.plan_key()
                 self._hint_planned = dict(self.capacity_hint)
                 self.status.plans_applied += 1
                 self.status.last_error = None
@@ -337,17 +337,16 @@ class Daemon:
 
     async def _apply(self, target: dict[str, int], plan_id: str,  # type: ignore[no-untyped-def]
                      shares: dict[str, dict[str, int]] | None = None):
-        """Park/unpark (scaler.parking), then move the pool to the planner's target plus the
-        instances still held parked. Unparked instances get their variants back before the
-        actuator launches anything, so a spike is met by warm instances first."""
-        assert self.actuator is not None
-        eff, retire = target, ()
-        instances = None
+        """Park/unpark (scaler.parking), then the market's actuate moves the pool to target + held parked;
+        unparked instances get their variants back before any launch (a spike meets warm ones first)."""
+        assert self.market is not None
+        eff, retire = self.market.extend_target(target), ()      # spot: with the overprovision
+        listed = None
         d = self.dispatcher
         if d is not None and self.cloud is not None:
-            instances = await asyncio.to_thread(self.cloud.list_managed)
+            instances = self.market.parking_view(listed := await asyncio.to_thread(self.cloud.list_managed))
             ready = frozenset(iid for iid, w in d.workers.items() if not w.removed)
-            dec, self._park_state = fleet_step.park_round(instances, target, ready, self.actuator.price,
+            dec, self._park_state = fleet_step.park_round(instances, eff, ready, self.market.type_price,
                                                           self.actuator.budget, time.monotonic(), self._park_state,
                                                           self.cfg.model_scaling.vm_park_s, shares, d.serves)
             # unparked instances get their variants back first (bounded: a hung worker must not
@@ -374,7 +373,7 @@ class Daemon:
             for iid in dec.retire:
                 self._event("retire", iid)
             eff, retire = dec.target, dec.retire
-        report = await asyncio.to_thread(self.actuator.apply, eff, plan_id, retire, instances)
+        report = await asyncio.to_thread(self.market.actuate, eff, plan_id, list(retire), listed)
         if d is not None:
             gone = set(report.terminated)
             # new parks, and any parked worker that got a variant since (park is idempotent)
@@ -422,8 +421,7 @@ class Daemon:
             await self._sync_workers()
 
     async def _sync_workers(self) -> None:
-        """Give the dispatcher the cloud view (which instances may register, which are booting: Status
-        and admission use it); hand the list to the hook."""
+        """The dispatcher's cloud view (who may register, who boots: Status, admission); the list to the hook."""
         if self.cloud is None:
             return
         try:
@@ -431,7 +429,7 @@ class Daemon:
         except Exception as exc:
             log.warning("list instances failed: %s", exc)
             return
-        self.status.instances = instances
+        self.status.instances, instances = instances, self.market.typed(instances) if self.market else instances
         if self.dispatcher is not None:
             self.dispatcher.set_cloud_view(instances)
             if len(self.cfg.models) > 1:   # each model's queries go to the workers planned for it
@@ -488,6 +486,8 @@ class Daemon:
         if self._gen_task is not None and not self._gen_task.done():
             self._gen_task.cancel()
         await self.confirmer.close()
+        if self.market is not None:
+            await self.market.close()
         stop_observing(self.status_feed, self.metrics)   # the last spend sample; /metrics closed
         if self.store is not None:
             self.store.close()

@@ -134,7 +134,7 @@ class AwsWiring:
                        cluster_token=None if self.token_parameter else token,
                        token_parameter=self.token_parameter.name if self.token_parameter else None,
                        models=[(m.name, m.onnx) for m in cfg.models], worker_port=cfg.dispatcher.worker_port,
-                       worker_flags=worker_tls_flags(cfg.dispatcher.tls, cfg.dispatcher.worker_tls))
+                       worker_flags=worker_tls_flags(cfg.dispatcher.tls, cfg.dispatcher.worker_tls), spot=cfg.spot)
         return FencedCloud(ec2, lease)
 
     def _publish_token(self, token: str) -> None:

@@ -57,11 +57,13 @@ class LocalRunner:
     """Keeps one local worker process per running managed instance."""
 
     def __init__(self, dispatcher_address: str, token: str, models: list[tuple[str, str, str]],
-                 profiles_csv: str | None = None) -> None:
+                 profiles_csv: str | None = None, imds: str | None = None) -> None:
         self.dispatcher_address = dispatcher_address
         self.token = token
         self.models = models  # (name, onnx spec, profile name)
         self.profiles_csv = profiles_csv
+        #: a local IMDS standing for EC2's (tests, the spot demo): each worker watches ``{imds}/{its id}``
+        self.imds = imds
         self.workers: dict[str, LocalWorker] = {}
         self.started_pids: list[int] = []
         self._lock = asyncio.Lock()
@@ -77,6 +79,8 @@ class LocalRunner:
             cmd += [x for name, _, prof in self.models[1:] if prof != name for x in ("--model-profile", f"{name}={prof}")]
         if self.profiles_csv:
             cmd += ["--profiles", self.profiles_csv]
+        if self.imds:
+            cmd += ["--imds-endpoint", f"{self.imds.rstrip('/')}/{inst.instance_id}"]
         return cmd
 
     async def sync(self, instances: list[ManagedInstance]) -> None:
@@ -122,7 +126,8 @@ class LocalRunner:
 
 
 async def start_with_local_workers(cfg: "Config", models: list[tuple[str, str, str]],
-                                   profiles_csv: str | None = None, **daemon_kw: object) -> tuple["Daemon", LocalRunner]:
+                                   profiles_csv: str | None = None, imds: str | None = None,
+                                   **daemon_kw: object) -> tuple["Daemon", LocalRunner]:
     """A started :class:`daemon.app.Daemon` on ``cfg`` listening on a free loopback port, with a
     :class:`LocalRunner` that follows its fleet (one worker process per running instance serving
     ``models``: (name, onnx spec, profile name)): what the demos and the end-to-end tests run."""
@@ -137,5 +142,5 @@ async def start_with_local_workers(cfg: "Config", models: list[tuple[str, str, s
     daemon = Daemon(cfg, None, on_fleet_change=follow, listen="127.0.0.1:0", **daemon_kw)  # type: ignore[arg-type]
     await daemon.start()
     holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.dispatcher.cluster_token(), models,
-                              profiles_csv=profiles_csv)
+                              profiles_csv=profiles_csv, imds=imds)
     return daemon, holder["r"]

@@ -86,7 +86,10 @@ def reload_daemon(self: "Daemon") -> bool:
             self.model_loop.interval_s = new.intervals.model_s
     if self.actuator is not None:
         self.actuator.budget = new.budget_per_hour
-        self.actuator.catalog = new.catalog()
+        if self.market is not None:
+            self.market.reload(new)     # the actuator's catalog (and its spot slots)
+        else:
+            self.actuator.catalog = new.catalog()
     if self.dispatcher is not None:   # prices the model loop and Status use
         self.dispatcher.set_catalog(new.catalog())
     dlog.info("reloaded %s (budget %.4g $/hr)", self.cfg_path, new.budget_per_hour)

@@ -105,7 +105,7 @@ FORWARDED: dict[str, tuple[str | tuple[str, str], ...]] = {
                 "max_retries"),
     "worker_registry": ("workers", "serves", "parked_ids", "cloud_view", "cloud_pending", "health_interval_s",
                         "health_timeout_s", "health_failures", "utilization_horizon_s", "allow_instance",
-                        "set_cloud_view", "booting", "pool_view", "forget_instance", "add_worker_direct", "drain",
+                        "set_cloud_view", "set_spot_notice_handler", "booting", "pool_view", "forget_instance", "add_worker_direct", "drain",
                         "serving_by_type", "utilization", "online_utilization", "serves_model"),
     "roles": ("set_assignment", "mark_parked", "park", "unpark"),
     "routing": ("policy", "observe_batch", "observe_delay_s", "flush_observations", "take_samples"),
@@ -249,7 +249,8 @@ class Dispatcher:
                                           ("grpc.max_send_message_length", 64 * 1024 * 1024),
                                           ("grpc.so_reuseport", 0)])
         pbg.add_InferenceServicer_to_server(_InferenceServicer(self), server)
-        pbg.add_ControlServicer_to_server(_ControlServicer(self.register), server)
+        pbg.add_ControlServicer_to_server(_ControlServicer(
+            self.register, lambda req: self.worker_registry.spot_notice(req, self._token)), server)
         oipg.add_GRPCInferenceServiceServicer_to_server(
             OipServicer(self.submit, self.placement, self.worker_registry, self.rt), server)
         self._health = health.aio.HealthServicer()

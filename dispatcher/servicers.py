@@ -81,8 +81,15 @@ class _InferenceServicer(pbg.InferenceServicer):
 
 
 class _ControlServicer(pbg.ControlServicer):
-    def __init__(self, register: Callable[[pb.RegisterWorkerRequest], pb.RegisterWorkerReply]) -> None:
+    def __init__(self, register: Callable[[pb.RegisterWorkerRequest], pb.RegisterWorkerReply],
+                 spot_notice: Callable[[pb.SpotNoticeRequest], pb.SpotNoticeReply] | None = None) -> None:
         self.register = register
+        self.spot_notice = spot_notice
 
     async def RegisterWorker(self, request: pb.RegisterWorkerRequest, context: grpc.aio.ServicerContext) -> pb.RegisterWorkerReply:
         return self.register(request)
+
+    async def SpotNotice(self, request: pb.SpotNoticeRequest, context: grpc.aio.ServicerContext) -> pb.SpotNoticeReply:
+        if self.spot_notice is None:
+            return pb.SpotNoticeReply(accepted=False, message="no fleet loop to tell")
+        return self.spot_notice(request)

@@ -38,6 +38,10 @@ from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.runtime import RoundTrigger, Runtime
 from dispatcher.worker_client import WorkerClient
 from scaler.cloud import ManagedInstance
+from scaler.spot_slots import base_type
+
+#: (instance id, "instance-action" | "rebalance", when EC2 reclaims it: epoch s or None)
+SpotNoticeHandler = Callable[[str, str, "float | None"], None]
 
 
 #: served-query samples a worker keeps until the model loop takes them (the oldest dropped first)
@@ -114,6 +118,7 @@ class WorkerRegistry:
         #: before the first one
         self.cloud_view: dict[str, str] | None = None
         self.cloud_pending: set[str] = set()   # of those, the ones EC2 still lists as pending
+        self.spot_notice_handler: SpotNoticeHandler | None = None   # the fleet loop (spot interruptions)
         self._health_task: asyncio.Task | None = None
         #: the model each instance serves (the fleet's joint plan, scaler.worker_assignment); an
         #: instance not named serves any model (one model, or a dispatcher without a daemon)
@@ -140,7 +145,7 @@ class WorkerRegistry:
         listing): live ones may register; a registered worker that is no longer live is forgotten
         (its in-flight query re-dispatched); parked marks of instances gone are dropped."""
         instances = list(instances)
-        live = {i.instance_id: i.instance_type for i in instances if i.live}
+        live = {i.instance_id: base_type(i.instance_type) for i in instances if i.live}   # a spot slot: its type
         self.cloud_view = live
         self.cloud_pending = {i.instance_id for i in instances if i.state == "pending"}
         for iid, itype in live.items():
@@ -205,6 +210,24 @@ class WorkerRegistry:
             return pb.RegisterWorkerReply(accepted=False, message=f"bad worker address {req.address!r}: expected HOST:PORT")
         self.add_worker_direct(req.instance_id, req.instance_type, req.address)
         return pb.RegisterWorkerReply(accepted=True, message="registered")
+
+    def set_spot_notice_handler(self, handler: SpotNoticeHandler | None) -> None:
+        """Who hears a worker's spot interruption notice (the daemon's fleet loop)."""
+        self.spot_notice_handler = handler
+
+    def spot_notice(self, req: pb.SpotNoticeRequest, token: TokenRing | None) -> pb.SpotNoticeReply:
+        """A worker's Control.SpotNotice (issue #28): checked like a registration (the cluster token,
+        an instance the fleet launched), then handed to the fleet loop, which drains the worker before
+        EC2 reclaims it and places a replacement (``daemon/spot_wiring.py``)."""
+        if token is not None and not token.accepts(req.token):
+            return pb.SpotNoticeReply(accepted=False, message="bad cluster token")
+        if req.instance_id not in self._allowed and req.instance_id not in self.workers:
+            return pb.SpotNoticeReply(accepted=False, message=f"unknown instance {req.instance_id!r}")
+        handler = self.spot_notice_handler
+        if handler is None:
+            return pb.SpotNoticeReply(accepted=False, message="no fleet loop to tell")
+        handler(req.instance_id, req.kind or "instance-action", req.reclaim_at_unix or None)
+        return pb.SpotNoticeReply(accepted=True, message="noted")
 
     async def drain(self, instance_id: str, timeout: float = 30.0) -> bool:
         """Stop giving ``instance_id`` queries and wait (up to ``timeout`` s) for its in-flight query

@@ -13,7 +13,10 @@ Transient faults are retried by botocore, not here: the client is built by
 ``scaler.cloud`` here:
 
 * RequestLimitExceeded / Throttling after the last attempt → ``Throttled``;
-* InsufficientInstanceCapacity / InstanceLimitExceeded / Unsupported → ``InsufficientCapacity``;
+* InsufficientInstanceCapacity / InstanceLimitExceeded / Unsupported → ``InsufficientCapacity``, and
+  for a spot launch also SpotMaxPriceTooLow, MaxSpotInstanceCountExceeded and capacity-not-available
+  (the slot, ``TYPE@ZONE``, is then out for the cooldown: the fleet tries the next zone, then
+  on-demand, by ``scaler.spot_market.zone_order``);
 * authentication and parameter errors → ``CloudConfigError``;
 * anything else (a 5xx or a dropped connection after the last attempt) → ``CloudError``.
 
@@ -22,6 +25,21 @@ With 8 attempts, a call that stays throttled waits at most 1+2+4+8+16+20+20 = 71
 transient faults back off from 50 ms (at most 6.35 s in all). EC2 sends its capacity errors
 (InsufficientInstanceCapacity) as HTTP 500, so botocore retries those too, at that short backoff,
 before they come back here as ``InsufficientCapacity``.
+
+Spot capacity (issue #28) is launched by the same ``run_instances`` call, asked for a slot
+``TYPE@ZONE`` (:mod:`scaler.spot_slots`): ``InstanceMarketOptions`` MarketType ``spot`` with
+SpotOptions one-time, InstanceInterruptionBehavior terminate and ``MaxPrice`` when
+``spot.max_price`` is set (else EC2's default, the on-demand price), in the zone's subnet
+(``spot.zones``; none named: the zone by ``Placement``). ``run_instances`` rather than
+``create_fleet`` (type instant, ``price-capacity-optimized``): run_instances keeps one write-ahead
+intent and one ClientToken per launch, exactly as on-demand, and leaves the zone to our own zone order
+and budget decision (``scaler.spot_market.place``), which prices every instance at its own zone's
+billed price; an instant fleet also takes a ClientToken, but picks the zone itself, so the budget
+check would learn the zone (and the price) only after the launch. IAM: ``ec2:RunInstances`` (no
+``ec2:CreateFleet``). Every instance carries a ``costscale:slot`` tag (its slot) and
+``costscale:market`` (spot or on_demand), so the listing, and reconcile after a restart, give each
+instance its slot back; an untagged spot instance's slot comes from ``InstanceLifecycle`` and its
+zone.
 
 Launch is idempotent per ClientToken: before run_instances the instances already tagged with the
 token are looked up and returned instead (moto ignores ClientToken; AWS honours it as well). The
@@ -36,6 +54,7 @@ import shlex
 from datetime import datetime
 from typing import Any, Sequence
 
+from scaler.spot_slots import market_of, slot_of, split_slot
 from scaler.aws_client import EC2_MAX_ATTEMPTS, Typed, after, aws_call, make_client
 from scaler.cloud import (
     CLUSTER_TAG,
@@ -54,6 +73,12 @@ THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingExc
                             "TooManyRequestsException", "EC2ThrottledException"})
 CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InstanceLimitExceeded", "Unsupported",
                             "InsufficientHostCapacity", "VcpuLimitExceeded"})
+#: a spot launch refused for want of spot capacity (or at our MaxPrice) in the zone asked: the next zone
+SPOT_CAPACITY_CODES = frozenset({"SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded", "capacity-not-available",
+                                 "InsufficientCapacityOnHost"})
+#: the tags that name an instance's slot and market (reconcile after a restart reads them)
+SLOT_TAG = "costscale:slot"
+MARKET_TAG = "costscale:market"
 AUTH_CODES = frozenset({"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
                         "OptInRequired", "Blocked", "MissingParameter", "MissingAuthenticationToken",
                         "ExpiredToken", "AccessDenied", "AccessDeniedException", "IdempotentParameterMismatch"})
@@ -63,7 +88,7 @@ NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
 def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
                     cluster_token: str | None = None, models: Sequence[tuple[str, str]] = (),
                     worker_port: int = 50052, worker_flags: Sequence[str] = (),
-                    token_parameter: str | None = None) -> str:
+                    token_parameter: str | None = None, spot_watch: bool = False) -> str:
     """The worker's cloud-init script: the user's extra lines, then ``costscale worker``
     (with ``worker_flags``: the TLS files, :func:`config.security.worker_tls_flags`).
 
@@ -71,7 +96,8 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
     (IMDSv2, token-based) and registers with the dispatcher under them; the dispatcher accepts only
     instances the daemon launched. ``models`` are (name, ONNX spec) pairs to serve. The cluster
     token: with ``token_parameter`` only that SSM parameter's name (the worker reads it with its
-    instance profile, :mod:`scaler.token_parameter`); else ``cluster_token`` itself."""
+    instance profile, :mod:`scaler.token_parameter`); else ``cluster_token`` itself. ``spot_watch``
+    (a spot instance): the worker watches IMDS for the interruption notice (``worker.spot_watch``)."""
     lines = ["#!/bin/bash", "set -euo pipefail"]
     if extra:
         body = extra[len("#!/bin/bash"):] if extra.startswith("#!/bin/bash") else extra
@@ -96,6 +122,8 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
     if dispatcher:
         cmd += f" --dispatcher {shlex.quote(dispatcher)}"
     cmd += "".join(f" {shlex.quote(f)}" for f in worker_flags)
+    if spot_watch:
+        cmd += " --imds-endpoint http://169.254.169.254"
     lines.append(cmd)
     return "\n".join(lines) + "\n"
 
@@ -115,11 +143,30 @@ def _epoch(v: Any) -> float:
     return 0.0
 
 
+def instance_slot(inst: dict[str, Any], tags: dict[str, str]) -> str:
+    """The slot of a described instance: its ``costscale:slot`` tag when it names this type, else
+    ``TYPE@ZONE`` for a spot instance (``InstanceLifecycle`` spot), else the type."""
+    itype = inst.get("InstanceType", "")
+    tagged = tags.get(SLOT_TAG)
+    if tagged and split_slot(tagged)[0] == itype:
+        return tagged
+    zone = (inst.get("Placement") or {}).get("AvailabilityZone")
+    return slot_of(itype, zone) if inst.get("InstanceLifecycle") == "spot" and zone else itype
+
+
+def spot_market_options(max_price: float | None) -> dict[str, Any]:
+    """``InstanceMarketOptions`` of a spot launch (module docstring)."""
+    opts: dict[str, Any] = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+    if max_price is not None:
+        opts["MaxPrice"] = f"{max_price:.6f}"
+    return {"MarketType": "spot", "SpotOptions": opts}
+
+
 def _to_managed(inst: dict[str, Any]) -> ManagedInstance:
     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", []) or []}
     return ManagedInstance(
         instance_id=inst["InstanceId"],
-        instance_type=inst.get("InstanceType", ""),
+        instance_type=instance_slot(inst, tags),
         state=(inst.get("State") or {}).get("Name", "pending"),
         launch_time=_epoch(inst.get("LaunchTime")),
         private_ip=inst.get("PrivateIpAddress"),
@@ -148,6 +195,7 @@ class Ec2Cloud:
         worker_port: int = 50052,
         worker_flags: Sequence[str] = (),
         token_parameter: str | None = None,
+        spot: Any = None,  # config.spot.SpotSpec: each zone's subnet, max_price
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -161,6 +209,7 @@ class Ec2Cloud:
         self.models = tuple(models)
         self.worker_port = worker_port
         self.worker_flags = tuple(worker_flags)
+        self.spot = spot
 
     # -- the error boundary ------------------------------------------------------------------
     @staticmethod
@@ -169,7 +218,7 @@ class Ec2Cloud:
         def typed(code: str, msg: str, attempts: int) -> CloudError:
             if code in THROTTLE_CODES:
                 return Throttled(f"{op}: throttled by EC2 ({code}){after(attempts)}")
-            if code in CAPACITY_CODES:
+            if code in CAPACITY_CODES or code in SPOT_CAPACITY_CODES:
                 return InsufficientCapacity(instance_type or "?", f"{op}: {code}: {msg}")
             if code in AUTH_CODES or code.startswith("Invalid"):
                 return CloudConfigError(f"{op}: {code}: {msg}")
@@ -205,6 +254,9 @@ class Ec2Cloud:
 
     def launch(self, instance_type: str, count: int, client_token: str,
                tags: dict[str, str] | None = None) -> list[ManagedInstance]:
+        """Launch ``count`` instances of a slot (a type: on-demand; ``TYPE@ZONE``: spot in that zone)."""
+        slot = instance_type
+        instance_type, zone = split_slot(slot)
         if count < 1:
             return []
         found = self.find_by_intent(client_token)
@@ -213,7 +265,8 @@ class Ec2Cloud:
         spec = self.launch_spec
         all_tags = dict(getattr(spec, "tags", {}) or {})
         all_tags.update(tags or {})
-        all_tags.update({CLUSTER_TAG: self.cluster, MANAGED_BY_TAG: MANAGED_BY_VALUE, INTENT_TAG: client_token})
+        all_tags.update({CLUSTER_TAG: self.cluster, MANAGED_BY_TAG: MANAGED_BY_VALUE, INTENT_TAG: client_token,
+                         SLOT_TAG: slot, MARKET_TAG: market_of(slot)})
         tag_list = [{"Key": k, "Value": v} for k, v in all_tags.items()]
         kw: dict[str, Any] = {
             "InstanceType": instance_type,
@@ -224,7 +277,7 @@ class Ec2Cloud:
                                   {"ResourceType": "volume", "Tags": tag_list}],
             "UserData": build_user_data(self.cluster, self.dispatcher, getattr(spec, "user_data", None),
                                         self.cluster_token, self.models, self.worker_port, self.worker_flags,
-                                        self.token_parameter),
+                                        self.token_parameter, spot_watch=zone is not None),
         }
         if getattr(spec, "ami_id", None):
             kw["ImageId"] = spec.ami_id
@@ -236,8 +289,14 @@ class Ec2Cloud:
             else:
                 ref["LaunchTemplateName"] = lt.name
             kw["LaunchTemplate"] = ref
-        if getattr(spec, "subnet_id", None):
-            kw["SubnetId"] = spec.subnet_id
+        subnet = getattr(spec, "subnet_id", None)
+        if zone is not None:
+            zones = getattr(self.spot, "zones", None) or {}
+            subnet = zones.get(zone) or subnet
+            kw["InstanceMarketOptions"] = spot_market_options(getattr(self.spot, "max_price", None))
+            kw["Placement"] = {"AvailabilityZone": zone}
+        if subnet:
+            kw["SubnetId"] = subnet
         if getattr(spec, "security_group_ids", None):
             kw["SecurityGroupIds"] = list(spec.security_group_ids)
         if getattr(spec, "key_name", None):
@@ -245,7 +304,7 @@ class Ec2Cloud:
         prof = getattr(spec, "iam_instance_profile", None)
         if prof:
             kw["IamInstanceProfile"] = {"Arn": prof} if prof.startswith("arn:") else {"Name": prof}
-        resp = self._call("run_instances", instance_type=instance_type, **kw)
+        resp = self._call("run_instances", instance_type=slot, **kw)
         # Partial success (MinCount=1 < MaxCount) is returned as what EC2 gave.
         return [_to_managed(i) for i in resp.get("Instances", [])]
 

@@ -353,11 +353,13 @@ class SpotState:
         return cls({}, frozenset(s for s in market.slot_prices() if is_spot(s)))
 
 
-def after_notice(state: SpotState, instance_id: str, slot: str, now: float) -> tuple[SpotState, tuple[str, float]]:
+def after_notice(state: SpotState, instance_id: str, slot: str, now: float,
+                 reclaim_at: float | None = None) -> tuple[SpotState, tuple[str, float]]:
     """An interruption notice for ``instance_id`` in ``slot`` at ``now``: the new state (it is
-    reclaimed at ``now + NOTICE_S``, its slot suspect) and the mark to record, (slot, out until)."""
+    reclaimed at ``reclaim_at``, the notice's own time when it gives one, else ``now + NOTICE_S``;
+    its slot suspect) and the mark to record, (slot, out until)."""
     doomed = dict(state.doomed)
-    doomed.setdefault(instance_id, now + NOTICE_S)
+    doomed.setdefault(instance_id, now + NOTICE_S if reclaim_at is None else min(reclaim_at, now + NOTICE_S))
     return SpotState(doomed, state.suspect | {slot}), (slot, now + ZONE_COOLDOWN_S)
 
 

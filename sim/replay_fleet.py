@@ -356,7 +356,7 @@ class ReplayFleet:
         """``Daemon._apply``: park/unpark, then the actuator moves the pool to target + held."""
         w = self.workers
         listed = self.cloud.list_managed()
-        instances, target = self.typed(listed), self.extend_target(target)
+        instances, target = self.parking_view(listed), self.extend_target(target)
         ready = w.registered() if w is not None else frozenset()
         dec, self.mem.park = fleet_step.park_round(instances, target, ready, self.type_price, self.actuator.budget,
                                                    self.clock.now(), self.mem.park, self.cfg.model_scaling.vm_park_s,
@@ -395,6 +395,10 @@ class ReplayFleet:
     def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
         """The managed instances as the type-level decisions see them."""
         return instances
+
+    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        """The managed instances parking counts against the target (spot: not the doomed ones)."""
+        return self.typed(instances)
 
     def type_price(self, instance_type: str) -> float:
         return self.actuator.price(instance_type)

@@ -22,17 +22,16 @@ comes back is tried again when its cooldown ends.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Collection, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from config.catalog import InstanceType
 from config.schema import Config
 from scaler.actuator import ApplyReport
 from scaler.cloud import CLUSTER_TAG, ManagedInstance
 from scaler.joint_plan import JointPlan, ModelShare
 from scaler.replan import DemandView
-from scaler.spot_market import (DRAIN_LEAD_S, Placement, PlanningView, SpotMarket, SpotState, after_apply,
-                                after_notice, overprovision, place, planning_prices, settle)
-from scaler.spot_slots import base_type, is_spot, slot_of, split_slot, typed
+from scaler.spot_fleet import CostscaleSpot, SpotFleet, SpotPolicy, priced_config, slot_catalog
+from scaler.spot_market import DRAIN_LEAD_S, Placement, SpotMarket, SpotState
+from scaler.spot_slots import slot_of, split_slot
 from sim.ledger import CostLedger
 from sim.replay_fleet import ReplayFleet
 from sim.spot_trace import ANY_TYPE, SpotChange, SpotTrace
@@ -50,141 +49,72 @@ class SpotPriceStep:
     price: float
 
 
-class SpotPolicy(Protocol):
-    """Where spot capacity goes: costscale's (:class:`CostscaleSpot`) or a baseline's."""
-
-    name: str
-
-    def extras(self, market: SpotMarket, target: Mapping[str, int], prices: Mapping[str, float], budget: float,
-               unavailable: Collection[str]) -> dict[str, int]: ...
-
-    def place(self, market: SpotMarket, target: Mapping[str, int], instances: Sequence[ManagedInstance],
-              budget: float, *, unavailable: Collection[str], doomed: Collection[str],
-              retire_first: Sequence[str], extra: Mapping[str, int]) -> Placement: ...
-
-
-class CostscaleSpot:
-    """costscale's spot decisions (:mod:`scaler.spot_market`)."""
-
-    name = "costscale"
-
-    def extras(self, market: SpotMarket, target: Mapping[str, int], prices: Mapping[str, float], budget: float,
-               unavailable: Collection[str]) -> dict[str, int]:
-        return overprovision(market, target, prices, budget, unavailable)
-
-    def place(self, market: SpotMarket, target: Mapping[str, int], instances: Sequence[ManagedInstance],
-              budget: float, *, unavailable: Collection[str], doomed: Collection[str],
-              retire_first: Sequence[str], extra: Mapping[str, int]) -> Placement:
-        return place(market, target, instances, budget, unavailable=unavailable, doomed=doomed,
-                     retire_first=retire_first, extra=extra)
-
-
-def priced_config(cfg: Config, prices: Mapping[str, float]) -> Config:
-    """``cfg`` with the allowed types priced at ``prices`` (the planner's view; a YAML price override
-    is the type's on-demand price, which ``prices`` already accounts for)."""
-    types = [t.model_copy(update={"price_per_hour": None}) if t.type in prices else t for t in cfg.instance_types]
-    return cfg.model_copy(update={"instance_types": types}).with_region_prices(
-        {**cfg.prices(), **{t: float(p) for t, p in prices.items()}})
-
-
-def slot_catalog(cfg: Config, market: SpotMarket) -> dict[str, InstanceType]:
-    """The actuator's catalog: each allowed type (its on-demand slot) and each priced spot slot."""
-    cat = cfg.catalog()
-    out = dict(cat)
-    for slot, p in market.slot_prices().items():
-        if is_spot(slot):
-            out[slot] = replace(cat[base_type(slot)], name=slot, price_per_hour=p)
-    return out
-
-
-def _merge(a: ApplyReport, b: ApplyReport) -> ApplyReport:
-    """Two applies of one tick as one report (the second placed again after a zone refused)."""
-    for t, ids in b.launched.items():
-        a.launched.setdefault(t, []).extend(ids)
-    a.terminated += b.terminated
-    a.errors += b.errors
-    a.unavailable += [u for u in b.unavailable if u not in a.unavailable]
-    a.target, a.shortfall, a.steps = b.target, b.shortfall, a.steps + b.steps
-    return a
-
-
 class SpotReplayFleet(ReplayFleet):
-    """The replay's fleet loop with spot markets (module docstring)."""
+    """The replay's fleet loop with spot markets (module docstring): its hooks are
+    :class:`scaler.spot_fleet.SpotFleet`'s, the very ones the daemon calls."""
 
     def __init__(self, *args: Any, market: SpotMarket, policy: SpotPolicy | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self.market = market
-        self.policy: SpotPolicy = policy or CostscaleSpot()
-        self.state = SpotState.initial(market)
-        self.placement: Placement | None = None
-        self.extra: dict[str, int] = {}
-        self._spot_planned: frozenset[str] | None = None    # the types the last plan priced at spot
-        self.actuator.catalog.update(slot_catalog(self.cfg, market))
+        self.spot = SpotFleet(self.cfg, market, self.actuator, self.cloud.list_managed, policy)
+
+    @property
+    def market(self) -> SpotMarket:
+        return self.spot.market
+
+    @market.setter
+    def market(self, market: SpotMarket) -> None:
+        self.spot.market = market
+
+    @property
+    def policy(self) -> SpotPolicy:
+        return self.spot.policy
+
+    @property
+    def state(self) -> SpotState:
+        return self.spot.state
+
+    @property
+    def placement(self) -> Placement | None:
+        return self.spot.placement
+
+    @property
+    def extra(self) -> dict[str, int]:
+        return self.spot.extra
 
     def decide(self, demand: Mapping[str, DemandView],
                keep: Mapping[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
-        self._spot_planned = self._view().on_spot
+        self.spot.decided()
         return super().decide(demand, keep)
 
-    def _fell_back(self) -> bool:
-        """A type the plan priced at spot has no trusted zone left (refusals, notices)."""
-        return self._spot_planned is not None and not self._spot_planned <= self._view().on_spot
-
     def replan_now(self, plan: JointPlan | None, target: dict[str, int]) -> bool:
-        """Also when a type the plan priced at spot has no zone left: the pool is planned again at
-        what it can buy now before on-demand is bought for a plan priced at spot."""
-        return super().replan_now(plan, target) or self._fell_back()
-
-    def _trusted_out(self) -> set[str]:
-        """Slots the planner and the overprovision leave aside: out for now, or suspect."""
-        return self.actuator.unavailable_types() | set(self.state.suspect)
-
-    def _view(self) -> PlanningView:
-        return planning_prices(self.market, self._trusted_out())
+        return self.spot.replan_now(plan, target)
 
     def planning(self) -> tuple[Config, set[str]]:
-        v = self._view()
-        return priced_config(self.cfg, v.prices), set(v.excluded)
+        return self.spot.planning()
 
     def plan_key(self) -> frozenset[str]:
-        v = self._view()
-        return frozenset(v.excluded) | frozenset(f"{t}={p:.6f}" for t, p in v.prices.items())
+        return self.spot.plan_key()
 
     def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return typed(instances)
+        return self.spot.typed(instances)
+
+    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        return self.spot.parking_view(instances)
 
     def type_price(self, instance_type: str) -> float:
-        return self._view().prices.get(instance_type, float(self.market.on_demand[instance_type]))
+        return self.spot.type_price(instance_type)
 
     def extend_target(self, target: dict[str, int]) -> dict[str, int]:
-        v = self._view()
-        self.extra = self.policy.extras(self.market, target, v.prices, self.actuator.budget, self._trusted_out())
-        return {t: target.get(t, 0) + self.extra.get(t, 0) for t in sorted(set(target) | set(self.extra))}
+        return self.spot.extend_target(target)
 
     def actuate(self, target: dict[str, int], plan_id: str, retire: list[str],
                 listed: list[ManagedInstance]) -> ApplyReport:
-        merged: ApplyReport | None = None
-        for _ in range(len(self.market.zones) + 2):
-            self.state = settle(self.state, {i.instance_id for i in listed if i.live})
-            pl = self.policy.place(self.market, target, listed, self.actuator.budget,
-                                   unavailable=self.actuator.unavailable_types(), doomed=set(self.state.doomed),
-                                   retire_first=retire, extra=self.extra)
-            self.placement = pl
-            rep = self.actuator.apply(pl.target, plan_id, list(pl.retire_first), listed)
-            self.state = after_apply(self.state, [s for s, ids in rep.launched.items() if ids], rep.unavailable)
-            merged = rep if merged is None else _merge(merged, rep)
-            if not rep.unavailable or self._fell_back():      # fell back: fleet_tick plans again at once
-                break
-            listed = self.cloud.list_managed()
-        assert merged is not None
-        return merged
+        return self.spot.actuate(target, plan_id, retire, listed)
 
     def notice(self, instance_id: str, slot: str) -> float:
         """An interruption notice: the instance is doomed, its zone out for the cooldown; returns
         when EC2 reclaims it."""
-        self.state, (s, until) = after_notice(self.state, instance_id, slot, self.clock.now())
-        self.store.mark_unavailable(s, until, "spot interruption notice")
-        return self.state.doomed[instance_id]
+        return self.spot.notice(instance_id, slot, self.clock.now())
 
 
 @dataclass

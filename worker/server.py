@@ -102,6 +102,9 @@ class WorkerOptions:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     dispatcher_ca: str | None = None
+    #: watch IMDS here for spot interruption notices (``worker.spot_watch``; None: no watch)
+    imds_endpoint: str | None = None
+    spot_poll_s: float = 5.0
 
 
 def hardware_of(opts: WorkerOptions) -> Hardware:
@@ -153,6 +156,7 @@ class WorkerServer(pbg.WorkerServicer):
         self._ring: TokenRing | None = None                  # the cluster token (rotating: worker.token)
         self._keeper: TokenKeeper | None = None
         self._keeper_task: asyncio.Task[None] | None = None
+        self._spot_task: asyncio.Task[None] | None = None     # the IMDS spot notice watch
         self.port: int | None = None
         self.served = 0
         self.in_flight = 0
@@ -238,7 +242,18 @@ class WorkerServer(pbg.WorkerServicer):
                  else ("yes (no Neuron runtime; CPU speed)" if self.executor.kind == "emulated" else "no"))
         return port
 
+    def start_spot_watch(self) -> None:
+        """Poll IMDS for spot interruption notices and tell the dispatcher (``worker.spot_watch``)."""
+        if self.opts.imds_endpoint and self.opts.dispatcher:
+            from worker.spot_watch import start_watch
+
+            self._spot_task = start_watch(self.opts.imds_endpoint, self.opts.spot_poll_s, self.opts.instance_id,
+                                          self._dispatcher_channel,
+                                          lambda: self._ring.outbound() if self._ring is not None else self.opts.token)
+
     async def stop_async(self, grace: float | None = 1.0) -> None:
+        if self._spot_task is not None:
+            self._spot_task.cancel()
         if self._keeper_task is not None:
             self._keeper_task.cancel()
         if self._health is not None:
@@ -467,6 +482,7 @@ async def serve_worker(opts: WorkerOptions, on_listening: Callable[[str], None] 
                 pass
     waiter = asyncio.create_task(stop.wait())
     reg = asyncio.create_task(server.register()) if opts.dispatcher else None
+    server.start_spot_watch()
     try:
         if reg is not None:
             done, _ = await asyncio.wait({waiter, reg}, return_when=asyncio.FIRST_COMPLETED)

@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pipeline", action="store_true",
                    help="a two-task pipeline (retrieve: rm2 -> 2 x rank: ranker) served end to end, Loki's round "
                         "placing its workers; --rate / --step-rate are its queries/s (default 3 -> 10)")
+    p.add_argument("--spot", action="store_true",
+                   help="two spot workers in two zones, a scripted interruption notice through a local IMDS: the "
+                        "drain, the replacement in another zone, every query answered (README \"Spot capacity\")")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--serve", action="store_true",
@@ -51,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     if args.rate is None:
-        args.rate = 3.0 if args.pipeline else 12.0
+        args.rate = 3.0 if args.pipeline or args.spot else 12.0
     if args.step_rate is None:
         args.step_rate = 10.0 if args.pipeline else 36.0
     if (args.duration is not None and args.duration <= 0) or args.rate <= 0 or args.step_rate <= 0 or args.budget <= 0:
@@ -64,6 +67,13 @@ def _run(args: argparse.Namespace) -> int:
 
     # at the default level the display shows costscale's warnings and errors, not library chatter
     quiet = quiet_library_logs() if level >= logging.WARNING else contextlib.nullcontext()
+    if args.spot:
+        if args.trace or pool or args.serve or args.models == 2 or args.pipeline:
+            raise UsageError("demo: --spot runs its own scenario: no --trace, --pool, --serve, --models 2 or --pipeline")
+        from daemon.demo_spot import run_spot_demo
+
+        with quiet:
+            return asyncio.run(run_spot_demo(args.rate, seed=args.seed, as_json=args.json))
     if args.models == 2:
         if args.trace or pool or args.serve:
             raise UsageError("demo: --models 2 runs its own two-model load: no --trace, --pool or --serve")

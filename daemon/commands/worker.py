@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     p.add_argument("--tls-client-ca", metavar="PEM", help="mutual TLS: only clients with a certificate this CA signed")
     p.add_argument("--dispatcher-ca", metavar="PEM", help="register over TLS, trusting this CA for the dispatcher")
+    p.add_argument("--imds-endpoint", default=None, metavar="URL",
+                   help="watch this instance metadata service for spot interruption notices every 5 s (on EC2: "
+                        "http://169.254.169.254; tests: a local server) [$COSTSCALE_IMDS_ENDPOINT; default: no watch]")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=run)
 
@@ -157,6 +160,9 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
         raise UsageError("--threads: must be >= 1")
     if args.register_attempts is not None and args.register_attempts < 1:
         raise UsageError("--register-attempts: must be >= 1")
+    imds = args.imds_endpoint or os.environ.get("COSTSCALE_IMDS_ENDPOINT") or None
+    if imds is not None and not imds.startswith(("http://", "https://")):
+        raise UsageError(f"--imds-endpoint: {imds!r} is not an http:// or https:// URL")
     return WorkerOptions(
         instance_id=instance_id, instance_type=instance_type, listen=listen,
         models=models or {"mlp": "builtin:mlp"}, dispatcher=dispatcher, token=token, token_fetch=fetch,
@@ -164,7 +170,7 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
         providers=providers, emulate_profile=args.emulate_profile, model_profiles=model_profiles,
         profiles_path=Path(args.profiles) if args.profiles else None,
         cache_dir=Path(args.cache_dir) if args.cache_dir else default_cache_dir(),
-        threads=args.threads, register_attempts=args.register_attempts, **_tls_flags(args))
+        threads=args.threads, register_attempts=args.register_attempts, imds_endpoint=imds, **_tls_flags(args))
 
 
 def run(args: argparse.Namespace) -> int:

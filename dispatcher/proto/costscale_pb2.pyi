@@ -371,6 +371,28 @@ class RegisterWorkerReply(_message.Message):
     message: str
     def __init__(self, accepted: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
+class SpotNoticeRequest(_message.Message):
+    __slots__ = ("instance_id", "token", "kind", "action", "reclaim_at_unix")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    RECLAIM_AT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    token: str
+    kind: str
+    action: str
+    reclaim_at_unix: float
+    def __init__(self, instance_id: _Optional[str] = ..., token: _Optional[str] = ..., kind: _Optional[str] = ..., action: _Optional[str] = ..., reclaim_at_unix: _Optional[float] = ...) -> None: ...
+
+class SpotNoticeReply(_message.Message):
+    __slots__ = ("accepted", "message")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    message: str
+    def __init__(self, accepted: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
 class InferRequest(_message.Message):
     __slots__ = ("query_id", "model", "variant", "batch_size", "inputs")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]

@@ -326,12 +326,23 @@ class ControlStub:
                 request_serializer=costscale__pb2.RegisterWorkerRequest.SerializeToString,
                 response_deserializer=costscale__pb2.RegisterWorkerReply.FromString,
                 _registered_method=True)
+        self.SpotNotice = channel.unary_unary(
+                '/costscale.v1.Control/SpotNotice',
+                request_serializer=costscale__pb2.SpotNoticeRequest.SerializeToString,
+                response_deserializer=costscale__pb2.SpotNoticeReply.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
     """Missing associated documentation comment in .proto file."""
 
     def RegisterWorker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SpotNotice(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -344,6 +355,11 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.RegisterWorker,
                     request_deserializer=costscale__pb2.RegisterWorkerRequest.FromString,
                     response_serializer=costscale__pb2.RegisterWorkerReply.SerializeToString,
+            ),
+            'SpotNotice': grpc.unary_unary_rpc_method_handler(
+                    servicer.SpotNotice,
+                    request_deserializer=costscale__pb2.SpotNoticeRequest.FromString,
+                    response_serializer=costscale__pb2.SpotNoticeReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -373,6 +389,33 @@ class Control:
             '/costscale.v1.Control/RegisterWorker',
             costscale__pb2.RegisterWorkerRequest.SerializeToString,
             costscale__pb2.RegisterWorkerReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SpotNotice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/costscale.v1.Control/SpotNotice',
+            costscale__pb2.SpotNoticeRequest.SerializeToString,
+            costscale__pb2.SpotNoticeReply.FromString,
             options,
             channel_credentials,
             insecure,

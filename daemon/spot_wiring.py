@@ -1,0 +1,217 @@
+"""Spot capacity in the daemon (issue #28 phase 2): the fleet tick's market hooks, spot prices kept
+fresh, and interruption notices (the workers' IMDS watch, and optionally EventBridge's warning from
+SQS) turned into the same decisions the replay takes.
+
+:class:`FleetMarket` is what ``daemon/app.py`` calls where the fleet tick prices, types, extends and
+applies a target. With no spot type in the config it does exactly what the daemon did before
+(the config as it is, the types out of capacity, the actuator's apply); with one it hands every call
+to :class:`scaler.spot_fleet.SpotFleet`, the very hooks ``sim/replay_spot.py`` calls, so the daemon
+and the replay take one set of spot decisions (:mod:`scaler.spot_market`):
+
+* prices: ``scaler.spot_prices.SpotPriceSource`` (describe_spot_price_history, cached beside the
+  state store, the shipped table as fallback) at start and again every fleet interval (the cache
+  asks EC2 once an hour); a price that moved reprices the slots and the next tick plans with it;
+* a notice (``Control.SpotNotice`` from a worker, or an SQS message): under the fleet lock the
+  instance is doomed and its zone out (:func:`scaler.spot_market.after_notice`), a fleet tick runs
+  at once ("spot interruption": the placement puts the replacement in another zone, else on-demand,
+  within the budget), and the worker is drained :data:`scaler.spot_market.DRAIN_LEAD_S` before EC2
+  reclaims it (:func:`scaler.spot_market.drains_due`'s rule); a query still running on it then is
+  re-run by the dispatcher, which requeues a failed call (DESIGN invariant 4). A rebalance
+  recommendation is logged and counted; it changes nothing (the instance may run for hours).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable, Mapping
+
+from config.schema import Config
+from scaler.actuator import ApplyReport, FleetActuator
+from scaler.cloud import CloudProvider, ManagedInstance
+from scaler.fleet_step import replan_without_unavailable
+from scaler.joint_plan import JointPlan
+from scaler.spot_fleet import SpotFleet
+from scaler.spot_market import DRAIN_LEAD_S, SpotMarket
+from scaler.spot_prices import SpotPriceSource, cache_path_for
+from scaler.spot_slots import is_spot
+
+log = logging.getLogger("costscale")
+
+Drain = Callable[[str], Awaitable[bool]]
+
+
+class FleetMarket:
+    """The fleet tick's market hooks (module docstring)."""
+
+    def __init__(self, actuator: FleetActuator, cloud: CloudProvider, spot: SpotFleet | None = None) -> None:
+        self.actuator, self.cloud, self.spot = actuator, cloud, spot
+        self.prices: SpotPriceSource | None = None
+        self.notices: list[tuple[float, str, str]] = []     # (monotonic time, instance id, kind)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers: list[asyncio.TimerHandle] = []
+        self.handler: Callable[[str, str, float | None], None] | None = None
+
+    # ---- the hooks of a fleet tick (the replay's ReplayFleet / SpotReplayFleet have the same) ----
+    def deciding(self, cfg: Config) -> tuple[Config, list[str]]:
+        """A plan is made now: the config priced at what each type can buy, the types left out."""
+        if self.spot is None:
+            return cfg, sorted(self.actuator.unavailable_types())
+        self.spot.decided()
+        priced, out = self.spot.planning()
+        return priced, sorted(out)
+
+    def plan_key(self) -> frozenset[str]:
+        return self.spot.plan_key() if self.spot is not None else frozenset(self.actuator.unavailable_types())
+
+    def replan_now(self, plan: JointPlan | None, target: dict[str, int]) -> bool:
+        if self.spot is None:
+            return replan_without_unavailable(plan, target, self.actuator.unavailable_types())
+        return self.spot.replan_now(plan, target)
+
+    def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        return self.spot.typed(instances) if self.spot is not None else instances
+
+    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        return self.spot.parking_view(instances) if self.spot is not None else instances
+
+    def type_price(self, instance_type: str) -> float:
+        return self.spot.type_price(instance_type) if self.spot is not None else self.actuator.price(instance_type)
+
+    def extend_target(self, target: dict[str, int]) -> dict[str, int]:
+        return self.spot.extend_target(target) if self.spot is not None else target
+
+    def actuate(self, target: dict[str, int], plan_id: str, retire: list[str],
+                listed: list[ManagedInstance] | None) -> ApplyReport:
+        """The actuator moves the pool to ``target`` (spot: through the slot placement)."""
+        if self.spot is None:
+            return self.actuator.apply(target, plan_id, retire, listed)
+        return self.spot.actuate(target, plan_id, retire, listed if listed is not None else self.cloud.list_managed())
+
+    def reload(self, cfg: Config) -> None:
+        """A reloaded config: the actuator's catalog, with the spot slots' prices."""
+        self.actuator.catalog = cfg.catalog()
+        if self.spot is not None:
+            self.spot.cfg = cfg
+            self.spot.reprice(self.spot.market)
+
+    # ---- prices -------------------------------------------------------------------------------
+    def _lookup(self, cfg: Config, fetch: bool = True) -> Mapping[str, Mapping[str, float]]:
+        assert self.prices is not None and cfg.spot is not None
+        types = [t.type for t in cfg.instance_types if t.market != "on_demand"]
+        got, warning = self.prices.lookup(types, list(cfg.spot.zones), fetch=fetch)
+        if warning:
+            log.warning("%s", warning)
+        return got
+
+    async def refresh(self, cfg: Config, lock: asyncio.Lock) -> bool:
+        """Spot prices again (the cache asks EC2 once its entries are an hour old); True when a
+        price moved (the slots are repriced under the fleet lock)."""
+        if self.spot is None or self.prices is None:
+            return False
+        got = await asyncio.to_thread(self._lookup, cfg)
+        market = SpotMarket.from_config(cfg, got)
+        if market.spot == self.spot.market.spot:
+            return False
+        async with lock:
+            self.spot.reprice(market)
+        log.info("spot prices moved: %s", ", ".join(f"{t}@{z} {p:g}" for t, zs in market.spot.items()
+                                                      for z, p in zs.items()))
+        return True
+
+    # ---- notices ------------------------------------------------------------------------------
+    def on_notice(self, lock: asyncio.Lock, drain: Drain, tick_soon: Callable[[str], None],
+                  loop: asyncio.AbstractEventLoop) -> Callable[[str, str, float | None], None]:
+        """The handler the dispatcher (and the SQS reader) calls with (instance id, kind, reclaim
+        time in epoch s or None)."""
+        def handle(instance_id: str, kind: str, reclaim_at: float | None) -> None:
+            if loop.is_closed():
+                return
+            def go() -> None:
+                self._spawn(loop, self._notice(instance_id, kind, reclaim_at, lock, drain, tick_soon, loop))
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
+            if here is loop:
+                go()
+            else:                                    # the SQS reader's thread
+                loop.call_soon_threadsafe(go)
+        self.handler = handle
+        return handle
+
+    def _spawn(self, loop: asyncio.AbstractEventLoop, coro: Awaitable[Any]) -> None:
+        task = loop.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _notice(self, instance_id: str, kind: str, reclaim_at: float | None, lock: asyncio.Lock,
+                      drain: Drain, tick_soon: Callable[[str], None], loop: asyncio.AbstractEventLoop) -> None:
+        now = time.monotonic()
+        self.notices.append((now, instance_id, kind))
+        if kind != "instance-action" or self.spot is None:
+            log.info("spot %s notice for %s: noted", kind, instance_id)
+            return
+        if instance_id in self.spot.state.doomed:
+            return                                   # told twice (the worker and SQS)
+        listed = await asyncio.to_thread(self.cloud.list_managed)
+        mine = {i.instance_id: i for i in listed if i.live}
+        inst = mine.get(instance_id)
+        if inst is None or not is_spot(inst.instance_type):
+            log.warning("spot notice for %s: not a live spot instance of this cluster; ignored", instance_id)
+            return
+        at = None if reclaim_at is None else now + (reclaim_at - time.time())
+        async with lock:
+            gone_at = self.spot.notice(instance_id, inst.instance_type, now, at)
+        delay = max(0.0, gone_at - DRAIN_LEAD_S - time.monotonic())
+        log.warning("spot interruption notice for %s (%s): reclaimed in %.0f s; draining in %.0f s, replacing now",
+                    instance_id, inst.instance_type, gone_at - time.monotonic(), delay)
+        self._timers.append(loop.call_later(delay, lambda: self._spawn(loop, drain(instance_id))))
+        tick_soon("spot interruption")
+
+    def start(self, cfg_of: Callable[[], Config], lock: asyncio.Lock, tick_soon: Callable[[str], None],
+              loop: asyncio.AbstractEventLoop, drain: Drain,
+              set_handler: Callable[[Callable[[str, str, float | None], None]], None]) -> None:
+        """With spot: take the workers' notices (``set_handler``: the dispatcher's), refresh the spot
+        prices every fleet interval (a move plans again at once), and read the interruption queue
+        when one is configured (``daemon.spot_queue``)."""
+        if self.spot is None:
+            return
+        set_handler(self.on_notice(lock, drain, tick_soon, loop))
+        interval_s = cfg_of().intervals.fleet_s
+
+        async def refresh() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    if await self.refresh(cfg_of(), lock):
+                        tick_soon("spot price")
+                except Exception as exc:  # noqa: BLE001 - the table or cache stands in; next interval again
+                    log.warning("spot prices: %s", exc)
+        self._spawn(loop, refresh())
+        cfg = cfg_of()
+        if cfg.spot is not None and cfg.spot.interruption_queue:
+            from daemon.spot_queue import read_queue
+
+            self._spawn(loop, read_queue(cfg, self.handler))
+
+    async def close(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+
+
+async def open_market(cfg: Config, actuator: FleetActuator, cloud: CloudProvider) -> FleetMarket:
+    """The daemon's :class:`FleetMarket`: on-demand only, or with the spot hooks over spot prices
+    looked up now (EC2, the cache, else the shipped table)."""
+    if cfg.spot is None or not any(t.market != "on_demand" for t in cfg.instance_types):
+        return FleetMarket(actuator, cloud)
+    fm = FleetMarket(actuator, cloud)
+    fm.prices = SpotPriceSource(cfg.region, cache_path_for(cfg.state_path), endpoint_url=cfg.aws.endpoint_url)
+    got = await asyncio.to_thread(fm._lookup, cfg)
+    fm.spot = SpotFleet(cfg, SpotMarket.from_config(cfg, got), actuator, cloud.list_managed)
+    return fm
+
+
+__all__ = ["FleetMarket", "open_market"]
