@@ -25,7 +25,7 @@ from daemon.model_loop import ModelLoop
 from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams, model_params_for
 from daemon.replica import ReplicaRole, fleet_left_to_others, lease_generation, model_windows, start_replica
-from scaler.actuator import FleetActuator, pool_text
+from scaler.actuator import FleetActuator
 from scaler.cloud import CloudError, CloudProvider, ManagedInstance
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
 from scaler.cluster_lease import Fenced
@@ -41,7 +41,7 @@ from daemon.cluster_token import with_cluster_token
 from daemon.profiling import generate_config_variants, models_dir, open_config_registry
 from daemon.self_profiling import SelfProfiler
 from daemon.metrics import MetricsServer, start_observing, stop_observing
-from daemon.status_feed import StatusFeed
+from daemon.status_feed import StatusFeed, status_line
 from daemon.fleet_status import FleetStatus, load_profiles_for, plan_estimates, quiet_at_shutdown, tick_line
 from daemon.pick_confirmer import PickConfirmer
 from daemon.spot_wiring import FleetMarket, open_market
@@ -166,6 +166,8 @@ class Daemon:
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
                                       pending_timeout_s=cfg.launch.pending_timeout_s)
         self.market = await open_market(cfg, self.actuator, self.cloud)
+        self.market.on_prices = self.dispatcher.set_spot_prices   # Status prices spot at the spot price
+        self.market.publish_prices()
         self.replica = await start_replica(cfg, self.aws.lease if self.aws else None, self.aws and self.aws.dynamodb,
                                            self._listen or cfg.dispatcher.listen, self.port,
                                            lambda: model_windows(self.cfg, self.dispatcher), self._took_lease)
@@ -275,6 +277,7 @@ class Daemon:
             return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
         if not self.leading():   # a standby replica follows the fleet the holder keeps (daemon.replica)
             return await self._sync_workers()
+        told: tuple[dict[str, int], float] | None = None   # the STATUS line's target and demand
         async with self._fleet_lock:
             try:
                 now = time.monotonic()
@@ -314,9 +317,7 @@ class Daemon:
                 if plan is not None and plan.short:
                     log.warning("fleet: the budget %.4g $/hr cannot cover every model: short %s", plan.budget_per_hour,
                                 ", ".join(f"{m} {q:.1f} q/s" for m, q in plan.short.items()))
-                cost = sum(self.actuator.price(t) * n for t, n in target.items())
-                sdnotify.notify(f"STATUS=pool {pool_text(target) or 'none'} at {cost:.3f} of {self.actuator.budget:g} $/hr; "
-                                f"demand {fleet_step.total_qps(demand):.1f} q/s" + (self.profiling.note() if self.profiling else ""))
+                told = (target, fleet_step.total_qps(demand))
             except (UsageError, PlanError) as exc:   # no pool fits: one line; the next interval retries
                 self._planned_at = None
                 self.status.last_error = str(exc)
@@ -326,6 +327,11 @@ class Daemon:
                 self.status.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("fleet tick failed")
             await self._sync_workers()
+            if told is not None:   # what the pool is billed once the cloud view shows the tick's launches
+                cost = (self.dispatcher.cost_per_hour() if self.dispatcher is not None
+                        else sum(self.actuator.price(t) * n for t, n in told[0].items()))
+                sdnotify.notify(status_line(told[0], cost, self.actuator.budget, told[1],
+                                            self.profiling.note() if self.profiling else ""))
 
     def _tick_soon(self, reason: str) -> None:
         if self._loop is not None and not self._stop.is_set():
@@ -429,9 +435,10 @@ class Daemon:
         except Exception as exc:
             log.warning("list instances failed: %s", exc)
             return
-        self.status.instances, instances = instances, self.market.typed(instances) if self.market else instances
+        listed, instances = instances, self.market.typed(instances) if self.market else instances
+        self.status.instances = listed
         if self.dispatcher is not None:
-            self.dispatcher.set_cloud_view(instances)
+            self.dispatcher.set_cloud_view(listed)   # by slot: Status counts each instance in its market
             if len(self.cfg.models) > 1:   # each model's queries go to the workers planned for it
                 st = self.status
                 serves = fleet_step.worker_models(self.cfg, instances, st.plan, st.target, st.demand,

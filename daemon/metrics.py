@@ -10,10 +10,12 @@ feed's one-second samples show the same numbers.
 metric                                     type     what
 =========================================  =======  ==============================================
 costscale_budget_dollars_per_hour          gauge    the budget
-costscale_pool_cost_dollars_per_hour       gauge    $/hr of the live pool (pending and running)
+costscale_pool_cost_dollars_per_hour       gauge    $/hr of the live pool (pending and running), billed prices
+costscale_pool_cost_by_market_dollars_per_hour{market}  gauge  the same split: on_demand, spot
 costscale_spent_dollars_total              counter  dollars spent since the daemon started
 costscale_spent_today_dollars              gauge    dollars spent since 00:00 UTC
-costscale_instances{instance_type,state}   gauge    live instances (pending, running, parked, draining)
+costscale_instances{instance_type,market,zone,state}  gauge  live instances (pending, running, parked,
+                                                    draining); market on_demand (zone "") or spot
 costscale_queries_total{model,code}        counter  queries that ended, by outcome (OK or gRPC status)
 costscale_query_latency_seconds{model}     hist.    end-to-end latency of served queries
 costscale_slo_violations_total{model}      counter  served late, or refused for lack of capacity/time
@@ -74,19 +76,25 @@ def families(reply: pb.StatusReply, hists: Histograms, types: list[str]) -> Iter
     """The metric families of one snapshot; ``types``: instance types always listed (zeros too)."""
     yield GaugeMetricFamily("costscale_budget_dollars_per_hour", "The budget ($/hr).", value=reply.budget_per_hour)
     yield GaugeMetricFamily("costscale_pool_cost_dollars_per_hour",
-                            "$/hr of the live pool: pending and running instances, parked ones too.",
-                            value=reply.cost_per_hour)
+                            "$/hr of the live pool: pending and running instances, parked ones too, at the "
+                            "prices billed now (spot at its spot price).", value=reply.cost_per_hour)
+    by_market = GaugeMetricFamily("costscale_pool_cost_by_market_dollars_per_hour",
+                                  "costscale_pool_cost_dollars_per_hour by market (on_demand, spot).", labels=["market"])
+    for market, cost in sorted(reply.cost_per_hour_by_market.items()):
+        by_market.add_metric([market], cost)
+    yield by_market
     spent = CounterMetricFamily("costscale_spent_dollars", "Dollars spent since the daemon started.")
     spent.add_metric([], reply.spent_usd_total)
     yield spent
     yield GaugeMetricFamily("costscale_spent_today_dollars", "Dollars spent since 00:00 UTC.",
                             value=reply.spent_usd_today)
-    inst = GaugeMetricFamily("costscale_instances", "Live instances by type and state.",
-                             labels=["instance_type", "state"])
-    counts = {(c.instance_type, c.state): c.count for c in reply.instances}
-    for t in sorted(set(types) | {t for t, _ in counts}):
+    inst = GaugeMetricFamily("costscale_instances", "Live instances by type, market (on_demand, spot), zone "
+                             "(spot only) and state.", labels=["instance_type", "market", "zone", "state"])
+    counts = {(c.instance_type, c.market or "on_demand", c.zone, c.state): c.count for c in reply.instances}
+    where = {(t, "on_demand", "") for t in types} | {(t, m, z) for t, m, z, _ in counts}
+    for t, m, z in sorted(where):
         for s in INSTANCE_STATES:
-            inst.add_metric([t, s], counts.get((t, s), 0))
+            inst.add_metric([t, m, z, s], counts.get((t, m, z, s), 0))
     yield inst
     queries = CounterMetricFamily("costscale_queries", "Queries that ended, by outcome (OK or the gRPC status).",
                                   labels=["model", "code"])

@@ -51,6 +51,9 @@ class FleetMarket:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: list[asyncio.TimerHandle] = []
         self.handler: Callable[[str, str, float | None], None] | None = None
+        #: told every slot's $/hr billed now, when the spot prices are set or move (the dispatcher's
+        #: ``set_spot_prices``: Status, the metrics and the spend price spot instances at them)
+        self.on_prices: Callable[[dict[str, float]], None] | None = None
 
     # ---- the hooks of a fleet tick (the replay's ReplayFleet / SpotReplayFleet have the same) ----
     def deciding(self, cfg: Config) -> tuple[Config, list[str]]:
@@ -94,6 +97,19 @@ class FleetMarket:
         if self.spot is not None:
             self.spot.cfg = cfg
             self.spot.reprice(self.spot.market)
+        self.publish_prices()
+
+    def billed_prices(self) -> dict[str, float]:
+        """Every slot's $/hr billed now (:meth:`scaler.spot_market.SpotMarket.slot_prices`); on-demand
+        only: each allowed type's catalog price."""
+        if self.spot is not None:
+            return self.spot.market.slot_prices()
+        return {t: it.price_per_hour for t, it in self.actuator.catalog.items()}
+
+    def publish_prices(self) -> None:
+        """Tell :attr:`on_prices` the prices billed now."""
+        if self.on_prices is not None:
+            self.on_prices(self.billed_prices())
 
     # ---- prices -------------------------------------------------------------------------------
     def _lookup(self, cfg: Config, fetch: bool = True) -> Mapping[str, Mapping[str, float]]:
@@ -115,6 +131,7 @@ class FleetMarket:
             return False
         async with lock:
             self.spot.reprice(market)
+        self.publish_prices()
         log.info("spot prices moved: %s", ", ".join(f"{t}@{z} {p:g}" for t, zs in market.spot.items()
                                                       for z, p in zs.items()))
         return True

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from config.files import write_atomic
 from daemon import audit
 from daemon.fleet_status import plan_estimates
-from dispatcher.status import Decision, FleetFacts, Profiling
+from dispatcher.status import Decision, FleetFacts, Profiling, billed_price
 from scaler.actuator import pool_text
 from scaler.estimate_gate import estimates_line
 
@@ -49,6 +49,15 @@ OBSERVE_S = 1.0
 SAVE_S = 60.0
 #: decisions kept in memory (Status shows the last ten)
 DECISIONS_KEPT = 100
+
+
+def status_line(target: Mapping[str, int], cost_per_hour: float, budget: float, demand_qps: float,
+                note: str = "") -> str:
+    """The systemd STATUS line after a fleet tick: the type target, and what the live pool is billed
+    now (``Dispatcher.cost_per_hour``: spot instances at their spot price, the number Status and
+    ``costscale_pool_cost_dollars_per_hour`` show)."""
+    return (f"STATUS=pool {pool_text(target) or 'none'} at {cost_per_hour:.3f} of {budget:g} $/hr; "
+            f"demand {demand_qps:.1f} q/s{note}")
 
 
 def utc_day(t: float) -> str:
@@ -249,6 +258,13 @@ class StatusFeed:
     def _price(d: Daemon, instance_type: str) -> float:
         return d.actuator.price(instance_type) if d.actuator is not None else 0.0
 
+    @staticmethod
+    def _billed(d: Daemon, slot: str) -> float:
+        """$/hr billed now for an instance in ``slot`` (:func:`dispatcher.status.billed_price`)."""
+        if d.dispatcher is not None:
+            return billed_price(slot, d.dispatcher.billed_prices())
+        return StatusFeed._price(d, slot)
+
     def _intents(self, d: Daemon) -> None:
         """Launches and terminations as the write-ahead intents record them (DESIGN invariant 3):
         instance ids, type, intent id, and the pool's $/hr after each."""
@@ -263,8 +279,9 @@ class StatusFeed:
         new = [i for i in changed if i.status in ("done", "failed") and (i.client_token, i.status) not in self._intent_seen]
         if not new:
             return
-        # the pool before these intents (the cloud view may or may not show them yet), then each one's effect
-        pool = dict((d.dispatcher.cloud_view or {}) if d.dispatcher is not None else {})
+        # the pool before these intents (the cloud view may or may not show them yet), then each one's
+        # effect; by slot (an intent's instance_type is its slot), priced at what each slot is billed
+        pool = dict(d.dispatcher.worker_registry.cloud_slots) if d.dispatcher is not None else {}
         for it in new:
             if it.status == "done":
                 if it.kind == "launch":
@@ -293,7 +310,7 @@ class StatusFeed:
                     why = "on_shutdown: terminate"
                 else:
                     why = f"surplus to the target {pool_text(target) or 'none'}"
-            after = sum(self._price(d, t) for t in pool.values())
+            after = sum(self._billed(d, s) for s in pool.values())
             self.record("fleet", it.kind, f"{it.kind} {', '.join(ids) or '-'} ({it.instance_type}); pool {after:.3f} $/hr after",
                         why, instance_ids=ids, instance_type=it.instance_type, intent=it.client_token,
                         plan_id=it.plan_id, cost_per_hour_after=round(after, 6))

@@ -66,12 +66,14 @@ from dispatcher.queries import QueryBook
 from dispatcher.routing import RoutingRound
 from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
 from dispatcher.servicers import _ControlServicer, _InferenceServicer
-from dispatcher.status import FleetFacts, build_status_reply, pool_cost_per_hour, record_outcome, record_pipeline
+from dispatcher.status import (FleetFacts, build_status_reply, pool_cost_per_hour, record_outcome, record_pipeline,
+                               slot_pool)
 from dispatcher.window import DemandWindow, WindowSnapshot
 from dispatcher.worker_client import WorkerClient
 from dispatcher.worker_roles import WorkerRoles
 from dispatcher.workers import WorkerRegistry
 from scaler.replan import STEADY_HORIZON_S
+from scaler.spot_slots import is_spot
 
 if TYPE_CHECKING:
     from variants.registry import VariantRegistry
@@ -140,6 +142,8 @@ class Dispatcher:
         #: the allowed types and their $/hr, updated in place on a reload (the parts hold the catalog)
         self._catalog: dict[str, InstanceType] = {}
         self._prices: dict[str, float] = {}
+        #: spot slot (TYPE@ZONE) -> $/hr billed now, from the daemon's market (set_spot_prices)
+        self._spot_prices: dict[str, float] = {}
         self.set_catalog(cfg.catalog())
         #: how queries ended, per model (Status and the metrics); what the daemon adds to Status
         self.outcomes = OutcomeLedger(clock())
@@ -186,6 +190,15 @@ class Dispatcher:
         self._catalog.update(catalog)
         self._prices.clear()
         self._prices.update({t: it.price_per_hour for t, it in self._catalog.items()})
+
+    def set_spot_prices(self, slot_prices: Mapping[str, float]) -> None:
+        """The spot slots' $/hr billed now (``daemon.spot_wiring.FleetMarket`` at start, when spot
+        prices move, on a reload); Status prices spot instances at them (:mod:`dispatcher.status`)."""
+        self._spot_prices = {s: float(p) for s, p in slot_prices.items() if is_spot(s)}
+
+    def billed_prices(self) -> dict[str, float]:
+        """$/hr per type (the catalog's on-demand price) and per spot slot (its spot price)."""
+        return {**self._prices, **self._spot_prices}
 
     def set_base_type(self, t: str) -> None:
         self.base_type = t
@@ -337,8 +350,9 @@ class Dispatcher:
         return out
 
     def cost_per_hour(self) -> float:
-        """$/hr of every live instance (pending or running, parked included) at the catalog's prices."""
-        return pool_cost_per_hour(self.worker_registry.pool_view(), self._prices)
+        """$/hr of every live instance (pending or running, parked included) at the prices billed now
+        (:meth:`billed_prices`)."""
+        return pool_cost_per_hour(slot_pool(self.worker_registry), self.billed_prices())
 
     def status_reply(self) -> pb.StatusReply:
         """``pool`` and ``cost_per_hour``: every live instance, registered or still booting (the
@@ -347,7 +361,7 @@ class Dispatcher:
         now = self.clock()
         return build_status_reply(cfg=self.cfg, now=now, registry=self.worker_registry, placement=self.placement,
                                   book=self.queries, arrival_qps=self.admission.window.arrival_rate(now),
-                                  outcomes=self.outcomes, prices=self._prices,
+                                  outcomes=self.outcomes, prices=self.billed_prices(),
                                   facts=self.status_source() if self.status_source is not None else None)
 
 

@@ -6,6 +6,14 @@ this dispatcher -- the dollars spent, the last fleet and model decisions with th
 last error, and the models it is profiling with the conservative pool each is served on meanwhile
 (:class:`FleetFacts`, given by ``Dispatcher.status_source``).
 
+Each instance is counted in its market (issue #28): ``on_demand``, or ``spot`` in one availability
+zone, from the slot the cloud view lists it in (:mod:`scaler.spot_slots`: ``TYPE@ZONE``). The pool's
+$/hr is what the instances are billed now: a spot instance at its zone's spot price as the daemon's
+market last priced it (``Dispatcher.set_spot_prices``; AWS bills spot at the spot price in effect,
+not the bid: EC2 User Guide, "Spot Instance pricing"), an on-demand one at the catalog's price. A spot
+slot the dispatcher has no price for (a dispatcher without a daemon) is priced at its type's
+on-demand price, which overstates and never understates the cost.
+
 An instance's state: ``parked`` (surplus kept warm, :mod:`scaler.parking`), ``draining``
 (finishing its query before it retires), ``pending`` (booting on EC2) or ``running`` (serving,
 or running and about to register). The pool and its $/hr count every live instance, registered
@@ -29,6 +37,7 @@ from dispatcher.placement import VariantPlacement
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import QueryBook
 from dispatcher.workers import WorkerRegistry, WorkerState
+from scaler.spot_slots import base_type, market_of, split_slot
 
 #: the states an instance is counted in, in the order status shows them
 INSTANCE_STATES = ("pending", "running", "parked", "draining")
@@ -80,11 +89,14 @@ def worker_state(w: WorkerState) -> str:
 
 
 def instance_states(registry: WorkerRegistry) -> dict[str, Counter[str]]:
-    """Live instances: type -> state -> count (the same instances as ``WorkerRegistry.pool_view``)."""
+    """Live instances: slot (a type on-demand, ``TYPE@ZONE`` spot) -> state -> count (the same
+    instances as ``WorkerRegistry.pool_view``; a registered worker the cloud view does not list is
+    counted at its type)."""
     out: dict[str, Counter[str]] = {}
     view = registry.cloud_view or {}
     workers = registry.workers
     for iid, itype in view.items():
+        itype = registry.cloud_slots.get(iid, itype)
         w = workers.get(iid)
         if iid in registry.parked_ids or (w is not None and w.parked):
             state = "parked"
@@ -101,9 +113,35 @@ def instance_states(registry: WorkerRegistry) -> dict[str, Counter[str]]:
     return out
 
 
+def slot_pool(registry: WorkerRegistry) -> Counter[str]:
+    """Live instances by slot, registered or not (``WorkerRegistry.pool_view`` with each spot
+    instance at its ``TYPE@ZONE`` slot)."""
+    view = registry.cloud_view or {}
+    pool = Counter(registry.cloud_slots.get(iid, itype) for iid, itype in view.items())
+    pool.update(w.instance_type for iid, w in registry.workers.items() if iid not in view)
+    return pool
+
+
+def billed_price(slot: str, prices: Mapping[str, float]) -> float:
+    """$/hr billed now for an instance in ``slot``: the slot's own price in ``prices`` (a spot slot's
+    spot price), else its type's (the on-demand price; see the module docstring)."""
+    return float(prices[slot]) if slot in prices else float(prices.get(base_type(slot), 0.0))
+
+
 def pool_cost_per_hour(pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
-    """$/hr of a pool (type -> live instances, parked included) at ``prices`` (type -> $/hr)."""
-    return float(sum(prices.get(t, 0.0) * n for t, n in pool.items()))
+    """$/hr of a pool (slot or type -> live instances, parked included) at ``prices`` (type or slot
+    -> $/hr; :func:`billed_price`)."""
+    return float(sum(billed_price(s, prices) * n for s, n in pool.items()))
+
+
+def cost_by_market(pool: Mapping[str, int], prices: Mapping[str, float]) -> dict[str, float]:
+    """:func:`pool_cost_per_hour` split by market (``on_demand``, ``spot``); a market with no
+    instance is left out."""
+    out: dict[str, float] = {}
+    for s, n in pool.items():
+        if n:
+            out[market_of(s)] = out.get(market_of(s), 0.0) + billed_price(s, prices) * n
+    return out
 
 
 def model_label(placement: VariantPlacement, r: pb.SubmitRequest) -> str:
@@ -163,19 +201,23 @@ def build_status_reply(*, cfg: Config, now: float, registry: WorkerRegistry, pla
                        book: QueryBook, arrival_qps: float, outcomes: OutcomeLedger, prices: Mapping[str, float],
                        facts: FleetFacts | None) -> pb.StatusReply:
     """The Status RPC's reply (see the module docstring): ``arrival_qps`` is every query's arrival
-    rate now, ``facts`` what the daemon adds (None without one)."""
+    rate now, ``prices`` the $/hr billed per type and spot slot, ``facts`` what the daemon adds
+    (None without one)."""
     pool = registry.pool_view()
+    slots = slot_pool(registry)
     workers = registry.workers
     reply = pb.StatusReply(
-        cluster=cfg.cluster, budget_per_hour=cfg.budget_per_hour, cost_per_hour=pool_cost_per_hour(pool, prices),
-        pool=dict(pool), queued=book.waiting_count(), served=book.served,
+        cluster=cfg.cluster, budget_per_hour=cfg.budget_per_hour, cost_per_hour=pool_cost_per_hour(slots, prices),
+        cost_per_hour_by_market=cost_by_market(slots, prices), pool=dict(pool), queued=book.waiting_count(), served=book.served,
         rejected=int(sum(book.rejected.values())), arrival_qps=arrival_qps,
         workers=len(workers), parked=sum(1 for w in workers.values() if w.parked),
         in_flight=len(book.inflight), now_unix=time.time(), capacity_hint=1.0)
-    for itype, states in sorted(instance_states(registry).items()):
+    for slot, states in sorted(instance_states(registry).items()):
+        itype, zone = split_slot(slot)
         for state in INSTANCE_STATES:
             if states.get(state):
-                reply.instances.add(instance_type=itype, state=state, count=states[state])
+                reply.instances.add(instance_type=itype, state=state, count=states[state], market=market_of(slot),
+                                    zone=zone or "")
     names = list(placement.cfg_models) + sorted((set(placement.models) | set(outcomes.models))
                                                 - set(placement.cfg_models))
     reply.models.extend(_model_status(outcomes, registry, n, now, facts) for n in names)

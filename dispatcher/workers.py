@@ -118,6 +118,7 @@ class WorkerRegistry:
         #: before the first one
         self.cloud_view: dict[str, str] | None = None
         self.cloud_pending: set[str] = set()   # of those, the ones EC2 still lists as pending
+        self.cloud_slots: dict[str, str] = {}   # of those, each one's slot (scaler.spot_slots: TYPE@ZONE spot)
         self.spot_notice_handler: SpotNoticeHandler | None = None   # the fleet loop (spot interruptions)
         self._health_task: asyncio.Task | None = None
         #: the model each instance serves (the fleet's joint plan, scaler.worker_assignment); an
@@ -147,6 +148,7 @@ class WorkerRegistry:
         instances = list(instances)
         live = {i.instance_id: base_type(i.instance_type) for i in instances if i.live}   # a spot slot: its type
         self.cloud_view = live
+        self.cloud_slots = {i.instance_id: i.instance_type for i in instances if i.live}
         self.cloud_pending = {i.instance_id for i in instances if i.state == "pending"}
         for iid, itype in live.items():
             self.allow_instance(iid, itype)

@@ -70,7 +70,7 @@ def test_sandbox_serves_a_stock_client_and_status_agrees_with_metrics() -> None:
         assert st["instances"] == {"r5n.large": {"running": 1}}
         for itype, states in st["instances"].items():
             for state in ("pending", "running", "parked", "draining"):
-                assert m[("costscale_instances", (("instance_type", itype), ("state", state)))] == states.get(state, 0)
+                assert m[("costscale_instances", (("instance_type", itype), ("market", "on_demand"), ("state", state), ("zone", "")))] == states.get(state, 0)
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)

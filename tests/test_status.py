@@ -146,7 +146,7 @@ def test_status_json_and_metrics_agree_on_a_running_daemon(tmp_path: Path) -> No
     assert abs(m[("costscale_spent_dollars_total", ())] - st["spent_usd_total"]) <= apart + 1e-12
     for itype, states in st["instances"].items():
         for state in ("pending", "running", "parked", "draining"):
-            assert m[("costscale_instances", (("instance_type", itype), ("state", state)))] == states.get(state, 0)
+            assert m[("costscale_instances", (("instance_type", itype), ("market", "on_demand"), ("state", state), ("zone", "")))] == states.get(state, 0)
     assert m[("costscale_queries_total", (("code", "OK"), ("model", "ncf")))] == 12
     assert m[("costscale_query_latency_seconds_count", (("model", "ncf"),))] == 12
     assert m[("costscale_slo_violations_total", (("model", "ncf"),))] == 0

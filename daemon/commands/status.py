@@ -3,7 +3,8 @@ Status RPC (:mod:`dispatcher.status`; the Prometheus metrics read the same reply
 
     costscale status [--dispatcher HOST:PORT] [--json] [--watch [--interval S]]
 
-The pool by type and state (pending, running, parked, draining), $/hr now against the budget,
+The pool by type, market and state (pending, running, parked, draining; a spot instance in its
+zone: ``r5n.large spot us-east-1a``), $/hr billed now against the budget (spot at its spot price),
 dollars spent today (UTC), each model's demand and SLO attainment over the last 1, 5 and 15
 minutes, the models being profiled and the conservative pool each is served on meanwhile, the
 variants on each worker, the last ten fleet and model decisions with their reasons, and the last
@@ -64,8 +65,12 @@ def _iso(t: float) -> str | None:
 def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """The ``--json`` object."""
     instances: dict[str, dict[str, int]] = {}
+    markets: dict[tuple[str, str, str], dict[str, int]] = {}
     for c in r.instances:
-        instances.setdefault(c.instance_type, {})[c.state] = c.count
+        states = instances.setdefault(c.instance_type, {})
+        states[c.state] = states.get(c.state, 0) + c.count
+        market = c.market or "on_demand"   # an older daemon: its pool priced on-demand
+        markets.setdefault((c.instance_type, market, c.zone), {})[c.state] = c.count
     models = {}
     for m in r.models:
         win = {WINDOW_NAMES.get(w.seconds, f"{w.seconds}s"): w for w in m.windows}
@@ -86,6 +91,9 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         "budget_per_hour": r.budget_per_hour, "pool_cost_per_hour": round(r.cost_per_hour, 6),
         "spent_usd_today": round(r.spent_usd_today, 6), "spent_usd_total": round(r.spent_usd_total, 6),
         "instances": instances, "pool": dict(sorted(r.pool.items())),
+        "instances_by_market": [{"instance_type": t, "market": m, "zone": z or None, "states": st}
+                                for (t, m, z), st in sorted(markets.items())],
+        "pool_cost_per_hour_by_market": {m: round(c, 6) for m, c in sorted(r.cost_per_hour_by_market.items())},
         "queued": r.queued, "in_flight": r.in_flight, "served": r.served, "rejected": r.rejected,
         "arrival_qps": round(r.arrival_qps, 4), "workers": [
             {"instance_id": w.instance_id, "instance_type": w.instance_type, "state": w.state,
@@ -112,6 +120,23 @@ def _ago(t: float, now: float) -> str:
     return f"{s:.0f} s ago" if s < 120 else f"{s / 60:.0f} min ago" if s < 7200 else f"{s / 3600:.1f} h ago"
 
 
+def pool_lines(s: dict[str, Any]) -> list[str]:
+    """The pool table: a row per type, or with spot capacity a row per (type, market, zone), with
+    the spend by market under it."""
+    rows = s.get("instances_by_market", [])
+    if not any(x["market"] == "spot" for x in rows):   # on-demand only: the table as before spot
+        return ([f"{'pool':22}" + "".join(f"{x:>9}" for x in STATES)]
+                + [f"  {t:20}" + "".join(f"{st.get(x, 0):>9}" for x in STATES)
+                   for t, st in sorted(s["instances"].items())])
+    out = [f"{'pool':42}" + "".join(f"{x:>9}" for x in STATES)]
+    for x in rows:
+        where = f"{x['instance_type']} {x['market']}" + (f" {x['zone']}" if x["zone"] else "")
+        out.append(f"  {where:40}" + "".join(f"{x['states'].get(st, 0):>9}" for st in STATES))
+    by = s.get("pool_cost_per_hour_by_market", {})
+    out.append("  $/hr by market: " + ", ".join(f"{m} {c:.3f}" for m, c in by.items()))
+    return out
+
+
 def render(s: dict[str, Any], target: str, now: float) -> str:
     """The human view of :func:`status_dict`."""
     out = [f"cluster {s['cluster']} at {target}" + ("" if s["daemon"] else " (a dispatcher without a daemon)")]
@@ -121,9 +146,7 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
     out.append(f"queries  {s['served']} served, {s['rejected']} refused, {s['queued']} waiting, "
                f"{s['in_flight']} in flight, {s['arrival_qps']:.1f} q/s")
     out.append("")
-    out.append(f"{'pool':22}" + "".join(f"{x:>9}" for x in STATES))
-    for t, states in sorted(s["instances"].items()):
-        out.append(f"  {t:20}" + "".join(f"{states.get(x, 0):>9}" for x in STATES))
+    out.extend(pool_lines(s))
     if not s["instances"]:
         out.append("  (no instances)")
     out.append("")

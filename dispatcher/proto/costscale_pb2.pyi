@@ -169,14 +169,18 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InstanceCount(_message.Message):
-    __slots__ = ("instance_type", "state", "count")
+    __slots__ = ("instance_type", "state", "count", "market", "zone")
     INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    MARKET_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
     instance_type: str
     state: str
     count: int
-    def __init__(self, instance_type: _Optional[str] = ..., state: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    market: str
+    zone: str
+    def __init__(self, instance_type: _Optional[str] = ..., state: _Optional[str] = ..., count: _Optional[int] = ..., market: _Optional[str] = ..., zone: _Optional[str] = ...) -> None: ...
 
 class ModelWindow(_message.Message):
     __slots__ = ("seconds", "demand_qps", "queries", "slo_met", "attainment", "served_accuracy")
@@ -289,7 +293,7 @@ class ProfilingStatus(_message.Message):
     def __init__(self, model: _Optional[str] = ..., conservative_pool: _Optional[_Mapping[str, int]] = ..., reason: _Optional[str] = ..., types_left: _Optional[_Iterable[str]] = ..., probing: _Optional[bool] = ..., on_conservative_pool: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon", "profiling")
+    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon", "profiling", "cost_per_hour_by_market")
     class PoolEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +301,13 @@ class StatusReply(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class CostPerHourByMarketEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BUDGET_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
     COST_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
@@ -321,6 +332,7 @@ class StatusReply(_message.Message):
     NOW_UNIX_FIELD_NUMBER: _ClassVar[int]
     DAEMON_FIELD_NUMBER: _ClassVar[int]
     PROFILING_FIELD_NUMBER: _ClassVar[int]
+    COST_PER_HOUR_BY_MARKET_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     budget_per_hour: float
     cost_per_hour: float
@@ -345,7 +357,8 @@ class StatusReply(_message.Message):
     now_unix: float
     daemon: bool
     profiling: _containers.RepeatedCompositeFieldContainer[ProfilingStatus]
-    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ..., profiling: _Optional[_Iterable[_Union[ProfilingStatus, _Mapping]]] = ...) -> None: ...
+    cost_per_hour_by_market: _containers.ScalarMap[str, float]
+    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ..., profiling: _Optional[_Iterable[_Union[ProfilingStatus, _Mapping]]] = ..., cost_per_hour_by_market: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("instance_id", "instance_type", "address", "token", "providers", "executor")
