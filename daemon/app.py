@@ -165,9 +165,7 @@ class Daemon:
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
                                       pending_timeout_s=cfg.launch.pending_timeout_s)
-        self.market = await open_market(cfg, self.actuator, self.cloud)
-        self.market.on_prices = self.dispatcher.set_spot_prices   # Status prices spot at the spot price
-        self.market.publish_prices()
+        self.market = await open_market(cfg, self.actuator, self.cloud, self.dispatcher.set_spot_prices)
         self.replica = await start_replica(cfg, self.aws.lease if self.aws else None, self.aws and self.aws.dynamodb,
                                            self._listen or cfg.dispatcher.listen, self.port,
                                            lambda: model_windows(self.cfg, self.dispatcher), self._took_lease)
@@ -277,10 +275,9 @@ class Daemon:
             return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
         if not self.leading():   # a standby replica follows the fleet the holder keeps (daemon.replica)
             return await self._sync_workers()
-        told: tuple[dict[str, int], float] | None = None   # the STATUS line's target and demand
         async with self._fleet_lock:
             try:
-                now = time.monotonic()
+                now, told = time.monotonic(), None   # told: the STATUS line's target and demand
                 demand, self._demand_history = fleet_step.stabilized_demands(
                     self._demand_history, now, self.current_demand(), self.cfg.intervals.scale_in_s)
                 unavailable = self.market.plan_key()
@@ -327,10 +324,8 @@ class Daemon:
                 self.status.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("fleet tick failed")
             await self._sync_workers()
-            if told is not None:   # what the pool is billed once the cloud view shows the tick's launches
-                cost = (self.dispatcher.cost_per_hour() if self.dispatcher is not None
-                        else sum(self.actuator.price(t) * n for t, n in told[0].items()))
-                sdnotify.notify(status_line(told[0], cost, self.actuator.budget, told[1],
+            if told is not None and self.dispatcher is not None:   # billed, once the view shows the launches
+                sdnotify.notify(status_line(*told, self.dispatcher.cost_per_hour(), self.actuator.budget,
                                             self.profiling.note() if self.profiling else ""))
 
     def _tick_soon(self, reason: str) -> None:
@@ -435,10 +430,9 @@ class Daemon:
         except Exception as exc:
             log.warning("list instances failed: %s", exc)
             return
-        listed, instances = instances, self.market.typed(instances) if self.market else instances
-        self.status.instances = listed
+        self.status.instances, instances = instances, self.market.typed(instances) if self.market else instances
         if self.dispatcher is not None:
-            self.dispatcher.set_cloud_view(listed)   # by slot: Status counts each instance in its market
+            self.dispatcher.set_cloud_view(self.status.instances)   # by slot: Status counts each market
             if len(self.cfg.models) > 1:   # each model's queries go to the workers planned for it
                 st = self.status
                 serves = fleet_step.worker_models(self.cfg, instances, st.plan, st.target, st.demand,

@@ -219,15 +219,18 @@ class FleetMarket:
             task.cancel()
 
 
-async def open_market(cfg: Config, actuator: FleetActuator, cloud: CloudProvider) -> FleetMarket:
+async def open_market(cfg: Config, actuator: FleetActuator, cloud: CloudProvider,
+                      on_prices: Callable[[dict[str, float]], None] | None = None) -> FleetMarket:
     """The daemon's :class:`FleetMarket`: on-demand only, or with the spot hooks over spot prices
-    looked up now (EC2, the cache, else the shipped table)."""
-    if cfg.spot is None or not any(t.market != "on_demand" for t in cfg.instance_types):
-        return FleetMarket(actuator, cloud)
+    looked up now (EC2, the cache, else the shipped table); ``on_prices`` (the dispatcher's
+    ``set_spot_prices``) is told the prices billed now, and again whenever they move."""
     fm = FleetMarket(actuator, cloud)
-    fm.prices = SpotPriceSource(cfg.region, cache_path_for(cfg.state_path), endpoint_url=cfg.aws.endpoint_url)
-    got = await asyncio.to_thread(fm._lookup, cfg)
-    fm.spot = SpotFleet(cfg, SpotMarket.from_config(cfg, got), actuator, cloud.list_managed)
+    fm.on_prices = on_prices
+    if cfg.spot is not None and any(t.market != "on_demand" for t in cfg.instance_types):
+        fm.prices = SpotPriceSource(cfg.region, cache_path_for(cfg.state_path), endpoint_url=cfg.aws.endpoint_url)
+        got = await asyncio.to_thread(fm._lookup, cfg)
+        fm.spot = SpotFleet(cfg, SpotMarket.from_config(cfg, got), actuator, cloud.list_managed)
+    fm.publish_prices()
     return fm
 
 

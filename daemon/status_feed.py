@@ -51,7 +51,7 @@ SAVE_S = 60.0
 DECISIONS_KEPT = 100
 
 
-def status_line(target: Mapping[str, int], cost_per_hour: float, budget: float, demand_qps: float,
+def status_line(target: Mapping[str, int], demand_qps: float, cost_per_hour: float, budget: float,
                 note: str = "") -> str:
     """The systemd STATUS line after a fleet tick: the type target, and what the live pool is billed
     now (``Dispatcher.cost_per_hour``: spot instances at their spot price, the number Status and

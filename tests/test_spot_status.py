@@ -186,9 +186,9 @@ def test_billed_prices_fall_back_to_the_type_for_an_unpriced_spot_slot() -> None
 
 
 def test_systemd_status_line_carries_the_billed_cost() -> None:
-    assert status_line({"g4dn.xlarge": 1, "r5n.large": 2}, 0.61975, 2.0, 12.25) == (
+    assert status_line({"g4dn.xlarge": 1, "r5n.large": 2}, 12.25, 0.61975, 2.0) == (
         "STATUS=pool g4dn.xlarge×1, r5n.large×2 at 0.620 of 2 $/hr; demand 12.2 q/s")
-    assert status_line({}, 0.0, 1.0, 0.0, "; profiling ncf") == "STATUS=pool none at 0.000 of 1 $/hr; demand 0.0 q/s; profiling ncf"
+    assert status_line({}, 0.0, 0.0, 1.0, "; profiling ncf") == "STATUS=pool none at 0.000 of 1 $/hr; demand 0.0 q/s; profiling ncf"
 
 
 def test_audit_prices_the_pool_after_a_spot_launch_at_the_spot_price() -> None:
