@@ -113,6 +113,11 @@ async def spot_scenario(endpoint: str, state_dir: Path, qps: float = 3.0, notice
         out["launched"] = [{"id": iid, "zone": i["Placement"]["AvailabilityZone"],
                             "market": i.get("InstanceLifecycle") or "on-demand"} for iid, i in sorted(first.items())]
         zones = {iid: i["Placement"]["AvailabilityZone"] for iid, i in first.items()}
+        st, market = d.status_reply(), daemon.market.spot.market if daemon.market and daemon.market.spot else None
+        out["status"] = {   # what costscale status says of the pool: each instance's market, billed $/hr
+            "instances": sorted([c.instance_type, c.market, c.zone, c.count] for c in st.instances),
+            "cost_per_hour": st.cost_per_hour, "by_market": dict(st.cost_per_hour_by_market),
+            "spot_prices": {z: market.price(f"{SPOT_TYPE}@{z}") for z in sorted(set(zones.values()))} if market else {}}
         victim = sorted(zones)[0]
         async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
             load = asyncio.create_task(send_load(pbg.InferenceStub(ch)))
@@ -162,7 +167,8 @@ def summary_line(o: dict[str, Any]) -> str:
             f"{o['notice_to_replacement_s']:.1f} s after it; drained {o['drained_before_reclaim_s']:.1f} s before the "
             f"reclaim; {o['answered']}/{o['sent']} queries answered"
             + (" exactly once" if o["answered_once"] else " (NOT each exactly once)")
-            + f", {o['errors']} errors, {o['redispatched']} re-run")
+            + f", {o['errors']} errors, {o['redispatched']} re-run"
+            + (f"; status: pool {o['status']['cost_per_hour']:g} $/hr billed" if "status" in o else ""))
 
 
 async def run_spot_demo(qps: float = 3.0, notice_s: float = 15.0, seed: int = 28, as_json: bool = False) -> int:

@@ -28,6 +28,14 @@ def test_spot_interruption_drains_replaces_in_another_zone_and_loses_no_query(mo
     print(summary_line(o))
     assert [x["market"] for x in o["launched"]] == ["spot", "spot"]
     assert len({x["zone"] for x in o["launched"]}) == 2                 # spread over two zones
+    # costscale status counts each in its market and zone and prices it at its zone's spot price
+    st = o["status"]
+    assert sorted((t, m, z) for t, m, z, _ in st["instances"]) == sorted(
+        ("r5n.large", "spot", x["zone"]) for x in o["launched"])
+    assert st["cost_per_hour"] == pytest.approx(sum(st["spot_prices"].values()), abs=1e-9)
+    assert st["by_market"] == pytest.approx({"spot": st["cost_per_hour"]})
+    # moto lists every spot price at 0.00001 $/hr: two spot workers cost 0.00002, not 2 x 0.149 on-demand
+    assert st["cost_per_hour"] == pytest.approx(2 * 0.00001, abs=1e-12)
     # one replacement (a replacement parked as surplus would make the placement launch another)
     assert len(o["replacements"]) == 1
     r = o["replacements"][0]
