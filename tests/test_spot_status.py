@@ -10,6 +10,7 @@ on-demand prices would have said 0.526 + 2 x 0.149 = 0.824.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -198,3 +199,24 @@ def test_audit_prices_the_pool_after_a_spot_launch_at_the_spot_price() -> None:
     assert StatusFeed._billed(daemon, "g4dn.xlarge") == G4                 # type: ignore[arg-type]
     assert sorted(d.worker_registry.cloud_slots.values()) == ["g4dn.xlarge", "r5n.large@us-east-1a",
                                                              "r5n.large@us-east-1b"]
+
+
+def test_audit_launch_of_a_spot_slot_names_it_and_prices_the_pool_after_at_billed_prices(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from scaler.state import StateStore
+    from tests.test_status import _stub_daemon
+
+    t0 = 1_700_000_000.0
+    daemon = _stub_daemon(tmp_path)
+    daemon.dispatcher = spot_dispatcher()                       # the pool before: 0.61975 $/hr
+    daemon.actuator = SimpleNamespace(price=lambda t: 99.0)     # not what the audit prices at
+    daemon.store = StateStore.open(":memory:")
+    feed = StatusFeed(daemon, clock=lambda: t0)                 # type: ignore[arg-type]
+    caplog.set_level("INFO", logger="costscale.audit")
+    daemon.store.record_intent("tok-s", "launch", "g1-s", "r5n.large@us-east-1b", 1, 0, t0)
+    daemon.store.set_intent_status("tok-s", "done", t0 + 1, instance_ids=["i-new"])
+    feed.observe(sample=False)
+    launch = [r.audit for r in caplog.records if getattr(r, "audit", {}).get("event") == "launch"]
+    assert len(launch) == 1 and launch[0]["instance_type"] == "r5n.large@us-east-1b"
+    assert launch[0]["cost_per_hour_after"] == pytest.approx(0.61975 + SPOT_B, abs=1e-6)   # 0.651
+    assert feed.facts().decisions[-1].summary == "launch i-new (r5n.large@us-east-1b); pool 0.651 $/hr after"
