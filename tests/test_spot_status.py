@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, strategies as hs
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -220,3 +221,36 @@ def test_audit_launch_of_a_spot_slot_names_it_and_prices_the_pool_after_at_bille
     assert len(launch) == 1 and launch[0]["instance_type"] == "r5n.large@us-east-1b"
     assert launch[0]["cost_per_hour_after"] == pytest.approx(0.61975 + SPOT_B, abs=1e-6)   # 0.651
     assert feed.facts().decisions[-1].summary == "launch i-new (r5n.large@us-east-1b); pool 0.651 $/hr after"
+
+
+def test_a_spot_price_refresh_reprices_what_status_reports(tmp_path: Path) -> None:
+    import asyncio
+
+    from tests.test_spot_daemon import PRICES, _market, _Prices
+
+    fm, _cloud, _act = _market(tmp_path)          # examples/replay-spot.yaml, r5n.large spot in 1a/1c/1d
+    cfg = fm.spot.cfg
+    d = Dispatcher(cfg, LatencyModel.from_profiles(load_profiles_csv()))
+    fm.on_prices = d.set_spot_prices
+    fm.publish_prices()
+    d.set_cloud_view([ManagedInstance("i-1", "r5n.large@us-east-1c", "running")])
+    assert d.cost_per_hour() == pytest.approx(0.06, abs=1e-12)
+    src = _Prices({t: dict(z) for t, z in PRICES.items()})
+    fm.prices = src  # type: ignore[assignment]
+    src.prices["r5n.large"]["us-east-1c"] = 0.09
+    assert asyncio.run(fm.refresh(cfg, asyncio.Lock())) is True
+    assert d.cost_per_hour() == pytest.approx(0.09, abs=1e-12)
+    fm.reload(cfg)                                 # a reload publishes the same prices again
+    assert d.status_reply().cost_per_hour == pytest.approx(0.09, abs=1e-12)
+
+
+@given(hs.dictionaries(hs.sampled_from(["g4dn.xlarge", "r5n.large", "r5n.large@us-east-1a", "r5n.large@us-east-1b",
+                                        "g4dn.xlarge@us-east-1a"]), hs.integers(0, 5)),
+       hs.floats(0.0, 1.0), hs.floats(0.0, 1.0))
+def test_cost_by_market_sums_to_the_pool_cost_and_spot_never_costs_more_than_on_demand(
+        pool: dict[str, int], a: float, b: float) -> None:
+    prices = {"g4dn.xlarge": G4, "r5n.large": R5, "r5n.large@us-east-1a": R5 * a, "r5n.large@us-east-1b": R5 * b}
+    total = pool_cost_per_hour(pool, prices)
+    assert sum(cost_by_market(pool, prices).values()) == pytest.approx(total, abs=1e-12)
+    at_on_demand = sum(prices[slot.split("@")[0]] * n for slot, n in pool.items())
+    assert total <= at_on_demand + 1e-12          # spot at most on-demand; an unpriced slot (1b of g4dn) at it
