@@ -46,6 +46,9 @@ SpotNoticeHandler = Callable[[str, str, "float | None"], None]
 
 #: served-query samples a worker keeps until the model loop takes them (the oldest dropped first)
 SAMPLES_KEPT = 4096
+#: seconds between two health checks of every registered worker (the default of ``health_interval_s``;
+#: a worker that hears nothing for 3 of them registers again, worker.rejoin)
+HEALTH_INTERVAL_S = 1.0
 
 
 @dataclass(eq=False)
@@ -108,7 +111,7 @@ class WorkerRegistry:
         self.catalog = catalog
         self.connect = connect
         self.workers: dict[str, WorkerState] = {}
-        self.health_interval_s = 1.0
+        self.health_interval_s = HEALTH_INTERVAL_S
         self.health_timeout_s = 1.0
         self.health_failures = 2
         self.utilization_horizon_s = 2.0

@@ -12,20 +12,19 @@ know at all is padded to its compute time times the type's emulation factor (the
 ``costscale profile --local`` derives its estimates with).
 
 Also serves grpc health checking (``grpc.health.v1``) and, given a dispatcher address, registers
-with ``Control.RegisterWorker`` (retrying until the dispatcher answers; a refusal is final).
+with ``Control.RegisterWorker`` (retrying until the dispatcher answers; a refusal is final), and
+again whenever no dispatcher has called it for ``rejoin_after_s`` (:mod:`worker.rejoin`).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import socket
-import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -40,12 +39,14 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from config.files import write_atomic
 from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
 from config.catalog import load_catalog
-from config.profiles import LatencyProfile, Stat
+from config.profiles import LatencyProfile
 from variants import neuron_executor
 from variants.builtin_models import input_signature, make_inputs_for, resolve_model
 from config.emulation import padding_ms
 from variants.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
 from variants.onnx_executor import OnnxExecutor
+from worker.options import WorkerOptions, default_cache_dir
+from worker.rejoin import Hearing, keep_registered
 from worker.padding import own_profiles, padding_profile, padding_table, type_factor_fn
 from worker.token import TokenKeeper
 
@@ -61,50 +62,6 @@ class RegistrationRefused(RuntimeError):
 
 class RegistrationFailed(RuntimeError):
     """The dispatcher could not be reached within the allowed attempts."""
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("COSTSCALE_CACHE_DIR") or Path(tempfile.gettempdir()) / f"costscale-{os.getuid()}")
-
-
-@dataclass
-class WorkerOptions:
-    """Everything a worker needs; the CLI (``costscale worker``) builds one from flags."""
-
-    instance_id: str
-    instance_type: str
-    listen: str = "127.0.0.1:0"
-    models: dict[str, str] = field(default_factory=lambda: {"mlp": "builtin:mlp"})  # name -> spec
-    dispatcher: str | None = None
-    token: str = ""
-    #: reads the cluster token again (its SSM parameter, ``--token-parameter``): rotation without a restart
-    token_fetch: Callable[[], str | None] | None = None
-    token_refresh_s: float = TOKEN_REFRESH_S
-    advertise: str | None = None            # address given to the dispatcher (default: the bound one)
-    providers: list[str] | None = None      # None: auto (CUDA first on GPU types, CPU otherwise)
-    emulate_profile: str | None = None      # model name in the profile CSV to pad to
-    #: a served model -> the profile CSV's model it is padded to (one whose name is not the CSV's;
-    #: several models on one worker each run at their own latency, issue #24)
-    model_profiles: dict[str, str] = field(default_factory=dict)
-    profiles_path: Path | None = None       # profile CSV (default: the shipped Kairos profiles)
-    profile: LatencyProfile | None = None   # explicit padding profile (wins over emulate_profile)
-    profile_stat: Stat = "mean"
-    hardware: Hardware | None = None        # default: from the instance catalog
-    cache_dir: Path = field(default_factory=default_cache_dir)
-    threads: int | None = None
-    register_attempts: int | None = None    # None: retry until the dispatcher answers
-    register_backoff_s: float = 0.5
-    seed: int = 0
-    # TLS (issue #14): this worker's certificate and key (its server side, and its client side
-    # towards a dispatcher under mutual TLS); a CA whose clients alone may call it (mutual TLS);
-    # the CA of the dispatcher's certificate (registration over TLS)
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_client_ca: str | None = None
-    dispatcher_ca: str | None = None
-    #: watch IMDS here for spot interruption notices (``worker.spot_watch``; None: no watch)
-    imds_endpoint: str | None = None
-    spot_poll_s: float = 5.0
 
 
 def hardware_of(opts: WorkerOptions) -> Hardware:
@@ -157,6 +114,7 @@ class WorkerServer(pbg.WorkerServicer):
         self._keeper: TokenKeeper | None = None
         self._keeper_task: asyncio.Task[None] | None = None
         self._spot_task: asyncio.Task[None] | None = None     # the IMDS spot notice watch
+        self.hearing = Hearing(opts.clock, WORKER_SERVICE)   # the last call a dispatcher made
         self.port: int | None = None
         self.served = 0
         self.in_flight = 0
@@ -211,7 +169,10 @@ class WorkerServer(pbg.WorkerServicer):
         if self._ring is not None and self.opts.token_fetch is not None:
             self._keeper = TokenKeeper(self._ring, self.opts.token_fetch, self.opts.token_refresh_s)
             self._keeper_task = asyncio.get_running_loop().create_task(self._keeper.run())
-        interceptors = [BearerTokenInterceptor(self._ring, (WORKER_SERVICE,))] if self._ring is not None else []
+        interceptors: list[grpc.aio.ServerInterceptor] = \
+            [BearerTokenInterceptor(self._ring, (WORKER_SERVICE,))] if self._ring is not None else []
+        self.hearing.ring = self._ring        # only a dispatcher presenting the token counts
+        interceptors.append(self.hearing)
         server = grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -488,6 +449,9 @@ async def serve_worker(opts: WorkerOptions, on_listening: Callable[[str], None] 
             done, _ = await asyncio.wait({waiter, reg}, return_when=asyncio.FIRST_COMPLETED)
             if reg in done:
                 reg.result()  # raises RegistrationRefused / RegistrationFailed
+                if opts.rejoin_after_s is not None:
+                    server.hearing.heard()
+                    reg = asyncio.create_task(keep_registered(server.register, server.hearing, opts.rejoin_after_s))
         await waiter
         log.info("worker %s stopping", opts.instance_id)
     finally:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable
 
 from config.hostport import split_hostport
 from config.errors import UsageError
+from config.numbers import finite_float
 from config.security import read_token
 from config.catalog import load_catalog
 from variants.builtin_models import ModelError
@@ -57,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", default=None, metavar="DIR", help="where built-in and pushed models are written")
     p.add_argument("--register-attempts", type=int, default=None, metavar="N",
                    help="give up registering after N failed attempts [retry until answered]")
+    p.add_argument("--rejoin-after-s", type=finite_float, default=None, metavar="S",
+                   help="register again through --dispatcher when no dispatcher called for S seconds; 0: never "
+                        "[3: 3 dispatcher health intervals]")
     p.add_argument("--tls-cert", metavar="PEM", help="serve over TLS with this certificate (and --tls-key); also the "
                                                       "client certificate towards a dispatcher under mutual TLS")
     p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
@@ -163,6 +167,8 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
     imds = args.imds_endpoint or os.environ.get("COSTSCALE_IMDS_ENDPOINT") or None
     if imds is not None and not imds.startswith(("http://", "https://")):
         raise UsageError(f"--imds-endpoint: {imds!r} is not an http:// or https:// URL")
+    if args.rejoin_after_s is not None and args.rejoin_after_s < 0:
+        raise UsageError("--rejoin-after-s: must be >= 0 (0: never register again)")
     return WorkerOptions(
         instance_id=instance_id, instance_type=instance_type, listen=listen,
         models=models or {"mlp": "builtin:mlp"}, dispatcher=dispatcher, token=token, token_fetch=fetch,
@@ -170,7 +176,9 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
         providers=providers, emulate_profile=args.emulate_profile, model_profiles=model_profiles,
         profiles_path=Path(args.profiles) if args.profiles else None,
         cache_dir=Path(args.cache_dir) if args.cache_dir else default_cache_dir(),
-        threads=args.threads, register_attempts=args.register_attempts, imds_endpoint=imds, **_tls_flags(args))
+        threads=args.threads, register_attempts=args.register_attempts, imds_endpoint=imds,
+        **({} if args.rejoin_after_s is None else {"rejoin_after_s": args.rejoin_after_s or None}),
+        **_tls_flags(args))
 
 
 def run(args: argparse.Namespace) -> int:
