@@ -24,10 +24,6 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/costscale demo $(ARGS)
 
-# The suite in two runs: the unit tests on every core (pytest-xdist), then the tests marked slow
-# (they start a daemon, local workers and a moto server and hold real-time scenarios) one at a time
-# with the machine to themselves, as their latency assertions were written for. Exit 5 = a run
-# that ARGS left empty.
 # nginx from the distribution: tests/test_replicas_e2e.py puts it (grpc_pass) in front of two replicas.
 # Installed when missing (apt, as root or through sudo); where that fails, one warning line and that
 # test says it was skipped for want of nginx.
@@ -39,8 +35,7 @@ system-packages:
 	  || echo "warning: could not install nginx-light; the nginx test will be skipped"; }
 
 test: $(STAMP) system-packages
-	$(PY) -m pytest -q -n auto -m "not slow" $(ARGS); rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc
-	$(PY) -m pytest -q -m slow $(ARGS); rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc
+	$(PY) -m pytest -q $(ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/plan_bench.py
