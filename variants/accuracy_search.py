@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Mapping, Protocol, Sequence
+from typing import Mapping, Sequence
+
+from variants.accuracy_milp import Option
 
 #: How many moves of each kind (more accurate but serving less; serving more) the pair search
 #: combines: enough to find the pairs that help on 40 workers x 50 variants, few enough to stay
@@ -32,16 +34,6 @@ from typing import Mapping, Protocol, Sequence
 PAIR_CANDIDATES = 60
 #: The most rounds (one move or pair taken per round) a search makes.
 MAX_ROUNDS = 400
-
-
-class Option(Protocol):
-    """A variant that may go on an instance type: its model, accuracy and capacity there (q/s)."""
-
-    itype: str
-    variant: str
-    model: str
-    accuracy: float
-    qps: float
 
 
 Move = dict[int, int]          # option index -> change in its worker count
@@ -131,7 +123,8 @@ def _models(p: _Placement, move: Move) -> set[str]:
     return {p.options[i].model for i in move}
 
 
-def _best_pair(p: _Placement, scored: list[tuple[Move, float, float]], tol: float):
+def _best_pair(p: _Placement, scored: list[tuple[Move, float, float]],
+               tol: float) -> tuple[Move, dict[str, tuple[float, float]]] | None:
     """The best two moves at once: one that raises the accuracy but serves less with one that
     serves more, on other models (their effects add up), checked exactly before it is taken."""
     gainers = sorted((s for s in scored if s[2] > tol and s[1] < -tol), key=lambda s: -s[2])[:PAIR_CANDIDATES]
