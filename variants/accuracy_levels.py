@@ -144,45 +144,5 @@ def add_no_spare(lm: LevelModel, options: Sequence[Option], demand: Mapping[str,
         lm.milp.row(row, -INF, demand[model] + max(row.values()))
 
 
-def add_keeps(lm: LevelModel, options: Sequence[Option], type_counts: Mapping[str, int],
-              current_counts: Mapping[tuple[str, str | None], int]) -> dict[int, float]:
-    """Step 3's columns (as :func:`variants.accuracy_milp.lexicographic_counts`): keep_{t,v} <=
-    n_{t,v} and <= the type's workers hosting v now; v = None: keep <= the type's workers the
-    placement leaves empty. The objective: their sum."""
-    keep: dict[int, float] = {}
-    for (t, v), cur in sorted(current_counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        idx = [lm.n[i] for i, o in enumerate(options) if o.itype == t and o.variant == v]
-        if v is not None and not idx:
-            continue                                  # hosts a variant that may not stay: a swap
-        k = lm.milp.column(0, cur, True)
-        if v is not None:
-            lm.milp.row({k: 1.0, idx[0]: -1.0}, -INF, 0.0)
-        else:
-            on_t = [lm.n[i] for i, o in enumerate(options) if o.itype == t]
-            lm.milp.row({k: 1.0, **{j: 1.0 for j in on_t}}, -INF, type_counts[t])
-        keep[k] = 1.0
-    return keep
-
-
-def keeps_start(lm: LevelModel, options: Sequence[Option], type_counts: Mapping[str, int],
-                current_counts: Mapping[tuple[str, str | None], int], keep: Mapping[int, float],
-                x: list[float]) -> list[float]:
-    """``x`` (a start from :func:`start`) extended with the keeps its counts allow, in the column
-    order :func:`add_keeps` made them."""
-    out = list(x) + [0.0] * (len(lm.milp.lower) - len(x))
-    cols = iter(sorted(keep))
-    for (t, v), cur in sorted(current_counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        idx = [i for i, o in enumerate(options) if o.itype == t and o.variant == v]
-        if v is not None and not idx:
-            continue
-        k = next(cols)
-        if v is not None:
-            out[k] = float(min(cur, round(x[lm.n[idx[0]]])))
-        else:
-            used = sum(round(x[lm.n[i]]) for i, o in enumerate(options) if o.itype == t)
-            out[k] = float(min(cur, type_counts[t] - used))
-    return out
-
-
-__all__ = ["LevelModel", "add_covers", "add_keeps", "add_no_spare", "add_served_floor", "build", "capped", "counts_of", "keeps_start",
-           "served_only", "start", "value"]
+__all__ = ["LevelModel", "add_covers", "add_no_spare", "add_served_floor", "build", "capped", "counts_of", "served_only",
+           "start", "value"]

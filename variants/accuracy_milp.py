@@ -175,6 +175,27 @@ def _solve(m: _Model, cost: Mapping[int, float], start: Sequence[float] | None, 
     return _solve_cbc(m, cost, start, limit, abs_gap)
 
 
+def add_keeps(m: _Model, n: Sequence[int], options: Sequence[Option], type_counts: Mapping[str, int],
+              current_counts: Mapping[tuple[str, str | None], int]) -> dict[int, tuple[str, str | None]]:
+    """Step 3's columns on ``m`` (``n[i]``: option i's worker-count column): keep_{t,v} (integer) <=
+    the type's workers hosting v now and <= n_{t,v}; v = None: keep <= the type's workers the
+    placement leaves empty. A variant that may not stay gets none (it swaps whatever happens).
+    Column -> the (type, variant) it keeps; step 3 maximises their sum."""
+    keeps: dict[int, tuple[str, str | None]] = {}
+    for (t, v), cur in sorted(current_counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        idx = [n[i] for i, o in enumerate(options) if o.itype == t and o.variant == v]
+        if v is not None and not idx:
+            continue                                  # hosts a variant that may not stay: a swap
+        k = m.column(0, cur, True)
+        if v is not None:                             # keep <= n_{t,v}
+            m.row({k: 1.0, idx[0]: -1.0}, -float("inf"), 0.0)
+        else:                                         # keep <= the type's workers hosting nothing
+            on_t = [n[i] for i, o in enumerate(options) if o.itype == t]
+            m.row({k: 1.0, **{j: 1.0 for j in on_t}}, -float("inf"), type_counts[t])
+        keeps[k] = (t, v)
+    return keeps
+
+
 def lexicographic_counts(options: Sequence[Option], type_counts: Mapping[str, int], demand: Mapping[str, float],
                          current_counts: Mapping[tuple[str, str | None], int], deadline: float,
                          solver: str | None = None) -> tuple[dict[tuple[str, str], int], str, float]:
@@ -214,18 +235,7 @@ def lexicographic_counts(options: Sequence[Option], type_counts: Mapping[str, in
         return counts(first.values), "time_limit", float("inf")
     best, proven, gap = second.values, first.proven and second.proven, second.gap
     m.row(acc_weighted, value(best, acc_weighted) - tol, float("inf"))
-    keep: dict[int, float] = {}                                                       # 3. fewest swaps
-    for (t, v), cur in sorted(current_counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        idx = [n[i] for i, o in enumerate(options) if o.itype == t and o.variant == v]
-        if v is not None and not idx:
-            continue                                  # hosts a variant that may not stay: a swap
-        k = m.column(0, cur, True)
-        if v is not None:                             # keep <= n_{t,v}
-            m.row({k: 1.0, idx[0]: -1.0}, -float("inf"), 0.0)
-        else:                                         # keep <= the type's workers hosting nothing
-            on_t = [n[i] for i, o in enumerate(options) if o.itype == t]
-            m.row({k: 1.0, **{j: 1.0 for j in on_t}}, -float("inf"), type_counts[t])
-        keep[k] = 1.0
+    keep = dict.fromkeys(add_keeps(m, n, options, type_counts, current_counts), 1.0)   # 3. fewest swaps
     if keep:
         # no warm start here on HiGHS: given step 2's placement as a start, HiGHS 1.16 returned it
         # as optimal with every keep at 0 where a worker could keep its variant (two swaps for one;

@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 
 from variants import accuracy_levels as lv
 from variants import accuracy_milp
-from variants.accuracy_milp import REL_TOL, Milp, Option, solve
+from variants.accuracy_milp import REL_TOL, Milp, Option, add_keeps, solve
 from variants.accuracy_search import improve, placement_value, trimmed
 
 #: Share of the budget step 1 may use: proven within tens of ms up to 4x the demand the pool serves
@@ -124,13 +124,19 @@ def _rins(m2: lv.LevelModel, options: Sequence[Option], demand: Mapping[str, flo
     return incumbent, accw, bound
 
 
+def kept(counts: Mapping[tuple[str, str], int], type_counts: Mapping[str, int],
+         current_counts: Mapping[tuple[str, str | None], int]) -> dict[tuple[str, str | None], int]:
+    """(type, variant) -> the workers hosting it now that can keep it under per-type ``counts``
+    (variant None: an empty one stays empty where the type has workers the counts leave empty)."""
+    empty = {t: n - sum(c for (tt, _), c in counts.items() if tt == t) for t, n in type_counts.items()}
+    return {(t, v): min(cur, counts.get((t, v), 0) if v is not None else empty.get(t, 0))
+            for (t, v), cur in current_counts.items()}
+
+
 def keeps(counts: Mapping[tuple[str, str], int], type_counts: Mapping[str, int],
           current_counts: Mapping[tuple[str, str | None], int]) -> int:
-    """Workers that can keep what they host under per-type ``counts`` (an empty one stays empty
-    where the type has workers the counts leave empty)."""
-    empty = {t: n - sum(c for (tt, _), c in counts.items() if tt == t) for t, n in type_counts.items()}
-    return sum(min(cur, counts.get((t, v), 0) if v is not None else empty.get(t, 0))
-               for (t, v), cur in current_counts.items())
+    """Workers that can keep what they host under per-type ``counts`` (:func:`kept`, summed)."""
+    return sum(kept(counts, type_counts, current_counts).values())
 
 
 def plan_counts(options: Sequence[Option], type_counts: Mapping[str, int], demand: Mapping[str, float],
@@ -206,10 +212,13 @@ def plan_counts(options: Sequence[Option], type_counts: Mapping[str, int], deman
     if most >= sum(max(0.0, d) for d in demand.values()) - tol:
         lv.add_covers(m3, options, demand, most, {}, tol)     # valid: every model is served in full
     m3.milp.row(m3.accuracy_weighted, best_accw - tol, lv.INF)
-    keep = lv.add_keeps(m3, options, type_counts, current_counts)
+    keep = add_keeps(m3.milp, m3.n, options, type_counts, current_counts)   # column -> (type, variant)
     if keep:
-        x = lv.keeps_start(m3, options, type_counts, current_counts, keep, lv.start(m3, options, demand, best))
-        third = solve(m3.milp, keep, x if solver == "highs" else None, deadline, 0.5, solver)
+        x = lv.start(m3, options, demand, best)
+        held = kept(best, type_counts, current_counts)
+        for k, key in keep.items():                   # the start keeps what ``best`` lets keep
+            x[k] = float(held.get(key, 0))
+        third = solve(m3.milp, dict.fromkeys(keep, 1.0), x if solver == "highs" else None, deadline, 0.5, solver)
         if third.values is not None:
             found = lv.counts_of(m3, options, third.values)
             served, accw, _ = placement_value(options, demand, found)
@@ -222,5 +231,5 @@ def plan_counts(options: Sequence[Option], type_counts: Mapping[str, int], deman
     return best, "optimal" if proven else "time_limit", gap
 
 
-__all__ = ["ACCURACY_SHARE", "HIGHS_OPTIONS", "MIN_LEFT_S", "SEARCH_SHARE", "SERVED_SHARE", "fastest", "keeps",
+__all__ = ["ACCURACY_SHARE", "HIGHS_OPTIONS", "MIN_LEFT_S", "SEARCH_SHARE", "SERVED_SHARE", "fastest", "kept", "keeps",
            "plan_counts"]
