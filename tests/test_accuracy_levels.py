@@ -63,6 +63,21 @@ def _problem(workers, variants, demand, slo):
     return options, type_counts
 
 
+def _drawn(data):
+    """A drawn fleet (:func:`_fleets`) as the planner's pruned options: (options, type_counts, demand)."""
+    workers, variants, demand, slo = data.draw(_fleets())
+    options, type_counts = _problem(workers, variants, demand, slo)
+    return options, type_counts, demand
+
+
+def _drawn_placement(data):
+    """:func:`_drawn` and a random placement on it (:func:`_random_counts`); None when no option fits."""
+    options, type_counts, demand = _drawn(data)
+    if not options:
+        return None
+    return options, type_counts, demand, _random_counts(data.draw, options, type_counts)
+
+
 def _random_counts(draw, options, type_counts):
     counts: dict[tuple[str, str], int] = {}
     for t, n in type_counts.items():
@@ -108,11 +123,10 @@ def test_the_level_form_on_a_hand_computed_placement():
 @SETTINGS
 @given(st.data())
 def test_the_level_objective_is_the_fill_of_any_placement(data):
-    workers, variants, demand, slo = data.draw(_fleets())
-    options, type_counts = _problem(workers, variants, demand, slo)
-    if not options:
+    drawn = _drawn_placement(data)
+    if drawn is None:
         return
-    counts = _random_counts(data.draw, options, type_counts)
+    options, type_counts, demand, counts = drawn
     lm = lv.build(options, type_counts, demand)
     x = lv.start(lm, options, demand, counts)
     served, accw = _fill_by_hand(options, demand, counts)
@@ -128,8 +142,7 @@ def test_the_level_objective_is_the_fill_of_any_placement(data):
 @SETTINGS
 @given(st.data())
 def test_step_1_on_the_fastest_variants_serves_as_much_as_on_all_of_them(solver, data):
-    workers, variants, demand, slo = data.draw(_fleets())
-    options, type_counts = _problem(workers, variants, demand, slo)
+    options, type_counts, demand = _drawn(data)
     if not options:
         return
     tol = REL_TOL * max(1.0, sum(demand.values()))
@@ -164,11 +177,10 @@ def test_cover_rows_restrict_only_where_a_model_is_short():
 @SETTINGS
 @given(st.data())
 def test_the_local_search_never_serves_less_nor_less_accurately(data):
-    workers, variants, demand, slo = data.draw(_fleets())
-    options, type_counts = _problem(workers, variants, demand, slo)
-    if not options:
+    drawn = _drawn_placement(data)
+    if drawn is None:
         return
-    counts = _random_counts(data.draw, options, type_counts)
+    options, type_counts, demand, counts = drawn
     tol = REL_TOL * max(1.0, sum(demand.values()))
     before = _fill_by_hand(options, demand, counts)
     after_counts = improve(options, type_counts, demand, counts, tol, time.perf_counter() + 60)
@@ -182,11 +194,10 @@ def test_the_local_search_never_serves_less_nor_less_accurately(data):
 @SETTINGS
 @given(st.data())
 def test_trimming_keeps_the_value_and_leaves_no_spare_worker(data):
-    workers, variants, demand, slo = data.draw(_fleets())
-    options, type_counts = _problem(workers, variants, demand, slo)
-    if not options:
+    drawn = _drawn_placement(data)
+    if drawn is None:
         return
-    counts = _random_counts(data.draw, options, type_counts)
+    options, type_counts, demand, counts = drawn
     cut = trimmed(options, demand, counts)
     assert _fill_by_hand(options, demand, cut) == pytest.approx(_fill_by_hand(options, demand, counts), abs=1e-6)
     assert all(0 < c <= counts[k] for k, c in cut.items())
