@@ -31,7 +31,7 @@ import functools
 import io
 from dataclasses import dataclass
 from importlib import resources
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from config.profiles import Estimate, LatencyProfile, ProfileTable
 
@@ -100,11 +100,13 @@ def scaled(profile: LatencyProfile, rule: TypeRule, model: str | None = None) ->
                           p50_ms=profile.p50_ms * f, p99_ms=profile.p99_ms * f)
 
 
-def sibling_estimates(table: ProfileTable, rules: Mapping[str, TypeRule] | None = None) -> ProfileTable:
-    """The estimates the rules give ``table`` (module docstring): a table of estimates only."""
+def sibling_estimates(table: ProfileTable, rules: Mapping[str, TypeRule] | None = None,
+                      models: Iterable[str] | None = None) -> ProfileTable:
+    """The estimates the rules give ``table`` (module docstring): a table of estimates only.
+    ``models``: only theirs (None: every model's; a model's estimates rest on its own profiles only)."""
     rules = type_rules() if rules is None else rules
     out = ProfileTable()
-    for model in table.models():
+    for model in table.models() if models is None else models:
         for t, rule in rules.items():
             key = (model, t)
             if table.has(*key) and table.estimate(*key) is None:

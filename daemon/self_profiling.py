@@ -239,9 +239,10 @@ class SelfProfiler:
     def _add(self, table: ProfileTable) -> None:
         """``table`` into the daemon's profiles (a measurement replaces an estimate, and is no longer
         marked one), and the estimates of the types nobody measured derived again from their siblings'
-        profiles as they now are (``config.type_estimates``)."""
+        profiles as they now are (``config.type_estimates``), for ``table``'s models: no other
+        model's profiles moved."""
         self.d.profiles.update(table)
-        derived = sibling_estimates(self.d.profiles)
+        derived = sibling_estimates(self.d.profiles, models=table.models())
         self.d.profiles.update(derived)
         table = table.merged(derived)
         if getattr(self.d, "predictor", None) is not None:
