@@ -22,7 +22,7 @@ A measured profile always wins over an estimate (``ProfileTable.merged``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence, TypeGuard
 
 from config.profiles import Estimate, ProfileTable
 from scaler.base_aux import PlanError
@@ -45,7 +45,7 @@ def allowed_estimate_types(cfg: Any) -> frozenset[str]:
     return frozenset(t.type for t in cfg.instance_types if getattr(t, "allow_estimates", False))
 
 
-def needs_opt_in(e: Estimate | None) -> bool:
+def needs_opt_in(e: Estimate | None) -> TypeGuard[Estimate]:
     """Whether an estimate is planned on only where allowed (one by the type table)."""
     return e is not None and e.sibling is not None
 
@@ -54,21 +54,25 @@ def split_types(profiles: ProfileTable, profile_name: str, types: Sequence[str],
                 allowed: Collection[str]) -> TypeSplit:
     """``types`` without those where ``profile_name`` has only an estimate by the type table and
     the type is not in ``allowed``."""
-    left = {t: e for t in types if (e := profiles.estimate(profile_name, t)) is not None and needs_opt_in(e)
-            and t not in allowed}
+    left = {t: e for t in types if needs_opt_in(e := profiles.estimate(profile_name, t)) and t not in allowed}
     return TypeSplit([t for t in types if t not in left], left)
+
+
+def model_split(cfg: Any, profiles: ProfileTable, model: str, types: Sequence[str] | None) -> TypeSplit:
+    """:func:`split_types` for configured ``model`` over ``types`` (None: the config's) with the
+    config's allowed types. KeyError for a model the config does not have."""
+    names = list(types) if types is not None else [t.type for t in cfg.instance_types]
+    return split_types(profiles, cfg.model(model).profile_name, names, allowed_estimate_types(cfg))
 
 
 def planned_types(cfg: Any, profiles: ProfileTable, model: str, types: Sequence[str] | None) -> Sequence[str] | None:
     """The types ``model`` is planned on: ``types`` (None: the config's) less the estimates it may
-    not use (:func:`split_types`); ``types`` itself when none is left out. Raises PlanError (one
+    not use (:func:`model_split`); ``types`` itself when none is left out. Raises PlanError (one
     line) when every type is left out for that reason."""
     try:
-        pname = cfg.model(model).profile_name
+        split = model_split(cfg, profiles, model, types)
     except KeyError:
         return types          # the planner says it is unknown
-    names = list(types) if types is not None else [t.type for t in cfg.instance_types]
-    split = split_types(profiles, pname, names, allowed_estimate_types(cfg))
     if not split.left_out:
         return types
     if not split.planned:
@@ -106,5 +110,5 @@ def estimates_line(estimated: Mapping[str, Mapping[str, Estimate]]) -> str:
     return ("rests on estimated profiles, not measurements: " + "; ".join(parts)) if parts else ""
 
 
-__all__ = ["ALLOW_FIELD", "TypeSplit", "allowed_estimate_types", "estimates_in", "estimates_line", "needs_opt_in",
-           "planned_types", "share_estimates", "split_types"]
+__all__ = ["ALLOW_FIELD", "TypeSplit", "allowed_estimate_types", "estimates_in", "estimates_line", "model_split",
+           "needs_opt_in", "planned_types", "share_estimates", "split_types"]

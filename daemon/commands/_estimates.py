@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from config.profiles import Estimate, ProfileTable
 from config.schema import Config
-from scaler.estimate_gate import ALLOW_FIELD, allowed_estimate_types, estimates_in, split_types
+from scaler.estimate_gate import ALLOW_FIELD, estimates_in, model_split
 
 #: the mark after an estimated type in the plan's table
 MARK = "~"
@@ -34,10 +34,8 @@ def model_estimates(cfg: Config, profiles: ProfileTable, model: str, pool: Mappi
                     types: Sequence[str] | None) -> PlanEstimates:
     """``model``'s estimates among ``pool``'s types (its columns) and those ``types`` (None: the
     config's) left out."""
-    pname = cfg.model(model).profile_name
-    asked = list(types) if types is not None else [t.type for t in cfg.instance_types]
-    left = split_types(profiles, pname, asked, allowed_estimate_types(cfg)).left_out
-    considered = estimates_in(profiles, pname, [t for t in pool if t not in left])
+    left = model_split(cfg, profiles, model, types).left_out
+    considered = estimates_in(profiles, cfg.model(model).profile_name, [t for t in pool if t not in left])
     return PlanEstimates(model, considered, {t: e for t, e in considered.items() if pool.get(t, 0) > 0}, left)
 
 

@@ -188,13 +188,13 @@ def _type_estimates(cfg: Config, csv: ProfileTable, results: "list[ModelProfiles
     hold for the models not profiled in this run, on ``types`` (issue #29)."""
     from config.type_estimates import with_type_estimates
     from daemon.profiling import stored_profiles
+    from scaler.estimate_gate import needs_opt_in
 
     view = with_type_estimates(csv.merged(stored_profiles(cfg)))
     done = {r.spec.name for r in results}
     out = {}
     for m in cfg.models:
-        est = {t: e.basis for t in types if m.name not in done and (e := view.estimate(m.profile_name, t)) is not None
-               and e.sibling is not None}
+        est = {t: e.basis for t in types if m.name not in done and needs_opt_in(e := view.estimate(m.profile_name, t))}
         if est:
             out[m.name] = est
     return out
