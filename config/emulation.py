@@ -64,12 +64,21 @@ def factor_types(reference: ProfileTable) -> list[str]:
     return reference.types()
 
 
+def sibling_rule(reference: ProfileTable, instance_type: str,
+                 rules: Mapping[str, TypeRule] | None) -> TypeRule | None:
+    """The ``rules`` row ``instance_type``'s factor comes through: its own when no reference model
+    is profiled on it (rule 2, issue #29); None when it has a reference profile or no row."""
+    rule = (rules or {}).get(instance_type)
+    return rule if rule is not None and instance_type not in reference.types() else None
+
+
 def emulation_factors(reference: ProfileTable, instance_type: str, batches: np.ndarray | list[int],
                       stat: Stat = "mean", rules: Mapping[str, TypeRule] | None = None) -> np.ndarray | None:
     """Rule 2's factor of ``instance_type`` at each of ``batches`` (>= 1 each); None when no
-    reference model is profiled on that type and ``rules`` give it no sibling that has one."""
-    rule = (rules or {}).get(instance_type)
-    if rule is not None and instance_type not in reference.types():
+    reference model is profiled on that type and ``rules`` give it no sibling that has one
+    (:func:`sibling_rule`)."""
+    rule = sibling_rule(reference, instance_type, rules)
+    if rule is not None:
         f = emulation_factors(reference, rule.sibling, batches, stat)
         return None if f is None else f * rule.latency_factor
     b = np.maximum(np.asarray(batches, dtype=float), 1.0)

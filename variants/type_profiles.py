@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from config.emulation import derive_profile
+from config.emulation import derive_profile, sibling_rule
 from config.profiles import LatencyProfile, ProfileTable
 from variants.executor import ANY_HARDWARE
 from variants.profiler import BatchLatency, VariantProfile
@@ -100,7 +100,7 @@ def estimate_types(local: VariantProfile, types: Sequence[str], reference: Profi
         if d is None:
             skipped.append(t)
             continue
-        rule = (rules or {}).get(t) if t not in reference.types() else None
+        rule = sibling_rule(reference, t, rules)
         provider = rule.basis(sibling_estimated=True) if rule is not None else ESTIMATE_PROVIDER
         out.append(monotone(as_variant_profile(d, local, provider)))
     return out, skipped
