@@ -38,7 +38,7 @@ import scaler.plan as plan_mod  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
 from config.profiles import LatencyProfile, load_profiles_csv  # noqa: E402
-from config.type_estimates import type_rules  # noqa: E402
+from config.type_estimates import type_rules, with_type_estimates  # noqa: E402
 from scaler.upper_bound import upper_bound_one  # noqa: E402
 
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
@@ -88,11 +88,8 @@ FIVE = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge", "r5.large")
 
 def fleet_inputs(model: str, budget: float, types: tuple[str, ...] | None = None) -> PlanInputs:
     """``types`` (default: every catalog type, in catalog order) at catalog prices, deeprecsys mix."""
-    table = load_profiles_csv()
-    profiles = {}
-    for t in types or tuple(_CATALOG):
-        src, k = FLEET_SCALED.get(t, (t, 1.0))
-        profiles[t] = scaled(table.get(model, src), t, k) if k != 1.0 or src != t else table.get(model, t)
+    table = with_type_estimates(load_profiles_csv())      # the unmeasured types: FLEET_SCALED
+    profiles = {t: table.get(model, t) for t in types or tuple(_CATALOG)}
     return PlanInputs(model=model, profiles=profiles, mix=mix_from_dist("deeprecsys", seed=0), qos_ms=QOS[model],
                       budget_per_hour=budget, prices={t: _CATALOG[t].price_per_hour for t in profiles})
 
