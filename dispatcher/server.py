@@ -107,7 +107,7 @@ FORWARDED: dict[str, tuple[str | tuple[str, str], ...]] = {
                 "max_retries"),
     "worker_registry": ("workers", "serves", "parked_ids", "cloud_view", "cloud_pending", "health_interval_s",
                         "health_timeout_s", "health_failures", "utilization_horizon_s", "allow_instance",
-                        "set_cloud_view", "set_spot_notice_handler", "booting", "pool_view", "forget_instance", "add_worker_direct", "drain",
+                        "set_cloud_view", "set_spot_notice_handler", "booting", "forget_instance", "add_worker_direct", "drain",
                         "serving_by_type", "utilization", "online_utilization", "serves_model"),
     "roles": ("set_assignment", "mark_parked", "park", "unpark"),
     "routing": ("policy", "observe_batch", "observe_delay_s", "flush_observations", "take_samples"),
