@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -14,16 +14,10 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
-from tests.dispatch_helpers import RunningWorker, make_config, start_worker
+from tests.dispatch_helpers import RunningWorker, make_config, run, start_worker
 
 PROFILES = load_profiles_csv()
 SC = grpc.StatusCode
-
-
-def run(coro_fn: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
-    async def main() -> Any:
-        return await asyncio.wait_for(coro_fn(), timeout)
-    return asyncio.run(main())
 
 
 async def setup(n_workers: int = 2, delay_s: float = 0.0, types: tuple[str, ...] = ("g4dn.xlarge", "c5n.2xlarge"),
