@@ -197,6 +197,31 @@ def test_registration_token_and_known_instances() -> None:
     run(body)
 
 
+def test_a_spot_notice_over_control_is_checked_like_a_registration_then_told_to_the_fleet_loop() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(0, cluster_token="s3cret")
+        heard: list[tuple[str, str, float | None]] = []
+        try:
+            ctl = pbg.ControlStub(ch)
+            req = dict(instance_id="i-spot", token="s3cret", kind="instance-action", reclaim_at_unix=1_700_000_120.0)
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(**req))
+            assert not r.accepted and "unknown instance" in r.message
+            d.allow_instance("i-spot", "r5n.large")
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(**{**req, "token": "wrong"}))
+            assert not r.accepted and "token" in r.message
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(**req))
+            assert not r.accepted and r.message == "no fleet loop to tell"
+            d.set_spot_notice_handler(lambda iid, kind, at: heard.append((iid, kind, at)))
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(**req))
+            assert r.accepted
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(instance_id="i-spot", token="s3cret"))   # kind, time not given
+            assert r.accepted
+            assert heard == [("i-spot", "instance-action", 1_700_000_120.0), ("i-spot", "instance-action", None)]
+        finally:
+            await teardown(d, ws, ch)
+    run(body)
+
+
 def test_idempotency_key_runs_once_and_replays_the_answer() -> None:
     async def body() -> None:
         d, ws, ch = await setup(2, delay_s=0.05)
