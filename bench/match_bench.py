@@ -28,8 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse  # noqa: E402
 import time  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from typing import Callable, Iterator, Sequence  # noqa: E402
+from typing import Callable, Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -86,24 +85,6 @@ def make_round(m: int, n: int, seed: int):  # type: ignore[no-untyped-def]
     return queue, workers, now
 
 
-@contextmanager
-def forced_large_rounds() -> Iterator[None]:
-    """Both policies take the large-round path at every size (thresholds 0) inside the block."""
-    from dispatcher.policies import kairos as kairos_mod, kairos_strict as strict_mod
-
-    names = ("STRICT_DENSE_MAX_PAIRS_SATURATED", "STRICT_DENSE_MAX_PAIRS_WIDE")
-    saved = kairos_mod.DENSE_MAX_PAIRS, [getattr(strict_mod, k) for k in names]
-    kairos_mod.DENSE_MAX_PAIRS = 0
-    for k in names:
-        setattr(strict_mod, k, 0)
-    try:
-        yield
-    finally:
-        kairos_mod.DENSE_MAX_PAIRS = saved[0]
-        for k, v in zip(names, saved[1]):
-            setattr(strict_mod, k, v)
-
-
 def _timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter_ns()
     fn()
@@ -117,6 +98,7 @@ def measure(name: str, m: int, n: int, rounds: int, reps: int, dense_reps: int,
     from scipy.optimize import linear_sum_assignment
 
     from dispatcher.policies import make_policy
+    from tests.match_helpers import large_rounds     # the thresholds at 0: the large-round path at every size
 
     pred = TwelveTypes()
     pol = make_policy(name, pred, "g4dn.xlarge", max_queue_factor=max(2, -(-m // n)))
@@ -130,7 +112,7 @@ def measure(name: str, m: int, n: int, rounds: int, reps: int, dense_reps: int,
             if len(t["new"]) < (seed + 1) * reps and shipped:
                 t["new"].append(_timed(lambda: pol.match(queue, workers, now)))
             if len(t["forced"]) < (seed + 1) * reps:
-                with forced_large_rounds():
+                with large_rounds():
                     t["forced"].append(_timed(lambda: pol.match(queue, workers, now)))
             if len(t["dense"]) < (seed + 1) * dense_reps:
                 t["dense"].append(_timed(lambda: pol.match_dense(queue, workers, now)))

@@ -1,7 +1,7 @@
 """The dispatcher's gRPC servicers (costscale.v1 ``Inference`` and ``Control``): they only parse a
-request, call the API they serve (:class:`InferenceApi`, the Dispatcher's; ``register``, the worker
-registry's check of a worker), and render its answer as a reply or a typed gRPC status (moto's
-responses/models split); every decision is the dispatcher's.
+request, call the API they serve (:class:`InferenceApi`, the Dispatcher's; ``register`` and
+``spot_notice``, the worker registry's checks of a worker), and render its answer as a reply or a
+typed gRPC status (moto's responses/models split); every decision is the dispatcher's.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class _InferenceServicer(pbg.InferenceServicer):
 
 class _ControlServicer(pbg.ControlServicer):
     def __init__(self, register: Callable[[pb.RegisterWorkerRequest], pb.RegisterWorkerReply],
-                 spot_notice: Callable[[pb.SpotNoticeRequest], pb.SpotNoticeReply] | None = None) -> None:
+                 spot_notice: Callable[[pb.SpotNoticeRequest], pb.SpotNoticeReply]) -> None:
         self.register = register
         self.spot_notice = spot_notice
 
@@ -90,6 +90,4 @@ class _ControlServicer(pbg.ControlServicer):
         return self.register(request)
 
     async def SpotNotice(self, request: pb.SpotNoticeRequest, context: grpc.aio.ServicerContext) -> pb.SpotNoticeReply:
-        if self.spot_notice is None:
-            return pb.SpotNoticeReply(accepted=False, message="no fleet loop to tell")
         return self.spot_notice(request)

@@ -37,7 +37,7 @@ from dispatcher.placement import VariantPlacement
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import QueryBook
 from dispatcher.workers import WorkerRegistry, WorkerState
-from scaler.spot_slots import base_type, market_of, split_slot
+from scaler.spot_slots import base_type, market_of, pool_by_type, split_slot
 
 #: the states an instance is counted in, in the order status shows them
 INSTANCE_STATES = ("pending", "running", "parked", "draining")
@@ -89,14 +89,12 @@ def worker_state(w: WorkerState) -> str:
 
 
 def instance_states(registry: WorkerRegistry) -> dict[str, Counter[str]]:
-    """Live instances: slot (a type on-demand, ``TYPE@ZONE`` spot) -> state -> count (the same
-    instances as ``WorkerRegistry.pool_view``; a registered worker the cloud view does not list is
-    counted at its type)."""
+    """Live instances, registered or not: slot (a type on-demand, ``TYPE@ZONE`` spot) -> state ->
+    count (the cloud view at each instance's slot, and the registered workers it does not list --
+    one added directly, or registered since the last listing -- at their type)."""
     out: dict[str, Counter[str]] = {}
-    view = registry.cloud_view or {}
     workers = registry.workers
-    for iid, itype in view.items():
-        itype = registry.cloud_slots.get(iid, itype)
+    for iid, slot in registry.cloud_slots.items():
         w = workers.get(iid)
         if iid in registry.parked_ids or (w is not None and w.parked):
             state = "parked"
@@ -106,20 +104,16 @@ def instance_states(registry: WorkerRegistry) -> dict[str, Counter[str]]:
             state = "pending"
         else:
             state = "running"
-        out.setdefault(itype, Counter())[state] += 1
+        out.setdefault(slot, Counter())[state] += 1
     for iid, w in workers.items():
-        if iid not in view:
+        if iid not in registry.cloud_slots:
             out.setdefault(w.instance_type, Counter())[worker_state(w)] += 1
     return out
 
 
 def slot_pool(registry: WorkerRegistry) -> Counter[str]:
-    """Live instances by slot, registered or not (``WorkerRegistry.pool_view`` with each spot
-    instance at its ``TYPE@ZONE`` slot)."""
-    view = registry.cloud_view or {}
-    pool = Counter(registry.cloud_slots.get(iid, itype) for iid, itype in view.items())
-    pool.update(w.instance_type for iid, w in registry.workers.items() if iid not in view)
-    return pool
+    """Live instances by slot, registered or not (:func:`instance_states`, every state counted)."""
+    return Counter({slot: sum(states.values()) for slot, states in instance_states(registry).items()})
 
 
 def billed_price(slot: str, prices: Mapping[str, float]) -> float:
@@ -203,20 +197,21 @@ def build_status_reply(*, cfg: Config, now: float, registry: WorkerRegistry, pla
     """The Status RPC's reply (see the module docstring): ``arrival_qps`` is every query's arrival
     rate now, ``prices`` the $/hr billed per type and spot slot, ``facts`` what the daemon adds
     (None without one)."""
-    pool = registry.pool_view()
-    slots = slot_pool(registry)
+    states = instance_states(registry)
+    slots = {slot: sum(by_state.values()) for slot, by_state in states.items()}
     workers = registry.workers
     reply = pb.StatusReply(
         cluster=cfg.cluster, budget_per_hour=cfg.budget_per_hour, cost_per_hour=pool_cost_per_hour(slots, prices),
-        cost_per_hour_by_market=cost_by_market(slots, prices), pool=dict(pool), queued=book.waiting_count(), served=book.served,
+        cost_per_hour_by_market=cost_by_market(slots, prices), pool=pool_by_type(slots), queued=book.waiting_count(),
+        served=book.served,
         rejected=int(sum(book.rejected.values())), arrival_qps=arrival_qps,
         workers=len(workers), parked=sum(1 for w in workers.values() if w.parked),
         in_flight=len(book.inflight), now_unix=time.time(), capacity_hint=1.0)
-    for slot, states in sorted(instance_states(registry).items()):
+    for slot, by_state in sorted(states.items()):
         itype, zone = split_slot(slot)
         for state in INSTANCE_STATES:
-            if states.get(state):
-                reply.instances.add(instance_type=itype, state=state, count=states[state], market=market_of(slot),
+            if by_state.get(state):
+                reply.instances.add(instance_type=itype, state=state, count=by_state[state], market=market_of(slot),
                                     zone=zone or "")
     names = list(placement.cfg_models) + sorted((set(placement.models) | set(outcomes.models))
                                                 - set(placement.cfg_models))

@@ -26,7 +26,7 @@ and the model each worker serves, which also load and unload variants, are
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Protocol
 
@@ -163,13 +163,6 @@ class WorkerRegistry:
     def booting(self) -> list[str]:
         """Live managed instances (cloud view) that have not registered yet: workers on their way."""
         return sorted(iid for iid in self.cloud_view or () if iid not in self.workers)
-
-    def pool_view(self) -> Counter[str]:
-        """Live instances by type, registered or not: the cloud view's, and registered workers it
-        does not list (one added directly, or registered since the last listing)."""
-        pool = Counter((self.cloud_view or {}).values())
-        pool.update(w.instance_type for iid, w in self.workers.items() if iid not in (self.cloud_view or {}))
-        return pool
 
     def forget_instance(self, instance_id: str) -> None:
         if self.rt.off_loop():

@@ -1,14 +1,22 @@
-"""Test helpers for the dispatcher: a no-op/sleep ``Worker`` servicer on 127.0.0.1 and configs."""
+"""Test helpers for the dispatcher: a no-op/sleep ``Worker`` servicer on 127.0.0.1, configs, and a
+test's coroutine run under a timeout."""
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import grpc
 
 from config.schema import Config
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+
+def run(coro_fn: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
+    """``coro_fn()`` on a fresh event loop, failed after ``timeout`` seconds (nothing hangs)."""
+    async def main() -> Any:
+        return await asyncio.wait_for(coro_fn(), timeout)
+    return asyncio.run(main())
 
 
 class SleepWorker(pbg.WorkerServicer):

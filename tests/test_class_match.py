@@ -7,25 +7,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy.optimize import linear_sum_assignment
 
-from dispatcher.policies import KairosPolicy, KairosStrictPolicy, kairos as kairos_mod, kairos_strict as strict_mod
-from dispatcher.policies._matrix import earliest
+from dispatcher.policies import KairosPolicy, KairosStrictPolicy, kairos as kairos_mod
 from dispatcher.policies.class_match import match_classes
 from dispatcher.policy import QueryView, WorkerView
+from tests.match_helpers import GridPredictor, assert_dispatchable, large_rounds, without_highspy
 
 TYPES = ("A", "B", "D", "E")
-
-
-class GridPredictor:
-    """Service ms per (type, batch 1..4) from a table drawn by the test."""
-
-    def __init__(self, table: dict[str, list[float]]) -> None:
-        self.table = table
-
-    def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
-        return self.table[instance_type][int(batch_size) - 1]
-
-    def predict_many(self, model: str, instance_type: str, batch_sizes: np.ndarray) -> np.ndarray:
-        return np.array([self.table[instance_type][int(b) - 1] for b in batch_sizes], dtype=float)
 
 
 @st.composite
@@ -108,45 +95,21 @@ def test_identical_idle_workers_collapse_into_one_group_and_busy_ones_are_not_di
 def test_match_dispatches_only_idle_workers_once_each(policy: type[KairosPolicy], case: tuple,
                                                        ) -> None:
     pred, queue, workers, now = case
-    old = (kairos_mod.DENSE_MAX_PAIRS, strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED,
-           strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE)
-    kairos_mod.DENSE_MAX_PAIRS = strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED = 0     # the large-round path
-    strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE = 0
     pol = policy(pred, "A")
-    try:
+    with large_rounds():
         got = pol.match(queue, workers, now)
-    finally:
-        (kairos_mod.DENSE_MAX_PAIRS, strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED,
-         strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE) = old
-    idle = {w.worker_id for w in workers if w.idle}
-    assert all(a.worker_id in idle for a in got)
-    assert len({a.worker_id for a in got}) == len(got) == len({a.query_id for a in got})
-    if policy is KairosStrictPolicy and got:
-        pol = policy(pred, "A")
-        view = earliest(queue, pol.max_queue_factor * len(workers))      # the round's 2n view
-        pc = pol.pair_costs(view, workers, now)
-        if not (pc.S.min(axis=1) > pc.slack).all():                      # not the best-effort case
-            qi = {q.query_id: i for i, q in enumerate(view)}
-            ti = {w.worker_id: pc.tix[j] for j, w in enumerate(workers)}
-            assert all(pc.S[qi[a.query_id], ti[a.worker_id]] <= pc.slack[qi[a.query_id]] for a in got)
-
+    assert_dispatchable(pol, queue, workers, now, got)
 
 
 @settings(max_examples=40, deadline=None)
 @given(case=rounds())
 def test_scipy_highs_gives_the_same_optimum_where_highspy_is_missing(case: tuple) -> None:
-    from dispatcher.policies import transport_lp
-
     pred, queue, workers, now = case
     pol = KairosPolicy(pred, "A")
     pc = pol.pair_costs(queue, workers, now)
     cost, _ = pol._restrict(pol._terms(queue, workers, now))
-    saved = transport_lp.highspy
-    transport_lp.highspy = None
-    try:
+    with without_highspy():
         got = match_classes(pc)
-    finally:
-        transport_lp.highspy = saved
     assert got is not None
     opt = _dense_optimum(cost)
     assert abs(float(cost[got].sum()) - opt) <= 1e-9 * max(1.0, abs(opt))

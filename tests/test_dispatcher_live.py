@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -14,16 +14,10 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
-from tests.dispatch_helpers import RunningWorker, make_config, start_worker
+from tests.dispatch_helpers import RunningWorker, make_config, run, start_worker
 
 PROFILES = load_profiles_csv()
 SC = grpc.StatusCode
-
-
-def run(coro_fn: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
-    async def main() -> Any:
-        return await asyncio.wait_for(coro_fn(), timeout)
-    return asyncio.run(main())
 
 
 async def setup(n_workers: int = 2, delay_s: float = 0.0, types: tuple[str, ...] = ("g4dn.xlarge", "c5n.2xlarge"),
@@ -200,6 +194,31 @@ def test_registration_token_and_known_instances() -> None:
             assert d.workers == {}
         finally:
             await teardown(d, ws + [w], ch)
+    run(body)
+
+
+def test_a_spot_notice_over_control_is_checked_like_a_registration_then_told_to_the_fleet_loop() -> None:
+    async def body() -> None:
+        d, ws, ch = await setup(0, cluster_token="s3cret")
+        heard: list[tuple[str, str, float | None]] = []
+        try:
+            ctl = pbg.ControlStub(ch)
+            req = dict(instance_id="i-spot", token="s3cret", kind="instance-action", reclaim_at_unix=1_700_000_120.0)
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(**req))
+            assert not r.accepted and "unknown instance" in r.message
+            d.allow_instance("i-spot", "r5n.large")
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(**{**req, "token": "wrong"}))
+            assert not r.accepted and "token" in r.message
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(**req))
+            assert not r.accepted and r.message == "no fleet loop to tell"
+            d.set_spot_notice_handler(lambda iid, kind, at: heard.append((iid, kind, at)))
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(**req))
+            assert r.accepted
+            r = await ctl.SpotNotice(pb.SpotNoticeRequest(instance_id="i-spot", token="s3cret"))   # kind, time not given
+            assert r.accepted
+            assert heard == [("i-spot", "instance-action", 1_700_000_120.0), ("i-spot", "instance-action", None)]
+        finally:
+            await teardown(d, ws, ch)
     run(body)
 
 

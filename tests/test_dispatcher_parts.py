@@ -8,7 +8,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -26,16 +26,10 @@ from dispatcher.routing import RoutingRound
 from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
 from dispatcher.worker_client import WorkerClient
 from dispatcher.workers import WorkerRegistry
-from tests.dispatch_helpers import make_config, start_worker
+from tests.dispatch_helpers import make_config, run, start_worker
 
 PROFILES = load_profiles_csv()
 SC = grpc.StatusCode
-
-
-def run(coro_fn: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
-    async def main() -> Any:
-        return await asyncio.wait_for(coro_fn(), timeout)
-    return asyncio.run(main())
 
 
 @dataclass

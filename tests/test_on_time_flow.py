@@ -9,10 +9,10 @@ from hypothesis import given, settings, strategies as st
 from scipy.optimize import linear_sum_assignment
 
 from dispatcher.policies import KairosStrictPolicy, kairos_strict as strict_mod
-from dispatcher.policies._matrix import earliest
 from dispatcher.policies.on_time_flow import match_on_time
+from dispatcher.policies.pair_costs import PairCosts
 from dispatcher.policy import QueryView, WorkerView
-from tests.test_class_match import GridPredictor
+from tests.match_helpers import GridPredictor, assert_dispatchable, large_rounds, without_highspy
 
 TYPES = ("A", "B", "D")
 NOW = 100.0
@@ -40,6 +40,15 @@ def strict_rounds(draw: st.DrawFn) -> tuple[GridPredictor, list[QueryView], list
     return GridPredictor(table), queue, workers
 
 
+def _restricted(case: tuple) -> tuple[KairosStrictPolicy, list[QueryView], list[WorkerView], PairCosts, bool]:
+    """The round's policy, queue and workers, its restricted per-type costs and whether only
+    on-time pairs are dispatched (False: every query hopeless, the best-effort round)."""
+    pred, queue, workers = case
+    pol = KairosStrictPolicy(pred, "A")
+    pc, on_time_only = pol._restrict_pairs(pol.pair_costs(queue, workers, NOW))
+    return pol, queue, workers, pc, on_time_only
+
+
 def _dense(pol: KairosStrictPolicy, queue: list[QueryView], workers: list[WorkerView]
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The dense round: (masked cost matrix, on-time mask, its optimal pairs' costs)."""
@@ -52,9 +61,7 @@ def _dense(pol: KairosStrictPolicy, queue: list[QueryView], workers: list[Worker
 @settings(max_examples=400, deadline=None)
 @given(case=strict_rounds())
 def test_the_flow_reaches_the_dense_optimum(case: tuple) -> None:
-    pred, queue, workers = case
-    pol = KairosStrictPolicy(pred, "A")
-    pc, on_time_only = pol._restrict_pairs(pol.pair_costs(queue, workers, NOW))
+    pol, queue, workers, pc, on_time_only = _restricted(case)
     if not on_time_only:                  # every query hopeless: the class matching's case
         return
     cost, allowed, (opt_cost, opt_on) = _dense(pol, queue, workers)
@@ -79,31 +86,17 @@ def test_the_flow_reaches_the_dense_optimum(case: tuple) -> None:
 @given(case=strict_rounds())
 def test_match_through_the_flow_dispatches_on_time_pairs_on_idle_workers(case: tuple) -> None:
     pred, queue, workers = case
-    old = strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED, strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE
-    strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED = strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE = 0
-    try:
-        pol = KairosStrictPolicy(pred, "A")
+    pol = KairosStrictPolicy(pred, "A")
+    with large_rounds():
         got = pol.match(queue, workers, NOW)
-    finally:
-        strict_mod.STRICT_DENSE_MAX_PAIRS_SATURATED, strict_mod.STRICT_DENSE_MAX_PAIRS_WIDE = old
-    idle = {w.worker_id for w in workers if w.idle}
-    assert all(a.worker_id in idle for a in got)
-    assert len({a.worker_id for a in got}) == len(got) == len({a.query_id for a in got})
-    view = earliest(queue, pol.max_queue_factor * len(workers))          # the round's 2n view
-    pc = pol.pair_costs(view, workers, NOW)
-    if not (pc.S.min(axis=1) > pc.slack).all():                          # not the best-effort case
-        qi = {q.query_id: i for i, q in enumerate(view)}
-        ti = {w.worker_id: pc.tix[j] for j, w in enumerate(workers)}
-        assert all(pc.S[qi[a.query_id], ti[a.worker_id]] <= pc.slack[qi[a.query_id]] for a in got)
+    assert_dispatchable(pol, queue, workers, NOW, got)
 
 
 @settings(max_examples=60, deadline=None)
 @given(case=strict_rounds())
 def test_the_best_effort_round_keeps_the_papers_cost(case: tuple) -> None:
     # every query hopeless: kairos-strict matches on the paper's penalised cost, every pair
-    pred, queue, workers = case
-    pol = KairosStrictPolicy(pred, "A")
-    pc, on_time_only = pol._restrict_pairs(pol.pair_costs(queue, workers, NOW))
+    pol, queue, workers, pc, on_time_only = _restricted(case)
     if on_time_only:
         return
     cost, allowed = pol._restrict(pol._terms(queue, workers, NOW))
@@ -162,19 +155,11 @@ def test_the_hand_round_through_match_sends_only_the_idle_pairs(monkeypatch: pyt
 @settings(max_examples=40, deadline=None)
 @given(case=strict_rounds())
 def test_scipy_highs_gives_the_same_flow_optimum_where_highspy_is_missing(case: tuple) -> None:
-    from dispatcher.policies import transport_lp
-
-    pred, queue, workers = case
-    pol = KairosStrictPolicy(pred, "A")
-    pc, on_time_only = pol._restrict_pairs(pol.pair_costs(queue, workers, NOW))
+    pol, queue, workers, pc, on_time_only = _restricted(case)
     if not on_time_only:
         return
-    saved = transport_lp.highspy
-    transport_lp.highspy = None
-    try:
+    with without_highspy():
         got = match_on_time(pc)
-    finally:
-        transport_lp.highspy = saved
     assert got is not None
     cost, _, (opt_cost, opt_on) = _dense(pol, queue, workers)
     assert len(got[0]) == int(opt_on.sum())

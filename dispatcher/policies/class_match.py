@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from dispatcher.policies.pair_costs import PairCosts, by_type, reach
+from dispatcher.policies.pair_costs import PairCosts, Pairs, by_type, equal_rows, reach
 from dispatcher.policies.transport_lp import solve_transport
 
 #: rounds of cutting failed worker groups before giving the round to the dense solve
 MAX_REFINEMENTS = 6
-
-Pairs = tuple[np.ndarray, np.ndarray]
 
 
 def match_classes(pc: PairCosts) -> Pairs | None:
@@ -95,10 +93,7 @@ def _row_classes(pc: PairCosts, p: np.ndarray, gt: np.ndarray, glo: np.ndarray, 
     parts = [pc.S, pc.late, (p[:, gt] > glo).astype(float)]
     if not pieces:
         parts.append(pc.extra[:, None])
-    key = np.ascontiguousarray(np.hstack(parts))
-    rowbytes = key.view(np.dtype((np.void, key.itemsize * key.shape[1]))).ravel()
-    _, first, inv, cnt = np.unique(rowbytes, return_index=True, return_inverse=True, return_counts=True)
-    inv = inv.ravel()
+    first, inv, cnt = equal_rows(np.hstack(parts))
     members = np.lexsort((np.arange(len(inv)), -pc.slack, pc.extra, inv))
     return first, members, np.concatenate([[0], np.cumsum(cnt)[:-1]]), cnt, inv[members]
 

@@ -59,8 +59,6 @@ class RoundTerms:
 
 class KairosPolicy:
     name = "kairos"
-    #: large rounds by the class matching (dispatcher/policies/class_match.py); else always dense
-    class_matching = True
 
     def __init__(self, predictor: LatencyPredictor, base_type: str, *, xi: float = DISPATCH_XI,
                  max_queue_factor: int = DISPATCH_VIEW_FACTOR, penalty_factor: float = PENALTY_FACTOR) -> None:
@@ -110,7 +108,7 @@ class KairosPolicy:
         if len(queue) == 1:
             return self._match_one(queue[0], workers, now)
         q = mx.earliest(queue, self.max_queue_factor * len(workers))
-        if self.class_matching and not self._dense_is_faster(len(q), len(workers)):
+        if not self._dense_is_faster(len(q), len(workers)):
             pc, on_time_only = self._restrict_pairs(self.pair_costs(q, workers, now))
             got = self._large_round(pc, on_time_only)
             if got is not None:

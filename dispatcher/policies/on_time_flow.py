@@ -39,10 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from dispatcher.policies.pair_costs import PairCosts, by_type, reach
+from dispatcher.policies.pair_costs import PairCosts, Pairs, by_type, equal_rows, reach
 from dispatcher.policies.transport_lp import solve_integral
-
-Pairs = tuple[np.ndarray, np.ndarray]
 
 
 def match_on_time(pc: PairCosts) -> Pairs | None:
@@ -111,10 +109,7 @@ def _network(pc: PairCosts, p: np.ndarray, b: np.ndarray, start: np.ndarray, big
         return None
     # query classes: equal service times on every type and equal reach (then any member serves
     # where another does, at the same cost but for its extra)
-    key = np.ascontiguousarray(np.hstack([pc.S[active], p[active].astype(float)]))
-    _, first, inv = np.unique(key.view(np.dtype((np.void, key.itemsize * key.shape[1]))).ravel(),
-                              return_index=True, return_inverse=True)
-    inv = inv.ravel()
+    first, inv, _ = equal_rows(np.hstack([pc.S[active], p[active].astype(float)]))
     by_cls = np.argsort(inv, kind="stable")
     queries, qclass = active[by_cls], inv[by_cls]
     R = len(first)

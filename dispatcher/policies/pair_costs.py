@@ -56,6 +56,20 @@ class PairCosts:
         return replace(self, late=late, extra=self.extra if extra is None else extra)
 
 
+#: a matching's pairs: (query rows, worker columns), as ``linear_sum_assignment`` returns them
+Pairs = tuple[np.ndarray, np.ndarray]
+
+
+def equal_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The classes of equal rows of ``key`` (m × k floats, compared bit for bit): (one member of
+    each class, the class of each row, each class's size). Both large-round solvers group the
+    queries they cannot tell apart this way (class_match.py, on_time_flow.py)."""
+    key = np.ascontiguousarray(key)
+    rows = key.view(np.dtype((np.void, key.itemsize * key.shape[1]))).ravel()
+    _, first, inv, cnt = np.unique(rows, return_index=True, return_inverse=True, return_counts=True)
+    return first, inv.ravel(), cnt
+
+
 def by_type(pc: PairCosts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Workers sorted by (type, remaining time, index): (the order, where each type starts in it
     (T + 1 offsets), the sorted remaining times)."""
