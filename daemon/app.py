@@ -308,7 +308,7 @@ class Daemon:
                 self.status.last_error = None
                 base = plan.dispatch_base_type() if plan is not None else None
                 if base is not None and self.dispatcher is not None:
-                    self.dispatcher.set_base_type(base)
+                    self.dispatcher.set_base_type(base, plan.base_types)   # each model's own C_j
                 log.info("%s", tick_line(reason, demand, target, plan, bool(self.cfg.pinned_pool), report.summary(),
                                          self.status.estimated))
                 if plan is not None and plan.short:

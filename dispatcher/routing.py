@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Collection
+from typing import Callable, Collection
 
 import grpc
 
@@ -69,7 +69,8 @@ class RoutingRound:
 
     def __init__(self, spec: DispatcherSpec, rt: Runtime, trigger: RoundTrigger, book: QueryBook,
                  registry: WorkerRegistry, placement: VariantPlacement, accuracy: AccuracyRouting,
-                 policy: Policy, predictor: LatencyModel, tunables: MatchTunables) -> None:
+                 policy: Policy, predictor: LatencyModel, tunables: MatchTunables,
+                 policy_for: Callable[[str], Policy] | None = None) -> None:
         self.spec = spec
         self.rt = rt
         self.trigger = trigger
@@ -78,6 +79,8 @@ class RoutingRound:
         self.placement = placement
         self.accuracy = accuracy
         self.policy = policy
+        #: the policy matching a model's queries (each model's own Kairos base type); None: ``policy``
+        self.policy_for = policy_for
         self.predictor = predictor
         self.tunables = tunables
         # a round run by a coroutine that serves what it dispatches itself: the query or worker it
@@ -133,7 +136,8 @@ class RoutingRound:
                   for w in live if self.eligible(w, gkey)]
             if not any(x.idle for x in gw):
                 continue
-            matches = self.policy.match([q.view for q in gqs], gw, now)
+            policy = self.policy_for(gqs[0].model.name) if self.policy_for is not None else self.policy
+            matches = policy.match([q.view for q in gqs], gw, now)
             reserved = {a.query_id for a in matches}   # matched to their own workers: none joins another call
             for a in matches:
                 w = workers.get(a.worker_id)

@@ -138,7 +138,12 @@ class Dispatcher:
         self.objects: ObjectStore = objects or S3Objects(cfg.region, cfg.aws.endpoint_url)
         self.predictor = predictor
         self.clock = clock
+        #: the base type of a matching that takes one (pipelines' fallback; the busiest model's once planned)
         self.base_type = base_type or self._default_base_type()
+        #: each model's Kairos base type for its C_j: before a plan each model's own default
+        #: (:func:`dispatcher.policy.default_base_type`), then the planner's (``set_base_type``); a
+        #: ``base_type`` given here stands for every model
+        self.base_types: dict[str, str] = {m.name: base_type or self._default_base_type(m.name) for m in cfg.models}
         #: the allowed types and their $/hr, updated in place on a reload (the parts hold the catalog)
         self._catalog: dict[str, InstanceType] = {}
         self._prices: dict[str, float] = {}
@@ -158,8 +163,9 @@ class Dispatcher:
         # the parts, each given what it uses (the policy's tunables: one source, passed to the policy built here)
         self.rt = Runtime(clock)
         self.tunables = MatchTunables()
-        policy = policy or make_policy(cfg.dispatcher.policy, predictor, self.base_type,
-                                       xi=self.tunables.xi, max_queue_factor=self.tunables.view_factor)
+        self._given_policy = policy           # a policy passed in matches every model's queries
+        self._policies: dict[str, Policy] = {}   # built here: one per base type
+        policy = policy or self._policy_with_base(self.base_type)
         self.trigger = RoundTrigger(self.rt)
         self.queries = QueryBook(self.rt, self.trigger)
         self.worker_registry = WorkerRegistry(self.rt, self.trigger, self.queries, self._catalog, self._connect)
@@ -169,7 +175,8 @@ class Dispatcher:
         self.accuracy = AccuracyRouting(self.placement, self.worker_registry, self.queries.waiting, self.trigger.kick,
                                         clock, self.tunables)
         self.routing = RoutingRound(cfg.dispatcher, self.rt, self.trigger, self.queries, self.worker_registry,
-                                    self.placement, self.accuracy, policy, predictor, self.tunables)
+                                    self.placement, self.accuracy, policy, predictor, self.tunables,
+                                    policy_for=self.policy_for)
         self.admission = Admission(cfg.dispatcher, self.rt, self.trigger, self.queries, self.worker_registry,
                                    self.placement, self.accuracy, self.routing, predictor, self.tunables)
         self.pipelines = PipelineRunner(cfg.pipelines, self.submit, clock, self.worker_registry, self.placement,
@@ -177,9 +184,26 @@ class Dispatcher:
         self.offline = OfflineJobs(self.admission, self.routing.eligible, self.worker_registry, self.objects, self.rt)
 
     # -- configuration -----------------------------------------------------------------------------
-    def _default_base_type(self) -> str:
-        """Before the first plan: :func:`dispatcher.policy.default_base_type`."""
-        return default_base_type(self.cfg, self.predictor.predict_ms)
+    def _default_base_type(self, model: str | None = None) -> str:
+        """Before the first plan: :func:`dispatcher.policy.default_base_type` for ``model`` (None: the
+        first model's, the fallback of a matching that takes one base type)."""
+        return default_base_type(self.cfg, self.predictor.predict_ms, model)
+
+    def _policy_with_base(self, base: str) -> Policy:
+        """The configured policy with ``base`` as its Kairos base type (built once per base type)."""
+        p = self._policies.get(base)
+        if p is None:
+            p = self._policies[base] = make_policy(self.cfg.dispatcher.policy, self.predictor, base,
+                                                   xi=self.tunables.xi, max_queue_factor=self.tunables.view_factor)
+        return p
+
+    def policy_for(self, model: str) -> Policy:
+        """The policy matching ``model``'s queries: the one passed in, else the configured policy with
+        that model's base type (Kairos §5.1's C_j is relative to the model's base type, as each model's
+        lane in the replay has it)."""
+        if self._given_policy is not None:
+            return self._given_policy
+        return self._policy_with_base(self.base_types.get(model, self.base_type))
 
     def _current_base_type(self) -> str:
         return self.base_type
@@ -200,10 +224,14 @@ class Dispatcher:
         """$/hr per type (the catalog's on-demand price) and per spot slot (its spot price)."""
         return {**self._prices, **self._spot_prices}
 
-    def set_base_type(self, t: str) -> None:
+    def set_base_type(self, t: str, per_model: Mapping[str, str] | None = None) -> None:
+        """The planner's base types: ``per_model`` (model -> its plan's base type; models it leaves
+        out keep theirs), else ``t`` for every model; ``t`` is also the single base type a matching
+        that takes one uses (pipelines' fallback, a policy passed in)."""
         self.base_type = t
-        if hasattr(self.policy, "base_type"):
-            self.policy.base_type = t  # type: ignore[attr-defined]
+        self.base_types.update(per_model if per_model is not None else dict.fromkeys(self.base_types, t))
+        if self._given_policy is not None and hasattr(self._given_policy, "base_type"):
+            self._given_policy.base_type = t  # type: ignore[attr-defined]
         self.trigger.kick()
 
     def _connect(self, address: str) -> WorkerClient:

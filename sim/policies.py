@@ -53,11 +53,11 @@ def policy_factory(name: str, profiles: ProfileTable, model: str, pool: Mapping[
     return make
 
 
-def dispatcher_policy(cfg: "Config", predictor: "LatencyModel") -> Policy:
-    """The policy ``dispatcher.server.Dispatcher`` builds for ``cfg`` before the first plan: the
-    configured one with the dispatcher's tunables and :func:`dispatcher.policy.default_base_type`;
-    the fleet loop then sets the planner's base."""
+def dispatcher_policy(cfg: "Config", predictor: "LatencyModel", model: str | None = None) -> Policy:
+    """The policy ``dispatcher.server.Dispatcher`` matches ``model``'s queries with before the first
+    plan (``Dispatcher.policy_for``): the configured one with the dispatcher's tunables and that
+    model's :func:`dispatcher.policy.default_base_type`; the fleet loop then sets the planner's base."""
     from dispatcher.policies import make_policy
 
-    base = default_base_type(cfg, predictor.predict_ms)
+    base = default_base_type(cfg, predictor.predict_ms, model)
     return make_policy(cfg.dispatcher.policy, predictor, base, xi=DISPATCH_XI, max_queue_factor=DISPATCH_VIEW_FACTOR)

@@ -190,7 +190,7 @@ def make_query_loop(cfg: Config, profiles: ProfileTable, workload: Workload, spe
     m = cfg.model(name)
     lane = [x.name for x in cfg.models].index(m.name)
     times = service_times(profiles, spec, m, len(workload), lane)
-    kw = dict(model=m.profile_name, qos_ms=m.qos_ms, policy=dispatcher_policy(cfg, times.predictor),
+    kw = dict(model=m.profile_name, qos_ms=m.qos_ms, policy=dispatcher_policy(cfg, times.predictor, m.name),
               on_deadline=cfg.dispatcher.on_deadline, xi=DISPATCH_XI, view_factor=DISPATCH_VIEW_FACTOR,
               query_timeout_s=QUERY_TIMEOUT_S, queue_limit=cfg.dispatcher.queue_limit, record=record,
               model_name=m.name, batching=cfg.dispatcher.batching == "work_conserving")

@@ -445,3 +445,38 @@ def test_a_worker_that_registers_while_parked_gets_no_queries() -> None:
         finally:
             await teardown(d, ws, ch)
     run(body)
+
+
+def test_each_models_queries_are_matched_with_its_own_base_type() -> None:
+    """Kairos §5.1's C_j is relative to a model's base type, and the planner picks one per model
+    (``JointPlan.base_types``): each model's queries go to the policy with its own base type, as
+    each model's lane in the replay has it; a model the plan leaves out keeps its base type."""
+    async def go() -> None:
+        d, ws, ch = await setup()
+        try:
+            assert d.base_types == {"ncf": "g4dn.xlarge", "big": "g4dn.xlarge"}   # each model's default
+            d.set_base_type("g4dn.xlarge", {"big": "c5n.2xlarge"})
+            assert d.policy_for("big").base_type == "c5n.2xlarge"                 # type: ignore[attr-defined]
+            assert d.policy_for("ncf").base_type == "g4dn.xlarge"                 # type: ignore[attr-defined]
+            assert d.policy_for("big") is d.policy_for("big")                      # built once per base type
+            d.set_base_type("c5n.2xlarge", {"ncf": "c5n.2xlarge"})
+            assert d.base_types == {"ncf": "c5n.2xlarge", "big": "c5n.2xlarge"}
+            d.set_base_type("g4dn.xlarge", {"big": "c5n.2xlarge"})
+            asked: list[tuple[str, str]] = []
+            policy_for = d.routing.policy_for
+            assert policy_for is not None
+
+            def recorded(model: str):  # type: ignore[no-untyped-def]
+                p = policy_for(model)
+                asked.append((model, p.base_type))
+                return p
+
+            d.routing.policy_for = recorded
+            for model in ("big", "ncf"):
+                r = await submit(ch, model=model, batch_size=1)
+                assert isinstance(r, pb.SubmitReply), r
+            assert ("big", "c5n.2xlarge") in asked and ("ncf", "c5n.2xlarge") in asked
+        finally:
+            await teardown(d, ws, ch)
+
+    run(go)
