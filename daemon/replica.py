@@ -13,7 +13,8 @@ lease), ``scaler.replica_membership.decide_beat`` (heartbeats) and
   the next generation. The new holder then does what a restarted daemon does: ``reconcile`` from
   EC2's cluster tags (adopt, finish, clean up), and a fleet tick at once.
 * The holder plans for the demand of every live replica: the published windows of the replicas
-  whose heartbeat is live and fresh, summed (``merge_demand``), read with each heartbeat.
+  whose heartbeat is live and fresh, summed (``merge_demand``), read with each heartbeat (the
+  heartbeats and the windows in one Scan of the lease table).
 
 Invariant (with the fence, ``scaler.cluster_lease.FencedCloud``): **at most one replica launches or
 terminates at any instant, and only under a lease generation it holds**. A standby's cloud is
@@ -41,13 +42,13 @@ from config.schema import Config
 from daemon.aws_wiring import DaemonError
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
-from scaler.demand_table import DynamoDemandTable
+from scaler.demand_table import DEMAND, DynamoDemandTable, demands_in
 from scaler.lease import LeaseHeld, holder_text, renew_interval_s
 from scaler.fleet_step import steady_horizon
 from scaler.replica_demand import ModelWindow, MergedDemand, ReplicaDemand, merge_demand, window_of
 from scaler.replica_heartbeat import ReplicaHeartbeat
 from scaler.replica_membership import REPLICA_TTL_S, Replica, live_replicas
-from scaler.replica_table import DynamoReplicaTable
+from scaler.replica_table import REPLICA, DynamoReplicaTable, beats_in
 
 log = logging.getLogger("costscale")
 
@@ -144,10 +145,11 @@ class ReplicaRole:
         self.heartbeat.beat(applied=0)
         now = round(self.clock(), 3)
         self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, dict(self.windows())))
-        if self.leading():
-            live = live_replicas(self.table.beats(), now)
+        if self.leading():     # the heartbeats and the windows in one Scan
+            items = self.table.scan_kinds(self.me.cluster, REPLICA, DEMAND)
+            live = live_replicas(beats_in(self.me.cluster, items[REPLICA]), now)
             self.live = tuple(live)
-            self.merged = merge_demand(self.demand_table.read(), live, now)
+            self.merged = merge_demand(demands_in(items[DEMAND]), live, now)
 
     async def beat(self) -> None:
         try:

@@ -329,3 +329,39 @@ def test_the_holder_plans_for_the_merged_windows_of_every_replica(moto_endpoint:
 
     own, merged, want = asyncio.run(scenario())
     assert merged == want and merged != own
+
+
+def test_the_holders_beat_reads_every_heartbeat_and_window_in_one_scan(moto_endpoint: str) -> None:
+    import numpy as np
+
+    from daemon.replica import ReplicaRole
+    from scaler.batch_mix import BatchMix
+    from scaler.cluster_lease import ClusterLease
+    from scaler.lease import Claimant
+    from scaler.replica_demand import ModelWindow
+
+    cfg = parse_config_text(CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint=moto_endpoint,
+                                          replicas="true", unready=0, on_shutdown="keep"))
+    client = make_dynamodb_client("us-east-1", moto_endpoint)
+    table = DynamoLeaseTable("costscale-leases", client)
+    table.ensure_table()
+    window = ModelWindow(4.0, 3.0, 40, 40, 2.0, BatchMix(np.array([2], dtype=np.int64), np.array([1.0])), 10.0)
+
+    async def noop() -> None:
+        return None
+
+    def role(pid: int, port: int) -> ReplicaRole:
+        lease = ClusterLease(table, Claimant(cluster="ha", owner=f"h:{pid}:n", host="h", pid=pid), 6.0)
+        return ReplicaRole(cfg, lease, client, f"10.0.0.{pid}:{port}", lambda: {"rm2": window}, noop)
+
+    holder, standby = role(1, 5), role(2, 6)
+    holder.lease.acquire()
+    scans: list[str] = []
+    client.meta.events.register("before-call.dynamodb.Scan", lambda **kw: scans.append("scan"))
+    asyncio.run(standby.beat())
+    assert scans == [] and standby.merged is None                   # a standby reads nobody's items
+    asyncio.run(holder.beat())
+    assert scans == ["scan"]                                        # heartbeats and windows: one Scan
+    assert holder.live == ("10.0.0.1:5", "10.0.0.2:6")
+    assert holder.merged is not None and holder.merged.replicas == holder.live
+    assert holder.merged.windows["rm2"].steady_qps == 6.0 and holder.merged.windows["rm2"].count == 80
