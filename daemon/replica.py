@@ -140,11 +140,11 @@ class ReplicaRole:
         return held.generation if held is not None else None
 
     # -- the jobs ---------------------------------------------------------------------------
-    def _beat_sync(self) -> None:
-        """Heartbeat, publish this replica's windows; the holder reads every replica's."""
+    def _beat_sync(self, windows: Mapping[str, ModelWindow]) -> None:
+        """Heartbeat, publish this replica's ``windows``; the holder reads every replica's."""
         self.heartbeat.beat(applied=0)
         now = round(self.clock(), 3)
-        self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, dict(self.windows())))
+        self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, windows))
         if self.leading():     # the heartbeats and the windows in one Scan
             items = self.table.scan_kinds(self.me.cluster, REPLICA, DEMAND)
             live = live_replicas(beats_in(self.me.cluster, items[REPLICA]), now)
@@ -152,8 +152,10 @@ class ReplicaRole:
             self.merged = merge_demand(demands_in(items[DEMAND]), live, now)
 
     async def beat(self) -> None:
+        """One heartbeat: the windows taken here, on the event loop that records the queries in
+        them, the table calls in a thread."""
         try:
-            await asyncio.to_thread(self._beat_sync)
+            await asyncio.to_thread(self._beat_sync, dict(self.windows()))
         except CloudError as exc:
             log.warning("replica %s: heartbeat not written (%s); retrying", self.me.replica, exc)
 
@@ -161,7 +163,7 @@ class ReplicaRole:
         """The first heartbeat (raises ReplicaIdTaken, one line, when another live process beats
         under this id), then the log line saying which role this replica starts in."""
         try:
-            await asyncio.to_thread(self._beat_sync)
+            await asyncio.to_thread(self._beat_sync, dict(self.windows()))
         except CloudError as exc:     # one line, exit 1 (as the lease's own table errors at start)
             raise DaemonError(f"replica {self.me.replica}: DynamoDB table {self.table.table} refused its first "
                               f"heartbeat: {exc}") from None

@@ -331,7 +331,9 @@ def test_the_holder_plans_for_the_merged_windows_of_every_replica(moto_endpoint:
     assert merged == want and merged != own
 
 
-def test_the_holders_beat_reads_every_heartbeat_and_window_in_one_scan(moto_endpoint: str) -> None:
+def _two_roles(endpoint: str, on_windows: Any = None) -> tuple[Any, Any, Any]:
+    """A holder (replica 10.0.0.1:5, the lease taken) and a standby (10.0.0.2:6) of cluster ha on
+    moto, each publishing one rm2 window (``on_windows`` called as each takes it); and the client."""
     import numpy as np
 
     from daemon.replica import ReplicaRole
@@ -340,9 +342,9 @@ def test_the_holders_beat_reads_every_heartbeat_and_window_in_one_scan(moto_endp
     from scaler.lease import Claimant
     from scaler.replica_demand import ModelWindow
 
-    cfg = parse_config_text(CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint=moto_endpoint,
+    cfg = parse_config_text(CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint=endpoint,
                                           replicas="true", unready=0, on_shutdown="keep"))
-    client = make_dynamodb_client("us-east-1", moto_endpoint)
+    client = make_dynamodb_client("us-east-1", endpoint)
     table = DynamoLeaseTable("costscale-leases", client)
     table.ensure_table()
     window = ModelWindow(4.0, 3.0, 40, 40, 2.0, BatchMix(np.array([2], dtype=np.int64), np.array([1.0])), 10.0)
@@ -350,12 +352,22 @@ def test_the_holders_beat_reads_every_heartbeat_and_window_in_one_scan(moto_endp
     async def noop() -> None:
         return None
 
+    def windows() -> dict[str, ModelWindow]:
+        if on_windows is not None:
+            on_windows()
+        return {"rm2": window}
+
     def role(pid: int, port: int) -> ReplicaRole:
         lease = ClusterLease(table, Claimant(cluster="ha", owner=f"h:{pid}:n", host="h", pid=pid), 6.0)
-        return ReplicaRole(cfg, lease, client, f"10.0.0.{pid}:{port}", lambda: {"rm2": window}, noop)
+        return ReplicaRole(cfg, lease, client, f"10.0.0.{pid}:{port}", windows, noop)
 
     holder, standby = role(1, 5), role(2, 6)
     holder.lease.acquire()
+    return holder, standby, client
+
+
+def test_the_holders_beat_reads_every_heartbeat_and_window_in_one_scan(moto_endpoint: str) -> None:
+    holder, standby, client = _two_roles(moto_endpoint)
     scans: list[str] = []
     client.meta.events.register("before-call.dynamodb.Scan", lambda **kw: scans.append("scan"))
     asyncio.run(standby.beat())
@@ -365,3 +377,18 @@ def test_the_holders_beat_reads_every_heartbeat_and_window_in_one_scan(moto_endp
     assert holder.live == ("10.0.0.1:5", "10.0.0.2:6")
     assert holder.merged is not None and holder.merged.replicas == holder.live
     assert holder.merged.windows["rm2"].steady_qps == 6.0 and holder.merged.windows["rm2"].count == 80
+
+
+def test_a_replica_takes_its_windows_on_the_event_loop_not_in_the_beats_thread(moto_endpoint: str) -> None:
+    import threading
+
+    threads: list[int] = []
+    holder, standby, _ = _two_roles(moto_endpoint, lambda: threads.append(threading.get_ident()))
+
+    async def beats() -> int:
+        await standby.start()
+        await holder.beat()
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(beats())
+    assert threads == [loop_thread, loop_thread]
