@@ -18,7 +18,7 @@ import pytest
 
 from config.schema import parse_config_text
 from scaler.actuator import FleetActuator
-from scaler.cluster_lease import ClusterLease, Fenced, FencedCloud
+from scaler.cluster_lease import ClusterLease, Fenced, FencedCloud, LocalDeadline
 from scaler.fake_cloud import FakeCloud
 from scaler.lease import Claimant, Lease, LeaseDecision, LeaseHeld, LeaseLost, decide, held_line, released
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
@@ -39,6 +39,13 @@ def lease_of(me: Claimant, since: float, expires_at: float, generation: int) -> 
 
 def test_a_free_cluster_is_taken_at_generation_1_on_condition_that_no_item_exists() -> None:
     assert decide(None, A, None, T0, 60) == LeaseDecision("take", lease_of(A, T0, T0 + 60, 1), None)
+
+
+def test_a_local_deadline_runs_from_the_start_of_the_write_less_the_clock_safety() -> None:
+    deadline = LocalDeadline(10.0)
+    assert deadline.passed(0.0)                              # nothing landed yet
+    deadline.landed(100.0)                                   # a write begun at 100 s landed
+    assert not deadline.passed(107.999) and deadline.passed(108.0)     # 10 s x (1 - 0.2)
 
 
 def test_a_live_holder_is_refused_and_an_expired_one_taken_over_with_the_next_generation() -> None:
