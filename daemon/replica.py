@@ -39,6 +39,7 @@ import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from config.schema import Config
+from config.security import is_loopback
 from daemon.aws_wiring import DaemonError
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
@@ -105,9 +106,14 @@ def fleet_left_to_others(role: "ReplicaRole | None") -> str | None:
     return None
 
 
-def replica_id(cfg: Config, address: str) -> str:
-    """This replica's id: ``lease.replica_id``, else its address (:func:`replica_address`)."""
-    return cfg.lease.replica_id or address
+def replica_id(cfg: Config, address: str, host: str) -> str:
+    """This replica's id: ``lease.replica_id``, else its address (:func:`replica_address`), with
+    this ``host``'s name in place of a loopback address: every host running the same config behind
+    a local proxy listens on the same 127.0.0.1:PORT, and the second one's heartbeat would be
+    refused as a live duplicate of the first's."""
+    if cfg.lease.replica_id:
+        return cfg.lease.replica_id
+    return f"{host}:{address.rpartition(':')[2]}" if is_loopback(address) else address
 
 
 class ReplicaRole:
@@ -121,8 +127,9 @@ class ReplicaRole:
         self.windows = windows
         self.on_lead = on_lead
         self.clock = clock
-        self.me = Replica(cluster=cfg.cluster, replica=replica_id(cfg, address), owner=lease.me.owner,
-                          host=lease.me.host, address=address)
+        host = lease.me.host
+        self.me = Replica(cluster=cfg.cluster, replica=replica_id(cfg, address, host), owner=lease.me.owner, host=host,
+                          address=address)
         self.table = DynamoReplicaTable(cfg.lease.table, client, cfg.cluster)
         self.demand_table = DynamoDemandTable(cfg.lease.table, client, cfg.cluster)
         self.heartbeat = ReplicaHeartbeat(self.table, self.me, beat_ttl_s, table_name=cfg.lease.table)

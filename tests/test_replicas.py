@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,22 @@ def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
                                "or '-'"]
     cfg = parse_config_text(text)
     assert (cfg.lease.replicas, cfg.lease.replica_id) == (True, "")
+
+
+def test_the_default_replica_id_is_unique_across_hosts_listening_on_loopback() -> None:
+    from daemon.replica import replica_id
+
+    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true",
+                         unready=5, on_shutdown="keep")
+    cfg = parse_config_text(text)
+    # the same config on two hosts, each behind a local proxy: two ids, one per host (and port)
+    assert replica_id(cfg, "127.0.0.1:50051", "ctl-a") == "ctl-a:50051"
+    assert replica_id(cfg, "127.0.0.1:50051", "ctl-b") == "ctl-b:50051"
+    assert replica_id(cfg, "127.0.0.1:50052", "ctl-a") == "ctl-a:50052"      # two replicas on one host
+    assert replica_id(cfg, "[::1]:50051", "ctl-a") == "ctl-a:50051"
+    assert replica_id(cfg, "10.0.0.11:50051", "ctl-a") == "10.0.0.11:50051"  # a routable listener: its address
+    named = parse_config_text(text.replace("  replicas: true\n", "  replicas: true\n  replica_id: ctl-a\n"))
+    assert replica_id(named, "127.0.0.1:50051", "ctl-b") == "ctl-a"            # lease.replica_id wins
 
 
 # -- two daemons on moto -------------------------------------------------------------------------
@@ -270,7 +287,7 @@ def test_on_shutdown_terminate_hands_the_fleet_over_while_another_replica_lives(
     with caplog.at_level(logging.INFO, logger="costscale"):
         first, handed, last = asyncio.run(scenario())
     assert len(first) == 1 and handed == first and last == []
-    assert any(r.getMessage().startswith("on_shutdown: terminate skipped: replica 127.0.0.1:") and
+    assert any(r.getMessage().startswith(f"on_shutdown: terminate skipped: replica {socket.gethostname()}:") and
                r.getMessage().endswith(" live: the next to take the lease runs the fleet") for r in caplog.records)
 
 
@@ -296,7 +313,7 @@ def test_a_first_heartbeat_refused_by_dynamodb_is_one_line_exit_1() -> None:
     with pytest.raises(DaemonError) as err:
         asyncio.run(role.start())
     assert err.value.exit_code == 1
-    assert str(err.value) == ("replica 127.0.0.1:5: DynamoDB table costscale-leases refused its first heartbeat: "
+    assert str(err.value) == ("replica h:5: DynamoDB table costscale-leases refused its first heartbeat: "
                               "get_item: endpoint unreachable")
 
 
