@@ -26,9 +26,13 @@ holder's ClientTokens. A new holder adopts every instance carrying the cluster t
 leaves no orphan and launches nothing twice; the budget holds because only the holder acts and
 the actuator checks every launch against the budget over everything it lists.
 
-Not here yet (issue #27 deliverables 2-4): workers owned by one replica each (a replica dispatches
-to the workers that registered with it), forwarding to an owning replica, NOT_SERVING before a
-drain, a balancer.
+A stopping replica answers health checks NOT_SERVING for ``lease.unready_s`` first (:meth:`ReplicaRole.leave`),
+so a balancer in front (README "High availability: replicas") moves new queries off it.
+
+Not here yet (issue #27 deliverable 2): workers owned by one replica each (a replica dispatches to
+the workers that registered with it; its heartbeat reports ``applied=0``), forwarding to an owning
+replica. Their pure decisions and adapters (``scaler.replica_owners``, ``replica_owning``,
+``replica_assignment``, ``replica_handoff``, ``worker_table``) are built and tested, not wired.
 """
 from __future__ import annotations
 

@@ -17,6 +17,9 @@ the way ``scaler.cluster_lease.ClusterLease`` holds the cluster lease:
   replica's workers may have moved: it uses none until it has applied owners read after the lapse;
 * ``stop()`` on a clean stop: the item is deleted (if still ours), so the holder moves the workers
   at its next round instead of after the ttl.
+
+``daemon.replica`` beats and stops; ``valid()`` and ``lapses`` serve the workers' handoff, which
+is not wired into the daemon yet.
 """
 from __future__ import annotations
 
