@@ -17,55 +17,30 @@ import grpc
 import pytest
 
 from config.errors import ConfigError
-from config.schema import parse_config_text
+from config.schema import Config, parse_config_text
 from scaler.fleet_step import plan_id_for
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
-
-CONFIG = """\
-cluster: ha
-budget_per_hour: 1.0
-models:
-  - name: rm2
-    qos_ms: 350
-instance_types:
-  - type: r5n.large
-launch:
-  ami_id: {ami}
-dispatcher:
-  listen: 127.0.0.1:0
-intervals:
-  fleet_s: 3600
-  reconcile_s: 3600
-state_path: {state}
-on_shutdown: {on_shutdown}
-pinned_pool:
-  r5n.large: 1
-model_scaling:
-  generate_variants: false
-lease:
-  ttl_s: {ttl}
-  replicas: {replicas}
-  unready_s: {unready}
-aws:
-  endpoint_url: {endpoint}
-"""
+from tests.lease_helpers import daemon_config, daemon_config_text, live_ids
 
 
-def _config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60, replicas: bool = True,  # type: ignore[no-untyped-def]
-            unready: float = 0, on_shutdown: str = "keep"):
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    ami = ec2.describe_images()["Images"][0]["ImageId"]
-    text = CONFIG.format(ami=ami, state=tmp_path / name / "state.db", ttl=ttl, endpoint=endpoint,
-                         replicas=str(replicas).lower(), unready=unready, on_shutdown=on_shutdown)
-    (tmp_path / name).mkdir(exist_ok=True)
-    return parse_config_text(text)
+def _lease_lines(replicas: bool, unready: float) -> str:
+    return f"  replicas: {str(replicas).lower()}\n  unready_s: {unready}\n"
+
+
+def _config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60, replicas: bool = True, unready: float = 0,
+            on_shutdown: str = "keep") -> Config:
+    return daemon_config(tmp_path, endpoint, name, "ha", ttl=ttl, extra=f"on_shutdown: {on_shutdown}\n",
+                         lease=_lease_lines(replicas, unready))
+
+
+def _text(endpoint: str = "http://127.0.0.1:9", unready: float = 0) -> str:
+    """A replicas config that is only parsed (ttl 6 s)."""
+    return daemon_config_text("ha", endpoint=endpoint, ttl=6, extra="on_shutdown: keep\n",
+                              lease=_lease_lines(True, unready))
 
 
 def _live(endpoint: str) -> list[str]:
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    res = ec2.describe_instances(Filters=[{"Name": "tag:costscale:cluster", "Values": ["ha"]},
-                                          {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    return sorted(i["InstanceId"] for r in res["Reservations"] for i in r["Instances"])
+    return live_ids(endpoint, "ha")
 
 
 # -- pure ----------------------------------------------------------------------------------------
@@ -81,8 +56,7 @@ def test_plan_ids_lead_with_the_lease_generation_and_are_unchanged_without_one()
 
 
 def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
-    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true", unready=5,
-                         on_shutdown="keep")
+    text = _text(unready=5)
     with pytest.raises(ConfigError) as err:
         parse_config_text(text.replace("  replicas: true\n", "  replicas: true\n  replica_id: a b\n"), "c.yaml")
     assert err.value.exit_code == 2
@@ -95,8 +69,7 @@ def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
 def test_the_default_replica_id_is_unique_across_hosts_listening_on_loopback() -> None:
     from daemon.replica import replica_id
 
-    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true",
-                         unready=5, on_shutdown="keep")
+    text = _text(unready=5)
     cfg = parse_config_text(text)
     # the same config on two hosts, each behind a local proxy: two ids, one per host (and port)
     assert replica_id(cfg, "127.0.0.1:50051", "ctl-a") == "ctl-a:50051"
@@ -301,8 +274,7 @@ def test_a_first_heartbeat_refused_by_dynamodb_is_one_line_exit_1() -> None:
     def down(key: str) -> Any:
         raise CloudError("get_item: endpoint unreachable")
 
-    cfg = parse_config_text(CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9",
-                                          replicas="true", unready=0, on_shutdown="keep"))
+    cfg = parse_config_text(_text())
     lease = ClusterLease(None, Claimant(cluster="ha", owner="h:1:n", host="h", pid=1), 6.0)  # type: ignore[arg-type]
 
     async def noop() -> None:
@@ -359,8 +331,7 @@ def _two_roles(endpoint: str, on_windows: Any = None) -> tuple[Any, Any, Any]:
     from scaler.lease import Claimant
     from scaler.replica_demand import ModelWindow
 
-    cfg = parse_config_text(CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint=endpoint,
-                                          replicas="true", unready=0, on_shutdown="keep"))
+    cfg = parse_config_text(_text(endpoint))
     client = make_dynamodb_client("us-east-1", endpoint)
     table = DynamoLeaseTable("costscale-leases", client)
     table.ensure_table()
