@@ -23,7 +23,8 @@ class LeaseSpec(Strict):
         False, description="a daemon that finds the lease held starts as a standby replica (serves queries, "
                            "heartbeats, publishes its demand, retries the lease every ttl_s/3) instead of exiting 1")
     replica_id: str = Field(
-        "", description="this replica's id in the lease table (replicas: true; default HOST:PORT of its listener)")
+        "", description="this replica's id in the lease table (replicas: true; default HOST:PORT of its "
+                           "listener, this host's name for HOST when it listens on loopback or every address)")
 
     unready_s: Annotated[float, Field(ge=0, le=300)] = Field(
         5.0, description="replicas: how long a stopping replica answers health checks NOT_SERVING while it still "

@@ -13,7 +13,8 @@ lease), ``scaler.replica_membership.decide_beat`` (heartbeats) and
   the next generation. The new holder then does what a restarted daemon does: ``reconcile`` from
   EC2's cluster tags (adopt, finish, clean up), and a fleet tick at once.
 * The holder plans for the demand of every live replica: the published windows of the replicas
-  whose heartbeat is live and fresh, summed (``merge_demand``), read with each heartbeat.
+  whose heartbeat is live and fresh, summed (``merge_demand``), read with each heartbeat (the
+  heartbeats and the windows in one Scan of the lease table).
 
 Invariant (with the fence, ``scaler.cluster_lease.FencedCloud``): **at most one replica launches or
 terminates at any instant, and only under a lease generation it holds**. A standby's cloud is
@@ -25,9 +26,13 @@ holder's ClientTokens. A new holder adopts every instance carrying the cluster t
 leaves no orphan and launches nothing twice; the budget holds because only the holder acts and
 the actuator checks every launch against the budget over everything it lists.
 
-Not here yet (issue #27 deliverables 2-4): workers owned by one replica each (a replica dispatches
-to the workers that registered with it), forwarding to an owning replica, NOT_SERVING before a
-drain, a balancer.
+A stopping replica answers health checks NOT_SERVING for ``lease.unready_s`` first (:meth:`ReplicaRole.leave`),
+so a balancer in front (README "High availability: replicas") moves new queries off it.
+
+Not here yet (issue #27 deliverable 2): workers owned by one replica each (a replica dispatches to
+the workers that registered with it; its heartbeat reports ``applied=0``), forwarding to an owning
+replica. Their pure decisions and adapters (``scaler.replica_owners``, ``replica_owning``,
+``replica_assignment``, ``replica_handoff``, ``worker_table``) are built and tested, not wired.
 """
 from __future__ import annotations
 
@@ -38,16 +43,17 @@ import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from config.schema import Config
+from config.security import is_loopback
 from daemon.aws_wiring import DaemonError
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
-from scaler.demand_table import DynamoDemandTable
+from scaler.demand_table import DEMAND, DynamoDemandTable, demands_in
 from scaler.lease import LeaseHeld, holder_text, renew_interval_s
 from scaler.fleet_step import steady_horizon
 from scaler.replica_demand import ModelWindow, MergedDemand, ReplicaDemand, merge_demand, window_of
 from scaler.replica_heartbeat import ReplicaHeartbeat
 from scaler.replica_membership import REPLICA_TTL_S, Replica, live_replicas
-from scaler.replica_table import DynamoReplicaTable
+from scaler.replica_table import REPLICA, DynamoReplicaTable, beats_in
 
 log = logging.getLogger("costscale")
 
@@ -104,9 +110,14 @@ def fleet_left_to_others(role: "ReplicaRole | None") -> str | None:
     return None
 
 
-def replica_id(cfg: Config, address: str) -> str:
-    """This replica's id: ``lease.replica_id``, else its address (:func:`replica_address`)."""
-    return cfg.lease.replica_id or address
+def replica_id(cfg: Config, address: str, host: str) -> str:
+    """This replica's id: ``lease.replica_id``, else its address (:func:`replica_address`), with
+    this ``host``'s name in place of a loopback address: every host running the same config behind
+    a local proxy listens on the same 127.0.0.1:PORT, and the second one's heartbeat would be
+    refused as a live duplicate of the first's."""
+    if cfg.lease.replica_id:
+        return cfg.lease.replica_id
+    return f"{host}:{address.rpartition(':')[2]}" if is_loopback(address) else address
 
 
 class ReplicaRole:
@@ -120,8 +131,9 @@ class ReplicaRole:
         self.windows = windows
         self.on_lead = on_lead
         self.clock = clock
-        self.me = Replica(cluster=cfg.cluster, replica=replica_id(cfg, address), owner=lease.me.owner,
-                          host=lease.me.host, address=address)
+        host = lease.me.host
+        self.me = Replica(cluster=cfg.cluster, replica=replica_id(cfg, address, host), owner=lease.me.owner, host=host,
+                          address=address)
         self.table = DynamoReplicaTable(cfg.lease.table, client, cfg.cluster)
         self.demand_table = DynamoDemandTable(cfg.lease.table, client, cfg.cluster)
         self.heartbeat = ReplicaHeartbeat(self.table, self.me, beat_ttl_s, table_name=cfg.lease.table)
@@ -139,19 +151,22 @@ class ReplicaRole:
         return held.generation if held is not None else None
 
     # -- the jobs ---------------------------------------------------------------------------
-    def _beat_sync(self) -> None:
-        """Heartbeat, publish this replica's windows; the holder reads every replica's."""
+    def _beat_sync(self, windows: Mapping[str, ModelWindow]) -> None:
+        """Heartbeat, publish this replica's ``windows``; the holder reads every replica's."""
         self.heartbeat.beat(applied=0)
         now = round(self.clock(), 3)
-        self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, dict(self.windows())))
-        if self.leading():
-            live = live_replicas(self.table.beats(), now)
+        self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, windows))
+        if self.leading():     # the heartbeats and the windows in one Scan
+            items = self.table.scan_kinds(self.me.cluster, REPLICA, DEMAND)
+            live = live_replicas(beats_in(self.me.cluster, items[REPLICA]), now)
             self.live = tuple(live)
-            self.merged = merge_demand(self.demand_table.read(), live, now)
+            self.merged = merge_demand(demands_in(items[DEMAND]), live, now)
 
     async def beat(self) -> None:
+        """One heartbeat: the windows taken here, on the event loop that records the queries in
+        them, the table calls in a thread."""
         try:
-            await asyncio.to_thread(self._beat_sync)
+            await asyncio.to_thread(self._beat_sync, dict(self.windows()))
         except CloudError as exc:
             log.warning("replica %s: heartbeat not written (%s); retrying", self.me.replica, exc)
 
@@ -159,7 +174,7 @@ class ReplicaRole:
         """The first heartbeat (raises ReplicaIdTaken, one line, when another live process beats
         under this id), then the log line saying which role this replica starts in."""
         try:
-            await asyncio.to_thread(self._beat_sync)
+            await asyncio.to_thread(self._beat_sync, dict(self.windows()))
         except CloudError as exc:     # one line, exit 1 (as the lease's own table errors at start)
             raise DaemonError(f"replica {self.me.replica}: DynamoDB table {self.table.table} refused its first "
                               f"heartbeat: {exc}") from None

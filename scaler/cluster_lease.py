@@ -8,9 +8,9 @@ DynamoDB; anything with ``get`` and a conditional ``write``):
 * ``renew()`` every ttl/3 (the daemon's APScheduler job); raises ``LeaseLost`` once the item has
   another owner or generation, and calls ``on_lost`` once; a failed call (no network) raises the
   cloud error and leaves the lease as it was;
-* ``valid()``: held, not lost, and the local deadline not passed: ttl x (1 - CLOCK_SAFETY) after
-  the last write that landed, on the monotonic clock (the share given up covers clock skew
-  between hosts: another host takes over by its own wall clock);
+* ``valid()``: held, not lost, and the local deadline (:class:`LocalDeadline`) not passed:
+  ttl x (1 - CLOCK_SAFETY) after the last write that landed, on the monotonic clock (the share
+  given up covers clock skew between hosts: another host takes over by its own wall clock);
 * ``release()`` on a clean stop: the item expires now, its generation kept.
 
 ``FencedCloud`` wraps the daemon's ``CloudProvider``: every launch and terminate first asks the
@@ -34,6 +34,25 @@ from scaler.lease import Claimant, Lease, LeaseDecision, LeaseHeld, LeaseLost, d
 CLOCK_SAFETY = 0.2
 WRITE_ATTEMPTS = 3   # read-decide-write rounds lost to other writers before giving up
 GENERATION_TAG = "costscale:lease-generation"   # on each launched instance: the lease it was launched under
+
+
+class LocalDeadline:
+    """Until when this host may trust a write it landed in a shared table (the lease, a replica's
+    heartbeat): ``ttl x (1 - CLOCK_SAFETY)`` after the write *began*, on the monotonic clock.
+    Another host judges the item expired by its own wall clock; the share given up covers the skew
+    between the two clocks, and counting from the start covers the write's own latency."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self.at = 0.0        # monotonic s; nothing landed yet: passed
+
+    def landed(self, started: float) -> None:
+        """A write begun at ``started`` (monotonic s) landed."""
+        self.at = started + self.ttl_s * (1 - CLOCK_SAFETY)
+
+    def passed(self, now: float) -> bool:
+        """The deadline has passed at ``now`` (monotonic s)."""
+        return now >= self.at
 
 
 class LeaseTable(Protocol):
@@ -68,7 +87,7 @@ class ClusterLease:
         self.lost: LeaseLost | None = None
         self.lost_to: Lease | None = None      # the item that took it over (None: deleted)
         self.renew_error: str | None = None    # the last failed renewal, until one lands
-        self._deadline = 0.0
+        self.deadline = LocalDeadline(ttl_s)
         self._mu = threading.Lock()
 
     def _now(self) -> float:
@@ -88,7 +107,7 @@ class ClusterLease:
                 return d, item
             if self.table.write(d.write, d.expect):
                 self.held, self.renew_error = d.write, None
-                self._deadline = start + self.ttl_s * (1 - CLOCK_SAFETY)
+                self.deadline.landed(start)
                 return d, d.write
         item = self.table.get(self.me.cluster)
         return LeaseDecision("refuse" if held is None else "lost", None, item), item
@@ -127,7 +146,7 @@ class ClusterLease:
 
     def valid(self) -> bool:
         """Held, not lost, and inside the local deadline."""
-        return self.held is not None and self.lost is None and self.monotonic() < self._deadline
+        return self.held is not None and self.lost is None and not self.deadline.passed(self.monotonic())
 
     def why_not(self) -> str:
         """Why the lease does not let the daemon act (for a refused call)."""

@@ -14,7 +14,7 @@ holder reads every replica's item (:meth:`DynamoDemandTable.read`) and sums the 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -36,6 +36,15 @@ def window_of_json(d: Mapping[str, Any]) -> ModelWindow:
     mix = BatchMix(np.asarray(d["sizes"], dtype=np.int64), np.asarray(d["fractions"], dtype=float))
     return ModelWindow(arrival_qps=float(d["arrival_qps"]), steady_qps=float(d["steady_qps"]), count=int(d["count"]),
                        total=int(d["total"]), mean_batch=float(d["mean_batch"]), mix=mix, span_s=float(d["span_s"]))
+
+
+def demands_in(items: Iterable[dict[str, Any]]) -> list[ReplicaDemand]:
+    """The replicas' publications among a cluster's ``demand`` items, by replica id."""
+    out = []
+    for item in items:
+        windows = {m: window_of_json(d) for m, d in json.loads(item["windows"]["S"]).items()}
+        out.append(ReplicaDemand(item["replica"]["S"], float(item["at"]["N"]), windows))
+    return sorted(out, key=lambda d: d.replica)
 
 
 class DynamoDemandTable(DynamoItems):
@@ -60,11 +69,7 @@ class DynamoDemandTable(DynamoItems):
 
     def read(self) -> list[ReplicaDemand]:
         """Every replica's published windows (stale ones included: the merge drops them)."""
-        out = []
-        for item in self.scan_prefix(item_key(self.cluster, DEMAND, "")):
-            windows = {m: window_of_json(d) for m, d in json.loads(item["windows"]["S"]).items()}
-            out.append(ReplicaDemand(item["replica"]["S"], float(item["at"]["N"]), windows))
-        return sorted(out, key=lambda d: d.replica)
+        return demands_in(self.scan_prefix(item_key(self.cluster, DEMAND, "")))
 
     def forget(self, me: Replica) -> bool:
         """Delete ``me``'s item if this process wrote it (a clean stop)."""
@@ -72,4 +77,4 @@ class DynamoDemandTable(DynamoItems):
                               {":o": {"S": me.owner}})
 
 
-__all__ = ["DynamoDemandTable", "window_json", "window_of_json"]
+__all__ = ["DEMAND", "DynamoDemandTable", "demands_in", "window_json", "window_of_json"]

@@ -8,7 +8,7 @@ config ``Name`` (letters, digits, ``.``, ``_``, ``-``), so no such key is ever a
 
 :class:`DynamoItems` is one table and its client: every write is a PutItem or DeleteItem
 conditional on what the caller read (a failed condition comes back as False, never an overwrite),
-every read strongly consistent; listing a cluster's items of one kind is a Scan with a
+every read strongly consistent; listing a cluster's items of some kinds is one Scan with a
 ``begins_with`` filter on the key through botocore's paginator (the table holds a few items per
 cluster and replica, so a Scan reads a page or two; a table shared by thousands of clusters would
 want a sort key instead).
@@ -135,19 +135,29 @@ class DynamoItems:
             raise
         return True
 
-    def scan_prefix(self, prefix: str) -> list[dict[str, Any]]:
-        """Every item whose key begins with ``prefix`` (a consistent Scan, all pages)."""
+    def scan_prefix(self, *prefixes: str) -> list[dict[str, Any]]:
+        """Every item whose key begins with one of ``prefixes`` (one consistent Scan, all pages)."""
+        values = {f":p{i}": {"S": p} for i, p in enumerate(prefixes)}
+        condition = " OR ".join(f"begins_with(#k, {v})" for v in values)
+
         def pages() -> list[dict[str, Any]]:
             paginator = self.client.get_paginator("scan")
             out: list[dict[str, Any]] = []
-            for page in paginator.paginate(TableName=self.table, ConsistentRead=True,
-                                           FilterExpression="begins_with(#k, :p)",
-                                           ExpressionAttributeNames={"#k": KEY},
-                                           ExpressionAttributeValues={":p": {"S": prefix}}):
+            for page in paginator.paginate(TableName=self.table, ConsistentRead=True, FilterExpression=condition,
+                                           ExpressionAttributeNames={"#k": KEY}, ExpressionAttributeValues=values):
                 out.extend(page.get("Items", []))
             return out
 
         return list(aws_call("scan", pages, self._typed("scan")))
+
+    def scan_kinds(self, cluster: str, *kinds: str) -> dict[str, list[dict[str, Any]]]:
+        """A cluster's items of each of ``kinds`` (keys ``{cluster}#{kind}#...``), read in one Scan:
+        a Scan reads the whole table whatever its filter, so kinds read one Scan each cost that
+        many reads of the table."""
+        out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+        for item in self.scan_prefix(*(item_key(cluster, kind) + SEP for kind in kinds)):
+            out[item[KEY]["S"].split(SEP)[1]].append(item)
+        return out
 
 
 __all__ = ["CONDITION_FAILED", "CONFIG_CODES", "DynamoItems", "IN_USE", "KEY", "NOT_FOUND", "SEP", "TABLE_WAIT",

@@ -133,8 +133,8 @@ def moved(previous: Mapping[str, str], current: Mapping[str, str], live_replicas
 
 
 def ownership(owner: Mapping[str, str], workers: Sequence[Worker]) -> dict[str, dict[str, list[str]]]:
-    """What ``costscale status`` shows: replica → instance type → its worker ids (sorted); the
-    workers without an owner under the replica name ``""``."""
+    """The owners for ``costscale status`` (not shown there yet): replica → instance type → its
+    worker ids (sorted); the workers without an owner under the replica name ``""``."""
     out: dict[str, dict[str, list[str]]] = {}
     for w, t in sorted(workers):
         out.setdefault(owner.get(w, ""), {}).setdefault(t, []).append(w)

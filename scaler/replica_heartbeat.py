@@ -8,7 +8,8 @@ the way ``scaler.cluster_lease.ClusterLease`` holds the cluster lease:
   raises ``ReplicaIdTaken`` naming the other process when a live one beats under the same replica
   id; a failed call (no network) raises the cloud error and leaves the heartbeat as it was;
 * ``valid()``: a beat landed and its local deadline has not passed: ``ttl x (1 - CLOCK_SAFETY)``
-  after the start of the last write that landed, on the monotonic clock. A replica sends queries
+  after the start of the last write that landed, on the monotonic clock (the lease's
+  ``scaler.cluster_lease.LocalDeadline``). A replica sends queries
   to its workers only while its heartbeat is valid, so it stops before the lease holder, by its
   own wall clock, sees the item expire and gives its workers to the others
   (``scaler.replica_handoff``): a worker is never in use by a dead replica and a live one at once;
@@ -16,6 +17,9 @@ the way ``scaler.cluster_lease.ClusterLease`` holds the cluster lease:
   replica's workers may have moved: it uses none until it has applied owners read after the lapse;
 * ``stop()`` on a clean stop: the item is deleted (if still ours), so the holder moves the workers
   at its next round instead of after the ttl.
+
+``daemon.replica`` beats and stops; ``valid()`` and ``lapses`` serve the workers' handoff, which
+is not wired into the daemon yet.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import threading
 import time
 from typing import Callable, Protocol
 
-from scaler.cluster_lease import CLOCK_SAFETY, WRITE_ATTEMPTS
+from scaler.cluster_lease import WRITE_ATTEMPTS, LocalDeadline
 from scaler.replica_membership import REPLICA_TTL_S, Beat, Replica, ReplicaIdTaken, decide_beat, taken_line
 
 
@@ -49,7 +53,7 @@ class ReplicaHeartbeat:
         self.monotonic = monotonic
         self.held: Beat | None = None
         self.lapses = 0
-        self._deadline = 0.0
+        self.deadline = LocalDeadline(ttl_s)
         self._mu = threading.Lock()
 
     def _now(self) -> float:
@@ -68,10 +72,10 @@ class ReplicaHeartbeat:
                     self.held = None
                     raise ReplicaIdTaken(taken_line(d.expect, self.table_name))
                 if self.table.write_beat(d.write, d.expect):
-                    if self.held is not None and start >= self._deadline:
+                    if self.held is not None and self.deadline.passed(start):
                         self.lapses += 1
                     self.held = d.write
-                    self._deadline = start + self.ttl_s * (1 - CLOCK_SAFETY)
+                    self.deadline.landed(start)
                     return d.write
             item = self.table.beat_item(self.me.replica)
             self.held = None
@@ -81,7 +85,7 @@ class ReplicaHeartbeat:
 
     def valid(self) -> bool:
         """A beat landed and the local deadline has not passed."""
-        return self.held is not None and self.monotonic() < self._deadline
+        return self.held is not None and not self.deadline.passed(self.monotonic())
 
     def stop(self) -> None:
         """Delete the heartbeat item if it is still ours (a clean stop)."""

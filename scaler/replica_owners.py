@@ -13,7 +13,8 @@ the replica table (``scaler.replica_table``; anything with ``beats``, ``owners``
    under the holder's lease generation; nothing is written when nothing changed.
 
 A dead replica's workers are granted to the live ones in the first round after its heartbeat
-expires: within ``REPLICA_TTL_S`` plus one round of its last beat.
+expires: within ``REPLICA_TTL_S`` plus one round of its last beat. Not wired into the daemon yet
+(``daemon.replica`` beats and merges demand; no replica owns workers).
 """
 from __future__ import annotations
 

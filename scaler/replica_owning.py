@@ -20,7 +20,7 @@ instances, two shards keep 0.94-0.99x. So the number of owning replicas is a dec
    ``n // k + 1`` of them).
 
 No I/O, no clock: the caller passes the live replicas (``scaler.replica_membership.live_replicas``),
-the holder, the base-type worker count and the current owners.
+the holder, the base-type worker count and the current owners. Not wired into the daemon yet.
 """
 from __future__ import annotations
 

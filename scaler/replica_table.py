@@ -17,7 +17,7 @@ Two kinds of items beside a cluster's lease (keys from ``scaler.dynamo_items.ite
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterable
 
 from scaler.dynamo_items import KEY, DynamoItems, item_key, num
 from scaler.replica_handoff import Published, Release
@@ -38,6 +38,11 @@ def beat_of(cluster: str, item: dict[str, Any]) -> Beat:
     return Beat(cluster=cluster, replica=item["replica"]["S"], owner=item["owner"]["S"], host=item["host"]["S"],
                 address="" if address == "-" else address, since=float(item["since"]["N"]),
                 expires_at=float(item["expires_at"]["N"]), applied=int(item["applied"]["N"]))
+
+
+def beats_in(cluster: str, items: Iterable[dict[str, Any]]) -> list[Beat]:
+    """The heartbeats among a cluster's ``replica`` items, by replica id."""
+    return sorted((beat_of(cluster, i) for i in items), key=lambda b: b.replica)
 
 
 def owners_json(p: Published) -> str:
@@ -77,8 +82,7 @@ class DynamoReplicaTable(DynamoItems):
     def beats(self) -> list[Beat]:
         """Every replica item of the cluster, live or expired (``replica_membership.live_replicas``
         says which are live)."""
-        prefix = item_key(self.cluster, REPLICA, "")
-        return sorted((beat_of(self.cluster, i) for i in self.scan_prefix(prefix)), key=lambda b: b.replica)
+        return beats_in(self.cluster, self.scan_prefix(item_key(self.cluster, REPLICA, "")))
 
     def forget(self, beat: Beat) -> bool:
         """Delete a replica's item (a clean stop) if it is still ``beat``'s; False otherwise."""
@@ -103,4 +107,4 @@ class DynamoReplicaTable(DynamoItems):
                            {":g": {"N": str(generation)}, ":v": {"N": str(expect_version)}})
 
 
-__all__ = ["DynamoReplicaTable", "beat_item", "beat_of", "owners_json", "published_of"]
+__all__ = ["REPLICA", "DynamoReplicaTable", "beat_item", "beat_of", "beats_in", "owners_json", "published_of"]

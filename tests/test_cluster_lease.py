@@ -13,17 +13,17 @@ import sys
 import time
 from pathlib import Path
 
-import boto3
 import pytest
 
-from config.schema import parse_config_text
+from config.schema import Config, parse_config_text
 from scaler.actuator import FleetActuator
-from scaler.cluster_lease import ClusterLease, Fenced, FencedCloud
+from scaler.cluster_lease import ClusterLease, Fenced, FencedCloud, LocalDeadline
 from scaler.fake_cloud import FakeCloud
 from scaler.lease import Claimant, Lease, LeaseDecision, LeaseHeld, LeaseLost, decide, held_line, released
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
 from scaler.state import StateStore
 from config.catalog import load_catalog
+from tests.lease_helpers import daemon_config, daemon_config_text, live_ids
 
 T0 = 1_700_000_000.0          # 2023-11-14T22:13:20Z
 A = Claimant(cluster="c1", owner="ctl-a:11:aaaa", host="ctl-a", pid=11)
@@ -39,6 +39,13 @@ def lease_of(me: Claimant, since: float, expires_at: float, generation: int) -> 
 
 def test_a_free_cluster_is_taken_at_generation_1_on_condition_that_no_item_exists() -> None:
     assert decide(None, A, None, T0, 60) == LeaseDecision("take", lease_of(A, T0, T0 + 60, 1), None)
+
+
+def test_a_local_deadline_runs_from_the_start_of_the_write_less_the_clock_safety() -> None:
+    deadline = LocalDeadline(10.0)
+    assert deadline.passed(0.0)                              # nothing landed yet
+    deadline.landed(100.0)                                   # a write begun at 100 s landed
+    assert not deadline.passed(107.999) and deadline.passed(108.0)     # 10 s x (1 - 0.2)
 
 
 def test_a_live_holder_is_refused_and_an_expired_one_taken_over_with_the_next_generation() -> None:
@@ -182,47 +189,12 @@ def test_a_lost_lease_fences_the_actuator(moto_endpoint: str, tmp_path: Path) ->
 
 # -- the daemon ----------------------------------------------------------------------------------
 
-DAEMON_CONFIG = """\
-cluster: owned
-budget_per_hour: 1.0
-models:
-  - name: rm2
-    qos_ms: 350
-instance_types:
-  - type: r5n.large
-launch:
-  ami_id: {ami}
-dispatcher:
-  listen: 127.0.0.1:0
-intervals:
-  fleet_s: 3600
-  reconcile_s: 3600
-state_path: {state}
-pinned_pool:
-  r5n.large: 1
-model_scaling:
-  generate_variants: false
-lease:
-  ttl_s: {ttl}
-aws:
-  endpoint_url: {endpoint}
-"""
-
-
-def _daemon_config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60):  # type: ignore[no-untyped-def]
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    ami = ec2.describe_images()["Images"][0]["ImageId"]
-    text = DAEMON_CONFIG.format(ami=ami, state=tmp_path / name / "state.db", ttl=ttl, endpoint=endpoint)
-    (tmp_path / name).mkdir(exist_ok=True)
-    (tmp_path / name / "costscale.yaml").write_text(text)
-    return parse_config_text(text)
+def _daemon_config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60) -> Config:
+    return daemon_config(tmp_path, endpoint, name, "owned", ttl=ttl)
 
 
 def _live(endpoint: str) -> list[str]:
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    res = ec2.describe_instances(Filters=[{"Name": "tag:costscale:cluster", "Values": ["owned"]},
-                                          {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    return sorted(i["InstanceId"] for r in res["Reservations"] for i in r["Instances"])
+    return live_ids(endpoint, "owned")
 
 
 def test_a_second_daemon_is_refused_naming_the_holder_and_starts_once_it_is_gone(moto_endpoint: str,
@@ -356,7 +328,7 @@ def test_costscale_run_refused_by_a_live_lease_is_one_line_exit_1(moto_endpoint:
 def test_a_bad_lease_section_is_a_config_error_naming_the_field() -> None:
     from config.errors import ConfigError
 
-    text = DAEMON_CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=1, endpoint="http://127.0.0.1:9")
+    text = daemon_config_text("owned", ttl=1)
     with pytest.raises(ConfigError) as err:
         parse_config_text(text.replace("lease:\n", "lease:\n  table: a/b\n"), "c.yaml")
     assert err.value.exit_code == 2

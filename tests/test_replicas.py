@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -16,55 +17,30 @@ import grpc
 import pytest
 
 from config.errors import ConfigError
-from config.schema import parse_config_text
+from config.schema import Config, parse_config_text
 from scaler.fleet_step import plan_id_for
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
-
-CONFIG = """\
-cluster: ha
-budget_per_hour: 1.0
-models:
-  - name: rm2
-    qos_ms: 350
-instance_types:
-  - type: r5n.large
-launch:
-  ami_id: {ami}
-dispatcher:
-  listen: 127.0.0.1:0
-intervals:
-  fleet_s: 3600
-  reconcile_s: 3600
-state_path: {state}
-on_shutdown: {on_shutdown}
-pinned_pool:
-  r5n.large: 1
-model_scaling:
-  generate_variants: false
-lease:
-  ttl_s: {ttl}
-  replicas: {replicas}
-  unready_s: {unready}
-aws:
-  endpoint_url: {endpoint}
-"""
+from tests.lease_helpers import daemon_config, daemon_config_text, live_ids
 
 
-def _config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60, replicas: bool = True,  # type: ignore[no-untyped-def]
-            unready: float = 0, on_shutdown: str = "keep"):
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    ami = ec2.describe_images()["Images"][0]["ImageId"]
-    text = CONFIG.format(ami=ami, state=tmp_path / name / "state.db", ttl=ttl, endpoint=endpoint,
-                         replicas=str(replicas).lower(), unready=unready, on_shutdown=on_shutdown)
-    (tmp_path / name).mkdir(exist_ok=True)
-    return parse_config_text(text)
+def _lease_lines(replicas: bool, unready: float) -> str:
+    return f"  replicas: {str(replicas).lower()}\n  unready_s: {unready}\n"
+
+
+def _config(tmp_path: Path, endpoint: str, name: str, ttl: float = 60, replicas: bool = True, unready: float = 0,
+            on_shutdown: str = "keep") -> Config:
+    return daemon_config(tmp_path, endpoint, name, "ha", ttl=ttl, extra=f"on_shutdown: {on_shutdown}\n",
+                         lease=_lease_lines(replicas, unready))
+
+
+def _text(endpoint: str = "http://127.0.0.1:9", unready: float = 0) -> str:
+    """A replicas config that is only parsed (ttl 6 s)."""
+    return daemon_config_text("ha", endpoint=endpoint, ttl=6, extra="on_shutdown: keep\n",
+                              lease=_lease_lines(True, unready))
 
 
 def _live(endpoint: str) -> list[str]:
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-    res = ec2.describe_instances(Filters=[{"Name": "tag:costscale:cluster", "Values": ["ha"]},
-                                          {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    return sorted(i["InstanceId"] for r in res["Reservations"] for i in r["Instances"])
+    return live_ids(endpoint, "ha")
 
 
 # -- pure ----------------------------------------------------------------------------------------
@@ -80,8 +56,7 @@ def test_plan_ids_lead_with_the_lease_generation_and_are_unchanged_without_one()
 
 
 def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
-    text = CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9", replicas="true", unready=5,
-                         on_shutdown="keep")
+    text = _text(unready=5)
     with pytest.raises(ConfigError) as err:
         parse_config_text(text.replace("  replicas: true\n", "  replicas: true\n  replica_id: a b\n"), "c.yaml")
     assert err.value.exit_code == 2
@@ -89,6 +64,21 @@ def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
                                "or '-'"]
     cfg = parse_config_text(text)
     assert (cfg.lease.replicas, cfg.lease.replica_id) == (True, "")
+
+
+def test_the_default_replica_id_is_unique_across_hosts_listening_on_loopback() -> None:
+    from daemon.replica import replica_id
+
+    text = _text(unready=5)
+    cfg = parse_config_text(text)
+    # the same config on two hosts, each behind a local proxy: two ids, one per host (and port)
+    assert replica_id(cfg, "127.0.0.1:50051", "ctl-a") == "ctl-a:50051"
+    assert replica_id(cfg, "127.0.0.1:50051", "ctl-b") == "ctl-b:50051"
+    assert replica_id(cfg, "127.0.0.1:50052", "ctl-a") == "ctl-a:50052"      # two replicas on one host
+    assert replica_id(cfg, "[::1]:50051", "ctl-a") == "ctl-a:50051"
+    assert replica_id(cfg, "10.0.0.11:50051", "ctl-a") == "10.0.0.11:50051"  # a routable listener: its address
+    named = parse_config_text(text.replace("  replicas: true\n", "  replicas: true\n  replica_id: ctl-a\n"))
+    assert replica_id(named, "127.0.0.1:50051", "ctl-b") == "ctl-a"            # lease.replica_id wins
 
 
 # -- two daemons on moto -------------------------------------------------------------------------
@@ -270,7 +260,7 @@ def test_on_shutdown_terminate_hands_the_fleet_over_while_another_replica_lives(
     with caplog.at_level(logging.INFO, logger="costscale"):
         first, handed, last = asyncio.run(scenario())
     assert len(first) == 1 and handed == first and last == []
-    assert any(r.getMessage().startswith("on_shutdown: terminate skipped: replica 127.0.0.1:") and
+    assert any(r.getMessage().startswith(f"on_shutdown: terminate skipped: replica {socket.gethostname()}:") and
                r.getMessage().endswith(" live: the next to take the lease runs the fleet") for r in caplog.records)
 
 
@@ -284,8 +274,7 @@ def test_a_first_heartbeat_refused_by_dynamodb_is_one_line_exit_1() -> None:
     def down(key: str) -> Any:
         raise CloudError("get_item: endpoint unreachable")
 
-    cfg = parse_config_text(CONFIG.format(ami="ami-1", state="/tmp/x.db", ttl=6, endpoint="http://127.0.0.1:9",
-                                          replicas="true", unready=0, on_shutdown="keep"))
+    cfg = parse_config_text(_text())
     lease = ClusterLease(None, Claimant(cluster="ha", owner="h:1:n", host="h", pid=1), 6.0)  # type: ignore[arg-type]
 
     async def noop() -> None:
@@ -296,7 +285,7 @@ def test_a_first_heartbeat_refused_by_dynamodb_is_one_line_exit_1() -> None:
     with pytest.raises(DaemonError) as err:
         asyncio.run(role.start())
     assert err.value.exit_code == 1
-    assert str(err.value) == ("replica 127.0.0.1:5: DynamoDB table costscale-leases refused its first heartbeat: "
+    assert str(err.value) == ("replica h:5: DynamoDB table costscale-leases refused its first heartbeat: "
                               "get_item: endpoint unreachable")
 
 
@@ -329,3 +318,65 @@ def test_the_holder_plans_for_the_merged_windows_of_every_replica(moto_endpoint:
 
     own, merged, want = asyncio.run(scenario())
     assert merged == want and merged != own
+
+
+def _two_roles(endpoint: str, on_windows: Any = None) -> tuple[Any, Any, Any]:
+    """A holder (replica 10.0.0.1:5, the lease taken) and a standby (10.0.0.2:6) of cluster ha on
+    moto, each publishing one rm2 window (``on_windows`` called as each takes it); and the client."""
+    import numpy as np
+
+    from daemon.replica import ReplicaRole
+    from scaler.batch_mix import BatchMix
+    from scaler.cluster_lease import ClusterLease
+    from scaler.lease import Claimant
+    from scaler.replica_demand import ModelWindow
+
+    cfg = parse_config_text(_text(endpoint))
+    client = make_dynamodb_client("us-east-1", endpoint)
+    table = DynamoLeaseTable("costscale-leases", client)
+    table.ensure_table()
+    window = ModelWindow(4.0, 3.0, 40, 40, 2.0, BatchMix(np.array([2], dtype=np.int64), np.array([1.0])), 10.0)
+
+    async def noop() -> None:
+        return None
+
+    def windows() -> dict[str, ModelWindow]:
+        if on_windows is not None:
+            on_windows()
+        return {"rm2": window}
+
+    def role(pid: int, port: int) -> ReplicaRole:
+        lease = ClusterLease(table, Claimant(cluster="ha", owner=f"h:{pid}:n", host="h", pid=pid), 6.0)
+        return ReplicaRole(cfg, lease, client, f"10.0.0.{pid}:{port}", windows, noop)
+
+    holder, standby = role(1, 5), role(2, 6)
+    holder.lease.acquire()
+    return holder, standby, client
+
+
+def test_the_holders_beat_reads_every_heartbeat_and_window_in_one_scan(moto_endpoint: str) -> None:
+    holder, standby, client = _two_roles(moto_endpoint)
+    scans: list[str] = []
+    client.meta.events.register("before-call.dynamodb.Scan", lambda **kw: scans.append("scan"))
+    asyncio.run(standby.beat())
+    assert scans == [] and standby.merged is None                   # a standby reads nobody's items
+    asyncio.run(holder.beat())
+    assert scans == ["scan"]                                        # heartbeats and windows: one Scan
+    assert holder.live == ("10.0.0.1:5", "10.0.0.2:6")
+    assert holder.merged is not None and holder.merged.replicas == holder.live
+    assert holder.merged.windows["rm2"].steady_qps == 6.0 and holder.merged.windows["rm2"].count == 80
+
+
+def test_a_replica_takes_its_windows_on_the_event_loop_not_in_the_beats_thread(moto_endpoint: str) -> None:
+    import threading
+
+    threads: list[int] = []
+    holder, standby, _ = _two_roles(moto_endpoint, lambda: threads.append(threading.get_ident()))
+
+    async def beats() -> int:
+        await standby.start()
+        await holder.beat()
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(beats())
+    assert threads == [loop_thread, loop_thread]

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import boto3
 import grpc
@@ -35,8 +36,9 @@ import pytest
 
 from config.catalog import load_catalog
 from config.pids import pid_alive
-from scaler.cloud import CLUSTER_TAG
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
+from tests.conftest import free_port
+from tests.lease_helpers import live_instances
 
 pytestmark = pytest.mark.slow
 
@@ -119,16 +121,21 @@ http {{
     raise AssertionError("nginx did not listen")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _live(ec2: Any) -> list[tuple[str, str]]:
+    return live_instances(ec2, CLUSTER)
 
 
-def _live(ec2) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
-    res = ec2.describe_instances(Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [CLUSTER]},
-                                          {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    return sorted((i["InstanceId"], i["InstanceType"]) for r in res["Reservations"] for i in r["Instances"])
+def _stop(*procs: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM every replica still running, then wait for each (killed after 60 s)."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        if p is not None:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 class Sampler(threading.Thread):
@@ -198,7 +205,7 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
     table = DynamoLeaseTable("costscale-leases", make_dynamodb_client("us-east-1", moto_endpoint))
-    pa, pb_port = _free_port(), _free_port()
+    pa, pb_port = free_port(), free_port()
     sampler = Sampler(moto_endpoint)
     sampler.start()
     a, a_log = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
@@ -215,7 +222,7 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
         assert "starting as a standby replica" in b_log.read_text()
 
         if nginx:
-            front = _free_port()
+            front = free_port()
             balancer = _start_nginx(tmp_path, front, [pa, pb_port])
             target, options = f"127.0.0.1:{front}", []
         else:
@@ -237,15 +244,7 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
         if balancer is not None:
             balancer.terminate()
             balancer.wait(timeout=30)
-        for p in (a, b):
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in (a, b):
-            if p is not None:
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        _stop(a, b)
     ok = sum(1 for o in outcomes if o == "OK")
     unavailable = sum(1 for o in outcomes if o == "UNAVAILABLE")
     other = [o for o in outcomes if o not in ("OK", "UNAVAILABLE")]
@@ -315,7 +314,7 @@ def test_a_replica_stopped_under_load_leaves_the_balancing_before_it_refuses(mot
                                                                              tmp_path: Path) -> None:
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
-    pa, pb_port = _free_port(), _free_port()
+    pa, pb_port = free_port(), free_port()
     a, a_log = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
     b: subprocess.Popen[bytes] | None = None
     try:
@@ -326,15 +325,7 @@ def test_a_replica_stopped_under_load_leaves_the_balancing_before_it_refuses(mot
         b_text = b_log.read_text()
         live = _live(ec2)
     finally:
-        for p in (a, b):
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in (a, b):
-            if p is not None:
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        _stop(a, b)
     failed = [o for o in outcomes if o != "OK"]
     print(f"replicas e2e (SIGTERM of a standby, health-checked round_robin): {len(outcomes)} queries, "
           f"{len(outcomes) - len(failed)} answered, failed {failed}")
