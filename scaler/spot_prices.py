@@ -5,9 +5,9 @@
   same price), ``StartTime`` now: EC2 then answers with the price in force now per type and zone
   (the latest entry of each pair is taken; botocore retries transient faults in its standard mode,
   ``scaler.aws_client``). IAM: ``ec2:DescribeSpotPriceHistory``.
-* Prices are cached in a JSON file beside the state store (0600) for :data:`CACHE_TTL_S`; a lookup
-  within it asks nothing, one after it refreshes (the daemon looks up again every fleet interval,
-  so a price that moved is seen within the hour).
+* Prices are cached in a JSON file beside the state store (0600, :mod:`scaler.price_cache`) for
+  :data:`CACHE_TTL_S`; a lookup within it asks nothing, one after it refreshes (the daemon looks up
+  again every fleet interval, so a price that moved is seen within the hour).
 * When EC2 fails (no permission, no network) a cached price of any age stands in, else the shipped
   table's (``config/spot_prices.csv``), with one warning line; a pair neither knows is left out, and
   the decisions plan that type on-demand in that zone (``scaler.spot_market``).
@@ -16,18 +16,14 @@ The decisions take the result as a plain mapping (``SpotMarket.from_config``).
 """
 from __future__ import annotations
 
-import json
-import logging
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from config.files import write_atomic
 from config.spot_catalog import SpotPrices, load_spot_table
 from scaler.aws_client import make_client
-
-log = logging.getLogger("costscale")
+from scaler.price_cache import Entry, cache_entry, read_cache, short_error, write_cache
 
 #: a cached spot price is asked for again after this long (s)
 CACHE_TTL_S = 3600.0
@@ -90,24 +86,13 @@ class SpotPriceSource:
             entries.extend(page.get("SpotPriceHistory", []))
         return parse_history(entries, types, zones)
 
-    def _read_cache(self) -> dict[str, dict[str, dict[str, float]]]:
-        try:
-            data = json.loads(self.cache_path.read_text(encoding="utf-8"))
-            if data.get("version") != CACHE_VERSION or data.get("region") != self.region:
-                return {}
-            return {t: {z: {"usd_per_hour": float(e["usd_per_hour"]), "fetched_at": float(e["fetched_at"])}
-                        for z, e in by_zone.items()} for t, by_zone in data.get("prices", {}).items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {}
+    def _read_cache(self) -> dict[str, dict[str, Entry]]:
+        return read_cache(self.cache_path, CACHE_VERSION, lambda data: {} if data.get("region") != self.region else {
+            t: {z: cache_entry(e) for z, e in by_zone.items()} for t, by_zone in data.get("prices", {}).items()}, {})
 
-    def _write_cache(self, entries: dict[str, dict[str, dict[str, float]]]) -> None:
-        text = json.dumps({"version": CACHE_VERSION, "region": self.region, "prices": entries}, indent=1,
-                          sort_keys=True)
-        try:
-            write_atomic(self.cache_path, text.encode())
-            self.cache_path.chmod(0o600)
-        except OSError as exc:
-            log.warning("spot prices: cannot write the cache %s (%s)", self.cache_path, exc.strerror or exc)
+    def _write_cache(self, entries: dict[str, dict[str, Entry]]) -> None:
+        write_cache(self.cache_path, {"version": CACHE_VERSION, "region": self.region, "prices": entries},
+                    "spot prices")
 
     def lookup(self, types: Sequence[str], zones: Sequence[str], fetch: bool = True) -> tuple[SpotPrices, str | None]:
         """Prices of ``types`` in ``zones``: fresh cache entries, else EC2 (when ``fetch``), else
@@ -122,8 +107,7 @@ class SpotPriceSource:
             try:
                 got = self.fetch(types, zones)
             except Exception as exc:  # noqa: BLE001 - any failure: the fallback, with a warning
-                err = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
-                error = f"{err['Code']}: {err.get('Message', '')}" if err.get("Code") else f"{type(exc).__name__}: {exc}"
+                error = short_error(exc)
             else:
                 for t, by_zone in got.items():
                     for z, p in by_zone.items():
