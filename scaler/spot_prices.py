@@ -7,7 +7,8 @@
   ``scaler.aws_client``). IAM: ``ec2:DescribeSpotPriceHistory``.
 * Prices are cached in a JSON file beside the state store (0600, :mod:`scaler.price_cache`) for
   :data:`CACHE_TTL_S`; a lookup within it asks nothing, one after it refreshes (the daemon looks up
-  again every fleet interval, so a price that moved is seen within the hour).
+  again every fleet interval, so a price that moved is seen within the hour). A pair EC2 answers
+  with no price (a type not offered in a zone) is not asked for again within the hour either.
 * When EC2 fails (no permission, no network) a cached price of any age stands in, else the shipped
   table's (``config/spot_prices.csv``), with one warning line; a pair neither knows is left out, and
   the decisions plan that type on-demand in that zone (``scaler.spot_market``).
@@ -66,6 +67,7 @@ class SpotPriceSource:
         self.region, self.cache_path, self.clock = region, cache_path, clock
         self._client, self._endpoint, self._attempts = client, endpoint_url, max_attempts
         self.requests = 0       # pages asked for (tests, logs)
+        self._unlisted: dict[tuple[str, str], float] = {}   # (type, zone) EC2 answered without a price -> when
 
     @property
     def client(self) -> Any:
@@ -102,24 +104,29 @@ class SpotPriceSource:
         now = self.clock()
         want = [(t, z) for t in types for z in zones]
         fresh = {(t, z) for t, z in want if now - cached.get(t, {}).get(z, {}).get("fetched_at", -1e18) < CACHE_TTL_S}
+        # asked within the hour: fresh, or listed by EC2 with no price (asked again after the hour, not each lookup)
+        asked = fresh | {k for k in want if now - self._unlisted.get(k, -1e18) < CACHE_TTL_S}
         error: str | None = None
-        if fetch and len(fresh) < len(want):
+        if fetch and len(asked) < len(want):
             try:
                 got = self.fetch(types, zones)
             except Exception as exc:  # noqa: BLE001 - any failure: the fallback, with a warning
                 error = short_error(exc)
             else:
-                for t, by_zone in got.items():
-                    for z, p in by_zone.items():
-                        cached.setdefault(t, {})[z] = {"usd_per_hour": p, "fetched_at": now}
+                for t, z in want:
+                    if z in got.get(t, {}):
+                        cached.setdefault(t, {})[z] = {"usd_per_hour": got[t][z], "fetched_at": now}
                         fresh.add((t, z))
+                        self._unlisted.pop((t, z), None)
+                    else:
+                        self._unlisted[(t, z)] = now
                 if got:
                     self._write_cache(cached)
-        table = load_spot_table(self.region)
+        table = load_spot_table(self.region) if any(z not in cached.get(t, {}) for t, z in want) else {}
         out: SpotPrices = {}
         stale, from_table, missing = [], [], []
         for t, z in want:
-            if (t, z) in fresh or z in cached.get(t, {}):
+            if z in cached.get(t, {}):
                 out.setdefault(t, {})[z] = cached[t][z]["usd_per_hour"]
                 if (t, z) not in fresh:
                     stale.append(f"{t}@{z}")
