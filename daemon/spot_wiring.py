@@ -27,6 +27,7 @@ import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from config.schema import Config
+from config.spot import spot_types
 from scaler.actuator import ApplyReport, FleetActuator
 from scaler.cloud import CloudProvider, ManagedInstance
 from scaler.fleet_step import replan_without_unavailable
@@ -114,8 +115,7 @@ class FleetMarket:
     # ---- prices -------------------------------------------------------------------------------
     def _lookup(self, cfg: Config, fetch: bool = True) -> Mapping[str, Mapping[str, float]]:
         assert self.prices is not None and cfg.spot is not None
-        types = [t.type for t in cfg.instance_types if t.market != "on_demand"]
-        got, warning = self.prices.lookup(types, list(cfg.spot.zones), fetch=fetch)
+        got, warning = self.prices.lookup(spot_types(cfg.instance_types), list(cfg.spot.zones), fetch=fetch)
         if warning:
             log.warning("%s", warning)
         return got
@@ -226,7 +226,7 @@ async def open_market(cfg: Config, actuator: FleetActuator, cloud: CloudProvider
     ``set_spot_prices``) is told the prices billed now, and again whenever they move."""
     fm = FleetMarket(actuator, cloud)
     fm.on_prices = on_prices
-    if cfg.spot is not None and any(t.market != "on_demand" for t in cfg.instance_types):
+    if cfg.spot is not None and spot_types(cfg.instance_types):
         fm.prices = SpotPriceSource(cfg.region, cache_path_for(cfg.state_path), endpoint_url=cfg.aws.endpoint_url)
         got = await asyncio.to_thread(fm._lookup, cfg)
         fm.spot = SpotFleet(cfg, SpotMarket.from_config(cfg, got), actuator, cloud.list_managed)

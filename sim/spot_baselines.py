@@ -22,6 +22,7 @@ from typing import Collection, Mapping, Sequence
 
 from config.profiles import ProfileTable
 from config.schema import Config
+from config.spot import spot_types
 from scaler import fleet_step
 from scaler.cloud import ManagedInstance
 from scaler.fleet_decision import SloCheck
@@ -47,7 +48,8 @@ def on_demand_only(cfg: Config) -> Config:
 
 
 def spot_enabled(cfg: Config) -> bool:
-    return any(t.market != "on_demand" for t in cfg.instance_types)
+    """Some type of ``cfg`` may run spot."""
+    return bool(spot_types(cfg.instance_types))
 
 
 class SpotHedgePolicy:
