@@ -93,11 +93,16 @@ class FleetMarket:
         return self.spot.actuate(target, plan_id, retire, listed if listed is not None else self.cloud.list_managed())
 
     def reload(self, cfg: Config) -> None:
-        """A reloaded config: the actuator's catalog, with the spot slots' prices."""
+        """A reloaded config: the actuator's catalog; with spot, the market rebuilt from it (markets,
+        on-demand prices, zones, max_price, overprovision, fallback) at the spot prices held now (a
+        zone new to the config is priced by the next refresh) and the spot slots repriced. Spot
+        turned on where the daemon started without it waits for a restart."""
         self.actuator.catalog = cfg.catalog()
         if self.spot is not None:
             self.spot.cfg = cfg
-            self.spot.reprice(self.spot.market)
+            self.spot.reprice(SpotMarket.from_config(cfg, self.spot.market.spot))
+        elif cfg.spot is not None and spot_types(cfg.instance_types):
+            log.warning("reload: spot capacity (market, spot) changed: restart to apply (the daemon runs on-demand)")
         self.publish_prices()
 
     def billed_prices(self) -> dict[str, float]:
@@ -114,7 +119,9 @@ class FleetMarket:
 
     # ---- prices -------------------------------------------------------------------------------
     def _lookup(self, cfg: Config, fetch: bool = True) -> Mapping[str, Mapping[str, float]]:
-        assert self.prices is not None and cfg.spot is not None
+        assert self.prices is not None
+        if cfg.spot is None:                         # spot turned off by a reload: no spot price to ask
+            return {}
         got, warning = self.prices.lookup(spot_types(cfg.instance_types), list(cfg.spot.zones), fetch=fetch)
         if warning:
             log.warning("%s", warning)
@@ -195,11 +202,10 @@ class FleetMarket:
         if self.spot is None:
             return
         set_handler(self.on_notice(lock, drain, tick_soon, loop))
-        interval_s = cfg_of().intervals.fleet_s
 
         async def refresh() -> None:
             while True:
-                await asyncio.sleep(interval_s)
+                await asyncio.sleep(cfg_of().intervals.fleet_s)      # a reload's interval from the next one on
                 try:
                     if await self.refresh(cfg_of(), lock):
                         tick_soon("spot price")
