@@ -48,6 +48,7 @@ class FleetMarket:
     def __init__(self, actuator: FleetActuator, cloud: CloudProvider, spot: SpotFleet | None = None) -> None:
         self.actuator, self.cloud, self.spot = actuator, cloud, spot
         self.prices: SpotPriceSource | None = None
+        self._warned: str | None = None                     # the price lookup's last warning
         self.notices: list[tuple[float, str, str]] = []     # (monotonic time, instance id, kind)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: list[asyncio.TimerHandle] = []
@@ -123,8 +124,11 @@ class FleetMarket:
         if cfg.spot is None:                         # spot turned off by a reload: no spot price to ask
             return {}
         got, warning = self.prices.lookup(spot_types(cfg.instance_types), list(cfg.spot.zones), fetch=fetch)
-        if warning:
+        if warning and warning != self._warned:      # once, not every fleet interval while it stands
             log.warning("%s", warning)
+        elif warning:
+            log.debug("%s", warning)
+        self._warned = warning
         return got
 
     async def refresh(self, cfg: Config, lock: asyncio.Lock) -> bool:
