@@ -26,7 +26,7 @@ from scaler.cloud import ManagedInstance
 from scaler.fleet_step import replan_without_unavailable
 from scaler.joint_plan import JointPlan
 from scaler.spot_market import (Placement, PlanningView, SpotMarket, SpotState, after_apply, after_notice,
-                                overprovision, place, planning_prices, settle)
+                                after_reprice, overprovision, place, planning_prices, settle)
 from scaler.spot_slots import base_type, is_spot, typed
 
 
@@ -117,7 +117,9 @@ class SpotFleet:
         self.actuator.catalog.update(slot_catalog(cfg, market))
 
     def reprice(self, market: SpotMarket) -> None:
-        """New spot prices (a refresh, a price step): the market and the actuator's slot prices."""
+        """New spot prices (a refresh, a reload, a price step): the market, the actuator's slot prices,
+        and a newly priced slot suspect (:func:`scaler.spot_market.after_reprice`)."""
+        self.state = after_reprice(self.state, self.market, market)
         self.market = market
         self.actuator.catalog.update(slot_catalog(self.cfg, market))
 
