@@ -21,7 +21,7 @@ comes back is tried again when its cooldown ends.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from config.schema import Config
@@ -60,10 +60,6 @@ class SpotReplayFleet(ReplayFleet):
     @property
     def market(self) -> SpotMarket:
         return self.spot.market
-
-    @market.setter
-    def market(self, market: SpotMarket) -> None:
-        self.spot.market = market
 
     @property
     def policy(self) -> SpotPolicy:
@@ -193,11 +189,9 @@ class SpotDriver:
     def _price(self, st: SpotPriceStep) -> None:
         fleet = self.fleet
         assert fleet is not None and self.ledger is not None
-        slot = slot_of(st.instance_type, st.zone)
         self.market = self.market.with_price(st.instance_type, st.zone, st.price)
-        fleet.market = self.market
-        fleet.actuator.catalog[slot] = replace(fleet.actuator.catalog[slot], price_per_hour=float(st.price))
-        self.ledger.reprice(fleet.clock.now(), {slot: float(st.price)})
+        fleet.spot.reprice(self.market)                   # the market and the actuator's slot prices
+        self.ledger.reprice(fleet.clock.now(), {slot_of(st.instance_type, st.zone): float(st.price)})
         fleet.fleet_tick("spot price")
 
     # ---- the report ------------------------------------------------------------------------
