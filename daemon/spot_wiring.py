@@ -3,10 +3,11 @@ fresh, and interruption notices (the workers' IMDS watch, and optionally EventBr
 SQS) turned into the same decisions the replay takes.
 
 :class:`FleetMarket` is what ``daemon/app.py`` calls where the fleet tick prices, types, extends and
-applies a target. With no spot type in the config it does exactly what the daemon did before
-(the config as it is, the types out of capacity, the actuator's apply); with one it hands every call
-to :class:`scaler.spot_fleet.SpotFleet`, the very hooks ``sim/replay_spot.py`` calls, so the daemon
-and the replay take one set of spot decisions (:mod:`scaler.spot_market`):
+applies a target: :class:`scaler.spot_fleet.MarketHooks`, the very hooks the replay's fleet loop
+calls (with no spot type in the config exactly what the daemon did before: the config as it is,
+the types out of capacity, the actuator's apply; with one :class:`scaler.spot_fleet.SpotFleet`'s),
+so the daemon and the replay take one set of spot decisions (:mod:`scaler.spot_market`). Around
+them, the daemon's spot I/O:
 
 * prices: ``scaler.spot_prices.SpotPriceSource`` (describe_spot_price_history, cached beside the
   state store, the shipped table as fallback) at start and again every fleet interval (the cache
@@ -28,11 +29,9 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from config.schema import Config
 from config.spot import spot_types
-from scaler.actuator import ApplyReport, FleetActuator
-from scaler.cloud import CloudProvider, ManagedInstance
-from scaler.fleet_step import replan_without_unavailable
-from scaler.joint_plan import JointPlan
-from scaler.spot_fleet import SpotFleet
+from scaler.actuator import FleetActuator
+from scaler.cloud import CloudProvider
+from scaler.spot_fleet import MarketHooks, SpotFleet
 from scaler.spot_market import DRAIN_LEAD_S, SpotMarket
 from scaler.spot_prices import SpotPriceSource, cache_path_for
 from scaler.spot_slots import is_spot
@@ -42,11 +41,14 @@ log = logging.getLogger("costscale")
 Drain = Callable[[str], Awaitable[bool]]
 
 
-class FleetMarket:
-    """The fleet tick's market hooks (module docstring)."""
+class FleetMarket(MarketHooks):
+    """The fleet tick's market hooks (:class:`scaler.spot_fleet.MarketHooks`, the replay's too) and
+    the daemon's spot I/O around them (module docstring)."""
 
     def __init__(self, actuator: FleetActuator, cloud: CloudProvider, spot: SpotFleet | None = None) -> None:
-        self.actuator, self.cloud, self.spot = actuator, cloud, spot
+        super().__init__(actuator, spot)
+        self.actuator: FleetActuator = actuator
+        self.cloud = cloud
         self.prices: SpotPriceSource | None = None
         self._warned: str | None = None                     # the price lookup's last warning
         self.notices: list[tuple[float, str, str]] = []     # (monotonic time, instance id, kind)
@@ -56,42 +58,6 @@ class FleetMarket:
         #: told every slot's $/hr billed now, when the spot prices are set or move (the dispatcher's
         #: ``set_spot_prices``: Status, the metrics and the spend price spot instances at them)
         self.on_prices: Callable[[dict[str, float]], None] | None = None
-
-    # ---- the hooks of a fleet tick (the replay's ReplayFleet / SpotReplayFleet have the same) ----
-    def deciding(self, cfg: Config) -> tuple[Config, list[str]]:
-        """A plan is made now: the config priced at what each type can buy, the types left out."""
-        if self.spot is None:
-            return cfg, sorted(self.actuator.unavailable_types())
-        self.spot.decided()
-        priced, out = self.spot.planning()
-        return priced, sorted(out)
-
-    def plan_key(self) -> frozenset[str]:
-        return self.spot.plan_key() if self.spot is not None else frozenset(self.actuator.unavailable_types())
-
-    def replan_now(self, plan: JointPlan | None, target: dict[str, int]) -> bool:
-        if self.spot is None:
-            return replan_without_unavailable(plan, target, self.actuator.unavailable_types())
-        return self.spot.replan_now(plan, target)
-
-    def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return self.spot.typed(instances) if self.spot is not None else instances
-
-    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return self.spot.parking_view(instances) if self.spot is not None else instances
-
-    def type_price(self, instance_type: str) -> float:
-        return self.spot.type_price(instance_type) if self.spot is not None else self.actuator.price(instance_type)
-
-    def extend_target(self, target: dict[str, int]) -> dict[str, int]:
-        return self.spot.extend_target(target) if self.spot is not None else target
-
-    def actuate(self, target: dict[str, int], plan_id: str, retire: list[str],
-                listed: list[ManagedInstance] | None) -> ApplyReport:
-        """The actuator moves the pool to ``target`` (spot: through the slot placement)."""
-        if self.spot is None:
-            return self.actuator.apply(target, plan_id, retire, listed)
-        return self.spot.actuate(target, plan_id, retire, listed if listed is not None else self.cloud.list_managed())
 
     def reload(self, cfg: Config) -> None:
         """A reloaded config: the actuator's catalog; with spot, the market rebuilt from it (markets,

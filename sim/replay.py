@@ -263,7 +263,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
     baselines of :mod:`sim.replay_baselines`); ``on_query_loop`` receives the query loops (model →
     loop) once built; ``accuracy_round``: with ``decide_fn``, the model loop's accuracy round runs
     all the same (a baseline's, ``accuracy_only``); ``spot_policy``: where spot capacity goes when a
-    type may run spot (default costscale's, :class:`sim.replay_spot.CostscaleSpot`)."""
+    type may run spot (default costscale's, :class:`scaler.spot_fleet.CostscaleSpot`)."""
     if not duration_s > 0:
         raise ValueError("duration must be > 0")
     wall0 = time.perf_counter()

@@ -25,11 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from config.schema import Config
-from scaler.actuator import ApplyReport
 from scaler.cloud import CLUSTER_TAG, ManagedInstance
-from scaler.joint_plan import JointPlan, ModelShare
-from scaler.replan import DemandView
-from scaler.spot_fleet import CostscaleSpot, SpotFleet, SpotPolicy, priced_config, slot_catalog
+from scaler.spot_fleet import MarketHooks, SpotFleet, SpotPolicy
 from scaler.spot_market import DRAIN_LEAD_S, Placement, SpotMarket, SpotState
 from scaler.spot_slots import slot_of, split_slot
 from sim.ledger import CostLedger
@@ -51,11 +48,13 @@ class SpotPriceStep:
 
 class SpotReplayFleet(ReplayFleet):
     """The replay's fleet loop with spot markets (module docstring): its hooks are
-    :class:`scaler.spot_fleet.SpotFleet`'s, the very ones the daemon calls."""
+    :class:`scaler.spot_fleet.MarketHooks` over a :class:`scaler.spot_fleet.SpotFleet`, the very
+    ones the daemon calls."""
 
     def __init__(self, *args: Any, market: SpotMarket, policy: SpotPolicy | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.spot = SpotFleet(self.cfg, market, self.actuator, self.cloud.list_managed, policy)
+        self.hooks = MarketHooks(self.actuator, self.spot)
 
     @property
     def market(self) -> SpotMarket:
@@ -76,36 +75,6 @@ class SpotReplayFleet(ReplayFleet):
     @property
     def extra(self) -> dict[str, int]:
         return self.spot.extra
-
-    def decide(self, demand: Mapping[str, DemandView],
-               keep: Mapping[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
-        self.spot.decided()
-        return super().decide(demand, keep)
-
-    def replan_now(self, plan: JointPlan | None, target: dict[str, int]) -> bool:
-        return self.spot.replan_now(plan, target)
-
-    def planning(self) -> tuple[Config, set[str]]:
-        return self.spot.planning()
-
-    def plan_key(self) -> frozenset[str]:
-        return self.spot.plan_key()
-
-    def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return self.spot.typed(instances)
-
-    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return self.spot.parking_view(instances)
-
-    def type_price(self, instance_type: str) -> float:
-        return self.spot.type_price(instance_type)
-
-    def extend_target(self, target: dict[str, int]) -> dict[str, int]:
-        return self.spot.extend_target(target)
-
-    def actuate(self, target: dict[str, int], plan_id: str, retire: list[str],
-                listed: list[ManagedInstance]) -> ApplyReport:
-        return self.spot.actuate(target, plan_id, retire, listed)
 
     def notice(self, instance_id: str, slot: str) -> float:
         """An interruption notice: the instance is doomed, its zone out for the cooldown; returns
@@ -249,5 +218,4 @@ def spot_prices_for(cfg: Config, override: Mapping[str, Mapping[str, float]] | N
     return table
 
 
-__all__ = ["CostscaleSpot", "SpotDriver", "SpotPolicy", "SpotPriceStep", "SpotReplayFleet", "priced_config",
-           "slot_catalog", "spot_prices_for"]
+__all__ = ["SpotDriver", "SpotPriceStep", "SpotReplayFleet", "spot_prices_for"]

@@ -28,11 +28,12 @@ from scaler.cloud import ManagedInstance
 from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan, plan_joint
 from scaler.replan import DemandView
+from scaler.spot_fleet import priced_config
 from scaler.spot_market import Placement, SpotMarket, keep_n, drop_order, within_budget, planning_prices
 from scaler.spot_slots import base_type, is_spot, slot_of
 from sim.replay import ReplayRun, ReplaySpec, replay, workloads_by_model
 from sim.replay_baselines import _grid_rate, _no_parking, minute_peaks
-from sim.replay_spot import priced_config, spot_prices_for
+from sim.replay_spot import spot_prices_for
 from sim.slo_check import slo_check as default_slo_check
 from sim.workload import Workload
 
