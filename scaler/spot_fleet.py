@@ -152,7 +152,7 @@ class SpotFleet:
     def replan_now(self, plan: JointPlan | None, target: Mapping[str, int]) -> bool:
         """A type of the target is left out now, or a type the plan priced at spot has no zone left:
         the pool is planned again at what it can buy now before on-demand is bought for it."""
-        return replan_without_unavailable(plan, dict(target), set(self.planning()[1])) or self.fell_back()
+        return replan_without_unavailable(plan, dict(target), set(self.view().excluded)) or self.fell_back()
 
     def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
         return typed(instances)
