@@ -201,10 +201,10 @@ class SpotDriver:
             "spot_hours_by_zone": {z: round(h, 6) for z, h in sorted(by_zone.items())},
             "zones": list(self.market.zones),
         }
-        if self.trace is not None:      # the share of the run each zone had spot (for the first spot type)
-            first = next(iter(self.market.spot), ANY_TYPE)
+        if self.trace is not None:      # the share of the run each zone had spot, for each type that may run spot
             out["trace"] = {"source": self.trace.source, "available_share": {
-                z: round(self.trace.available_share(z, first, duration_s), 6) for z in self.market.zones}}
+                t: {z: round(self.trace.available_share(z, t, duration_s), 6) for z in self.market.zones}
+                for t in sorted(self.market.spot)}}
         return out
 
 
