@@ -46,7 +46,6 @@ from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan
 from scaler.replan import DemandView
 from scaler.spot_market import SpotMarket
-from scaler.spot_slots import base_type
 from sim.clock import VirtualClock
 from sim.ledger import CostLedger
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
@@ -285,8 +284,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
 
     tmp = tempfile.TemporaryDirectory(prefix="costscale-replay-") if state_dir is None else None
     market = SpotMarket.from_config(cfg, spot_prices_for(cfg, spec.spot_prices))
-    boot = boot_delays(cfg, spec.boot_s)
-    kw: dict[str, Any] = dict(boot_by_type={**boot, **{s: boot[base_type(s)] for s in market.slot_prices()}},
+    kw: dict[str, Any] = dict(boot_by_type=boot_delays(cfg, spec.boot_s),
                               slo_check=slo_check, on_target=on_target, decide_fn=decide_fn,
                               baseline_accuracy=accuracy_round)
     fleet = (SpotReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, market=market,
