@@ -123,7 +123,8 @@ class HomogeneousPlanner:
 def spothedge_type(cfg: Config, profiles: ProfileTable, peak: Mapping[str, float], market: SpotMarket,
                    slo_check: SloCheck) -> str:
     """The type whose homogeneous min_cost pool for the ``peak`` rates costs least at spot prices
-    (all zones open: the dearest zone's price); ties by name."""
+    (all zones open: each type at its cheapest zone's price, :func:`scaler.spot_market.planning_prices`);
+    ties by name."""
     priced = priced_config(cfg, planning_prices(market).prices)
     declared = fleet_step.declared_demands(cfg)
     demand = {m: DemandView(float(peak.get(m, 0.0)), declared[m].mix, False) for m in declared}
