@@ -40,14 +40,10 @@ DAYS = {"31": "median day", "40": "upper-quartile day", "50": "lower-quartile da
 
 def run(name: str, cfg: Any, profiles: Any, wl: Any, seconds: float, spec: ReplaySpec) -> dict[str, Any]:
     t0 = time.perf_counter()
-    if name.startswith("costscale"):
-        r = replay(cfg, profiles, wl, seconds, spec)
-        f = figures(r)
-        f["violations"] = len(r.ledger.violations)
-    else:
-        r = run_spot_baseline(name, cfg, profiles, wl, seconds, spec)
-        f = figures(r)
-        f["violations"] = len(r.ledger.violations)
+    r = replay(cfg, profiles, wl, seconds, spec) if name.startswith("costscale") else \
+        run_spot_baseline(name, cfg, profiles, wl, seconds, spec)
+    f = figures(r)
+    f["violations"] = len(r.ledger.violations)
     f["wall_s"] = round(time.perf_counter() - t0, 1)
     print(f"  {name}: {json.dumps(f)}", file=sys.stderr, flush=True)
     return f

@@ -3,10 +3,11 @@ fresh, and interruption notices (the workers' IMDS watch, and optionally EventBr
 SQS) turned into the same decisions the replay takes.
 
 :class:`FleetMarket` is what ``daemon/app.py`` calls where the fleet tick prices, types, extends and
-applies a target. With no spot type in the config it does exactly what the daemon did before
-(the config as it is, the types out of capacity, the actuator's apply); with one it hands every call
-to :class:`scaler.spot_fleet.SpotFleet`, the very hooks ``sim/replay_spot.py`` calls, so the daemon
-and the replay take one set of spot decisions (:mod:`scaler.spot_market`):
+applies a target: :class:`scaler.spot_fleet.MarketHooks`, the very hooks the replay's fleet loop
+calls (with no spot type in the config exactly what the daemon did before: the config as it is,
+the types out of capacity, the actuator's apply; with one :class:`scaler.spot_fleet.SpotFleet`'s),
+so the daemon and the replay take one set of spot decisions (:mod:`scaler.spot_market`). Around
+them, the daemon's spot I/O:
 
 * prices: ``scaler.spot_prices.SpotPriceSource`` (describe_spot_price_history, cached beside the
   state store, the shipped table as fallback) at start and again every fleet interval (the cache
@@ -27,11 +28,10 @@ import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from config.schema import Config
-from scaler.actuator import ApplyReport, FleetActuator
-from scaler.cloud import CloudProvider, ManagedInstance
-from scaler.fleet_step import replan_without_unavailable
-from scaler.joint_plan import JointPlan
-from scaler.spot_fleet import SpotFleet
+from config.spot import spot_types
+from scaler.actuator import FleetActuator
+from scaler.cloud import CloudProvider
+from scaler.spot_fleet import MarketHooks, SpotFleet
 from scaler.spot_market import DRAIN_LEAD_S, SpotMarket
 from scaler.spot_prices import SpotPriceSource, cache_path_for
 from scaler.spot_slots import is_spot
@@ -41,12 +41,16 @@ log = logging.getLogger("costscale")
 Drain = Callable[[str], Awaitable[bool]]
 
 
-class FleetMarket:
-    """The fleet tick's market hooks (module docstring)."""
+class FleetMarket(MarketHooks):
+    """The fleet tick's market hooks (:class:`scaler.spot_fleet.MarketHooks`, the replay's too) and
+    the daemon's spot I/O around them (module docstring)."""
 
     def __init__(self, actuator: FleetActuator, cloud: CloudProvider, spot: SpotFleet | None = None) -> None:
-        self.actuator, self.cloud, self.spot = actuator, cloud, spot
+        super().__init__(actuator, spot)
+        self.actuator: FleetActuator = actuator
+        self.cloud = cloud
         self.prices: SpotPriceSource | None = None
+        self._warned: str | None = None                     # the price lookup's last warning
         self.notices: list[tuple[float, str, str]] = []     # (monotonic time, instance id, kind)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: list[asyncio.TimerHandle] = []
@@ -55,48 +59,17 @@ class FleetMarket:
         #: ``set_spot_prices``: Status, the metrics and the spend price spot instances at them)
         self.on_prices: Callable[[dict[str, float]], None] | None = None
 
-    # ---- the hooks of a fleet tick (the replay's ReplayFleet / SpotReplayFleet have the same) ----
-    def deciding(self, cfg: Config) -> tuple[Config, list[str]]:
-        """A plan is made now: the config priced at what each type can buy, the types left out."""
-        if self.spot is None:
-            return cfg, sorted(self.actuator.unavailable_types())
-        self.spot.decided()
-        priced, out = self.spot.planning()
-        return priced, sorted(out)
-
-    def plan_key(self) -> frozenset[str]:
-        return self.spot.plan_key() if self.spot is not None else frozenset(self.actuator.unavailable_types())
-
-    def replan_now(self, plan: JointPlan | None, target: dict[str, int]) -> bool:
-        if self.spot is None:
-            return replan_without_unavailable(plan, target, self.actuator.unavailable_types())
-        return self.spot.replan_now(plan, target)
-
-    def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return self.spot.typed(instances) if self.spot is not None else instances
-
-    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return self.spot.parking_view(instances) if self.spot is not None else instances
-
-    def type_price(self, instance_type: str) -> float:
-        return self.spot.type_price(instance_type) if self.spot is not None else self.actuator.price(instance_type)
-
-    def extend_target(self, target: dict[str, int]) -> dict[str, int]:
-        return self.spot.extend_target(target) if self.spot is not None else target
-
-    def actuate(self, target: dict[str, int], plan_id: str, retire: list[str],
-                listed: list[ManagedInstance] | None) -> ApplyReport:
-        """The actuator moves the pool to ``target`` (spot: through the slot placement)."""
-        if self.spot is None:
-            return self.actuator.apply(target, plan_id, retire, listed)
-        return self.spot.actuate(target, plan_id, retire, listed if listed is not None else self.cloud.list_managed())
-
     def reload(self, cfg: Config) -> None:
-        """A reloaded config: the actuator's catalog, with the spot slots' prices."""
+        """A reloaded config: the actuator's catalog; with spot, the market rebuilt from it (markets,
+        on-demand prices, zones, max_price, overprovision, fallback) at the spot prices held now (a
+        zone new to the config is priced by the next refresh) and the spot slots repriced. Spot
+        turned on where the daemon started without it waits for a restart."""
         self.actuator.catalog = cfg.catalog()
         if self.spot is not None:
             self.spot.cfg = cfg
-            self.spot.reprice(self.spot.market)
+            self.spot.reprice(SpotMarket.from_config(cfg, self.spot.market.spot))
+        elif cfg.spot is not None and spot_types(cfg.instance_types):
+            log.warning("reload: spot capacity (market, spot) changed: restart to apply (the daemon runs on-demand)")
         self.publish_prices()
 
     def billed_prices(self) -> dict[str, float]:
@@ -113,11 +86,15 @@ class FleetMarket:
 
     # ---- prices -------------------------------------------------------------------------------
     def _lookup(self, cfg: Config, fetch: bool = True) -> Mapping[str, Mapping[str, float]]:
-        assert self.prices is not None and cfg.spot is not None
-        types = [t.type for t in cfg.instance_types if t.market != "on_demand"]
-        got, warning = self.prices.lookup(types, list(cfg.spot.zones), fetch=fetch)
-        if warning:
+        assert self.prices is not None
+        if cfg.spot is None:                         # spot turned off by a reload: no spot price to ask
+            return {}
+        got, warning = self.prices.lookup(spot_types(cfg.instance_types), list(cfg.spot.zones), fetch=fetch)
+        if warning and warning != self._warned:      # once, not every fleet interval while it stands
             log.warning("%s", warning)
+        elif warning:
+            log.debug("%s", warning)
+        self._warned = warning
         return got
 
     async def refresh(self, cfg: Config, lock: asyncio.Lock) -> bool:
@@ -195,11 +172,10 @@ class FleetMarket:
         if self.spot is None:
             return
         set_handler(self.on_notice(lock, drain, tick_soon, loop))
-        interval_s = cfg_of().intervals.fleet_s
 
         async def refresh() -> None:
             while True:
-                await asyncio.sleep(interval_s)
+                await asyncio.sleep(cfg_of().intervals.fleet_s)      # a reload's interval from the next one on
                 try:
                     if await self.refresh(cfg_of(), lock):
                         tick_soon("spot price")
@@ -226,7 +202,7 @@ async def open_market(cfg: Config, actuator: FleetActuator, cloud: CloudProvider
     ``set_spot_prices``) is told the prices billed now, and again whenever they move."""
     fm = FleetMarket(actuator, cloud)
     fm.on_prices = on_prices
-    if cfg.spot is not None and any(t.market != "on_demand" for t in cfg.instance_types):
+    if cfg.spot is not None and spot_types(cfg.instance_types):
         fm.prices = SpotPriceSource(cfg.region, cache_path_for(cfg.state_path), endpoint_url=cfg.aws.endpoint_url)
         got = await asyncio.to_thread(fm._lookup, cfg)
         fm.spot = SpotFleet(cfg, SpotMarket.from_config(cfg, got), actuator, cloud.list_managed)

@@ -54,6 +54,7 @@ import shlex
 from datetime import datetime
 from typing import Any, Sequence
 
+from config.spot import SpotSpec
 from scaler.spot_slots import market_of, slot_of, split_slot
 from scaler.aws_client import EC2_MAX_ATTEMPTS, Typed, after, aws_call, make_client
 from scaler.cloud import (
@@ -195,7 +196,7 @@ class Ec2Cloud:
         worker_port: int = 50052,
         worker_flags: Sequence[str] = (),
         token_parameter: str | None = None,
-        spot: Any = None,  # config.spot.SpotSpec: each zone's subnet, max_price
+        spot: SpotSpec | None = None,   # each zone's subnet, max_price
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -291,9 +292,8 @@ class Ec2Cloud:
             kw["LaunchTemplate"] = ref
         subnet = getattr(spec, "subnet_id", None)
         if zone is not None:
-            zones = getattr(self.spot, "zones", None) or {}
-            subnet = zones.get(zone) or subnet
-            kw["InstanceMarketOptions"] = spot_market_options(getattr(self.spot, "max_price", None))
+            subnet = (self.spot.zones.get(zone) if self.spot is not None else None) or subnet
+            kw["InstanceMarketOptions"] = spot_market_options(self.spot.max_price if self.spot is not None else None)
             kw["Placement"] = {"AvailabilityZone": zone}
         if subnet:
             kw["SubnetId"] = subnet

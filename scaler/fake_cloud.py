@@ -11,8 +11,8 @@ type never leave ``pending``), ``limit_next_launch(n)`` (partial success: at mos
 ``before_call``/``after_call`` (callables ``(op, args)`` run around every call: raise from them to
 simulate a crash before or after the cloud acted), ``reclaim(id)`` (EC2 takes a spot instance
 back), and ``clock``/``boot_s`` for pending → running
-(``boot_by_type``: a launch-to-running delay per instance type, ``boot_s`` for the others; the
-replay's boot delays, ``sim.replay``).
+(``boot_by_type``: a launch-to-running delay per instance type, a spot slot's that of its type,
+``boot_s`` for the others; the replay's boot delays, ``sim.replay``).
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from scaler.cloud import (
     NotManaged,
     Throttled,
 )
+from scaler.spot_slots import base_type
 
 Hook = Callable[[str, dict[str, Any]], None]
 
@@ -89,8 +90,9 @@ class FakeCloud:
             h(op, args)
 
     def boot_for(self, instance_type: str) -> float:
-        """Seconds from launch to ``running`` for an instance of ``instance_type``."""
-        return self.boot_by_type.get(instance_type, self.boot_s)
+        """Seconds from launch to ``running`` for an instance of ``instance_type`` (a slot: a spot
+        ``TYPE@ZONE`` boots as its type unless the slot has a delay of its own)."""
+        return self.boot_by_type.get(instance_type, self.boot_by_type.get(base_type(instance_type), self.boot_s))
 
     def running_at(self, inst: ManagedInstance) -> float:
         """When ``inst`` (launched) is ``running``: its launch time plus its type's boot delay, or

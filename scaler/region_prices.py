@@ -10,8 +10,8 @@ invariant (DESIGN invariant 1) rests on prices, so the daemon prices its own reg
 * each PriceList entry (a JSON string) gives its OnDemand terms' USD price per hour
   (``parse_on_demand``); where several products match, the dearest is taken (the safe side of a
   budget);
-* prices are cached in a JSON file beside the state store (0600) for ``CACHE_TTL_S``; a second
-  start within it makes no request;
+* prices are cached in a JSON file beside the state store (0600, :mod:`scaler.price_cache`) for
+  ``CACHE_TTL_S``; a second start within it makes no request;
 * when the API fails (no permission, no network, no product listed), a cached price of any age
   stands in, else the shipped table's, with one warning naming the region and that us-east-1
   prices are used;
@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from config.files import write_atomic
 from config.schema import Config
 from scaler.aws_client import make_client
+from scaler.price_cache import Entry, cache_entry, read_cache, short_error, write_cache
 
 log = logging.getLogger("costscale")
 
@@ -93,32 +93,16 @@ class RegionPrices:
             self._client = make_pricing_client()
         return self._client
 
-    # -- the cache ---------------------------------------------------------------------------
-    def _read_cache(self) -> dict[str, dict[str, float]]:
-        try:
-            data = json.loads(self.cache_path.read_text(encoding="utf-8"))
-            if data.get("version") != CACHE_VERSION:
-                return {}
-            return {t: {"usd_per_hour": float(e["usd_per_hour"]), "fetched_at": float(e["fetched_at"])}
-                    for t, e in data.get("regions", {}).get(self.region, {}).items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {}          # missing or unreadable: asked again
+    # -- the cache (scaler.price_cache) -------------------------------------------------------
+    def _read_cache(self) -> dict[str, Entry]:
+        return read_cache(self.cache_path, CACHE_VERSION, lambda data: {
+            t: cache_entry(e) for t, e in data.get("regions", {}).get(self.region, {}).items()}, {})
 
-    def _write_cache(self, entries: dict[str, dict[str, float]]) -> None:
-        try:
-            data = json.loads(self.cache_path.read_text(encoding="utf-8"))
-            if data.get("version") != CACHE_VERSION:
-                data = {}
-        except (OSError, ValueError):
-            data = {}
-        regions = data.get("regions") if isinstance(data.get("regions"), dict) else {}
+    def _write_cache(self, entries: dict[str, Entry]) -> None:
+        regions = read_cache(self.cache_path, CACHE_VERSION,    # the other regions' prices are kept
+                             lambda data: data["regions"] if isinstance(data.get("regions"), dict) else {}, {})
         regions[self.region] = entries
-        text = json.dumps({"version": CACHE_VERSION, "regions": regions}, indent=1, sort_keys=True)
-        try:
-            write_atomic(self.cache_path, text.encode())   # a mkstemp file: 0600
-            self.cache_path.chmod(0o600)
-        except OSError as exc:
-            log.warning("prices: cannot write the price cache %s (%s)", self.cache_path, exc.strerror or exc)
+        write_cache(self.cache_path, {"version": CACHE_VERSION, "regions": regions}, "prices")
 
     # -- the API -----------------------------------------------------------------------------
     def fetch(self, instance_type: str) -> float | None:
@@ -148,7 +132,7 @@ class RegionPrices:
                 try:
                     p = self.fetch(t)
                 except Exception as exc:  # noqa: BLE001 - any failure: the fallback, with a warning
-                    error = _short(exc)
+                    error = short_error(exc)
                     break
                 if p is None:
                     unlisted.append(t)
@@ -172,14 +156,6 @@ class RegionPrices:
         if table:
             parts.append(f"the shipped us-east-1 on-demand prices for {', '.join(table)}")
         return prices, f"prices for region {self.region}: {why}; using {' and '.join(parts)}"
-
-
-def _short(exc: Exception) -> str:
-    """An error in a few words (a botocore ClientError: its code and message)."""
-    err = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
-    if err.get("Code"):
-        return f"{err['Code']}: {err.get('Message', '')}".rstrip(": ")
-    return f"{type(exc).__name__}: {exc}"
 
 
 def regional_config(cfg: Config, prices: RegionPrices | None, fetch: bool = True, also: Sequence[str] = ()) -> Config:

@@ -2,8 +2,9 @@
 and the replay (``sim/replay_spot.py``): one copy of what a fleet tick asks the spot decisions of
 :mod:`scaler.spot_market`, around the actuator.
 
-The fleet tick (``scaler.fleet_step``; ``Daemon.fleet_tick``, ``ReplayFleet.fleet_tick``) calls, in
-order: :meth:`SpotFleet.planning` (the config priced at what each type can buy now, SpotHedge §4.3,
+The fleet tick (``scaler.fleet_step``; ``Daemon.fleet_tick``, ``ReplayFleet.fleet_tick``) calls its
+market hooks, :class:`MarketHooks` (the daemon's ``FleetMarket`` is one): on-demand only, what the
+tick did before spot; with spot, in order: :meth:`SpotFleet.planning` (the config priced at what each type can buy now, SpotHedge §4.3,
 and the types left out), :meth:`SpotFleet.plan_key` (a change of those plans again),
 :meth:`SpotFleet.typed` and :meth:`SpotFleet.type_price` (parking and worker assignment see types),
 :meth:`SpotFleet.extend_target` (the overprovision, SpotHedge §4.2), :meth:`SpotFleet.actuate` (the
@@ -26,7 +27,7 @@ from scaler.cloud import ManagedInstance
 from scaler.fleet_step import replan_without_unavailable
 from scaler.joint_plan import JointPlan
 from scaler.spot_market import (Placement, PlanningView, SpotMarket, SpotState, after_apply, after_notice,
-                                overprovision, place, planning_prices, settle)
+                                after_reprice, overprovision, place, planning_prices, settle)
 from scaler.spot_slots import base_type, is_spot, typed
 
 
@@ -39,6 +40,8 @@ class Actuator(Protocol):
     clock: Callable[[], float]
 
     def unavailable_types(self) -> set[str]: ...
+
+    def price(self, instance_type: str) -> float: ...
 
     def apply(self, target: Mapping[str, int], plan_id: str, retire_first: Sequence[str] = (),
               instances: Sequence[ManagedInstance] | None = None) -> ApplyReport: ...
@@ -117,7 +120,9 @@ class SpotFleet:
         self.actuator.catalog.update(slot_catalog(cfg, market))
 
     def reprice(self, market: SpotMarket) -> None:
-        """New spot prices (a refresh, a price step): the market and the actuator's slot prices."""
+        """New spot prices (a refresh, a reload, a price step): the market, the actuator's slot prices,
+        and a newly priced slot suspect (:func:`scaler.spot_market.after_reprice`)."""
+        self.state = after_reprice(self.state, self.market, market)
         self.market = market
         self.actuator.catalog.update(slot_catalog(self.cfg, market))
 
@@ -147,7 +152,7 @@ class SpotFleet:
     def replan_now(self, plan: JointPlan | None, target: Mapping[str, int]) -> bool:
         """A type of the target is left out now, or a type the plan priced at spot has no zone left:
         the pool is planned again at what it can buy now before on-demand is bought for it."""
-        return replan_without_unavailable(plan, dict(target), set(self.planning()[1])) or self.fell_back()
+        return replan_without_unavailable(plan, dict(target), set(self.view().excluded)) or self.fell_back()
 
     def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
         return typed(instances)
@@ -196,4 +201,58 @@ class SpotFleet:
         return self.state.doomed[instance_id]
 
 
-__all__ = ["CostscaleSpot", "SpotFleet", "SpotPolicy", "merge_reports", "priced_config", "slot_catalog"]
+class MarketHooks:
+    """The fleet tick's market hooks, one copy for the daemon (``daemon.spot_wiring.FleetMarket``)
+    and the replay (``sim.replay_fleet.ReplayFleet``): with ``spot`` None, what the tick did before
+    spot existed (the config as it is, the types out of capacity, the actuator's apply of a type
+    target); with a :class:`SpotFleet`, its hooks (module docstring)."""
+
+    def __init__(self, actuator: Actuator, spot: SpotFleet | None = None) -> None:
+        self.actuator, self.spot = actuator, spot
+
+    def deciding(self, cfg: Config) -> tuple[Config, list[str]]:
+        """A plan is made now: the config priced at what each type can buy, the types left out."""
+        if self.spot is None:
+            return cfg, sorted(self.actuator.unavailable_types())
+        self.spot.decided()
+        priced, out = self.spot.planning()
+        return priced, sorted(out)
+
+    def plan_key(self) -> frozenset[str]:
+        """What a plan rests on beyond demand (a change plans again): the types out of capacity; with
+        spot, also the planning prices."""
+        return self.spot.plan_key() if self.spot is not None else frozenset(self.actuator.unavailable_types())
+
+    def replan_now(self, plan: JointPlan | None, target: Mapping[str, int]) -> bool:
+        """After an apply: decide again at once (a type of the target ran out of capacity; with spot,
+        also a type the plan priced at spot that has no zone left)."""
+        if self.spot is None:
+            return replan_without_unavailable(plan, dict(target), self.actuator.unavailable_types())
+        return self.spot.replan_now(plan, target)
+
+    def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        """The managed instances as the type-level decisions see them."""
+        return self.spot.typed(instances) if self.spot is not None else instances
+
+    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
+        """The managed instances parking counts against the target (spot: not the doomed ones)."""
+        return self.spot.parking_view(instances) if self.spot is not None else instances
+
+    def type_price(self, instance_type: str) -> float:
+        """$/hr parking and worker assignment price a type at."""
+        return self.spot.type_price(instance_type) if self.spot is not None else self.actuator.price(instance_type)
+
+    def extend_target(self, target: dict[str, int]) -> dict[str, int]:
+        """The target parking and the actuator work towards (spot: with the overprovision)."""
+        return self.spot.extend_target(target) if self.spot is not None else target
+
+    def actuate(self, target: dict[str, int], plan_id: str, retire: list[str],
+                listed: list[ManagedInstance] | None) -> ApplyReport:
+        """The actuator moves the pool to the type ``target`` (spot: through the slot placement;
+        ``listed`` None: listed now)."""
+        if self.spot is None:
+            return self.actuator.apply(target, plan_id, retire, listed)
+        return self.spot.actuate(target, plan_id, retire, listed if listed is not None else self.spot.list_managed())
+
+
+__all__ = ["CostscaleSpot", "MarketHooks", "SpotFleet", "SpotPolicy", "merge_reports", "priced_config", "slot_catalog"]

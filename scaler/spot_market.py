@@ -27,7 +27,8 @@ to plan with and where its instances run:
    :data:`ZONE_COOLDOWN_S` and suspect until a launch there succeeds (:class:`SpotState`), a
    replacement is placed at once, the doomed worker stops taking queries :data:`DRAIN_LEAD_S` before
    it goes, and a query it still runs then is re-run elsewhere. A refused launch makes its zone
-   suspect the same way.
+   suspect the same way; so does a slot priced only later (:func:`after_reprice`) in a zone that
+   has not given a spot instance yet.
 
 Pure: no I/O, no clock (the caller passes ``now``, the prices and the instances).
 """
@@ -371,6 +372,16 @@ def after_apply(state: SpotState, launched: Collection[str], refused: Collection
     return SpotState(state.doomed, frozenset(s for s in state.suspect if split_slot(s)[1] not in zones) | set(refused))
 
 
+def after_reprice(state: SpotState, before: SpotMarket, after: SpotMarket) -> SpotState:
+    """New spot prices (a refresh, a reload, a price step): a slot priced now that was not before
+    is suspect, as every slot is at the start (:meth:`SpotState.initial`), unless its zone already
+    gave a spot instance (a slot of that zone is trusted: :func:`after_apply` trusts by zone)."""
+    old = {s for s in before.slot_prices() if is_spot(s)}
+    trusted = {split_slot(s)[1] for s in old if s not in state.suspect}
+    new = {s for s in after.slot_prices() if is_spot(s) and s not in old and split_slot(s)[1] not in trusted}
+    return SpotState(state.doomed, state.suspect | new) if new else state
+
+
 def settle(state: SpotState, live_ids: Collection[str]) -> SpotState:
     """Forget the doomed instances that are gone."""
     return SpotState({i: t for i, t in state.doomed.items() if i in live_ids}, state.suspect)
@@ -382,5 +393,5 @@ def drains_due(state: SpotState, now: float) -> list[str]:
 
 
 __all__ = ["DRAIN_LEAD_S", "NOTICE_S", "Placement", "PlanningView", "SpotMarket", "SpotState", "ZONE_COOLDOWN_S",
-           "after_apply", "after_notice", "drains_due", "drop_order", "keep_n", "overprovision", "place", "planning_prices", "settle",
-           "within_budget", "zone_order"]
+           "after_apply", "after_notice", "after_reprice", "drains_due", "drop_order", "keep_n", "overprovision", "place",
+           "planning_prices", "settle", "within_budget", "zone_order"]

@@ -5,9 +5,10 @@
   same price), ``StartTime`` now: EC2 then answers with the price in force now per type and zone
   (the latest entry of each pair is taken; botocore retries transient faults in its standard mode,
   ``scaler.aws_client``). IAM: ``ec2:DescribeSpotPriceHistory``.
-* Prices are cached in a JSON file beside the state store (0600) for :data:`CACHE_TTL_S`; a lookup
-  within it asks nothing, one after it refreshes (the daemon looks up again every fleet interval,
-  so a price that moved is seen within the hour).
+* Prices are cached in a JSON file beside the state store (0600, :mod:`scaler.price_cache`) for
+  :data:`CACHE_TTL_S`; a lookup within it asks nothing, one after it refreshes (the daemon looks up
+  again every fleet interval, so a price that moved is seen within the hour). A pair EC2 answers
+  with no price (a type not offered in a zone) is not asked for again within the hour either.
 * When EC2 fails (no permission, no network) a cached price of any age stands in, else the shipped
   table's (``config/spot_prices.csv``), with one warning line; a pair neither knows is left out, and
   the decisions plan that type on-demand in that zone (``scaler.spot_market``).
@@ -16,18 +17,14 @@ The decisions take the result as a plain mapping (``SpotMarket.from_config``).
 """
 from __future__ import annotations
 
-import json
-import logging
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from config.files import write_atomic
 from config.spot_catalog import SpotPrices, load_spot_table
 from scaler.aws_client import make_client
-
-log = logging.getLogger("costscale")
+from scaler.price_cache import Entry, cache_entry, read_cache, short_error, write_cache
 
 #: a cached spot price is asked for again after this long (s)
 CACHE_TTL_S = 3600.0
@@ -70,6 +67,7 @@ class SpotPriceSource:
         self.region, self.cache_path, self.clock = region, cache_path, clock
         self._client, self._endpoint, self._attempts = client, endpoint_url, max_attempts
         self.requests = 0       # pages asked for (tests, logs)
+        self._unlisted: dict[tuple[str, str], float] = {}   # (type, zone) EC2 answered without a price -> when
 
     @property
     def client(self) -> Any:
@@ -90,24 +88,13 @@ class SpotPriceSource:
             entries.extend(page.get("SpotPriceHistory", []))
         return parse_history(entries, types, zones)
 
-    def _read_cache(self) -> dict[str, dict[str, dict[str, float]]]:
-        try:
-            data = json.loads(self.cache_path.read_text(encoding="utf-8"))
-            if data.get("version") != CACHE_VERSION or data.get("region") != self.region:
-                return {}
-            return {t: {z: {"usd_per_hour": float(e["usd_per_hour"]), "fetched_at": float(e["fetched_at"])}
-                        for z, e in by_zone.items()} for t, by_zone in data.get("prices", {}).items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {}
+    def _read_cache(self) -> dict[str, dict[str, Entry]]:
+        return read_cache(self.cache_path, CACHE_VERSION, lambda data: {} if data.get("region") != self.region else {
+            t: {z: cache_entry(e) for z, e in by_zone.items()} for t, by_zone in data.get("prices", {}).items()}, {})
 
-    def _write_cache(self, entries: dict[str, dict[str, dict[str, float]]]) -> None:
-        text = json.dumps({"version": CACHE_VERSION, "region": self.region, "prices": entries}, indent=1,
-                          sort_keys=True)
-        try:
-            write_atomic(self.cache_path, text.encode())
-            self.cache_path.chmod(0o600)
-        except OSError as exc:
-            log.warning("spot prices: cannot write the cache %s (%s)", self.cache_path, exc.strerror or exc)
+    def _write_cache(self, entries: dict[str, dict[str, Entry]]) -> None:
+        write_cache(self.cache_path, {"version": CACHE_VERSION, "region": self.region, "prices": entries},
+                    "spot prices")
 
     def lookup(self, types: Sequence[str], zones: Sequence[str], fetch: bool = True) -> tuple[SpotPrices, str | None]:
         """Prices of ``types`` in ``zones``: fresh cache entries, else EC2 (when ``fetch``), else
@@ -117,25 +104,29 @@ class SpotPriceSource:
         now = self.clock()
         want = [(t, z) for t in types for z in zones]
         fresh = {(t, z) for t, z in want if now - cached.get(t, {}).get(z, {}).get("fetched_at", -1e18) < CACHE_TTL_S}
+        # asked within the hour: fresh, or listed by EC2 with no price (asked again after the hour, not each lookup)
+        asked = fresh | {k for k in want if now - self._unlisted.get(k, -1e18) < CACHE_TTL_S}
         error: str | None = None
-        if fetch and len(fresh) < len(want):
+        if fetch and len(asked) < len(want):
             try:
                 got = self.fetch(types, zones)
             except Exception as exc:  # noqa: BLE001 - any failure: the fallback, with a warning
-                err = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
-                error = f"{err['Code']}: {err.get('Message', '')}" if err.get("Code") else f"{type(exc).__name__}: {exc}"
+                error = short_error(exc)
             else:
-                for t, by_zone in got.items():
-                    for z, p in by_zone.items():
-                        cached.setdefault(t, {})[z] = {"usd_per_hour": p, "fetched_at": now}
+                for t, z in want:
+                    if z in got.get(t, {}):
+                        cached.setdefault(t, {})[z] = {"usd_per_hour": got[t][z], "fetched_at": now}
                         fresh.add((t, z))
+                        self._unlisted.pop((t, z), None)
+                    else:
+                        self._unlisted[(t, z)] = now
                 if got:
                     self._write_cache(cached)
-        table = load_spot_table(self.region)
+        table = load_spot_table(self.region) if any(z not in cached.get(t, {}) for t, z in want) else {}
         out: SpotPrices = {}
         stale, from_table, missing = [], [], []
         for t, z in want:
-            if (t, z) in fresh or z in cached.get(t, {}):
+            if z in cached.get(t, {}):
                 out.setdefault(t, {})[z] = cached[t][z]["usd_per_hour"]
                 if (t, z) not in fresh:
                     stale.append(f"{t}@{z}")

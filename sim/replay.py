@@ -46,7 +46,6 @@ from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan
 from scaler.replan import DemandView
 from scaler.spot_market import SpotMarket
-from scaler.spot_slots import base_type
 from sim.clock import VirtualClock
 from sim.ledger import CostLedger
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
@@ -263,7 +262,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
     baselines of :mod:`sim.replay_baselines`); ``on_query_loop`` receives the query loops (model →
     loop) once built; ``accuracy_round``: with ``decide_fn``, the model loop's accuracy round runs
     all the same (a baseline's, ``accuracy_only``); ``spot_policy``: where spot capacity goes when a
-    type may run spot (default costscale's, :class:`sim.replay_spot.CostscaleSpot`)."""
+    type may run spot (default costscale's, :class:`scaler.spot_fleet.CostscaleSpot`)."""
     if not duration_s > 0:
         raise ValueError("duration must be > 0")
     wall0 = time.perf_counter()
@@ -285,8 +284,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
 
     tmp = tempfile.TemporaryDirectory(prefix="costscale-replay-") if state_dir is None else None
     market = SpotMarket.from_config(cfg, spot_prices_for(cfg, spec.spot_prices))
-    boot = boot_delays(cfg, spec.boot_s)
-    kw: dict[str, Any] = dict(boot_by_type={**boot, **{s: boot[base_type(s)] for s in market.slot_prices()}},
+    kw: dict[str, Any] = dict(boot_by_type=boot_delays(cfg, spec.boot_s),
                               slo_check=slo_check, on_target=on_target, decide_fn=decide_fn,
                               baseline_accuracy=accuracy_round)
     fleet = (SpotReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, market=market,

@@ -37,6 +37,7 @@ from scaler.pick_cache import PickCache
 from scaler.joint_plan import JointPlan, ModelShare
 from scaler.fleet_step import Demands
 from scaler.replan import DemandView
+from scaler.spot_fleet import MarketHooks
 from scaler.state import StateStore
 from sim.clock import VirtualClock
 from sim.pick_eval import confirmed_plan
@@ -247,6 +248,8 @@ class ReplayFleet:
         self.pins: dict[str, str] = {}
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour, clock=clock.now,
                                       drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s)
+        #: the fleet tick's market hooks, the daemon's (on-demand here; spot: sim.replay_spot.SpotReplayFleet)
+        self.hooks = MarketHooks(self.actuator)
         self.models = [m.name for m in cfg.models]
         self.windows = {m: DemandWindow() for m in self.models}     # each model's arrivals
         self.declared = fleet_step.declared_demands(cfg)
@@ -289,7 +292,7 @@ class ReplayFleet:
         pool from the first plan, the daemon a second or two after it."""
         def once() -> tuple[dict[str, int], JointPlan | None]:
             current = self.shares() if self.mem.plan is not None else None
-            cfg, unavailable = self.planning()
+            cfg, unavailable = self.hooks.deciding(self.cfg)
             return fleet_step.fleet_target(cfg, self.profiles, demand, slo_check=self.slo_check,
                                            unavailable=unavailable, current=current,
                                            confirmed=self.confirmed, keep=keep)
@@ -308,7 +311,7 @@ class ReplayFleet:
             now = self.clock.now()
             demand, m.history = fleet_step.stabilized_demands(m.history, now, self.current_demand(),
                                                               self.cfg.intervals.scale_in_s)
-            unavailable = self.plan_key()
+            unavailable = self.hooks.plan_key()
             fresh = reason != "interval" or fleet_step.plan_due(self.cfg, m.planned, m.planned_at, demand, now,
                                                                 unavailable != m.unavailable_planned)
             if self.decide_fn is not None:
@@ -323,14 +326,14 @@ class ReplayFleet:
                 target, plan, demand = m.target, m.plan, m.planned or demand
             m.generation = fleet_step.next_generation(target, m.target, m.generation)
             self._apply(target, fleet_step.plan_id_for(target, m.generation), self.shares(plan, target))
-            if self.replan_now(plan, target):
+            if self.hooks.replan_now(plan, target):
                 target, plan = self.decide(demand)
                 m.generation += 1
                 self._apply(target, fleet_step.plan_id_for(target, m.generation), self.shares(plan, target))
             changed = target != m.target
             m.plan, m.target, m.planned = plan, target, demand
             if fresh:
-                m.planned_at, m.unavailable_planned = now, self.plan_key()
+                m.planned_at, m.unavailable_planned = now, self.hooks.plan_key()
             m.hint_planned = dict(m.capacity_hint)
             m.last_error = None
             if plan is not None and self.workers is not None:
@@ -356,9 +359,9 @@ class ReplayFleet:
         """``Daemon._apply``: park/unpark, then the actuator moves the pool to target + held."""
         w = self.workers
         listed = self.cloud.list_managed()
-        instances, target = self.parking_view(listed), self.extend_target(target)
+        instances, target = self.hooks.parking_view(listed), self.hooks.extend_target(target)
         ready = w.registered() if w is not None else frozenset()
-        dec, self.mem.park = fleet_step.park_round(instances, target, ready, self.type_price, self.actuator.budget,
+        dec, self.mem.park = fleet_step.park_round(instances, target, ready, self.hooks.type_price, self.actuator.budget,
                                                    self.clock.now(), self.mem.park, self.cfg.model_scaling.vm_park_s,
                                                    shares, w.assignment if w is not None else None)
         d = self.decisions
@@ -369,7 +372,7 @@ class ReplayFleet:
             for iid in dec.park:
                 d.park += 1
                 w.mark_parked(iid)
-        report = self.actuate(dec.target, plan_id, dec.retire, listed)
+        report = self.hooks.actuate(dec.target, plan_id, list(dec.retire), listed)
         if w is not None:
             gone = set(report.terminated)
             for iid in self.mem.park.parked:
@@ -378,39 +381,6 @@ class ReplayFleet:
         d.launch += sum(len(ids) for ids in report.launched.values())
         d.terminate += len(report.terminated)
         return report
-
-    # ---- what spot capacity changes (sim.replay_spot.SpotReplayFleet overrides these) ----------
-    def planning(self) -> tuple[Config, set[str]]:
-        """The config the planner prices the pool with, and the types it leaves out now."""
-        return self.cfg, self.actuator.unavailable_types()
-
-    def plan_key(self) -> frozenset[str]:
-        """What a plan rests on beyond demand (a change plans again): the types out of capacity."""
-        return frozenset(self.actuator.unavailable_types())
-
-    def replan_now(self, plan: JointPlan | None, target: dict[str, int]) -> bool:
-        """After an apply: decide again at once (a type of the target ran out of capacity)."""
-        return fleet_step.replan_without_unavailable(plan, target, set(self.planning()[1]))
-
-    def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        """The managed instances as the type-level decisions see them."""
-        return instances
-
-    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        """The managed instances parking counts against the target (spot: not the doomed ones)."""
-        return self.typed(instances)
-
-    def type_price(self, instance_type: str) -> float:
-        return self.actuator.price(instance_type)
-
-    def extend_target(self, target: dict[str, int]) -> dict[str, int]:
-        """The target parking and the actuator work towards (spot: with the overprovision)."""
-        return target
-
-    def actuate(self, target: dict[str, int], plan_id: str, retire: list[str],
-                listed: list[ManagedInstance]) -> ApplyReport:
-        """The actuator moves the pool to the (type) target."""
-        return self.actuator.apply(target, plan_id, retire, listed)
 
     # ---- Daemon.model_tick (the fleet part), reconcile_tick, _sync_workers --------------------
     def model_tick(self) -> None:
@@ -469,7 +439,7 @@ class ReplayFleet:
 
     def _sync_workers(self) -> None:
         try:
-            instances = self.typed(self.cloud.list_managed())
+            instances = self.hooks.typed(self.cloud.list_managed())
         except Exception:  # noqa: BLE001 - "list instances failed" live: the next sync retries
             return
         w = self.workers

@@ -21,15 +21,12 @@ comes back is tried again when its cooldown ends.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from config.schema import Config
-from scaler.actuator import ApplyReport
 from scaler.cloud import CLUSTER_TAG, ManagedInstance
-from scaler.joint_plan import JointPlan, ModelShare
-from scaler.replan import DemandView
-from scaler.spot_fleet import CostscaleSpot, SpotFleet, SpotPolicy, priced_config, slot_catalog
+from scaler.spot_fleet import MarketHooks, SpotFleet, SpotPolicy
 from scaler.spot_market import DRAIN_LEAD_S, Placement, SpotMarket, SpotState
 from scaler.spot_slots import slot_of, split_slot
 from sim.ledger import CostLedger
@@ -51,19 +48,17 @@ class SpotPriceStep:
 
 class SpotReplayFleet(ReplayFleet):
     """The replay's fleet loop with spot markets (module docstring): its hooks are
-    :class:`scaler.spot_fleet.SpotFleet`'s, the very ones the daemon calls."""
+    :class:`scaler.spot_fleet.MarketHooks` over a :class:`scaler.spot_fleet.SpotFleet`, the very
+    ones the daemon calls."""
 
     def __init__(self, *args: Any, market: SpotMarket, policy: SpotPolicy | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.spot = SpotFleet(self.cfg, market, self.actuator, self.cloud.list_managed, policy)
+        self.hooks = MarketHooks(self.actuator, self.spot)
 
     @property
     def market(self) -> SpotMarket:
         return self.spot.market
-
-    @market.setter
-    def market(self, market: SpotMarket) -> None:
-        self.spot.market = market
 
     @property
     def policy(self) -> SpotPolicy:
@@ -80,36 +75,6 @@ class SpotReplayFleet(ReplayFleet):
     @property
     def extra(self) -> dict[str, int]:
         return self.spot.extra
-
-    def decide(self, demand: Mapping[str, DemandView],
-               keep: Mapping[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
-        self.spot.decided()
-        return super().decide(demand, keep)
-
-    def replan_now(self, plan: JointPlan | None, target: dict[str, int]) -> bool:
-        return self.spot.replan_now(plan, target)
-
-    def planning(self) -> tuple[Config, set[str]]:
-        return self.spot.planning()
-
-    def plan_key(self) -> frozenset[str]:
-        return self.spot.plan_key()
-
-    def typed(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return self.spot.typed(instances)
-
-    def parking_view(self, instances: list[ManagedInstance]) -> list[ManagedInstance]:
-        return self.spot.parking_view(instances)
-
-    def type_price(self, instance_type: str) -> float:
-        return self.spot.type_price(instance_type)
-
-    def extend_target(self, target: dict[str, int]) -> dict[str, int]:
-        return self.spot.extend_target(target)
-
-    def actuate(self, target: dict[str, int], plan_id: str, retire: list[str],
-                listed: list[ManagedInstance]) -> ApplyReport:
-        return self.spot.actuate(target, plan_id, retire, listed)
 
     def notice(self, instance_id: str, slot: str) -> float:
         """An interruption notice: the instance is doomed, its zone out for the cooldown; returns
@@ -193,11 +158,9 @@ class SpotDriver:
     def _price(self, st: SpotPriceStep) -> None:
         fleet = self.fleet
         assert fleet is not None and self.ledger is not None
-        slot = slot_of(st.instance_type, st.zone)
         self.market = self.market.with_price(st.instance_type, st.zone, st.price)
-        fleet.market = self.market
-        fleet.actuator.catalog[slot] = replace(fleet.actuator.catalog[slot], price_per_hour=float(st.price))
-        self.ledger.reprice(fleet.clock.now(), {slot: float(st.price)})
+        fleet.spot.reprice(self.market)                   # the market and the actuator's slot prices
+        self.ledger.reprice(fleet.clock.now(), {slot_of(st.instance_type, st.zone): float(st.price)})
         fleet.fleet_tick("spot price")
 
     # ---- the report ------------------------------------------------------------------------
@@ -238,10 +201,10 @@ class SpotDriver:
             "spot_hours_by_zone": {z: round(h, 6) for z, h in sorted(by_zone.items())},
             "zones": list(self.market.zones),
         }
-        if self.trace is not None:      # the share of the run each zone had spot (for the first spot type)
-            first = next(iter(self.market.spot), ANY_TYPE)
+        if self.trace is not None:      # the share of the run each zone had spot, for each type that may run spot
             out["trace"] = {"source": self.trace.source, "available_share": {
-                z: round(self.trace.available_share(z, first, duration_s), 6) for z in self.market.zones}}
+                t: {z: round(self.trace.available_share(z, t, duration_s), 6) for z in self.market.zones}
+                for t in sorted(self.market.spot)}}
         return out
 
 
@@ -255,5 +218,4 @@ def spot_prices_for(cfg: Config, override: Mapping[str, Mapping[str, float]] | N
     return table
 
 
-__all__ = ["CostscaleSpot", "SpotDriver", "SpotPolicy", "SpotPriceStep", "SpotReplayFleet", "priced_config",
-           "slot_catalog", "spot_prices_for"]
+__all__ = ["SpotDriver", "SpotPriceStep", "SpotReplayFleet", "spot_prices_for"]

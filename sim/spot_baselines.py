@@ -22,16 +22,18 @@ from typing import Collection, Mapping, Sequence
 
 from config.profiles import ProfileTable
 from config.schema import Config
+from config.spot import spot_types
 from scaler import fleet_step
 from scaler.cloud import ManagedInstance
 from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan, plan_joint
 from scaler.replan import DemandView
+from scaler.spot_fleet import priced_config
 from scaler.spot_market import Placement, SpotMarket, keep_n, drop_order, within_budget, planning_prices
 from scaler.spot_slots import base_type, is_spot, slot_of
 from sim.replay import ReplayRun, ReplaySpec, replay, workloads_by_model
 from sim.replay_baselines import _grid_rate, _no_parking, minute_peaks
-from sim.replay_spot import priced_config, spot_prices_for
+from sim.replay_spot import spot_prices_for
 from sim.slo_check import slo_check as default_slo_check
 from sim.workload import Workload
 
@@ -47,7 +49,8 @@ def on_demand_only(cfg: Config) -> Config:
 
 
 def spot_enabled(cfg: Config) -> bool:
-    return any(t.market != "on_demand" for t in cfg.instance_types)
+    """Some type of ``cfg`` may run spot."""
+    return bool(spot_types(cfg.instance_types))
 
 
 class SpotHedgePolicy:
@@ -120,7 +123,8 @@ class HomogeneousPlanner:
 def spothedge_type(cfg: Config, profiles: ProfileTable, peak: Mapping[str, float], market: SpotMarket,
                    slo_check: SloCheck) -> str:
     """The type whose homogeneous min_cost pool for the ``peak`` rates costs least at spot prices
-    (all zones open: the dearest zone's price); ties by name."""
+    (all zones open: each type at its cheapest zone's price, :func:`scaler.spot_market.planning_prices`);
+    ties by name."""
     priced = priced_config(cfg, planning_prices(market).prices)
     declared = fleet_step.declared_demands(cfg)
     demand = {m: DemandView(float(peak.get(m, 0.0)), declared[m].mix, False) for m in declared}

@@ -10,7 +10,7 @@ import pytest
 from config.checks import config_problems, is_loopback, known_regions
 from config.errors import ConfigError
 from config.schema import parse_config_text
-from daemon.cli import main
+from tests.validate_helpers import validate_text
 
 BASE = """\
 cluster: t
@@ -29,16 +29,8 @@ dispatcher:
 """
 
 
-def _validate(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
-    f = tmp_path / "c.yaml"
-    f.write_text(text)
-    code = main(["validate", str(f)])
-    cap = capsys.readouterr()
-    return code, [ln for ln in (cap.out + cap.err).splitlines() if ln.strip()]
-
-
 def test_the_base_config_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = _validate(tmp_path, BASE, capsys)
+    code, out = validate_text(tmp_path, BASE, capsys)
     assert code == 0 and out[-1].endswith("ok (cluster t, budget 2.5 $/hr, 1 model(s), 2 instance type(s))")
 
 
@@ -60,7 +52,7 @@ def test_the_base_config_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[
 ])
 def test_validate_refuses_what_would_fail_later(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
                                                expect: str) -> None:
-    code, out = _validate(tmp_path, text, capsys)
+    code, out = validate_text(tmp_path, text, capsys)
     assert code == 2
     assert any(expect in ln for ln in out), out
     assert not any("Traceback" in ln for ln in out)
@@ -68,7 +60,7 @@ def test_validate_refuses_what_would_fail_later(tmp_path: Path, capsys: pytest.C
 
 def test_a_profile_csv_without_its_columns_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "p.csv").write_text("model,instance_type,batch_size\nncf,r5n.large,1\n")
-    code, out = _validate(tmp_path, BASE.replace("launch:", "profiles: p.csv\nlaunch:"), capsys)
+    code, out = validate_text(tmp_path, BASE.replace("launch:", "profiles: p.csv\nlaunch:"), capsys)
     assert code == 2 and any("profile CSV lacks column(s)" in ln for ln in out), out
 
 
@@ -106,11 +98,11 @@ def test_validate_reads_the_certificates_keys_and_tokens_the_config_names(
                        f"  worker_tls: {{ca_file: {workers_ca}}}\n")
 
     good = (pem.cert, pem.key, ca.ca_file, ca.ca_file, tmp_path / "token", tmp_path / "token")
-    code, out = _validate(tmp_path, text(*good), capsys)
+    code, out = validate_text(tmp_path, text(*good), capsys)
     assert code == 0, out
     (tmp_path / "plain.key").write_text("my-secret-key-material\n")
     (tmp_path / "empty").write_text("  \n")
-    code, out = _validate(tmp_path, text(tmp_path / "missing.crt", tmp_path / "plain.key", tmp_path / "empty",
+    code, out = validate_text(tmp_path, text(tmp_path / "missing.crt", tmp_path / "plain.key", tmp_path / "empty",
                                          tmp_path / "nowhere", tmp_path / "empty", tmp_path / "gone"), capsys)
     assert code == 2 and not any("Traceback" in ln or "my-secret" in ln for ln in out), out
     # a blank file is no PEM file and no token: each says which

@@ -12,6 +12,7 @@ from config.errors import ConfigError
 from config.schema import parse_config_text
 from config.spot_catalog import load_spot_table
 from daemon.cli import main
+from tests.validate_helpers import validate_text
 
 BASE = """\
 cluster: t
@@ -32,14 +33,6 @@ dispatcher:
 ZONES = "spot:\n  zones: {us-east-1a: subnet-a, us-east-1c: null}\n"
 
 
-def _validate(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
-    f = tmp_path / "c.yaml"
-    f.write_text(text)
-    code = main(["validate", str(f)])
-    cap = capsys.readouterr()
-    return code, [ln for ln in (cap.out + cap.err).splitlines() if ln.strip()]
-
-
 def test_a_spot_section_parses_with_its_defaults() -> None:
     cfg = parse_config_text(BASE + ZONES)
     assert [t.market for t in cfg.instance_types] == ["both", "on_demand"]
@@ -55,7 +48,7 @@ def test_a_config_without_spot_is_unchanged() -> None:
 
 def test_validate_refuses_a_spot_type_with_no_zones_in_one_line(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    code, lines = _validate(tmp_path, BASE, capsys)
+    code, lines = validate_text(tmp_path, BASE, capsys)
     assert code == 2 and len(lines) == 1
     assert lines[0].endswith("line 8: instance_types[0].market: both needs spot.zones (the availability zones of "
                              "us-east-1 to spread g4dn.xlarge spot instances over)")
@@ -72,13 +65,13 @@ def test_validate_refuses_a_spot_type_with_no_zones_in_one_line(tmp_path: Path,
 ])
 def test_bad_spot_settings_name_the_field_and_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        spot: str, where: str, msg: str) -> None:
-    code, lines = _validate(tmp_path, BASE + spot, capsys)
+    code, lines = validate_text(tmp_path, BASE + spot, capsys)
     assert code == 2 and len(lines) == 1
     assert where in lines[0] and msg in lines[0]
 
 
 def test_a_market_that_is_not_one_of_the_three_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, lines = _validate(tmp_path, BASE.replace("market: both", "market: reserved") + ZONES, capsys)
+    code, lines = validate_text(tmp_path, BASE.replace("market: both", "market: reserved") + ZONES, capsys)
     assert code == 2 and len(lines) == 1 and "instance_types.0.market" in lines[0].replace("[0]", ".0")
 
 
@@ -87,7 +80,7 @@ def test_a_fallback_the_budget_cannot_buy_is_refused_by_validate_and_run(tmp_pat
     """g5.xlarge costs 1.006 $/hr on-demand: at a 0.9 $/hr budget its fallback cannot buy one."""
     text = (BASE.replace("budget_per_hour: 2.5", "budget_per_hour: 0.9").replace("g4dn.xlarge", "g5.xlarge")
             + ZONES)
-    code, lines = _validate(tmp_path, text, capsys)
+    code, lines = validate_text(tmp_path, text, capsys)
     assert code == 2 and len(lines) == 1
     assert "spot.fallback: market: both cannot buy one on-demand g5.xlarge (1.006 $/hr) within budget_per_hour 0.9" \
         in lines[0]

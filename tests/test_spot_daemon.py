@@ -185,3 +185,15 @@ def test_a_zone_without_capacity_moves_the_launch_to_the_next_zone_then_on_deman
     rep = fm.actuate({"r5n.large": 3}, "p2", [], cloud.list_managed())
     got = sorted(s for s, ids in rep.launched.items() for _ in ids)
     assert got == ["r5n.large", "r5n.large"]            # no spot zone left: market both falls back to on-demand
+
+
+def test_a_reload_rebuilds_the_market_from_the_new_spot_settings(tmp_path: Path) -> None:
+    fm, cloud, act = _market(tmp_path)
+    cfg = load_config(SPOT_YAML)
+    new = cfg.model_copy(update={"spot": cfg.spot.model_copy(update={"overprovision": 2, "max_price": 0.065})})
+    fm.reload(new)
+    m = fm.spot.market
+    assert (m.overprovision, m.max_price) == (2, 0.065) and fm.spot.cfg is new
+    assert m.spot["r5n.large"] == PRICES["r5n.large"]                                    # the prices held now
+    assert m.open_zones("r5n.large") == ["us-east-1a", "us-east-1c"]                     # 1d's 0.07 is over max_price
+    assert act.price("r5n.large@us-east-1d") == 0.07

@@ -104,3 +104,11 @@ def test_slot_of_an_untagged_spot_instance_comes_from_its_lifecycle_and_zone() -
     assert instance_slot(inst, {}) == "c5.xlarge@us-east-1d"
     assert instance_slot({**inst, "InstanceLifecycle": None}, {}) == "c5.xlarge"
     assert instance_slot(inst, {SLOT_TAG: "m5.large@us-east-1a"}) == "c5.xlarge@us-east-1d"   # a tag for another type
+
+
+def test_the_fake_cloud_boots_a_spot_slot_as_its_type() -> None:
+    from scaler.fake_cloud import FakeCloud
+
+    cloud = FakeCloud("t", boot_s=5.0, boot_by_type={"r5n.large": 60.0, "r5n.large@us-east-1c": 90.0})
+    assert cloud.boot_for("r5n.large@us-east-1a") == 60.0 and cloud.boot_for("r5n.large") == 60.0
+    assert cloud.boot_for("r5n.large@us-east-1c") == 90.0 and cloud.boot_for("t3.xlarge@us-east-1a") == 5.0

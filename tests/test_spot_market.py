@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from scaler.cloud import ManagedInstance
 from scaler.spot_market import (DRAIN_LEAD_S, NOTICE_S, ZONE_COOLDOWN_S, SpotMarket, SpotState, after_apply,
-                                after_notice, drains_due, overprovision, place, planning_prices, settle, zone_order)
+                                after_notice, after_reprice, drains_due, overprovision, place, planning_prices, settle, zone_order)
 from scaler.spot_slots import base_type, is_spot, pool_by_type, slot_of, split_slot, typed
 
 G, R, T = "g4dn.xlarge", "r5n.large", "t3.xlarge"
@@ -139,6 +139,18 @@ def test_a_suspect_zone_is_tried_by_the_placement_but_not_priced_by_the_planner(
     assert planning_prices(m, start.suspect).prices == {G: 0.526, R: 0.149, T: 0.1664}
     s = after_apply(start, ["r5n.large@us-east-1d"], ["g4dn.xlarge@us-east-1a"])   # d gave one: d trusted
     assert s.suspect == {slot_of(t, z) for t in (G, R) for z in (A, C)}
+
+
+def test_a_slot_priced_only_later_is_suspect_unless_its_zone_gave_a_spot_instance() -> None:
+    m = market()
+    before = SpotMarket(m.markets, m.on_demand, {G: {A: 0.2158}, R: {A: 0.0545, C: 0.0585}}, m.zones, m.fallback,
+                        m.max_price, m.overprovision)
+    s = after_apply(SpotState.initial(before), ["r5n.large@us-east-1c"], [])   # c gave one: c trusted, a not
+    assert s.suspect == {"g4dn.xlarge@us-east-1a", "r5n.large@us-east-1a"}
+    later = after_reprice(s, before, m)                                     # g4dn c, both d priced now
+    assert later.suspect == s.suspect | {"g4dn.xlarge@us-east-1d", "r5n.large@us-east-1d"}   # c: trusted zone
+    assert planning_prices(m, later.suspect).prices == {G: 0.2039, R: 0.0585, T: 0.1664}
+    assert after_reprice(later, m, m.with_price(G, A, 0.3)) is later        # a price move: nothing new
 
 
 def test_a_spot_price_rise_that_breaks_the_budget_moves_the_dearest_capacity_at_once() -> None:

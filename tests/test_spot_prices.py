@@ -67,6 +67,22 @@ def test_prices_are_cached_0600_and_asked_again_after_an_hour(tmp_path: Path) ->
     assert cache_path_for("/var/lib/costscale/state.db") == Path("/var/lib/costscale/state.db.spot-prices.json")
 
 
+def test_a_pair_ec2_lists_no_price_for_is_not_asked_again_within_the_hour(tmp_path: Path) -> None:
+    now = [T0]
+    src, stub = _stubbed(tmp_path, now)
+    for _ in range(2):                    # once at T0, once an hour later: never on the lookups in between
+        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": [entry(G, A, "0.2158", T0 - 60)]})
+    with stub:
+        first = src.lookup([G], [A, C])
+        now[0] = T0 + 60
+        assert src.lookup([G], [A, C]) == first and src.requests == 1
+        now[0] = T0 + CACHE_TTL_S
+        src.lookup([G], [A, C])
+        assert src.requests == 2
+    assert first == ({G: {A: 0.2158, C: 0.2039}}, "spot prices in us-east-1: no spot price listed; using the shipped "
+                                                   "table's for g4dn.xlarge@us-east-1c")
+
+
 def test_a_failure_falls_back_to_the_cache_then_the_table_with_one_warning(tmp_path: Path) -> None:
     now = [T0]
     src, stub = _stubbed(tmp_path, now)

@@ -55,6 +55,8 @@ def test_a_zone_that_goes_away_preempts_refuses_and_loses_no_query(setup, tmp_pa
     assert sp is not None and sp["preemptions"] >= 1 and sp["preemptions_by_zone"] == {C: sp["preemptions"]}
     assert sp["queries_lost_to_preemption"] == 0 and run.ledger.violations == []
     assert sp["spot_hours_by_zone"].get(A, 0.0) == 0.0              # never available: never launched
+    shares = {A: 0.0, C: round(900 / 1500, 6), D: round(900 / 1500, 6)}   # each type that may run spot: * rows
+    assert sp["trace"]["available_share"] == {t.type: shares for t in cfg.instance_types}
     for at, slot, _ in run.launches:                                 # no spot launch where the trace says 0
         if slot.endswith("@" + C):
             assert not 600 <= at < 1200, (at, slot)
