@@ -27,7 +27,11 @@ with backoff are what the fleet loop needs: a call ends, retried or failed, in b
 the next tick tries again.
 
 ``aws_call`` is the error boundary: what botocore gives up on becomes ``scaler.cloud``'s typed
-errors, judged by each adapter (``typed``), with the number of attempts made.
+errors, judged by each adapter (``typed``), with the number of attempts made. The code and message
+it hands them are one line each (``error_fields``): when botocore could not parse an error body
+(an XML error document from an endpoint of a JSON service, as moto's IAM checks send, or a proxy's
+page), botocore's code is the bare HTTP status and its message the raw body; the document's own
+``Code`` and ``Message`` are used then.
 """
 from __future__ import annotations
 
@@ -71,6 +75,25 @@ def attempts_made(response: dict[str, Any]) -> int:
         return 1
 
 
+def error_fields(error: dict[str, Any]) -> tuple[str, str]:
+    """The code and the one-line message of a ClientError's ``Error`` (module docstring): botocore's,
+    or, when its code is a bare HTTP status and its message an XML error document, the document's
+    ``Code`` and ``Message``; whitespace (newlines included) collapsed."""
+    import xml.etree.ElementTree as ET
+
+    code, message = str(error.get("Code", "")), str(error.get("Message", ""))
+    if code.isdigit() and message.lstrip().startswith("<"):
+        try:
+            root = ET.fromstring(message.strip())
+        except ET.ParseError:
+            root = None
+        if root is not None:
+            found = {el.tag.rpartition("}")[2]: (el.text or "").strip() for el in root.iter()}
+            code = found.get("Code") or code
+            message = found.get("Message") or code
+    return code, " ".join(message.split()) or code
+
+
 def aws_call(op: str, call: Callable[[], Any], typed: Typed) -> Any:
     """``call()`` (one boto3 call, botocore retrying inside it) at the error boundary: a
     ClientError becomes ``typed(code, message, attempts)``, the typed error to raise (None: the
@@ -82,9 +105,8 @@ def aws_call(op: str, call: Callable[[], Any], typed: Typed) -> Any:
     try:
         return call()
     except ClientError as exc:
-        err = exc.response.get("Error", {})
-        code = str(err.get("Code", ""))
-        mapped = typed(code, str(err.get("Message", "")) or code, attempts_made(exc.response))
+        code, message = error_fields(exc.response.get("Error", {}))
+        mapped = typed(code, message, attempts_made(exc.response))
         if mapped is None:
             raise
         raise mapped from None

@@ -244,3 +244,23 @@ def test_the_price_list_calls_are_retried_by_botocore(tmp_path: Path, monkeypatc
     prices = RegionPrices("eu-west-3", tmp_path / "p.json", client=made, clock=lambda: 1_700_000_000.0)
     assert prices.lookup(["r5n.large"]) == ({"r5n.large": 0.175}, None)
     assert [len(c) for c in faults.calls("GetProducts")] == [3]
+
+
+def test_an_error_body_botocore_could_not_parse_gives_its_own_code_and_one_line() -> None:
+    """moto's IAM denial on a JSON service (SSM) is an XML document: botocore's code is the bare
+    status "403" and its message the raw body; the boundary reads the document's Code and Message."""
+    from scaler.aws_client import error_fields
+
+    body = ('<?xml version="1.0" encoding="utf-8"?>\n<ErrorResponse><Errors><Error><Code>AccessDenied</Code>'
+            '<Message>User: arn:aws:iam::123456789012:user/u is not authorized to perform: ssm:GetParameter'
+            '</Message><Type>Sender</Type></Error></Errors></ErrorResponse>')
+    assert error_fields({"Code": "403", "Message": body}) == (
+        "AccessDenied", "User: arn:aws:iam::123456789012:user/u is not authorized to perform: ssm:GetParameter")
+    ns = '<Response xmlns="http://ec2.amazonaws.com/doc/"><Errors><Error><Code>Blocked</Code></Error></Errors></Response>'
+    assert error_fields({"Code": "400", "Message": ns}) == ("Blocked", "Blocked")
+    # a parsed error is kept, its message on one line; a body that is not XML is only put on one line
+    assert error_fields({"Code": "AccessDeniedException", "Message": "not\n  allowed"}) == (
+        "AccessDeniedException", "not allowed")
+    assert error_fields({"Code": "502", "Message": "<html>\n<body>Bad gateway</html>"}) == (
+        "502", "<html> <body>Bad gateway</html>")
+    assert error_fields({}) == ("", "")
