@@ -12,7 +12,9 @@ parameter's value. To rotate, write a new value into the parameter (``aws ssm pu
 restart (:class:`dispatcher.auth.TokenRing` keeps the old one valid meanwhile).
 
 Errors become ``scaler.cloud``'s typed errors (:func:`scaler.aws_client.aws_call`): refused access
-or no credentials → ``CloudConfigError``; anything else → ``CloudError``. The value is never logged.
+→ :class:`ParameterRefused` (a ``CloudConfigError`` that keeps the parameter, SSM's code and its
+message apart, so the worker can name the permission it lacks in one line); no credentials →
+``CloudConfigError``; anything else → ``CloudError``. The value is never logged.
 """
 from __future__ import annotations
 
@@ -28,6 +30,14 @@ EXISTS = "ParameterAlreadyExists"
 CONFIG_CODES = frozenset({"AccessDeniedException", "AccessDenied", "UnrecognizedClientException",
                           "InvalidClientTokenId", "ExpiredTokenException", "KMSAccessDeniedException",
                           "ValidationException", "InvalidKeyId", "KMSNotFoundException"})
+
+
+class ParameterRefused(CloudConfigError):
+    """SSM refused a call on the parameter (an IAM denial, bad or expired keys, the KMS key)."""
+
+    def __init__(self, op: str, parameter: str, code: str, detail: str) -> None:
+        super().__init__(f"ssm {op} {parameter}: {code}: {detail}")
+        self.op, self.parameter, self.code, self.detail = op, parameter, code, detail
 
 
 def parameter_name(template: str, cluster: str) -> str:
@@ -52,7 +62,7 @@ class TokenParameter:
             if code in judged:
                 return None
             if code in CONFIG_CODES:
-                return CloudConfigError(f"ssm {op} {self.name}: {code}: {msg}")
+                return ParameterRefused(op, self.name, code, msg)
             return CloudError(f"ssm {op} {self.name}: {code}: {msg}{after(attempts)}")
 
         return aws_call(f"ssm {op}", lambda: getattr(self.client, op)(**kwargs), typed)
@@ -84,4 +94,4 @@ class TokenParameter:
         return token
 
 
-__all__ = ["DEFAULT_PARAMETER", "TokenParameter", "make_ssm_client", "parameter_name"]
+__all__ = ["DEFAULT_PARAMETER", "ParameterRefused", "TokenParameter", "make_ssm_client", "parameter_name"]

@@ -97,22 +97,35 @@ def _hostport(flag: str, value: str) -> str:
     return value
 
 
+#: the permission the worker's instance profile needs on the token parameter (README "How it maps to AWS")
+READ_PERMISSION = "ssm:GetParameter"
+
+
 def _token_from_parameter(name: str) -> tuple[str, Callable[[], str | None]]:
     """The cluster token read from SSM parameter ``name`` (region: $AWS_REGION or $AWS_DEFAULT_REGION,
     which the launch's user data sets from the instance metadata), and the read to repeat. One line
-    (UsageError, exit 2) when it cannot be read: no region, refused access, no such parameter."""
-    from scaler.cloud import CloudError
-    from scaler.token_parameter import TokenParameter, make_ssm_client
+    (UsageError, exit 2) when it cannot be read: no region, refused access (naming the parameter and
+    ``ssm:GetParameter``), SSM not reached (after botocore's retries), no such parameter. Exit 2
+    (a config problem), not 1 (a refused registration): the instance profile, the region or the
+    parameter is the deployment's to fix, the worker never contacts the dispatcher without a
+    token, and a refusal is final (no retry loop on AccessDenied)."""
+    from scaler.cloud import CloudConfigError, CloudError
+    from scaler.token_parameter import ParameterRefused, TokenParameter, make_ssm_client
 
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
         raise UsageError("--token-parameter: no region (set AWS_REGION or AWS_DEFAULT_REGION)")
     param = TokenParameter(make_ssm_client(region), name)
+    needs = f"the instance profile needs {READ_PERMISSION} on it (and kms:Decrypt with a customer-managed key)"
     try:
         value = param.read()
-    except CloudError as exc:
-        raise UsageError(f"--token-parameter: {exc}; the instance profile needs ssm:GetParameter on it "
-                         "(and kms:Decrypt with a customer-managed key)") from None
+    except ParameterRefused as exc:
+        raise UsageError(f"--token-parameter: SSM in {region} refused {READ_PERMISSION} on {name} "
+                         f"({exc.code}: {exc.detail}); {needs}") from None
+    except CloudConfigError as exc:      # no credentials at all: no instance profile attached
+        raise UsageError(f"--token-parameter: {name}: {exc}; {needs}") from None
+    except CloudError as exc:            # SSM not reached (after botocore's retries): no IAM advice
+        raise UsageError(f"--token-parameter: SSM parameter {name} in {region} not read: {exc}") from None
     if not value:
         raise UsageError(f"--token-parameter: SSM parameter {name} does not exist in {region}")
     return value, param.read
