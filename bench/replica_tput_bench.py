@@ -21,9 +21,11 @@ dispatcher runs in its own process, built as dispatch_bench builds it (``--start
 
 Reported per row: throughput, client p50/p99, the 2-proc / 1-proc ratio, and where the cores went
 in the measured window: CPU seconds (``bench._proc_cpu``: user + system) of the dispatcher
-processes, the workers' process and the client, per query and in cores (CPU s / wall s). Then the
-extrapolation (``bench._dispatch_hosts``): dispatcher hosts for :data:`TARGET_QPS` from the
-dispatchers' CPU per query.
+processes, the workers' process and the client, per query and in cores (CPU s / wall s); what that
+CPU per query allows on this many quiet cores (``bench._dispatch_capacity.process_ceiling``: the
+upper bound on the ratio while the client and the workers share the cores). Then the
+extrapolation (``bench._dispatch_capacity.hosts_needed``): dispatcher hosts for :data:`TARGET_QPS`
+from the dispatchers' CPU per query.
 
 Run: ``.venv/bin/python bench/replica_tput_bench.py`` (``--quick``: under a minute; ``--no-write``:
 print the section, leave BENCHMARKS.md as it is; ``--start run``).
@@ -37,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
@@ -45,7 +48,7 @@ from typing import Sequence  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench import _loopback  # noqa: E402
-from bench._dispatch_hosts import TARGET_QPS, hosts_needed  # noqa: E402
+from bench._dispatch_capacity import TARGET_QPS, hosts_needed, process_ceiling  # noqa: E402
 from bench._proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
 from scaler.replica_assignment import assign  # noqa: E402
@@ -157,19 +160,23 @@ def verdict(n: int, one: dict[str, float], two: dict[str, float]) -> str:
     """The ratio against the goal, where the cores went, and the most 2-proc could reach here."""
     ratio = two["qps"] / one["qps"]
     cores = os.cpu_count() or 1
-    # every core busy at the 2-proc CPU per query of the bench's processes: the machine's ceiling
-    per_query_ms = two["disp_ms_q"] + two["client_ms_q"] + two["workers_ms_q"]
-    ceiling = cores * 1000 / per_query_ms
+    # the most each configuration can serve here, from its own CPU per query (bench._dispatch_capacity)
+    rest = {k: v["client_ms_q"] + v["workers_ms_q"] for k, v in (("1-proc", one), ("2-proc", two))}
+    top1 = process_ceiling(one["disp_ms_q"] / 1000, rest["1-proc"] / 1000, cores, 1)
+    top2 = process_ceiling(two["disp_ms_q"] / 1000, rest["2-proc"] / 1000, cores, 2)
     return (f"{n} workers: 2-proc / 1-proc throughput **{ratio:.2f}×** (goal ≥ {GOAL}×: "
             f"{'met' if ratio >= GOAL else 'not met'}); added p99 {two['p99_ms'] - one['p99_ms']:+.2f} ms. The bench's "
             f"processes used {one['total_cores']:.2f} (1-proc) and {two['total_cores']:.2f} (2-proc) of {cores} cores "
             f"(the client alone {one['client_cores']:.2f} and {two['client_cores']:.2f}, the workers "
             f"{one['workers_cores']:.2f} and {two['workers_cores']:.2f}), other processes {one['other_cores']:.2f} and "
-            f"{two['other_cores']:.2f}, steal {one['steal_cores']:.2f} and {two['steal_cores']:.2f}. With every core "
-            f"busy at the 2-proc CPU per query (dispatchers {two['disp_ms_q']:.3f} + client {two['client_ms_q']:.3f} + "
-            f"workers {two['workers_ms_q']:.3f} = {per_query_ms:.3f} ms), this machine serves at most {ceiling:.0f} q/s, "
-            f"**{ceiling / one['qps']:.2f}×** the 1-proc throughput: the most 2-proc can reach here while the client "
-            "and the workers share its cores.")
+            f"{two['other_cores']:.2f}, steal {one['steal_cores']:.2f} and {two['steal_cores']:.2f}. The most this "
+            f"CPU per query allows on {cores} quiet cores (a dispatcher process on one core, every process "
+            "together on all of them: `bench/_dispatch_capacity.py`, an upper bound on the ratio): 1-proc "
+            f"{top1:.0f} q/s (dispatcher {one['disp_ms_q']:.3f} ms, client and workers {rest['1-proc']:.3f} ms a "
+            f"query), 2-proc {top2:.0f} q/s ({two['disp_ms_q']:.3f} and {rest['2-proc']:.3f} ms): at most "
+            f"**{top2 / top1:.2f}×**; {GOAL}× needs the "
+            f"client and the workers at no more than a quarter of the dispatcher's CPU a query "
+            f"({two['disp_ms_q'] / 4:.3f} ms here, against {rest['2-proc']:.3f}).")
 
 
 def section(med: dict[int, dict[str, dict[str, float]]], conc: dict[int, int], rounds: int, seconds: float,
@@ -187,8 +194,8 @@ def section(med: dict[int, dict[str, dict[str, float]]], conc: dict[int, int], r
         "`loadBalancingConfig` round_robin; one address for 1-proc). Dispatchers built "
         + ("as dispatch_bench builds its one (`--start bench`)" if start == "bench" else
            "as `costscale run` builds them (`--start run`: variant registry, models folder)")
-        + f". {rounds} alternating rounds of {seconds:g} s each (after 0.5 s of warm-up), medians. CPU: user + "
-        "system time of each process over the measured window (/proc/PID/stat, or psutil), per query served and in "
+        + f". {rounds} alternating rounds of {seconds:g} s each (after {_loopback.WARM_UP_S:g} s of warm-up), medians. CPU: "
+        "user + system time of each process over the measured window (/proc/PID/stat, or psutil), per query served and in "
         f"cores (CPU s / wall s; the machine has {os.cpu_count()}), below. *first share*: the first dispatcher's part of "
         "the queries the two served (round_robin's split).",
         "",
@@ -229,7 +236,7 @@ def section(med: dict[int, dict[str, dict[str, float]]], conc: dict[int, int], r
                   "above are not the dispatcher's scaling alone: rerun on a quiet machine."]
     lines += [
         "",
-        f"Extrapolation (`bench/_dispatch_hosts.py`): dispatcher hosts for {TARGET_QPS:,.0f} q/s (ncf at 2.5 $/hr, "
+        f"Extrapolation (`bench/_dispatch_capacity.py`): dispatcher hosts for {TARGET_QPS:,.0f} q/s (ncf at 2.5 $/hr, "
         "\"kairos-repro\": 7,020 q/s confirmed pick, 7,436 paper oracle) = ceil(7,200 / per-host q/s), per-host q/s "
         f"= {cores} cores / the dispatchers' CPU seconds per query. Assumed: a host runs one dispatcher process per "
         "core and nothing else (no client, no workers), every core fully busy, the CPU per query as measured here "
@@ -243,6 +250,12 @@ def section(med: dict[int, dict[str, dict[str, float]]], conc: dict[int, int], r
         for k in KINDS:
             e = hosts_needed(TARGET_QPS, med[n][k]["disp_ms_q"] / 1000, cores)
             lines.append(f"| {n} | {k} | {med[n][k]['disp_ms_q']:.3f} | {e.per_host_qps:,.0f} | {e.hosts} |")
+    worst = max(WORKER_COUNTS, key=lambda n: med[n]["2-proc"]["disp_ms_q"])
+    e = hosts_needed(TARGET_QPS, med[worst]["2-proc"]["disp_ms_q"] / 1000, cores)
+    lines += ["", f"Taking the 2-proc row with the most dispatcher CPU per query ({worst} workers, "
+              f"{e.cpu_s_per_query * 1000:.3f} ms): **{e.hosts} hosts** of {cores} cores for {TARGET_QPS:,.0f} q/s "
+              f"({e.per_host_qps:,.0f} q/s a host at most). The CPU per query is this run's, on this machine "
+              "(higher on a contended one)."]
     return lines
 
 
@@ -258,8 +271,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one round of 1.5 s (under a minute)")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md as it is")
     a = ap.parse_args()
-    if a.rounds < 1 or not a.seconds > 0 or a.host_cores < 1:
-        ap.error("--rounds and --host-cores must be at least 1, --seconds above 0")
+    if a.rounds < 1 or not 0 < a.seconds < math.inf or a.host_cores < 1:
+        ap.error("--rounds and --host-cores must be at least 1, --seconds a number above 0")
     rounds, seconds = (1, 1.5) if a.quick else (a.rounds, a.seconds)
     conc = {n: CONCURRENCY_PER_4 * n // 4 for n in WORKER_COUNTS}
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """The benchmark-side arithmetic of issue #27's goal "Throughput" (``bench/replica_tput_bench.py``):
-dispatcher hosts for a query rate from the CPU per query (``bench._dispatch_hosts``, hand-computed
-cases and the ceiling's two sides), and a process's CPU time read from ``/proc/PID/stat``
-(``bench._proc_cpu``)."""
+the most one and two dispatcher processes serve, and dispatcher hosts for a query rate, from the
+CPU per query (``bench._dispatch_capacity``: hand-computed cases and invariants), and a process's
+CPU time read from ``/proc/PID/stat`` (``bench._proc_cpu``)."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench._dispatch_hosts import TARGET_QPS, hosts_needed
+from bench._dispatch_capacity import TARGET_QPS, hosts_needed, process_ceiling
 from bench._proc_cpu import cpu_s_from_stat
 
 
@@ -49,3 +49,28 @@ def test_cpu_time_is_read_past_a_command_name_with_spaces_and_parentheses() -> N
     # fields 14 (utime) = 250 and 15 (stime) = 50 ticks at 100 ticks/s: 3.0 s; field 16 (cutime) not counted
     stat = "4242 (py (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 70 0 20 0 5 0 123 456 789"
     assert cpu_s_from_stat(stat, ticks=100) == pytest.approx(3.0)
+
+
+def test_two_processes_reach_1_6x_on_2_cores_only_when_the_rest_is_a_quarter_of_the_dispatcher() -> None:
+    # d = 1 ms, r = 0.25 ms, 2 cores: one process min(1000, 2 / 0.00125 = 1600) = 1000 q/s,
+    # two min(2000, 1600) = 1600 q/s: exactly 1.6x
+    one, two = (process_ceiling(0.001, 0.00025, 2, k) for k in (1, 2))
+    assert (one, two) == (pytest.approx(1000.0), pytest.approx(1600.0))
+    # r = d = 1 ms: the machine's 2 / 0.002 = 1000 q/s binds both: 1.0x
+    assert process_ceiling(0.001, 0.001, 2, 1) == pytest.approx(process_ceiling(0.001, 0.001, 2, 2)) == \
+        pytest.approx(1000.0)
+    # nothing else on 16 cores: the processes bind, 2 / 0.001 = 2000 q/s
+    assert process_ceiling(0.001, 0.0, 16, 2) == pytest.approx(2000.0)
+
+
+@given(st.floats(1e-5, 1e-2), st.floats(0.0, 1e-2), st.integers(1, 64))
+def test_two_processes_never_serve_less_nor_more_than_twice_one(d: float, r: float, cores: int) -> None:
+    one, two = process_ceiling(d, r, cores, 1), process_ceiling(d, r, cores, 2)
+    assert one <= two <= 2 * one * (1 + 1e-12)
+    assert two <= cores / (d + r) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("args", [(0.0, 0.001, 2, 1), (0.001, -0.001, 2, 1), (0.001, 0.0, 0, 1), (0.001, 0.0, 2, 0)])
+def test_a_ceiling_of_inputs_out_of_range_is_refused(args: tuple[float, float, int, int]) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        process_ceiling(*args)
