@@ -8,7 +8,8 @@
    proxy built the same way (same server options, same persistent worker channels), both in front of
    the same no-op workers (a separate process), driven by the same closed-loop client (another
    process), with 4 and with 64 workers (``WORKER_COUNTS``; the client keeps 4 Submits per worker in
-   flight). Alternating runs, medians.
+   flight). Alternating runs, medians. The workers, the client and the dispatcher's config are
+   ``bench/_loopback.py``'s, shared with ``bench/replica_tput_bench.py``.
 
 Run: ``.venv/bin/python bench/dispatch_bench.py`` (``--quick`` for a short run; ``--no-write``: print
 the section only).
@@ -29,10 +30,11 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from bench._loopback import TYPES, load_main, make_dispatcher, workers_main  # noqa: E402
+
 #: the no-op worker counts of the end-to-end rows: the original 4, and a pool whose matching
 #: rounds are no longer trivial
 WORKER_COUNTS = (4, 64)
-TYPES = ["g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge"]
 KINDS = ("proxy", "proxy-1", "dispatcher")
 
 
@@ -73,51 +75,7 @@ def decision_latency(m: int, n: int, reps: int) -> dict[str, float]:
             "lsa_p50_us": float(p(t_lsa, 50)), "lsa_p99_us": float(p(t_lsa, 99))}
 
 
-# ---- 2. end to end -------------------------------------------------------------------------------
-async def _workers_main(count: int) -> None:
-    from tests.dispatch_helpers import start_worker
-
-    ws = [await start_worker(f"i-{k}", TYPES[k % 4], 0.0) for k in range(count)]
-    print(json.dumps([w.address for w in ws]), flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)   # until the parent closes stdin
-
-
-async def _load_main(target: str, seconds: float, concurrency: int) -> None:
-    import grpc
-
-    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-
-    ch = grpc.aio.insecure_channel(target)
-    stub = pbg.InferenceStub(ch)
-    rng = np.random.default_rng(1)
-    batches = rng.integers(1, 1001, 4096).tolist()
-    lat: list[float] = []
-    errors = 0
-    counter = itertools.count()
-
-    async def one(end: float) -> None:
-        nonlocal errors
-        while time.perf_counter() < end:
-            i = next(counter)
-            t0 = time.perf_counter()
-            try:
-                await stub.Submit(pb.SubmitRequest(model="rm2", batch_size=batches[i % 4096]), timeout=10)
-                lat.append(time.perf_counter() - t0)
-            except grpc.aio.AioRpcError:
-                errors += 1
-
-    await asyncio.gather(*(one(time.perf_counter() + 0.5) for _ in range(concurrency)))   # warm-up
-    lat.clear()
-    errors = 0
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one(t0 + seconds) for _ in range(concurrency)))
-    el = time.perf_counter() - t0
-    await ch.close()
-    a = np.array(lat) * 1000
-    print(json.dumps({"qps": len(lat) / el, "p50_ms": float(np.percentile(a, 50)),
-                      "p99_ms": float(np.percentile(a, 99)), "errors": errors}), flush=True)
-
-
+# ---- 2. end to end (the no-op workers and the client: bench/_loopback.py) -----------------------
 class RoundRobinProxy:
     """The baseline: Submit → next worker in turn, no queue, no policy, no limit per worker."""
 
@@ -160,25 +118,9 @@ class RoundRobinProxy:
         return server, port
 
 
-def _bench_config():  # type: ignore[no-untyped-def]
-    from config.schema import Config
-
-    return Config.model_validate({
-        "cluster": "bench", "budget_per_hour": 10,
-        "models": [{"name": "rm2", "qos_ms": 1000, "max_batch": 1000}],
-        "instance_types": [{"type": t} for t in TYPES],
-        "launch": {"ami_id": "ami-0123456789abcdef0"},
-        "dispatcher": {"listen": "127.0.0.1:0", "on_deadline": "best_effort", "queue_limit": 100000},
-    })
-
-
 async def _one_run(kind: str, addresses: list[str], seconds: float, concurrency: int) -> dict[str, float]:
     if kind == "dispatcher":
-        from dispatcher.latency_model import LatencyModel
-        from dispatcher.server import Dispatcher
-        from config.profiles import load_profiles_csv
-
-        d = Dispatcher(_bench_config(), LatencyModel.from_profiles(load_profiles_csv()))
+        d = make_dispatcher("bench")
         port = await d.start("127.0.0.1:0")
         for k, a in enumerate(addresses):
             d.add_worker_direct(f"i-{k}", TYPES[k % 4], a)
@@ -227,10 +169,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
     if a.role == "workers":
-        asyncio.run(_workers_main(a.workers))
+        asyncio.run(workers_main(a.workers))
         return
     if a.role == "load":
-        asyncio.run(_load_main(a.target, a.seconds, a.concurrency))
+        asyncio.run(load_main(a.target, a.seconds, a.concurrency))
         return
     reps = 300 if a.quick else 2000
     rounds, seconds = (1, 1.5) if a.quick else (a.rounds, a.seconds)
