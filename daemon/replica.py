@@ -29,10 +29,10 @@ the actuator checks every launch against the budget over everything it lists.
 A stopping replica answers health checks NOT_SERVING for ``lease.unready_s`` first (:meth:`ReplicaRole.leave`),
 so a balancer in front (README "High availability: replicas") moves new queries off it.
 
-Not here yet (issue #27 deliverable 2): workers owned by one replica each (a replica dispatches to
-the workers that registered with it; its heartbeat reports ``applied=0``), forwarding to an owning
-replica. Their pure decisions and adapters (``scaler.replica_owners``, ``replica_owning``,
-``replica_assignment``, ``replica_handoff``, ``worker_table``) are built and tested, not wired.
+Workers (deliverable 2, ``daemon.replica_workers``): the replica that accepts a registration
+records the worker in the lease table; each beat every replica reads the published owners and the
+worker items, connects to its own, drops the others (after their running query) and reports the
+version it applied in its heartbeat; the holder runs the owners round over the owning replicas.
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from config.schema import Config
 from config.security import is_loopback
 from daemon.aws_wiring import DaemonError
+from daemon.replica_workers import RegistryWorkers, ReplicaWorkers
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
 from scaler.demand_table import DEMAND, DynamoDemandTable, demands_in
@@ -54,6 +55,7 @@ from scaler.replica_demand import ModelWindow, MergedDemand, ReplicaDemand, merg
 from scaler.replica_heartbeat import ReplicaHeartbeat
 from scaler.replica_membership import REPLICA_TTL_S, Replica, live_replicas
 from scaler.replica_table import REPLICA, DynamoReplicaTable, beats_in
+from scaler.worker_table import DynamoWorkerTable
 
 log = logging.getLogger("costscale")
 
@@ -84,12 +86,15 @@ def lease_generation(role: "ReplicaRole | None") -> int | None:
 
 
 async def start_replica(cfg: Config, lease: ClusterLease | None, client: Any, listen: str, port: int,
-                        windows: Windows, on_lead: Callable[[], Awaitable[None]]) -> "ReplicaRole | None":
+                        windows: Windows, on_lead: Callable[[], Awaitable[None]],
+                        dispatcher: Any = None) -> "ReplicaRole | None":
     """This daemon's replica role, started (its first heartbeat), or None with replicas off (or
-    no lease: a cloud handed in)."""
+    no lease: a cloud handed in). With a dispatcher, its workers follow the published owners."""
     if not cfg.lease.replicas or lease is None:
         return None
     role = ReplicaRole(cfg, lease, client, replica_address(listen, port), windows, on_lead)
+    if dispatcher is not None:
+        role.share_workers(cfg, client, dispatcher)
     await role.start()
     return role
 
@@ -141,6 +146,16 @@ class ReplicaRole:
         self.merged: MergedDemand | None = None   # the holder's view, read with each heartbeat
         self.live: tuple[str, ...] = ()          # the live replicas as the holder read them last
         self.takeovers = 0
+        self.workers: ReplicaWorkers | None = None   # the workers shared by owners (share_workers)
+
+    def share_workers(self, cfg: Config, client: Any, dispatcher: Any) -> None:
+        """Registrations recorded, workers connected and dropped by the published owners."""
+        reg = dispatcher.worker_registry
+        self.workers = ReplicaWorkers(self.me.replica, DynamoWorkerTable(cfg.lease.table, client, cfg.cluster),
+                                      self.table, self.heartbeat, RegistryWorkers(reg), self.clock,
+                                      base_type=lambda: getattr(dispatcher, "base_type", None),
+                                      cloud_view=lambda: reg.cloud_view)
+        reg.on_register = self.workers.on_register
 
     def leading(self) -> bool:
         """This replica holds the cluster lease (it runs the fleet loop)."""
@@ -152,8 +167,9 @@ class ReplicaRole:
 
     # -- the jobs ---------------------------------------------------------------------------
     def _beat_sync(self, windows: Mapping[str, ModelWindow]) -> None:
-        """Heartbeat, publish this replica's ``windows``; the holder reads every replica's."""
-        self.heartbeat.beat(applied=0)
+        """Heartbeat (with the owners version applied), publish this replica's ``windows``; the
+        holder reads every replica's, and runs the owners round."""
+        self.heartbeat.beat(applied=self.workers.applied if self.workers is not None else 0)
         now = round(self.clock(), 3)
         self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, windows))
         if self.leading():     # the heartbeats and the windows in one Scan
@@ -161,12 +177,19 @@ class ReplicaRole:
             live = live_replicas(beats_in(self.me.cluster, items[REPLICA]), now)
             self.live = tuple(live)
             self.merged = merge_demand(demands_in(items[DEMAND]), live, now)
+            generation = self.lease_generation()
+            if self.workers is not None and generation is not None:
+                self.workers.holder_round(generation, now)
 
     async def beat(self) -> None:
         """One heartbeat: the windows taken here, on the event loop that records the queries in
         them, the table calls in a thread."""
         try:
+            if self.workers is not None:    # the owners applied before the beat that reports them
+                self.workers.apply(*await asyncio.to_thread(self.workers.read))
             await asyncio.to_thread(self._beat_sync, dict(self.windows()))
+            if self.workers is not None:
+                self.workers.arm_expiry()
         except CloudError as exc:
             log.warning("replica %s: heartbeat not written (%s); retrying", self.me.replica, exc)
 

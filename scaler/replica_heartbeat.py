@@ -87,6 +87,10 @@ class ReplicaHeartbeat:
         """A beat landed and the local deadline has not passed."""
         return self.held is not None and not self.deadline.passed(self.monotonic())
 
+    def remaining_s(self) -> float:
+        """Seconds until the local deadline (<= 0: not valid, or no beat landed)."""
+        return self._deadline - self.monotonic() if self.held is not None else 0.0
+
     def stop(self) -> None:
         """Delete the heartbeat item if it is still ours (a clean stop)."""
         with self._mu:

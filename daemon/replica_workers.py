@@ -1,0 +1,181 @@
+"""Every replica knows every worker; each uses only those the published owners give it (issue
+#27, deliverable 2b). The wiring (I/O) of ``scaler.replica_workers``, ``scaler.replica_owners``,
+``scaler.replica_owning`` and ``scaler.worker_table``.
+
+* **Registration.** The replica that accepts a worker's RegisterWorker does not add it: it records
+  the worker (instance id, type, address, itself) as a ``{cluster}#worker#{id}`` item
+  (:meth:`ReplicaWorkers.on_register`). A record that fails leaves the worker unheard, so it
+  registers again (``worker.rejoin``).
+* **Every heartbeat round, on every replica** (:meth:`ReplicaWorkers.read`, then
+  :meth:`ReplicaWorkers.apply`, before the heartbeat is written): the published owners and the
+  worker items are read; ``apply_owners`` says which workers to connect to, which to drop (an idle
+  one at once, a busy one drained and removed in a later round once its query ended) and which
+  version it has applied, reported in the heartbeat that follows.
+* **The holder's round** (:meth:`ReplicaWorkers.holder_round`, after its heartbeat): the items of
+  live instances, ``owners_round`` over the owning replicas (``owning_replicas``: as many as keep
+  >= 2 base-type workers each, the holder first), the items of instances gone forgotten.
+* **The heartbeat's deadline**: when it passes with no newer beat, every worker is dropped at once
+  (:meth:`ReplicaWorkers.expire`), before the holder, by its clock, sees the heartbeat expire and
+  grants them to others (``scaler.replica_heartbeat``).
+
+So a worker is matched by at most one replica at a time (``scaler.replica_handoff``'s argument):
+``tests/test_replica_workers.py`` runs two replicas on moto's DynamoDB and checks it after every
+step.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable, Mapping, Protocol
+
+from scaler.cloud import CloudError
+from scaler.replica_handoff import Published
+from scaler.replica_heartbeat import ReplicaHeartbeat
+from scaler.replica_membership import REPLICA_TTL_S
+from scaler.replica_owners import OwnersRound, OwnersTable, owners_round
+from scaler.replica_owning import owning_replicas
+from scaler.replica_workers import OwnedWorkers, WorkerItem, apply_owners, base_workers, round_workers
+from scaler.worker_table import DynamoWorkerTable
+
+log = logging.getLogger("costscale")
+
+
+class HeldWorkers(Protocol):
+    """The workers one replica's dispatcher holds (:class:`RegistryWorkers` over its registry)."""
+
+    def held(self) -> dict[str, str]: ...           # instance id -> address
+
+    def busy(self) -> set[str]: ...                 # running a query now
+
+    def connect(self, item: WorkerItem) -> None: ...
+
+    def keep(self, instance_id: str) -> None: ...   # owned: takes queries (a drop undone)
+
+    def drop(self, instance_id: str) -> None: ...   # no new query; removed when idle
+
+
+class RegistryWorkers:
+    """:class:`HeldWorkers` over a ``dispatcher.workers.WorkerRegistry`` (on the dispatcher's loop)."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+        self.dropping: set[str] = set()    # drained by a drop, not by a drain or parking
+
+    def held(self) -> dict[str, str]:
+        return {iid: w.address for iid, w in self.registry.workers.items()}
+
+    def busy(self) -> set[str]:
+        return {iid for iid, w in self.registry.workers.items() if not w.idle}
+
+    def connect(self, item: WorkerItem) -> None:
+        self.dropping.discard(item.instance_id)
+        self.registry.add_worker_direct(item.instance_id, item.instance_type, item.address)
+
+    def keep(self, instance_id: str) -> None:
+        w = self.registry.workers.get(instance_id)
+        if instance_id in self.dropping and w is not None and not w.parked:
+            w.draining = False
+            self.registry.trigger.kick()
+        self.dropping.discard(instance_id)
+
+    def drop(self, instance_id: str) -> None:
+        w = self.registry.workers.get(instance_id)
+        if w is None:
+            return
+        if w.idle:
+            self.dropping.discard(instance_id)
+            self.registry.remove_worker(w, "owned by another replica")
+        elif not w.draining:
+            self.dropping.add(instance_id)
+            w.draining = True
+            self.registry.trigger.kick()
+
+
+class ReplicaWorkers:
+    """One replica's part in sharing the workers (module docstring)."""
+
+    def __init__(self, me: str, table: DynamoWorkerTable, owners: OwnersTable, heartbeat: ReplicaHeartbeat,
+                 workers: HeldWorkers, clock: Callable[[], float],
+                 base_type: Callable[[], str | None] = lambda: None,
+                 cloud_view: Callable[[], Mapping[str, str] | None] = lambda: None) -> None:
+        self.me = me
+        self.table = table
+        self.owners = owners
+        self.heartbeat = heartbeat
+        self.workers = workers
+        self.clock = clock
+        self.base_type = base_type
+        self.cloud_view = cloud_view
+        self.applied = 0                       # the owners version applied (reported in the heartbeat)
+        self.last: OwnedWorkers | None = None
+        self.last_round: OwnersRound | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._expiry: asyncio.TimerHandle | None = None
+
+    # -- registration (on the dispatcher's loop) ------------------------------------------------
+    def record(self, instance_id: str, instance_type: str, address: str) -> bool:
+        """The worker item of a registration this replica accepted (blocking I/O)."""
+        return self.table.record(WorkerItem(instance_id, instance_type, address, self.me, round(self.clock(), 3)))
+
+    def on_register(self, instance_id: str, instance_type: str, address: str) -> None:
+        """``WorkerRegistry.on_register``: the item written in a thread, failures logged."""
+        async def write() -> None:
+            try:
+                await asyncio.to_thread(self.record, instance_id, instance_type, address)
+            except CloudError as exc:
+                log.warning("replica %s: worker %s not recorded (%s); it registers again", self.me, instance_id, exc)
+        task = asyncio.get_running_loop().create_task(write())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- every round ----------------------------------------------------------------------------
+    def read(self) -> tuple[Published | None, list[WorkerItem]]:
+        """The published owners and the worker items (blocking I/O)."""
+        held = self.owners.owners()
+        return (held[0] if held is not None else None), self.table.workers()
+
+    def apply(self, published: Published | None, items: list[WorkerItem]) -> OwnedWorkers:
+        """Connect, keep and drop as ``apply_owners`` says (on the dispatcher's loop)."""
+        d = apply_owners(published, self.me, items, self.workers.held(), self.workers.busy(),
+                         self.heartbeat.valid(), self.applied)
+        for w in d.drop:
+            self.workers.drop(w)
+        for w in d.keep:
+            self.workers.keep(w)
+        for item in d.connect:
+            self.workers.connect(item)
+        if d.connect or d.drop:
+            log.info("replica %s: owners version %d: connected %s, dropped %s", self.me,
+                     published.version if published else 0,
+                     ", ".join(i.instance_id for i in d.connect) or "none", ", ".join(d.drop) or "none")
+        self.applied = d.applied
+        self.last = d
+        return d
+
+    def arm_expiry(self) -> None:
+        """After a beat landed: :meth:`expire` at the heartbeat's local deadline (on the loop)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry = asyncio.get_running_loop().call_later(max(0.0, self.heartbeat.remaining_s()), self.expire)
+
+    def expire(self) -> None:
+        """The heartbeat's deadline passed with no newer beat: hold no worker."""
+        if not self.heartbeat.valid() and self.workers.held():
+            log.warning("replica %s: heartbeat lapsed: dropping every worker until owners are read again", self.me)
+            self.apply(None, [])
+
+    # -- the lease holder's round (blocking I/O) ------------------------------------------------
+    def holder_round(self, generation: int, now: float) -> OwnersRound:
+        """Publish the owners of the registered workers of live instances (module docstring)."""
+        rw = round_workers(self.table.workers(), self.cloud_view(), now, REPLICA_TTL_S)
+        for gone in rw.forget:
+            self.table.forget(gone)
+        base = base_workers(rw.workers, self.base_type())
+
+        def owning(live: list[str], current: Published) -> tuple[str, ...]:
+            return owning_replicas(live, self.me, base, sorted(set(current.intended().values()))).owners
+        self.last_round = owners_round(self.owners, rw.workers, generation, now, owning)
+        return self.last_round
+
+
+__all__ = ["HeldWorkers", "RegistryWorkers", "ReplicaWorkers"]
