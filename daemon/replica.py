@@ -46,6 +46,7 @@ from config.schema import Config
 from config.security import is_loopback
 from daemon.aws_wiring import DaemonError
 from daemon.replica_workers import RegistryWorkers, ReplicaWorkers
+from dispatcher.forwarding import Forwarder
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
 from scaler.demand_table import DEMAND, DynamoDemandTable, demands_in
@@ -154,8 +155,10 @@ class ReplicaRole:
         self.workers = ReplicaWorkers(self.me.replica, DynamoWorkerTable(cfg.lease.table, client, cfg.cluster),
                                       self.table, self.heartbeat, RegistryWorkers(reg), self.clock,
                                       base_type=lambda: getattr(dispatcher, "base_type", None),
-                                      cloud_view=lambda: reg.cloud_view)
+                                      cloud_view=lambda: reg.cloud_view,
+                                      forwarder=Forwarder() if cfg.dispatcher.tls is None else None)
         reg.on_register = self.workers.on_register
+        dispatcher.forwarder = self.workers.forwarder
 
     def leading(self) -> bool:
         """This replica holds the cluster lease (it runs the fleet loop)."""
@@ -189,6 +192,9 @@ class ReplicaRole:
                 self.workers.apply(*await asyncio.to_thread(self.workers.read))
             await asyncio.to_thread(self._beat_sync, dict(self.windows()))
             if self.workers is not None:
+                rnd = self.workers.last_round
+                if self.leading() and rnd is not None and rnd.wrote:   # the holder applies what it published at once
+                    self.workers.apply(*await asyncio.to_thread(self.workers.read))
                 self.workers.arm_expiry()
         except CloudError as exc:
             log.warning("replica %s: heartbeat not written (%s); retrying", self.me.replica, exc)

@@ -14,6 +14,9 @@
 * **The holder's round** (:meth:`ReplicaWorkers.holder_round`, after its heartbeat): the items of
   live instances, ``owners_round`` over the owning replicas (``owning_replicas``: as many as keep
   >= 2 base-type workers each, the holder first), the items of instances gone forgotten.
+* **Forwarding** (deliverable 2c): while it holds no worker, the dispatcher's
+  ``dispatcher.forwarding.Forwarder`` sends each Submit to the owning replica ``forward_target``
+  names (by its heartbeat address); else it admits queries itself.
 * **The heartbeat's deadline**: when it passes with no newer beat, every worker is dropped at once
   (:meth:`ReplicaWorkers.expire`), before the holder, by its clock, sees the heartbeat expire and
   grants them to others (``scaler.replica_heartbeat``).
@@ -28,13 +31,15 @@ import asyncio
 import logging
 from typing import Any, Callable, Mapping, Protocol
 
+from dispatcher.forwarding import Forwarder
 from scaler.cloud import CloudError
 from scaler.replica_handoff import Published
 from scaler.replica_heartbeat import ReplicaHeartbeat
 from scaler.replica_membership import REPLICA_TTL_S
 from scaler.replica_owners import OwnersRound, OwnersTable, owners_round
 from scaler.replica_owning import owning_replicas
-from scaler.replica_workers import OwnedWorkers, WorkerItem, apply_owners, base_workers, round_workers
+from scaler.replica_workers import (OwnedWorkers, WorkerItem, apply_owners, base_workers, forward_target,
+                                    no_live_owner, round_workers)
 from scaler.worker_table import DynamoWorkerTable
 
 log = logging.getLogger("costscale")
@@ -97,7 +102,8 @@ class ReplicaWorkers:
     def __init__(self, me: str, table: DynamoWorkerTable, owners: OwnersTable, heartbeat: ReplicaHeartbeat,
                  workers: HeldWorkers, clock: Callable[[], float],
                  base_type: Callable[[], str | None] = lambda: None,
-                 cloud_view: Callable[[], Mapping[str, str] | None] = lambda: None) -> None:
+                 cloud_view: Callable[[], Mapping[str, str] | None] = lambda: None,
+                 forwarder: Forwarder | None = None) -> None:
         self.me = me
         self.table = table
         self.owners = owners
@@ -106,6 +112,7 @@ class ReplicaWorkers:
         self.clock = clock
         self.base_type = base_type
         self.cloud_view = cloud_view
+        self.forwarder = forwarder             # set while this replica holds no worker (deliverable 2c)
         self.applied = 0                       # the owners version applied (reported in the heartbeat)
         self.last: OwnedWorkers | None = None
         self.last_round: OwnersRound | None = None
@@ -129,13 +136,17 @@ class ReplicaWorkers:
         task.add_done_callback(self._tasks.discard)
 
     # -- every round ----------------------------------------------------------------------------
-    def read(self) -> tuple[Published | None, list[WorkerItem]]:
-        """The published owners and the worker items (blocking I/O)."""
+    def read(self) -> tuple[Published | None, list[WorkerItem], dict[str, str]]:
+        """The published owners, the worker items and the live replicas' addresses (blocking I/O)."""
         held = self.owners.owners()
-        return (held[0] if held is not None else None), self.table.workers()
+        now = self.clock()
+        live = {b.replica: b.address for b in self.owners.beats() if not b.expired(now)}
+        return (held[0] if held is not None else None), self.table.workers(), live
 
-    def apply(self, published: Published | None, items: list[WorkerItem]) -> OwnedWorkers:
-        """Connect, keep and drop as ``apply_owners`` says (on the dispatcher's loop)."""
+    def apply(self, published: Published | None, items: list[WorkerItem],
+              live: Mapping[str, str] | None = None) -> OwnedWorkers:
+        """Connect, keep and drop as ``apply_owners`` says (on the dispatcher's loop); the
+        forwarding target while it holds none (``forward_target``)."""
         d = apply_owners(published, self.me, items, self.workers.held(), self.workers.busy(),
                          self.heartbeat.valid(), self.applied)
         for w in d.drop:
@@ -150,6 +161,14 @@ class ReplicaWorkers:
                      ", ".join(i.instance_id for i in d.connect) or "none", ", ".join(d.drop) or "none")
         self.applied = d.applied
         self.last = d
+        if self.forwarder is not None:
+            holds = bool(self.workers.held())
+            target = forward_target(published, self.me, live or {}, holds)
+            if target != self.forwarder.target:
+                log.info("replica %s: %s", self.me, f"forwarding queries to {target}" if target else "serving queries itself")
+            self.forwarder.target = target
+            self.forwarder.refusal = ("no live replica owns a worker (the owners are moving)"
+                                      if no_live_owner(published, self.me, live or {}, holds) else None)
         return d
 
     def arm_expiry(self) -> None:

@@ -93,9 +93,34 @@ def round_workers(items: Sequence[WorkerItem], live: Mapping[str, str] | None, n
                         tuple(sorted(gone, key=lambda i: i.instance_id)))
 
 
+def forward_target(published: Published | None, me: str, live: Mapping[str, str], holds_workers: bool) -> str | None:
+    """The address a replica that holds no worker forwards its queries to (``scaler.replica_owning``
+    rule 3: the non-owners dealt over the owners in id order), given the live replicas (id →
+    heartbeat address); None when it holds or is given workers, or no other replica owns any."""
+    if holds_workers or published is None:
+        return None
+    owning = set(published.owner.values()) | {r.to for r in published.releasing.values()}
+    if me in owning:
+        return None
+    owners = sorted(r for r in owning if r in live and live[r])
+    if not owners:
+        return None
+    rest = sorted(r for r in set(live) | {me} if r not in owning)
+    return live[owners[rest.index(me) % len(owners)]]
+
+
+def no_live_owner(published: Published | None, me: str, live: Mapping[str, str], holds_workers: bool) -> bool:
+    """True when this replica holds no worker and is given none, and no live replica owns one: a
+    query here can only wait for the next owners round (its owners died), so it is refused."""
+    if holds_workers or published is None:
+        return False
+    owning = set(published.owner.values()) | {r.to for r in published.releasing.values()}
+    return me not in owning and not any(r in live for r in owning)
+
+
 def base_workers(workers: Sequence[Worker], base_type: str | None) -> int:
     """How many of ``workers`` are of the base type (``scaler.replica_owning``'s rule 1; none known: 0)."""
     return sum(1 for _, t in workers if base_type is not None and t == base_type)
 
 
-__all__ = ["OwnedWorkers", "RoundWorkers", "WorkerItem", "apply_owners", "base_workers", "round_workers"]
+__all__ = ["OwnedWorkers", "RoundWorkers", "WorkerItem", "apply_owners", "base_workers", "forward_target", "no_live_owner", "round_workers"]
