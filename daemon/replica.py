@@ -183,17 +183,20 @@ class ReplicaRole:
             generation = self.lease_generation()
             if self.workers is not None and generation is not None:
                 self.workers.holder_round(generation, now)
+        elif self.workers is not None:     # a standby moves the workers of owners that all died
+            self.workers.rescue_round(now)
 
     async def beat(self) -> None:
         """One heartbeat: the windows taken here, on the event loop that records the queries in
         them, the table calls in a thread."""
         try:
             if self.workers is not None:    # the owners applied before the beat that reports them
+                self.workers.last_round = None
                 self.workers.apply(*await asyncio.to_thread(self.workers.read))
             await asyncio.to_thread(self._beat_sync, dict(self.windows()))
             if self.workers is not None:
                 rnd = self.workers.last_round
-                if self.leading() and rnd is not None and rnd.wrote:   # the holder applies what it published at once
+                if rnd is not None and rnd.wrote:   # the writer applies what it published at once
                     self.workers.apply(*await asyncio.to_thread(self.workers.read))
                 self.workers.arm_expiry()
         except CloudError as exc:

@@ -39,7 +39,7 @@ from scaler.replica_membership import REPLICA_TTL_S
 from scaler.replica_owners import OwnersRound, OwnersTable, owners_round
 from scaler.replica_owning import owning_replicas
 from scaler.replica_workers import (OwnedWorkers, WorkerItem, apply_owners, base_workers, forward_target,
-                                    no_live_owner, round_workers)
+                                    no_live_owner, owners_orphaned, round_workers)
 from scaler.worker_table import DynamoWorkerTable
 
 log = logging.getLogger("costscale")
@@ -184,17 +184,39 @@ class ReplicaWorkers:
             self.apply(None, [])
 
     # -- the lease holder's round (blocking I/O) ------------------------------------------------
-    def holder_round(self, generation: int, now: float) -> OwnersRound:
-        """Publish the owners of the registered workers of live instances (module docstring)."""
+    def holder_round(self, generation: int, now: float, holder: str | None = "") -> OwnersRound:
+        """Publish the owners of the registered workers of live instances (module docstring);
+        ``holder``: the replica ``owning_replicas`` puts first (default this one)."""
+        first = self.me if holder == "" else holder
         rw = round_workers(self.table.workers(), self.cloud_view(), now, REPLICA_TTL_S)
         for gone in rw.forget:
             self.table.forget(gone)
         base = base_workers(rw.workers, self.base_type())
 
         def owning(live: list[str], current: Published) -> tuple[str, ...]:
-            return owning_replicas(live, self.me, base, sorted(set(current.intended().values()))).owners
+            return owning_replicas(live, first, base, sorted(set(current.intended().values()))).owners
         self.last_round = owners_round(self.owners, rw.workers, generation, now, owning)
         return self.last_round
+
+    def rescue_round(self, now: float) -> OwnersRound | None:
+        """A standby's round (blocking I/O), run only while workers are owned but no owner is
+        live (``scaler.replica_workers.owners_orphaned``: the owning replicas died, the lease
+        holder among them): the owners round as the holder runs it, with no replica put first
+        (the live owners stay, then id order) and under the generation of the published owners,
+        so a new lease holder's next write still wins. The workers of the dead owners move
+        ``REPLICA_TTL_S`` after their last beat, not a lease ttl later; the handoff argument is
+        the holder's (a dead owner stopped using its workers before its heartbeat expired, by
+        this replica's clock too), and the write is conditional on the version read, so two
+        rescuing standbys cannot both win."""
+        held = self.owners.owners()
+        if held is None:
+            return None
+        published, generation = held
+        live = {b.replica for b in self.owners.beats() if not b.expired(now)}
+        if not owners_orphaned(published, live):
+            return None
+        log.warning("replica %s: no owning replica is live: moving their workers without the lease holder", self.me)
+        return self.holder_round(generation, now, holder=None)
 
 
 __all__ = ["HeldWorkers", "RegistryWorkers", "ReplicaWorkers"]

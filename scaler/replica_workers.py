@@ -118,9 +118,19 @@ def no_live_owner(published: Published | None, me: str, live: Mapping[str, str],
     return me not in owning and not any(r in live for r in owning)
 
 
+def owners_orphaned(published: Published | None, live: Collection[str]) -> bool:
+    """Workers are owned (or on their way to an owner) and none of their owners is live: the
+    owning replicas died and nobody serves their workers until an owners round moves them
+    (``daemon.replica_workers.ReplicaWorkers.rescue_round``)."""
+    if published is None:
+        return False
+    owning = set(published.owner.values()) | {r.to for r in published.releasing.values()}
+    return bool(owning) and not owning & set(live)
+
+
 def base_workers(workers: Sequence[Worker], base_type: str | None) -> int:
     """How many of ``workers`` are of the base type (``scaler.replica_owning``'s rule 1; none known: 0)."""
     return sum(1 for _, t in workers if base_type is not None and t == base_type)
 
 
-__all__ = ["OwnedWorkers", "RoundWorkers", "WorkerItem", "apply_owners", "base_workers", "forward_target", "no_live_owner", "round_workers"]
+__all__ = ["OwnedWorkers", "RoundWorkers", "WorkerItem", "apply_owners", "base_workers", "forward_target", "no_live_owner", "owners_orphaned", "round_workers"]

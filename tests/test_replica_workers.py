@@ -261,3 +261,56 @@ def test_expire_runs_on_the_loop_at_the_deadline(moto_endpoint: str) -> None:
     assert a.held.workers == {}
 
 
+
+
+def test_owners_orphaned_only_when_workers_are_owned_and_no_owner_is_live() -> None:
+    from scaler.replica_workers import owners_orphaned
+    pub = Published(3, {"i-1": "a", "i-2": "a"}, {"i-3": Release("a", 3, "b")})
+    assert not owners_orphaned(pub, ["b"])                  # b is getting i-3: an owner is live
+    assert not owners_orphaned(pub, ["a", "c"])
+    assert owners_orphaned(pub, ["c"])
+    assert owners_orphaned(Published(2, {"i-1": "a"}), [])
+    assert not owners_orphaned(Published(), ["c"]) and not owners_orphaned(None, ["c"])
+
+
+def test_standbys_move_the_workers_of_a_dead_sole_owner_within_the_heartbeat_ttl(moto_endpoint: str) -> None:
+    """The holder a owns every worker (no base type: one owner) and dies; the lease is not taken
+    yet. Until a's heartbeat expires (6 s) no standby moves anything; then the first standby's
+    rescue round gives every worker to the live replicas in one version, the second finds an owner
+    live and writes nothing, and a worker is never used by two replicas."""
+    clock = Clock()
+    a, b, c = (Node(n, moto_endpoint, clock) for n in "abc")
+    for n in (a, b, c):
+        n.rw.base_type = lambda: None                         # no base workers: a single owner
+        n.hb.beat(applied=0)
+    for i in range(3):
+        a.rw.record(f"i-c{i}", C, f"10.0.2.{i}:50052")
+    first = a.rw.holder_round(generation=4, now=clock())
+    assert set(first.published.owner.values()) == {"a"}
+    for n in (a, b, c):
+        n.round()
+    assert sorted(a.held.workers) == ["i-c0", "i-c1", "i-c2"] and not b.held.workers and not c.held.workers
+    assert b.rw.rescue_round(clock()) is None                 # a is live: nothing to rescue
+    # a dies at t0 (its last beat was at t0); b and c keep beating
+    clock.t += 3.0
+    for n in (b, c):
+        n.round()
+    assert b.rw.rescue_round(clock()) is None                 # 3 s < the 6 s ttl: a may still be working
+    clock.t += 3.5                                             # a's item expired by the standbys' clock
+    a.rw.expire()                                              # and a, by its own deadline (4.8 s), holds nothing
+    assert a.held.workers == {}
+    for n in (b, c):
+        n.hb.beat(applied=n.rw.applied)
+    rnd = b.rw.rescue_round(clock())
+    assert rnd is not None and rnd.wrote
+    assert set(rnd.published.owner) == {"i-c0", "i-c1", "i-c2"} and set(rnd.published.owner.values()) == {"b"}
+    assert rnd.published.version == first.published.version + 1
+    assert c.rw.rescue_round(clock()) is None                 # b owns them now: c writes nothing
+    for n in (b, c):
+        n.round()
+        _check_never_shared([b, c])
+    assert sorted(b.held.workers) == ["i-c0", "i-c1", "i-c2"] and c.held.workers == {}
+    # the generation stays the dead holder's: a new holder (generation 5) still writes over it
+    assert b.table.owners()[1] == 4                            # type: ignore[index]
+    b.rw.base_type = lambda: None
+    assert b.rw.holder_round(generation=5, now=clock()).lost is False
