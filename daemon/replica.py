@@ -148,6 +148,9 @@ class ReplicaRole:
         self.live: tuple[str, ...] = ()          # the live replicas as the holder read them last
         self.takeovers = 0
         self.workers: ReplicaWorkers | None = None   # the workers shared by owners (share_workers)
+        self._beating = asyncio.Lock()                # a scheduled beat and a rescue beat never overlap
+        self._rescue: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     def share_workers(self, cfg: Config, client: Any, dispatcher: Any) -> None:
         """Registrations recorded, workers connected and dropped by the published owners."""
@@ -188,7 +191,20 @@ class ReplicaRole:
 
     async def beat(self) -> None:
         """One heartbeat: the windows taken here, on the event loop that records the queries in
-        them, the table calls in a thread."""
+        them, the table calls in a thread. A replica whose forwarded queries failed beats again
+        just after its target's heartbeat expires (``ReplicaWorkers.rescue_in_s``)."""
+        async with self._beating:
+            await self._beat()
+        due = self.workers.rescue_in_s() if self.workers is not None else None
+        if due is not None and self._rescue is None:
+            def fire() -> None:
+                self._rescue = None
+                task = asyncio.get_running_loop().create_task(self.beat())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            self._rescue = asyncio.get_running_loop().call_later(due, fire)
+
+    async def _beat(self) -> None:
         try:
             if self.workers is not None:    # the owners applied before the beat that reports them
                 self.workers.last_round = None
@@ -249,6 +265,8 @@ class ReplicaRole:
 
     async def close(self) -> None:
         """A clean stop: the heartbeat and demand items deleted (if still ours)."""
+        if self._rescue is not None:
+            self._rescue.cancel()
         def forget() -> None:
             self.heartbeat.stop()
             self.demand_table.forget(self.me)

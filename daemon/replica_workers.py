@@ -117,6 +117,8 @@ class ReplicaWorkers:
         self.last: OwnedWorkers | None = None
         self.last_round: OwnersRound | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.expiry: dict[str, float] = {}      # live replicas' heartbeat expiry (epoch s) by address
+        self._failed_seen = 0                   # the forwarder's failed hops already answered by a beat
         self._expiry: asyncio.TimerHandle | None = None
 
     # -- registration (on the dispatcher's loop) ------------------------------------------------
@@ -140,8 +142,21 @@ class ReplicaWorkers:
         """The published owners, the worker items and the live replicas' addresses (blocking I/O)."""
         held = self.owners.owners()
         now = self.clock()
-        live = {b.replica: b.address for b in self.owners.beats() if not b.expired(now)}
+        beats = [b for b in self.owners.beats() if not b.expired(now)]
+        self.expiry = {b.address: b.expires_at for b in beats}
+        live = {b.replica: b.address for b in beats}
         return (held[0] if held is not None else None), self.table.workers(), live
+
+    def rescue_in_s(self) -> float | None:
+        """A replica that forwards and saw a hop fail since it last asked: seconds until the
+        heartbeat of its forwarding target expires (when :meth:`rescue_round` may move that
+        owner's workers), so the daemon beats then instead of up to a beat period later."""
+        fwd = self.forwarder
+        if fwd is None or fwd.failed == self._failed_seen:
+            return None
+        self._failed_seen = fwd.failed
+        at = self.expiry.get(fwd.target or "")
+        return None if at is None else max(0.0, at - self.clock()) + 0.05
 
     def apply(self, published: Published | None, items: list[WorkerItem],
               live: Mapping[str, str] | None = None) -> OwnedWorkers:

@@ -247,6 +247,7 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
         outcomes, t_kill, t_lease = asyncio.run(_load_and_kill(a, target, options, table, b.pid))
         took = t_lease - t_kill
         after_kill = _live(ec2)
+        survived = [p for p in workers if pid_alive(p, zombie_alive=False)]
         # the fleet loop acts on the new holder: an instance lost now is replaced within a few ticks
         ec2.terminate_instances(InstanceIds=[after_kill[0][0]])
         t_lost = time.monotonic()
@@ -255,7 +256,6 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
         replaced_s = time.monotonic() - t_lost
         final = _live(ec2)
         b_text = b_log.read_text()
-        survived = [p for p in workers if pid_alive(p, zombie_alive=False)]
     finally:
         sampler.stop.set()
         if balancer is not None:
