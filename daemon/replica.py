@@ -47,6 +47,7 @@ from config.security import is_loopback
 from daemon.aws_wiring import DaemonError
 from daemon.replica_workers import RegistryWorkers, ReplicaWorkers
 from dispatcher.forwarding import Forwarder
+from dispatcher.status import ReplicaFacts
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
 from scaler.demand_table import DEMAND, DynamoDemandTable, demands_in
@@ -262,6 +263,18 @@ class ReplicaRole:
         log.info("replica %s leaving: NOT_SERVING for %g s, then draining", self.me.replica, self.unready_s)
         await dispatcher.unready()
         await asyncio.sleep(self.unready_s)
+
+    def facts(self) -> ReplicaFacts:
+        """What Status shows of this replica and of the owners it read last."""
+        w = self.workers
+        pub = w.published if w is not None else None
+        return ReplicaFacts(
+            id=self.me.replica, lease_holder=self.leading(),
+            live=tuple(sorted(w.live)) if w is not None and w.live else self.live,
+            owners=dict(pub.owner) if pub is not None else {},
+            releasing={i: r.to for i, r in pub.releasing.items()} if pub is not None else {},
+            forwarding_to=(w.forwarder.target or "") if w is not None and w.forwarder is not None else "",
+            owners_version=w.applied if w is not None else 0)
 
     async def close(self) -> None:
         """A clean stop: the heartbeat and demand items deleted (if still ours)."""

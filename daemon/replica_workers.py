@@ -118,6 +118,8 @@ class ReplicaWorkers:
         self.last_round: OwnersRound | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.expiry: dict[str, float] = {}      # live replicas' heartbeat expiry (epoch s) by address
+        self.published: Published | None = None  # the owners read last (status)
+        self.live: dict[str, str] = {}           # the live replicas read last: id -> address (status)
         self._failed_seen = 0                   # the forwarder's failed hops already answered by a beat
         self._expiry: asyncio.TimerHandle | None = None
 
@@ -164,6 +166,8 @@ class ReplicaWorkers:
         forwarding target while it holds none (``forward_target``)."""
         d = apply_owners(published, self.me, items, self.workers.held(), self.workers.busy(),
                          self.heartbeat.valid(), self.applied)
+        if live is not None:
+            self.published, self.live = published, dict(live)
         for w in d.drop:
             self.workers.drop(w)
         for w in d.keep:

@@ -248,6 +248,7 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
         took = t_lease - t_kill
         after_kill = _live(ec2)
         survived = [p for p in workers if pid_alive(p, zombie_alive=False)]
+        owners = asyncio.run(_replica_status(pb_port))
         # the fleet loop acts on the new holder: an instance lost now is replaced within a few ticks
         ec2.terminate_instances(InstanceIds=[after_kill[0][0]])
         t_lost = time.monotonic()
@@ -282,6 +283,16 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
     assert replaced_s < 30
     assert sampler.over == [] and sampler.samples > 10
     assert len(workers) == 2 and survived == workers             # the workers outlived the replica killed
+    # status on the survivor: it holds the lease and owns both workers (deliverable 2)
+    assert owners.lease_holder and dict(owners.owners) == {iid: owners.id for iid, _ in first}, owners
+
+
+async def _replica_status(port: int) -> Any:
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        reply = await pbg.InferenceStub(ch).Status(pb.StatusRequest(), timeout=10.0)
+    return reply.replica
 
 
 @dataclass
