@@ -37,6 +37,6 @@ def test_demo_replicas_kill_of_the_holder_loses_no_query_and_the_fleet_resumes(m
     assert 0 < o["peak_before"] <= o["budget"] and o["peak_during"] <= o["budget"] and o["peak_after"] <= o["budget"]
     assert o["orphans"] == [] and o["duplicates"] == 0
     assert o["live_after"] == o["pool"] == {"r5n.large": 2}
-    assert o["worker_processes"] >= 4 and o["workers_left_running"] == 0
+    assert o["worker_processes"] >= 2 and o["workers_left_running"] == 0      # one per instance, shared
     assert o["passed"]
     assert "summary (passed)" in summary_text(o)
