@@ -168,7 +168,7 @@ class Daemon:
         self.market = await open_market(cfg, self.actuator, self.cloud, self.dispatcher.set_spot_prices)
         self.replica = await start_replica(cfg, self.aws.lease if self.aws else None, self.aws and self.aws.dynamodb,
                                            self._listen or cfg.dispatcher.listen, self.port,
-                                           lambda: model_windows(self.cfg, self.dispatcher), self._took_lease)
+                                           lambda: model_windows(self.cfg, self.dispatcher), self._took_lease, self.dispatcher)
         if self.leading():
             try:
                 report = await asyncio.to_thread(self.actuator.reconcile)

@@ -91,6 +91,9 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     if local_workers and (cfg.dispatcher.tls is not None or cfg.dispatcher.worker_tls is not None):
         raise UsageError("run: --local-workers starts its workers without TLS files: leave dispatcher.tls and "
                          "dispatcher.worker_tls unset (the embedded cloud listens on loopback only)")
+    if local_workers and cfg.lease.replicas:
+        raise UsageError("run: --local-workers with lease.replicas: the replicas share the workers, which must outlive "
+                         "any one of them: run them apart, python -m daemon.local_fleet CONFIG --dispatcher TARGET")
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")

@@ -29,10 +29,10 @@ the actuator checks every launch against the budget over everything it lists.
 A stopping replica answers health checks NOT_SERVING for ``lease.unready_s`` first (:meth:`ReplicaRole.leave`),
 so a balancer in front (README "High availability: replicas") moves new queries off it.
 
-Not here yet (issue #27 deliverable 2): workers owned by one replica each (a replica dispatches to
-the workers that registered with it; its heartbeat reports ``applied=0``), forwarding to an owning
-replica. Their pure decisions and adapters (``scaler.replica_owners``, ``replica_owning``,
-``replica_assignment``, ``replica_handoff``, ``worker_table``) are built and tested, not wired.
+Workers (deliverable 2, ``daemon.replica_workers``): the replica that accepts a registration
+records the worker in the lease table; each beat every replica reads the published owners and the
+worker items, connects to its own, drops the others (after their running query) and reports the
+version it applied in its heartbeat; the holder runs the owners round over the owning replicas.
 """
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ from typing import Any, Awaitable, Callable, Mapping
 from config.schema import Config
 from config.security import is_loopback
 from daemon.aws_wiring import DaemonError
+from daemon.replica_workers import RegistryWorkers, ReplicaWorkers
+from dispatcher.forwarding import Forwarder
+from dispatcher.status import ReplicaFacts
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
 from scaler.demand_table import DEMAND, DynamoDemandTable, demands_in
@@ -54,6 +57,7 @@ from scaler.replica_demand import ModelWindow, MergedDemand, ReplicaDemand, merg
 from scaler.replica_heartbeat import ReplicaHeartbeat
 from scaler.replica_membership import REPLICA_TTL_S, Replica, live_replicas
 from scaler.replica_table import REPLICA, DynamoReplicaTable, beats_in
+from scaler.worker_table import DynamoWorkerTable
 
 log = logging.getLogger("costscale")
 
@@ -84,12 +88,15 @@ def lease_generation(role: "ReplicaRole | None") -> int | None:
 
 
 async def start_replica(cfg: Config, lease: ClusterLease | None, client: Any, listen: str, port: int,
-                        windows: Windows, on_lead: Callable[[], Awaitable[None]]) -> "ReplicaRole | None":
+                        windows: Windows, on_lead: Callable[[], Awaitable[None]],
+                        dispatcher: Any = None) -> "ReplicaRole | None":
     """This daemon's replica role, started (its first heartbeat), or None with replicas off (or
-    no lease: a cloud handed in)."""
+    no lease: a cloud handed in). With a dispatcher, its workers follow the published owners."""
     if not cfg.lease.replicas or lease is None:
         return None
     role = ReplicaRole(cfg, lease, client, replica_address(listen, port), windows, on_lead)
+    if dispatcher is not None:
+        role.share_workers(cfg, client, dispatcher)
     await role.start()
     return role
 
@@ -141,6 +148,21 @@ class ReplicaRole:
         self.merged: MergedDemand | None = None   # the holder's view, read with each heartbeat
         self.live: tuple[str, ...] = ()          # the live replicas as the holder read them last
         self.takeovers = 0
+        self.workers: ReplicaWorkers | None = None   # the workers shared by owners (share_workers)
+        self._beating = asyncio.Lock()                # a scheduled beat and a rescue beat never overlap
+        self._rescue: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def share_workers(self, cfg: Config, client: Any, dispatcher: Any) -> None:
+        """Registrations recorded, workers connected and dropped by the published owners."""
+        reg = dispatcher.worker_registry
+        self.workers = ReplicaWorkers(self.me.replica, DynamoWorkerTable(cfg.lease.table, client, cfg.cluster),
+                                      self.table, self.heartbeat, RegistryWorkers(reg), self.clock,
+                                      base_type=lambda: getattr(dispatcher, "base_type", None),
+                                      cloud_view=lambda: reg.cloud_view,
+                                      forwarder=Forwarder() if cfg.dispatcher.tls is None else None)
+        reg.on_register = self.workers.on_register
+        dispatcher.forwarder = self.workers.forwarder
 
     def leading(self) -> bool:
         """This replica holds the cluster lease (it runs the fleet loop)."""
@@ -152,8 +174,9 @@ class ReplicaRole:
 
     # -- the jobs ---------------------------------------------------------------------------
     def _beat_sync(self, windows: Mapping[str, ModelWindow]) -> None:
-        """Heartbeat, publish this replica's ``windows``; the holder reads every replica's."""
-        self.heartbeat.beat(applied=0)
+        """Heartbeat (with the owners version applied), publish this replica's ``windows``; the
+        holder reads every replica's, and runs the owners round."""
+        self.heartbeat.beat(applied=self.workers.applied if self.workers is not None else 0)
         now = round(self.clock(), 3)
         self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, windows))
         if self.leading():     # the heartbeats and the windows in one Scan
@@ -161,12 +184,38 @@ class ReplicaRole:
             live = live_replicas(beats_in(self.me.cluster, items[REPLICA]), now)
             self.live = tuple(live)
             self.merged = merge_demand(demands_in(items[DEMAND]), live, now)
+            generation = self.lease_generation()
+            if self.workers is not None and generation is not None:
+                self.workers.holder_round(generation, now)
+        elif self.workers is not None:     # a standby moves the workers of owners that all died
+            self.workers.rescue_round(now)
 
     async def beat(self) -> None:
         """One heartbeat: the windows taken here, on the event loop that records the queries in
-        them, the table calls in a thread."""
+        them, the table calls in a thread. A replica whose forwarded queries failed beats again
+        just after its target's heartbeat expires (``ReplicaWorkers.rescue_in_s``)."""
+        async with self._beating:
+            await self._beat()
+        due = self.workers.rescue_in_s() if self.workers is not None else None
+        if due is not None and self._rescue is None:
+            def fire() -> None:
+                self._rescue = None
+                task = asyncio.get_running_loop().create_task(self.beat())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            self._rescue = asyncio.get_running_loop().call_later(due, fire)
+
+    async def _beat(self) -> None:
         try:
+            if self.workers is not None:    # the owners applied before the beat that reports them
+                self.workers.last_round = None
+                self.workers.apply(*await asyncio.to_thread(self.workers.read))
             await asyncio.to_thread(self._beat_sync, dict(self.windows()))
+            if self.workers is not None:
+                rnd = self.workers.last_round
+                if rnd is not None and rnd.wrote:   # the writer applies what it published at once
+                    self.workers.apply(*await asyncio.to_thread(self.workers.read))
+                self.workers.arm_expiry()
         except CloudError as exc:
             log.warning("replica %s: heartbeat not written (%s); retrying", self.me.replica, exc)
 
@@ -215,8 +264,22 @@ class ReplicaRole:
         await dispatcher.unready()
         await asyncio.sleep(self.unready_s)
 
+    def facts(self) -> ReplicaFacts:
+        """What Status shows of this replica and of the owners it read last."""
+        w = self.workers
+        pub = w.published if w is not None else None
+        return ReplicaFacts(
+            id=self.me.replica, lease_holder=self.leading(),
+            live=tuple(sorted(w.live)) if w is not None and w.live else self.live,
+            owners=dict(pub.owner) if pub is not None else {},
+            releasing={i: r.to for i, r in pub.releasing.items()} if pub is not None else {},
+            forwarding_to=(w.forwarder.target or "") if w is not None and w.forwarder is not None else "",
+            owners_version=w.applied if w is not None else 0)
+
     async def close(self) -> None:
         """A clean stop: the heartbeat and demand items deleted (if still ours)."""
+        if self._rescue is not None:
+            self._rescue.cancel()
         def forget() -> None:
             self.heartbeat.stop()
             self.demand_table.forget(self.me)

@@ -215,7 +215,8 @@ class StatusFeed:
                           last_error=self.last_error, last_error_at_unix=self.last_error_at,
                           capacity_hint=max(self.daemon.capacity_hint.values(), default=1.0),  # the highest model's
                           planned=self._planned(),
-                          profiling=self._profiling())
+                          profiling=self._profiling(),
+                          replica=self.daemon.replica.facts() if getattr(self.daemon, "replica", None) else None)
 
     def _planned(self) -> dict[str, tuple[float, float, float]]:
         """Each model's demand, capacity and shortfall in the fleet's last joint plan."""

@@ -65,6 +65,7 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip
 from dispatcher.queries import QueryBook
 from dispatcher.routing import RoutingRound
 from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
+from dispatcher.forwarding import Forwarder
 from dispatcher.servicers import _ControlServicer, _InferenceServicer
 from dispatcher.status import (FleetFacts, build_status_reply, pool_cost_per_hour, record_outcome, record_pipeline,
                                slot_pool)
@@ -153,6 +154,8 @@ class Dispatcher:
         #: how queries ended, per model (Status and the metrics); what the daemon adds to Status
         self.outcomes = OutcomeLedger(clock())
         self.status_source: Callable[[], FleetFacts] | None = None
+        #: dispatcher replicas: while this one owns no worker, where its queries go (dispatcher.forwarding)
+        self.forwarder: Forwarder | None = None
         # lifecycle
         #: the cluster token workers register with and are called with (a ring: it may rotate)
         self._token: TokenRing | None = None
@@ -334,6 +337,8 @@ class Dispatcher:
             await self._server.stop(max(0.0, min(1.0, end - self.clock())))
         self.rt.cancel_tasks()
         await self.worker_registry.close()
+        if self.forwarder is not None:
+            await self.forwarder.close()
 
     async def submit(self, r: pb.SubmitRequest) -> pb.SubmitReply | tuple[grpc.StatusCode, str]:
         """Admission's submit (:meth:`dispatcher.admission.Admission.submit`), its outcome recorded
@@ -375,6 +380,8 @@ class Dispatcher:
         }
         for code, n in sorted(book.rejected.items()):
             out[f"rejected_{code}"] = n
+        if self.forwarder is not None:
+            out.update(self.forwarder.stats())
         return out
 
     def cost_per_hour(self) -> float:

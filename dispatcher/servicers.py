@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol, TypeVar, Union
 
 import grpc
 
+from dispatcher.forwarding import Forwarder
 from dispatcher.offline import OfflineJob
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.queries import SC
@@ -28,6 +29,9 @@ class InferenceApi(Protocol):
 
     @property
     def offline_jobs(self) -> Mapping[str, OfflineJob]: ...
+
+    @property
+    def forwarder(self) -> Forwarder | None: ...   # replicas: where a replica without workers sends a query
 
     async def submit(self, r: pb.SubmitRequest) -> Union[pb.SubmitReply, Refusal]: ...
 
@@ -52,6 +56,10 @@ class _InferenceServicer(pbg.InferenceServicer):
         self.api = api
 
     async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> pb.SubmitReply:
+        fwd = self.api.forwarder
+        out = await fwd.handle(request, context) if fwd is not None else None
+        if out is not None:
+            return out
         return await _render(await self.api.submit(request), context)
 
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusReply:

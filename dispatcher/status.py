@@ -69,6 +69,21 @@ class Profiling:
 
 
 @dataclass(frozen=True)
+class ReplicaFacts:
+    """This dispatcher as one replica of a cluster (``daemon.replica``): its id, whether it holds
+    the lease, the live replicas, the published owners (instance id -> replica; those moving ->
+    their next replica), where it forwards its queries ("" itself), the owners version applied."""
+
+    id: str
+    lease_holder: bool
+    live: tuple[str, ...] = ()
+    owners: Mapping[str, str] = field(default_factory=dict)
+    releasing: Mapping[str, str] = field(default_factory=dict)
+    forwarding_to: str = ""
+    owners_version: int = 0
+
+
+@dataclass(frozen=True)
 class FleetFacts:
     """What only the daemon knows: money spent, decisions, errors (``daemon.status_feed``)."""
 
@@ -82,6 +97,7 @@ class FleetFacts:
     profiling: tuple[Profiling, ...] = ()
     #: per model, from the last fleet plan: (demand planned for, capacity planned, short) in q/s
     planned: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
+    replica: ReplicaFacts | None = None
 
 
 def worker_state(w: WorkerState) -> str:
@@ -231,6 +247,11 @@ def build_status_reply(*, cfg: Config, now: float, registry: WorkerRegistry, pla
             reply.decisions.add(at_unix=x.at_unix, loop=x.loop, kind=x.kind, summary=x.summary, reason=x.reason)
         for (loop, kind), n in sorted(facts.decision_counts.items()):
             reply.decision_counts.add(loop=loop, kind=kind, count=n)
+        if facts.replica is not None:
+            r = facts.replica
+            reply.replica.CopyFrom(pb.ReplicaStatus(id=r.id, lease_holder=r.lease_holder, live=list(r.live),
+                                                    owners=dict(r.owners), releasing=dict(r.releasing),
+                                                    forwarding_to=r.forwarding_to, owners_version=r.owners_version))
         for p in facts.profiling:
             reply.profiling.add(model=p.model, conservative_pool=dict(p.pool or {}), reason=p.reason,
                                 types_left=list(p.types_left), probing=p.probing,

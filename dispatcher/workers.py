@@ -127,6 +127,9 @@ class WorkerRegistry:
         #: the model each instance serves (the fleet's joint plan, scaler.worker_assignment); an
         #: instance not named serves any model (one model, or a dispatcher without a daemon)
         self.serves: dict[str, str] = {}
+        #: with dispatcher replicas (daemon.replica_workers): an accepted registration is handed
+        #: here (instance id, type, address) instead of being added; the published owners add it
+        self.on_register: Callable[[str, str, str], None] | None = None
 
     def set_assignment(self, serves: Mapping[str, str]) -> list[str]:
         """Which model each instance serves from now on (its queries of other models stop; a call
@@ -206,7 +209,10 @@ class WorkerRegistry:
             split_hostport(req.address)
         except ValueError:
             return pb.RegisterWorkerReply(accepted=False, message=f"bad worker address {req.address!r}: expected HOST:PORT")
-        self.add_worker_direct(req.instance_id, req.instance_type, req.address)
+        if self.on_register is not None:
+            self.on_register(req.instance_id, req.instance_type, req.address)
+        else:
+            self.add_worker_direct(req.instance_id, req.instance_type, req.address)
         return pb.RegisterWorkerReply(accepted=True, message="registered")
 
     def set_spot_notice_handler(self, handler: SpotNoticeHandler | None) -> None:

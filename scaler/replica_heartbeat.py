@@ -18,8 +18,8 @@ the way ``scaler.cluster_lease.ClusterLease`` holds the cluster lease:
 * ``stop()`` on a clean stop: the item is deleted (if still ours), so the holder moves the workers
   at its next round instead of after the ttl.
 
-``daemon.replica`` beats and stops; ``valid()`` and ``lapses`` serve the workers' handoff, which
-is not wired into the daemon yet.
+``daemon.replica`` beats and stops; ``valid()``, ``remaining_s()`` and ``lapses`` serve the
+workers' handoff (``daemon.replica_workers``).
 """
 from __future__ import annotations
 
@@ -86,6 +86,10 @@ class ReplicaHeartbeat:
     def valid(self) -> bool:
         """A beat landed and the local deadline has not passed."""
         return self.held is not None and not self.deadline.passed(self.monotonic())
+
+    def remaining_s(self) -> float:
+        """Seconds until the local deadline (<= 0: not valid, or no beat landed)."""
+        return self.deadline.at - self.monotonic() if self.held is not None else 0.0
 
     def stop(self) -> None:
         """Delete the heartbeat item if it is still ours (a clean stop)."""

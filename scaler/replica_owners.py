@@ -8,7 +8,9 @@ the replica table (``scaler.replica_table``; anything with ``beats``, ``owners``
    (``scaler.replica_membership``);
 2. the owners published last (and the handoffs in flight), as the previous holder left them if the
    lease moved;
-3. the owners wanted (``scaler.replica_assignment.assign``: balanced by type, sticky);
+3. the owners wanted (``scaler.replica_assignment.assign``: balanced by type, sticky), over the
+   owning replicas only when the caller names them (``scaler.replica_owning``: as many as keep
+   >= 2 base-type workers each; the others own none and forward);
 4. the next published mapping (``scaler.replica_handoff.next_published``), written conditionally
    under the holder's lease generation; nothing is written when nothing changed.
 
@@ -19,7 +21,7 @@ expires: within ``REPLICA_TTL_S`` plus one round of its last beat. Not wired int
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Collection, Protocol, Sequence
 
 from scaler.replica_assignment import Worker, assign, moved
 from scaler.replica_handoff import Published, next_published
@@ -47,14 +49,17 @@ class OwnersRound:
     lost: bool = False
 
 
-def owners_round(table: OwnersTable, workers: Sequence[Worker], generation: int, now: float) -> OwnersRound:
+def owners_round(table: OwnersTable, workers: Sequence[Worker], generation: int, now: float,
+                 owning: Callable[[list[str], Published], Collection[str]] | None = None) -> OwnersRound:
     """One round (module docstring) for ``workers`` (every worker of the fleet), by the holder of
-    lease ``generation``, at ``now`` (epoch s, the holder's clock)."""
+    lease ``generation``, at ``now`` (epoch s, the holder's clock). ``owning(live, current)``: the
+    live replicas that may own workers (default: every live one)."""
     beats = table.beats()
     live = live_replicas(beats, now)
     held = table.owners()
     current = held[0] if held is not None else Published()
-    desired = assign(workers, live, current.intended())
+    owners = live if owning is None else [r for r in owning(live, current) if r in live]
+    desired = assign(workers, owners, current.intended())
     nxt = next_published(current, desired, live, applied_versions(beats, now))
     moving = moved(current.owner, desired, live)
     if nxt is current:

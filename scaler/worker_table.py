@@ -1,5 +1,5 @@
 """The workers a cluster's replicas accepted, in the cluster lease table (issue #27, deliverable 2;
-an adapter on ``scaler.dynamo_items``; not wired into the daemon yet).
+an adapter on ``scaler.dynamo_items``; wired by ``daemon.replica_workers``).
 
 A worker registers with whichever replica it reaches (its ``--dispatcher`` address may be a
 balancer in front of the replicas). The accepting replica records it as one item keyed
@@ -15,23 +15,12 @@ cloud no longer lists (:meth:`DynamoWorkerTable.forget`, conditional on the item
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from scaler.dynamo_items import KEY, DynamoItems, item_key, num
+from scaler.replica_workers import WorkerItem   # the item as data (pure), stored here
 
 WORKER = "worker"
-
-
-@dataclass(frozen=True)
-class WorkerItem:
-    """One registered worker, as stored."""
-
-    instance_id: str
-    instance_type: str
-    address: str
-    replica: str
-    at: float
 
 
 def worker_item(cluster: str, w: WorkerItem) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 
 from config.schema import Config, parse_config_text
-from scaler.cloud import CLUSTER_TAG
+from daemon.replica_cluster import live_instances
 
 #: one r5n.large pinned, the ticks an hour apart (a test drives them); ``{extra}``: top-level lines
 #: after ``state_path``, ``{lease}``: lines of the lease section after ``ttl_s`` (a test that
@@ -64,13 +64,6 @@ def daemon_config(tmp_path: Path, endpoint: str, host: str, cluster: str, *, ttl
                               extra=extra, lease=lease)
     (d / "costscale.yaml").write_text(text)
     return parse_config_text(text)
-
-
-def live_instances(ec2: Any, cluster: str) -> list[tuple[str, str]]:
-    """(instance id, type) of the cluster's pending and running instances, by id."""
-    res = ec2.describe_instances(Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
-                                          {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    return sorted((i["InstanceId"], i["InstanceType"]) for r in res["Reservations"] for i in r["Instances"])
 
 
 def live_ids(endpoint: str, cluster: str) -> list[str]:

@@ -1,31 +1,29 @@
-"""Acceptance (issue #27 deliverable 1): two ``costscale run --local-workers`` processes of one
-cluster (``lease.replicas: true``, lease ttl 6 s) on 127.0.0.1 with their own ports and state paths,
-one moto server for EC2 and DynamoDB. Load goes through gRPC's ``round_robin`` over both replicas;
-the lease holder is SIGKILLed mid-load. Every query ends once: a result or UNAVAILABLE (the killed
-replica's calls), nothing else; the standby takes the lease within the ttl + 5 s and its fleet loop
-acts (it adopts the pool: no orphan, no duplicate; it replaces an instance lost after the kill); the
-budget holds at every sample.
+"""Acceptance (issue #27 deliverables 1, 2 and 4): two ``costscale run`` processes of one cluster
+(``lease.replicas: true``, lease ttl 6 s) on 127.0.0.1 with their own ports and state paths, one
+moto server for EC2 and DynamoDB, and the workers apart from both (``daemon.local_fleet``: one local
+worker per running instance, as on AWS where a worker runs on its instance and outlives any control
+host), registering through the one address the clients use. The workers are shared by the
+published owners: with two base-type workers only the lease holder owns them and the standby
+forwards its queries to it (``scaler.replica_owning``). Load goes through gRPC's ``round_robin``
+over both replicas (or nginx ``grpc_pass``); the lease holder is SIGKILLed mid-load. Every query ends
+once: the client retries on UNAVAILABLE (the killed replica's calls, and the standby's while the
+owners move) and every query is answered; the standby moves the dead owner's workers to itself once
+its heartbeat expired, takes the lease within the ttl + 5 s and its fleet loop acts (it adopts the
+pool: no orphan, no duplicate; it replaces an instance lost after the kill); the budget holds at
+every sample.
 
 A second test stops the standby with SIGTERM under load from a client whose round_robin checks
 health (``healthCheckConfig``): the replica says NOT_SERVING for ``lease.unready_s`` while it still
-serves, the client moves off it, and no query fails at all (deliverable 3).
-
-Embedded-mode caveat (issue #27 deliverable 2 is not built): each replica's local runner starts its
-own worker process for every running instance, so in this test each replica has its own workers; on
-AWS a worker registers with the one address it is given (a balancer in front of the replicas).
+serves, the client moves off it, and no query fails at all (deliverable 1).
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import signal
-import socket
 import subprocess
-import sys
-import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,159 +32,38 @@ import grpc
 import numpy as np
 import pytest
 
-from config.catalog import load_catalog
 from config.pids import pid_alive
+from daemon.replica_cluster import (NGINX, BudgetSampler, ClusterSpec, ReplicaProcess, fleet_worker_pids,
+                                    live_instances, serves, start_local_fleet, start_nginx, start_replica,
+                                    stop_processes)
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
 from tests.conftest import free_port
-from tests.lease_helpers import live_instances
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = "ha-e2e"
 BUDGET = 1.0
-POOL = {"r5n.large": 2}
 TTL_S = 6.0
-PRICE = {t: it.price_per_hour for t, it in load_catalog().items()}
-
-CONFIG = """\
-cluster: {cluster}
-budget_per_hour: {budget}
-objective: min_cost
-models:
-  - name: rm2
-    onnx: builtin:mlp
-    qos_ms: 350
-    max_batch: 1000
-    profile: rm2
-instance_types:
-  - type: r5n.large
-launch:
-  ami_id: {ami}
-pinned_pool:
-  r5n.large: 2
-dispatcher:
-  listen: 127.0.0.1:{port}
-intervals:
-  fleet_s: 2
-  model_s: 1
-  reconcile_s: 30
-state_path: {state}
-model_scaling:
-  generate_variants: false
-lease:
-  ttl_s: {ttl}
-  replicas: true
-aws:
-  endpoint_url: {endpoint}
-"""
 
 
-NGINX = "/usr/sbin/nginx"
-
-
-def _start_nginx(tmp: Path, port: int, upstream: list[int]) -> subprocess.Popen[bytes]:
-    """nginx in the foreground on 127.0.0.1:``port``: HTTP/2 cleartext, ``grpc_pass`` to an
-    upstream of the replicas (its default ``grpc_next_upstream error timeout`` tries the next
-    replica when one refuses the connection)."""
-    d = tmp / "nginx"
-    d.mkdir()
-    servers = "".join(f"    server 127.0.0.1:{p};\n" for p in upstream)
-    temp = " ".join(f"{k}_temp_path {d / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    (d / "nginx.conf").write_text(f"""daemon off;
-worker_processes 1;
-pid {d / 'nginx.pid'};
-error_log {d / 'error.log'} warn;
-events {{ worker_connections 256; }}
-http {{
-  access_log off;
-  {temp}
-  upstream costscale {{
-{servers}  }}
-  server {{
-    listen 127.0.0.1:{port} http2;
-    location / {{ grpc_pass grpc://costscale; }}
-  }}
-}}
-""")
-    p = subprocess.Popen([NGINX, "-p", str(d), "-c", str(d / "nginx.conf")], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return p
-        assert p.poll() is None, (p.stderr.read() if p.stderr else b"").decode()
-        time.sleep(0.05)
-    raise AssertionError("nginx did not listen")
+def _spec(endpoint: str, ami: str) -> ClusterSpec:
+    """rm2 on 2 x r5n.large pinned within 1 $/hr, lease ttl 6 s, fleet ticks every 2 s
+    (``daemon.replica_cluster``, shared with ``costscale demo --replicas``)."""
+    return ClusterSpec(cluster=CLUSTER, endpoint=endpoint, ami=ami, budget=BUDGET, ttl_s=TTL_S)
 
 
 def _live(ec2: Any) -> list[tuple[str, str]]:
     return live_instances(ec2, CLUSTER)
 
 
-def _stop(*procs: subprocess.Popen[bytes] | None) -> None:
-    """SIGTERM every replica still running, then wait for each (killed after 60 s)."""
-    for p in procs:
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        if p is not None:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+def _stop(*replicas: ReplicaProcess | None, fleet: subprocess.Popen[bytes] | None = None) -> None:
+    """SIGTERM every replica still running and the workers' process, then wait for each (killed
+    after 60 s)."""
+    stop_processes(*(r.proc for r in replicas if r is not None), fleet)
 
 
-class Sampler(threading.Thread):
-    """Polls describe_instances; records every sample whose Σ price of pending+running managed
-    instances is over the budget (DESIGN invariant 1)."""
-
-    def __init__(self, endpoint: str) -> None:
-        super().__init__(daemon=True)
-        self.ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
-        self.stop = threading.Event()
-        self.samples = 0
-        self.peak = 0.0
-        self.over: list[float] = []
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            cost = sum(PRICE[t] for _, t in _live(self.ec2))
-            self.samples += 1
-            self.peak = max(self.peak, cost)
-            if cost > BUDGET + 1e-9:
-                self.over.append(cost)
-            self.stop.wait(0.05)
-
-
-def _start(tmp: Path, name: str, endpoint: str, ami: str, port: int) -> tuple[subprocess.Popen[bytes], Path]:
-    d = tmp / name
-    d.mkdir()
-    cfg = d / "costscale.yaml"
-    cfg.write_text(CONFIG.format(cluster=CLUSTER, budget=BUDGET, ami=ami, port=port, state=d / "state.db", ttl=TTL_S,
-                                 endpoint=endpoint))
-    log = d / "daemon.log"
-    with open(log, "wb") as out:
-        p = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", str(cfg), "--local-workers"], cwd=ROOT,
-                             stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    return p, log
-
-
-async def _serves(port: int, timeout: float) -> bool:
-    """Wait until a query sent to this replica alone is answered."""
-    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-
-    deadline = time.monotonic() + timeout
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = pbg.InferenceStub(ch)
-        while time.monotonic() < deadline:
-            try:
-                await stub.Submit(pb.SubmitRequest(model="rm2", batch_size=4), timeout=5.0)
-                return True
-            except grpc.aio.AioRpcError:
-                await asyncio.sleep(0.5)
-    return False
+def _start(tmp: Path, name: str, endpoint: str, ami: str, port: int) -> ReplicaProcess:
+    return start_replica(tmp, name, _spec(endpoint, ami), port)
 
 
 def test_the_standby_takes_the_fleet_over_when_the_holder_is_killed_mid_load(moto_endpoint: str,
@@ -206,30 +83,35 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
     ami = ec2.describe_images()["Images"][0]["ImageId"]
     table = DynamoLeaseTable("costscale-leases", make_dynamodb_client("us-east-1", moto_endpoint))
     pa, pb_port = free_port(), free_port()
-    sampler = Sampler(moto_endpoint)
+    sampler = BudgetSampler(moto_endpoint, CLUSTER, BUDGET)
     sampler.start()
-    a, a_log = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
-    b: subprocess.Popen[bytes] | None = None
+    a = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
+    b: ReplicaProcess | None = None
     balancer: subprocess.Popen[bytes] | None = None
+    fleet: subprocess.Popen[bytes] | None = None
     try:
-        assert asyncio.run(_serves(pa, 120)), a_log.read_text()[-3000:]
-        first = _live(ec2)
-        assert [t for _, t in first] == ["r5n.large", "r5n.large"]
-        b, b_log = _start(tmp_path, "host-b", moto_endpoint, ami, pb_port)
-        assert asyncio.run(_serves(pb_port, 120)), b_log.read_text()[-3000:]
-        held = table.get(CLUSTER)
-        assert held is not None and held.pid == a.pid and held.generation == 1
-        assert "starting as a standby replica" in b_log.read_text()
-
         if nginx:
             front = free_port()
-            balancer = _start_nginx(tmp_path, front, [pa, pb_port])
+            balancer = start_nginx(tmp_path, front, [pa, pb_port])
             target, options = f"127.0.0.1:{front}", []
         else:
             target, options = f"ipv4:127.0.0.1:{pa},127.0.0.1:{pb_port}", [("grpc.lb_policy_name", "round_robin")]
-        outcomes, t_kill, t_lease = asyncio.run(_load_and_kill(a, target, options, table, b.pid))
+        fleet = start_local_fleet(tmp_path, a.dir / "costscale.yaml", target)
+        assert asyncio.run(serves(pa, 120)), a.log_text()[-3000:] + (tmp_path / "fleet.log").read_text()[-2000:]
+        first = _live(ec2)
+        assert [t for _, t in first] == ["r5n.large", "r5n.large"]
+        b = _start(tmp_path, "host-b", moto_endpoint, ami, pb_port)
+        assert asyncio.run(serves(pb_port, 120)), b.log_text()[-3000:]
+        held = table.get(CLUSTER)
+        assert held is not None and held.pid == a.pid and held.generation == 1
+        assert "starting as a standby replica" in b.log_text()
+        workers = fleet_worker_pids(tmp_path)
+
+        outcomes, t_kill, t_lease = asyncio.run(_load_and_kill(a.proc, target, options, table, b.pid))
         took = t_lease - t_kill
         after_kill = _live(ec2)
+        survived = [p for p in workers if pid_alive(p, zombie_alive=False)]
+        owners = asyncio.run(_replica_status(pb_port))
         # the fleet loop acts on the new holder: an instance lost now is replaced within a few ticks
         ec2.terminate_instances(InstanceIds=[after_kill[0][0]])
         t_lost = time.monotonic()
@@ -237,49 +119,87 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
             time.sleep(0.2)
         replaced_s = time.monotonic() - t_lost
         final = _live(ec2)
-        b_text = b_log.read_text()
-        a_workers = [int(p) for p in re.findall(r"started worker pid (\d+)", a_log.read_text())]
+        b_text = b.log_text()
     finally:
         sampler.stop.set()
         if balancer is not None:
             balancer.terminate()
             balancer.wait(timeout=30)
-        _stop(a, b)
-    ok = sum(1 for o in outcomes if o == "OK")
-    unavailable = sum(1 for o in outcomes if o == "UNAVAILABLE")
-    other = [o for o in outcomes if o not in ("OK", "UNAVAILABLE")]
-    print(f"replicas e2e ({'nginx grpc_pass' if nginx else 'round_robin'}): {len(outcomes)} queries, {ok} answered, {unavailable} UNAVAILABLE, other {other}; "
-          f"lease taken {took:.2f} s after the kill (ttl {TTL_S:g} s); a lost instance replaced in {replaced_s:.1f} s; "
-          f"peak {sampler.peak:.3f} of {BUDGET} $/hr over {sampler.samples} samples")
-    assert other == [] and ok > 0.8 * len(outcomes)          # each query once: a result or UNAVAILABLE
+        _stop(a, b, fleet=fleet)
+    answered = [o for o in outcomes if o.tries > 0]
+    first_try = sum(1 for o in outcomes if o.tries == 1)
+    retried = [o for o in outcomes if o.tries > 1]
+    failed = [o for o in outcomes if o.tries == 0]
+    gap = max((o.t_end - t_kill for o in retried), default=0.0)
+    print(f"replicas e2e ({'nginx grpc_pass' if nginx else 'round_robin'}): {len(outcomes)} queries, "
+          f"{first_try} answered at the first try, {len(retried)} after retrying UNAVAILABLE "
+          f"({len(retried) / len(outcomes):.1%}; the last answered {gap:.1f} s after the kill), {len(failed)} failed "
+          f"{[o.code for o in failed]}; lease taken {took:.2f} s after the kill (ttl {TTL_S:g} s); a lost instance "
+          f"replaced in {replaced_s:.1f} s; peak {sampler.peak:.3f} of {BUDGET} $/hr over {len(sampler.samples)} samples")
+    assert failed == [] and len(answered) == len(outcomes)   # retrying on UNAVAILABLE, every query answered once
+    assert all(c == "UNAVAILABLE" for o in retried for c in o.retried_codes)
     assert took <= TTL_S + 5.0
     assert "reconciled at takeover" in b_text and "fleet (lease taken)" in b_text
+    assert "moving their workers without the lease holder" in b_text or "connected i-" in b_text
     assert after_kill == first                                   # adopted: no orphan, no duplicate
     assert len(final) == 2 and [t for _, t in final] == ["r5n.large", "r5n.large"] and after_kill[0] not in final
     assert replaced_s < 30
-    assert sampler.over == [] and sampler.samples > 10
-    assert a_workers and not any(pid_alive(p, zombie_alive=False) for p in a_workers)   # died with their replica
+    assert sampler.over == [] and len(sampler.samples) > 10
+    assert len(workers) == 2 and survived == workers             # the workers outlived the replica killed
+    # status on the survivor: it holds the lease and owns both workers (deliverable 2)
+    assert owners.lease_holder and dict(owners.owners) == {iid: owners.id for iid, _ in first}, owners
+
+
+async def _replica_status(port: int) -> Any:
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        reply = await pbg.InferenceStub(ch).Status(pb.StatusRequest(), timeout=10.0)
+    return reply.replica
+
+
+@dataclass
+class Outcome:
+    """One query as a retrying client saw it: answered at try ``tries`` (0: failed with ``code``),
+    the codes of the tries before, when it ended."""
+
+    tries: int = 0
+    code: str = ""
+    retried_codes: list[str] = field(default_factory=list)
+    t_end: float = 0.0
 
 
 async def _load_and_kill(a: subprocess.Popen[bytes], target: str, options: list[tuple[str, str]],
-                         table: DynamoLeaseTable, b_pid: int) -> tuple[list[str], float, float]:
-    """Poisson load at 8 q/s for 16 s to ``target`` (round_robin over both replicas, or a balancer);
-    SIGKILL the holder at 5 s; the time the standby's lease item lands."""
+                         table: DynamoLeaseTable, b_pid: int) -> tuple[list[Outcome], float, float]:
+    """Poisson load at 8 q/s for 16 s to ``target`` (round_robin over both replicas, or a balancer),
+    each query retried on UNAVAILABLE (every 0.25 s, within 20 s); SIGKILL the holder at 5 s; the
+    time the standby's lease item lands."""
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     rng = np.random.default_rng(27)
-    outcomes: list[str] = []
+    outcomes: list[Outcome] = []
     t_kill = t_lease = 0.0
     async with grpc.aio.insecure_channel(target, options=options) as ch:
         stub = pbg.InferenceStub(ch)
 
         async def one(i: int) -> None:
-            try:
-                await stub.Submit(pb.SubmitRequest(model="rm2", batch_size=int(rng.integers(1, 50)),
-                                                   idempotency_key=f"ha-{i}"), timeout=10.0)
-                outcomes.append("OK")
-            except grpc.aio.AioRpcError as exc:
-                outcomes.append(exc.code().name)
+            o = Outcome()
+            outcomes.append(o)
+            batch = int(rng.integers(1, 50))
+            end = time.monotonic() + 20.0
+            while True:
+                try:
+                    await stub.Submit(pb.SubmitRequest(model="rm2", batch_size=batch, idempotency_key=f"ha-{i}"),
+                                      timeout=10.0)
+                    o.tries = len(o.retried_codes) + 1
+                    break
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > end:
+                        o.code = exc.code().name
+                        break
+                    o.retried_codes.append(exc.code().name)
+                    await asyncio.sleep(0.25)
+            o.t_end = time.monotonic()
 
         tasks: list[asyncio.Task[None]] = []
         t0 = time.monotonic()
@@ -315,17 +235,18 @@ def test_a_replica_stopped_under_load_leaves_the_balancing_before_it_refuses(mot
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
     pa, pb_port = free_port(), free_port()
-    a, a_log = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
-    b: subprocess.Popen[bytes] | None = None
+    a = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
+    b: ReplicaProcess | None = None
+    fleet = start_local_fleet(tmp_path, a.dir / "costscale.yaml", f"ipv4:127.0.0.1:{pa},127.0.0.1:{pb_port}")
     try:
-        assert asyncio.run(_serves(pa, 120)), a_log.read_text()[-3000:]
-        b, b_log = _start(tmp_path, "host-b", moto_endpoint, ami, pb_port)
-        assert asyncio.run(_serves(pb_port, 120)), b_log.read_text()[-3000:]
-        outcomes, b_code = asyncio.run(_load_and_stop(b, pa, pb_port))
-        b_text = b_log.read_text()
+        assert asyncio.run(serves(pa, 120)), a.log_text()[-3000:]
+        b = _start(tmp_path, "host-b", moto_endpoint, ami, pb_port)
+        assert asyncio.run(serves(pb_port, 120)), b.log_text()[-3000:]
+        outcomes, b_code = asyncio.run(_load_and_stop(b.proc, pa, pb_port))
+        b_text = b.log_text()
         live = _live(ec2)
     finally:
-        _stop(a, b)
+        _stop(a, b, fleet=fleet)
     failed = [o for o in outcomes if o != "OK"]
     print(f"replicas e2e (SIGTERM of a standby, health-checked round_robin): {len(outcomes)} queries, "
           f"{len(outcomes) - len(failed)} answered, failed {failed}")

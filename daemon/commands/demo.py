@@ -14,6 +14,7 @@ import logging
 from config.hostport import hostport_arg
 from daemon.commands._overrides import parse_counts
 from daemon.demo import DEMO_TYPES
+from daemon.demo_replicas import MAX_REPLICAS, MIN_REPLICAS
 from config.errors import UsageError
 from dispatcher.policies import POLICY_NAMES
 
@@ -41,6 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spot", action="store_true",
                    help="two spot workers in two zones, a scripted interruption notice through a local IMDS: the "
                         "drain, the replacement in another zone, every query answered (README \"Spot capacity\")")
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help=f"N ({MIN_REPLICAS}-{MAX_REPLICAS}) `costscale run` replicas of one cluster behind nginx grpc_pass "
+                        "(else gRPC round_robin), the lease holder killed with SIGKILL halfway: failed queries, the "
+                        "client's retries, the fleet's takeover, the budget, orphans and duplicates "
+                        "(README \"High availability\"; --duration default 24, --rate default 8)")
     p.add_argument("--json", action="store_true", help="print one JSON summary object")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--serve", action="store_true",
@@ -53,6 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.replicas is not None:
+        return _replicas(args)
     if args.rate is None:
         args.rate = 3.0 if args.pipeline or args.spot else 12.0
     if args.step_rate is None:
@@ -102,6 +110,33 @@ def _run(args: argparse.Namespace) -> int:
     with quiet:
         return asyncio.run(run_demo(60.0 if args.duration is None else args.duration, args.rate, args.step_rate,
                                     args.budget, args.seed, args.json, policy=args.policy, pinned_pool=pool, trace=trace))
+
+
+#: the shortest ``--replicas`` run: the kill at half of it, a fleet tick and a takeover after it
+MIN_REPLICAS_DURATION_S = 8.0
+
+
+def _replicas(args: argparse.Namespace) -> int:
+    """``demo --replicas N``: its checks (one line, exit 2), then :func:`daemon.demo_replicas.run_replicas_demo`."""
+    if not MIN_REPLICAS <= args.replicas <= MAX_REPLICAS:
+        raise UsageError(f"demo: --replicas must be between {MIN_REPLICAS} and {MAX_REPLICAS} (got {args.replicas}): "
+                         "they share the workers of one pinned pool on this machine")
+    if args.trace or args.pool or args.serve or args.models == 2 or args.pipeline or args.spot:
+        raise UsageError("demo: --replicas runs its own scenario: no --trace, --pool, --serve, --models 2, --pipeline "
+                         "or --spot")
+    duration = 24.0 if args.duration is None else args.duration
+    rate = 8.0 if args.rate is None else args.rate
+    if duration < MIN_REPLICAS_DURATION_S or rate <= 0:
+        raise UsageError(f"demo: --replicas needs --duration of at least {MIN_REPLICAS_DURATION_S:g} s (the kill at "
+                         "half of it) and --rate > 0")
+    level = getattr(logging, args.log_level)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto server request log
+    from daemon.demo import quiet_library_logs
+    from daemon.demo_replicas import run_replicas_demo
+
+    with quiet_library_logs() if level >= logging.WARNING else contextlib.nullcontext():
+        return asyncio.run(run_replicas_demo(args.replicas, duration, rate, args.seed, args.json))
 
 
 def _trace(path: str):  # type: ignore[no-untyped-def]

@@ -108,7 +108,30 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
                        if p.on_conservative_pool else None, "reason": p.reason, "types_left": list(p.types_left),
                        "probing": p.probing} for p in r.profiling],
         "last_error": r.last_error or None, "last_error_at": _iso(r.last_error_at_unix) if r.last_error else None,
+        "replica": {"id": r.replica.id, "lease_holder": r.replica.lease_holder, "live": list(r.replica.live),
+                    "owners": dict(sorted(r.replica.owners.items())),
+                    "releasing": dict(sorted(r.replica.releasing.items())),
+                    "forwarding_to": r.replica.forwarding_to or None, "owners_version": r.replica.owners_version}
+        if r.HasField("replica") else None,
     }
+
+
+def replica_lines(s: dict[str, Any]) -> list[str]:
+    """Which replica this is and which replica owns which worker (dispatcher replicas only)."""
+    r = s.get("replica")
+    if not r:
+        return []
+    role = "lease holder (runs the fleet loop)" if r["lease_holder"] else "standby"
+    how = f"forwards its queries to {r['forwarding_to']}" if r["forwarding_to"] else "serves its queries itself"
+    out = [f"replica  {r['id']}: {role}; {how}; live: {', '.join(r['live']) or '-'}; owners version {r['owners_version']}"]
+    by: dict[str, list[str]] = {}
+    for iid, owner in r["owners"].items():
+        by.setdefault(owner, []).append(iid)
+    for owner, iids in sorted(by.items()):
+        out.append(f"  {owner} owns {', '.join(sorted(iids))}")
+    for iid, to in r["releasing"].items():
+        out.append(f"  {iid} moving to {to} (its old owner finishing its query)")
+    return out
 
 
 def _pct(x: float | None) -> str:
@@ -145,6 +168,7 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
                f" ${s['spent_usd_today']:.{2 if s['spent_usd_today'] >= 1 else 4}f} today (UTC)")
     out.append(f"queries  {s['served']} served, {s['rejected']} refused, {s['queued']} waiting, "
                f"{s['in_flight']} in flight, {s['arrival_qps']:.1f} q/s")
+    out.extend(replica_lines(s))
     out.append("")
     out.extend(pool_lines(s))
     if not s["instances"]:

@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("worker", help="serve model variants on this instance (worker gRPC service)")
     p.add_argument("--listen", default="0.0.0.0:50061", metavar="HOST:PORT",
                    help="address to serve on (port 0: pick a free one) [0.0.0.0:50061]")
-    p.add_argument("--dispatcher", metavar="HOST:PORT", help="register with this dispatcher's Control service")
+    p.add_argument("--dispatcher", metavar="HOST:PORT", help="register with this dispatcher's Control service (or a "
+                   "gRPC target over several replicas: ipv4:H:P,H:P or dns:///NAME:PORT)")
     p.add_argument("--advertise", metavar="HOST:PORT", help="address given to the dispatcher (default: the bound one)")
     tok = p.add_mutually_exclusive_group()
     tok.add_argument("--token", help="cluster token presented when registering [$COSTSCALE_CLUSTER_TOKEN]")
@@ -89,7 +90,14 @@ def _tls_flags(args: argparse.Namespace) -> dict[str, str | None]:
     return out
 
 
+#: gRPC name-resolver schemes a ``--dispatcher`` target may use instead of HOST:PORT (several
+#: dispatcher replicas: ``ipv4:10.0.0.11:50051,10.0.0.12:50051``, or DNS with several records)
+TARGET_SCHEMES = ("ipv4:", "ipv6:", "dns:")
+
+
 def _hostport(flag: str, value: str) -> str:
+    if flag == "--dispatcher" and value.startswith(TARGET_SCHEMES):
+        return value
     try:
         split_hostport(value)
     except ValueError as exc:

@@ -1,0 +1,141 @@
+"""A replica that owns no worker forwards each Submit to an owning replica (issue #27 deliverable
+2c): the target rule (``scaler.replica_workers.forward_target``) hand-computed, and the hop
+(``dispatcher.forwarding``) between two grpc.aio servers: the caller's deadline and token carried,
+never forwarded twice, the target's status passed through, a dead target UNAVAILABLE, counted."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from dispatcher.forwarding import FORWARDED, Forwarder
+from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.servicers import _InferenceServicer
+from scaler.replica_handoff import Published, Release
+from scaler.replica_workers import forward_target, no_live_owner
+from tests.conftest import free_port
+
+
+def test_forward_target_deals_the_non_owners_over_the_owners_in_id_order() -> None:
+    pub = Published(3, {"i-1": "a", "i-2": "c"}, {"i-3": Release("a", 3, "c")})
+    live = {"a": "ha:1", "b": "hb:1", "c": "hc:1", "d": "hd:1", "e": "he:1"}
+    # owners a, c; non-owners b, d, e: b → a, d → c, e → a
+    assert [forward_target(pub, r, live, False) for r in "bde"] == ["ha:1", "hc:1", "ha:1"]
+    assert forward_target(pub, "a", live, False) is None             # an owner serves
+    assert forward_target(pub, "b", live, True) is None              # holds a worker (draining one)
+    assert forward_target(None, "b", live, False) is None            # nothing published yet
+    assert forward_target(Published(1, {"i-1": "a"}), "b", {"b": "hb:1"}, False) is None   # owner dead
+
+
+def test_no_live_owner_only_while_every_owner_is_dead_and_nothing_is_held_or_given() -> None:
+    pub = Published(3, {"i-1": "a"}, {"i-2": Release("a", 3, "c")})
+    assert no_live_owner(pub, "b", {"b": "hb:1"}, False)               # a and c dead
+    assert not no_live_owner(pub, "b", {"b": "hb:1", "c": "hc:1"}, False)
+    assert not no_live_owner(pub, "b", {"b": "hb:1"}, True)            # still holds one
+    assert not no_live_owner(pub, "c", {"c": "hc:1"}, False)            # given one
+    assert not no_live_owner(None, "b", {"b": "hb:1"}, False)          # nothing published: admission decides
+
+
+class Target(pbg.InferenceServicer):
+    def __init__(self, code: grpc.StatusCode | None = None) -> None:
+        self.code = code
+        self.seen: list[tuple[dict[str, str], float | None]] = []
+
+    async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> pb.SubmitReply:
+        self.seen.append((dict(context.invocation_metadata() or ()), context.time_remaining()))
+        if self.code is not None:
+            await context.abort(self.code, "too late")
+        return pb.SubmitReply(instance_id="from-target")
+
+
+class Api:
+    def __init__(self, forwarder: Forwarder) -> None:
+        self.forwarder = forwarder
+        self.registry = None
+        self.offline_jobs: dict[str, Any] = {}
+        self.local = 0
+
+    async def submit(self, r: pb.SubmitRequest) -> pb.SubmitReply:
+        self.local += 1
+        return pb.SubmitReply(instance_id="local")
+
+
+async def _server(servicer: pbg.InferenceServicer, port: int) -> grpc.aio.Server:
+    s = grpc.aio.server()
+    pbg.add_InferenceServicer_to_server(servicer, s)
+    assert s.add_insecure_port(f"127.0.0.1:{port}") == port
+    await s.start()
+    return s
+
+
+def _run(target_code: grpc.StatusCode | None, target_up: bool, metadata: tuple[tuple[str, str], ...] = (),
+         refusal: str | None = None, with_target: bool = True) -> tuple[Any, Target, Api, Forwarder]:
+    async def main() -> tuple[Any, Target, Api, Forwarder]:
+        tport, fport = free_port(), free_port()
+        target = Target(target_code)
+        ts = await _server(target, tport) if target_up else None
+        fwd = Forwarder()
+        fwd.target = f"127.0.0.1:{tport}" if with_target else None
+        fwd.refusal = refusal
+        api = Api(fwd)
+        fs = await _server(_InferenceServicer(api), fport)   # type: ignore[arg-type]
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{fport}") as ch:
+                try:
+                    out: Any = await pbg.InferenceStub(ch).Submit(pb.SubmitRequest(model="m", batch_size=1),
+                                                                 timeout=5.0, metadata=metadata)
+                except grpc.aio.AioRpcError as exc:
+                    out = exc
+        finally:
+            await fs.stop(0)
+            if ts is not None:
+                await ts.stop(0)
+            await fwd.close()
+        return out, target, api, fwd
+
+    return asyncio.run(main())
+
+
+def test_a_query_goes_to_the_target_with_the_callers_deadline_and_token() -> None:
+    out, target, api, fwd = _run(None, True, (("authorization", "Bearer tok"), ("x-other", "no")))
+    assert out.instance_id == "from-target" and api.local == 0
+    md, remaining = target.seen[0]
+    assert md["authorization"] == "Bearer tok" and md[FORWARDED] == "1" and "x-other" not in md
+    assert remaining is not None and 0 < remaining <= 5.0
+    assert fwd.stats() == {"forwarded": 1, "forward_failed": 0}
+
+
+def test_a_forwarded_query_is_admitted_where_it_arrives() -> None:
+    out, target, api, fwd = _run(None, True, ((FORWARDED, "1"),))
+    assert out.instance_id == "local" and api.local == 1 and target.seen == [] and fwd.forwarded == 0
+
+
+def test_the_targets_typed_status_is_the_callers() -> None:
+    out, _, _, fwd = _run(grpc.StatusCode.DEADLINE_EXCEEDED, True)
+    assert isinstance(out, grpc.aio.AioRpcError) and out.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert out.details() == "too late" and fwd.stats() == {"forwarded": 1, "forward_failed": 0}
+
+
+def test_a_dead_target_is_unavailable_and_counted() -> None:
+    out, _, _, fwd = _run(None, False)
+    assert isinstance(out, grpc.aio.AioRpcError) and out.code() == grpc.StatusCode.UNAVAILABLE
+    assert "forwarded to replica" in (out.details() or "") and fwd.stats() == {"forwarded": 0, "forward_failed": 1}
+
+
+def test_with_no_live_owner_a_query_is_unavailable_at_once_and_a_forwarded_one_admitted() -> None:
+    out, _, api, _ = _run(None, False, refusal="no live replica owns a worker", with_target=False)
+    assert isinstance(out, grpc.aio.AioRpcError) and out.code() == grpc.StatusCode.UNAVAILABLE
+    assert out.details() == "no live replica owns a worker" and api.local == 0
+    out, _, api, _ = _run(None, False, ((FORWARDED, "1"),), refusal="x", with_target=False)
+    assert out.instance_id == "local" and api.local == 1
+
+
+def test_no_target_admits_locally() -> None:
+    fwd = Forwarder()
+    assert fwd.target_for(()) is None
+    fwd.target = "h:1"
+    assert fwd.target_for((("a", "b"),)) == "h:1" and fwd.target_for(((FORWARDED, "1"),)) is None
+
+
