@@ -259,9 +259,18 @@ class ReplicaRole:
         """The first step of a stop: health NOT_SERVING on every service while this replica still
         serves, for ``lease.unready_s``, so balancers (NLB health checks, nginx, a client's
         health-checked round_robin) send new queries to the other replicas; the daemon then
-        drains and exits (``Dispatcher.stop``)."""
+        drains and exits (``Dispatcher.stop``). The heartbeat goes on through the drain, until
+        :meth:`close`, so the workers this replica owns stay its own until their queries ended
+        (its item deleted then: the holder moves them at its next round)."""
         log.info("replica %s leaving: NOT_SERVING for %g s, then draining", self.me.replica, self.unready_s)
         await dispatcher.unready()
+
+        async def beating() -> None:   # the scheduler stops now: the heartbeat goes on until close()
+            while True:
+                await self.beat()
+                await asyncio.sleep(self.heartbeat.ttl_s / 3)
+        task = asyncio.get_running_loop().create_task(beating())
+        self._tasks.add(task)
         await asyncio.sleep(self.unready_s)
 
     def facts(self) -> ReplicaFacts:
@@ -280,6 +289,8 @@ class ReplicaRole:
         """A clean stop: the heartbeat and demand items deleted (if still ours)."""
         if self._rescue is not None:
             self._rescue.cancel()
+        for task in list(self._tasks):   # the beats of the drain (leave) and a rescue beat under way
+            task.cancel()
         def forget() -> None:
             self.heartbeat.stop()
             self.demand_table.forget(self.me)
