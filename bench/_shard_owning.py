@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from scaler.replica_owning import OwningReplicas, arrival_shares, owning_replicas
 
@@ -85,7 +85,7 @@ def shares_text(shares: Sequence[Fraction]) -> str:
     return " / ".join(str(s) for s in shares)
 
 
-def owning_table(rows: list[dict], models: Mapping[str, float], pool_text) -> str:
+def owning_table(rows: list[dict], models: Mapping[str, float], pool_text: Callable[[Mapping[str, int]], str]) -> str:
     """The owning-replica rows: per ``R``, the owners ``k``, their shares of the queries, the share
     forwarded, the allowable throughput and its ratio to one shard; where the shares are uneven,
     the ratio the same ``k`` owners reach with the queries spread evenly over them."""
