@@ -242,13 +242,13 @@ def owning_section(rows: list[dict]) -> str:
             got = ratios(rep, budget)
             if not got:
                 continue
-            worst = min(got)
-            ks = ", ".join(f"{m} k={k}" for _, k, m in got)
+            ks = ", ".join(f"{m} {k}" for _, k, m in got)
             sharded = [x for x in got if x[1] > 1]
-            notes.append(f"{budget:g} $/hr, R = {rep} ({ks}): worst **{worst[0]:.3f}** ({worst[2]})"
-                         + ("; every pool has k = 1: one replica matches everything, so the ratio is 1 by the design "
-                            "choice (the others forward), not a matching result" if not sharded else
-                            f"; where k > 1 worst {min(sharded)[0]:.3f} ({min(sharded)[2]}, k={min(sharded)[1]})"))
+            notes.append(f"R = {rep} at {budget:g} $/hr (k: {ks}): "
+                         + ("k = 1 on every pool, ratio 1: one replica matches everything and the others forward, "
+                            "so this shows the design choice, not a matching result" if not sharded else
+                            f"worst where k > 1 **{min(sharded)[0]:.3f}** ({min(sharded)[2]}, k = {min(sharded)[1]}; "
+                            f"{GOAL:.2f}x {'met' if min(sharded)[0] >= GOAL else 'not met'})"))
     two = ratios(2, 2.5)
     verdict = (f"{min(two)[0]:.3f} ({'met' if min(two)[0] >= GOAL else 'not met'}"
                + (", by k = 1 on every pool" if all(k == 1 for _, k, _ in two) else "") + ")") if two else "(2.5 $/hr not run)"
