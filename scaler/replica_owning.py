@@ -20,11 +20,13 @@ instances, two shards keep 0.94-0.99x. So the number of owning replicas is a dec
    ``n // k + 1`` of them).
 
 No I/O, no clock: the caller passes the live replicas (``scaler.replica_membership.live_replicas``),
-the holder, the base-type worker count and the current owners. Not wired into the daemon yet.
+the holder, the base-type worker count and the current owners. Wired by
+``daemon.replica_workers`` (the holder's owners round).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Collection, Sequence
 
 #: base-type (GPU) workers each owning replica keeps at least, so every shard can serve the largest
@@ -67,4 +69,19 @@ def owning_replicas(live: Collection[str], holder: str | None, base_workers: int
     return OwningReplicas(owners, {r: owners[i % k] for i, r in enumerate(rest)})
 
 
-__all__ = ["MIN_BASE_PER_OWNER", "OwningReplicas", "owner_count", "owning_replicas"]
+def arrival_shares(owning: OwningReplicas) -> dict[str, Fraction]:
+    """Each owning replica's share of the queries when the balancer in front deals them evenly over
+    the live replicas (gRPC round_robin, an NLB; DESIGN "Beyond one control host"): its own
+    ``1 / R`` plus ``1 / R`` for every replica that forwards to it (rule 3), ``R`` the owners and
+    the forwarders together. Empty when nothing is owned. E.g. ``R = 3``, ``k = 2``: the first
+    owner gets its own third and the forwarder's, ``2/3``; the second ``1/3``."""
+    live = len(owning.owners) + len(owning.forward_to)
+    if not owning.owners:
+        return {}
+    received = {o: 1 for o in owning.owners}
+    for target in owning.forward_to.values():
+        received[target] += 1
+    return {o: Fraction(n, live) for o, n in received.items()}
+
+
+__all__ = ["MIN_BASE_PER_OWNER", "OwningReplicas", "arrival_shares", "owner_count", "owning_replicas"]

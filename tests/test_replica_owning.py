@@ -3,11 +3,13 @@
 ``scaler.replica_assignment.assign`` deals them."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from scaler.replica_assignment import assign
-from scaler.replica_owning import MIN_BASE_PER_OWNER, OwningReplicas, owner_count, owning_replicas
+from scaler.replica_owning import MIN_BASE_PER_OWNER, OwningReplicas, arrival_shares, owner_count, owning_replicas
 
 
 def test_one_base_worker_makes_the_holder_the_only_owner_and_the_others_forward_to_it() -> None:
@@ -77,3 +79,39 @@ def test_each_owner_gets_at_least_two_base_workers_from_the_assignment(live: lis
     if len(out.owners) > 1:
         assert min(per.values()) >= MIN_BASE_PER_OWNER
     assert sum(per.values()) == base
+
+
+def test_four_replicas_two_owners_each_owner_receives_half_the_queries() -> None:
+    # R = 4, base 4 -> k = 2: owners r0, r1; r2 forwards to r0, r3 to r1: 1/4 + 1/4 each
+    out = owning_replicas(["r0", "r1", "r2", "r3"], "r0", 4)
+    assert out == OwningReplicas(("r0", "r1"), {"r2": "r0", "r3": "r1"})
+    assert arrival_shares(out) == {"r0": Fraction(1, 2), "r1": Fraction(1, 2)}
+
+
+def test_three_replicas_two_owners_the_first_owner_receives_two_thirds() -> None:
+    # R = 3, base 5 -> k = 2: the one forwarder r2 is dealt to the first owner: 2/3 and 1/3
+    out = owning_replicas(["r0", "r1", "r2"], "r0", 5)
+    assert arrival_shares(out) == {"r0": Fraction(2, 3), "r1": Fraction(1, 3)}
+
+
+def test_four_replicas_three_owners_one_owner_receives_half() -> None:
+    # R = 4, base 7 -> k = 3 (the 10 $/hr mtwnd pool, 7 g4dn): r3 forwards to r0
+    assert arrival_shares(owning_replicas(["r0", "r1", "r2", "r3"], "r0", 7)) == \
+        {"r0": Fraction(1, 2), "r1": Fraction(1, 4), "r2": Fraction(1, 4)}
+
+
+def test_one_owner_receives_every_query_and_nothing_owned_has_no_shares() -> None:
+    assert arrival_shares(owning_replicas(["a", "b"], "b", 1)) == {"b": Fraction(1)}
+    assert arrival_shares(OwningReplicas(())) == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(live=names.filter(bool), base=st.integers(0, 20), current=names)
+def test_arrival_shares_add_up_to_one_and_differ_by_at_most_one_replica(live: list[str], base: int,
+                                                                         current: list[str]) -> None:
+    out = owning_replicas(live, live[-1], base, current)
+    shares = arrival_shares(out)
+    assert set(shares) == set(out.owners) and sum(shares.values()) == 1
+    r = len(live)
+    assert all(s >= Fraction(1, r) for s in shares.values())
+    assert max(shares.values()) - min(shares.values()) <= Fraction(1, r)
