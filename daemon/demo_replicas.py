@@ -134,8 +134,10 @@ class PointResult:
 
     @property
     def answered_once(self) -> bool:
-        """Every query ended once: answered, or failed UNAVAILABLE (none twice, none lost)."""
-        return self.twice == 0 and self.unanswered == 0 and set(self.failed) <= {"UNAVAILABLE"}
+        """Every query ended once: answered, or failed with a typed code (none twice, none lost):
+        UNAVAILABLE (a client's retries ran out), or DEADLINE_EXCEEDED (``on_deadline: drop``
+        refused a query that could no longer meet its SLO behind the backlog the failover left)."""
+        return self.twice == 0 and self.unanswered == 0 and set(self.failed) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
 
     @property
     def passed(self) -> bool:
@@ -333,6 +335,8 @@ async def run_point(c: ReplicaDemoCluster, point: KillPoint, *, qps: float, seed
     before, during, after = (c.sampler.peak_between(t_start, t_kill), c.sampler.peak_between(t_kill, t_resumed),
                              c.sampler.peak_between(t_resumed, t_end))
     window = [cost for t, cost in c.sampler.samples if t_start <= t < t_end]
+    for why in sorted({d for i, d in rec.details.items() if rec.outcome.get(i, "OK") != "OK"})[:3]:
+        notes.append(f"a query failed: {why}")
     return PointResult(
         point=point, killed=holder.name, new_holder=new_name, sent=rec.sent, answered=rec.ok, failed=rec.failed(),
         handover_sent=hs, handover_failed=hf, twice=rec.twice(), unanswered=rec.unanswered(),

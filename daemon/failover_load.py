@@ -110,6 +110,7 @@ class LoadRecord:
     ends: dict[int, int] = field(default_factory=dict)
     attempts: AttemptCounts = field(default_factory=AttemptCounts)
     resent: int = 0           # queries sent again after gRPC's own retries gave up (RESEND_AFTER_S)
+    details: dict[int, str] = field(default_factory=dict)   # a failed query's last error message
 
     @property
     def sent(self) -> int:
@@ -172,6 +173,7 @@ async def steady_load(target: str, round_robin: bool, qps: float, seed: int, sto
                     break
                 except grpc.aio.AioRpcError as exc:
                     code = exc.code().name
+                    record.details[i] = exc.details() or ""
                     if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + RESEND_AFTER_S >= end:
                         break
                 record.resent += 1

@@ -163,6 +163,8 @@ class ReplicaRole:
                                       forwarder=Forwarder() if cfg.dispatcher.tls is None else None)
         reg.on_register = self.workers.on_register
         dispatcher.forwarder = self.workers.forwarder
+        if dispatcher.forwarder is not None:    # the queries it forwards count in its own demand window
+            dispatcher.forwarder.on_arrival = dispatcher.record_arrival
 
     def leading(self) -> bool:
         """This replica holds the cluster lease (it runs the fleet loop)."""

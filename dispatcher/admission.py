@@ -186,8 +186,21 @@ class Admission:
         if application:
             self.accuracy.record(application, batch, now)
 
-    async def submit(self, r: pb.SubmitRequest) -> Outcome:
-        """Admit one query and await its outcome (the servicer turns an error tuple into a status)."""
+    def record_arrival(self, r: pb.SubmitRequest) -> bool:
+        """Count ``r``'s arrival in the demand windows without admitting it (a dispatcher replica
+        that forwards it: ``dispatcher.forwarding``); False when it is not a valid query here."""
+        v = self.validate(r)
+        if isinstance(v[0], grpc.StatusCode):
+            return False
+        self._record(v[0], r.application, v[1], self.rt.clock())   # type: ignore[arg-type]
+        return True
+
+    async def submit(self, r: pb.SubmitRequest, record: bool = True, best_effort: bool = False) -> Outcome:
+        """Admit one query and await its outcome (the servicer turns an error tuple into a status);
+        ``record``: count its arrival in the demand windows (False: a replica that forwarded it to
+        this one counted it); ``best_effort``: never dropped for its SLO (``on_deadline: drop``
+        spares it), for a query a dispatcher replica held through a failover
+        (``dispatcher.forwarding``): its wait was ours, so it is served late rather than refused."""
         book = self.book
         if self.rt.stopping:
             return book.reject(SC.UNAVAILABLE, "dispatcher is shutting down")
@@ -205,18 +218,20 @@ class Admission:
         now = self.rt.clock()
         qid = book.new_id()
         view = QueryView(qid, m.profile_name, batch, now, qos)
-        self._record(m, r.application, batch, now)
+        if record:
+            self._record(m, r.application, batch, now)
         idle_fleet = self._nothing_serves(m)
         if idle_fleet is not None:
             return book.reject(SC.UNAVAILABLE, idle_fleet)
-        if self.spec.on_deadline == "drop":
+        if self.spec.on_deadline == "drop" and not best_effort:
             if infeasible([view], self._live_views(m.name), self.predictor, now, self.tunables.xi):
                 return book.reject(SC.DEADLINE_EXCEEDED, f"batch {batch} of {m.name!r} cannot meet its {qos:g} ms SLO on any worker")
         self.start_load(choice)
         loop = asyncio.get_running_loop()
         q = Query(qid, m, variant, batch, now, qos, now + book.query_timeout_s, list(r.inputs), view,
                   loop.create_future(), key, application=r.application,
-                  late=not variant and r.application in self.accuracy.late_bound, min_accuracy=float(r.min_accuracy))
+                  late=not variant and r.application in self.accuracy.late_bound, min_accuracy=float(r.min_accuracy),
+                  best_effort=best_effort)
         if key:
             book.remember(key, q)
         book.admit(q)

@@ -56,6 +56,7 @@ class Query:
     application: str = ""     # the application it named (routing by the accuracy plan)
     late: bool = False        # its variant is chosen when it is dispatched (SlackFit, dispatcher.accuracy_routing)
     min_accuracy: float = 0.0
+    best_effort: bool = False  # served however late, never dropped for its SLO (held through a replica failover)
 
     @functools.cached_property
     def sig(self) -> tuple | None:

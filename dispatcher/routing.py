@@ -110,7 +110,7 @@ class RoutingRound:
             qs = list(itertools.islice(book.waiting(), k))
         if self.spec.on_deadline == "drop":
             wviews = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle) for w in live]
-            bad = infeasible([q.view for q in qs], wviews, self.predictor, now, self.tunables.xi)
+            bad = infeasible([q.view for q in qs if not q.best_effort], wviews, self.predictor, now, self.tunables.xi)
             if bad:
                 for qid in bad:
                     q = book.retry.pop(qid, None) or book.queue.pop(qid)

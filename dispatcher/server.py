@@ -340,18 +340,26 @@ class Dispatcher:
         if self.forwarder is not None:
             await self.forwarder.close()
 
-    async def submit(self, r: pb.SubmitRequest) -> pb.SubmitReply | tuple[grpc.StatusCode, str]:
+    async def submit(self, r: pb.SubmitRequest, record_demand: bool = True,
+                     best_effort: bool = False) -> pb.SubmitReply | tuple[grpc.StatusCode, str]:
         """Admission's submit (:meth:`dispatcher.admission.Admission.submit`), its outcome recorded
-        once per query (:mod:`dispatcher.outcomes`; not again for a retry the idempotency cache answers)."""
+        once per query (:mod:`dispatcher.outcomes`; not again for a retry the idempotency cache answers);
+        ``record_demand`` False: its arrival was counted by the replica that forwarded it;
+        ``best_effort``: held through a replica failover, never dropped for its SLO."""
         repeat = bool(r.idempotency_key) and r.idempotency_key in self.queries.idem
         if self.pipelines.handles(r):        # a pipeline: its steps are queries of their own (issue #26)
             out = await self.pipelines.submit(r)
             record_pipeline(self.outcomes, r, out, self.clock())
             return out
-        out = await self.admission.submit(r)
+        out = await self.admission.submit(r, record=record_demand, best_effort=best_effort)
         if not repeat:
             record_outcome(self.outcomes, self.placement, r, out, self.clock())
         return out
+
+    def record_arrival(self, r: pb.SubmitRequest) -> bool:
+        """A query this replica forwards, counted in its demand windows (``Forwarder.on_arrival``);
+        a pipeline's is not (the replica that runs it counts its steps)."""
+        return False if self.pipelines.handles(r) else self.admission.record_arrival(r)
 
     # -- reporting ---------------------------------------------------------------------------------
     def window_snapshot(self, model: str | None = None, steady_s: float = STEADY_HORIZON_S) -> WindowSnapshot:

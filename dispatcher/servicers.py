@@ -33,7 +33,8 @@ class InferenceApi(Protocol):
     @property
     def forwarder(self) -> Forwarder | None: ...   # replicas: where a replica without workers sends a query
 
-    async def submit(self, r: pb.SubmitRequest) -> Union[pb.SubmitReply, Refusal]: ...
+    async def submit(self, r: pb.SubmitRequest, record_demand: bool = True,
+                     best_effort: bool = False) -> Union[pb.SubmitReply, Refusal]: ...
 
     def status_reply(self) -> pb.StatusReply: ...
 
@@ -57,10 +58,12 @@ class _InferenceServicer(pbg.InferenceServicer):
 
     async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> pb.SubmitReply:
         fwd = self.api.forwarder
-        out = await fwd.handle(request, context) if fwd is not None else None
-        if out is not None:
-            return out
-        return await _render(await self.api.submit(request), context)
+        if fwd is None:
+            return await _render(await self.api.submit(request), context)
+        h = await fwd.handle(request, context)
+        if h.reply is not None:
+            return h.reply
+        return await _render(await self.api.submit(request, record_demand=not h.counted, best_effort=h.held), context)
 
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusReply:
         return self.api.status_reply()

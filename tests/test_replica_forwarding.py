@@ -1,7 +1,9 @@
 """A replica that owns no worker forwards each Submit to an owning replica (issue #27 deliverable
 2c): the target rule (``scaler.replica_workers.forward_target``) hand-computed, and the hop
 (``dispatcher.forwarding``) between two grpc.aio servers: the caller's deadline and token carried,
-never forwarded twice, the target's status passed through, a dead target UNAVAILABLE, counted."""
+never forwarded twice, the target's status passed through; a query whose target died, or that
+arrives while no owner is live, held and tried again within its deadline (answered once the
+target serves or this replica owns workers; UNAVAILABLE when its deadline runs out), counted."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from dispatcher.forwarding import FORWARDED, Forwarder
+from dispatcher.forwarding import FORWARDED, HELD, Forwarder
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.servicers import _InferenceServicer
 from scaler.replica_handoff import Published, Release
@@ -56,9 +58,19 @@ class Api:
         self.registry = None
         self.offline_jobs: dict[str, Any] = {}
         self.local = 0
+        self.recorded: list[bool] = []      # record_demand of each local admission
+        self.best_effort: list[bool] = []   # best_effort of each local admission
+        self.arrivals = 0                   # arrivals counted by the forwarder (on_arrival)
 
-    async def submit(self, r: pb.SubmitRequest) -> pb.SubmitReply:
+        def count(_r: pb.SubmitRequest) -> bool:
+            self.arrivals += 1
+            return True
+        forwarder.on_arrival = count
+
+    async def submit(self, r: pb.SubmitRequest, record_demand: bool = True, best_effort: bool = False) -> pb.SubmitReply:
         self.local += 1
+        self.recorded.append(record_demand)
+        self.best_effort.append(best_effort)
         return pb.SubmitReply(instance_id="local")
 
 
@@ -71,26 +83,41 @@ async def _server(servicer: pbg.InferenceServicer, port: int) -> grpc.aio.Server
 
 
 def _run(target_code: grpc.StatusCode | None, target_up: bool, metadata: tuple[tuple[str, str], ...] = (),
-         refusal: str | None = None, with_target: bool = True) -> tuple[Any, Target, Api, Forwarder]:
+         refusal: str | None = None, with_target: bool = True, timeout: float = 5.0,
+         later: Any = None) -> tuple[Any, Target, Api, Forwarder]:
+    """One Submit through a forwarding replica; ``later(fwd, start_target)``, if given, runs
+    0.6 s into the call (the owners move, or the target comes up)."""
     async def main() -> tuple[Any, Target, Api, Forwarder]:
         tport, fport = free_port(), free_port()
         target = Target(target_code)
-        ts = await _server(target, tport) if target_up else None
+        servers: list[grpc.aio.Server] = []
+        if target_up:
+            servers.append(await _server(target, tport))
         fwd = Forwarder()
         fwd.target = f"127.0.0.1:{tport}" if with_target else None
         fwd.refusal = refusal
         api = Api(fwd)
         fs = await _server(_InferenceServicer(api), fport)   # type: ignore[arg-type]
+
+        async def start_target() -> None:
+            servers.append(await _server(target, tport))
+
+        async def move() -> None:
+            await asyncio.sleep(0.6)
+            await later(fwd, start_target)
+        mover = asyncio.create_task(move()) if later is not None else None
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{fport}") as ch:
                 try:
                     out: Any = await pbg.InferenceStub(ch).Submit(pb.SubmitRequest(model="m", batch_size=1),
-                                                                 timeout=5.0, metadata=metadata)
+                                                                 timeout=timeout, metadata=metadata)
                 except grpc.aio.AioRpcError as exc:
                     out = exc
         finally:
+            if mover is not None:
+                await mover
             await fs.stop(0)
-            if ts is not None:
+            for ts in servers:
                 await ts.stop(0)
             await fwd.close()
         return out, target, api, fwd
@@ -104,7 +131,7 @@ def test_a_query_goes_to_the_target_with_the_callers_deadline_and_token() -> Non
     md, remaining = target.seen[0]
     assert md["authorization"] == "Bearer tok" and md[FORWARDED] == "1" and "x-other" not in md
     assert remaining is not None and 0 < remaining <= 5.0
-    assert fwd.stats() == {"forwarded": 1, "forward_failed": 0}
+    assert fwd.stats() == {"forwarded": 1, "forward_failed": 0, "forward_held": 0}
 
 
 def test_a_forwarded_query_is_admitted_where_it_arrives() -> None:
@@ -115,19 +142,41 @@ def test_a_forwarded_query_is_admitted_where_it_arrives() -> None:
 def test_the_targets_typed_status_is_the_callers() -> None:
     out, _, _, fwd = _run(grpc.StatusCode.DEADLINE_EXCEEDED, True)
     assert isinstance(out, grpc.aio.AioRpcError) and out.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert out.details() == "too late" and fwd.stats() == {"forwarded": 1, "forward_failed": 0}
+    assert out.details() == "too late" and fwd.stats() == {"forwarded": 1, "forward_failed": 0, "forward_held": 0}
 
 
-def test_a_dead_target_is_unavailable_and_counted() -> None:
-    out, _, _, fwd = _run(None, False)
+def test_a_dead_target_holds_the_query_until_its_deadline_then_unavailable() -> None:
+    out, _, api, fwd = _run(None, False, timeout=1.0)
     assert isinstance(out, grpc.aio.AioRpcError) and out.code() == grpc.StatusCode.UNAVAILABLE
-    assert "forwarded to replica" in (out.details() or "") and fwd.stats() == {"forwarded": 0, "forward_failed": 1}
+    assert "forwarded to replica" in (out.details() or "") and api.local == 0
+    assert fwd.forwarded == 0 and fwd.held == 1 and fwd.failed >= 2      # tried again while the deadline lasted
 
 
-def test_with_no_live_owner_a_query_is_unavailable_at_once_and_a_forwarded_one_admitted() -> None:
-    out, _, api, _ = _run(None, False, refusal="no live replica owns a worker", with_target=False)
+def test_a_held_query_is_admitted_here_once_this_replica_owns_the_workers() -> None:
+    async def owners_moved(fwd: Forwarder, _start: Any) -> None:   # the rescue: this replica owns them now
+        fwd.target = None
+    out, target, api, fwd = _run(None, False, later=owners_moved)
+    assert out.instance_id == "local" and api.local == 1 and target.seen == []
+    assert fwd.held == 1 and fwd.failed >= 1 and fwd.forwarded == 0
+
+
+def test_a_held_query_goes_to_the_target_once_it_serves() -> None:
+    async def target_up(_fwd: Forwarder, start: Any) -> None:
+        await start()
+    out, target, api, fwd = _run(None, False, later=target_up)
+    assert out.instance_id == "from-target" and api.local == 0 and len(target.seen) == 1
+    assert fwd.held == 1 and fwd.forwarded == 1
+
+
+def test_with_no_live_owner_a_query_waits_for_an_owner_and_a_forwarded_one_is_admitted() -> None:
+    out, _, api, fwd = _run(None, False, refusal="no live replica owns a worker", with_target=False, timeout=0.8)
     assert isinstance(out, grpc.aio.AioRpcError) and out.code() == grpc.StatusCode.UNAVAILABLE
-    assert out.details() == "no live replica owns a worker" and api.local == 0
+    assert out.details() == "no live replica owns a worker" and api.local == 0 and fwd.held == 1
+
+    async def rescued(fwd: Forwarder, _start: Any) -> None:
+        fwd.refusal = None
+    out, _, api, fwd = _run(None, False, refusal="no live replica owns a worker", with_target=False, later=rescued)
+    assert out.instance_id == "local" and api.local == 1 and fwd.held == 1
     out, _, api, _ = _run(None, False, ((FORWARDED, "1"),), refusal="x", with_target=False)
     assert out.instance_id == "local" and api.local == 1
 
@@ -139,3 +188,38 @@ def test_no_target_admits_locally() -> None:
     assert fwd.target_for((("a", "b"),)) == "h:1" and fwd.target_for(((FORWARDED, "1"),)) is None
 
 
+
+
+def test_each_query_is_counted_once_in_the_demand_windows_where_it_arrived() -> None:
+    """The forwarder counts what it forwards (its replica's window); the replica it forwarded to
+    admits it without counting it again; a held query admitted here is counted once."""
+    out, _, api, _ = _run(None, True)                                   # forwarded
+    assert out.instance_id == "from-target" and api.arrivals == 1 and api.recorded == []
+    out, _, api, _ = _run(None, True, ((FORWARDED, "1"),))              # the target's side
+    assert out.instance_id == "local" and api.arrivals == 0 and api.recorded == [False]
+
+    async def owners_moved(fwd: Forwarder, _start: Any) -> None:
+        fwd.target = None
+    out, _, api, _ = _run(None, False, later=owners_moved)              # held, then admitted here
+    assert out.instance_id == "local" and api.arrivals == 1 and api.recorded == [False]
+    out, _, api, _ = _run(None, True, with_target=False)                # an owner: admission counts it
+    assert out.instance_id == "local" and api.arrivals == 0 and api.recorded == [True]
+
+
+def test_a_held_query_is_admitted_best_effort_here_or_at_its_target() -> None:
+    """Its wait was the failover's: ``on_deadline: drop`` must not refuse it for its SLO."""
+    async def owners_moved(fwd: Forwarder, _start: Any) -> None:
+        fwd.target = None
+    out, _, api, _ = _run(None, False, later=owners_moved)               # held, admitted here
+    assert out.instance_id == "local" and api.best_effort == [True]
+
+    async def target_up(_fwd: Forwarder, start: Any) -> None:
+        await start()
+    out, target, _, _ = _run(None, False, later=target_up)              # held, then forwarded
+    assert out.instance_id == "from-target" and target.seen[0][0][HELD] == "1"
+    out, _, api, _ = _run(None, True, ((FORWARDED, "1"), (HELD, "1")))  # the target's side
+    assert out.instance_id == "local" and api.best_effort == [True] and api.recorded == [False]
+    out, target, api, _ = _run(None, True)                               # not held: no mark, no best effort
+    assert HELD not in target.seen[0][0]
+    out, _, api, _ = _run(None, True, with_target=False)
+    assert api.best_effort == [False]
