@@ -75,7 +75,7 @@ def _passing() -> PointResult:
 
 
 @pytest.mark.parametrize("change", [
-    {"failed": {"DEADLINE_EXCEEDED": 1}}, {"twice": 1}, {"unanswered": 1}, {"resumed_s": 11.01}, {"resumed_s": None},
+    {"failed": {"INTERNAL": 1}}, {"twice": 1}, {"unanswered": 1}, {"resumed_s": 11.01}, {"resumed_s": None},
     {"over_budget_samples": 1}, {"samples": 0}, {"orphans": ["i-1"]}, {"duplicates": 1},
     {"live_after": {"r5n.large": 1}},
 ])
