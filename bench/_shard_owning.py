@@ -1,7 +1,7 @@
 """The dispatcher replicas as the daemon runs them, for ``bench/shard_bench.py`` (issue #27,
 deliverable 2): of ``R`` live replicas only ``k = owner_count(R, base)`` own workers
 (``scaler.replica_owning``, rule 1: each owner keeps >= ``MIN_BASE_PER_OWNER`` base-type workers),
-the others forward every query to the owner rule 3 deals them to.
+the others forward their queries to every owner in turn (rule 3).
 
 The balancer in front deals the queries round robin over the ``R`` replicas (gRPC round_robin or
 an NLB; DESIGN "Beyond one control host"): query ``i`` reaches replica ``i mod R`` and is matched by
@@ -9,9 +9,9 @@ that replica if it owns workers, else by the owner it forwards to. So each owner
 set of residues ``i mod R`` (:func:`owner_dealing`), its share ``scaler.replica_owning.arrival_shares``,
 over the workers ``scaler.replica_assignment.assign`` gives it among the ``k`` owners.
 
-Replica ids are ``r0 .. r{R-1}`` with ``r0`` the lease holder, so the owners' chosen order (holder
-first, then by id) is also their id order, and ``owning_replicas``' forward_to deals the forwarders
-as the daemon's ``scaler.replica_workers.forward_target`` does (owners sorted by id). No I/O.
+Replica ids are ``r0 .. r{R-1}`` with ``r0`` the lease holder; a forwarder goes over the owners in id
+order, as the daemon's ``scaler.replica_workers.forward_targets`` and ``dispatcher.forwarding`` do.
+No I/O.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ class OwnerDealing:
     @property
     def forwarded(self) -> Fraction:
         """The share of the queries that reach a replica owning no worker and take one more hop."""
-        return Fraction(len(self.owning.forward_to), self.period)
+        live = len(self.owning.owners) + len(self.owning.forward_to)
+        return Fraction(len(self.owning.forward_to), live)
 
 
 def replica_names(replicas: int) -> list[str]:
@@ -51,15 +52,28 @@ def replica_names(replicas: int) -> list[str]:
 
 def owner_dealing(replicas: int, base_workers: int) -> OwnerDealing:
     """The owners among ``replicas`` live replicas (``r0`` holding the lease) of a pool with
-    ``base_workers`` base-type workers, and the residues of the queries each owner matches."""
+    ``base_workers`` base-type workers, and the residues of the queries each owner matches: query
+    ``i`` reaches replica ``i mod R``; an owner matches it, a forwarder sends its ``q``-th query
+    (``q = i div R``) to its owners in turn (rule 3), starting one owner further for each
+    forwarder, so the period is ``R k``."""
     names = replica_names(replicas)
     owning = owning_replicas(names, names[0], base_workers)
-    residues = tuple(tuple(i for i, n in enumerate(names) if n == o or owning.forward_to.get(n) == o)
-                     for o in owning.owners)
-    got = dict(zip(owning.owners, (Fraction(len(r), replicas) for r in residues)))
+    k = len(owning.owners)
+    period = replicas * k
+    fwd = [n for n in names if n in owning.forward_to]
+    shard = []
+    for i in range(period):
+        n = names[i % replicas]
+        if n in owning.owners:
+            shard.append(owning.owners.index(n))
+        else:
+            to = owning.forward_to[n][(i // replicas + fwd.index(n)) % k]
+            shard.append(owning.owners.index(to))
+    residues = tuple(tuple(i for i in range(period) if shard[i] == j) for j in range(k))
+    got = dict(zip(owning.owners, (Fraction(len(r), period) for r in residues)))
     if got != arrival_shares(owning):   # pragma: no cover - the dealing is rule 3's by construction
         raise AssertionError(f"dealing {got} is not rule 3's shares {arrival_shares(owning)}")
-    return OwnerDealing(owning, replicas, residues)
+    return OwnerDealing(owning, period, residues)
 
 
 def round_robin(shards: int) -> tuple[int, tuple[tuple[int, ...], ...]]:

@@ -284,7 +284,7 @@ class ReplicaRole:
             live=tuple(sorted(w.live)) if w is not None and w.live else self.live,
             owners=dict(pub.owner) if pub is not None else {},
             releasing={i: r.to for i, r in pub.releasing.items()} if pub is not None else {},
-            forwarding_to=(w.forwarder.target or "") if w is not None and w.forwarder is not None else "",
+            forwarding_to=", ".join(w.forwarder.targets) if w is not None and w.forwarder is not None else "",
             owners_version=w.applied if w is not None else 0)
 
     async def close(self) -> None:

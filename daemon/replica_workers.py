@@ -15,8 +15,8 @@
   live instances, ``owners_round`` over the owning replicas (``owning_replicas``: as many as keep
   >= 2 base-type workers each, the holder first), the items of instances gone forgotten.
 * **Forwarding** (deliverable 2c): while it holds no worker, the dispatcher's
-  ``dispatcher.forwarding.Forwarder`` sends each Submit to the owning replica ``forward_target``
-  names (by its heartbeat address); else it admits queries itself.
+  ``dispatcher.forwarding.Forwarder`` sends each Submit to the owning replicas ``forward_targets``
+  names (by their heartbeat addresses), in turn; else it admits queries itself.
 * **The heartbeat's deadline**: when it passes with no newer beat, every worker is dropped at once
   (:meth:`ReplicaWorkers.expire`), before the holder, by its clock, sees the heartbeat expire and
   grants them to others (``scaler.replica_heartbeat``).
@@ -38,7 +38,7 @@ from scaler.replica_heartbeat import ReplicaHeartbeat
 from scaler.replica_membership import REPLICA_TTL_S
 from scaler.replica_owners import OwnersRound, OwnersTable, owners_round
 from scaler.replica_owning import owning_replicas
-from scaler.replica_workers import (OwnedWorkers, WorkerItem, apply_owners, base_workers, forward_target,
+from scaler.replica_workers import (OwnedWorkers, WorkerItem, apply_owners, base_workers, forward_targets,
                                     no_live_owner, owners_orphaned, round_workers)
 from scaler.worker_table import DynamoWorkerTable
 
@@ -151,19 +151,19 @@ class ReplicaWorkers:
 
     def rescue_in_s(self) -> float | None:
         """A replica that forwards and saw a hop fail since it last asked: seconds until the
-        heartbeat of its forwarding target expires (when :meth:`rescue_round` may move that
+        first heartbeat of its forwarding targets expires (when :meth:`rescue_round` may move that
         owner's workers), so the daemon beats then instead of up to a beat period later."""
         fwd = self.forwarder
         if fwd is None or fwd.failed == self._failed_seen:
             return None
         self._failed_seen = fwd.failed
-        at = self.expiry.get(fwd.target or "")
-        return None if at is None else max(0.0, at - self.clock()) + 0.05
+        ats = [self.expiry[t] for t in fwd.targets if t in self.expiry]
+        return None if not ats else max(0.0, min(ats) - self.clock()) + 0.05
 
     def apply(self, published: Published | None, items: list[WorkerItem],
               live: Mapping[str, str] | None = None) -> OwnedWorkers:
         """Connect, keep and drop as ``apply_owners`` says (on the dispatcher's loop); the
-        forwarding target while it holds none (``forward_target``)."""
+        forwarding targets while it holds none (``forward_targets``)."""
         d = apply_owners(published, self.me, items, self.workers.held(), self.workers.busy(),
                          self.heartbeat.valid(), self.applied)
         if live is not None:
@@ -182,10 +182,11 @@ class ReplicaWorkers:
         self.last = d
         if self.forwarder is not None:
             holds = bool(self.workers.held())
-            target = forward_target(published, self.me, live or {}, holds)
-            if target != self.forwarder.target:
-                log.info("replica %s: %s", self.me, f"forwarding queries to {target}" if target else "serving queries itself")
-            self.forwarder.target = target
+            targets = forward_targets(published, self.me, live or {}, holds)
+            if targets != self.forwarder.targets:
+                log.info("replica %s: %s", self.me,
+                         f"forwarding queries to {', '.join(targets)}" if targets else "serving queries itself")
+            self.forwarder.targets = targets
             self.forwarder.refusal = ("no live replica owns a worker (the owners are moving)"
                                       if no_live_owner(published, self.me, live or {}, holds) else None)
         return d

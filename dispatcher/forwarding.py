@@ -3,9 +3,10 @@ deliverable 2c).
 
 With dispatcher replicas only as many replicas own workers as keep >= 2 base-type workers each
 (``scaler.replica_owning``); the others still receive queries from the balancer. The daemon sets
-:attr:`Forwarder.target` (``daemon.replica_workers``: the owning replica, by its heartbeat address,
+:attr:`Forwarder.targets` (``daemon.replica_workers``: the owning replicas, by their heartbeat addresses,
 that rule 3 of ``replica_owning`` deals this replica to) while this replica holds no worker, and
-clears it otherwise. A query then goes to the target over grpc.aio with the caller's remaining
+clears them otherwise. A query then goes to the next target in turn over grpc.aio (the others if
+its hop fails), with the caller's remaining
 deadline and its ``authorization`` metadata, marked so that the target never forwards it again;
 the target's reply or typed status is the caller's.
 
@@ -66,7 +67,9 @@ class Forwarder:
     """The forwarding target and its channel, and how many queries went through it."""
 
     def __init__(self) -> None:
-        self.target: str | None = None
+        #: the owning replicas' addresses, queries sent to each in turn (empty: admit here)
+        self.targets: tuple[str, ...] = ()
+        self._turn = 0
         self.refusal: str | None = None     # set: answer UNAVAILABLE with it (no owner is live)
         self.forwarded = 0          # answered by the target (a reply or its typed status)
         self.failed = 0             # hops that failed (the target gone): the query held and tried again
@@ -74,6 +77,25 @@ class Forwarder:
         #: counts a query this replica forwards or holds in its demand windows (``Dispatcher.record_arrival``)
         self.on_arrival: Callable[[pb.SubmitRequest], bool] | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
+
+    @property
+    def target(self) -> str | None:
+        """The first target (None: none), and setting one target alone."""
+        return self.targets[0] if self.targets else None
+
+    @target.setter
+    def target(self, address: str | None) -> None:
+        self.targets = (address,) if address else ()
+
+    def _order(self) -> tuple[str, ...]:
+        """The targets from the next one's turn on: each query starts one target further, and
+        tries the others when its hop fails."""
+        t = self.targets
+        if not t:
+            return ()
+        i = self._turn % len(t)
+        self._turn += 1
+        return t[i:] + t[:i]
 
     def target_for(self, metadata: object) -> str | None:
         """Where a Submit with this invocation metadata goes (None: admitted here)."""
@@ -96,18 +118,17 @@ class Forwarder:
         start = time.monotonic()
         held = counted = False
         while True:
-            target, refusal = self.target, self.refusal
-            if target is None and refusal is None:
+            targets, refusal = self._order(), self.refusal
+            if not targets and refusal is None:
                 return Handled(counted=counted, held=held)
             if not counted and self.on_arrival is not None:
                 counted = self.on_arrival(request)
-            if target is not None:
+            reason = refusal or ""
+            for target in targets:     # the next owner in turn, then the others if its hop fails
                 try:
                     return Handled(await self.forward(target, request, context, held), counted, held)
                 except _HopFailed as exc:
                     reason = str(exc)
-            else:
-                reason = refusal or ""
             left = context.time_remaining()
             budget = HOLD_MAX_S - (time.monotonic() - start) if left is None else left
             if budget <= 2 * HOLD_STEP_S:    # no time left for another try: the caller may retry elsewhere

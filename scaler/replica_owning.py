@@ -15,9 +15,11 @@ instances, two shards keep 0.94-0.99x. So the number of owning replicas is a dec
 2. **which**: the lease holder first (when it is live: it is the replica that runs the fleet loop
    and survives longest in the role), then the live replicas that own workers now (sticky: a change
    of owner drains workers), then the others in id order;
-3. **forwarding**: every live replica that owns no worker forwards each query to an owning
-   replica, the non-owners dealt over the owners in id order (each owner gets ``n // k`` or
-   ``n // k + 1`` of them).
+3. **forwarding**: every live replica that owns no worker forwards its queries to the owning
+   replicas, one after the other (round robin over all of them), so each owner matches ``1 / k``
+   of the queries whatever ``R`` (dealing whole forwarders over the owners gave one owner of
+   ``R = 4, k = 3`` half the queries on a third of the workers: 0.72x of one shard against 0.88x
+   spread, BENCHMARKS.md "shard-matching"), and a forwarder whose owner died tries the others.
 
 No I/O, no clock: the caller passes the live replicas (``scaler.replica_membership.live_replicas``),
 the holder, the base-type worker count and the current owners. Wired by
@@ -37,10 +39,11 @@ MIN_BASE_PER_OWNER = 2
 @dataclass(frozen=True)
 class OwningReplicas:
     """The replicas that own workers (in the order chosen) and, for each live replica that owns
-    none, the owning replica it forwards its queries to."""
+    none, the owning replicas it forwards its queries to, in turn (rule 3: every owner, in id
+    order)."""
 
     owners: tuple[str, ...]
-    forward_to: dict[str, str] = field(default_factory=dict)
+    forward_to: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def owner_count(live: int, base_workers: int, min_base: int = MIN_BASE_PER_OWNER) -> int:
@@ -65,23 +68,23 @@ def owning_replicas(live: Collection[str], holder: str | None, base_workers: int
     order += sorted(r for r in set(current_owners) if r in replicas and r not in order)
     order += [r for r in replicas if r not in order]
     owners = tuple(order[:k])
-    rest = [r for r in replicas if r not in owners]
-    return OwningReplicas(owners, {r: owners[i % k] for i, r in enumerate(rest)})
+    spread = tuple(sorted(owners))
+    return OwningReplicas(owners, {r: spread for r in replicas if r not in owners})
 
 
 def arrival_shares(owning: OwningReplicas) -> dict[str, Fraction]:
     """Each owning replica's share of the queries when the balancer in front deals them evenly over
-    the live replicas (gRPC round_robin, an NLB; DESIGN "Beyond one control host"): its own
-    ``1 / R`` plus ``1 / R`` for every replica that forwards to it (rule 3), ``R`` the owners and
-    the forwarders together. Empty when nothing is owned. E.g. ``R = 3``, ``k = 2``: the first
-    owner gets its own third and the forwarder's, ``2/3``; the second ``1/3``."""
+    the ``R`` live replicas (gRPC round_robin, an NLB; DESIGN "Beyond one control host"): its own
+    ``1 / R`` plus, from each of the ``R - k`` forwarders, ``1 / (R k)`` (rule 3: a forwarder's
+    queries go to every owner in turn), so ``1 / k`` each. Empty when nothing is owned."""
     live = len(owning.owners) + len(owning.forward_to)
     if not owning.owners:
         return {}
-    received = {o: 1 for o in owning.owners}
-    for target in owning.forward_to.values():
-        received[target] += 1
-    return {o: Fraction(n, live) for o, n in received.items()}
+    received = {o: Fraction(1, live) for o in owning.owners}
+    for targets in owning.forward_to.values():
+        for t in targets:
+            received[t] += Fraction(1, live * len(targets))
+    return received
 
 
 __all__ = ["MIN_BASE_PER_OWNER", "OwningReplicas", "arrival_shares", "owner_count", "owning_replicas"]

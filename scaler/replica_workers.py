@@ -93,20 +93,17 @@ def round_workers(items: Sequence[WorkerItem], live: Mapping[str, str] | None, n
                         tuple(sorted(gone, key=lambda i: i.instance_id)))
 
 
-def forward_target(published: Published | None, me: str, live: Mapping[str, str], holds_workers: bool) -> str | None:
-    """The address a replica that holds no worker forwards its queries to (``scaler.replica_owning``
-    rule 3: the non-owners dealt over the owners in id order), given the live replicas (id →
-    heartbeat address); None when it holds or is given workers, or no other replica owns any."""
+def forward_targets(published: Published | None, me: str, live: Mapping[str, str], holds_workers: bool) -> tuple[str, ...]:
+    """The addresses a replica that holds no worker forwards its queries to, in turn
+    (``scaler.replica_owning`` rule 3: every live owning replica, in id order), given the live
+    replicas (id → heartbeat address); empty when it holds or is given workers, or no other
+    replica owns any."""
     if holds_workers or published is None:
-        return None
+        return ()
     owning = set(published.owner.values()) | {r.to for r in published.releasing.values()}
     if me in owning:
-        return None
-    owners = sorted(r for r in owning if r in live and live[r])
-    if not owners:
-        return None
-    rest = sorted(r for r in set(live) | {me} if r not in owning)
-    return live[owners[rest.index(me) % len(owners)]]
+        return ()
+    return tuple(live[r] for r in sorted(owning) if r in live and live[r])
 
 
 def no_live_owner(published: Published | None, me: str, live: Mapping[str, str], holds_workers: bool) -> bool:
@@ -133,4 +130,4 @@ def base_workers(workers: Sequence[Worker], base_type: str | None) -> int:
     return sum(1 for _, t in workers if base_type is not None and t == base_type)
 
 
-__all__ = ["OwnedWorkers", "RoundWorkers", "WorkerItem", "apply_owners", "base_workers", "forward_target", "no_live_owner", "owners_orphaned", "round_workers"]
+__all__ = ["OwnedWorkers", "RoundWorkers", "WorkerItem", "apply_owners", "base_workers", "forward_targets", "no_live_owner", "owners_orphaned", "round_workers"]

@@ -1,5 +1,5 @@
 """A replica that owns no worker forwards each Submit to an owning replica (issue #27 deliverable
-2c): the target rule (``scaler.replica_workers.forward_target``) hand-computed, and the hop
+2c): the target rule (``scaler.replica_workers.forward_targets``) hand-computed, and the hop
 (``dispatcher.forwarding``) between two grpc.aio servers: the caller's deadline and token carried,
 never forwarded twice, the target's status passed through; a query whose target died, or that
 arrives while no owner is live, held and tried again within its deadline (answered once the
@@ -16,19 +16,47 @@ from dispatcher.forwarding import FORWARDED, HELD, Forwarder
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.servicers import _InferenceServicer
 from scaler.replica_handoff import Published, Release
-from scaler.replica_workers import forward_target, no_live_owner
+from scaler.replica_workers import forward_targets, no_live_owner
 from tests.conftest import free_port
 
 
-def test_forward_target_deals_the_non_owners_over_the_owners_in_id_order() -> None:
-    pub = Published(3, {"i-1": "a", "i-2": "c"}, {"i-3": Release("a", 3, "c")})
-    live = {"a": "ha:1", "b": "hb:1", "c": "hc:1", "d": "hd:1", "e": "he:1"}
-    # owners a, c; non-owners b, d, e: b → a, d → c, e → a
-    assert [forward_target(pub, r, live, False) for r in "bde"] == ["ha:1", "hc:1", "ha:1"]
-    assert forward_target(pub, "a", live, False) is None             # an owner serves
-    assert forward_target(pub, "b", live, True) is None              # holds a worker (draining one)
-    assert forward_target(None, "b", live, False) is None            # nothing published yet
-    assert forward_target(Published(1, {"i-1": "a"}), "b", {"b": "hb:1"}, False) is None   # owner dead
+def test_forward_targets_are_every_live_owner_in_id_order() -> None:
+    pub = Published(3, {"i-1": "c", "i-2": "a"}, {"i-3": Release("a", 3, "e")})
+    live = {"a": "ha:1", "b": "hb:1", "c": "hc:1", "d": "hd:1"}
+    # owners a, c, e (e gets i-3; e is dead): every non-owner goes to a then c
+    assert [forward_targets(pub, r, live, False) for r in "bd"] == [("ha:1", "hc:1")] * 2
+    assert forward_targets(pub, "a", live, False) == ()                # an owner serves
+    assert forward_targets(pub, "b", live, True) == ()                 # holds a worker (draining one)
+    assert forward_targets(None, "b", live, False) == ()               # nothing published yet
+    assert forward_targets(Published(1, {"i-1": "a"}), "b", {"b": "hb:1"}, False) == ()   # owner dead
+
+
+def test_each_query_starts_one_target_further_and_a_dead_one_is_skipped() -> None:
+    fwd = Forwarder()
+    fwd.targets = ("ha:1", "hb:1", "hc:1")
+    assert [fwd._order()[0] for _ in range(4)] == ["ha:1", "hb:1", "hc:1", "ha:1"]
+    assert fwd._order() == ("hb:1", "hc:1", "ha:1")
+    fwd.target = None
+    assert fwd.targets == () and fwd._order() == ()
+
+    async def one_dead() -> tuple[Any, Target, Forwarder]:   # the first target's port is closed
+        live_port, dead_port, fport = free_port(), free_port(), free_port()
+        target = Target()
+        ts = await _server(target, live_port)
+        f = Forwarder()
+        f.targets = (f"127.0.0.1:{dead_port}", f"127.0.0.1:{live_port}")
+        fs = await _server(_InferenceServicer(Api(f)), fport)   # type: ignore[arg-type]
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{fport}") as ch:
+                out = await pbg.InferenceStub(ch).Submit(pb.SubmitRequest(model="m", batch_size=1), timeout=5.0)
+        finally:
+            await fs.stop(0)
+            await ts.stop(0)
+            await f.close()
+        return out, target, f
+    out, target, f = asyncio.run(one_dead())
+    assert out.instance_id == "from-target" and len(target.seen) == 1
+    assert f.failed == 1 and f.held == 0 and f.forwarded == 1        # the other owner at once, not held
 
 
 def test_no_live_owner_only_while_every_owner_is_dead_and_nothing_is_held_or_given() -> None:
