@@ -17,9 +17,9 @@ every shard count. Goal: 2 shards >= 0.97x one shard.
 
 The owning-replica rows (``bench/_shard_owning.py``) are the replicas as the daemon runs them: of
 ``R`` = 2 or 4 live replicas only ``k = owner_count(R, base)`` own workers
-(``scaler.replica_owning``: each keeps >= 2 base-type workers), the others forward each query to
-their owner (rule 3), so ``k`` shards match, each owner the queries of its own replica and of those
-forwarding to it (``arrival_shares``). The forwarding hop itself is not modelled (no measured
+(``scaler.replica_owning``: each keeps >= 2 base-type workers), the others forward their queries
+to every owner in turn (rule 3), so ``k`` shards match, each owner the queries of its own replica
+and its turns of the forwarders' (``arrival_shares``: ``1 / k`` each). The forwarding hop itself is not modelled (no measured
 replica-to-replica hop in BENCHMARKS.md); the rows say which share of the queries would pay it.
 
 Run: ``.venv/bin/python bench/shard_bench.py [--models rm2,dien] [--budgets 2.5,10] [--queries 4000]
@@ -255,13 +255,13 @@ def owning_section(rows: list[dict]) -> str:
     return "\n".join([
         "Owning replicas, as the daemon runs them (`scaler.replica_owning`): of R live replicas (r0 the lease holder) "
         "only k = owner_count(R, base) = max(1, min(R, base // 2)) own workers, split between them by "
-        "`replica_assignment.assign`; the others forward each query to the owner rule 3 deals them to, so owner j "
-        "matches the queries of its own replica and of those forwarding to it (`arrival_shares`; the balancer deals "
+        "`replica_assignment.assign`; the others forward their queries to every owner in turn (rule 3), so owner j "
+        "matches the queries of its own replica and its turns of the forwarders' (`arrival_shares`: 1/k each; the balancer deals "
         "round robin over the R replicas). *Forwarded*: the share of the queries that take one more replica-to-replica "
         "hop; that hop is **not modelled** (BENCHMARKS.md has no measured forward hop: \"dispatch\" measures the "
         "dispatcher against a proxy, not a replica forwarding to a replica), so these rows are the matching's cost "
-        "only. The last column: where the owners' shares are uneven (R = 4, k = 3: 1/2, 1/4, 1/4), the ratio if the "
-        "forwarded queries were spread evenly over the k owners (not what rule 3 does).", "",
+        "only. The last column: the ratio with the queries dealt round robin over the k owners (k shards), where the "
+        "owners' dealing differs from it.", "",
         f"Goal (issue #27) judged on these rows, R = 2 at 2.5 $/hr: {verdict}. " + "; ".join(notes) + ".", "",
         owning_table(rows, MODELS, pool_text)])
 
