@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import statistics
@@ -37,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import machine, write_section  # noqa: E402
-from daemon.demo_replicas import (MAX_REPLICAS, MIN_REPLICAS, PointResult, ReplicaDemoCluster, demo_spec,  # noqa: E402
+from daemon.demo_replicas import (MAX_REPLICAS, MIN_REPLICAS, KillPoint, PointResult, ReplicaDemoCluster, demo_spec,  # noqa: E402
                                   run_point, seeded_points)
 
 #: seconds into the load at which a point's kill (or its lost instance) comes, drawn uniformly
@@ -80,15 +81,29 @@ async def run_points(n: int, seed: int, qps: float, replicas: int, use_nginx: bo
     return out, c.balancer_name, time.monotonic() - t0
 
 
+def unavailable_attempts(r: PointResult) -> int:
+    """The attempts of a point that failed for want of a replica: every failed attempt but the
+    queries the SLO policy refused (DEADLINE_EXCEEDED, each one attempt, never retried)."""
+    return max(0, r.failed_attempts - r.failed.get("DEADLINE_EXCEEDED", 0))
+
+
 def summarize(rs: list[PointResult]) -> dict[str, Any]:
     sent = sum(r.sent for r in rs)
     lost = sum(sum(r.failed.values()) for r in rs)
     fa = sum(r.failed_attempts for r in rs)
+    codes: dict[str, int] = {}
+    for r in rs:
+        for c, n in r.failed.items():
+            codes[c] = codes.get(c, 0) + n
+    ua = [100 * unavailable_attempts(r) / r.handover_sent for r in rs if r.handover_sent]
     hs, hf = sum(r.handover_sent for r in rs), sum(r.handover_failed for r in rs)
     resumed = [r.resumed_s for r in rs if r.resumed_s is not None]
     took = [r.lease_taken_s for r in rs if r.lease_taken_s is not None]
     return {
         "points": len(rs), "passed": sum(r.passed for r in rs), "sent": sent, "lost_by_retrying_clients": lost,
+        "failed_by_code": dict(sorted(codes.items())),
+        "unavailable_attempts_pct_median": round(statistics.median(ua), 3) if ua else None,
+        "points_unavailable_within_1pct": sum(1 for x in ua if x <= 1.0),
         "failed_attempts": fa, "failed_attempts_pct_of_handover": round(100 * fa / hs, 3) if hs else 0.0,
         "max_point_failed_attempts_pct_of_handover": round(max((100 * r.failed_attempts / r.handover_sent
                                                               for r in rs if r.handover_sent), default=0.0), 3),
@@ -128,24 +143,39 @@ def section(rs: list[PointResult], s: dict[str, Any], cmd: str, balancer: str, w
         "retries counted from channelz). At each seeded kill point the lease holder is SIGKILLed: `tick` = a seeded "
         "delay after its fleet tick, `launch` = a seeded delay after one pool instance was terminated in EC2 (the "
         "kill before, during or after the replacement launch). Processes reused: a fresh replica takes the dead "
-        "one's port before the next point. *failed (final)*: what a retrying client lost; *failed attempts*: what a "
-        "client without retries would have seen; *handover*: queries sent from the kill until the new holder's first "
+        "one's port before the next point. *failed (final)*: the queries that ended with an error after the client's "
+        "retries (UNAVAILABLE: no replica took them; DEADLINE_EXCEEDED: `on_deadline: drop` refused them for their "
+        "SLO); *failed attempts*: what a client without retries would have seen (channelz); *handover*: queries sent "
+        "from the kill until the new holder's first "
         "fleet tick. Orphans: live instances the new holder's state store does not hold; duplicates: live instances "
         "beyond the pinned pool, after the pool settled.", "",
         *rows, "",
         f"Over the {n} points ({s['by_moment']['tick']} tick, {s['by_moment']['launch']} launch): {s['passed']}/{n} "
-        f"passed; {s['sent']} queries, {s['lost_by_retrying_clients']} lost by the retrying client; "
+        f"passed; {s['sent']} queries, {s['lost_by_retrying_clients']} ended with an error after the client's retries ("
+        + (", ".join(f"{c} {n}" for c, n in s["failed_by_code"].items()) or "none") + "); "
         f"{s['failed_attempts']} failed attempts = {s['failed_attempts_pct_of_handover']:.2f} % of the "
         f"{s['handover_sent']} queries sent during the handovers (worst point "
         f"{s['max_point_failed_attempts_pct_of_handover']:.2f} %), {share} recovered by the retries; lease taken "
         f"{s['lease_taken_median_s']} s after the kill (median), the fleet acted again after {s['resumed_median_s']} s "
         f"(median), {s['resumed_max_s']} s (max; {s['resumed_in_time']}/{n} within TTL + 5 s = {r0.ttl_s + 5:g} s); "
         f"orphans {s['orphans']}, duplicates {s['duplicates']}, budget held at {s['budget_held']}/{n} points (peak "
-        f"{s['peak_cost']:.3f} of {r0.budget:g} $/hr).",
+        f"{s['peak_cost']:.3f} of {r0.budget:g} $/hr). Attempts that failed for want of a replica (failed attempts "
+        f"less the SLO refusals) per point, as a share of the handover's queries: median "
+        f"{s['unavailable_attempts_pct_median']} %, within 1 % at {s['points_unavailable_within_1pct']}/{n} points.",
         "",
-        "Caveat: in this embedded run each replica runs its own local worker per instance (shared workers, issue #27 "
-        "deliverable 2, are not wired), so a kill takes only that replica's in-flight queries with it.",
+        "The workers run apart from the replicas (`daemon.local_fleet`, standing for workers on their instances) and "
+        "the pool has one owner (2 base-type workers): the standby forwards to the holder, holds its queries from the "
+        "kill until the holder's heartbeat expires and its workers move (about 6 s), then serves them best effort. "
+        "The SLO refusals come from the backlog this leaves, with half the pool gone at the `launch` points.",
     ])
+
+
+def point_of(d: dict[str, Any]) -> PointResult:
+    """A point as ``--json`` saved it (``PointResult.to_json``), read back."""
+    fields = {f.name for f in dataclasses.fields(PointResult)}
+    kw = {k: v for k, v in d.items() if k in fields}
+    kw["point"] = KillPoint(**d["point"])
+    return PointResult(**kw)
 
 
 def main() -> None:
@@ -157,7 +187,17 @@ def main() -> None:
     ap.add_argument("--round-robin", action="store_true", help="gRPC round_robin even where nginx is installed")
     ap.add_argument("--json", metavar="PATH", help="also write every point's figures as JSON")
     ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section replicas-failover")
+    ap.add_argument("--from-json", metavar="PATH", help="print (and --write) the section of a run saved with --json, "
+                                                           "without running again")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        rs = [point_of(p) for p in saved["points"]]
+        md = section(rs, summarize(rs), saved["command"], saved["balancer"], saved["wall_s"], saved["qps"])
+        print(md)
+        if args.write:
+            write_section("replicas-failover", md)
+        return
     problem = ("--points must be >= 1" if args.points < 1 else "--qps must be > 0" if not args.qps > 0
                else f"--replicas must be {MIN_REPLICAS}-{MAX_REPLICAS}"
                if not MIN_REPLICAS <= args.replicas <= MAX_REPLICAS else "")
@@ -183,7 +223,8 @@ def main() -> None:
     print()
     print(md)
     if args.json:
-        Path(args.json).write_text(json.dumps({"summary": s, "points": [r.to_json() for r in rs]}, indent=1))
+        Path(args.json).write_text(json.dumps({"summary": s, "points": [r.to_json() for r in rs], "command": cmd,
+                                               "balancer": balancer, "wall_s": wall, "qps": args.qps}, indent=1))
     if args.write:
         write_section("replicas-failover", md)
 
