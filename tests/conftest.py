@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 from hypothesis import settings
+
+if TYPE_CHECKING:
+    from variants.families.family import Member
 
 # Hypothesis: `make test` (and so CI) draws the same examples on every run, so a pass or a failure
 # repeats on any machine; `HYPOTHESIS_PROFILE=explore make test` draws new ones each run (a random
@@ -27,6 +30,34 @@ for _k, _v in {
 }.items():
     os.environ[_k] = _v
 os.environ.pop("AWS_PROFILE", None)
+
+
+def _moto_amis_without_the_region_lists() -> None:
+    """moto's EC2 backend holds its own 44 images (``ec2/resources/amis.json``) plus, by default,
+    about 1,260 region lists (``latest_amis``, ``ecs/optimized_amis``): it builds all of them again
+    after every ``moto_reset`` (0.3 s) and renders all of them in every ``describe_images`` (1.9 s
+    on this machine). ``MOTO_AMIS_PATH`` (moto ``ec2/models/__init__.py``: set before moto is
+    imported) makes it load only the file named: here moto's own list, in its order, so the first
+    image (what the tests launch from) and ``ami-12c6146b`` are the ones they were. No test
+    reads the region lists. Set in the environment, so the demos' subprocesses get it too."""
+    if "MOTO_AMIS_PATH" in os.environ:
+        return
+    import atexit
+    import json
+    import shutil
+    import tempfile
+
+    from moto.utilities.utils import load_resource   # moto's package data; does not load the EC2 models
+
+    folder = tempfile.mkdtemp(prefix="costscale-tests-amis-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "amis.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(load_resource("ec2/resources/amis.json"), fh)
+    os.environ["MOTO_AMIS_PATH"] = path
+
+
+_moto_amis_without_the_region_lists()
 
 
 def free_port() -> int:
@@ -57,6 +88,18 @@ def moto_reset(endpoint: str) -> None:
     req = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
     with urllib.request.urlopen(req, timeout=10) as resp:  # loopback only
         resp.read()
+
+
+@pytest.fixture(scope="session")
+def digits_members(tmp_path_factory: pytest.TempPathFactory) -> list["Member"]:
+    """The digits family (:mod:`variants.families.digits`) trained, exported and measured once per
+    test session (about 8 s of CPU on an idle machine, several times that on a loaded one); the
+    tests only read its members and their ONNX files. Training is deterministic
+    (``tests/test_families.py::test_digits_training_is_deterministic``), so every test sees what a
+    build of its own would give."""
+    from variants.families import digits as dg
+
+    return dg.build(tmp_path_factory.mktemp("digits"))
 
 
 @pytest.fixture()

@@ -26,6 +26,7 @@ from config.profiles import LatencyProfile, load_profiles_csv, save_profiles_csv
 from config.schema import Config
 from daemon.demo import demo_config
 from variants.families import digits as dg
+from variants.families.family import Member
 from variants.families.profiles import ProfileRow
 from variants.families.registration import register_family
 from variants.registry import VariantRegistry, registry_path_for
@@ -57,11 +58,11 @@ def _profiles(tmp: Path) -> Path:
 
 
 @pytest.mark.parametrize("mode", ["plan", "slackfit"])
-def test_a_spike_is_served_at_lower_accuracy_and_accuracy_comes_back(moto_endpoint: str, tmp_path: Path, mode: str) -> None:
+def test_a_spike_is_served_at_lower_accuracy_and_accuracy_comes_back(moto_endpoint: str, tmp_path: Path, mode: str,
+                                                                     digits_members: list[Member]) -> None:
     """``plan``: the accuracy planner swaps variants and routes by its plan (Proteus); ``slackfit``: every
     member stays loaded and each dispatch picks one by the head's slack (SuperServe §4.2)."""
-    members = dg.build(tmp_path / "digits")
-    live = asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path, members, mode), timeout=300))
+    live = asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path, digits_members, mode), timeout=300))
     _against_the_replay(live, mode, tmp_path)
 
 

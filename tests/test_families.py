@@ -26,11 +26,6 @@ from variants.registry import VariantRegistry
 ONE_IMAGE = 1.0 / 540      # one validation image of the digits split, as a fraction
 
 
-@pytest.fixture(scope="module")
-def digits_members(tmp_path_factory) -> list[Member]:
-    return dg.build(tmp_path_factory.mktemp("digits"))
-
-
 # -- digits: measured accuracy ------------------------------------------------------------------------
 
 def test_digits_split_is_the_documented_one() -> None:

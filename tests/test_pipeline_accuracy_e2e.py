@@ -19,7 +19,7 @@ import pytest
 
 from tests.load_helpers import poisson_phase
 from tests.test_accuracy_e2e import digits_cluster
-from variants.families import digits as dg
+from variants.families.family import Member
 
 pytestmark = pytest.mark.slow
 
@@ -27,9 +27,9 @@ LOW_QPS, SPIKE_QPS = 5.0, 30.0
 PIPE_SLO_MS = 1500.0
 
 
-def test_a_pipeline_spike_is_served_at_lower_accuracy_and_accuracy_comes_back(moto_endpoint: str, tmp_path: Path) -> None:
-    members = dg.build(tmp_path / "digits")
-    asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path, members), timeout=300))
+def test_a_pipeline_spike_is_served_at_lower_accuracy_and_accuracy_comes_back(moto_endpoint: str, tmp_path: Path,
+                                                                              digits_members: list[Member]) -> None:
+    asyncio.run(asyncio.wait_for(_scenario(moto_endpoint, tmp_path, digits_members), timeout=300))
 
 
 async def _scenario(endpoint: str, tmp: Path, members) -> None:  # noqa: ANN001
