@@ -18,6 +18,8 @@ from config.errors import UsageError
 # modules under daemon/commands/ (simulate also registers capacity; models also registers offline)
 COMMANDS = ("validate", "plan", "simulate", "run", "demo", "worker", "variants", "models", "profile", "status", "replay", "accuracy",
             "pipeline")
+#: commands registered by a module of another name
+REGISTERED_BY = {"capacity": "simulate", "offline": "models"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,19 +37,29 @@ def version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_modules(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The command modules to import for ``argv``: the chosen command's alone (importing all of
+    them costs about 2.7 s, scipy.stats among them, before a command such as ``status`` or
+    ``worker`` has parsed its flags), or every one for the top-level help, ``--version`` or an
+    unknown command (so argparse lists them all)."""
+    first = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
+    name = REGISTERED_BY.get(first or "", first)
+    return (name,) if name in COMMANDS else COMMANDS
+
+
+def build_parser(modules: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
     parser = _Parser(prog="costscale", description="Cost-aware autoscaler for ML inference on AWS EC2.")
     parser.add_argument("--version", action="version", version=f"costscale {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMANDS:
+    for name in modules:
         importlib.import_module(f"daemon.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        parser = build_parser()
+        parser = build_parser(command_modules(argv))
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except UsageError as exc:

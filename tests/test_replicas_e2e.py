@@ -5,7 +5,8 @@ worker per running instance, as on AWS where a worker runs on its instance and o
 host), registering through the one address the clients use. The workers are shared by the
 published owners: with two base-type workers only the lease holder owns them and the standby
 forwards its queries to it (``scaler.replica_owning``). Load goes through gRPC's ``round_robin``
-over both replicas (or nginx ``grpc_pass``); the lease holder is SIGKILLed mid-load. Every query ends
+over both replicas; the lease holder is SIGKILLed mid-load (the same through nginx ``grpc_pass``:
+``tests/test_demo_replicas.py``, ``costscale demo --replicas``'s scenario). Every query ends
 once: the client retries on UNAVAILABLE (the killed replica's calls, and the standby's while the
 owners move) and every query is answered; the standby moves the dead owner's workers to itself once
 its heartbeat expired, takes the lease within the ttl + 5 s and its fleet loop acts (it adopts the
@@ -33,9 +34,8 @@ import numpy as np
 import pytest
 
 from config.pids import pid_alive
-from daemon.replica_cluster import (NGINX, BudgetSampler, ClusterSpec, ReplicaProcess, fleet_worker_pids,
-                                    live_instances, serves, start_local_fleet, start_nginx, start_replica,
-                                    stop_processes)
+from daemon.replica_cluster import (BudgetSampler, ClusterSpec, ReplicaProcess, fleet_worker_pids, live_instances,
+                                    serves, start_local_fleet, start_replica, stop_processes)
 from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
 from tests.conftest import free_port
 
@@ -68,17 +68,10 @@ def _start(tmp: Path, name: str, endpoint: str, ami: str, port: int) -> ReplicaP
 
 def test_the_standby_takes_the_fleet_over_when_the_holder_is_killed_mid_load(moto_endpoint: str,
                                                                               tmp_path: Path) -> None:
-    _kill_scenario(moto_endpoint, tmp_path, nginx=False)
+    _kill_scenario(moto_endpoint, tmp_path)
 
 
-def test_the_same_through_nginx_grpc_pass(moto_endpoint: str, tmp_path: Path) -> None:
-    """Deliverable 4: nginx (``grpc_pass`` to an upstream of both replicas) in front."""
-    if not Path(NGINX).exists():
-        pytest.skip(f"{NGINX} missing (make bootstrap installs nginx-light)")
-    _kill_scenario(moto_endpoint, tmp_path, nginx=True)
-
-
-def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
+def _kill_scenario(moto_endpoint: str, tmp_path: Path) -> None:
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]
     table = DynamoLeaseTable("costscale-leases", make_dynamodb_client("us-east-1", moto_endpoint))
@@ -87,15 +80,9 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
     sampler.start()
     a = _start(tmp_path, "host-a", moto_endpoint, ami, pa)
     b: ReplicaProcess | None = None
-    balancer: subprocess.Popen[bytes] | None = None
     fleet: subprocess.Popen[bytes] | None = None
     try:
-        if nginx:
-            front = free_port()
-            balancer = start_nginx(tmp_path, front, [pa, pb_port])
-            target, options = f"127.0.0.1:{front}", []
-        else:
-            target, options = f"ipv4:127.0.0.1:{pa},127.0.0.1:{pb_port}", [("grpc.lb_policy_name", "round_robin")]
+        target, options = f"ipv4:127.0.0.1:{pa},127.0.0.1:{pb_port}", [("grpc.lb_policy_name", "round_robin")]
         fleet = start_local_fleet(tmp_path, a.dir / "costscale.yaml", target)
         assert asyncio.run(serves(pa, 120)), a.log_text()[-3000:] + (tmp_path / "fleet.log").read_text()[-2000:]
         first = _live(ec2)
@@ -122,16 +109,14 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path, nginx: bool) -> None:
         b_text = b.log_text()
     finally:
         sampler.stop.set()
-        if balancer is not None:
-            balancer.terminate()
-            balancer.wait(timeout=30)
         _stop(a, b, fleet=fleet)
     answered = [o for o in outcomes if o.tries > 0]
     first_try = sum(1 for o in outcomes if o.tries == 1)
     retried = [o for o in outcomes if o.tries > 1]
     failed = [o for o in outcomes if o.tries == 0]
     gap = max((o.t_end - t_kill for o in retried), default=0.0)
-    print(f"replicas e2e ({'nginx grpc_pass' if nginx else 'round_robin'}): {len(outcomes)} queries, "
+    print("replicas e2e (round_robin): "
+          f"{len(outcomes)} queries, "
           f"{first_try} answered at the first try, {len(retried)} after retrying UNAVAILABLE "
           f"({len(retried) / len(outcomes):.1%}; the last answered {gap:.1f} s after the kill), {len(failed)} failed "
           f"{[o.code for o in failed]}; lease taken {took:.2f} s after the kill (ttl {TTL_S:g} s); a lost instance "
