@@ -55,6 +55,10 @@ class Published:
         out.update({w: r.to for w, r in self.releasing.items()})
         return out
 
+    def owning(self) -> frozenset[str]:
+        """The replicas that own a worker or are receiving one (a handoff's new owner)."""
+        return frozenset(self.owner.values()) | {r.to for r in self.releasing.values()}
+
     def workers_of(self, replica: str) -> frozenset[str]:
         """The workers ``replica`` may use once it has applied this version."""
         return frozenset(w for w, r in self.owner.items() if r == replica)

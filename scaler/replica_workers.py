@@ -100,7 +100,7 @@ def forward_targets(published: Published | None, me: str, live: Mapping[str, str
     replica owns any."""
     if holds_workers or published is None:
         return ()
-    owning = set(published.owner.values()) | {r.to for r in published.releasing.values()}
+    owning = published.owning()
     if me in owning:
         return ()
     return tuple(live[r] for r in sorted(owning) if r in live and live[r])
@@ -108,10 +108,11 @@ def forward_targets(published: Published | None, me: str, live: Mapping[str, str
 
 def no_live_owner(published: Published | None, me: str, live: Mapping[str, str], holds_workers: bool) -> bool:
     """True when this replica holds no worker and is given none, and no live replica owns one: a
-    query here can only wait for the next owners round (its owners died), so it is refused."""
+    query here can only wait for the next owners round (its owners died), so it is held
+    (``dispatcher.forwarding``)."""
     if holds_workers or published is None:
         return False
-    owning = set(published.owner.values()) | {r.to for r in published.releasing.values()}
+    owning = published.owning()
     return me not in owning and not any(r in live for r in owning)
 
 
@@ -121,7 +122,7 @@ def owners_orphaned(published: Published | None, live: Collection[str]) -> bool:
     (``daemon.replica_workers.ReplicaWorkers.rescue_round``)."""
     if published is None:
         return False
-    owning = set(published.owner.values()) | {r.to for r in published.releasing.values()}
+    owning = published.owning()
     return bool(owning) and not owning & set(live)
 
 
