@@ -50,13 +50,14 @@ from dispatcher.forwarding import Forwarder
 from dispatcher.status import ReplicaFacts
 from scaler.cloud import CloudError
 from scaler.cluster_lease import ClusterLease
-from scaler.demand_table import DEMAND, DynamoDemandTable, demands_in
+from scaler.demand_table import DynamoDemandTable
 from scaler.lease import LeaseHeld, holder_text, renew_interval_s
 from scaler.fleet_step import steady_horizon
 from scaler.replica_demand import ModelWindow, MergedDemand, ReplicaDemand, merge_demand, window_of
 from scaler.replica_heartbeat import ReplicaHeartbeat
 from scaler.replica_membership import REPLICA_TTL_S, Replica, live_replicas
-from scaler.replica_table import REPLICA, DynamoReplicaTable, beats_in
+from scaler.replica_items import ClusterItems, read_cluster
+from scaler.replica_table import DynamoReplicaTable
 from scaler.worker_table import DynamoWorkerTable
 
 log = logging.getLogger("costscale")
@@ -175,22 +176,28 @@ class ReplicaRole:
         return held.generation if held is not None else None
 
     # -- the jobs ---------------------------------------------------------------------------
-    def _beat_sync(self, windows: Mapping[str, ModelWindow]) -> None:
+    def _beat_sync(self, windows: Mapping[str, ModelWindow], items: ClusterItems | None = None) -> None:
         """Heartbeat (with the owners version applied), publish this replica's ``windows``; the
-        holder reads every replica's, and runs the owners round."""
-        self.heartbeat.beat(applied=self.workers.applied if self.workers is not None else 0)
-        now = round(self.clock(), 3)
-        self.demand_table.publish(self.me, ReplicaDemand(self.me.replica, now, windows))
-        if self.leading():     # the heartbeats and the windows in one Scan
-            items = self.table.scan_kinds(self.me.cluster, REPLICA, DEMAND)
-            live = live_replicas(beats_in(self.me.cluster, items[REPLICA]), now)
+        holder reads every replica's and runs the owners round, a standby its rescue round, on
+        ``items`` (the round's one Scan, taken before the heartbeat; read after it without),
+        with this replica's own heartbeat and windows as just written."""
+        beat = self.heartbeat.beat(applied=self.workers.applied if self.workers is not None else 0)
+        demand = ReplicaDemand(self.me.replica, round(self.clock(), 3), windows)
+        self.demand_table.publish(self.me, demand)
+        if not self.leading() and self.workers is None:
+            return                          # a standby that shares no workers reads nobody's items
+        if items is None:
+            items = read_cluster(self.table, self.me.cluster, round(self.clock(), 3))
+        items = items.with_own(beat, demand)
+        if self.leading():
+            live = live_replicas(list(items.beats), items.at)
             self.live = tuple(live)
-            self.merged = merge_demand(demands_in(items[DEMAND]), live, now)
+            self.merged = merge_demand(list(items.demands), live, items.at)
             generation = self.lease_generation()
             if self.workers is not None and generation is not None:
-                self.workers.holder_round(generation, now)
+                self.workers.holder_round(generation, items.at, items=items)
         elif self.workers is not None:     # a standby moves the workers of owners that all died
-            self.workers.rescue_round(now)
+            self.workers.rescue_round(items.at, items=items)
 
     async def beat(self) -> None:
         """One heartbeat: the windows taken here, on the event loop that records the queries in
@@ -209,14 +216,17 @@ class ReplicaRole:
 
     async def _beat(self) -> None:
         try:
-            if self.workers is not None:    # the owners applied before the beat that reports them
+            items = (await asyncio.to_thread(read_cluster, self.table, self.me.cluster, round(self.clock(), 3))
+                     if self.workers is not None or self.leading() else None)
+            if self.workers is not None and items is not None:   # the owners applied before the beat reporting them
                 self.workers.last_round = None
-                self.workers.apply(*await asyncio.to_thread(self.workers.read))
-            await asyncio.to_thread(self._beat_sync, dict(self.windows()))
+                seen = self.workers.seen(items)
+                self.workers.apply(*seen)
+            await asyncio.to_thread(self._beat_sync, dict(self.windows()), items)
             if self.workers is not None:
                 rnd = self.workers.last_round
                 if rnd is not None and rnd.wrote:   # the writer applies what it published at once
-                    self.workers.apply(*await asyncio.to_thread(self.workers.read))
+                    self.workers.apply(rnd.published, seen[1], seen[2])
                 self.workers.arm_expiry()
         except CloudError as exc:
             log.warning("replica %s: heartbeat not written (%s); retrying", self.me.replica, exc)

@@ -35,7 +35,8 @@ from dispatcher.forwarding import Forwarder
 from scaler.cloud import CloudError
 from scaler.replica_handoff import Published
 from scaler.replica_heartbeat import ReplicaHeartbeat
-from scaler.replica_membership import REPLICA_TTL_S
+from scaler.replica_items import ClusterItems, read_cluster
+from scaler.replica_membership import REPLICA_TTL_S, Beat
 from scaler.replica_owners import OwnersRound, OwnersTable, owners_round
 from scaler.replica_owning import owning_replicas
 from scaler.replica_workers import (OwnedWorkers, WorkerItem, apply_owners, base_workers, forward_targets,
@@ -141,13 +142,15 @@ class ReplicaWorkers:
 
     # -- every round ----------------------------------------------------------------------------
     def read(self) -> tuple[Published | None, list[WorkerItem], dict[str, str]]:
-        """The published owners, the worker items and the live replicas' addresses (blocking I/O)."""
-        held = self.owners.owners()
-        now = self.clock()
-        beats = [b for b in self.owners.beats() if not b.expired(now)]
-        self.expiry = {b.address: b.expires_at for b in beats}
-        live = {b.replica: b.address for b in beats}
-        return (held[0] if held is not None else None), self.table.workers(), live
+        """The published owners, the worker items and the live replicas' addresses, in one Scan
+        (blocking I/O)."""
+        return self.seen(read_cluster(self.table, self.table.cluster, round(self.clock(), 3)))
+
+    def seen(self, items: ClusterItems) -> tuple[Published | None, list[WorkerItem], dict[str, str]]:
+        """What :meth:`apply` takes from the cluster's items read at one Scan; the live replicas'
+        heartbeat expiry kept for :meth:`rescue_in_s`."""
+        self.expiry = {b.address: b.expires_at for b in items.beats if not b.expired(items.at)}
+        return (items.owners[0] if items.owners is not None else None), list(items.workers), items.live_addresses()
 
     def rescue_in_s(self) -> float | None:
         """A replica that forwards and saw a hop fail since it last asked: seconds until the
@@ -204,21 +207,25 @@ class ReplicaWorkers:
             self.apply(None, [])
 
     # -- the lease holder's round (blocking I/O) ------------------------------------------------
-    def holder_round(self, generation: int, now: float, holder: str | None = "") -> OwnersRound:
+    def holder_round(self, generation: int, now: float, holder: str | None = "",
+                     items: ClusterItems | None = None) -> OwnersRound:
         """Publish the owners of the registered workers of live instances (module docstring);
-        ``holder``: the replica ``owning_replicas`` puts first (default this one)."""
+        ``holder``: the replica ``owning_replicas`` puts first (default this one); ``items``: the
+        heartbeat round's Scan (read again without it), ``now`` its time."""
         first = self.me if holder == "" else holder
-        rw = round_workers(self.table.workers(), self.cloud_view(), now, REPLICA_TTL_S)
+        table: OwnersTable = self.owners if items is None else _ReadOwners(items, self.owners)
+        registered = self.table.workers() if items is None else list(items.workers)
+        rw = round_workers(registered, self.cloud_view(), now, REPLICA_TTL_S)
         for gone in rw.forget:
             self.table.forget(gone)
         base = base_workers(rw.workers, self.base_type())
 
         def owning(live: list[str], current: Published) -> tuple[str, ...]:
             return owning_replicas(live, first, base, sorted(set(current.intended().values()))).owners
-        self.last_round = owners_round(self.owners, rw.workers, generation, now, owning)
+        self.last_round = owners_round(table, rw.workers, generation, now, owning)
         return self.last_round
 
-    def rescue_round(self, now: float) -> OwnersRound | None:
+    def rescue_round(self, now: float, items: ClusterItems | None = None) -> OwnersRound | None:
         """A standby's round (blocking I/O), run only while workers are owned but no owner is
         live (``scaler.replica_workers.owners_orphaned``: the owning replicas died, the lease
         holder among them): the owners round as the holder runs it, with no replica put first
@@ -228,15 +235,32 @@ class ReplicaWorkers:
         the holder's (a dead owner stopped using its workers before its heartbeat expired, by
         this replica's clock too), and the write is conditional on the version read, so two
         rescuing standbys cannot both win."""
-        held = self.owners.owners()
+        held = self.owners.owners() if items is None else items.owners
         if held is None:
             return None
         published, generation = held
-        live = {b.replica for b in self.owners.beats() if not b.expired(now)}
-        if not owners_orphaned(published, live):
+        beats = self.owners.beats() if items is None else items.beats
+        if not owners_orphaned(published, {b.replica for b in beats if not b.expired(now)}):
             return None
         log.warning("replica %s: no owning replica is live: moving their workers without the lease holder", self.me)
-        return self.holder_round(generation, now, holder=None)
+        return self.holder_round(generation, now, holder=None, items=items)
+
+
+class _ReadOwners:
+    """The owners table as one heartbeat round's Scan read it (``OwnersTable``): its heartbeats
+    and published owners; a publish goes to the table, conditional on the version read."""
+
+    def __init__(self, items: ClusterItems, table: OwnersTable) -> None:
+        self.items, self.table = items, table
+
+    def beats(self) -> list[Beat]:
+        return list(self.items.beats)
+
+    def owners(self) -> tuple[Published, int] | None:
+        return self.items.owners
+
+    def publish(self, published: Published, generation: int, expect_version: int | None) -> bool:
+        return self.table.publish(published, generation, expect_version)
 
 
 __all__ = ["HeldWorkers", "RegistryWorkers", "ReplicaWorkers"]

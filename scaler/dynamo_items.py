@@ -150,15 +150,6 @@ class DynamoItems:
 
         return list(aws_call("scan", pages, self._typed("scan")))
 
-    def scan_kinds(self, cluster: str, *kinds: str) -> dict[str, list[dict[str, Any]]]:
-        """A cluster's items of each of ``kinds`` (keys ``{cluster}#{kind}#...``), read in one Scan:
-        a Scan reads the whole table whatever its filter, so kinds read one Scan each cost that
-        many reads of the table."""
-        out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
-        for item in self.scan_prefix(*(item_key(cluster, kind) + SEP for kind in kinds)):
-            out[item[KEY]["S"].split(SEP)[1]].append(item)
-        return out
-
 
 __all__ = ["CONDITION_FAILED", "CONFIG_CODES", "DynamoItems", "IN_USE", "KEY", "NOT_FOUND", "SEP", "TABLE_WAIT",
            "item_key", "num"]

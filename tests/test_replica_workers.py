@@ -314,3 +314,28 @@ def test_standbys_move_the_workers_of_a_dead_sole_owner_within_the_heartbeat_ttl
     assert b.table.owners()[1] == 4                            # type: ignore[index]
     b.rw.base_type = lambda: None
     assert b.rw.holder_round(generation=5, now=clock()).lost is False
+
+
+def test_the_cluster_items_are_read_in_one_scan(moto_endpoint: str) -> None:
+    """Heartbeats, workers and the published owners of a round: one Scan (``scaler.replica_items``),
+    what ``ReplicaWorkers.read`` gives, and the same owners round on them as on the table."""
+    from scaler.replica_items import read_cluster
+
+    clock = Clock()
+    a, b = Node("a", moto_endpoint, clock), Node("b", moto_endpoint, clock)
+    for n in (a, b):
+        n.hb.beat(applied=0)
+    a.rw.record("i-c0", C, "10.0.2.0:50052")
+    a.rw.holder_round(generation=1, now=clock())
+    scans: list[str] = []
+    a.table.client.meta.events.register("before-call.dynamodb.Scan", lambda **kw: scans.append("scan"))
+    a.table.client.meta.events.register("before-call.dynamodb.GetItem", lambda **kw: scans.append("get"))
+    items = read_cluster(a.table, "ha", clock())
+    assert scans == ["scan"]
+    assert [x.replica for x in items.beats] == ["a", "b"] and [w.instance_id for w in items.workers] == ["i-c0"]
+    assert items.owners is not None and items.owners[0].owner == {"i-c0": "a"} and items.owners[1] == 1
+    assert a.rw.seen(items) == a.rw.read() == (items.owners[0], list(items.workers), {"a": "a:1", "b": "b:1"})
+    clock.t += 7.0                                     # b's heartbeat expired; a's renewed
+    a.hb.beat(applied=1)
+    later = read_cluster(a.table, "ha", clock())
+    assert later.live_addresses() == {"a": "a:1"}
