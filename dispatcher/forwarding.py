@@ -78,15 +78,6 @@ class Forwarder:
         self.on_arrival: Callable[[pb.SubmitRequest], bool] | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    @property
-    def target(self) -> str | None:
-        """The first target (None: none), and setting one target alone."""
-        return self.targets[0] if self.targets else None
-
-    @target.setter
-    def target(self, address: str | None) -> None:
-        self.targets = (address,) if address else ()
-
     def _order(self) -> tuple[str, ...]:
         """The targets from the next one's turn on: each query starts one target further, and
         tries the others when its hop fails."""
@@ -96,14 +87,6 @@ class Forwarder:
         i = self._turn % len(t)
         self._turn += 1
         return t[i:] + t[:i]
-
-    def target_for(self, metadata: object) -> str | None:
-        """Where a Submit with this invocation metadata goes (None: admitted here)."""
-        if self.target is None:
-            return None
-        if any(k == FORWARDED for k, _ in (metadata or ())):   # type: ignore[attr-defined]
-            return None
-        return self.target
 
     async def handle(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> Handled:
         """The answer of a Submit this replica does not admit itself (forwarded, or held while the

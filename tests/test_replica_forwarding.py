@@ -36,8 +36,8 @@ def test_each_query_starts_one_target_further_and_a_dead_one_is_skipped() -> Non
     fwd.targets = ("ha:1", "hb:1", "hc:1")
     assert [fwd._order()[0] for _ in range(4)] == ["ha:1", "hb:1", "hc:1", "ha:1"]
     assert fwd._order() == ("hb:1", "hc:1", "ha:1")
-    fwd.target = None
-    assert fwd.targets == () and fwd._order() == ()
+    fwd.targets = ()
+    assert fwd._order() == ()
 
     async def one_dead() -> tuple[Any, Target, Forwarder]:   # the first target's port is closed
         live_port, dead_port, fport = free_port(), free_port(), free_port()
@@ -122,7 +122,7 @@ def _run(target_code: grpc.StatusCode | None, target_up: bool, metadata: tuple[t
         if target_up:
             servers.append(await _server(target, tport))
         fwd = Forwarder()
-        fwd.target = f"127.0.0.1:{tport}" if with_target else None
+        fwd.targets = (f"127.0.0.1:{tport}",) if with_target else ()
         fwd.refusal = refusal
         api = Api(fwd)
         fs = await _server(_InferenceServicer(api), fport)   # type: ignore[arg-type]
@@ -184,7 +184,7 @@ def test_a_dead_target_holds_the_query_until_its_deadline_then_unavailable() -> 
 
 def test_a_held_query_is_admitted_here_once_this_replica_owns_the_workers() -> None:
     async def owners_moved(fwd: Forwarder, _start: Any) -> None:   # the rescue: this replica owns them now
-        fwd.target = None
+        fwd.targets = ()
     out, target, api, fwd = _run(None, False, later=owners_moved)
     assert out.instance_id == "local" and api.local == 1 and target.seen == []
     assert fwd.held == 1 and fwd.failed >= 1 and fwd.forwarded == 0
@@ -211,12 +211,6 @@ def test_with_no_live_owner_a_query_waits_for_an_owner_and_a_forwarded_one_is_ad
     assert out.instance_id == "local" and api.local == 1
 
 
-def test_no_target_admits_locally() -> None:
-    fwd = Forwarder()
-    assert fwd.target_for(()) is None
-    fwd.target = "h:1"
-    assert fwd.target_for((("a", "b"),)) == "h:1" and fwd.target_for(((FORWARDED, "1"),)) is None
-
 
 
 
@@ -229,7 +223,7 @@ def test_each_query_is_counted_once_in_the_demand_windows_where_it_arrived() -> 
     assert out.instance_id == "local" and api.arrivals == 0 and api.recorded == [False]
 
     async def owners_moved(fwd: Forwarder, _start: Any) -> None:
-        fwd.target = None
+        fwd.targets = ()
     out, _, api, _ = _run(None, False, later=owners_moved)              # held, then admitted here
     assert out.instance_id == "local" and api.arrivals == 1 and api.recorded == [False]
     out, _, api, _ = _run(None, True, with_target=False)                # an owner: admission counts it
@@ -239,7 +233,7 @@ def test_each_query_is_counted_once_in_the_demand_windows_where_it_arrived() -> 
 def test_a_held_query_is_admitted_best_effort_here_or_at_its_target() -> None:
     """Its wait was the failover's: ``on_deadline: drop`` must not refuse it for its SLO."""
     async def owners_moved(fwd: Forwarder, _start: Any) -> None:
-        fwd.target = None
+        fwd.targets = ()
     out, _, api, _ = _run(None, False, later=owners_moved)               # held, admitted here
     assert out.instance_id == "local" and api.best_effort == [True]
 
