@@ -73,6 +73,8 @@ class WorkerView(Protocol):
 
 
 class Refreshes(Protocol):
+    """Routing that reads the profiles again (``Dispatcher.refresh_variants``)."""
+
     def refresh_variants(self) -> None: ...
 
 
@@ -212,12 +214,12 @@ class SelfProfiler:
         from variants.builtin_models import resolve_model
         from worker.server import default_cache_dir
 
-        cfg = self.cfg()
         src = await asyncio.to_thread(resolve_model, spec.onnx, default_cache_dir())
-        res = await asyncio.to_thread(profile_here, cfg, spec, self.registry, src, self._types(), None, 5, False)
+        res = await asyncio.to_thread(profile_here, self.cfg(), spec, self.registry, src, self._types(), None, 5, False)
         table = res.table()
         self._add(table)
         # the conservative pool never rests on an estimate by the type table the config does not allow
+        cfg = self.cfg()   # as it is now (a reload may have come while it measured)
         types = split_types(table, spec.profile_name, self._types(), allowed_estimate_types(cfg)).planned
         check = slo_verdict(table, spec.profile_name, types, spec.qos_ms, spec.max_batch, spec.name)
         if check.line():
@@ -245,10 +247,10 @@ class SelfProfiler:
             await asyncio.sleep(0.5)
 
     async def _measure(self, results: list[ModelProfiles]) -> None:
-        cfg, view = self.cfg(), self.view
-        await self._wait_for_pool(cfg.launch.pending_timeout_s)
+        view = self.view
+        await self._wait_for_pool(self.cfg().launch.pending_timeout_s)
         todo = self.unmeasured()
-        fns = {r.spec.name: measure_fn(cfg, r.spec, self.registry.variants(model=r.spec.name), None) for r in results}
+        fns = {r.spec.name: measure_fn(self.cfg(), r.spec, self.registry.variants(model=r.spec.name), None) for r in results}
 
         async def measure(client, instance_type: str, loaded: set[str] | None = None) -> dict:  # noqa: ANN001
             out: dict = {}
@@ -300,8 +302,8 @@ class SelfProfiler:
         the profile CSV names keep it: their ONNX file only stands in for them)."""
         if self._task is not None and not self._task.done():
             return
-        cfg, now = self.cfg(), time.monotonic()
-        for m in own_models(cfg, self._csv):
+        now = time.monotonic()
+        for m in own_models(self.cfg(), self._csv):
             for t in self._types():
                 if not self.profiles.has(m.profile_name, t) or now - self.refreshed.get((m.name, t), -1e18) < REFRESH_COOLDOWN_S:
                     continue
@@ -312,6 +314,6 @@ class SelfProfiler:
                 self.refreshed[(m.name, t)] = now
                 log.warning("model %s on %s: queries take %.2fx its profile; measuring it again", m.name, t, r)
                 res = ModelProfiles(m, [])
-                fn = measure_fn(cfg, m, [v for v in self.registry.variants(model=m.name) if v.name == m.name], None)
+                fn = measure_fn(self.cfg(), m, [v for v in self.registry.variants(model=m.name) if v.name == m.name], None)
                 record_measured(res, {t: await fn(w.client, t, self.view.loaded_on(w))}, self.registry)
                 self._add(res.table())

@@ -1,29 +1,25 @@
 """What the daemon adds to the dispatcher's Status (``costscale status``) and so to the metrics:
-the dollars spent, the fleet and model loops' decisions with their reasons, the last error, and
-the models being profiled on a conservative pool (:class:`dispatcher.status.FleetFacts`).
+the dollars spent (:class:`daemon.spend.SpendMeter`, sampled each second), the fleet and model
+loops' decisions with their reasons, the last error, and the models being profiled on a
+conservative pool (:class:`dispatcher.status.FleetFacts`).
 
-The loops push to a :class:`daemon.decision_log.DecisionLog`: each new fleet target from ``Daemon.fleet_tick``
-(:class:`daemon.decision_log.PlanDecisions`: the planner's rule, the demand it planned for, and the workers planned from
-estimated profiles, issue #29) and each VM-autoscaler add or remove from ``Daemon._on_vm`` (with its
-reason, INFaaS §4.2.3). A watcher per source looks at the rest once a second (an APScheduler job on
-the event loop) and whenever Status is asked: (:mod:`daemon.status_watchers`) :class:`IntentWatch` each launch and termination as
-its write-ahead intent records it (instance ids, type, intent id, the pool's $/hr after),
-:class:`ParkWatch` each park and unpark (``Daemon.fleet_events``), :class:`ModelWatch` each variant
-load and unload the model loop applied, and errors (:class:`FleetErrors` a failed fleet tick; a
-failed intent, a failed placement). Each decision is also an audit event (:mod:`daemon.audit`).
-:func:`build_feed` composes them from the narrow views they read; none is given the daemon.
-
-:class:`daemon.spend.SpendMeter` integrates the live pool's $/hr over time (each second's sample holds until
-the next). "Today" is since 00:00 UTC (as AWS bills) and is kept across restarts in
-``<state_path>.spend.json`` (0600), where the pool's last $/hr also goes: the time the daemon was
-down is counted at that price (a stopped daemon keeps its instances unless ``on_shutdown:
-terminate``, after which the last price is 0).
+The loops push to a :class:`daemon.decision_log.DecisionLog`: each new fleet target from
+``Daemon.fleet_tick`` (:class:`daemon.decision_log.PlanDecisions`: the planner's rule, the demand it
+planned for, and the workers planned from estimated profiles, issue #29) and each VM-autoscaler add
+or remove from ``Daemon._on_vm`` (with its reason, INFaaS §4.2.3). A watcher per source
+(:mod:`daemon.status_watchers`) looks at the rest once a second (an APScheduler job on the event
+loop) and whenever Status is asked: each launch and termination as its write-ahead intent records
+it (instance ids, type, intent id, the pool's $/hr after), each park and unpark
+(``Daemon.fleet_events``), each variant load and unload the model loop applied, and errors (a
+failed fleet tick, a failed intent, a failed placement). Each decision is also an audit event
+(:mod:`daemon.audit`). :func:`build_feed` composes them from the narrow views they read; none is
+given the daemon.
 """
 from __future__ import annotations
 
 import functools
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -85,21 +81,8 @@ class StatusFeed:
     # -- the log, as the loops push to it ----------------------------------------------------------
     @property
     def decisions(self) -> deque[Decision]:
+        """The decisions kept (:attr:`daemon.decision_log.DecisionLog.decisions`)."""
         return self.log.decisions
-
-    @property
-    def counts(self) -> Counter[tuple[str, str]]:
-        return self.log.counts
-
-    @property
-    def last_error(self) -> str:
-        return self.log.last_error
-
-    def record(self, loop: str, kind: str, summary: str, reason: str = "", **fields: Any) -> None:
-        self.log.record(loop, kind, summary, reason, **fields)
-
-    def error(self, message: str) -> None:
-        self.log.error(message)
 
     def vm(self, decisions: Any) -> None:
         """The VM autoscaler's adds and removes (``Daemon._on_vm`` tells it)."""
@@ -163,7 +146,8 @@ def build_feed(cfg: Callable[[], Config], *, fleet: Callable[[], FleetStatus],
         FleetErrors(log_, lambda: fleet().last_error),
         IntentWatch(log_, store, lambda: plans.target, lambda: d.worker_registry.cloud_slots if d is not None else {},
                     functools.partial(billed_at, d.billed_prices if d is not None else None, price), stopping),
-        ParkWatch(log_, lambda: plans.target, fleet_events, lambda: {i.instance_id: i.instance_type for i in fleet().instances},
+        ParkWatch(log_, lambda: plans.target, fleet_events,
+                  lambda: {i.instance_id: i.instance_type for i in fleet().instances},
                   lambda: (d.cloud_view or {}) if d is not None else {}, lambda: cfg().model_scaling.vm_park_s)]
     if model_loop is not None:
         watchers.append(ModelWatch(log_, model_loop, solver, d.variant_model if d is not None else None))
