@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from daemon.aws_wiring import AwsWiring
 
-log = logging.getLogger("costscale.daemon")
 dlog = logging.getLogger("costscale")      # the daemon's own lines (as :mod:`daemon.app` logs them)
+
 
 def reloaded_config(running: Config, path: str | Path, listen: str | None, aws: "AwsWiring | None"
                     ) -> tuple[Config, list[str]]:
