@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Awaitable, Callable
 from collections import deque
@@ -17,7 +16,9 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from daemon import sdnotify
 from config.schema import Config
 from config.errors import UsageError
-from daemon.reload import reload_daemon
+from daemon.reload import reload_parts
+from daemon.ticks import schedule_loops
+from daemon.fleet_upkeep import reconcile_round, terminate_fleet
 from scaler.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
@@ -28,7 +29,6 @@ from daemon.replica import ReplicaRole, fleet_left_to_others, lease_generation, 
 from scaler.actuator import FleetActuator
 from scaler.cloud import CloudError, CloudProvider, ManagedInstance
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
-from scaler.cluster_lease import Fenced
 from scaler import fleet_step
 from scaler.fleet_step import plan_id_for
 from sim.slo_check import slo_check
@@ -39,9 +39,10 @@ from scaler.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
 from daemon.cluster_token import with_cluster_token
 from daemon.profiling import generate_config_variants, models_dir, open_config_registry
-from daemon.self_profiling import SelfProfiler
-from daemon.metrics import MetricsServer, start_observing, stop_observing
-from daemon.status_feed import StatusFeed, status_line
+from daemon.probing import Prober
+from daemon.self_profiling import SelfProfiler, profile_sink
+from daemon.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
+from daemon.status_feed import LoopFacts, StatusFeed, build_feed, status_line
 from daemon.fleet_status import FleetStatus, load_profiles_for, plan_estimates, quiet_at_shutdown, tick_line
 from daemon.pick_confirmer import PickConfirmer
 from daemon.spot_wiring import FleetMarket, open_market
@@ -151,7 +152,8 @@ class Daemon:
         except Exception as exc:
             raise DaemonError(f"variant registry {registry_path_for(cfg.state_path)}: {exc}") from None
         self.dispatcher = Dispatcher(cfg, self.predictor, registry=self.registry, models_dir=models_dir(cfg))
-        self.model_loop = ModelLoop(self.dispatcher, self.profiles, self.model_params, on_vm=self._on_vm)
+        self.model_loop = ModelLoop(self.dispatcher, self.profiles, self.model_params, on_vm=self._on_vm,
+                                    follows_config=self._explicit_params is None)
         self.model_loop.interval_s = cfg.intervals.model_s
         if self.aws is not None:   # the cluster token its SSM parameter holds, read again every minute
             self.aws.attach(self.dispatcher)
@@ -176,28 +178,29 @@ class Daemon:
                 raise aws_error("EC2", cfg, exc, "describe, run, tag and terminate instances") from None
             log.info("reconciled at start: %s", report.summary())
         await self._sync_workers()
-        self._scheduler = AsyncIOScheduler(event_loop=self._loop)
-        now = datetime.now()
-        self._scheduler.add_job(self.fleet_tick, "interval", seconds=cfg.intervals.fleet_s, next_run_time=now,
-                                max_instances=1, coalesce=True, id="fleet")
-        self._scheduler.add_job(self.model_tick, "interval", seconds=cfg.intervals.model_s,
-                                max_instances=1, coalesce=True, id="model")
-        self._scheduler.add_job(self.reconcile_tick, "interval", seconds=cfg.intervals.reconcile_s,
-                                max_instances=1, coalesce=True, id="reconcile")
-        wd = sdnotify.watchdog_interval()
-        if wd:
-            self._scheduler.add_job(lambda: sdnotify.notify("WATCHDOG=1"), "interval", seconds=max(wd, 0.5),
-                                    id="watchdog")
+        self._scheduler = schedule_loops(self._loop, cfg.intervals, self.fleet_tick, self.model_tick, self.reconcile_tick)
         if self.aws is not None:   # lease renewal; a lost lease stops the daemon
             self.aws.schedule(self._scheduler, self.request_stop)
         if self.replica is not None:
             self.replica.schedule(self._scheduler)
-        self.status_feed, self.metrics = start_observing(self, self._scheduler)
+        self.status_feed = build_feed(   # costscale status: each part given what it reads
+            lambda: self.cfg, fleet=lambda: self.status, fleet_events=lambda: self.fleet_events, store=self.store,
+            dispatcher=self.dispatcher, price=self.actuator.price, stopping=self.stopping, profiles=self.profiles,
+            model_loop=self.model_loop, solver=lambda: self.model_params.solver, facts=LoopFacts(
+                lambda: self.capacity_hint, lambda: self.status.plan, lambda: self.profiling.status() if self.profiling
+                else (), lambda: self.replica.facts() if self.replica else None))
+        self.metrics = start_observing(self.status_feed, self._scheduler, cfg.metrics.listen,
+                                       snapshot_on_loop(self.dispatcher, self._loop),
+                                       lambda: [t.type for t in self.cfg.instance_types])
         self._scheduler.start()
         self.market.start(lambda: self.cfg, self._fleet_lock, self._tick_soon, self._loop, self._drain,
                           self.dispatcher.set_spot_notice_handler)
-        self.profiling = SelfProfiler(self)
-        self.profiling.start()
+        self.profiling = SelfProfiler(
+            lambda: self.cfg, self.profiles, self.registry, self.dispatcher, lambda: self.status, self._fleet_lock,
+            lambda: Prober(self.actuator, self.cloud, self.dispatcher, on_fleet_change=lambda _: self._sync_workers(),
+                           register_timeout_s=self.cfg.launch.pending_timeout_s),
+            self._tick_soon, self.stopping, profile_sink(self.predictor, self.dispatcher), self.predictor.observed_means)
+        self.profiling.start(self._scheduler)
         if self.generate_variants:
             self._gen_task = self._loop.create_task(generate_config_variants(cfg, self.registry, self.dispatcher.refresh_variants))
         sdnotify.notify(f"READY=1\nSTATUS=dispatcher on port {self.port}")
@@ -410,16 +413,9 @@ class Daemon:
 
     @quiet_at_shutdown
     async def reconcile_tick(self) -> None:
-        if self._stop.is_set() or self.actuator is None or not self.leading():
-            return
-        async with self._fleet_lock:
-            try:
-                await asyncio.to_thread(self.actuator.reconcile)
-            except UsageError as exc:   # fenced (the lease lost or not renewed): one line
-                log.error("reconcile: %s", exc)
-            except Exception:
-                log.exception("reconcile failed")
-            await self._sync_workers()
+        """:func:`daemon.fleet_upkeep.reconcile_round`, on the daemon leading the fleet."""
+        if not self._stop.is_set() and self.actuator is not None and self.leading():
+            await reconcile_round(self.actuator, self._fleet_lock, self._sync_workers)
 
     async def _sync_workers(self) -> None:
         """The dispatcher's cloud view (who may register, who boots: Status, admission); the list to the hook."""
@@ -446,25 +442,28 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def stopping(self) -> bool:   # shutdown has begun: the loops' ticks return quietly
+        return self._stop.is_set()
+
     def reload(self) -> bool:
-        """SIGHUP: :func:`daemon.reload.reload_daemon`."""
-        return reload_daemon(self)
+        """SIGHUP (:func:`daemon.reload.reload_parts`): the config read again (refused: the running one
+        kept), the ticks moved to its intervals, each part given it (``reload(new)``), then a replan."""
+        new = reload_parts(self.cfg, self.cfg_path, self._listen, self.aws, self._scheduler,
+                           (self.model_loop, self.market, self.dispatcher))   # (the market: the actuator's too)
+        if new is None:
+            return False
+        self.cfg, self.model_params = new, self._explicit_params or model_params_for(new)   # given ones are kept
+        if self._loop is not None:
+            self._loop.create_task(self.fleet_tick("config reloaded"))
+        return True
 
     async def _terminate_fleet(self) -> None:
         """``on_shutdown: terminate``; with the lease lost, one line instead (the fence refuses, and
         the daemon holding the lease now owns the instances: no terminate intent is written)."""
-        await self._sync_workers()
+        await self._sync_workers()   # (:func:`daemon.fleet_upkeep.terminate_fleet`)
         left = fleet_left_to_others(self.replica) or (self.aws.left_running(self.status.instances) if self.aws else None)
-        if left is not None:
-            log.warning("%s", left)
-            return
-        try:
-            pid = plan_id_for({}, self._generation + 1, lease_generation(self.replica))
-            await asyncio.to_thread(self.actuator.apply, {}, pid)
-        except Fenced as exc:   # lost or not renewable while terminating
-            log.warning("on_shutdown: terminate refused, instances left running: %s", exc)
-        except Exception:
-            log.exception("terminating the fleet at shutdown failed")
+        await terminate_fleet(self.actuator, lambda: plan_id_for({}, self._generation + 1, lease_generation(self.replica)),
+                              left)
 
     async def wait(self) -> None:
         await self._stop.wait()

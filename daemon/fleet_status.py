@@ -1,11 +1,12 @@
-"""What the daemon's fleet loop last decided and did, and the small helpers of its loops (kept
-apart from ``daemon.app`` so that module stays the loops' I/O and timing)."""
+"""What the daemon's fleet loop last decided and did (:class:`FleetStatus`), and the small helpers
+of its loops: a tick that shutdown cut short returns quietly, the fleet tick's log line, the plan's
+workers that rest on estimated profiles, the profiles the daemon starts with."""
 from __future__ import annotations
 
 import asyncio
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from config.profiles import Estimate, ProfileTable, load_profiles_csv
 from config.schema import Config
@@ -19,8 +20,11 @@ from scaler.estimate_gate import estimates_line, share_estimates
 from scaler.joint_plan import JointPlan
 from scaler.replan import DemandView
 
-if TYPE_CHECKING:
-    from daemon.app import Daemon
+
+class Stoppable(Protocol):
+    """What :func:`quiet_at_shutdown` asks of the object whose tick it wraps."""
+
+    def stopping(self) -> bool: ...
 
 
 @dataclass
@@ -42,13 +46,13 @@ class FleetStatus:
 
 def quiet_at_shutdown(tick: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
     """A loop's tick cut short by shutdown (APScheduler cancels its task mid EC2 or worker call)
-    returns quietly; a cancellation while running still propagates."""
+    returns quietly; a cancellation while running (``owner.stopping()`` false) still propagates."""
     @functools.wraps(tick)
-    async def run(self: Daemon, *args: object) -> None:
+    async def run(owner: Stoppable, *args: object) -> None:
         try:
-            await tick(self, *args)
+            await tick(owner, *args)
         except asyncio.CancelledError:
-            if not self._stop.is_set():
+            if not owner.stopping():
                 raise
     return run
 
@@ -86,6 +90,4 @@ def load_profiles_for(cfg: Config) -> ProfileTable:
         raise DaemonError(str(exc)) from None
 
 
-
-
-__all__ = ["FleetStatus", "demand_text", "load_profiles_for", "plan_estimates", "quiet_at_shutdown", "tick_line"]
+__all__ = ["FleetStatus", "Stoppable", "demand_text", "load_profiles_for", "plan_estimates", "quiet_at_shutdown", "tick_line"]

@@ -52,7 +52,6 @@ from dispatcher.status import INSTANCE_STATES
 if TYPE_CHECKING:
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-    from daemon.app import Daemon
     from dispatcher.server import Dispatcher
 
 log = logging.getLogger("costscale")
@@ -176,22 +175,11 @@ class StatusCollector(Collector):
         yield from families(reply, hists, self.types())
 
 
-class MetricsServer:
-    """The ``/metrics`` endpoint of one daemon: its own registry, its own HTTP thread."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StatusCollector(self._snapshot, self._types))
-        self.port = 0
-        self._httpd = None
-        self._thread = None
-
-    def _types(self) -> list[str]:
-        return [t.type for t in self.daemon.cfg.instance_types]
-
-    def _snapshot(self) -> tuple[pb.StatusReply, Histograms]:
-        d, loop = self.daemon.dispatcher, self.daemon._loop
+def snapshot_on_loop(d: Dispatcher | None, loop: asyncio.AbstractEventLoop | None
+                     ) -> Callable[[], tuple[pb.StatusReply, Histograms]]:
+    """A scrape's snapshot (:func:`snapshot_of`), taken on the daemon's event ``loop`` from the
+    scrape's thread; RuntimeError once the daemon is not running."""
+    def snapshot() -> tuple[pb.StatusReply, Histograms]:
         if d is None or loop is None or loop.is_closed():
             raise RuntimeError("daemon not running")
 
@@ -199,6 +187,21 @@ class MetricsServer:
             return snapshot_of(d)
 
         return asyncio.run_coroutine_threadsafe(take(), loop).result(SNAPSHOT_TIMEOUT_S)
+
+    return snapshot
+
+
+class MetricsServer:
+    """The ``/metrics`` endpoint of one daemon: its own registry, its own HTTP thread, serving what
+    ``snapshot`` (:func:`snapshot_on_loop`) and ``types`` (the instance types always listed) give."""
+
+    def __init__(self, snapshot: Callable[[], tuple[pb.StatusReply, Histograms]],
+                 types: Callable[[], list[str]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(StatusCollector(snapshot, types))
+        self.port = 0
+        self._httpd = None
+        self._thread = None
 
     def start(self, listen: str) -> int:
         """Serve on ``listen`` (HOST:PORT; port 0: any free one); returns the bound port. A port
@@ -225,16 +228,18 @@ class MetricsServer:
             self._thread = None
 
 
-def start_observing(daemon: Daemon, scheduler: AsyncIOScheduler) -> tuple[StatusFeed, MetricsServer | None]:
-    """The daemon's status feed (``costscale status``) and, when ``metrics.listen`` is set, its
-    ``/metrics`` endpoint (a port that cannot be bound is a warning: metrics never stop the daemon)."""
-    feed = StatusFeed(daemon)
+def start_observing(feed: StatusFeed, scheduler: AsyncIOScheduler, listen: str | None,
+                    snapshot: Callable[[], tuple[pb.StatusReply, Histograms]],
+                    types: Callable[[], list[str]]) -> MetricsServer | None:
+    """The daemon's status feed (``costscale status``) observing and, when ``metrics.listen`` is
+    set, its ``/metrics`` endpoint (a port that cannot be bound is a warning: metrics never stop the
+    daemon)."""
     feed.start(scheduler)
     metrics = None
-    if daemon.cfg.metrics.listen:
-        metrics = MetricsServer(daemon)
-        metrics.start(daemon.cfg.metrics.listen)
-    return feed, metrics
+    if listen:
+        metrics = MetricsServer(snapshot, types)
+        metrics.start(listen)
+    return metrics
 
 
 def stop_observing(feed: StatusFeed | None, metrics: MetricsServer | None) -> None:

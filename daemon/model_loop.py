@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Sequence
 
 from daemon.accuracy_loop import AccuracyLoop
 from daemon.pipeline_loop import PipelineLoop
 from daemon.recent import Recent
 from variants.executor import ANY_HARDWARE
-from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement,
+from variants.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, Placement, model_params_for,
                                      VariantCandidate, WorkerSnapshot, above_floor, decide, profiled_ms)
 from variants.model_split import decide_per_model
 from variants.vm_autoscaler import VmDecision
+
+if TYPE_CHECKING:
+    from config.schema import Config
 
 log = logging.getLogger("costscale.model")
 
@@ -32,10 +35,12 @@ class ModelLoop:
     hands VM decisions to ``on_vm`` (the daemon turns them into a capacity hint for the fleet)."""
 
     def __init__(self, dispatcher, profiles, params: ModelLoopParams = ModelLoopParams(),
-                 on_vm: Callable[[Sequence[VmDecision], Mapping[str, float]], Awaitable[None]] | None = None) -> None:
+                 on_vm: Callable[[Sequence[VmDecision], Mapping[str, float]], Awaitable[None]] | None = None,
+                 follows_config: bool = False) -> None:
         self.d = dispatcher
         self.profiles = profiles
         self.params = params
+        self.follows_config = follows_config   # a reload sets params from the config (model_params_for)
         self.on_vm = on_vm
         self.state = ModelLoopState()
         self.states: dict[str, ModelLoopState] = {}     # per model, when models have workers of their own
@@ -46,6 +51,13 @@ class ModelLoop:
         self.interval_s = 1.0
         self.accuracy = AccuracyLoop(dispatcher)
         self.pipelines = PipelineLoop(dispatcher, getattr(dispatcher.cfg, "pipelines", ()))
+
+    def reload(self, cfg: Config) -> None:
+        """A reloaded config (SIGHUP): the loop's parameters and interval from it, unless its
+        parameters were given explicitly (``follows_config`` false: both are kept)."""
+        if self.follows_config:
+            self.params = model_params_for(cfg)
+            self.interval_s = cfg.intervals.model_s
 
     def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
         """Mean: the dispatcher's latency model (profile, else what it has learned). p99: the

@@ -1,33 +1,31 @@
-"""SIGHUP, the parts that do not touch the running daemon: the reloaded config, checked, with the
-settings read only at start kept at their running values (``config.security.RESTART_ONLY``), and
-the scheduler's ticks moved to changed intervals. :func:`reload_daemon` applies the rest to a running daemon.
+"""SIGHUP: whether a reloaded config is taken, and what of it applies now. The config is read again
+and checked (:func:`reloaded_config`: a refused one is logged and the running one kept), with the
+settings read only at start kept at their running values (``config.security.RESTART_ONLY``); the
+scheduler's ticks move to changed intervals (:func:`daemon.ticks.reschedule`), and each part the
+daemon gives :func:`reload_parts` takes the new config (``reload(new)``: the model loop, the fleet
+market with its actuator, the dispatcher). ``Daemon.reload`` then replans.
 """
 from __future__ import annotations
 
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 from config.checks import checked_problems
 from config.errors import ConfigError, UsageError
-from config.schema import Config, IntervalsSpec, load_config
+from config.schema import Config, load_config
 from config.security import restart_only_changes
 from daemon import sdnotify
 from daemon.cluster_token import with_cluster_token
-from variants.model_decision import model_params_for
+from daemon.ticks import reschedule
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
 
-    from daemon.app import Daemon
     from daemon.aws_wiring import AwsWiring
 
-log = logging.getLogger("costscale.daemon")
 dlog = logging.getLogger("costscale")      # the daemon's own lines (as :mod:`daemon.app` logs them)
-
-#: scheduler job id -> the ``intervals`` field it runs at (the ids :meth:`Daemon.start` gives them)
-TICKS = (("fleet", "fleet_s"), ("model", "model_s"), ("reconcile", "reconcile_s"))
 
 
 def reloaded_config(running: Config, path: str | Path, listen: str | None, aws: "AwsWiring | None"
@@ -51,50 +49,38 @@ def reloaded_config(running: Config, path: str | Path, listen: str | None, aws: 
     return new, unapplied
 
 
-def reschedule(scheduler: "BaseScheduler | None", old: IntervalsSpec, new: IntervalsSpec) -> None:
-    """The fleet, model and reconcile ticks at the reloaded ``intervals`` (APScheduler keeps an
-    interval job's trigger until told)."""
-    if scheduler is None:
-        return
-    for job, field in TICKS:
-        if getattr(new, field) != getattr(old, field):
-            scheduler.reschedule_job(job, trigger="interval", seconds=getattr(new, field))
-            log.info("reload: the %s tick now every %g s", job, getattr(new, field))
+class Reloadable(Protocol):
+    """A part of the daemon that takes a reloaded config."""
+
+    def reload(self, cfg: Config) -> None: ...
 
 
-def reload_daemon(self: "Daemon") -> bool:
-    """SIGHUP on ``self`` (:meth:`daemon.app.Daemon.reload`): load the config again
-    (:func:`reloaded_config`); a refused one is logged and the running one kept. Changed tick
-    intervals take effect now."""
-    if self.cfg_path is None:
-        return False
+def reload_parts(running: Config, path: str | Path | None, listen: str | None, aws: "AwsWiring | None",
+                 scheduler: "BaseScheduler | None", parts: Iterable[Reloadable | None]) -> Config | None:
+    """SIGHUP: systemd told the daemon reloads; the config at ``path`` read again
+    (:func:`reloaded_config`; None, logged and systemd told, when there is no file or it is refused:
+    the running config is kept); the restart-only changes it leaves unapplied logged; the ticks moved
+    to its intervals (:func:`daemon.ticks.reschedule`); each part's ``reload(new)``; then ready again.
+    Returns the config now running."""
+    if path is None:
+        return None
     sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
     try:
-        new, unapplied = reloaded_config(self.cfg, self.cfg_path, self._listen, self.aws)
+        new, unapplied = reloaded_config(running, path, listen, aws)
     except UsageError as exc:
         dlog.error("reload rejected, keeping the running config: %s", exc.lines[0])
         sdnotify.notify(f"READY=1\nSTATUS=reload rejected: {exc.lines[0]}")
-        return False
+        return None
     if unapplied:
         dlog.warning("reload: %s changed: restart to apply (the running values are kept)", ", ".join(unapplied))
-    reschedule(self._scheduler, self.cfg.intervals, new.intervals)
-    self.cfg = new
-    if self._explicit_params is None:
-        self.model_params = model_params_for(new)
-        if self.model_loop is not None:
-            self.model_loop.params = self.model_params
-            self.model_loop.interval_s = new.intervals.model_s
-    if self.actuator is not None:
-        self.actuator.budget = new.budget_per_hour
-        if self.market is not None:
-            self.market.reload(new)     # the actuator's catalog (and its spot slots)
-        else:
-            self.actuator.catalog = new.catalog()
-    if self.dispatcher is not None:   # prices the model loop and Status use
-        self.dispatcher.set_catalog(new.catalog())
-    dlog.info("reloaded %s (budget %.4g $/hr)", self.cfg_path, new.budget_per_hour)
+    reschedule(scheduler, running.intervals, new.intervals)
+    for part in parts:
+        if part is not None:
+            part.reload(new)
+    dlog.info("reloaded %s (budget %.4g $/hr)", path, new.budget_per_hour)
     sdnotify.notify(f"READY=1\nSTATUS=reloaded, budget {new.budget_per_hour:g} $/hr"
                     + (f"; restart to apply {', '.join(unapplied)}" if unapplied else ""))
-    if self._loop is not None:
-        self._loop.create_task(self.fleet_tick("config reloaded"))
-    return True
+    return new
+
+
+__all__ = ["Reloadable", "reload_parts", "reloaded_config"]

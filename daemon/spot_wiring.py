@@ -60,10 +60,11 @@ class FleetMarket(MarketHooks):
         self.on_prices: Callable[[dict[str, float]], None] | None = None
 
     def reload(self, cfg: Config) -> None:
-        """A reloaded config: the actuator's catalog; with spot, the market rebuilt from it (markets,
-        on-demand prices, zones, max_price, overprovision, fallback) at the spot prices held now (a
-        zone new to the config is priced by the next refresh) and the spot slots repriced. Spot
-        turned on where the daemon started without it waits for a restart."""
+        """A reloaded config (SIGHUP): the actuator's budget and catalog; with spot, the market rebuilt
+        from it (markets, on-demand prices, zones, max_price, overprovision, fallback) at the spot prices
+        held now (a zone new to the config is priced by the next refresh) and the spot slots repriced.
+        Spot turned on where the daemon started without it waits for a restart."""
+        self.actuator.budget = cfg.budget_per_hour
         self.actuator.catalog = cfg.catalog()
         if self.spot is not None:
             self.spot.cfg = cfg

@@ -211,6 +211,11 @@ class Dispatcher:
     def _current_base_type(self) -> str:
         return self.base_type
 
+    def reload(self, cfg: Config) -> None:
+        """A reloaded config (SIGHUP): the prices the model loop and Status use (the rest of the
+        dispatcher section is read only at start, ``config.security.RESTART_ONLY``)."""
+        self.set_catalog(cfg.catalog())
+
     def set_catalog(self, catalog: Mapping[str, InstanceType]) -> None:
         """The allowed instance types and their prices (at start and on a config reload)."""
         self._catalog.clear()

@@ -1,6 +1,7 @@
 """The layers of ARCHITECTURE.md hold: ``lint-imports`` keeps every contract of pyproject.toml (the
-layers, pure decisions, the dispatcher's parts below their composer and without a circle), a crossing
-import breaks them, and no hand-written module grows past 500 lines."""
+layers, pure decisions, the dispatcher's and the daemon's parts below their composers, the
+dispatcher without a circle), a crossing import breaks them, no two modules of the project import
+each other through a circle, and no hand-written module grows past 500 lines."""
 from __future__ import annotations
 
 import os
@@ -30,7 +31,7 @@ def _copy_tree(dst: Path) -> None:
 
 
 CONTRACTS = ("Layers (ARCHITECTURE.md)", "Pure decisions do no I/O", "Dispatcher parts never import the composer",
-             "Dispatcher modules import without a circle")
+             "Dispatcher modules import without a circle", "Daemon parts never import the composer")
 
 
 def test_lint_imports_keeps_every_contract() -> None:
@@ -51,6 +52,11 @@ def test_lint_imports_keeps_every_contract() -> None:
      "Dispatcher parts never import the composer"),
     # two parts that import each other: the book is below admission
     ("dispatcher/queries.py", "import dispatcher.admission  # a circle", "Dispatcher modules import without a circle"),
+    # a daemon part given the whole Daemon, be it only for its type (issue #37)
+    ("daemon/metrics.py", "import typing\nif typing.TYPE_CHECKING:\n    from daemon.app import Daemon",
+     "Daemon parts never import the composer"),
+    ("daemon/status_watchers.py", "import daemon.app  # a watcher reaching for the daemon",
+     "Daemon parts never import the composer"),
 ])
 def test_a_crossed_layer_breaks_the_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
     _copy_tree(tmp_path)
@@ -60,6 +66,62 @@ def test_a_crossed_layer_breaks_the_contract(tmp_path: Path, module: str, line: 
     assert r.returncode != 0
     assert f"{contract} BROKEN" in r.stdout, r.stdout
 
+
+def import_circles(packages: tuple[str, ...] = PACKAGES) -> list[list[str]]:
+    """The circles of module-to-module imports among ``packages`` (grimp's graph, the one
+    ``lint-imports`` reads): each strongly connected component of more than one module, sorted.
+    A package's ``__init__`` (its re-exports) and the generated ``*_pb2*`` stubs are left out."""
+    import grimp
+
+    graph = grimp.build_graph(*packages)
+    modules = sorted(m for m in graph.modules
+                     if not graph.find_children(m) and not m.rsplit(".", 1)[-1].endswith(("_pb2", "_pb2_grpc")))
+    counted = set(modules)
+    edges = {m: sorted(n for n in graph.find_modules_directly_imported_by(m) if n in counted) for m in modules}
+    # Tarjan's strongly connected components, iteratively (no recursion limit to meet)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = len(index)
+                stack.append(v)
+                on_stack.add(v)
+            if i < len(edges[v]):
+                work.append((v, i + 1))
+                w = edges[v][i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+            if work:   # back in the caller: its low link takes this one's
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+    return sorted(circles)
+
+
+def test_no_import_circle_between_modules() -> None:
+    circles = import_circles()
+    assert not circles, f"{len(circles)} import circle(s) between modules:\n" + "\n".join(
+        "  " + " <-> ".join(c) for c in circles)
 
 
 def test_no_hand_written_module_over_500_lines() -> None:

@@ -24,7 +24,8 @@ from config.schema import Config
 from daemon.commands.status import pool_lines, render, status_dict
 from daemon.metrics import families
 from daemon.spot_wiring import FleetMarket
-from daemon.status_feed import StatusFeed, status_line
+from daemon.status_feed import status_line
+from daemon.status_watchers import billed_at
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.server import Dispatcher
@@ -196,8 +197,8 @@ def test_systemd_status_line_carries_the_billed_cost() -> None:
 def test_audit_prices_the_pool_after_a_spot_launch_at_the_spot_price() -> None:
     d = spot_dispatcher()
     daemon = SimpleNamespace(dispatcher=d, actuator=SimpleNamespace(price=lambda t: 99.0))
-    assert StatusFeed._billed(daemon, "r5n.large@us-east-1b") == SPOT_B   # type: ignore[arg-type]
-    assert StatusFeed._billed(daemon, "g4dn.xlarge") == G4                 # type: ignore[arg-type]
+    assert billed_at(daemon.dispatcher.billed_prices, daemon.actuator.price, "r5n.large@us-east-1b") == SPOT_B
+    assert billed_at(daemon.dispatcher.billed_prices, daemon.actuator.price, "g4dn.xlarge") == G4
     assert sorted(d.worker_registry.cloud_slots.values()) == ["g4dn.xlarge", "r5n.large@us-east-1a",
                                                              "r5n.large@us-east-1b"]
 
@@ -205,14 +206,14 @@ def test_audit_prices_the_pool_after_a_spot_launch_at_the_spot_price() -> None:
 def test_audit_launch_of_a_spot_slot_names_it_and_prices_the_pool_after_at_billed_prices(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from scaler.state import StateStore
-    from tests.test_status import _stub_daemon
+    from tests.test_status import _stub_daemon, stub_feed
 
     t0 = 1_700_000_000.0
     daemon = _stub_daemon(tmp_path)
     daemon.dispatcher = spot_dispatcher()                       # the pool before: 0.61975 $/hr
     daemon.actuator = SimpleNamespace(price=lambda t: 99.0)     # not what the audit prices at
     daemon.store = StateStore.open(":memory:")
-    feed = StatusFeed(daemon, clock=lambda: t0)                 # type: ignore[arg-type]
+    feed = stub_feed(daemon, clock=lambda: t0)
     caplog.set_level("INFO", logger="costscale.audit")
     daemon.store.record_intent("tok-s", "launch", "g1-s", "r5n.large@us-east-1b", 1, 0, t0)
     daemon.store.set_intent_status("tok-s", "done", t0 + 1, instance_ids=["i-new"])

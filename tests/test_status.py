@@ -13,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 import pytest
@@ -24,7 +24,8 @@ from config.schema import Config
 from daemon.app import Daemon, FleetStatus
 from daemon.commands.status import status_dict
 from daemon.recent import Recent
-from daemon.status_feed import SpendMeter, StatusFeed, day_start
+from daemon.spend import SpendMeter, day_start
+from daemon.status_feed import LoopFacts, StatusFeed, build_feed
 from dispatcher.latency_model import LatencyModel
 from dispatcher.outcomes import LATENCY_BUCKETS_S, OutcomeLedger
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
@@ -280,9 +281,20 @@ def _stub_daemon(tmp_path: Path) -> SimpleNamespace:
         model_params=SimpleNamespace(solver="greedy"))
 
 
+def stub_feed(d: SimpleNamespace, clock: Callable[[], float] = time.time) -> StatusFeed:
+    """The feed as ``Daemon.start`` composes it (:func:`daemon.status_feed.build_feed`), over the
+    parts of a stub daemon (:func:`_stub_daemon`, with a ``store`` and an ``actuator`` when set)."""
+    return build_feed(lambda: d.cfg, fleet=lambda: d.status, fleet_events=lambda: d.fleet_events,
+                      store=getattr(d, "store", None), dispatcher=d.dispatcher,
+                      price=lambda t: d.actuator.price(t) if d.actuator is not None else 0.0, stopping=lambda: False,
+                      profiles=getattr(d, "profiles", None), model_loop=d.model_loop,
+                      solver=lambda: d.model_params.solver, clock=clock,
+                      facts=LoopFacts(lambda: d.capacity_hint, lambda: d.status.plan))
+
+
 def test_feed_records_an_accuracy_plan_when_its_placement_changes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     d = _stub_daemon(tmp_path)
-    feed = StatusFeed(d, clock=lambda: 0.0)   # type: ignore[arg-type]
+    feed = stub_feed(d, clock=lambda: 0.0)
     caplog.set_level("INFO", logger="costscale.audit")
 
     def alloc(placement: dict, served: float, acc: float) -> tuple:
@@ -316,7 +328,7 @@ def test_feed_records_new_targets_intents_events_placements_and_errors_once(
     d.actuator = SimpleNamespace(price=lambda t: 0.5)
     d.store.record_intent("old", "launch", "g0-x", "c5n.2xlarge", 1, 0, t0 - 10)   # before the feed: not reported
     d.store.set_intent_status("old", "done", t0 - 10, instance_ids=["i-0"])
-    feed = StatusFeed(d, clock=lambda: t0)   # type: ignore[arg-type]
+    feed = stub_feed(d, clock=lambda: t0)
     caplog.set_level("INFO", logger="costscale.audit")
     feed.start(SimpleNamespace(add_job=lambda *a, **k: None))   # type: ignore[arg-type]
     feed.planned(*d.decide(None), None)           # what Daemon.fleet_tick tells the feed
@@ -377,7 +389,7 @@ def test_feed_hears_the_vm_autoscaler_with_its_reason(tmp_path: Path) -> None:
     from variants.vm_autoscaler import VmDecision
 
     d = _stub_daemon(tmp_path)
-    feed = StatusFeed(d)   # type: ignore[arg-type]
+    feed = stub_feed(d)
     feed.start(SimpleNamespace(add_job=lambda *a, **k: None))   # type: ignore[arg-type]
     d.status_feed, d._hint_planned, d._loop = feed, {}, None
     vm = [VmDecision("add", "gpu", "80% of gpu instances overloaded", interfered=True), VmDecision("hold", "cpu", "")]

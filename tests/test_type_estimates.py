@@ -305,13 +305,11 @@ def test_measured_only_never_counts_an_estimate() -> None:
 
 
 def test_a_measurement_in_the_daemon_replaces_the_estimate_and_moves_the_siblings() -> None:
-    from types import SimpleNamespace
-
-    from daemon.self_profiling import SelfProfiler
+    from daemon.self_profiling import SelfProfiler, profile_sink
 
     live = _table()
     prof = SelfProfiler.__new__(SelfProfiler)
-    prof.d = SimpleNamespace(profiles=live, predictor=None, dispatcher=None)
+    prof.profiles, prof.sink = live, profile_sink(None, None)   # no latency model, no routing to tell
     assert live.estimate("mine", "g5.xlarge").basis.startswith("estimate: g4dn.xlarge (itself an estimate) x 1")
     prof._add(profiles_from_rows(_rows("mine", "g4dn.xlarge", [(1, 5.0)])))       # a probe measured g4dn.xlarge
     assert live.estimate("mine", "g4dn.xlarge") is None and live.get("mine", "g4dn.xlarge").mean_ms.tolist() == [5.0]
@@ -371,9 +369,7 @@ def test_the_daemons_plan_log_line_and_fleet_view_name_the_estimates() -> None:
 
 
 def test_the_plan_decision_in_status_says_it_rests_on_estimates() -> None:
-    from types import SimpleNamespace
-
-    from daemon.status_feed import StatusFeed
+    from daemon.decision_log import DecisionLog, PlanDecisions
     from scaler.joint_plan import plan_joint
     from sim.slo_check import slo_check
 
@@ -384,9 +380,9 @@ def test_the_plan_decision_in_status_says_it_rests_on_estimates() -> None:
                                                                                              "allow_estimates": True})]})
     t = with_type_estimates(load_profiles_csv())
     plan = plan_joint(cfg, t, {}, slo_check=slo_check)
-    feed = StatusFeed(SimpleNamespace(cfg=cfg, profiles=t, actuator=None), clock=lambda: 0.0)   # type: ignore[arg-type]
+    feed = PlanDecisions(DecisionLog(clock=lambda: 0.0), lambda: cfg, t, price=lambda _: 0.0)   # no actuator: $0
     feed.planned(dict(plan.pool), plan, None)
-    (d,) = feed.decisions
+    (d,) = feed.log.decisions
     assert d.kind == "plan" and "r5.large" in plan.pool
     assert d.reason.endswith("; rests on estimated profiles, not measurements: rm2 on r5.large (estimate: r5n.large x 1 "
                              "(2 vCPUs and 16 GiB, same Intel Xeon family; config/type_estimates.csv))")

@@ -4,14 +4,12 @@ or the type's emulation factor for a model nobody profiled. Read once, when the 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from config.emulation import emulation_factors, reference_profiles
 from config.profiles import LatencyProfile, ProfileTable, load_profiles_csv
 from config.type_estimates import type_rules, with_type_estimates
-
-if TYPE_CHECKING:
-    from worker.server import WorkerOptions
+from worker.options import WorkerOptions
 
 
 def padding_table(opts: WorkerOptions) -> ProfileTable | None:

@@ -14,6 +14,10 @@ know at all is padded to its compute time times the type's emulation factor (the
 Also serves grpc health checking (``grpc.health.v1``) and, given a dispatcher address, registers
 with ``Control.RegisterWorker`` (retrying until the dispatcher answers; a refusal is final), and
 again whenever no dispatcher has called it for ``rejoin_after_s`` (:mod:`worker.rejoin`).
+
+This module decides the service's lifecycle and answers its RPCs; how it registers is
+:mod:`worker.registration`, which loaded variant a query runs on :mod:`worker.loaded`, and what its
+service time is padded to :mod:`worker.padding`.
 """
 from __future__ import annotations
 
@@ -24,7 +28,6 @@ import socket
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -33,35 +36,28 @@ import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from config.hostport import split_hostport
-from dispatcher.auth import TOKEN_REFRESH_S, BearerTokenInterceptor, TokenRing
-from dispatcher.credentials import channel_credentials, server_credentials
+from dispatcher.auth import BearerTokenInterceptor, TokenRing
+from dispatcher.credentials import server_credentials
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from config.files import write_atomic
-from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
+from dispatcher.proto.tensors import array_to_tensor
 from config.catalog import load_catalog
-from config.profiles import LatencyProfile
 from variants import neuron_executor
-from variants.builtin_models import input_signature, make_inputs_for, resolve_model
+from variants.builtin_models import input_signature, resolve_model
 from config.emulation import padding_ms
 from variants.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
 from variants.onnx_executor import OnnxExecutor
 from worker.options import WorkerOptions, default_cache_dir
 from worker.rejoin import Hearing, keep_registered
+from worker.loaded import LoadedVariant, query_inputs, resolve_variant
 from worker.padding import own_profiles, padding_profile, padding_table, type_factor_fn
+from worker.registration import DispatcherLink, RegistrationFailed, RegistrationRefused
 from worker.token import TokenKeeper
 
 log = logging.getLogger(__name__)
 
 WORKER_SERVICE = "costscale.v1.Worker"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-
-class RegistrationRefused(RuntimeError):
-    """The dispatcher answered RegisterWorker with accepted=false (or denied the token)."""
-
-
-class RegistrationFailed(RuntimeError):
-    """The dispatcher could not be reached within the allowed attempts."""
 
 
 def hardware_of(opts: WorkerOptions) -> Hardware:
@@ -71,15 +67,6 @@ def hardware_of(opts: WorkerOptions) -> Hardware:
     if opts.instance_type not in catalog:
         raise ValueError(f"unknown instance type {opts.instance_type!r} (known: {', '.join(sorted(catalog))})")
     return catalog[opts.instance_type].hardware
-
-
-@dataclass
-class _Loaded:
-    model: str
-    path: Path
-    signature: list
-    speed_factor: float = 1.0   # the dispatcher's measured relative latency (padding only)
-    profile: LatencyProfile | None = None   # its own model's profile on this type (padding only)
 
 
 class WorkerServer(pbg.WorkerServicer):
@@ -103,16 +90,16 @@ class WorkerServer(pbg.WorkerServicer):
             else:
                 executor = OnnxExecutor(choose_providers(self.hardware, opts.providers), threads=opts.threads)
         self.executor: Executor = executor
-        self._variants: dict[str, _Loaded] = {}
+        self._variants: dict[str, LoadedVariant] = {}
         self._lock: asyncio.Lock | None = None  # created on the server's loop
         self._load_lock: asyncio.Lock | None = None
         self._rng = np.random.default_rng(opts.seed)
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
-        self._dispatcher_creds: grpc.ChannelCredentials | None = None   # read once, on first use
         self._ring: TokenRing | None = None                  # the cluster token (rotating: worker.token)
         self._keeper: TokenKeeper | None = None
         self._keeper_task: asyncio.Task[None] | None = None
+        self.link = DispatcherLink(opts, lambda: self._ring, lambda: self._keeper)   # registration
         self._spot_task: asyncio.Task[None] | None = None     # the IMDS spot notice watch
         self.hearing = Hearing(opts.clock, WORKER_SERVICE)   # the last call a dispatcher made
         self.port: int | None = None
@@ -153,7 +140,7 @@ class WorkerServer(pbg.WorkerServicer):
     def _load(self, name: str, model: str, path: Path, speed_factor: float = 1.0) -> float:
         t0 = time.perf_counter()
         self.executor.load(name, path)
-        self._variants[name] = _Loaded(model=model, path=path, signature=input_signature(path),
+        self._variants[name] = LoadedVariant(model=model, path=path, signature=input_signature(path),
                                        speed_factor=speed_factor, profile=self._own_profiles.get(model))
         return (time.perf_counter() - t0) * 1000.0
 
@@ -255,85 +242,20 @@ class WorkerServer(pbg.WorkerServicer):
 
     # -- registration ----------------------------------------------------------------------------
     def _dispatcher_channel(self) -> grpc.aio.Channel:
-        """The channel to the dispatcher: TLS trusting ``dispatcher_ca`` (this worker's certificate
-        as its client certificate, for a dispatcher under mutual TLS) or plaintext without one."""
-        assert self.opts.dispatcher
-        if not self.opts.dispatcher_ca:
-            return grpc.aio.insecure_channel(self.opts.dispatcher)
-        if self._dispatcher_creds is None:    # not on every registration retry
-            self._dispatcher_creds = channel_credentials(self.opts.dispatcher_ca, self.opts.tls_cert, self.opts.tls_key,
-                                                         ("--dispatcher-ca", "--tls-cert", "--tls-key"))
-        return grpc.aio.secure_channel(self.opts.dispatcher, self._dispatcher_creds)
+        """The channel to the dispatcher (:meth:`worker.registration.DispatcherLink.channel`)."""
+        return self.link.channel()
 
     async def register(self) -> pb.RegisterWorkerReply:
-        """Control.RegisterWorker with retries (exponential backoff, at most 10 s apart) until the
-        dispatcher answers. Raises RegistrationRefused / RegistrationFailed."""
-        assert self.opts.dispatcher, "no dispatcher address"
-        req = pb.RegisterWorkerRequest(
-            instance_id=self.opts.instance_id, instance_type=self.opts.instance_type,
-            address=self.advertised_address(), token=self.opts.token,
-            providers=self.executor.providers, executor=self.executor.kind)
-        delay, attempt = self.opts.register_backoff_s, 0
-        rotating_until = time.monotonic() + 2 * TOKEN_REFRESH_S    # a dispatcher may read a rotated token later
-        while True:
-            attempt += 1
-            if self._ring is not None:
-                req.token = self._ring.outbound()
-            try:
-                async with self._dispatcher_channel() as ch:
-                    reply = await pbg.ControlStub(ch).RegisterWorker(req, timeout=5.0)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-                    raise RegistrationRefused(exc.details() or exc.code().name) from None
-                if self.opts.register_attempts is not None and attempt >= self.opts.register_attempts:
-                    raise RegistrationFailed(f"dispatcher {self.opts.dispatcher} unreachable after {attempt} "
-                                             f"attempt(s): {exc.code().name}") from None
-                log.warning("registering with %s failed (%s); retrying in %.1f s",
-                            self.opts.dispatcher, exc.code().name, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                continue
-            if not reply.accepted and reply.message == "bad cluster token" and self._keeper is not None \
-                    and time.monotonic() < rotating_until:     # rotated: one side has not read it yet
-                await self._keeper.refresh()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                continue
-            if not reply.accepted:
-                raise RegistrationRefused(reply.message or "no reason given")
-            log.info("registered with dispatcher %s as %s", self.opts.dispatcher, req.address)
-            return reply
+        """Control.RegisterWorker until the dispatcher answers (:mod:`worker.registration`).
+        Raises RegistrationRefused / RegistrationFailed."""
+        return await self.link.register(self.advertised_address(), self.executor.providers, self.executor.kind)
 
     # -- Worker service --------------------------------------------------------------------------
     def _resolve(self, model: str, variant: str) -> str:
-        if variant:
-            if variant not in self._variants:
-                raise KeyError(f"variant {variant!r} is not loaded (loaded: {', '.join(sorted(self._variants)) or 'none'})")
-            return variant
-        if model:
-            if model in self._variants:
-                return model
-            for name in sorted(self._variants):
-                if self._variants[name].model == model:
-                    return name
-            raise KeyError(f"no variant of model {model!r} is loaded")
-        if len(self._variants) == 1:
-            return next(iter(self._variants))
-        raise ValueError("give model or variant (this worker has %d variants loaded)" % len(self._variants))
+        return resolve_variant(self._variants, model, variant)
 
     def _inputs(self, name: str, request: pb.InferRequest) -> tuple[dict[str, np.ndarray], int]:
-        sig = self._variants[name].signature
-        if request.inputs:
-            arrays: dict[str, np.ndarray] = {}
-            for i, t in enumerate(request.inputs):
-                key = t.name or (sig[i][0] if i < len(sig) else f"input{i}")
-                arrays[key] = tensor_to_array(t)
-            first = next(iter(arrays.values()))
-            batch = request.batch_size if request.batch_size > 0 else (first.shape[0] if first.ndim else 1)
-            return arrays, int(batch)
-        if request.batch_size <= 0:
-            raise ValueError("give input tensors or a batch_size >= 1")
-        return make_inputs_for(sig, int(request.batch_size), self._rng), int(request.batch_size)
+        return query_inputs(self._variants[name].signature, request, self._rng)
 
     async def Infer(self, request: pb.InferRequest, context: grpc.aio.ServicerContext) -> pb.InferReply:
         self.in_flight += 1
@@ -461,3 +383,7 @@ async def serve_worker(opts: WorkerOptions, on_listening: Callable[[str], None] 
         for sig in installed:
             loop.remove_signal_handler(sig)
         await server.stop_async(grace=2.0)
+
+
+__all__ = ["MAX_MESSAGE_BYTES", "RegistrationFailed", "RegistrationRefused", "WORKER_SERVICE", "WorkerOptions",
+           "WorkerServer", "default_cache_dir", "hardware_of", "serve_worker"]

@@ -19,8 +19,9 @@ import math
 from typing import Collection
 
 from config.errors import UsageError
+from daemon.commands._family_csv import load_variants
 from daemon.commands._overrides import parse_counts
-from variants.accuracy_planner import AccuracyPlan, plan_accuracy, profiles_from_rows, workers_from_counts
+from variants.accuracy_planner import AccuracyPlan, plan_accuracy, workers_from_counts
 
 CMD = "accuracy plan"
 
@@ -66,27 +67,8 @@ def _parse_map(text: str | None, flag: str, models: Collection[str]) -> dict[str
     return out
 
 
-def load_variants(path: str, cmd: str = CMD):
-    """The rows of a family profile CSV and their :class:`VariantProfile`s; bad input is a
-    :class:`UsageError` naming ``cmd``."""
-    from variants.families.profiles import read_csv
-
-    try:
-        rows = read_csv(path)
-    except OSError as exc:
-        raise UsageError(f"{cmd}: --variants: cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{cmd}: --variants: {str(exc).splitlines()[0]}") from None
-    if not rows:
-        raise UsageError(f"{cmd}: --variants: {path} has no rows")
-    try:
-        return rows, profiles_from_rows(rows)
-    except ValueError as exc:
-        raise UsageError(f"{cmd}: --variants: {path}: {exc}") from None
-
-
 def run_plan(args: argparse.Namespace) -> int:
-    rows, variants = load_variants(args.variants)
+    rows, variants = load_variants(args.variants, CMD)
     models = {v.model for v in variants}
     pool = parse_counts(args.pool, CMD, {r.instance_type for r in rows})
     demand = _parse_map(args.demand, "--demand", models)

@@ -71,7 +71,7 @@ def _arrivals(args: argparse.Namespace, model: str):  # type: ignore[no-untyped-
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from daemon.commands.accuracy import load_variants
+    from daemon.commands._family_csv import load_variants
     from sim.accuracy_sim import ALLOCATIONS, AccuracySpec, simulate_accuracy
     from variants.accuracy_planner import workers_from_counts
 
