@@ -27,12 +27,12 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
+from config.budget import BUDGET_EPS
 from scaler.state import StateStore
 from config.catalog import InstanceType, load_catalog
 from scaler.cloud import CloudConfigError, CloudError, CloudProvider, InsufficientCapacity, ManagedInstance, Throttled
 from scaler.transitions import Step, _retire_order, client_token, plan_transition, pool_digest
 
-_EPS = 1e-9
 DrainFn = Callable[[str], "Awaitable[bool] | bool"]
 
 
@@ -164,9 +164,9 @@ class FleetActuator:
         cost = sum(self.price(i.instance_type) for i in live)
         cost += sum(self.price(t) for iid, t in extra.items() if iid not in seen)
         room = self.budget - cost
-        if room <= -_EPS:
+        if room <= -BUDGET_EPS:
             return 0
-        return max(0, min(count, int(math.floor((room + _EPS) / self.price(instance_type)))))
+        return max(0, min(count, int(math.floor((room + BUDGET_EPS) / self.price(instance_type)))))
 
     def _drain_one(self, instance_id: str) -> bool:
         if self.drain is None:

@@ -40,7 +40,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from scaler.transitions import pool_sum
-from scaler.upper_bound import BUDGET_EPS, Ranking
+from config.budget import BUDGET_EPS
+from scaler.upper_bound import Ranking
 
 @dataclass(frozen=True)
 class Frontier:

@@ -36,7 +36,7 @@ from scaler.pick_cache import PickCache
 from scaler.plan import MIX_SEED, Objective, Plan, plan_inputs_from_config, rank_inputs
 from scaler.replan import DemandView
 from scaler.transitions import pool_cost, pool_sum
-from scaler.upper_bound import BUDGET_EPS
+from config.budget import BUDGET_EPS
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ from scaler.batch_mix import BatchMix, mix_from_dist
 from config.profiles import LatencyProfile, ProfileTable, Stat
 from scaler.pool_count import count_pools
 from scaler.pool_search import PoolSpace, SearchTooLarge
-from scaler.upper_bound import BUDGET_EPS, DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
+from config.budget import BUDGET_EPS
+from scaler.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
 
 Objective = Literal["max_throughput", "min_cost"]
 SIMILARITY_TOP = 10
@@ -315,7 +316,7 @@ def _keep_current(ranking: Ranking, current: Mapping[str, int], need: float, max
     r = int(rows[0])
     if bool(np.all(ranking.counts[idx] <= vec)):
         return None     # the pick is a part of the pool held: retiring the rest launches nothing
-    if ranking.bound[r] >= need and ranking.bound[r] > 0 and ranking.cost[r] <= max_cost + 1e-9:
+    if ranking.bound[r] >= need and ranking.bound[r] > 0 and ranking.cost[r] <= max_cost + BUDGET_EPS:
         return r
     return None
 

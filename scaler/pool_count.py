@@ -17,7 +17,7 @@ import numpy as np
 
 from scaler.base_aux import PlanError
 from scaler.pool_search import WORK_LIMIT, PoolSpace
-from scaler.upper_bound import BUDGET_EPS
+from config.budget import BUDGET_EPS
 
 #: the largest grid the programme runs on (cells of 10^-d $/hr up to the budget)
 GRID_CELLS = 8_000_000

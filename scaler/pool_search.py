@@ -56,7 +56,8 @@ from typing import Sequence
 import numpy as np
 
 from scaler.base_aux import BoundParams, PlanError
-from scaler.upper_bound import BUDGET_EPS, upper_bounds
+from config.budget import BUDGET_EPS
+from scaler.upper_bound import upper_bounds
 
 #: partial pools one pass may generate before it stops with a PlanError
 WORK_LIMIT = 60_000_000
