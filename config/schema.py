@@ -343,6 +343,11 @@ class Config(_Strict):
         full = self.full_catalog()
         return {t.type: full[t.type] for t in self.instance_types}
 
+    def table_prices(self) -> dict[str, float]:
+        """$/hr of every catalog type as the shipped table prices it (no region prices, no YAML
+        overrides): what the fleet actuator prices an instance of a type the config does not allow."""
+        return {t: it.price_per_hour for t, it in load_catalog().items()}
+
     def prices(self, allowed_only: bool = False) -> dict[str, float]:
         """$/hr by instance type, as :meth:`full_catalog` (or :meth:`catalog`) prices them."""
         return {t: it.price_per_hour for t, it in (self.catalog() if allowed_only else self.full_catalog()).items()}
