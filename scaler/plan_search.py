@@ -23,8 +23,10 @@ import numpy as np
 
 from config.budget import BUDGET_EPS
 from scaler.base_aux import BaseAux
-from scaler.plan import SIMILARITY_TOP, Meets, Objective, Plan, PlanInputs, no_pool_fits, similarity_pick
-from scaler.pool_search import PoolSpace, Pools, cheapest_pools, in_space, maximal, top_pools
+from scaler.plan_inputs import Meets, Objective, Plan, PlanInputs, no_pool_fits
+from scaler.similarity_pick import SIMILARITY_TOP, similarity_pick
+from scaler.pool_search import cheapest_pools, top_pools
+from scaler.pool_space import Pools, PoolSpace, in_space, maximal
 
 _Row = tuple[np.ndarray, float, float]      # counts over the space's types, $/hr, bound
 
