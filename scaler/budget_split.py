@@ -39,8 +39,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from scaler.transitions import pool_sum
 from config.budget import BUDGET_EPS
+from scaler.transitions import pool_sum
 from scaler.upper_bound import Ranking
 
 @dataclass(frozen=True)

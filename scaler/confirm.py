@@ -32,12 +32,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from scaler import plan as _plan
 from scaler.plan import Plan, PlanInputs, base_aux_of, choose_pool, maximal_pools, pool_space, rank_inputs
 from scaler.pool_count import count_pools
 from scaler.pool_search import SearchTooLarge, top_pools
 from scaler.pool_space import PoolSpace, in_space
-from config.budget import BUDGET_EPS
 from scaler.upper_bound import DEFAULT_POOL_LIMIT, Ranking
 
 Evaluate = Callable[[dict[str, int]], float]
