@@ -15,7 +15,8 @@ Where a change belongs:
   utilization, the cloud view; :mod:`dispatcher.worker_roles` -- park, unpark and the model each
   worker serves;
 * :mod:`dispatcher.routing` -- the routing round: which idle worker serves which waiting query
-  (Kairos §5.1), the worker call, the latency model's measurements;
+  (Kairos §5.1), the worker call, the latency model's measurements; :mod:`dispatcher.call_outcome`
+  -- what a call's reply or failure means for each of its queries;
 * :mod:`dispatcher.placement` -- variant metadata and placement: the models and variants known,
   where each is loaded, Load/Unload, RegisterModel and ListVariants (INFaaS §3-4);
 * :mod:`dispatcher.accuracy_routing` -- the accuracy plan's routing and SlackFit's binding;
