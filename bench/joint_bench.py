@@ -44,7 +44,7 @@ from scaler.fleet_decision import plan_fleet  # noqa: E402
 from scaler.joint_plan import declared_demands, model_frontiers, plan_joint, split_for  # noqa: E402
 from scaler.replan import DemandView  # noqa: E402
 from scaler.shared_plan import shared_min_cost  # noqa: E402
-from scaler.upper_bound import BUDGET_EPS  # noqa: E402
+from config.budget import BUDGET_EPS  # noqa: E402
 from sim.patterns import PatternSpec, parse_pattern, pattern_workload, rate_function  # noqa: E402
 from sim.replay import ReplaySpec, replay  # noqa: E402
 from sim.replay_baselines import BASELINE_NAMES, HINDSIGHT_WINDOW_S, PoolPlanner, minute_peaks, run_baseline  # noqa: E402
@@ -136,7 +136,7 @@ def side_by_side(steps: list[list[tuple[float, float]]], budget: float) -> tuple
                 cur = c
             total += cur
         peak = max(peak, total)
-        over += total > budget + 1e-9
+        over += total > budget + BUDGET_EPS
     return peak, over
 
 
@@ -197,7 +197,7 @@ def block_replay(cfg: Config, profiles: ProfileTable, specs: Mapping[str, Patter
             and all(joint_h["models"][m]["within_slo"] == summed["models"][m]["within_slo"] for m in models))
     worst = min(models, key=lambda m: ours["models"][m]["slo_attainment"])
     att_ok = all(ours["models"][m]["slo_attainment"] >= GOAL_ATTAINMENT for m in models)
-    budget_ok = ours["budget_violations"] == 0 and ours["peak_cost_per_hour"] <= budget + 1e-9
+    budget_ok = ours["budget_violations"] == 0 and ours["peak_cost_per_hour"] <= budget + BUDGET_EPS
     hours = duration_s / 3600.0
     same_note = ("; the joint and the per-model hindsight coincide here (same dollars, same queries within SLO): "
                  "as expected when every window's joint plan is `joint-min-cost` (each model's own pick, the pool it "

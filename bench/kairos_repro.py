@@ -49,6 +49,7 @@ import numpy as np  # noqa: E402
 from bench._kairos_notes import NOTES  # noqa: E402
 from bench._kairos_tables import baseline_table, claims_table, goals, main_table, plot  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
+from config.budget import BUDGET_EPS  # noqa: E402
 from dispatcher.policies import sweep_drs_threshold  # noqa: E402
 from scaler.batch_mix import BatchMix, mix_from_batches  # noqa: E402
 from scaler.confirm import DEFAULT_EVALUATIONS, confirm_pick  # noqa: E402
@@ -99,7 +100,7 @@ def homogeneous_pools(profiles: ProfileTable, model: str, mix: BatchMix, qos_ms:
     instances of it that fit the budget."""
     out: dict[str, Pool] = {}
     for t, price in prices.items():
-        n = int(math.floor(budget / price + 1e-9))
+        n = int(math.floor(budget / price + BUDGET_EPS))
         if n >= 1 and bool(np.all(profiles.latency_ms(model, t, mix.sizes, "p99") <= qos_ms)):
             out[t] = {t: n}
     return out

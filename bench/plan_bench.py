@@ -33,6 +33,7 @@ from dataclasses import replace  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench._report import machine, write_section  # noqa: E402
+from config.budget import BUDGET_EPS  # noqa: E402
 from scaler.batch_mix import mix_from_dist  # noqa: E402
 import scaler.plan as plan_mod  # noqa: E402
 from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
@@ -73,7 +74,7 @@ def baseline(inputs: PlanInputs, pools: list[tuple[int, ...]]) -> float:
     scored = []
     for pool in pools:
         cost = sum(n * p for n, p in zip(pool, price))
-        if cost > inputs.budget_per_hour + 1e-9 or sum(pool) == 0:
+        if cost > inputs.budget_per_hour + BUDGET_EPS or sum(pool) == 0:
             continue
         scored.append((upper_bound_one(pool[bcol], [pool[j] for j in acols], ba.params), -cost, pool))
     scored.sort(reverse=True)

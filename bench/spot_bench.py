@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import machine, write_section  # noqa: E402
+from config.budget import BUDGET_EPS  # noqa: E402
 from config.profiles import load_profiles_csv  # noqa: E402
 from config.schema import load_config  # noqa: E402
 from sim.patterns import parse_pattern, pattern_workload  # noqa: E402
@@ -52,7 +53,7 @@ def run(name: str, cfg: Any, profiles: Any, wl: Any, seconds: float, spec: Repla
 def row(label: str, f: dict[str, Any], od: dict[str, Any], budget: float) -> str:
     sp = f.get("spot") or {}
     share = f"{100 * sp['spot_share']:.1f} %" if sp else "-"
-    held = "yes" if f["violations"] == 0 and f["peak_cost_per_hour"] <= budget + 1e-9 else "NO"
+    held = "yes" if f["violations"] == 0 and f["peak_cost_per_hour"] <= budget + BUDGET_EPS else "NO"
     return (f"| {label} | {f['cost_usd']:.2f} | {f['cost_usd'] / od['cost_usd']:.3f} | "
             f"{100 * f['slo_attainment']:.2f} % | {sp.get('preemptions', '-')} | "
             f"{sp.get('queries_lost_to_preemption', '-')} | {share} | {f['peak_cost_per_hour']:.3f} | {held} |")

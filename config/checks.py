@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from config.budget import BUDGET_EPS
 from config.errors import ConfigError
 from config.hostport import split_hostport
 from config.profiles import ProfileTable, load_profiles_csv
@@ -44,17 +45,17 @@ def config_problems(cfg: Config) -> list[str]:
     catalog = cfg.catalog()
     budget = cfg.budget_per_hour
     floor = sum(catalog[t.type].price_per_hour * t.min for t in cfg.instance_types)
-    if floor > budget + 1e-9:
+    if floor > budget + BUDGET_EPS:
         mins = ", ".join(f"{t.type}×{t.min}" for t in cfg.instance_types if t.min)
         problems.append(f"instance_types: the minimum counts ({mins}) cost {floor:.3f} $/hr, "
                         f"over budget_per_hour {budget:g}")
     cheapest = min(catalog.values(), key=lambda it: it.price_per_hour)
-    if cheapest.price_per_hour > budget + 1e-9:
+    if cheapest.price_per_hour > budget + BUDGET_EPS:
         problems.append(f"budget_per_hour: {budget:g} $/hr buys no allowed instance type "
                         f"(the cheapest, {cheapest.name}, costs {cheapest.price_per_hour:g} $/hr)")
     if cfg.pinned_pool:
         pinned = sum(catalog[t].price_per_hour * n for t, n in cfg.pinned_pool.items())
-        if pinned > budget + 1e-9:
+        if pinned > budget + BUDGET_EPS:
             problems.append(f"pinned_pool: costs {pinned:.3f} $/hr, over budget_per_hour {budget:g}")
 
     problems += spot_problems(cfg.instance_types, cfg.spot, {t: it.price_per_hour for t, it in catalog.items()}, budget)

@@ -1,5 +1,10 @@
 """The one YAML file a user writes: pydantic models, loading, and line-numbered error messages.
 
+The sections of their own modules: ``dispatcher`` and ``metrics`` (:mod:`config.dispatcher_spec`),
+``intervals`` and ``model_scaling`` (:mod:`config.loop_specs`), ``pipelines``, ``spot``, ``lease``
+and the TLS models (:mod:`config.pipelines`, :mod:`config.spot`, :mod:`config.lease_spec`,
+:mod:`config.security`); they are named here too, as the config's parts.
+
 ``load_config(path)`` returns a validated :class:`Config` or raises :class:`ConfigError` whose
 ``lines`` hold one message per problem, each naming the field path and its YAML line
 (DESIGN invariant 5).
@@ -14,26 +19,16 @@ import yaml
 from pydantic import (Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
-from config.hostport import split_hostport
-from config.errors import ConfigError
 from config.batch_dist import parse_batch_dist
 from config.catalog import InstanceType, load_catalog
+from config.dispatcher_spec import DispatcherSpec, MetricsSpec
+from config.errors import ConfigError
 from config.families import shipped as shipped_families
 from config.fields import Name, Strict
-from config.pipelines import PipelineSpec, check_models
-from config.security import TlsSpec, WorkerTlsSpec, read_token
-from config.spot import Market, SpotSpec, check_spot
 from config.lease_spec import LeaseSpec
-
-def _optional_hostport(v: str | None, message: str) -> str | None:
-    """A field validator's check: None, or a HOST:PORT :func:`config.hostport.split_hostport` accepts."""
-    if v is not None:
-        try:
-            split_hostport(v)
-        except ValueError:
-            raise ValueError(message) from None
-    return v
-
+from config.loop_specs import AccuracyScalingSpec, IntervalsSpec, ModelScalingSpec
+from config.pipelines import PipelineSpec, check_models
+from config.spot import Market, SpotSpec, check_spot
 
 _Strict = Strict
 
@@ -141,109 +136,6 @@ class LaunchSpec(_Strict):
         return self
 
 
-class DispatcherSpec(_Strict):
-    listen: str = "127.0.0.1:50051"
-    policy: Literal["kairos", "kairos-strict", "fcfs", "drs", "clockwork"] = "kairos-strict"
-    queue_limit: Annotated[int, Field(ge=1)] = 10_000
-    on_deadline: Literal["drop", "best_effort"] = "drop"
-    batching: Literal["none", "work_conserving"] = Field(
-        "none", description="work_conserving: queries waiting for the same variant join a dispatched one in one "
-                            "worker call while the batch fits every one's SLO (dispatcher.batch_join)")
-    max_payload_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024
-    advertise: str | None = Field(None, description="HOST:PORT workers use to reach the dispatcher (default: listen)")
-    worker_port: Annotated[int, Field(ge=1, le=65535)] = 50052
-    cluster_token: str | None = Field(None, description="shared secret workers present when they register")
-    cluster_token_file: str | None = None
-    token_parameter: str | None = Field(
-        "/costscale/{cluster}/cluster-token", description="SSM SecureString parameter holding the cluster token: "
-        "launched workers read it with their instance profile (user data names it; rotate by overwriting it); "
-        "'' or null: the token goes into user data (readable with ec2:DescribeInstanceAttribute)")
-    tls: TlsSpec | None = Field(None, description="TLS on this port (config.security); client_ca_file: mutual TLS")
-    auth_token_file: str | None = Field(
-        None, description="clients of Inference and OIP send this file's token as 'authorization: Bearer <token>'")
-    worker_tls: WorkerTlsSpec | None = Field(None, description="TLS on the channels to the workers")
-
-    @field_validator("listen", "advertise")
-    @classmethod
-    def _hostport(cls, v: str | None) -> str | None:
-        return _optional_hostport(v, "must be HOST:PORT")
-
-    @field_validator("cluster_token")
-    @classmethod
-    def _blank_is_none(cls, v: str | None) -> str | None:
-        """A blank inline token is no token (beyond loopback one is then generated), never "" to compare."""
-        return (v or "").strip() or None
-
-    def token(self) -> str | None:
-        """The cluster token (from cluster_token_file when given); None when unset. An empty or
-        unreadable token file is a ConfigError (an empty one once read as "no token", which left
-        worker registration open beyond loopback)."""
-        if self.cluster_token_file:
-            return read_token(self.cluster_token_file, "dispatcher.cluster_token_file")
-        return self.cluster_token
-
-
-class MetricsSpec(_Strict):
-    """Prometheus metrics (``GET /metrics``, ``daemon.metrics``): what ``costscale status`` shows,
-    as time series."""
-
-    listen: str | None = Field("127.0.0.1:9464", description="HOST:PORT of the metrics endpoint; null: none")
-    public: bool = Field(False, description="allow a listen beyond loopback: the endpoint has no authentication "
-                                            "(read-only figures: spend, pool, counts); scrape it through a "
-                                            "proxy that authenticates, or set this to say you accept that")
-
-    @field_validator("listen")
-    @classmethod
-    def _hostport(cls, v: str | None) -> str | None:
-        return _optional_hostport(v, "must be HOST:PORT (or null for no metrics endpoint)")
-
-
-class IntervalsSpec(_Strict):
-    fleet_s: Annotated[float, Field(gt=0)] = 30.0
-    model_s: Annotated[float, Field(gt=0)] = 1.0
-    reconcile_s: Annotated[float, Field(gt=0)] = 60.0
-    # scale-in stabilization: the fleet plans for the highest demand of this window, so a dip does
-    # not retire instances the next minute needs (Kubernetes HPA's default downscale window)
-    scale_in_s: Annotated[float, Field(ge=0)] = 300.0
-
-
-class AccuracyScalingSpec(_Strict):
-    """Accuracy scaling (Proteus §3-§4): an application with variants of more than one accuracy is
-    placed and routed by the accuracy planner instead of the INFaaS model autoscaler, so a spike past
-    what the pool serves at full accuracy is served by less accurate variants, never below the
-    application's floor, and full accuracy comes back when it ends."""
-
-    enabled: bool = False
-    mode: Literal["plan", "slackfit"] = Field(
-        "plan", description="plan: the accuracy planner places one variant per worker and routes queries (Proteus); "
-                            "slackfit: every variant stays loaded and each dispatch picks the most accurate one that "
-                            "serves the waiting queries within the head's slack (SuperServe §4.2, choose_for_queue)")
-    replan_s: Annotated[float, Field(gt=0)] = Field(
-        30.0, description="plan again this often when demand moved 10 % (a burst plans at once)")
-    beta: Annotated[float, Field(ge=1, le=2)] = Field(1.05, description="plan for demand x beta (Proteus's default 1.05)")
-    min_accuracy: dict[Name, Annotated[float, Field(ge=0, le=1)]] = Field(
-        default_factory=dict, description="application -> the least accuracy its queries may be served at")
-    burst_noise_z: Annotated[float, Field(ge=0, le=10)] = Field(
-        4.0, description="a burst must lie this many Poisson standard deviations above the planned rate over "
-                         "its 1 s window (0: Proteus's test alone); at a few q/s a noisy second is no burst")
-
-
-class ModelScalingSpec(_Strict):
-    """The model loop (INFaaS §4.2): which model-autoscaler decides the variant instances, and the
-    VM-autoscaler's timing."""
-
-    solver: Literal["greedy", "ilp"] = Field(
-        "greedy", description="greedy (INFaaS §4.2.2, sub-millisecond) or ilp (§4.2.1 with PuLP/CBC, optimal)")
-    generate_variants: bool = Field(True, description="generate int8/fp16/batch-tuned variants of each model at start")
-    vm_add_cooldown_s: Annotated[float, Field(ge=0)] = 30.0
-    vm_remove_cooldown_s: Annotated[float, Field(ge=0)] = 120.0
-    vm_low_utilization: Annotated[float, Field(gt=0, lt=1)] = 0.40
-    accuracy_scaling: AccuracyScalingSpec = AccuracyScalingSpec()
-    vm_park_s: Annotated[float, Field(ge=0)] = Field(
-        120.0, description="a surplus instance stays parked (warm, no variant loaded, no queries) this long before it "
-                           "is terminated; a spike meanwhile loads its variants back instead of launching; 0: terminate at once")
-
-
 class WorkloadSpec(_Strict):
     """What the planner assumes before the dispatcher has measured anything."""
 
@@ -342,6 +234,11 @@ class Config(_Strict):
         """The catalog restricted to the allowed types, with YAML price overrides applied."""
         full = self.full_catalog()
         return {t.type: full[t.type] for t in self.instance_types}
+
+    def table_prices(self) -> dict[str, float]:
+        """$/hr of every catalog type as the shipped table prices it (no region prices, no YAML
+        overrides): what the fleet actuator prices an instance of a type the config does not allow."""
+        return {t: it.price_per_hour for t, it in load_catalog().items()}
 
     def prices(self, allowed_only: bool = False) -> dict[str, float]:
         """$/hr by instance type, as :meth:`full_catalog` (or :meth:`catalog`) prices them."""
@@ -476,3 +373,10 @@ def load_config(path: str | Path) -> Config:
             m = m.model_copy(update={"family": str(csv)})
         models.append(m)
     return cfg.model_copy(update={"models": models})
+
+
+#: the sections defined in their own modules (config.dispatcher_spec, config.loop_specs, ...) are
+#: named here too, as the config's parts
+__all__ = ["AccuracyScalingSpec", "AwsSpec", "Config", "DispatcherSpec", "InstanceTypeSpec", "IntervalsSpec",
+           "LaunchSpec", "LaunchTemplateRef", "LeaseSpec", "MetricsSpec", "ModelScalingSpec", "ModelSpec",
+           "PipelineSpec", "SpotSpec", "WorkloadSpec", "load_config", "parse_config_text"]

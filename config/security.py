@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from config.errors import ConfigError
 from config.hostport import split_hostport
 
-if TYPE_CHECKING:
-    from config.schema import Config
+#: the config (``config.schema.Config``, not imported: the schema builds on this module)
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 #: the server name a worker's certificate carries (a DNS SAN), checked by the dispatcher whatever
 #: address the worker has: instances come and go with addresses no certificate can name in advance
@@ -106,7 +106,7 @@ RESTART_ONLY: dict[str, tuple[str, ...] | None] = {
 }
 
 
-def restart_only_changes(running: Config, new: Config) -> tuple[Config, list[str]]:
+def restart_only_changes(running: ConfigT, new: ConfigT) -> tuple[ConfigT, list[str]]:
     """``new`` with the running values of the :data:`RESTART_ONLY` settings, and the names of those
     it changed (``dispatcher.tls``, ...; names only: a token is a secret)."""
     changed: list[str] = []
@@ -116,9 +116,9 @@ def restart_only_changes(running: Config, new: Config) -> tuple[Config, list[str
         fields = only if only is not None else tuple(type(old).model_fields)
         changed += [f"{section}.{f}" for f in fields if getattr(now, f) != getattr(old, f)]
         kept[section] = now.model_copy(update={f: getattr(old, f) for f in fields})
-    if new.pipelines != running.pipelines:      # the dispatcher builds its pipeline runner at start
+    if new.pipelines != running.pipelines:  # type: ignore[attr-defined]      # the dispatcher builds its pipeline runner at start
         changed.append("pipelines")
-        kept["pipelines"] = running.pipelines
+        kept["pipelines"] = running.pipelines  # type: ignore[attr-defined]
     return new.model_copy(update=kept), changed
 
 

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 
 from pydantic import Field, field_validator
 
+from config.budget import BUDGET_EPS
 from config.fields import Strict
 
 Market = Literal["on_demand", "spot", "both"]
@@ -107,7 +108,7 @@ def spot_problems(instance_types: Sequence[Any], spot: SpotSpec | None, on_deman
     for t in instance_types:
         market = getattr(t, "market", "on_demand")
         falls_back = market == "both" or (market == "spot" and spot.fallback == "on_demand")
-        if market != "on_demand" and falls_back and on_demand[t.type] > budget + 1e-9:
+        if market != "on_demand" and falls_back and on_demand[t.type] > budget + BUDGET_EPS:
             how = "market: both" if market == "both" else "spot.fallback: on_demand"
             out.append(f"spot.fallback: {how} cannot buy one on-demand {t.type} ({on_demand[t.type]:g} $/hr) "
                        f"within budget_per_hour {budget:g}; set market: spot with spot.fallback: none for it, "

@@ -166,7 +166,7 @@ class Daemon:
         self.cloud = self._cloud
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour,
                                       drain=self._drain, drain_loop=self._loop, drain_timeout_s=DRAIN_TIMEOUT_S,
-                                      pending_timeout_s=cfg.launch.pending_timeout_s)
+                                      pending_timeout_s=cfg.launch.pending_timeout_s, other_prices=cfg.table_prices())
         self.market = await open_market(cfg, self.actuator, self.cloud, self.dispatcher.set_spot_prices)
         self.replica = await start_replica(cfg, self.aws.lease if self.aws else None, self.aws and self.aws.dynamodb,
                                            self._listen or cfg.dispatcher.listen, self.port,

@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from config.pids import pid_alive
 from daemon.failover_load import LoadRecord, steady_load
 from daemon.replica_cluster import (LEASE_TABLE, NGINX, BudgetSampler, ClusterSpec, ReplicaProcess, ec2_client,
@@ -345,7 +346,7 @@ async def run_point(c: ReplicaDemoCluster, point: KillPoint, *, qps: float, seed
         lease_taken_s=None if took is None else round(took - t_kill, 3),
         resumed_s=None if acted is None else round(acted - t_kill, 3), ttl_s=spec.ttl_s, budget=spec.budget,
         peak_before=before[0], peak_during=during[0], peak_after=after[0],
-        over_budget_samples=sum(1 for x in window if x > spec.budget + 1e-9), samples=len(window),
+        over_budget_samples=sum(1 for x in window if x > spec.budget + BUDGET_EPS), samples=len(window),
         orphans=sorted(i for i, _ in live if i not in view), duplicates=sum(max(0, n - spec.pool.get(t, 0))
                                                                            for t, n in live_by.items()),
         pool=dict(spec.pool), live_after=live_by, lost=lost, notes=notes)

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
+from config.budget import BUDGET_EPS
 from scaler.cloud import CLUSTER_TAG
 
 #: the source tree ``costscale run`` is started in (``python -m daemon.cli``)
@@ -291,7 +292,7 @@ class BudgetSampler(threading.Thread):
     @property
     def over(self) -> list[float]:
         """The samples over the budget (empty: the budget held)."""
-        return [c for _, c in self.samples if c > self.budget + 1e-9]
+        return [c for _, c in self.samples if c > self.budget + BUDGET_EPS]
 
     def peak_between(self, t0: float, t1: float) -> tuple[float, int]:
         """The highest $/hr sampled in [t0, t1) (wall time) and how many samples."""

@@ -14,12 +14,19 @@ group that fit with it into the same worker call (:mod:`dispatcher.batch_join`);
 rows of the outputs, and a failed call settles each of them as it would settle one.
 
 A query whose worker dies (RPC UNAVAILABLE/CANCELLED) goes back to the head of the queue, at most
-``max_retries`` times. Measured service times feed the latency model in batches
-(``observe_batch``, ``observe_delay_s``) and the model loop's samples.
+``max_retries`` times (what each call's outcome means for its queries: :mod:`dispatcher.call_outcome`).
+Measured service times feed the latency model in batches (``observe_batch``, ``observe_delay_s``)
+and the model loop's samples.
+
+A policy that breaks its contract (matches a query to a worker that is not idle, is draining or
+removed, or may not serve it) leaves that query queued for the next round; each such pair is
+counted (``contract_broken``, in the dispatcher's stats) and logged, at most once per
+:data:`dispatcher.runtime.CONTRACT_LOG_INTERVAL_S`. The round's tuning numbers have their one home
+beside the matching's tunables (:mod:`dispatcher.runtime`).
 
 :class:`RoutingRound` is a part of :class:`dispatcher.server.Dispatcher` (``d.routing``). Owns: the
-caught dispatch (``_catch``, ``_caught``), the pending latency measurements and the tunables
-``observe_batch``, ``observe_delay_s``. Takes: the dispatcher's spec (``on_deadline``, ``batching``),
+caught dispatch (``_catch``, ``_caught``), the pending latency measurements, the count of
+contract-breaking matches and the tunables ``observe_batch``, ``observe_delay_s``. Takes: the dispatcher's spec (``on_deadline``, ``batching``),
 the :class:`dispatcher.runtime.Runtime` (clock, loop, tasks, stopping), the round trigger (it runs
 the rounds the trigger coalesces), the query book (the queues, each query's end, re-dispatch), the
 worker registry (workers, assignment, removal, utilization horizon), placement (what each worker
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from typing import Callable, Collection
 
 import grpc
@@ -37,18 +45,18 @@ import grpc
 from config.schema import DispatcherSpec
 from dispatcher import batch_join
 from dispatcher.accuracy_routing import AccuracyRouting
+from dispatcher.call_outcome import settle_answered, settle_failed
 from dispatcher.placement import VariantPlacement
 from dispatcher.policies import infeasible
 from dispatcher.latency_model import LatencyModel
 from dispatcher.policy import Policy, WorkerView
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import SC, Query, QueryBook
-from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
-from dispatcher.worker_client import is_worker_failure
+from dispatcher.runtime import (CONTRACT_LOG_INTERVAL_S, HEAD_SCAN, OBSERVE_BATCH, OBSERVE_DELAY_S, MatchTunables,
+                                RoundTrigger, Runtime)
 from dispatcher.workers import WorkerRegistry, WorkerState
 
-#: weight of the newest call in a worker's smoothed call overhead
-OVERHEAD_EWMA = 0.1
+log = logging.getLogger("costscale")
 #: what a query needs of a worker: ("v", variant), ("m", model) or ("a", application, min_accuracy)
 #: (late-bound, SlackFit: any variant of the application at or above the floor)
 GroupKey = tuple
@@ -57,11 +65,6 @@ GroupKey = tuple
 def group_key(variant: str, model: str) -> GroupKey:
     """The group of a query (or an offline job) bound to ``variant``, or else to ``model``."""
     return ("v", variant) if variant else ("m", model)
-
-
-#: with several models on their own workers, a round looks this far into the queue for each
-#: model's head (dispatcher.routing.RoutingRound._heads_by_model)
-HEAD_SCAN = 2048
 
 
 class RoutingRound:
@@ -87,8 +90,12 @@ class RoutingRound:
         # catches, and the dispatch caught (see round_catching)
         self._catch: Query | WorkerState | None = None
         self._caught: tuple[Query, WorkerState, int] | None = None
-        self.observe_batch = 32
-        self.observe_delay_s = 0.05
+        self.observe_batch = OBSERVE_BATCH
+        self.observe_delay_s = OBSERVE_DELAY_S
+        #: matches a policy returned that break its contract (the query stayed queued), since start
+        self.contract_broken = 0
+        self._contract_logged_at: float | None = None   # when the last such line was logged
+        self._contract_unlogged = 0                     # broken matches since that line
         self._pending_obs: list[tuple[str, str, int, float]] = []
         self._obs_timer: asyncio.TimerHandle | None = None
         trigger.attach(self.round)
@@ -131,6 +138,7 @@ class RoutingRound:
                 groups.setdefault(self._group_key(q), []).append(q)
         taken: set[str] = set()
         workers = self.registry.workers
+        broken, breaker = 0, self.policy
         for gkey, gqs in groups.items():
             gw = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle and w.instance_id not in taken)
                   for w in live if self.eligible(w, gkey)]
@@ -146,9 +154,27 @@ class RoutingRound:
                     continue
                 if w is None or not w.idle or w.draining or w.removed or not self.eligible(w, gkey):
                     book.retry[q.query_id] = q   # policy broke the contract: keep it queued
+                    broken, breaker = broken + 1, policy
                     continue
                 taken.add(w.instance_id)
                 self._dispatch(q, w, now, reserved)
+        if broken:
+            self._contract_breaks(broken, now, breaker)
+
+    def _contract_breaks(self, n: int, now: float, policy: Policy) -> None:
+        """``n`` matches of this round broke the policy's contract: counted, and logged with the
+        count since the last line, at most once per :data:`CONTRACT_LOG_INTERVAL_S`."""
+        self.contract_broken += n
+        self._contract_unlogged += n
+        last = self._contract_logged_at
+        if last is not None and now - last < CONTRACT_LOG_INTERVAL_S:
+            return
+        k = self._contract_unlogged
+        log.warning("routing: the policy %s broke its contract %d time(s) (%d since start): a match to a worker "
+                    "that is not idle, is draining or removed, or may not serve the query; the query stays queued",
+                    type(policy).__name__, k, self.contract_broken)
+        self._contract_logged_at = now
+        self._contract_unlogged = 0
 
     def _heads_by_model(self, live: list[WorkerState], k: int) -> list[Query]:
         """The round's view when models have workers of their own (the fleet's joint plan): up to
@@ -307,79 +333,9 @@ class RoutingRound:
         now = self.rt.clock()
         self.release(w, q.query_id)
         if reply is not None:
-            self._answered(q, w, members, batch, reply, now)
+            settle_answered(self.book, self.registry, self.placement, self._observe, q, w, members, batch, reply, now)
         else:
-            self._failed(w, members, code, details)
-
-    def _answered(self, q: Query, w: WorkerState, members: list[tuple[Query, int]], batch: int,
-                  reply: pb.InferReply, now: float) -> None:
-        """The call answered: the worker's load and samples, the latency model, each query's result."""
-        book = self.book
-        w.served += len(members)
-        service_ms = reply.service_ms if reply.service_ms > 0 else 1000.0 * (now - q.dispatched_at)
-        if not q.offline:
-            w.busy.append((q.dispatched_at, now))
-            # one call per worker at a time: end times only increase, so what ended before
-            # the utilization horizon is at the left
-            lo = now - self.registry.utilization_horizon_s
-            while w.busy and w.busy[0][1] < lo:
-                w.busy.popleft()
-        w.samples.append((reply.variant or q.variant or q.model.name, batch, service_ms, q.offline))
-        if reply.service_ms > 0:
-            extra = max(1000.0 * (now - q.dispatched_at) - service_ms, 0.0)
-            w.overhead_ms += OVERHEAD_EWMA * (extra - w.overhead_ms)
-        self._observe(q.model.profile_name, w.instance_type, batch, service_ms)
-        outputs: list = [list(reply.outputs)]
-        if len(members) > 1:
-            try:
-                outputs = batch_join.split(reply.outputs, [m.batch for m, _ in members])
-            except ValueError as exc:     # outputs not batch-major: no query gets a wrong slice
-                for m, g in members:
-                    if m.gen == g and not m.future.done():
-                        book.inflight.pop(m.query_id, None)
-                        book.finish(m, (SC.INTERNAL, f"cannot split the batch's outputs by query: {exc}"))
-                return
-        for (m, g), out in zip(members, outputs):
-            if m.gen != g or m.future.done():
-                continue
-            book.inflight.pop(m.query_id, None)
-            total = 1000.0 * (now - m.arrival)
-            variant = reply.variant or m.variant
-            book.finish(m, pb.SubmitReply(
-                outputs=out, model=m.model.name, variant=variant,
-                instance_id=w.instance_id, instance_type=w.instance_type,
-                queue_ms=1000.0 * (m.dispatched_at - m.arrival), service_ms=service_ms, total_ms=total,
-                slo_met=total <= m.qos_ms, provider=reply.provider,
-                accuracy=self.placement.variant_accuracy(variant)))
-
-    def _failed(self, w: WorkerState, members: list[tuple[Query, int]], code: grpc.StatusCode | None,
-                details: str) -> None:
-        """The call failed: a dead worker is removed and its queries re-dispatched; otherwise each
-        query ends or goes back to the queue by the code."""
-        book = self.book
-        failed = w.removed or is_worker_failure(code)
-        if failed:
-            self.registry.remove_worker(w, f"Infer failed: {code.name if code else '?'} {details}")
-        for m, g in members:
-            if m.gen != g or m.future.done():
-                continue
-            book.inflight.pop(m.query_id, None)
-            if failed:
-                book.requeue(m, f"worker {w.instance_id} failed ({code.name if code else '?'})")
-            elif code == SC.DEADLINE_EXCEEDED:
-                book.finish(m, (SC.DEADLINE_EXCEEDED, f"no result within {book.query_timeout_s:g} s"))
-            elif code == SC.INVALID_ARGUMENT:
-                book.finish(m, (SC.INVALID_ARGUMENT, f"worker rejected the query: {details}"))
-            elif code == SC.NOT_FOUND:
-                # the worker does not hold what we routed (an unload raced with this query):
-                # it is authoritative, so stop routing that variant there and try elsewhere
-                p = self.placement
-                gone = {m.variant} if m.variant else {v for v in p.loaded_on(w) if p.variant_model(v) == m.model.name}
-                w.loaded = p.loaded_on(w) - gone
-                book.requeue(m, f"worker {w.instance_id} does not hold {m.variant or m.model.name}: {details}")
-                self.accuracy.repin_if_unplaced(m)
-            else:
-                book.requeue(m, f"worker {w.instance_id} returned {code.name if code else '?'}: {details}")
+            settle_failed(self.book, self.registry, self.placement, self.accuracy, w, members, code, details)
 
     def _observe(self, model: str, instance_type: str, batch: int, service_ms: float) -> None:
         """Feed a measured service time to the latency model, in batches of ``observe_batch`` (or

@@ -19,6 +19,19 @@ from typing import Any, Callable, Coroutine
 
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
 
+# The routing round's tuning numbers (dispatcher.routing, dispatcher.call_outcome), one home each:
+#: with several models on their own workers, a round looks this far into the queue for each
+#: model's head (dispatcher.routing.RoutingRound._heads_by_model)
+HEAD_SCAN = 2048
+#: weight of the newest call in a worker's smoothed call overhead (an EWMA over calls)
+OVERHEAD_EWMA = 0.1
+#: measured service times fed to the latency model at once (RoutingRound.observe_batch's default)
+OBSERVE_BATCH = 32
+#: s: the longest a measurement waits for its batch (RoutingRound.observe_delay_s's default)
+OBSERVE_DELAY_S = 0.05
+#: s: a policy breaking its contract is logged at most once per this (with the count since)
+CONTRACT_LOG_INTERVAL_S = 60.0
+
 
 class Runtime:
     """The clock, the event loop (set when the dispatcher starts), the tasks it started and its
@@ -98,4 +111,5 @@ class MatchTunables:
     view_factor: int = DISPATCH_VIEW_FACTOR
 
 
-__all__ = ["MatchTunables", "RoundTrigger", "Runtime"]
+__all__ = ["CONTRACT_LOG_INTERVAL_S", "HEAD_SCAN", "MatchTunables", "OBSERVE_BATCH", "OBSERVE_DELAY_S", "OVERHEAD_EWMA",
+           "RoundTrigger", "Runtime"]

@@ -15,7 +15,8 @@ Where a change belongs:
   utilization, the cloud view; :mod:`dispatcher.worker_roles` -- park, unpark and the model each
   worker serves;
 * :mod:`dispatcher.routing` -- the routing round: which idle worker serves which waiting query
-  (Kairos §5.1), the worker call, the latency model's measurements;
+  (Kairos §5.1), the worker call, the latency model's measurements; :mod:`dispatcher.call_outcome`
+  -- what a call's reply or failure means for each of its queries;
 * :mod:`dispatcher.placement` -- variant metadata and placement: the models and variants known,
   where each is loaded, Load/Unload, RegisterModel and ListVariants (INFaaS §3-4);
 * :mod:`dispatcher.accuracy_routing` -- the accuracy plan's routing and SlackFit's binding;
@@ -30,14 +31,14 @@ Dispatcher: no module of the package imports this one (an import-linter contract
 pyproject.toml), so a shard -- a dispatcher over a subset of the workers -- is built from the same
 parts. The Dispatcher builds them in dependency order, owns the server's lifecycle (listening,
 credentials, the cluster token, stop) and forwards the parts' API and state under the names the
-daemon, the model loop and the tests use (:data:`FORWARDED`).
+daemon, the model loop and the tests use (:data:`dispatcher.part_names.PART_NAMES`).
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import grpc
 import numpy as np
@@ -57,6 +58,7 @@ from dispatcher.object_store import ObjectStore, S3Objects
 from dispatcher.offline import OfflineJobs
 from dispatcher.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipServicer
 from dispatcher.outcomes import OutcomeLedger
+from dispatcher.part_names import forward_part_names
 from dispatcher.pipeline_exec import PipelineRunner
 from dispatcher.placement import VariantPlacement
 from dispatcher.policies import make_policy
@@ -81,46 +83,6 @@ if TYPE_CHECKING:
 
 SERVICE_NAME = "costscale.v1.Inference"
 _EMPTY_WINDOW = DemandWindow(capacity=1)
-
-
-class _Forwarded:
-    """A Dispatcher attribute that lives on one of its parts, read and set through the Dispatcher
-    under the name the daemon and the tests use (e.g. ``d.workers`` is ``d.worker_registry.workers``,
-    ``d._variant_meta`` is ``d.placement.variant_meta``). A method set this way (a test's stub)
-    replaces the part's own, as the other parts call it."""
-
-    def __init__(self, part: str, name: str) -> None:
-        self.part, self.name = part, name
-
-    def __get__(self, d: Dispatcher | None, owner: type | None = None) -> Any:
-        if d is None:
-            return self
-        return getattr(getattr(d, self.part), self.name)
-
-    def __set__(self, d: Dispatcher, value: Any) -> None:
-        setattr(getattr(d, self.part), self.name, value)
-
-
-#: the Dispatcher's names that live on a part: part attribute -> (Dispatcher name, or (its name,
-#: the part's name))
-FORWARDED: dict[str, tuple[str | tuple[str, str], ...]] = {
-    "queries": ("accepted", "served", "rejected", "redispatched", "query_timeout_s", "idempotency_capacity",
-                "max_retries"),
-    "worker_registry": ("workers", "serves", "parked_ids", "cloud_view", "health_interval_s",
-                        "health_timeout_s", "health_failures", "utilization_horizon_s", "allow_instance",
-                        "set_cloud_view", "set_spot_notice_handler", "booting", "forget_instance", "add_worker_direct",
-                        "drain", "serving_by_type", "utilization", "online_utilization"),
-    "roles": ("set_assignment", "mark_parked", "park", "unpark"),
-    "routing": ("policy", "observe_batch", "observe_delay_s", "take_samples"),
-    "admission": ("window", "model_windows"),
-    "tunables": ("xi", "view_factor"),
-    "placement": ("registry", "variant_states", "load_ops", "unload_ops", ("_models", "models"),
-                  ("_variant_meta", "variant_meta"), "refresh_variants", "variant_model", "speed_factor",
-                  "loaded_on", "ensure_loaded", "load_variant", "unload_variant",
-                  "list_variants", "register_model"),
-    "offline": (("offline_jobs", "jobs"), ("offline_threshold", "threshold"), ("offline_chunk", "chunk"),
-                ("offline_poll_s", "poll_s"), ("submit_offline", "submit")),
-}
 
 
 class Dispatcher:
@@ -384,6 +346,7 @@ class Dispatcher:
             "accepted": book.accepted,
             "served": book.served,
             "redispatched": book.redispatched,
+            "policy_contract_broken": self.routing.contract_broken,
             "rejected": int(sum(book.rejected.values())),
             "workers": len(workers),
             "idle_workers": sum(1 for w in workers.values() if w.idle and not w.draining),
@@ -413,8 +376,4 @@ class Dispatcher:
                                   facts=self.status_source() if self.status_source is not None else None)
 
 
-for _part, _names in FORWARDED.items():
-    for _name in _names:
-        _mine, _theirs = _name if isinstance(_name, tuple) else (_name, _name)
-        setattr(Dispatcher, _mine, _Forwarded(_part, _theirs))
-del _part, _names, _name, _mine, _theirs
+forward_part_names(Dispatcher)

@@ -13,97 +13,58 @@ autoscaler starts and retires the VMs). It keeps the three invariants of DESIGN.
    finishes, re-issues (same token) or rolls back half-done intents, so a crash never launches twice.
 
 Capacity errors mark the type unavailable for a cooldown (``unavailable_types()``) and are
-reported, so the caller replans without it.
+reported, so the caller replans without it. What an apply or reconcile did is reported as data
+(:mod:`scaler.actuator_reports`). The actuator prices instances only from what it is given: the
+allowed types' catalog and ``other_prices`` (the shipped table's, for a type the config no longer
+allows but the cloud still lists).
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import inspect
+import logging
 import math
 import threading
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
-from scaler.state import StateStore
-from config.catalog import InstanceType, load_catalog
+from config.budget import BUDGET_EPS
+from config.catalog import InstanceType
+from scaler.actuator_reports import ApplyReport, ReconcileReport, pool_text
 from scaler.cloud import CloudConfigError, CloudError, CloudProvider, InsufficientCapacity, ManagedInstance, Throttled
+from scaler.state import StateStore
 from scaler.transitions import Step, _retire_order, client_token, plan_transition, pool_digest
 
-_EPS = 1e-9
+log = logging.getLogger("costscale")
 DrainFn = Callable[[str], "Awaitable[bool] | bool"]
-
-
-@dataclass
-class ApplyReport:
-    plan_id: str
-    target: dict[str, int]
-    steps: list[Step] = field(default_factory=list)
-    launched: dict[str, list[str]] = field(default_factory=dict)
-    terminated: list[str] = field(default_factory=list)
-    drained: dict[str, bool] = field(default_factory=dict)
-    unavailable: list[str] = field(default_factory=list)     # types that failed for capacity (replan without)
-    shortfall: dict[str, int] = field(default_factory=dict)  # type → instances of the target still missing
-    budget_cut: dict[str, int] = field(default_factory=dict)  # type → instances not launched to stay in budget
-    errors: list[str] = field(default_factory=list)
-    settled: "ReconcileReport | None" = None
-
-    @property
-    def complete(self) -> bool:
-        return not self.errors and not any(self.shortfall.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["complete"] = self.complete
-        return d
-
-    def summary(self) -> str:
-        """One readable line for the log: what changed, and what did not happen."""
-        parts = [f"launched {_ids(self.launched)}" if any(self.launched.values()) else "",
-                 f"terminated {', '.join(self.terminated)}" if self.terminated else "",
-                 f"short {pool_text(self.shortfall)}" if any(self.shortfall.values()) else "",
-                 f"budget cut {pool_text(self.budget_cut)}" if any(self.budget_cut.values()) else "",
-                 f"no capacity for {', '.join(self.unavailable)}" if self.unavailable else "",
-                 f"{len(self.errors)} error(s): {self.errors[0]}" if self.errors else ""]
-        if self.settled is not None and self.settled.summary() != "no change":
-            parts.append(f"settled: {self.settled.summary()}")
-        return "; ".join(p for p in parts if p) or "no change"
-
-
-@dataclass
-class ReconcileReport:
-    adopted: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)       # intent tokens found done in the cloud
-    reissued: list[str] = field(default_factory=list)       # launch intents re-sent with the same token
-    rolled_back: list[str] = field(default_factory=list)
-    terminated_unwanted: list[str] = field(default_factory=list)
-    terminated_stuck: list[str] = field(default_factory=list)
-    gone: list[str] = field(default_factory=list)
-    unavailable: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        """One readable line for the log (empty lists left out)."""
-        parts = [f"{name.replace('_', ' ')} {', '.join(ids)}" for name, ids in asdict(self).items() if ids]
-        return "; ".join(parts) or "no change"
-
-
-def _ids(by_type: dict[str, list[str]]) -> str:
-    return ", ".join(f"{t}: {' '.join(ids)}" for t, ids in sorted(by_type.items()) if ids)
-
-
-def pool_text(by_type: Mapping[str, int]) -> str:
-    """``g4dn.xlarge×1, r5n.large×2``: a pool (or counts by type) in one line for logs."""
-    return ", ".join(f"{t}×{n}" for t, n in sorted(by_type.items()) if n)
 
 
 class _Stop(Exception):
     """Internal: abort the remaining steps (throttled or an unknown cloud outcome)."""
+
+
+class _CloudCall:
+    """What :func:`_recorded` saw: ``failed`` once a cloud error was recorded."""
+
+    failed = False
+
+
+@contextmanager
+def _recorded(errors: list[str], what: str) -> Iterator[_CloudCall]:
+    """A block of cloud calls whose :class:`CloudError` is recorded in ``errors`` as ``what: error``
+    and ends the block (``failed`` set); a :class:`CloudConfigError` (a refused configuration, the
+    same on every retry) propagates."""
+    call = _CloudCall()
+    try:
+        yield call
+    except CloudConfigError:
+        raise
+    except CloudError as exc:
+        errors.append(f"{what}: {exc}")
+        call.failed = True
 
 
 class FleetActuator:
@@ -121,7 +82,11 @@ class FleetActuator:
         drain_timeout_s: float = 60.0,
         drain_loop: asyncio.AbstractEventLoop | None = None,
         step_hook: Callable[[Step], None] | None = None,
+        other_prices: Mapping[str, float] | None = None,
     ) -> None:
+        """``catalog``: the allowed types (and spot slots), their prices; ``other_prices``: $/hr of
+        the other types an instance may still be listed with (the caller's ``cfg.table_prices()``:
+        a type the config no longer allows); a type in neither has no price (ValueError)."""
         self.cloud = cloud
         self.store = store
         self.catalog = dict(catalog)
@@ -133,7 +98,7 @@ class FleetActuator:
         self.drain_timeout_s = drain_timeout_s
         self.drain_loop = drain_loop
         self.step_hook = step_hook
-        self._full_catalog: dict[str, InstanceType] | None = None
+        self.other_prices = dict(other_prices or {})
         self._retire_first: tuple[str, ...] = ()   # the last apply's, for reconcile's surplus
         # apply() and reconcile() may be called from different threads (the daemon's fleet and
         # reconcile jobs): they are serialized, or two money checks could pass side by side.
@@ -143,10 +108,8 @@ class FleetActuator:
     def price(self, instance_type: str) -> float:
         if instance_type in self.catalog:
             return self.catalog[instance_type].price_per_hour
-        if self._full_catalog is None:
-            self._full_catalog = load_catalog()
-        if instance_type in self._full_catalog:
-            return self._full_catalog[instance_type].price_per_hour
+        if instance_type in self.other_prices:
+            return self.other_prices[instance_type]
         raise ValueError(f"no price known for instance type {instance_type}")
 
     def unavailable_types(self) -> set[str]:
@@ -164,9 +127,9 @@ class FleetActuator:
         cost = sum(self.price(i.instance_type) for i in live)
         cost += sum(self.price(t) for iid, t in extra.items() if iid not in seen)
         room = self.budget - cost
-        if room <= -_EPS:
+        if room <= -BUDGET_EPS:
             return 0
-        return max(0, min(count, int(math.floor((room + _EPS) / self.price(instance_type)))))
+        return max(0, min(count, int(math.floor((room + BUDGET_EPS) / self.price(instance_type)))))
 
     def _drain_one(self, instance_id: str) -> bool:
         if self.drain is None:
@@ -183,7 +146,9 @@ class FleetActuator:
                     return bool(asyncio.run_coroutine_threadsafe(_wait(), self.drain_loop).result(self.drain_timeout_s + 1))
                 return bool(asyncio.run(_wait()))
             return bool(res)
-        except Exception:  # a failed or timed-out drain still lets the terminate go ahead
+        except Exception as exc:  # a failed or timed-out drain still lets the terminate go ahead
+            log.warning("fleet: drain of %s failed (%s: %s); it is terminated anyway", instance_id,
+                        type(exc).__name__, exc)
             return False
 
     def _terminate(self, ids: list[str], token: str, plan_id: str, instance_type: str, seq: int) -> None:
@@ -246,15 +211,12 @@ class FleetActuator:
                     wanted = have + it.count <= latest.target.get(it.instance_type, 0)
                 if wanted and it.instance_type not in self.unavailable_types() and \
                         self._fit(it.instance_type, it.count, {}) == it.count:
-                    try:
-                        self._launch(it.instance_type, it.count, it.client_token, it.plan_id, it.seq)
-                        rep.reissued.append(it.client_token)
-                    except InsufficientCapacity as exc:
-                        rep.unavailable.append(exc.instance_type)
-                    except CloudConfigError:
-                        raise
-                    except CloudError as exc:
-                        rep.errors.append(f"re-issue {it.client_token}: {exc}")
+                    with _recorded(rep.errors, f"re-issue {it.client_token}"):
+                        try:
+                            self._launch(it.instance_type, it.count, it.client_token, it.plan_id, it.seq)
+                            rep.reissued.append(it.client_token)
+                        except InsufficientCapacity as exc:
+                            rep.unavailable.append(exc.instance_type)
                 else:
                     self.store.set_intent_status(it.client_token, "rolled_back", now, note="not sent before a crash")
                     rep.rolled_back.append(it.client_token)
@@ -265,13 +227,10 @@ class FleetActuator:
                     self.store.set_intent_status(it.client_token, "rolled_back", now, note="superseded plan")
                     rep.rolled_back.append(it.client_token)
                     continue
-                try:
+                with _recorded(rep.errors, f"finish {it.client_token}") as call:
                     if still:
                         self.cloud.terminate(still)
-                except CloudConfigError:
-                    raise
-                except CloudError as exc:
-                    rep.errors.append(f"finish {it.client_token}: {exc}")
+                if call.failed:
                     continue
                 now = self.clock()
                 self.store.set_intent_status(it.client_token, "done", now, note="finished on reconcile")
@@ -306,13 +265,9 @@ class FleetActuator:
         for i in stuck:
             by_type[i.instance_type].append(i.instance_id)
         for t, lst in sorted(by_type.items()):
-            try:
+            with _recorded(rep.errors, f"terminate stuck {t}"):
                 self._retire(sorted(lst), t, "reconcile:stuck", drained)
                 rep.terminated_stuck.extend(sorted(lst))
-            except CloudConfigError:
-                raise
-            except CloudError as exc:
-                rep.errors.append(f"terminate stuck {t}: {exc}")
         latest = self.store.latest_plan()
         if latest is not None:
             stuck_ids = {i.instance_id for i in stuck}
@@ -325,13 +280,9 @@ class FleetActuator:
                 if extra <= 0:
                     continue
                 victims = _retire_order(lst, self._retire_first)[:extra]
-                try:
+                with _recorded(rep.errors, f"terminate unwanted {t}"):
                     self._retire(victims, t, f"reconcile:{latest.plan_id}", drained)
                     rep.terminated_unwanted.extend(victims)
-                except CloudConfigError:
-                    raise
-                except CloudError as exc:
-                    rep.errors.append(f"terminate unwanted {t}: {exc}")
         return rep
 
     def _launch_step(self, step: Step, plan_id: str, unavailable: set[str], mine: dict[str, str],
@@ -353,19 +304,18 @@ class FleetActuator:
             if n == 0:
                 return
             token = step.client_token if k == 0 else client_token(self.cloud.cluster, plan_id, step.client_token, t, k, "topup")
-            try:
-                got = self._launch(t, n, token, plan_id, step.seq)
-            except InsufficientCapacity as exc:
-                unavailable.add(t)
-                if t not in rep.unavailable:
-                    rep.unavailable.append(t)
-                rep.errors.append(str(exc))
-                return
-            except CloudConfigError:
-                raise
-            except CloudError as exc:
-                rep.errors.append(f"launch {t}: {exc}")
-                raise _Stop from None
+            got: list[ManagedInstance] = []
+            with _recorded(rep.errors, f"launch {t}") as call:
+                try:
+                    got = self._launch(t, n, token, plan_id, step.seq)
+                except InsufficientCapacity as exc:
+                    unavailable.add(t)
+                    if t not in rep.unavailable:
+                        rep.unavailable.append(t)
+                    rep.errors.append(str(exc))
+                    return
+            if call.failed:
+                raise _Stop
             fresh = [i for i in got if i.instance_id not in mine]
             for i in fresh:
                 mine[i.instance_id] = i.instance_type
@@ -416,13 +366,10 @@ class FleetActuator:
                     for iid in step.instance_ids:
                         rep.drained[iid] = self._drain_one(iid)
                 elif step.kind == "terminate":
-                    try:
+                    with _recorded(rep.errors, f"terminate {step.instance_type}") as call:
                         self._terminate(list(step.instance_ids), step.client_token, plan_id, step.instance_type, step.seq)
-                    except CloudConfigError:
-                        raise
-                    except CloudError as exc:
-                        rep.errors.append(f"terminate {step.instance_type}: {exc}")
-                        raise _Stop from None
+                    if call.failed:
+                        raise _Stop
                     rep.terminated.extend(step.instance_ids)
                 else:
                     self._launch_step(step, plan_id, unavailable, mine, rep)
@@ -439,4 +386,6 @@ class FleetActuator:
         return rep
 
 
-__all__ = ["ApplyReport", "FleetActuator", "ReconcileReport", "pool_digest"]
+#: ApplyReport, ReconcileReport and pool_text live in scaler.actuator_reports; named here too for the
+#: modules that import them from the actuator
+__all__ = ["ApplyReport", "FleetActuator", "ReconcileReport", "pool_digest", "pool_text"]

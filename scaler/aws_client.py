@@ -42,6 +42,16 @@ from scaler.cloud import CloudConfigError, CloudError
 RETRY_MODE = "standard"
 EC2_MAX_ATTEMPTS = 8          # the EC2 default (config ``aws.max_attempts``)
 
+# The AWS error codes every adapter (EC2, DynamoDB, SSM) types its errors by, one home:
+#: throttling that outlasted botocore's retries: the call is refused for now, nothing happened
+THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled",
+                            "TooManyRequestsException", "EC2ThrottledException"})
+#: a refusal that is the same on every retry (credentials, permissions, opt-in, a reused client
+#: token with other parameters): a configuration error, not a transient fault
+AUTH_CODES = frozenset({"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
+                        "OptInRequired", "Blocked", "MissingParameter", "MissingAuthenticationToken",
+                        "ExpiredToken", "AccessDenied", "AccessDeniedException", "IdempotentParameterMismatch"})
+
 # (code, message, attempts made) → the typed error to raise, or None: the ClientError itself.
 Typed = Callable[[str, str, int], "CloudError | None"]
 

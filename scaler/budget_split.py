@@ -39,8 +39,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from scaler.transitions import pool_sum
-from scaler.upper_bound import BUDGET_EPS, Ranking
+from scaler.upper_bound import Ranking
 
 @dataclass(frozen=True)
 class Frontier:

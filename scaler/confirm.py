@@ -32,11 +32,13 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from scaler import plan as _plan
 from scaler.plan import Plan, PlanInputs, base_aux_of, choose_pool, maximal_pools, pool_space, rank_inputs
 from scaler.pool_count import count_pools
-from scaler.pool_search import PoolSpace, SearchTooLarge, in_space, top_pools
-from scaler.upper_bound import BUDGET_EPS, DEFAULT_POOL_LIMIT, Ranking
+from scaler.pool_search import SearchTooLarge, top_pools
+from scaler.pool_space import PoolSpace, in_space
+from scaler.upper_bound import DEFAULT_POOL_LIMIT, Ranking
 
 Evaluate = Callable[[dict[str, int]], float]
 #: evaluations a confirmation may spend by default (pick, homogeneous, one more base, Kairos+)

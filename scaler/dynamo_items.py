@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaler.aws_client import after, aws_call
+from scaler.aws_client import AUTH_CODES, after, aws_call
 from scaler.cloud import CloudConfigError, CloudError
-from scaler.ec2 import AUTH_CODES
 
 KEY = "cluster"
 CONDITION_FAILED = "ConditionalCheckFailedException"

@@ -56,7 +56,7 @@ from typing import Any, Sequence
 
 from config.spot import SpotSpec
 from scaler.spot_slots import market_of, slot_of, split_slot
-from scaler.aws_client import EC2_MAX_ATTEMPTS, Typed, after, aws_call, make_client
+from scaler.aws_client import AUTH_CODES, EC2_MAX_ATTEMPTS, THROTTLE_CODES, Typed, after, aws_call, make_client
 from scaler.cloud import (
     CLUSTER_TAG,
     INTENT_TAG,
@@ -70,8 +70,6 @@ from scaler.cloud import (
     Throttled,
 )
 
-THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled",
-                            "TooManyRequestsException", "EC2ThrottledException"})
 CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InstanceLimitExceeded", "Unsupported",
                             "InsufficientHostCapacity", "VcpuLimitExceeded"})
 #: a spot launch refused for want of spot capacity (or at our MaxPrice) in the zone asked: the next zone
@@ -80,9 +78,6 @@ SPOT_CAPACITY_CODES = frozenset({"SpotMaxPriceTooLow", "MaxSpotInstanceCountExce
 #: the tags that name an instance's slot and market (reconcile after a restart reads them)
 SLOT_TAG = "costscale:slot"
 MARKET_TAG = "costscale:market"
-AUTH_CODES = frozenset({"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
-                        "OptInRequired", "Blocked", "MissingParameter", "MissingAuthenticationToken",
-                        "ExpiredToken", "AccessDenied", "AccessDeniedException", "IdempotentParameterMismatch"})
 NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from config.budget import BUDGET_EPS
 from config.profiles import ProfileTable
 from config.schema import Config
 from scaler.base_aux import PlanError
@@ -36,7 +37,6 @@ from scaler.pick_cache import PickCache
 from scaler.plan import MIX_SEED, Objective, Plan, plan_inputs_from_config, rank_inputs
 from scaler.replan import DemandView
 from scaler.transitions import pool_cost, pool_sum
-from scaler.upper_bound import BUDGET_EPS
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Collection, Mapping, Sequence
 
+from config.budget import BUDGET_EPS
 from scaler.cloud import ManagedInstance, pool_of
 from scaler.transitions import pool_cost
 
-_EPS = 1e-9
+#: s: float noise in a parked instance's hold (a time, not money)
+_HOLD_EPS_S = 1e-9
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ def decide_parking(
     # parked for the whole hold: retired (oldest parked first). A retired id stays in the state
     # (hold over) until it is gone: if its termination fails it is retired again next round, or
     # unparked if the target needs it by then -- never left parked and forgotten.
-    retire = sorted((x for x in parked if now - parked[x] >= hold_s - _EPS), key=lambda x: (parked[x], x))
+    retire = sorted((x for x in parked if now - parked[x] >= hold_s - _HOLD_EPS_S), key=lambda x: (parked[x], x))
     held_parked = [x for x in parked if x not in retire]
 
     # money first: parked instances stay while the pool fits the dearest recent target (and so the
@@ -136,7 +138,7 @@ def decide_parking(
     for group, limit in ((sorted(held_parked, key=lambda x: (-prices[type_of[x]], parked[x], x)), cap),
                          (sorted(serving_surplus, key=lambda x: (-prices[type_of[x]], x)), budget)):
         for x in group:
-            if pool_cost(eff, prices) <= limit + _EPS:
+            if pool_cost(eff, prices) <= limit + BUDGET_EPS:
                 break
             eff[type_of[x]] -= 1
             retire.append(x)

@@ -28,160 +28,23 @@ unused, and for excluded types), in the inputs' order, so consumers see a full t
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Literal, Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
-from scaler.base_aux import BaseAux, PlanError, split_base_aux
-from scaler.batch_mix import BatchMix, mix_from_dist
-from config.profiles import LatencyProfile, ProfileTable, Stat
+from config.budget import BUDGET_EPS
+from scaler.base_aux import BaseAux, PlanError
+from scaler.plan_inputs import (MIX_SEED, Meets, Objective, Plan, PlanInputs, ToConfirm, base_aux_of, no_pool_fits,
+                                plan_inputs_from_config, pool_space)
+from scaler.plan_search import choose_searched
 from scaler.pool_count import count_pools
-from scaler.pool_search import PoolSpace, SearchTooLarge
-from scaler.upper_bound import BUDGET_EPS, DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
+from scaler.pool_search import SearchTooLarge
+from scaler.similarity_pick import SIMILARITY_TOP, similarity_pick
+from scaler.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
 
-Objective = Literal["max_throughput", "min_cost"]
-SIMILARITY_TOP = 10
-MIX_SEED = 0
 #: choose_pool searches (``scaler.plan_search``) instead of ranking every pool above this many pools
 #: within budget (the ranking takes about 0.1 s at 200,000 pools on one core, the search some 15 ms)
 SEARCH_ABOVE = 200_000
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    """Everything the planner decides from, as plain data."""
-
-    model: str
-    profiles: Mapping[str, LatencyProfile]
-    mix: BatchMix
-    qos_ms: float
-    budget_per_hour: float
-    prices: Mapping[str, float]
-    bounds: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
-    xi: float = 0.98
-    exclude: tuple[str, ...] = ()
-    qos_stat: Stat = "p99"
-
-    @property
-    def types(self) -> tuple[str, ...]:
-        return tuple(self.profiles)
-
-    @property
-    def allowed(self) -> tuple[str, ...]:
-        return tuple(t for t in self.profiles if t not in self.exclude)
-
-
-@dataclass(frozen=True)
-class ToConfirm:
-    """A pick to confirm by simulation (``sim.pick_eval.confirmed_plan`` answers it): the planning
-    question (``scaler.pick_cache.pick_key``), its inputs, the dispatch policy and how many pools to
-    simulate (the config's ``confirm_evaluations``)."""
-
-    key: Hashable
-    inputs: PlanInputs
-    policy: str
-    evaluations: int
-    base_type: str      # the planner's (the simulated policy runs with it)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A planner decision. ``ranked``: the top_k pools by upper bound as (pool, $/hr, QPS bound);
-    ``aux``: per auxiliary type, its QoS region ``s`` and fraction ``f``."""
-
-    model: str
-    budget_per_hour: float
-    base_type: str
-    chosen: dict[str, int]
-    cost_per_hour: float
-    upper_bound_qps: float
-    rule: str
-    pools_ranked: int
-    ranked: list[tuple[dict[str, int], float, float]]
-    aux: dict[str, dict[str, float]]
-    demand_unmet: bool = False
-    #: a max_throughput pick not confirmed yet, and what to confirm it with; set by
-    #: ``scaler.fleet_decision.plan_fleet`` when it is given a cache and the config confirms
-    confirm: "ToConfirm | None" = field(default=None, compare=False, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "budget_per_hour": self.budget_per_hour,
-            "base_type": self.base_type,
-            "chosen": dict(self.chosen),
-            "cost_per_hour": round(self.cost_per_hour, 6),
-            "upper_bound_qps": round(self.upper_bound_qps, 3),
-            "rule": self.rule,
-            "pools_ranked": self.pools_ranked,
-            "ranked": [
-                {"pool": dict(p), "cost_per_hour": round(c, 6), "upper_bound_qps": round(b, 3)}
-                for p, c, b in self.ranked
-            ],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-
-def plan_inputs_from_config(
-    cfg: Any,
-    profiles: ProfileTable,
-    model: str | None,
-    mix: BatchMix | None,
-    exclude: Sequence[str] = (),
-    *,
-    types: Sequence[str] | None = None,
-    budget: float | None = None,
-    qos_ms: float | None = None,
-) -> PlanInputs:
-    """Build PlanInputs from a ``config.schema.Config`` (keyword overrides as on the CLI).
-
-    ``types`` replaces the config's allowed types (each must be in the catalog; bounds from the
-    config where listed, else (0, None)). ``mix`` None or empty (nothing measured yet) → the config's
-    declared batch distribution, seeded. Raises PlanError (one line) for an unknown model/type or a missing profile.
-    """
-    try:
-        spec = cfg.model(model)
-    except KeyError:
-        raise PlanError(f"unknown model {model!r} (configured: {', '.join(m.name for m in cfg.models)})") from None
-    pname = spec.profile_name
-    if pname not in profiles.models():
-        raise PlanError(f"model {spec.name!r}: no latency profiles for {pname!r} "
-                        f"(profiles have: {', '.join(profiles.models())})")
-    catalog = cfg.full_catalog()
-    cfg_bounds = cfg.type_bounds()
-    names = list(types) if types is not None else [t.type for t in cfg.instance_types]
-    if not names:
-        raise PlanError("no instance types given")
-    unknown = [t for t in names if t not in catalog]
-    if unknown:
-        raise PlanError(f"unknown instance type(s) {', '.join(unknown)} (known: {', '.join(sorted(catalog))})")
-    missing = [t for t in names if not profiles.has(pname, t)]
-    if missing:
-        raise PlanError(f"model {spec.name!r}: no latency profile for {pname!r} on {', '.join(missing)}")
-    return PlanInputs(
-        model=spec.name,
-        profiles={t: profiles.get(pname, t) for t in names},
-        mix=mix if mix is not None and len(mix.sizes) else mix_from_dist(cfg.workload.batch_dist, seed=MIX_SEED,
-                                                                        max_batch=spec.max_batch),
-        qos_ms=float(qos_ms if qos_ms is not None else spec.qos_ms),
-        budget_per_hour=float(budget if budget is not None else cfg.budget_per_hour),
-        prices={t: catalog[t].price_per_hour for t in names},
-        bounds={t: cfg_bounds.get(t, (0, None)) for t in names},
-        exclude=tuple(exclude),
-    )
-
-
-def base_aux_of(inputs: PlanInputs) -> BaseAux:
-    """The base/auxiliary split of the allowed types (Kairos §5.2), without ranking any pool."""
-    allowed = inputs.allowed
-    if not allowed:
-        raise PlanError("every instance type is excluded")
-    return split_base_aux({t: inputs.profiles[t] for t in allowed}, inputs.mix, inputs.qos_ms,
-                          inputs.prices, inputs.xi, inputs.qos_stat)
 
 
 def rank_inputs(inputs: PlanInputs, limit: int = DEFAULT_POOL_LIMIT) -> tuple[BaseAux, Ranking]:
@@ -206,28 +69,6 @@ def _ranking(inputs: PlanInputs, ba: BaseAux, n: int, limit: int = DEFAULT_POOL_
     v = counts[:, [col[t] for t in ba.aux_types]] if ba.aux else np.zeros((len(u), 0))
     bound = upper_bounds(u, v, ba.params)
     return rank_pools(allowed, counts, cost, bound)
-
-
-def pool_space(inputs: PlanInputs, ba: BaseAux) -> PoolSpace:
-    """The pools :func:`rank_inputs` ranks for ``inputs`` (columns ``inputs.allowed``), for the search."""
-    allowed = inputs.allowed
-    return PoolSpace.build(allowed, [inputs.prices[t] for t in allowed],
-                           [inputs.bounds.get(t, (0, None))[0] for t in allowed],
-                           [inputs.bounds.get(t, (0, None))[1] for t in allowed],
-                           inputs.budget_per_hour, ba.base_type, ba.aux_types, ba.params)
-
-
-def similarity_pick(counts: np.ndarray, base_col: int, top: int = SIMILARITY_TOP) -> tuple[int, str]:
-    """Kairos §5.2 pick over ranked count vectors: index of the chosen row and the rule."""
-    n = counts.shape[0]
-    if n == 0:
-        raise PlanError("no pool to pick from")
-    head3 = counts[: min(3, n), base_col]
-    if n < 2 or bool(np.all(head3 == head3[0])):
-        return 0, "top3-same-base"
-    x = counts[: min(top, n)].astype(float)
-    d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
-    return int(np.argmin(d.sum(axis=1))), "min-sse-top10"
 
 
 def maximal_pools(ranking: Ranking, inputs: PlanInputs) -> np.ndarray:
@@ -257,10 +98,6 @@ def undominated(ranking: Ranking, inputs: PlanInputs, idx: int, maximal: np.ndar
 def _full_pool(inputs: PlanInputs, ranking: Ranking, i: int) -> dict[str, int]:
     got = ranking.pool(i)
     return {t: got.get(t, 0) for t in inputs.types}
-
-
-Meets = Callable[[dict[str, int], str], bool]
-"""A candidate check: (pool, the planner's base type) -> does the pool hold the SLO?"""
 
 
 def _checked_min_cost(ranking: Ranking, ok: np.ndarray, meets: Meets, max_checks: int, inputs: PlanInputs,
@@ -315,16 +152,9 @@ def _keep_current(ranking: Ranking, current: Mapping[str, int], need: float, max
     r = int(rows[0])
     if bool(np.all(ranking.counts[idx] <= vec)):
         return None     # the pick is a part of the pool held: retiring the rest launches nothing
-    if ranking.bound[r] >= need and ranking.bound[r] > 0 and ranking.cost[r] <= max_cost + 1e-9:
+    if ranking.bound[r] >= need and ranking.bound[r] > 0 and ranking.cost[r] <= max_cost + BUDGET_EPS:
         return r
     return None
-
-
-def no_pool_fits(inputs: PlanInputs) -> PlanError:
-    """The one line for a budget no pool fits (per-type minimums included)."""
-    cheapest = min(inputs.prices[t] for t in inputs.allowed)
-    return PlanError(f"no pool fits the budget {inputs.budget_per_hour:g} $/hr (cheapest allowed type "
-                     f"{cheapest:g} $/hr; per-type minimums included)")
 
 
 def choose_pool(
@@ -370,7 +200,6 @@ def choose_pool(
         space = pool_space(inputs, ba)
         n_pools = count_pools(space)
         if n_pools > SEARCH_ABOVE:
-            from scaler.plan_search import choose_searched     # it builds on this module
             try:
                 return choose_searched(inputs, ba, space, n_pools, objective, demand_qps, headroom, top_k, meets,
                                        max_checks, current, keep_within)
@@ -419,3 +248,10 @@ def choose_pool(
         aux={a.instance_type: {"s": a.s, "f": a.f} for a in ba.aux},
         demand_unmet=demand_unmet,
     )
+
+
+#: the planner's data (scaler.plan_inputs) and the similarity pick (scaler.similarity_pick) are named
+#: here too, for the modules that import them from the planner
+__all__ = ["KEEP_WITHIN", "MIX_SEED", "Meets", "Objective", "Plan", "PlanInputs", "SEARCH_ABOVE", "SIMILARITY_TOP",
+           "ToConfirm", "base_aux_of", "choose_pool", "maximal_pools", "no_pool_fits", "plan_inputs_from_config",
+           "pool_space", "rank_inputs", "similarity_pick", "undominated"]

@@ -21,9 +21,12 @@ from typing import Mapping
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from scaler.base_aux import BaseAux
-from scaler.plan import SIMILARITY_TOP, Meets, Objective, Plan, PlanInputs, no_pool_fits, similarity_pick
-from scaler.pool_search import PoolSpace, Pools, cheapest_pools, in_space, maximal, top_pools
+from scaler.plan_inputs import Meets, Objective, Plan, PlanInputs, no_pool_fits
+from scaler.similarity_pick import SIMILARITY_TOP, similarity_pick
+from scaler.pool_search import cheapest_pools, top_pools
+from scaler.pool_space import Pools, PoolSpace, in_space, maximal
 
 _Row = tuple[np.ndarray, float, float]      # counts over the space's types, $/hr, bound
 
@@ -84,7 +87,7 @@ def _held(space: PoolSpace, current: Mapping[str, int], need: float, max_cost: f
     if bool(np.all(pick[0] <= vec)):
         return None     # the pick is a part of the pool held: retiring the rest launches nothing
     bound = float(space.bounds(vec[None, :])[0])
-    if bound >= need and bound > 0 and float(cost[0]) <= max_cost + 1e-9:
+    if bound >= need and bound > 0 and float(cost[0]) <= max_cost + BUDGET_EPS:
         return vec, float(cost[0]), bound
     return None
 

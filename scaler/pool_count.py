@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from scaler.base_aux import PlanError
-from scaler.pool_search import WORK_LIMIT, PoolSpace
-from scaler.upper_bound import BUDGET_EPS
+from scaler.pool_search import WORK_LIMIT
+from scaler.pool_space import PoolSpace
 
 #: the largest grid the programme runs on (cells of 10^-d $/hr up to the budget)
 GRID_CELLS = 8_000_000

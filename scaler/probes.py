@@ -13,8 +13,8 @@ them. This module decides, purely:
 from __future__ import annotations
 
 from typing import Mapping, Sequence
+from config.budget import BUDGET_EPS
 
-_EPS = 1e-9
 #: EC2 bills Linux on-demand instances per second, with a minimum of 60 seconds per launch
 BILLING_MINIMUM_S = 60.0
 #: plan ids of probe rounds start with this (intents of probes are found by it after a crash)
@@ -25,12 +25,12 @@ def probe_rounds(types: Sequence[str], prices: Mapping[str, float], room: float)
     """Group ``types`` into rounds whose summed price fits ``room`` ($/hr left under the budget
     beside the pool held). Returns the rounds (each in the order given) and the types that do not
     fit even alone."""
-    unaffordable = [t for t in types if prices[t] > room + _EPS]
+    unaffordable = [t for t in types if prices[t] > room + BUDGET_EPS]
     rounds: list[list[str]] = []
     spent: list[float] = []
     for t in sorted((t for t in types if t not in unaffordable), key=lambda t: (-prices[t], types.index(t))):
         for i, s in enumerate(spent):
-            if s + prices[t] <= room + _EPS:
+            if s + prices[t] <= room + BUDGET_EPS:
                 rounds[i].append(t)
                 spent[i] += prices[t]
                 break

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from config.catalog import InstanceType
 from config.schema import Config
-from scaler.actuator import ApplyReport
+from scaler.actuator_reports import ApplyReport
 from scaler.cloud import ManagedInstance
 from scaler.fleet_step import replan_without_unavailable
 from scaler.joint_plan import JointPlan

@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Sequence
 
+from config.budget import BUDGET_EPS
 from config.spot import Market
 from scaler.cloud import ManagedInstance
 from scaler.spot_slots import base_type, is_spot, slot_of, split_slot
@@ -48,7 +49,8 @@ DRAIN_LEAD_S = 5.0
 #: a zone interrupted (or out of capacity) is not tried again for this long (s): the actuator's
 #: capacity cooldown, and the availability traces' 300 s tick (SpotHedge artifact)
 ZONE_COOLDOWN_S = 300.0
-_EPS = 1e-9
+#: s: float noise in a doomed instance's drain time (a time, not money)
+_DRAIN_EPS_S = 1e-9
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class SpotMarket:
         if zone is None:
             return self.on_demand_allowed(itype)
         p = self.spot.get(itype, {}).get(zone)
-        return self.spot_allowed(itype) and p is not None and p <= self.cap(itype) + _EPS
+        return self.spot_allowed(itype) and p is not None and p <= self.cap(itype) + BUDGET_EPS
 
     def open_zones(self, itype: str, unavailable: Collection[str] = ()) -> list[str]:
         """The zones a new spot instance of ``itype`` may be launched in now: priced within
@@ -185,7 +187,7 @@ def overprovision(market: SpotMarket, target: Mapping[str, int], prices: Mapping
     cost = sum(prices[t] * n for t, n in target.items())
     room = budget - cost
     k = 0
-    while k < market.overprovision and room + _EPS >= prices[pick]:
+    while k < market.overprovision and room + BUDGET_EPS >= prices[pick]:
         room -= prices[pick]
         k += 1
     return {pick: k} if k else {}
@@ -296,7 +298,7 @@ def within_budget(market: SpotMarket, out: dict[str, int], held: list[ManagedIns
     cost = sum(market.price(s) * n for s, n in out.items())
     have = existing or {}
     lag = dict(overlap or {})
-    while cost > budget + _EPS:
+    while cost > budget + BUDGET_EPS:
         new = [s for s, n in out.items() if is_spot(s) and n > have.get(s, 0) and lag.get(base_type(s), 0) > 0]
         if not new:
             break
@@ -307,15 +309,15 @@ def within_budget(market: SpotMarket, out: dict[str, int], held: list[ManagedIns
     released: list[str] = []
     for i in sorted(held, key=lambda i: (market.price(i.instance_type), i.instance_id)):
         p = market.price(i.instance_type)
-        if cost + p <= budget + _EPS:
+        if cost + p <= budget + BUDGET_EPS:
             out[i.instance_type] = out.get(i.instance_type, 0) + 1
             cost += p
         else:
             released.append(i.instance_id)
-    while cost > budget + _EPS:
+    while cost > budget + BUDGET_EPS:
         moves = [(market.price(s) - market.price(to), s, to) for s, n in out.items() if n > 0
                  for to in zone_order(market, base_type(s), out, unavailable)
-                 if market.price(to) < market.price(s) - _EPS]
+                 if market.price(to) < market.price(s) - BUDGET_EPS]
         if moves:                       # replace: the move that saves most (the capacity whose price rose)
             _, slot, to = max(moves, key=lambda m: (m[0], m[1], m[2]))
         else:                           # retire: the dearest instance
@@ -389,7 +391,7 @@ def settle(state: SpotState, live_ids: Collection[str]) -> SpotState:
 
 def drains_due(state: SpotState, now: float) -> list[str]:
     """The doomed instances whose worker stops taking queries now (:data:`DRAIN_LEAD_S` before reclaim)."""
-    return sorted(i for i, t in state.doomed.items() if now + _EPS >= t - DRAIN_LEAD_S)
+    return sorted(i for i, t in state.doomed.items() if now + _DRAIN_EPS_S >= t - DRAIN_LEAD_S)
 
 
 __all__ = ["DRAIN_LEAD_S", "NOTICE_S", "Placement", "PlanningView", "SpotMarket", "SpotState", "ZONE_COOLDOWN_S",

@@ -19,11 +19,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence, Union
 
+from config.budget import BUDGET_EPS
 from scaler.cloud import ManagedInstance
 
 StepKind = Literal["drain", "terminate", "launch"]
 
-_EPS = 1e-9
 TOKEN_MAX = 64
 
 
@@ -117,7 +117,7 @@ def plan_transition(
             raise ValueError(f"no price for target type {t}")
     tgt = {t: int(n) for t, n in target.items() if int(n) > 0}
     tgt_cost = pool_cost(tgt, prices)
-    if tgt_cost > budget + _EPS:
+    if tgt_cost > budget + BUDGET_EPS:
         raise ValueError(f"target pool costs {tgt_cost:.4f}/hr, over the budget {budget:.4f}/hr")
 
     ids: dict[str, list[str] | None] = {}
@@ -165,7 +165,7 @@ def plan_transition(
         progressed = False
         for t in sorted(missing):
             room = budget - cost
-            n = min(missing[t], int(math.floor((room + _EPS) / prices[t]))) if room > -_EPS else 0
+            n = min(missing[t], int(math.floor((room + BUDGET_EPS) / prices[t]))) if room > -BUDGET_EPS else 0
             if n > 0:
                 steps.append(Step("launch", t, n, (), client_token(cluster, plan_id, digest, t, seq), seq))
                 seq += 1
@@ -181,10 +181,10 @@ def plan_transition(
         group: dict[str, int] = {}
         freed = 0.0
         for t in sorted((t for t, n in surplus.items() if n > 0), key=lambda t: (-prices[t], t)):
-            while surplus[t] - group.get(t, 0) > 0 and freed < need - _EPS:
+            while surplus[t] - group.get(t, 0) > 0 and freed < need - BUDGET_EPS:
                 group[t] = group.get(t, 0) + 1
                 freed += prices[t]
-            if freed >= need - _EPS:
+            if freed >= need - BUDGET_EPS:
                 break
         if not group:  # cannot happen when the target fits the budget
             raise AssertionError("no surplus left to retire but launches do not fit")

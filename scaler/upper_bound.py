@@ -24,9 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from scaler.base_aux import BoundParams, PlanError
 
-BUDGET_EPS = 1e-9
 DEFAULT_POOL_LIMIT = 50_000_000
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from config.budget import BUDGET_EPS
 from scaler.transitions import pool_cost
 
-_EPS = 1e-9
 
 
 @dataclass
@@ -58,7 +58,7 @@ class CostLedger:
         """The budget at a reprice's instant, once nothing more changed at it."""
         if self._pending is not None:
             cost = pool_cost(self.pool, self.prices)
-            if cost > self.budget_per_hour + _EPS:
+            if cost > self.budget_per_hour + BUDGET_EPS:
                 self.violations.append((self._pending, cost))
             self._pending = None
 
@@ -90,7 +90,7 @@ class CostLedger:
         self.pool = new
         cost = pool_cost(new, self.prices)
         self.peak_cost_per_hour = max(self.peak_cost_per_hour, cost)
-        if self._pending != t and cost > self.budget_per_hour + _EPS:
+        if self._pending != t and cost > self.budget_per_hour + BUDGET_EPS:
             self.violations.append((t, cost))     # (at a reprice's instant: once the fleet has answered it)
         self._record(t, cost)
 

@@ -35,6 +35,7 @@ from typing import Mapping
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from config.profiles import ProfileTable
 from config.schema import Config
 from dispatcher.policy import default_base_type
@@ -150,7 +151,7 @@ class Reactive:
             serving = sum(q.serving().values())
             util = (q.busy_s - self._busy) / ((now - self._at) * max(serving, 1))
             self._busy, self._at = q.busy_s, now
-            cap = self.n + max(int(math.floor(room / self.price + 1e-9)), 0)
+            cap = self.n + max(int(math.floor(room / self.price + BUDGET_EPS)), 0)
             desired = min(max(int(math.ceil(self.n * util / TARGET_UTILIZATION - 1e-9)), 1), cap)
             if desired > self.n and now - self.last_out >= SCALE_OUT_COOLDOWN_S:
                 self.n, self.last_out, self.last_activity = desired, now, now

@@ -247,7 +247,7 @@ class ReplayFleet:
         self.pipeline_rounds: list[ReplayPipelineRound] = []
         self.pins: dict[str, str] = {}
         self.actuator = FleetActuator(self.cloud, self.store, cfg.catalog(), cfg.budget_per_hour, clock=clock.now,
-                                      drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s)
+                                      drain=self._drain, pending_timeout_s=cfg.launch.pending_timeout_s, other_prices=cfg.table_prices())
         #: the fleet tick's market hooks, the daemon's (on-demand here; spot: sim.replay_spot.SpotReplayFleet)
         self.hooks = MarketHooks(self.actuator)
         self.models = [m.name for m in cfg.models]

@@ -174,3 +174,30 @@ def test_drain_before_terminate_sync_async_and_failing(tmp_path) -> None:
     rep = act.apply({"m5.xlarge": 1}, "down-slow")
     assert list(rep.drained.values()) == [False] and len(rep.terminated) == 1
     assert pool_of(fake.list_managed()) == {"m5.xlarge": 1}
+
+
+def test_a_failed_drain_is_logged_with_the_instance_and_the_error_and_the_retirement_goes_ahead(tmp_path,
+                                                                                                caplog) -> None:
+    clock = Clock()
+    fake = FakeCloud("alpha", clock=clock)
+
+    def broken_drain(iid: str) -> bool:
+        raise RuntimeError("worker unreachable")
+
+    act = FleetActuator(fake, StateStore.open(tmp_path / "d.db"), CATALOG, 2.0, clock=clock, drain=broken_drain)
+    assert act.apply({"m5.xlarge": 2}, "up").complete
+    with caplog.at_level("WARNING", logger="costscale"):
+        rep = act.apply({"m5.xlarge": 1}, "down")
+    (victim,) = rep.terminated
+    assert rep.drained == {victim: False}
+    (line,) = [r.getMessage() for r in caplog.records if "drain" in r.getMessage()]
+    assert victim in line and "RuntimeError: worker unreachable" in line
+
+
+def test_the_actuator_prices_only_the_catalog_and_the_other_prices_it_is_given(tmp_path) -> None:
+    act = FleetActuator(FakeCloud("alpha"), StateStore.open(tmp_path / "p.db"), {"m5.xlarge": CATALOG["m5.xlarge"]},
+                        2.0, other_prices={"r5n.large": 0.5})
+    assert act.price("m5.xlarge") == CATALOG["m5.xlarge"].price_per_hour
+    assert act.price("r5n.large") == 0.5
+    with pytest.raises(ValueError, match="c5.xlarge"):
+        act.price("c5.xlarge")

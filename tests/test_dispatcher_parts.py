@@ -19,7 +19,7 @@ from dispatcher.admission import Admission
 from dispatcher.latency_model import LatencyModel
 from dispatcher.placement import VariantPlacement
 from dispatcher.policies import make_policy
-from dispatcher.policy import QueryView, default_base_type
+from dispatcher.policy import Assignment, QueryView, default_base_type
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import Query, QueryBook
 from dispatcher.routing import RoutingRound
@@ -133,3 +133,43 @@ def test_a_query_is_redispatched_at_most_max_retries_times_then_unavailable() ->
     assert (retry, redispatched, kicks) == ([], 2, 2)
     assert outcome == (SC.UNAVAILABLE, "gave up after 3 attempts: worker i-3 failed (UNAVAILABLE)")
     assert rejected == {"UNAVAILABLE": 1}
+
+
+class _ContractBreaker:
+    """A policy that matches every query to a worker that does not exist (it breaks its contract)."""
+
+    def match(self, queue: Any, workers: Any, now: float) -> list[Assignment]:
+        return [Assignment(q.query_id, "i-nowhere") for q in queue]
+
+
+def test_a_policy_breaking_its_contract_is_counted_and_logged_once_per_interval_and_its_query_stays_queued(
+        caplog) -> None:
+    async def body() -> tuple[Any, ...]:
+        cfg, predictor = make_config(), LatencyModel.from_profiles(PROFILES)
+        rt = Runtime(time.monotonic)
+        rt.loop = asyncio.get_running_loop()
+        tunables, trigger = MatchTunables(), RoundTrigger(rt)
+        book = QueryBook(rt, trigger)
+        registry = WorkerRegistry(rt, trigger, book, cfg.catalog(), WorkerClient)
+        placement = VariantPlacement(cfg.models, registry, predictor, cfg.catalog(), rt, trigger, objects=None)  # type: ignore[arg-type]
+        accuracy = AccuracyRouting(placement, registry, book.waiting, trigger.kick, rt.clock, tunables)
+        routing = RoutingRound(cfg.dispatcher, rt, trigger, book, registry, placement, accuracy, _ContractBreaker(),  # type: ignore[arg-type]
+                               predictor, tunables)
+        registry.add_worker_direct("i-a", "g4dn.xlarge", "127.0.0.1:1")
+        now = rt.clock()
+        q = Query("q1", SimpleNamespace(name="m"), "", 1, now, 100.0, now + 30.0, [],  # type: ignore[arg-type]
+                  QueryView("q1", "m", 1, now, 100.0), asyncio.get_running_loop().create_future(), best_effort=True)
+        book.queue["q1"] = q
+        try:
+            with caplog.at_level("WARNING", logger="costscale"):
+                routing.round()
+                first = (routing.contract_broken, list(book.retry), list(book.inflight))
+                routing.round()              # broken again within the interval: counted, not logged again
+        finally:
+            await registry.close()
+        lines = [r.getMessage() for r in caplog.records if "contract" in r.getMessage()]
+        return first, routing.contract_broken, lines
+    first, count, lines = run(body)
+    assert first == (1, ["q1"], [])
+    assert count == 2
+    assert len(lines) == 1 and "_ContractBreaker" in lines[0] and "stays queued" in lines[0]

@@ -30,7 +30,7 @@ def _market(tmp_path: Path) -> tuple[FleetMarket, FakeCloud, FleetActuator]:
     cfg = load_config(SPOT_YAML)
     cloud = FakeCloud(cfg.cluster)
     store = StateStore.open(tmp_path / "state.db")
-    act = FleetActuator(cloud, store, cfg.catalog(), cfg.budget_per_hour)
+    act = FleetActuator(cloud, store, cfg.catalog(), cfg.budget_per_hour, other_prices=cfg.table_prices())
     spot = SpotFleet(cfg, SpotMarket.from_config(cfg, PRICES), act, cloud.list_managed)
     return FleetMarket(act, cloud, spot), cloud, act
 
@@ -94,7 +94,8 @@ def test_spot_off_the_hooks_are_what_the_daemon_did_before(tmp_path: Path) -> No
     cfg = cfg.model_copy(update={"spot": None, "instance_types": [t.model_copy(update={"market": "on_demand"})
                                                                    for t in cfg.instance_types]})
     cloud = FakeCloud(cfg.cluster)
-    act = FleetActuator(cloud, StateStore.open(tmp_path / "s.db"), cfg.catalog(), cfg.budget_per_hour)
+    act = FleetActuator(cloud, StateStore.open(tmp_path / "s.db"), cfg.catalog(), cfg.budget_per_hour,
+                        other_prices=cfg.table_prices())
     fm = asyncio.run(open_market(cfg, act, cloud))
     assert fm.spot is None and fm.prices is None
     assert fm.deciding(cfg) == (cfg, []) and fm.plan_key() == frozenset()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from config.budget import BUDGET_EPS
 from config.pipelines import PipelineSpec
 from config.profiles import ProfileTable
 from config.schema import Config
@@ -60,7 +61,7 @@ def budget_workers(cfg: Config, pipe: "Pipeline", variants: dict[str, list[Varia
     prices = cfg.prices()
     t = min(cfg.catalog(), key=lambda x: (prices[x], x))
     tops = top_variants(variants)
-    n = int(cfg.budget_per_hour // prices[t] + 1e-9)
+    n = int(cfg.budget_per_hour // prices[t] + BUDGET_EPS)
     return [PipelineWorker(f"w{i:03d}", t, pipe.tasks[i % len(pipe.tasks)], tops[pipe.tasks[i % len(pipe.tasks)]])
             for i in range(n)]
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from config.emulation import derive_profile, sibling_rule
 from config.profiles import LatencyProfile, ProfileTable
 from variants.executor import ANY_HARDWARE
@@ -144,7 +145,7 @@ def conservative_pool(check: SloCheck, prices: Mapping[str, float], mins: Mappin
     base = {t: n for t, n in mins.items() if n > 0}
     floor = sum(prices[t] * n for t, n in base.items())
     for t in sorted(check.meeting, key=lambda t: (prices[t], t)):
-        if base.get(t, 0) >= 1 or floor + prices[t] <= budget + 1e-9:
+        if base.get(t, 0) >= 1 or floor + prices[t] <= budget + BUDGET_EPS:
             pool = dict(base)
             pool[t] = max(1, pool.get(t, 0))
             return pool, (f"{t} meets p99 <= {check.qos_ms:g} ms at batch {check.max_batch} by the local estimate "

@@ -70,7 +70,7 @@ async def profile_on_fleet(cfg: Config, specs: Sequence[ModelSpec], srcs: dict[s
                                  [(m.name, str(srcs.get(m.name, m.onnx)), m.profile_name) for m in cfg.models],
                                  profiles_csv=cfg.profiles)
         renewal = asyncio.create_task(_keep_lease(wiring))
-        actuator = FleetActuator(cloud, store, cfg.catalog(), cfg.budget_per_hour,
+        actuator = FleetActuator(cloud, store, cfg.catalog(), cfg.budget_per_hour, other_prices=cfg.table_prices(),
                                  pending_timeout_s=cfg.launch.pending_timeout_s)
         await asyncio.to_thread(actuator.reconcile)
         fns = [measure_fn(cfg, r.spec, r.variants, batches, repeats, on_step=bar.step) for r in results]

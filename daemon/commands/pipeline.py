@@ -15,6 +15,7 @@ import math
 
 from config.errors import UsageError
 from daemon.commands._overrides import parse_counts
+from scaler.actuator_reports import pool_text
 from variants.pipeline_planner import PipelinePlan, plan_pipeline
 
 CMD = "pipeline plan"
@@ -86,7 +87,7 @@ def render(plan: PipelinePlan, name: str, qps: float, slo_ms: float, pool: dict[
     step = ("hardware scaling: every task at its most accurate variant" if plan.step == "hardware"
             else "accuracy scaling: the most accurate variants do not fit the pool")
     lines = [f"pipeline {name}: {qps:g} q/s at the root, SLO {slo_ms:g} ms ({slo_ms / 2:g} ms of processing), "
-             f"pool {', '.join(f'{t}={n}' for t, n in sorted(pool.items()))}", step,
+             f"pool {pool_text(pool)}", step,
              f"{'task':<14}{'budget ms':>10}{'q/s':>10}  workers"]
     for task, budget in plan.budgets_ms.items():
         ws = ", ".join(f"{v}@{t} b{b} x{n}" for (tk, v, t, b), n in sorted(plan.workers.items()) if tk == task)

@@ -22,6 +22,7 @@ from typing import Any
 
 from config.hostport import hostport_arg
 from daemon.commands._client import add_client_flags, call
+from scaler.actuator_reports import pool_text
 
 DEFAULT_DISPATCHER = "127.0.0.1:50051"
 #: how long one Status call may take (s)
@@ -185,7 +186,7 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
                    f"{m.get('workers', 0):>9}{short:>11}")
     for p in s["profiling"]:
         pool = p["conservative_pool"]
-        meanwhile = (f"served on a conservative pool {', '.join(f'{t}×{n}' for t, n in pool.items()) or '(empty)'} "
+        meanwhile = (f"served on a conservative pool {pool_text(pool) or '(empty)'} "
                      f"until then: {p['reason']}" if pool is not None else p["reason"])
         out.append(f"  {p['model']}: being profiled ({'probes up; ' if p['probing'] else ''}not measured yet on "
                    f"{', '.join(p['types_left'])}); {meanwhile}")
