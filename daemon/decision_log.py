@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from daemon import audit
 from daemon.fleet_status import plan_estimates
 from dispatcher.status import Decision
-from scaler.actuator import pool_text
+from scaler.pools import pool_text
 from scaler.estimate_gate import estimates_line
 
 if TYPE_CHECKING:

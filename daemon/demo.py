@@ -35,7 +35,7 @@ import numpy as np
 from config.profiles import ProfileTable
 from config.schema import Config
 from scaler.batch_mix import sample_batches
-from scaler.transitions import pool_cost
+from scaler.pools import pool_cost
 from sim.ledger import CostLedger
 from sim.metrics import nearest_rank
 from sim.workload import Workload

@@ -24,7 +24,7 @@ import numpy as np
 from daemon.demo import DEMO_QOS_MS, LiveDisplay, LoadStats, _table, demo_config, fmt_pct, hindsight_cost
 from daemon.embedded import EmbeddedCloud
 from scaler.batch_mix import sample_batches
-from scaler.transitions import pool_cost
+from scaler.pools import pool_cost
 from sim.ledger import CostLedger
 
 #: the second model: the Kairos dien profile with a 100 ms SLO (its profile's p99 at batch 1000

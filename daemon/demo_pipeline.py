@@ -23,7 +23,7 @@ import numpy as np
 from daemon.demo import DEMO_QOS_MS, LiveDisplay, _table, demo_config, fmt_pct
 from daemon.demo_models import ModelLoad, send_load, serving, start_serving, stop_on_signals
 from daemon.embedded import EmbeddedCloud
-from scaler.transitions import pool_cost
+from scaler.pools import pool_cost
 
 PIPELINE = "recs"
 SLO_MS = 1000.0

@@ -14,7 +14,7 @@ from config.type_estimates import with_type_estimates
 from daemon.aws_wiring import DaemonError
 from daemon.profiling import stored_profiles
 from variants.families.applications import with_applications
-from scaler.actuator import pool_text
+from scaler.pools import pool_text
 from scaler.cloud import ManagedInstance, pool_of
 from scaler.estimate_gate import estimates_line, share_estimates
 from scaler.joint_plan import JointPlan

@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable
 
-from scaler.actuator_reports import pool_text
+from scaler.pools import pool_text
 from scaler.pick_cache import PickCache, PickKey
 from scaler.plan import Plan, ToConfirm
 from sim.pick_eval import confirmed_plan

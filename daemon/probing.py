@@ -23,7 +23,7 @@ from dispatcher.worker_client import WorkerClient
 from scaler.actuator import FleetActuator
 from scaler.cloud import CloudProvider, ManagedInstance, pool_of
 from scaler.probes import PROBE_PLAN_PREFIX, probe_cost, probe_rounds, probe_target
-from scaler.transitions import pool_digest
+from scaler.pools import pool_digest
 from variants.generator import Variant
 from variants.profiler import VariantProfile, summarize
 

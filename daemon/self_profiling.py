@@ -38,8 +38,8 @@ from config.type_estimates import sibling_estimates
 from daemon.probing import ProbeOutcome, Prober
 from daemon.profiling import ModelProfiles, measure_fn, measured_only, own_models, profile_here, record_measured
 from dispatcher.status import Profiling
-from scaler.transitions import pool_sum
-from scaler.actuator import pool_text
+from scaler.pools import pool_sum
+from scaler.pools import pool_text
 from scaler.estimate_gate import allowed_estimate_types, split_types
 from variants.profiler import VariantProfile
 from variants.type_profiles import conservative_pool, drift, slo_verdict

@@ -28,7 +28,7 @@ from daemon.decision_log import DecisionLog, PlanDecisions
 from daemon.spend import SpendMeter
 from daemon.status_watchers import FleetErrors, IntentWatch, ModelWatch, ParkWatch, Watcher, billed_at
 from dispatcher.status import Decision, FleetFacts, Profiling, ReplicaFacts
-from scaler.actuator import pool_text
+from scaler.pools import pool_text
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.asyncio import AsyncIOScheduler

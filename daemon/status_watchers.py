@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from daemon.decision_log import DecisionLog
 from dispatcher.status import billed_price
-from scaler.actuator import pool_text
+from scaler.pools import pool_text
 
 if TYPE_CHECKING:
     from scaler.state import StateStore

@@ -33,10 +33,11 @@ from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 
 from config.budget import BUDGET_EPS
 from config.catalog import InstanceType
-from scaler.actuator_reports import ApplyReport, ReconcileReport, pool_text
+from scaler.actuator_reports import ApplyReport, ReconcileReport
 from scaler.cloud import CloudConfigError, CloudError, CloudProvider, InsufficientCapacity, ManagedInstance, Throttled
 from scaler.state import StateStore
-from scaler.transitions import Step, _retire_order, client_token, plan_transition, pool_digest
+from scaler.transitions import Step, _retire_order, client_token, plan_transition
+
 
 log = logging.getLogger("costscale")
 DrainFn = Callable[[str], "Awaitable[bool] | bool"]
@@ -386,6 +387,6 @@ class FleetActuator:
         return rep
 
 
-#: ApplyReport, ReconcileReport and pool_text live in scaler.actuator_reports; named here too for the
+#: ApplyReport and ReconcileReport live in scaler.actuator_reports; named here too for the
 #: modules that import them from the actuator
-__all__ = ["ApplyReport", "FleetActuator", "ReconcileReport", "pool_digest", "pool_text"]
+__all__ = ["ApplyReport", "FleetActuator", "ReconcileReport"]

@@ -2,7 +2,7 @@
 
 :class:`ApplyReport` and :class:`ReconcileReport` are the actuator's outcomes as data (steps,
 launches, terminations, capacity and budget cuts, errors), each with a one-line ``summary`` for the
-log; :func:`pool_text` is the one way a pool (counts by type) is written in logs and status lines
+log; :func:`scaler.pools.pool_text` is the one way a pool (counts by type) is written in logs and status lines
 (the actuator's reports, the fleet and status lines, ``costscale status``, the benches).
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from scaler.pools import pool_text
 from scaler.transitions import Step
 
 
@@ -74,9 +75,6 @@ def _ids(by_type: dict[str, list[str]]) -> str:
     return ", ".join(f"{t}: {' '.join(ids)}" for t, ids in sorted(by_type.items()) if ids)
 
 
-def pool_text(by_type: Mapping[str, int]) -> str:
-    """``g4dn.xlarge×1, r5n.large×2``: a pool (or counts by type) in one line for logs."""
-    return ", ".join(f"{t}×{n}" for t, n in sorted(by_type.items()) if n)
 
 
-__all__ = ["ApplyReport", "ReconcileReport", "pool_text"]
+__all__ = ["ApplyReport", "ReconcileReport"]

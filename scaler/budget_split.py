@@ -40,7 +40,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from config.budget import BUDGET_EPS
-from scaler.transitions import pool_sum
+from scaler.pools import pool_sum
 from scaler.upper_bound import Ranking
 
 @dataclass(frozen=True)

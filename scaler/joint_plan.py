@@ -36,7 +36,7 @@ from scaler.fleet_decision import SloCheck, plan_fleet
 from scaler.pick_cache import PickCache
 from scaler.plan import MIX_SEED, Objective, Plan, plan_inputs_from_config, rank_inputs
 from scaler.replan import DemandView
-from scaler.transitions import pool_cost, pool_sum
+from scaler.pools import pool_cost, pool_sum
 
 
 @dataclass(frozen=True)

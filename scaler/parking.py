@@ -32,7 +32,7 @@ from typing import Collection, Mapping, Sequence
 
 from config.budget import BUDGET_EPS
 from scaler.cloud import ManagedInstance, pool_of
-from scaler.transitions import pool_cost
+from scaler.pools import pool_cost
 
 #: s: float noise in a parked instance's hold (a time, not money)
 _HOLD_EPS_S = 1e-9

@@ -17,10 +17,11 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping, Sequence, Union
+from typing import Literal, Mapping, Sequence, Union
 
 from config.budget import BUDGET_EPS
 from scaler.cloud import ManagedInstance
+from scaler.pools import pool_cost, pool_digest
 
 StepKind = Literal["drain", "terminate", "launch"]
 
@@ -40,10 +41,6 @@ class Step:
     seq: int = -1
 
 
-def pool_digest(pool: Mapping[str, int]) -> str:
-    """A short stable digest of a pool (type → count), zero counts ignored."""
-    canon = ",".join(f"{t}={int(n)}" for t, n in sorted(pool.items()) if int(n) > 0)
-    return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
 def client_token(cluster: str, plan_id: str, digest: str, instance_type: str, seq: int, kind: str = "launch") -> str:
@@ -71,23 +68,8 @@ def _retire_order(instances: Sequence[ManagedInstance], first: Sequence[str] = (
     return [i.instance_id for i in live]
 
 
-def pool_sum(pools: Iterable[Mapping[str, int]]) -> dict[str, int]:
-    """Several pools (type → count) added up, types with no instance left out (each model's
-    share of a joint plan, the pools held for models being profiled)."""
-    out: dict[str, int] = {}
-    for p in pools:
-        for t, n in p.items():
-            if n:
-                out[t] = out.get(t, 0) + int(n)
-    return out
 
 
-def pool_cost(pool: Mapping[str, int], prices: Mapping[str, float]) -> float:
-    """Σ $/hr of a pool; KeyError naming every type without a price."""
-    missing = sorted(t for t, n in pool.items() if n and t not in prices)
-    if missing:
-        raise KeyError(f"no price for instance type(s) {', '.join(missing)}")
-    return float(sum(prices[t] * n for t, n in pool.items() if n))
 
 
 def plan_transition(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from config.budget import BUDGET_EPS
-from scaler.transitions import pool_cost
+from scaler.pools import pool_cost
 
 
 

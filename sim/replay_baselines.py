@@ -42,7 +42,7 @@ from dispatcher.policy import default_base_type
 from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan, ModelShare, declared_demands, plan_joint
 from scaler.replan import DemandView
-from scaler.transitions import pool_cost
+from scaler.pools import pool_cost
 from sim.query_loop import QueryLoop
 from sim.replay_pipelines import split_workloads
 from sim.replay import ReplayRun, ReplaySpec, replay, workloads_by_model

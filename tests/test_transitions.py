@@ -4,7 +4,9 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from scaler.cloud import ManagedInstance
-from scaler.transitions import Step, client_token, plan_transition, pool_cost, pool_digest, replay
+from scaler.transitions import Step, client_token, plan_transition, replay
+
+from scaler.pools import pool_cost, pool_digest
 
 PRICES = {"g4dn.xlarge": 0.526, "c5n.2xlarge": 0.432, "r5n.large": 0.149, "t3.xlarge": 0.1664}
 

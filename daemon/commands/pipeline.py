@@ -15,7 +15,7 @@ import math
 
 from config.errors import UsageError
 from daemon.commands._overrides import parse_counts
-from scaler.actuator_reports import pool_text
+from scaler.pools import pool_text
 from variants.pipeline_planner import PipelinePlan, plan_pipeline
 
 CMD = "pipeline plan"

@@ -22,7 +22,7 @@ from typing import Any
 
 from config.hostport import hostport_arg
 from daemon.commands._client import add_client_flags, call
-from scaler.actuator_reports import pool_text
+from scaler.pools import pool_text
 
 DEFAULT_DISPATCHER = "127.0.0.1:50051"
 #: how long one Status call may take (s)
