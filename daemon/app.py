@@ -8,7 +8,6 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Awaitable, Callable
 from collections import deque
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -27,13 +26,12 @@ from variants.capacity_hint import next_capacity_hint
 from variants.model_decision import ModelLoopParams, model_params_for
 from daemon.replica import ReplicaRole, fleet_left_to_others, lease_generation, model_windows, start_replica
 from scaler.actuator import FleetActuator
-from scaler.cloud import CloudError, CloudProvider, ManagedInstance
+from scaler.cloud import CloudError, CloudProvider
 from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
-from scaler import fleet_step
+from scaler import fleet_step, fleet_tick as tick
 from scaler.fleet_step import plan_id_for
+from scaler.fleet_tick import FleetPorts
 from sim.slo_check import slo_check
-from scaler.parking import ParkState
-from scaler.base_aux import PlanError
 from scaler.joint_plan import JointPlan, ModelShare
 from scaler.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
@@ -43,16 +41,14 @@ from daemon.probing import Prober
 from daemon.self_profiling import SelfProfiler, profile_sink
 from daemon.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
 from daemon.status_feed import LoopFacts, StatusFeed, build_feed, status_line
-from daemon.fleet_status import FleetStatus, load_profiles_for, plan_estimates, quiet_at_shutdown, tick_line
+from daemon.fleet_status import FleetStatus, load_profiles_for, quiet_at_shutdown
+from daemon.fleet_ports import DaemonAudit, DispatcherWorkers, FleetHook, ThreadedCloud
 from daemon.pick_confirmer import PickConfirmer
 from daemon.spot_wiring import FleetMarket, open_market
 
 log = logging.getLogger("costscale")
 
-FleetHook = Callable[[list[ManagedInstance]], Awaitable[None]]
-
 DRAIN_TIMEOUT_S = 30.0
-UNPARK_TIMEOUT_S = 15.0   # loading a parked instance's variants back, before the actuator runs
 
 
 class Daemon:
@@ -68,7 +64,7 @@ class Daemon:
         self._cloud = cloud
         self._on_fleet_change = on_fleet_change
         self._listen = listen
-        self.status = FleetStatus()
+        self.status = FleetStatus()   # the fleet tick's state (scaler.fleet_tick.FleetState) and what Status shows
         self.port: int = 0
         self._stop = asyncio.Event()
         self._fleet_lock = asyncio.Lock()
@@ -81,7 +77,6 @@ class Daemon:
         self.aws: AwsWiring | None = None    # region prices, cluster lease, fenced EC2 (when no cloud is given)
         self.replica: ReplicaRole | None = None   # lease.replicas: heartbeat, demand, the lease retried (daemon.replica)
         self.market: FleetMarket | None = None   # the fleet tick's market hooks: on-demand, or spot (issue #28)
-        self._generation = 0
         self._declared: tuple[Config, dict[str, DemandView]] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
         # fleet planner (demand x hint); it never launches anything itself
@@ -90,15 +85,8 @@ class Daemon:
         self.generate_variants = cfg.model_scaling.generate_variants if generate_variants is None else generate_variants
         self.registry: VariantRegistry | None = None
         self.model_loop: ModelLoop | None = None
-        self.capacity_hint: dict[str, float] = {}       # per model (the model loop's, variants.capacity_hint)
-        self._hint_planned: dict[str, float] = {}
-        self._demand_history: dict[str, list[tuple[float, DemandView]]] = {}   # per model (fleet_step.stabilized_demands)
-        self._planned_at: float | None = None                      # when the last plan was made (fleet_step.plan_due)
-        self._unavailable_planned: frozenset[str] = frozenset()
         self._gen_task: asyncio.Task | None = None
         self.profiling: SelfProfiler | None = None   # models without profiles: measured at start (INFaaS §3.2)
-        # scale-in parks surplus instances warm before it retires them (scaler.parking)
-        self._park_state = ParkState()
         #: (monotonic time, "park" | "unpark" | "retire" | "launch", instance id), newest last
         self.fleet_events: list[tuple[float, str, str]] = []
         self.unpark_ms: deque[float] = deque(maxlen=100)   # each unpark's variant loads, ms (latest 100)
@@ -106,6 +94,12 @@ class Daemon:
         self.metrics: MetricsServer | None = None    # GET /metrics (metrics.listen)
         # max_throughput: each pick confirmed by simulation off the tick (Kairos+, issue #16)
         self.confirmer = PickConfirmer(self._tick_soon)
+        self._audit = DaemonAudit(lambda: self.cfg, lambda: self.profiles, self.status, self.fleet_events)
+
+    @property
+    def capacity_hint(self) -> dict[str, float]:
+        """Each model's capacity hint (the model loop's, :mod:`variants.capacity_hint`), in the fleet state."""
+        return self.status.capacity_hint
 
     # ---- wiring ----------------------------------------------------------------------------
     def _declared_demand(self) -> dict[str, DemandView]:
@@ -128,7 +122,7 @@ class Daemon:
             if d.action != "hold":
                 log.info("vm autoscaler: %s %s (%s) -> capacity hint %s", d.action, d.hardware, d.reason,
                          ", ".join(f"{m} {h:.2f}" for m, h in self.capacity_hint.items()))
-        if fleet_step.hint_replan(self.cfg, self.capacity_hint, self._hint_planned) and not self._fleet_lock.locked():
+        if tick.hint_replan_due(self.cfg, self.status) and not self._fleet_lock.locked():
             self._tick_soon("model loop capacity hint")
 
     async def start(self) -> None:
@@ -232,13 +226,13 @@ class Daemon:
         declared = self._declared_demand()
         if self.dispatcher is None:
             return dict(declared)
-        out, merged = {}, self.replica.merged if self.replica is not None and self.replica.leading() else None
-        for m, dec in declared.items():   # a replicated cluster's holder: every live replica's windows summed
-            snap = self.dispatcher.window_snapshot(m, steady_s=fleet_step.steady_horizon(self.cfg))
-            snap = merged.windows.get(m, snap) if merged is not None else snap   # type: ignore[assignment]
-            out[m] = fleet_step.planning_demand(snap.arrival_qps, snap.mix, snap.count, dec,
-                                                self.capacity_hint.get(m, 1.0), snap.steady_qps)
-        return out
+        merged = self.replica.merged if self.replica is not None and self.replica.leading() else None
+        dispatcher, horizon = self.dispatcher, fleet_step.steady_horizon(self.cfg)
+
+        def window(m: str) -> tick.WindowView:   # a replicated cluster's holder: every live replica's windows summed
+            snap = dispatcher.window_snapshot(m, steady_s=horizon)
+            return merged.windows.get(m, snap) if merged is not None else snap   # type: ignore[no-any-return]
+        return tick.planning_demands(declared, window, self.capacity_hint)
 
     def shares(self, plan: JointPlan | None = None, target: dict[str, int] | None = None) -> dict[str, dict[str, int]]:
         """Each model's pool under a target (default: the one held; :func:`scaler.fleet_step.model_shares`)."""
@@ -279,117 +273,26 @@ class Daemon:
         if not self.leading():   # a standby replica follows the fleet the holder keeps (daemon.replica)
             return await self._sync_workers()
         async with self._fleet_lock:
-            try:
-                now, told = time.monotonic(), None   # told: the STATUS line's target and demand
-                demand, self._demand_history = fleet_step.stabilized_demands(
-                    self._demand_history, now, self.current_demand(), self.cfg.intervals.scale_in_s)
-                unavailable = self.market.plan_key()
-                fresh = reason != "interval" or fleet_step.plan_due(self.cfg, self.status.demand, self._planned_at,
-                                                                    demand, now, unavailable != self._unavailable_planned)
-                if fresh:   # with several models, those whose demand did not move keep their workers
-                    keep = fleet_step.unmoved_shares(self.cfg, reason, self.status.plan, self.status.demand,
-                                                     self._planned_at, demand, now,
-                                                     unavailable != self._unavailable_planned)
-                    target, plan = await self._decided(demand, keep)
-                    demand = fleet_step.planned_demands(keep, self.status.demand, demand)
-                else:   # nothing the plan rests on moved: converge the pool to it
-                    target, plan, demand = self.status.target, self.status.plan, self.status.demand or demand
-                self._generation = fleet_step.next_generation(target, self.status.target, self._generation)
-                pid = plan_id_for(target, self._generation, lease_generation(self.replica))
-                report = await self._apply(target, pid, self.shares(plan, target))
-                if self.market.replan_now(plan, target):   # InsufficientCapacity (spot: no zone left): replan now
-                    target, plan = await self._decided(demand)
-                    self._generation += 1
-                    pid = plan_id_for(target, self._generation, lease_generation(self.replica))
-                    report = await self._apply(target, pid, self.shares(plan, target))
-                self.status.plan, self.status.target, self.status.demand = plan, target, demand
-                self.status.estimated = plan_estimates(self.cfg, self.profiles, plan)
-                if fresh:
-                    self._planned_at, self._unavailable_planned = now, self.market.plan_key()
-                self._hint_planned = dict(self.capacity_hint)
-                self.status.plans_applied += 1
-                self.status.last_error = None
-                base = plan.dispatch_base_type() if plan is not None else None
-                if base is not None and self.dispatcher is not None:
-                    self.dispatcher.set_base_type(base, plan.base_types)   # each model's own C_j
-                log.info("%s", tick_line(reason, demand, target, plan, bool(self.cfg.pinned_pool), report.summary(),
-                                         self.status.estimated))
-                if plan is not None and plan.short:
-                    log.warning("fleet: the budget %.4g $/hr cannot cover every model: short %s", plan.budget_per_hour,
-                                ", ".join(f"{m} {q:.1f} q/s" for m, q in plan.short.items()))
-                told = (target, fleet_step.total_qps(demand))
-            except (UsageError, PlanError) as exc:   # no pool fits: one line; the next interval retries
-                self._planned_at = None
-                self.status.last_error = str(exc)
-                log.error("fleet: %s", exc)
-            except Exception as exc:  # keep serving; the next tick retries
-                self._planned_at = None
-                self.status.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("fleet tick failed")
-            await self._sync_workers()
-            if told is not None and self.dispatcher is not None:   # billed, once the view shows the launches
-                sdnotify.notify(status_line(*told, self.dispatcher.cost_per_hour(), self.actuator.budget,
-                                            self.profiling.note() if self.profiling else ""))
+            done = await tick.fleet_tick(self.cfg, self.status, self._tick_ports(), reason)
+            if done is not None and self.dispatcher is not None:   # billed, once the view shows the launches
+                sdnotify.notify(status_line(done.target, fleet_step.total_qps(done.demand), self.dispatcher.cost_per_hour(),
+                                            self.actuator.budget, self.profiling.note() if self.profiling else ""))
+
+    def _tick_ports(self) -> FleetPorts:
+        """The ports of :func:`scaler.fleet_tick.fleet_tick` in the daemon (:mod:`daemon.fleet_ports`)."""
+        assert self.market is not None and self.cloud is not None
+        return FleetPorts(clock=time.monotonic, cloud=ThreadedCloud(self.cloud), market=self.market,
+                          workers=self._worker_view(), demand=self.current_demand, decide=self._decided,
+                          audit=self._audit, offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica))
+
+    def _worker_view(self) -> DispatcherWorkers:
+        ml = self.model_loop
+        return DispatcherWorkers(self.dispatcher, self.status, len(self.cfg.models), self.unpark_ms,
+                                 ml.pipelines.pins_for if ml is not None else None, self._on_fleet_change)
 
     def _tick_soon(self, reason: str) -> None:
         if self._loop is not None and not self._stop.is_set():
             self._loop.create_task(self.fleet_tick(reason))
-
-    def _event(self, kind: str, instance_id: str) -> None:
-        self.fleet_events.append((time.monotonic(), kind, instance_id))
-        del self.fleet_events[:-1000]
-
-    async def _apply(self, target: dict[str, int], plan_id: str,  # type: ignore[no-untyped-def]
-                     shares: dict[str, dict[str, int]] | None = None):
-        """Park/unpark (scaler.parking), then the market's actuate moves the pool to target + held parked;
-        unparked instances get their variants back before any launch (a spike meets warm ones first)."""
-        assert self.market is not None
-        eff, retire = self.market.extend_target(target), ()      # spot: with the overprovision
-        listed = None
-        d = self.dispatcher
-        if d is not None and self.cloud is not None:
-            instances = self.market.parking_view(listed := await asyncio.to_thread(self.cloud.list_managed))
-            ready = frozenset(iid for iid, w in d.workers.items() if not w.removed)
-            dec, self._park_state = fleet_step.park_round(instances, eff, ready, self.market.type_price,
-                                                          self.actuator.budget, time.monotonic(), self._park_state,
-                                                          self.cfg.model_scaling.vm_park_s, shares, d.serves)
-            # unparked instances get their variants back first (bounded: a hung worker must not
-            # hold up the launches a spike needs); the actuator then launches the rest
-            for iid in dec.unpark:
-                self._event("unpark", iid)
-            async def unpark(iid: str):  # type: ignore[no-untyped-def]
-                t0 = time.monotonic()
-                res = await asyncio.wait_for(d.unpark(iid), UNPARK_TIMEOUT_S)
-                return res, 1000.0 * (time.monotonic() - t0)
-            done = await asyncio.gather(*(unpark(iid) for iid in dec.unpark), return_exceptions=True)
-            for iid, got in zip(dec.unpark, done):
-                if isinstance(got, BaseException):
-                    log.warning("fleet: unpark %s: %s", iid, type(got).__name__)
-                else:
-                    res, ms = got
-                    self.unpark_ms.append(ms)
-                    log.info("fleet: unpark %s in %.0f ms (load %s)", iid, ms,
-                             ", ".join(f"{v}{'' if ok else ' failed: ' + m}" for v, ok, m in res) or "-")
-            for iid in dec.park:
-                self._event("park", iid)
-                log.info("fleet: park %s for up to %gs (surplus to %s)", iid, self.cfg.model_scaling.vm_park_s, target)
-                d.mark_parked(iid)     # no new queries from now on; its variants are unloaded below
-            for iid in dec.retire:
-                self._event("retire", iid)
-            eff, retire = dec.target, dec.retire
-        report = await asyncio.to_thread(self.market.actuate, eff, plan_id, list(retire), listed)
-        if d is not None:
-            gone = set(report.terminated)
-            # new parks, and any parked worker that got a variant since (park is idempotent)
-            todo = [iid for iid in self._park_state.parked if iid not in gone]
-            for iid, res in zip(todo, await asyncio.gather(*(d.park(iid) for iid in todo), return_exceptions=True)):
-                for v, ok, m in ([] if isinstance(res, BaseException) else res):
-                    if not ok:
-                        log.warning("fleet: unload %s from parked %s: %s", v, iid, m)
-        for ids in report.launched.values():
-            for iid in ids:
-                self._event("launch", iid)
-        return report
 
     @quiet_at_shutdown
     async def model_tick(self) -> None:
@@ -406,9 +309,7 @@ class Daemon:
             return
         # early replans follow a plan that was made; after a failed one, the fleet interval retries
         # (not every model tick: that looped on an unplannable config)
-        now_demand, _ = fleet_step.stabilized_demands(self._demand_history, time.monotonic(), self.current_demand(),
-                                                      self.cfg.intervals.scale_in_s)
-        if fleet_step.replan_early(self.cfg, self.status.demand, now_demand):
+        if tick.replan_early_due(self.cfg, self.status, time.monotonic(), self.current_demand):
             await self.fleet_tick("demand changed")
 
     @quiet_at_shutdown
@@ -418,25 +319,12 @@ class Daemon:
             await reconcile_round(self.actuator, self._fleet_lock, self._sync_workers)
 
     async def _sync_workers(self) -> None:
-        """The dispatcher's cloud view (who may register, who boots: Status, admission); the list to the hook."""
+        """The dispatcher's cloud view (who may register, who boots: Status, admission); the list to the hook
+        (:func:`scaler.fleet_tick.sync_workers`)."""
         if self.cloud is None:
             return
-        try:
-            instances = await asyncio.to_thread(self.cloud.list_managed)
-        except Exception as exc:
-            log.warning("list instances failed: %s", exc)
-            return
-        self.status.instances, instances = instances, self.market.typed(instances) if self.market else instances
-        if self.dispatcher is not None:
-            self.dispatcher.set_cloud_view(self.status.instances)   # by slot: Status counts each market
-            if len(self.cfg.models) > 1:   # each model's queries go to the workers planned for it
-                st = self.status
-                serves = fleet_step.worker_models(self.cfg, instances, st.plan, st.target, st.demand,
-                                                  self.dispatcher.serves, self._park_state.parked)
-                self.dispatcher.set_assignment({**serves, **self.model_loop.pipelines.pins_for(serves)}
-                                               if self.model_loop is not None else serves)   # pipeline rounds' moves hold
-        if self._on_fleet_change is not None:
-            await self._on_fleet_change(instances)
+        await tick.sync_workers(self.cfg, self.status, ThreadedCloud(self.cloud),
+                                self.market.typed if self.market else list, self._worker_view(), self._audit)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -462,8 +350,8 @@ class Daemon:
         the daemon holding the lease now owns the instances: no terminate intent is written)."""
         await self._sync_workers()   # (:func:`daemon.fleet_upkeep.terminate_fleet`)
         left = fleet_left_to_others(self.replica) or (self.aws.left_running(self.status.instances) if self.aws else None)
-        await terminate_fleet(self.actuator, lambda: plan_id_for({}, self._generation + 1, lease_generation(self.replica)),
-                              left)
+        await terminate_fleet(self.actuator, lambda: plan_id_for({}, self.status.generation + 1,
+                                                                 lease_generation(self.replica)), left)
 
     async def wait(self) -> None:
         await self._stop.wait()

@@ -17,6 +17,7 @@ from variants.families.applications import with_applications
 from scaler.pools import pool_text
 from scaler.cloud import ManagedInstance, pool_of
 from scaler.estimate_gate import estimates_line, share_estimates
+from scaler.fleet_tick import FleetState
 from scaler.joint_plan import JointPlan
 from scaler.replan import DemandView
 
@@ -28,15 +29,12 @@ class Stoppable(Protocol):
 
 
 @dataclass
-class FleetStatus:
-    """What the fleet loop last decided and did (for logs, Status and the demo summary)."""
+class FleetStatus(FleetState):
+    """What the fleet loop last decided and did (for logs, Status and the demo summary): the fleet
+    tick's state (:class:`scaler.fleet_tick.FleetState`: plan, target, demand, plans applied, last
+    error, ...) and what only the daemon shows."""
 
-    plan: JointPlan | None = None
-    target: dict[str, int] = field(default_factory=dict)
-    demand: dict[str, DemandView] | None = None     # each model's, as last planned
-    instances: list[ManagedInstance] = field(default_factory=list)
-    plans_applied: int = 0
-    last_error: str | None = None
+    instances: list[ManagedInstance] = field(default_factory=list)   # listed at the last worker sync
     #: model -> type -> estimate: the plan's workers that rest on an estimated profile (issue #29)
     estimated: dict[str, dict[str, Estimate]] = field(default_factory=dict)
 

@@ -41,6 +41,7 @@ import numpy as np
 from config.profiles import ProfileTable
 from config.schema import Config, ModelSpec
 from dispatcher.latency_model import LatencyModel
+from dispatcher.window import DemandWindow
 from scaler.cloud import CLUSTER_TAG, pool_of
 from scaler.fleet_decision import SloCheck
 from scaler.joint_plan import JointPlan
@@ -51,21 +52,16 @@ from sim.ledger import CostLedger
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
 from sim.policies import dispatcher_policy
 from sim.query_loop import QueryLoop, ServiceTimes
-from sim.replay_fleet import Decisions, DecideFn, ReplayFleet, ReplayWorkers
-from sim.replay_accuracy import ReplayAccuracyRound
-from sim.replay_infaas import ReplayInfaas
-from sim.replay_models import ReplayModelLoop
+from sim.replay_fleet import Decisions, DecideFn, ReplayFleet, loops_for
 from sim.replay_pipelines import PipelineReplay, split_workloads
 from sim.replay_spot import SpotDriver, SpotPriceStep, SpotReplayFleet, spot_prices_for
 from sim.spot_trace import SpotTrace
-from sim.replay_pipeline_round import pipeline_rounds
 from sim.service import ServiceKind, ServiceModel
 from sim.slo_check import slo_check as default_slo_check
 from sim.variant_lane import VariantLoop
 from sim.workload import Workload
 from variants.accuracy_allocation import Allocation
 from variants.families.applications import application, with_applications
-from variants.model_decision import model_params_for
 
 #: launch-to-running delay by hardware class (issue #12: 90 s for GPU types, 60 s for CPU types)
 DEFAULT_BOOT_S: dict[str, float] = {"gpu": 90.0, "inferentia": 90.0, "cpu": 60.0}
@@ -282,43 +278,24 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                                     {m: dict(s.pool) for m, s in plan.models.items()} if plan else {},
                                     dict(plan.short) if plan else {}))
 
+    windows = {m.name: DemandWindow() for m in cfg.models}     # each model's arrivals (the fleet plans from them)
+    lanes = {m: make_query_loop(cfg, profiles, wl, spec, record=windows[m].record, model=m) for m, wl in loads.items()}
+    if pipes is not None:
+        pipes.attach(lanes)
+    order = pipes.ordered(lanes) if pipes is not None else list(lanes.values())
+    if on_query_loop is not None:
+        on_query_loop(lanes)
     tmp = tempfile.TemporaryDirectory(prefix="costscale-replay-") if state_dir is None else None
     market = SpotMarket.from_config(cfg, spot_prices_for(cfg, spec.spot_prices))
-    kw: dict[str, Any] = dict(boot_by_type=boot_delays(cfg, spec.boot_s),
-                              slo_check=slo_check, on_target=on_target, decide_fn=decide_fn,
-                              baseline_accuracy=accuracy_round)
+    kw: dict[str, Any] = dict(boot_by_type=boot_delays(cfg, spec.boot_s), slo_check=slo_check, windows=windows,
+                              loops=loops_for(cfg, profiles, lanes, pipes, spec.load_s, timeline.schedule, decide_fn),
+                              on_target=on_target, decide_fn=decide_fn, baseline_accuracy=accuracy_round,
+                              warm_start=spec.warm_start)
     fleet = (SpotReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, market=market,
                              policy=spot_policy, **kw) if market.enabled else
              ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, **kw))
     spot = SpotDriver(cfg, market, spec.spot_trace, spec.spot_price_steps) if market.enabled else None
     try:
-        lanes = {m: make_query_loop(cfg, profiles, wl, spec, record=fleet.windows[m].record, model=m)
-                 for m, wl in loads.items()}
-        if pipes is not None:
-            pipes.attach(lanes)
-        order = pipes.ordered(lanes) if pipes is not None else list(lanes.values())
-        if on_query_loop is not None:
-            on_query_loop(lanes)
-        if spec.warm_start:   # the first plan's pool is up at 0, as a daemon that has been running
-            fleet.cloud.warm_until = 0.0
-        fleet.workers = ReplayWorkers(lanes, clock, timeline.schedule, fleet.cloud.running_at, spec.load_s,
-                                      fleet.decisions, warm_until=fleet.cloud.warm_until)
-        fleet.model_loops = {m: ReplayModelLoop(cfg, profiles, q.times.predictor, m) for m, q in lanes.items()}
-        params = model_params_for(cfg)
-        acc = params.accuracy
-        if pipes is not None and decide_fn is None:   # Loki's round for each pipeline scaled as one
-            fleet.pipeline_rounds = pipeline_rounds(cfg, pipes, lanes, fleet, spec.load_s, timeline.schedule)
-        owned = {m for r in fleet.pipeline_rounds for m in r.owned()}
-        if acc is None:         # accuracy scaling off: getVariant and the INFaaS round on each application
-            fleet.infaas = {m: ReplayInfaas(q, params, spec.load_s, fleet.model_loops[m].hardware,
-                                            fleet.model_loops[m].prices, profiles, timeline.schedule, clock.now,
-                                            cfg.model(m).min_accuracy)
-                            for m, q in lanes.items() if isinstance(q, VariantLoop) and m not in owned}
-        else:     # the model loop in accuracy mode (issue #25): plan mode's rounds; SlackFit has none
-            apps = ({m: q for m, q in lanes.items() if isinstance(q, VariantLoop) and m not in owned}
-                    if acc.mode == "plan" else {})
-            fleet.accuracy_rounds = {m: ReplayAccuracyRound(q, fleet.windows[m], acc, spec.load_s, timeline.schedule,
-                                                            clock.now) for m, q in apps.items()}
         prices = {**cfg.prices(), **market.slot_prices()}
         ledger = CostLedger(prices, cfg.budget_per_hour)
         launches: list[tuple[float, str, int]] = []
@@ -374,7 +351,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
             progress(1.0)
         return ReplayRun(cfg=cfg, lanes=lanes, duration_s=duration_s, ledger=ledger,
                          decisions=fleet.decisions, targets=targets, launches=launches, terminations=terminations,
-                         errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.mem.plans,
+                         errors=fleet.errors, wall_s=time.perf_counter() - wall0, plans=fleet.fleet_state.plans_made,
                          variant_swaps={m: r.swap_log for m, r in (fleet.accuracy_rounds or {}).items()},
                          accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()},
                          pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {},

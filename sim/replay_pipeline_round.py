@@ -8,8 +8,8 @@ over the workers of a pipeline's task lanes, each model tick, as the model loop 
 - **Its workers**: every live worker of the pipeline's task lanes, with the task and variant it
   serves (a worker the last round moved and that is still loading counts with its new task).
 - **Applying a decision**: a worker that changes task is pinned to the task's model
-  (:attr:`sim.replay_fleet.ReplayFleet.pins`, kept over the fleet's own assignment of instances to
-  models) and moves lanes with a load (:meth:`sim.replay_fleet.ReplayWorkers.assign`); the others'
+  (:attr:`sim.replay_workers.ReplayWorkers.pins`, kept over the fleet's own assignment of instances to
+  models) and moves lanes with a load (:meth:`sim.replay_workers.ReplayWorkers.assign`); the others'
   variants and every task's routing change ``load_s`` later (:meth:`sim.variant_lane.VariantLoop.set_plan`),
   and a moved worker takes its variant and routing when it joins its new lane.
 """
@@ -28,7 +28,6 @@ from variants.pipeline_scaling import (PipelineDecision, PipelineWorker, RoundSt
 
 if TYPE_CHECKING:
     from config.schema import Config
-    from sim.replay_fleet import ReplayFleet
     from sim.replay_pipelines import PipelineReplay
 
 
@@ -168,16 +167,19 @@ class ReplayPipelineRound:
                 "moves": self.moves, "swaps": self.swaps, "most_workers": most}
 
 
-def pipeline_rounds(cfg: "Config", pipes: "PipelineReplay", lanes: Mapping[str, QueryLoop], fleet: "ReplayFleet",
-                    load_s: float, schedule: Callable[[float, Callable[[], None]], None]) -> list[ReplayPipelineRound]:
-    """A round for each pipeline with traffic whose ``scaling`` is ``loki``."""
+def pipeline_rounds(cfg: "Config", pipes: "PipelineReplay", lanes: Mapping[str, QueryLoop],
+                    windows: Mapping[str, DemandWindow], now: Callable[[], float], pins: MutableMapping[str, str],
+                    sync: Callable[[], None], load_s: float,
+                    schedule: Callable[[float, Callable[[], None]], None]) -> list[ReplayPipelineRound]:
+    """A round for each pipeline with traffic whose ``scaling`` is ``loki``, over the fleet's
+    ``windows``, clock (``now``), worker ``pins`` and worker ``sync``."""
     out = []
     for spec in cfg.pipelines:
         pipe = pipes.graphs.get(spec.name)
         if pipe is None or spec.scaling != "loki":
             continue
-        out.append(ReplayPipelineRound(pipe, lanes, fleet.windows, task_qos(cfg, pipe), round_params(cfg), load_s,
-                                       schedule, fleet.clock.now, fleet.pins, fleet.sync_workers,
+        out.append(ReplayPipelineRound(pipe, lanes, windows, task_qos(cfg, pipe), round_params(cfg), load_s,
+                                       schedule, now, pins, sync,
                                        {t: cfg.model(m).min_accuracy for t, m in pipe.models.items()},
                                        lambda n=spec.name: {(t, c): (v[0], v[1]) for (p, t, c), v in pipes.fanout.items()
                                                             if p == n}))

@@ -52,9 +52,12 @@ class SpotReplayFleet(ReplayFleet):
     ones the daemon calls."""
 
     def __init__(self, *args: Any, market: SpotMarket, policy: SpotPolicy | None = None, **kw: Any) -> None:
+        self._market, self._policy = market, policy
         super().__init__(*args, **kw)
-        self.spot = SpotFleet(self.cfg, market, self.actuator, self.cloud.list_managed, policy)
-        self.hooks = MarketHooks(self.actuator, self.spot)
+
+    def _market_hooks(self) -> MarketHooks:
+        self.spot = SpotFleet(self.cfg, self._market, self.actuator, self.cloud.list_managed, self._policy)
+        return MarketHooks(self.actuator, self.spot)
 
     @property
     def market(self) -> SpotMarket:
@@ -137,7 +140,7 @@ class SpotDriver:
             fleet.fleet_tick("spot interruption")
 
     def _drain(self, iid: str) -> None:
-        if self.fleet is not None and self.fleet.workers is not None:
+        if self.fleet is not None:
             self.fleet.workers.drain(iid)
 
     def _reclaim(self, iid: str) -> None:
@@ -148,12 +151,11 @@ class SpotDriver:
             return                                        # the fleet had retired it first
         self.reclaimed.append((now, iid))
         w = fleet.workers
-        if w is not None:
-            model = w.joined.get(iid)
-            if model is not None:
-                again = w.lanes[model].remove_worker(iid, now, lost=True)
-                self.re_run.setdefault(model, set()).update(again)
-            w.forget(iid)
+        model = w.joined.get(iid)
+        if model is not None:
+            again = w.lanes[model].remove_worker(iid, now, lost=True)
+            self.re_run.setdefault(model, set()).update(again)
+        w.forget(iid)
 
     def _price(self, st: SpotPriceStep) -> None:
         fleet = self.fleet

@@ -166,6 +166,53 @@ def test_replay_and_daemon_call_the_same_decisions(tmp_path: Path, profiles, mon
     assert every <= seen["daemon"]
 
 
+def test_replay_and_daemon_call_the_same_fleet_tick(tmp_path: Path, profiles, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """One fleet tick (issue 37): ``Daemon.fleet_tick`` and ``ReplayFleet.fleet_tick`` both run
+    ``scaler.fleet_tick.fleet_tick``, looked up at call time (replace it and both see it), and no
+    other module orchestrates a tick: the tick's own steps are called from ``scaler.fleet_tick`` only."""
+    import asyncio
+    import re
+
+    from daemon.app import Daemon
+    from scaler import fleet_tick
+    from scaler.fake_cloud import FakeCloud
+
+    ran: dict[str, list[str]] = {"replay": [], "daemon": []}
+    who = {"now": "replay"}
+    real = fleet_tick.fleet_tick
+
+    async def spy(cfg, state, ports, reason="interval"):  # type: ignore[no-untyped-def]
+        ran[who["now"]].append(reason)
+        return await real(cfg, state, ports, reason)
+    monkeypatch.setattr(fleet_tick, "fleet_tick", spy)
+    run = replay(_cfg(tmp_path), profiles, _steps([(5.0, 120.0)]), 120.0, ReplaySpec())
+    assert run.plans >= 1 and ran["replay"].count("interval") >= 2     # every fleet interval, through the one tick
+    who["now"] = "daemon"
+
+    async def daemon_ticks() -> None:     # the real daemon's fleet tick, on a fake cloud
+        dcfg = _cfg(tmp_path, state_path=str(tmp_path / "d.db"), model_scaling={"generate_variants": False})
+        d = Daemon(dcfg, None, cloud=FakeCloud(dcfg.cluster), listen="127.0.0.1:0", generate_variants=False)
+        await d.start()
+        try:
+            n = len(ran["daemon"])
+            await d.fleet_tick("interval")
+            assert ran["daemon"][n:] == ["interval"] and d.status.plan is not None
+        finally:
+            await d.stop(grace=0.0)
+    asyncio.run(daemon_ticks())
+    # the tick's steps have one caller: a second implementation of the tick would call them again
+    steps = ("park_round", "next_generation", "plan_due", "unmoved_shares", "planned_demands", "stabilized_demands",
+             "replan_early", "hint_replan", "worker_models", "model_shares")
+    root = Path(__file__).resolve().parents[1]
+    callers = {str(f.relative_to(root)) for pkg in ("daemon", "sim", "scaler", "dispatcher", "variants")
+               for f in (root / pkg).rglob("*.py")
+               if re.search(r"\b(" + "|".join(steps) + r")\(", f.read_text())}
+    assert callers <= {"scaler/fleet_step.py", "scaler/fleet_tick.py", "daemon/app.py", "sim/replay_fleet.py"}, callers
+    for src in ("daemon/app.py", "sim/replay_fleet.py"):   # shares for decide/Status only, never a tick's step
+        text = (root / src).read_text()
+        assert not re.search(r"\b(" + "|".join(s for s in steps if s != "model_shares") + r")\(", text), src
+
+
 def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
     """The first fleet tick plans the declared demand with the planner `costscale plan` prints."""
     from scaler.fleet_decision import plan_fleet
