@@ -14,7 +14,7 @@ ratio: ``process_ceiling(.., 2) / process_ceiling(.., 1)`` is an upper bound on 
 
 :func:`hosts_needed`: the per-query path is the only hot one and scales out by partitioning (DESIGN
 "Beyond one control host"): several dispatcher processes, each owning a disjoint set of workers
-(``scaler.replica_assignment``), behind gRPC round_robin or a load balancer. The extrapolation
+(``scaler.replicas.owner_assignment``), behind gRPC round_robin or a load balancer. The extrapolation
 assumes that a dispatcher host runs one dispatcher process per core and nothing else (no client,
 no worker), that each core can be kept fully busy, and that a dispatcher's CPU per query stays what
 it was measured at (so a host serves ``cores / cpu_s_per_query`` q/s): a ceiling, not a measured

@@ -80,7 +80,7 @@ def make_dispatcher(start: str = "bench") -> Dispatcher:
         return Dispatcher(cfg, predictor)
     if start != "run":
         raise ValueError(f"dispatcher start {start!r}: one of {', '.join(DISPATCHER_STARTS)}")
-    from daemon.profiling import models_dir, open_config_registry
+    from daemon.profiling.model_profiles import models_dir, open_config_registry
 
     cfg = cfg.model_copy(update={"state_path": ":memory:"})
     return Dispatcher(cfg, predictor, registry=open_config_registry(cfg), models_dir=models_dir(cfg))

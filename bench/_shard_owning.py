@@ -1,16 +1,16 @@
 """The dispatcher replicas as the daemon runs them, for ``bench/shard_bench.py`` (issue #27,
 deliverable 2): of ``R`` live replicas only ``k = owner_count(R, base)`` own workers
-(``scaler.replica_owning``, rule 1: each owner keeps >= ``MIN_BASE_PER_OWNER`` base-type workers),
+(``scaler.replicas.owning_replicas``, rule 1: each owner keeps >= ``MIN_BASE_PER_OWNER`` base-type workers),
 the others forward their queries to every owner in turn (rule 3).
 
 The balancer in front deals the queries round robin over the ``R`` replicas (gRPC round_robin or
 an NLB; DESIGN "Beyond one control host"): query ``i`` reaches replica ``i mod R`` and is matched by
 that replica if it owns workers, else by the owner it forwards to. So each owner matches a fixed
-set of residues ``i mod R`` (:func:`owner_dealing`), its share ``scaler.replica_owning.arrival_shares``,
-over the workers ``scaler.replica_assignment.assign`` gives it among the ``k`` owners.
+set of residues ``i mod R`` (:func:`owner_dealing`), its share ``scaler.replicas.owning_replicas.arrival_shares``,
+over the workers ``scaler.replicas.owner_assignment.assign`` gives it among the ``k`` owners.
 
 Replica ids are ``r0 .. r{R-1}`` with ``r0`` the lease holder; a forwarder goes over the owners in id
-order, as the daemon's ``scaler.replica_workers.forward_targets`` and ``dispatcher.forwarding`` do.
+order, as the daemon's ``scaler.replicas.apply_owners.forward_targets`` and ``dispatcher.forwarding`` do.
 No I/O.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Mapping, Sequence
 
-from scaler.replica_owning import OwningReplicas, arrival_shares, owning_replicas
+from scaler.replicas.owning_replicas import OwningReplicas, arrival_shares, owning_replicas
 
 #: the replica counts the owning rows show (issue #27: "1 shard against 2 and 4")
 REPLICAS = (2, 4)

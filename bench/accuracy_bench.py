@@ -1,4 +1,4 @@
-"""Accuracy planner within 1 s (issue #29, Proteus §4, ``variants.accuracy_planner.plan_accuracy``)
+"""Accuracy planner within 1 s (issue #29, Proteus §4, ``variants.accuracy.planner.plan_accuracy``)
 at the issue's goal size: 40 workers x 50 variants x 9 models. Goal: <= 1 s per call with an
 accuracy-weighted throughput >= 99.5 % of the reference MILP's at 10 s on every case (Proteus
 reports 4.2 s on average with Gurobi for its own cluster).
@@ -37,9 +37,9 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench._report import machine, write_section  # noqa: E402
-from variants import accuracy_levels as lv  # noqa: E402
-from variants import accuracy_milp  # noqa: E402
-from variants.accuracy_planner import (DEFAULT_TIME_LIMIT_S, VariantProfile, _options, _undominated,  # noqa: E402
+from variants.accuracy import levels as lv  # noqa: E402
+from variants.accuracy import milp as accuracy_milp  # noqa: E402
+from variants.accuracy.planner import (DEFAULT_TIME_LIMIT_S, VariantProfile, _options, _undominated,  # noqa: E402
                                        capacity, plan_accuracy, workers_from_counts)
 
 N_TYPES, PER_TYPE, N_MODELS, N_VARIANTS = 8, 5, 9, 50

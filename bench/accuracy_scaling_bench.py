@@ -23,7 +23,7 @@ from sim.accuracy_sim import ALLOCATIONS, AccuracySpec, simulate_accuracy  # noq
 from sim.patterns import parse_pattern, pattern_workload  # noqa: E402
 from sim.workload import gamma_arrivals, poisson_arrivals  # noqa: E402
 from config.profiles import load_profiles_csv  # noqa: E402
-from variants.accuracy_planner import VariantProfile, capacity, profiles_from_rows, workers_from_counts  # noqa: E402
+from variants.accuracy.planner import VariantProfile, capacity, profiles_from_rows, workers_from_counts  # noqa: E402
 from variants.families.profiles import read_csv, shipped_csv  # noqa: E402
 from variants.families import spec as family_spec  # noqa: E402
 

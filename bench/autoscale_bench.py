@@ -25,8 +25,8 @@ import numpy as np  # noqa: E402
 
 from bench._report import machine, write_section  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
-from variants.autoscale_greedy import GreedyState, greedy_scale  # noqa: E402
-from variants.autoscale_ilp import ScalingPlan, ScalingProblem, ScalingVariant, solve_ilp  # noqa: E402
+from variants.infaas.autoscale_greedy import GreedyState, greedy_scale  # noqa: E402
+from variants.infaas.autoscale_ilp import ScalingPlan, ScalingProblem, ScalingVariant, solve_ilp  # noqa: E402
 
 # (suffix, instance type, latency factor vs the arch's GPU fp16 latency, batch, load latency range s)
 VARIANT_KINDS = [

@@ -20,9 +20,9 @@ from bench._report import machine, write_section  # noqa: E402
 from config.profiles import load_profiles_csv  # noqa: E402
 from config.schema import Config, load_config  # noqa: E402
 from sim.patterns import parse_pattern, pattern_workload  # noqa: E402
-from sim.replay import ReplaySpec, replay  # noqa: E402
-from sim.replay_baselines import run_baseline  # noqa: E402
-from sim.replay_metrics import report  # noqa: E402
+from sim.replay.run import ReplaySpec, replay  # noqa: E402
+from sim.replay.baselines import run_baseline  # noqa: E402
+from sim.replay.report import report  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "replay-accuracy.yaml"
 APP = "resnet"          # the example's one application

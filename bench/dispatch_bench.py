@@ -45,7 +45,7 @@ def decision_latency(m: int, n: int, reps: int) -> dict[str, float]:
     from dispatcher.latency_model import LatencyModel
     from dispatcher.policies.kairos import KairosPolicy
     from dispatcher.policy import QueryView, WorkerView
-    from scaler.batch_mix import sample_batches
+    from scaler.planner.batch_mix import sample_batches
     from config.profiles import load_profiles_csv
 
     lm = LatencyModel.from_profiles(load_profiles_csv())
@@ -80,7 +80,7 @@ class RoundRobinProxy:
     """The baseline: Submit → next worker in turn, no queue, no policy, no limit per worker."""
 
     def __init__(self, addresses: list[str], one_per_worker: bool = False) -> None:
-        from dispatcher.worker_client import WorkerClient
+        from dispatcher.workers.client import WorkerClient
 
         self.clients = [WorkerClient(a) for a in addresses]
         self._rr = itertools.cycle(range(len(self.clients)))

@@ -104,7 +104,7 @@ def torch_resnets(batches, repeats: int, itype: str, log: list[str]) -> list[Pro
 
 def builtin_variants(out: Path, providers, itype: str, repeats: int, log: list[str]) -> list[ProfileRow]:
     """The worker's builtin MLP and its generated variants (fp32, int8, fp16, batch-tuned)."""
-    from variants.builtin_models import build_mlp
+    from variants.runtime.builtin_models import build_mlp
     from variants.generator import generate_variants
 
     src = build_mlp(out / "mlp.onnx")

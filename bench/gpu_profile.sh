@@ -33,7 +33,7 @@ export LD_LIBRARY_PATH=$NV:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 python3 - <<'EOF' || exit 3
 import onnxruntime as ort
-from variants.builtin_models import mlp_model
+from variants.runtime.builtin_models import mlp_model
 print("onnxruntime", ort.__version__, ort.__file__, ort.get_available_providers())
 s = ort.InferenceSession(mlp_model(4, 4, 2).SerializeToString(), providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
 print("session providers:", s.get_providers())

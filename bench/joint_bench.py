@@ -1,4 +1,4 @@
-"""Many models, one budget (issue #24): the joint plan (design (a), :mod:`scaler.joint_plan`)
+"""Many models, one budget (issue #24): the joint plan (design (a), :mod:`scaler.planner.joint_plan`)
 measured four ways. Writes the "joint" section of BENCHMARKS.md.
 
 1. A 3-model, 4-hour replay (rm2, wnd, dien of ``examples/replay-three.yaml``, 3 $/hr, min_cost),
@@ -7,7 +7,7 @@ measured four ways. Writes the "joint" section of BENCHMARKS.md.
    hindsight (each model alone, with the whole budget, on its own workload). Goals: every model
    >= 99 % within its SLO, the budget held, cost <= 1.10 x the per-model hindsight sum.
 2. Design (a) (a sub-pool per model) against design (b) (one pool shared by time,
-   :func:`scaler.shared_plan.shared_min_cost`) in dollars: per 5-minute window of the same trace,
+   :func:`scaler.planner.shared_plan.shared_min_cost`) in dollars: per 5-minute window of the same trace,
    both bound-only, at each model's peak one-minute rate.
 3. max_throughput fairness: the split's smallest score against a brute force over the models'
    frontiers, at a budget below what the three peaks need (goal: within 5 %).
@@ -39,16 +39,16 @@ import yaml  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
 from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
 from config.schema import Config  # noqa: E402
-from scaler.budget_split import Frontier, scores  # noqa: E402
-from scaler.fleet_decision import plan_fleet  # noqa: E402
-from scaler.joint_plan import declared_demands, model_frontiers, plan_joint, split_for  # noqa: E402
-from scaler.replan import DemandView  # noqa: E402
-from scaler.shared_plan import shared_min_cost  # noqa: E402
+from scaler.planner.budget_split import Frontier, scores  # noqa: E402
+from scaler.planner.model_plan import plan_fleet  # noqa: E402
+from scaler.planner.joint_plan import declared_demands, model_frontiers, plan_joint, split_for  # noqa: E402
+from scaler.planner.replan import DemandView  # noqa: E402
+from scaler.planner.shared_plan import shared_min_cost  # noqa: E402
 from config.budget import BUDGET_EPS  # noqa: E402
 from sim.patterns import PatternSpec, parse_pattern, pattern_workload, rate_function  # noqa: E402
-from sim.replay import ReplaySpec, replay  # noqa: E402
-from sim.replay_baselines import BASELINE_NAMES, HINDSIGHT_WINDOW_S, PoolPlanner, minute_peaks, run_baseline  # noqa: E402
-from sim.replay_metrics import report  # noqa: E402
+from sim.replay.run import ReplaySpec, replay  # noqa: E402
+from sim.replay.baselines import BASELINE_NAMES, HINDSIGHT_WINDOW_S, PoolPlanner, minute_peaks, run_baseline  # noqa: E402
+from sim.replay.report import report  # noqa: E402
 from sim.slo_check import slo_check  # noqa: E402
 from sim.workload import Workload  # noqa: E402
 
@@ -222,7 +222,7 @@ def block_replay(cfg: Config, profiles: ProfileTable, specs: Mapping[str, Patter
         "at once.",
         table(rows, models),
         "costscale ÷ it: costscale's dollars over the run's. Baselines plan the three models jointly "
-        "(`sim/replay_baselines.py`); \"sum of per-model hindsight\" is each model alone in a config of its own "
+        "(`sim/replay/baselines.py`); \"sum of per-model hindsight\" is each model alone in a config of its own "
         f"(same {budget:g} $/hr, same types) under `hindsight`, dollars and queries summed; its peak $/hr and "
         "violations are those of the three pools side by side (each run's ledger summed at every change). "
         "hindsight knows each 5-minute window's peak minute in advance and boots with no delay: a reference, "
@@ -356,7 +356,7 @@ def block_fairness(cfg: Config, profiles: ProfileTable, rates: Mapping[str, floa
         f"for which min_cost needs {need.cost_per_hour:.3f} $/hr; the cheapest pools that give every model a worker "
         f"(each frontier's first row) cost {one_each:.3f} $/hr together. Budget: {FAIR_SHARE:g} of the way from "
         f"that to the min_cost need, {budget:g} $/hr. A model's score: upper bound / demand / weight "
-        "(`scaler.budget_split.scores`, uncapped); the split maximises the smallest. Frontier rows (row 0 = the "
+        "(`scaler.planner.budget_split.scores`, uncapped); the split maximises the smallest. Frontier rows (row 0 = the "
         f"empty pool): {', '.join(f'{f.model} {len(f)}' for f in main_r['fronts'])}. The brute force tries the "
         "first two models' rows in full and the third's best affordable row.",
         "| $/hr | split | smallest score | ÷ brute force | each model's pool (score) |\n|---|---|---|---|---|\n"

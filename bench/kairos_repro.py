@@ -9,7 +9,7 @@ Allowable throughput (Kairos §7 "Metrics": the highest Poisson rate with p99 <=
 - **Kairos pick** (§5.2: upper bound + similarity pick, undominated), served by the paper's
   matching ``kairos`` (§5.1); the budget slack of the pick is *not* compensated (the paper's
   conservative choice);
-- **ours**: that pick confirmed by Kairos+ with the simulator as evaluator (``scaler.confirm``,
+- **ours**: that pick confirmed by Kairos+ with the simulator as evaluator (``scaler.planner.confirm``,
   ``sim.pick_eval``, the homogeneous base pool and the pick with one more base instance always
   evaluated), served by ``kairos-strict``;
   the planning time of the confirmation is reported;
@@ -51,14 +51,14 @@ from bench._kairos_tables import baseline_table, claims_table, goals, main_table
 from bench._report import machine, write_section  # noqa: E402
 from config.budget import BUDGET_EPS  # noqa: E402
 from dispatcher.policies import sweep_drs_threshold  # noqa: E402
-from scaler.batch_mix import BatchMix, mix_from_batches  # noqa: E402
-from scaler.confirm import DEFAULT_EVALUATIONS, confirm_pick  # noqa: E402
-from scaler.kairos_plus import kairos_plus  # noqa: E402
-from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
+from scaler.planner.batch_mix import BatchMix, mix_from_batches  # noqa: E402
+from scaler.planner.confirm import DEFAULT_EVALUATIONS, confirm_pick  # noqa: E402
+from scaler.planner.kairos_plus import kairos_plus  # noqa: E402
+from scaler.planner.choose import PlanInputs, choose_pool, rank_inputs  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
 from dispatcher.policy import DISPATCH_XI  # noqa: E402
 from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
-from scaler.upper_bound import Ranking  # noqa: E402
+from scaler.planner.upper_bound import Ranking  # noqa: E402
 from sim.capacity import pool_capacity  # noqa: E402
 from sim.engine import simulate  # noqa: E402
 from sim.oracle import oracle_capacity  # noqa: E402
@@ -340,7 +340,7 @@ def main() -> None:
           "for every batch size (kairos, kairos-strict or FCFS distribution, the best), throughput scaled by budget ÷ "
           "pool cost; *raw* = before scaling. **Kairos pick**: the paper's method, §5.2 upper bound + similarity pick "
           "(made undominated, issue 16), served by the paper's matching (`kairos`, §5.1). **Ours**: that pick "
-          "confirmed by Kairos+ with the simulator as evaluator (`scaler.confirm`, `sim.pick_eval`: 1000 queries "
+          "confirmed by Kairos+ with the simulator as evaluator (`scaler.planner.confirm`, `sim.pick_eval`: 1000 queries "
           f"from the planner's mix, 5% precision, at most {args.confirm_evals} simulated pools: the pick, the "
           "homogeneous base pool, the pick with one more base instance, then Kairos+ in bound order; *plan s* = that "
           "planning time, *rule* = which candidate won), served by `kairos-strict` (ours: the §5.1 matching with the "

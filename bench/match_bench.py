@@ -73,7 +73,7 @@ class TwelveTypes:
 
 def make_round(m: int, n: int, seed: int):  # type: ignore[no-untyped-def]
     from dispatcher.policy import QueryView, WorkerView
-    from scaler.batch_mix import sample_batches
+    from scaler.planner.batch_mix import sample_batches
 
     rng = np.random.default_rng(seed)
     now = 100.0

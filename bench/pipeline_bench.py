@@ -1,4 +1,4 @@
-"""The pipeline planner's time (issue #26): Loki's two steps (variants/pipeline_planner.py) on
+"""The pipeline planner's time (issue #26): Loki's two steps (variants/pipelines/planner.py) on
 pipelines of 2-4 tasks over the resnet family, pools of 4 to 40 workers, at demands that need
 hardware scaling only and that need accuracy scaling; each case on HiGHS and on CBC.
 
@@ -16,11 +16,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import machine, write_section  # noqa: E402
-from config.pipeline_graph import build  # noqa: E402
-from variants import accuracy_milp  # noqa: E402
-from variants.accuracy_planner import profiles_from_rows  # noqa: E402
+from config.sections.pipeline_graph import build  # noqa: E402
+from variants.accuracy import milp as accuracy_milp  # noqa: E402
+from variants.accuracy.planner import profiles_from_rows  # noqa: E402
 from variants.families.profiles import read_csv, shipped_csv  # noqa: E402
-from variants.pipeline_planner import plan_pipeline  # noqa: E402
+from variants.pipelines.planner import plan_pipeline  # noqa: E402
 
 TYPES = ("c5n.2xlarge", "g4dn.xlarge", "r5n.large")
 
@@ -57,9 +57,9 @@ BURSTS = (("within the budget's hardware (4 -> 16 images/s)", "macroburst:low=4,
 
 def hardware_capacity(cfg, profiles) -> float:  # type: ignore[no-untyped-def]
     """The most images/s the example's pipeline serves at its top variants on the workers the
-    budget buys, spread over its tasks (:func:`variants.pipeline_scaling.hardware_capacity`)."""
-    from variants.pipeline_inputs import budget_workers, task_variants
-    from variants.pipeline_scaling import hardware_capacity as capacity, task_qos
+    budget buys, spread over its tasks (:func:`variants.pipelines.scaling.hardware_capacity`)."""
+    from variants.pipelines.inputs import budget_workers, task_variants
+    from variants.pipelines.scaling import hardware_capacity as capacity, task_qos
 
     spec = cfg.pipelines[0]
     pipe = spec.graph()
@@ -93,9 +93,9 @@ def replay_table(write: bool) -> str:
     from config.profiles import load_profiles_csv
     from config.schema import load_config
     from daemon.commands.replay import _workload
-    from sim.replay import ReplaySpec, replay
-    from sim.replay_baselines import run_baseline
-    from sim.replay_metrics import report
+    from sim.replay.run import ReplaySpec, replay
+    from sim.replay.baselines import run_baseline
+    from sim.replay.report import report
 
     ex = Path(__file__).resolve().parent.parent / "examples/pipeline.yaml"
     cfg = load_config(ex)
@@ -125,13 +125,13 @@ def replay_table(write: bool) -> str:
           "(detector -> classifier, 2 classifier requests per image, end-to-end SLO 400 ms; the models' own QoS 250 "
           "and 150 ms, which the fleet plans each for; 3 $/hr of c5n.2xlarge: six workers), 30 minutes of "
           "`macroburst:...,low_s=600,high_s=300` images. The pipeline's queries run task by task through the "
-          "models' query loops (sim/replay_pipelines.py); a query is within its SLO when its last request is "
+          "models' query loops (sim/replay/pipelines.py); a query is within its SLO when its last request is "
           "answered within 400 ms of its arrival; dropped early: refused where the SLO left could not cover the "
           "tasks left. End-to-end accuracy: the product of the variants' accuracies along each query's path "
           "(the top: det-x x cls-l, 85.50 %); drop: points below that. "
           f"Hardware scaling's capacity on the six workers (Loki's step 1 at the top variants, by the round's "
           f"capacity rule): H = {h:.1f} images/s. Runs: `costscale (Loki's round)`: the default "
-          "`pipelines[].scaling: loki` (sim/replay_pipeline_round.py: the tasks' workers planned together, moved "
+          "`pipelines[].scaling: loki` (sim/replay/pipeline_round.py: the tasks' workers planned together, moved "
           "between tasks, variants traded end to end when they run out, routed most accurate first); `hardware "
           "only`: the same round with every model's `min_accuracy` at its top variant (InferLine-style: workers "
           "only); `per task, INFaaS`: `scaling: per_task`, accuracy scaling off (getVariant and the INFaaS round "
@@ -197,12 +197,12 @@ def main() -> None:
 
 
 def round_table() -> str:
-    """The planner as the model loop's round calls it (:func:`variants.pipeline_scaling.decide`:
+    """The planner as the model loop's round calls it (:func:`variants.pipelines.scaling.decide`:
     one batch per (variant, type) by the live capacity rule, its 1 s budget) on chain3 and fork4 with
     the resnet family's five variants per task, 20 and 40 workers over the three types, against the
     same call given 10 s (the reference answer)."""
-    from variants.accuracy_planner import VariantProfile
-    from variants.pipeline_scaling import PipelineWorker, decide
+    from variants.accuracy.planner import VariantProfile
+    from variants.pipelines.scaling import PipelineWorker, decide
 
     rows, worst_ms, worst_ratio = [], 0.0, 1.0
     for pipe in [p for p, _, _ in _cases() if p.name in ("chain3", "fork4")][::6]:

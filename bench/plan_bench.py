@@ -10,7 +10,7 @@ The Kairos profiles cover 4 types; two more are synthetic, derived by scaling: `
 Run: ``.venv/bin/python bench/plan_bench.py [--runs 5] [--model rm2] [--budget 7.5] [--section plan|fleet-scale|all]``
 
 The ``fleet-scale`` section (issue #29) times ``choose_pool`` ranking every pool (``exhaustive=True``)
-against the exact pool search (``scaler.pool_search``) in the same run, and checks they give the
+against the exact pool search (``scaler.planner.pool_search``) in the same run, and checks they give the
 same Plan: (a) 5 types (the 4 Kairos types and r5.large) at a budget of about 4.5 M pools; (b) all
 12 catalog types at 20 $/hr (1.66e13 pools: the ranking refuses), the search alone. The 8 catalog
 types without a Kairos profile are planned on their estimates (`config/type_estimates.csv`, ``FLEET_SCALED``).
@@ -34,13 +34,13 @@ import numpy as np  # noqa: E402
 
 from bench._report import machine, write_section  # noqa: E402
 from config.budget import BUDGET_EPS  # noqa: E402
-from scaler.batch_mix import mix_from_dist  # noqa: E402
-import scaler.plan as plan_mod  # noqa: E402
-from scaler.plan import PlanInputs, choose_pool, rank_inputs  # noqa: E402
+from scaler.planner.batch_mix import mix_from_dist  # noqa: E402
+import scaler.planner.choose as plan_mod  # noqa: E402
+from scaler.planner.choose import PlanInputs, choose_pool, rank_inputs  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
 from config.profiles import LatencyProfile, load_profiles_csv  # noqa: E402
 from config.type_estimates import type_rules, with_type_estimates  # noqa: E402
-from scaler.upper_bound import upper_bound_one  # noqa: E402
+from scaler.planner.upper_bound import upper_bound_one  # noqa: E402
 
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
 #: Kairos §7 Table 3's types at the shipped catalog's prices, and two synthetic types with their own

@@ -35,10 +35,10 @@ from config.schema import Config  # noqa: E402
 from sim.capacity import pool_capacity  # noqa: E402
 from sim.patterns import PatternSpec, expected_queries, parse_pattern, pattern_workload, rate_function  # noqa: E402
 from sim.policies import policy_factory  # noqa: E402
-from sim.replay import DEFAULT_BOOT_S, ReplaySpec, replay  # noqa: E402
-from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, run_baseline  # noqa: E402
-from sim.query_loop import SERVED  # noqa: E402
-from sim.replay_metrics import report  # noqa: E402
+from sim.replay.run import DEFAULT_BOOT_S, ReplaySpec, replay  # noqa: E402
+from sim.replay.baselines import BASELINE_NAMES, PoolPlanner, run_baseline  # noqa: E402
+from sim.replay.query_loop import SERVED  # noqa: E402
+from sim.replay.report import report  # noqa: E402
 from sim.slo_check import slo_check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,11 +1,11 @@
 """Kill -9 of the lease holder under steady load at seeded kill points (issue #27 goal).
 
-The scenario of ``costscale demo --replicas`` (``daemon.demo_replicas.run_point``): two (or
+The scenario of ``costscale demo --replicas`` (``daemon.demos.replicas.run_point``): two (or
 ``--replicas``) real ``costscale run`` processes of one cluster (the workers apart, shared) against one moto
 server (EC2 and DynamoDB), nginx ``grpc_pass`` in front (gRPC's health-checked round_robin without
 nginx), rm2 Poisson load from a client that retries on UNAVAILABLE. At each kill point the lease
 holder is SIGKILLed, after a seeded offset into the load and at a seeded moment relative to its
-fleet loop (``daemon.demo_replicas.seeded_points``): ``tick``, a seeded delay after the holder's
+fleet loop (``daemon.demos.replicas.seeded_points``): ``tick``, a seeded delay after the holder's
 fleet tick line; ``launch``, a seeded delay after one instance of the pinned pool is terminated in
 EC2, so that the kill lands before, during or after the holder's replacement launch. Processes are
 reused: moto, the balancer and the surviving replicas stay; a fresh replica (new state store and id)
@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import machine, write_section  # noqa: E402
-from daemon.demo_replicas import (MAX_REPLICAS, MIN_REPLICAS, KillPoint, PointResult, ReplicaDemoCluster, demo_spec,  # noqa: E402
+from daemon.demos.replicas import (MAX_REPLICAS, MIN_REPLICAS, KillPoint, PointResult, ReplicaDemoCluster, demo_spec,  # noqa: E402
                                   run_point, seeded_points)
 
 #: seconds into the load at which a point's kill (or its lost instance) comes, drawn uniformly
@@ -136,8 +136,8 @@ def section(rs: list[PointResult], s: dict[str, Any], cmd: str, balancer: str, w
     return "\n".join([
         "## replicas-failover", "",
         f"Machine: {machine()}. Command: `{cmd}` ({wall:.0f} s wall). The scenario of `costscale demo --replicas` "
-        f"(`daemon.demo_replicas.run_point`): real `costscale run "
-        f"` replicas of one cluster, the workers apart (`daemon.local_fleet`) and shared by the published owners (`lease.replicas: true`, `lease.ttl_s: {r0.ttl_s:g}`, fleet tick "
+        f"(`daemon.demos.replicas.run_point`): real `costscale run "
+        f"` replicas of one cluster, the workers apart (`daemon.local.fleet`) and shared by the published owners (`lease.replicas: true`, `lease.ttl_s: {r0.ttl_s:g}`, fleet tick "
         f"2 s, pinned 2 x r5n.large, budget {r0.budget:g} $/hr) on one moto server, {balancer} in front; Poisson "
         f"{qps:g} q/s of rm2 (batch 1-49) from a client retrying UNAVAILABLE (gRPC retry policy, up to 5 attempts; "
         "retries counted from channelz). At each seeded kill point the lease holder is SIGKILLed: `tick` = a seeded "
@@ -163,7 +163,7 @@ def section(rs: list[PointResult], s: dict[str, Any], cmd: str, balancer: str, w
         f"less the SLO refusals) per point, as a share of the handover's queries: median "
         f"{s['unavailable_attempts_pct_median']} %, within 1 % at {s['points_unavailable_within_1pct']}/{n} points.",
         "",
-        "The workers run apart from the replicas (`daemon.local_fleet`, standing for workers on their instances) and "
+        "The workers run apart from the replicas (`daemon.local.fleet`, standing for workers on their instances) and "
         "the pool has one owner (2 base-type workers): the standby forwards to the holder, holds its queries from the "
         "kill until the holder's heartbeat expires and its workers move (about 6 s), then serves them best effort. "
         "The SLO refusals come from the backlog this leaves, with half the pool gone at the `launch` points.",
@@ -204,7 +204,7 @@ def main() -> None:
     if problem:
         print(f"replica_failover_bench: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    from daemon.embedded import EmbeddedCloud
+    from daemon.local.embedded import EmbeddedCloud
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)   # moto server's request log
     cloud = EmbeddedCloud("bench")

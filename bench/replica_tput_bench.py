@@ -7,7 +7,7 @@ replica owns a disjoint set of workers and matches (Kairos §5.1) only those. Me
 in one run, medians over ``--rounds``:
 
 - ``1-proc``: one dispatcher process owning all N no-op workers;
-- ``2-proc``: two dispatcher processes, each owning the workers ``scaler.replica_assignment.assign``
+- ``2-proc``: two dispatcher processes, each owning the workers ``scaler.replicas.owner_assignment.assign``
   gives it (each type split evenly; what replica worker ownership holds in steady state: every
   worker matched by exactly one replica).
 
@@ -51,7 +51,7 @@ from bench import _loopback  # noqa: E402
 from bench._dispatch_capacity import TARGET_QPS, hosts_needed, process_ceiling  # noqa: E402
 from bench._proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
-from scaler.replica_assignment import assign  # noqa: E402
+from scaler.replicas.owner_assignment import assign  # noqa: E402
 
 #: the no-op worker counts (the issue's 8 and dispatch_bench's 64)
 WORKER_COUNTS = (8, 64)
@@ -95,7 +95,7 @@ def _close(p: subprocess.Popen[str]) -> str:
 
 
 def owned_by(workers: Sequence[tuple[str, str, str]], replicas: Sequence[str]) -> dict[str, Owned]:
-    """Each replica's workers ((id, type, address)), by ``scaler.replica_assignment.assign``."""
+    """Each replica's workers ((id, type, address)), by ``scaler.replicas.owner_assignment.assign``."""
     owner = assign([(w, t) for w, t, _ in workers], replicas, {})
     return {r: [[w, t, a] for w, t, a in workers if owner[w] == r] for r in replicas}
 
@@ -199,7 +199,7 @@ def section(med: dict[int, dict[str, dict[str, float]]], conc: dict[int, int], r
         f"{' and '.join(map(str, WORKER_COUNTS))} no-op workers (one process), one closed-loop client process "
         f"({CONCURRENCY_PER_4} Submits in flight per 4 workers), the parts of `bench/dispatch_bench.py` "
         "(`bench/_loopback.py`). `1-proc`: one dispatcher process owning every worker; `2-proc`: two dispatcher "
-        "processes, each owning the half `scaler.replica_assignment.assign` gives it (each type split evenly), the "
+        "processes, each owning the half `scaler.replicas.owner_assignment.assign` gives it (each type split evenly), the "
         "client spreading its Submits over both with gRPC's own `round_robin` (`ipv4:127.0.0.1:P1,127.0.0.1:P2`, "
         "`loadBalancingConfig` round_robin; one address for 1-proc). Dispatchers built "
         + ("as dispatch_bench builds its one (`--start bench`)" if start == "bench" else

@@ -2,14 +2,14 @@
 deliverable 2).
 
 With several dispatcher replicas each replica matches (Kairos §5.1) only the workers it owns
-(``scaler.replica_assignment.assign``: each type split evenly, the totals too), and the balancer in
+(``scaler.replicas.owner_assignment.assign``: each type split evenly, the totals too), and the balancer in
 front of them sends each replica every S-th query (round robin, as gRPC's round_robin or an NLB
 would). Each matching round sees a smaller pool, so fewer (query, worker) pairs to choose from.
 
 Measured: the allowable throughput (Kairos §7 "Metrics": the highest Poisson rate at which the p99
 latency of *all* queries stays within the QoS; ``sim.capacity.allowable_throughput``) of the
 Kairos pool at 2.5 and 10 $/hr for each model (the pick confirmed by Kairos+ with the simulator, as
-``bench/kairos_repro.py``'s "ours": ``scaler.confirm.confirm_pick``), served by ``kairos-strict``
+``bench/kairos_repro.py``'s "ours": ``scaler.planner.confirm.confirm_pick``), served by ``kairos-strict``
 (the default policy), with 1, 2 and 4 shards. Each shard is one ``sim.engine.simulate`` run over
 its own workers and its own queries; the latencies are pooled for the p99. Common random numbers:
 one seeded unit-rate workload (DeepRecSys batch sizes), scaled for each rate tried, the same for
@@ -17,7 +17,7 @@ every shard count. Goal: 2 shards >= 0.97x one shard.
 
 The owning-replica rows (``bench/_shard_owning.py``) are the replicas as the daemon runs them: of
 ``R`` = 2 or 4 live replicas only ``k = owner_count(R, base)`` own workers
-(``scaler.replica_owning``: each keeps >= 2 base-type workers), the others forward their queries
+(``scaler.replicas.owning_replicas``: each keeps >= 2 base-type workers), the others forward their queries
 to every owner in turn (rule 3), so ``k`` shards match, each owner the queries of its own replica
 and its turns of the forwarders' (``arrival_shares``: ``1 / k`` each). The forwarding hop itself is not modelled (no measured
 replica-to-replica hop in BENCHMARKS.md); the rows say which share of the queries would pay it.
@@ -42,10 +42,10 @@ from bench._report import machine, write_section  # noqa: E402
 from bench._shard_owning import REPLICAS, canonical, owner_dealing, owning_table, replica_names, round_robin  # noqa: E402
 from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
 from dispatcher.policy import DISPATCH_XI  # noqa: E402
-from scaler.batch_mix import mix_from_batches  # noqa: E402
-from scaler.confirm import confirm_pick  # noqa: E402
-from scaler.plan import PlanInputs  # noqa: E402
-from scaler.replica_assignment import assign  # noqa: E402
+from scaler.planner.batch_mix import mix_from_batches  # noqa: E402
+from scaler.planner.confirm import confirm_pick  # noqa: E402
+from scaler.planner.choose import PlanInputs  # noqa: E402
+from scaler.replicas.owner_assignment import assign  # noqa: E402
 from sim.capacity import allowable_throughput  # noqa: E402
 from sim.engine import simulate, worker_ids_for  # noqa: E402
 from sim.metrics import nearest_rank  # noqa: E402
@@ -80,7 +80,7 @@ def kairos_pool(model: str, prof: ProfileTable, budget: float) -> tuple[Pool, st
     mix = mix_from_batches(unit_poisson_workload(20_000, "deeprecsys", seed=2).batches)
     inputs = PlanInputs(model=model, profiles={t: prof.get(model, t) for t in TYPES}, mix=mix, qos_ms=qos,
                         budget_per_hour=budget, prices=prices, xi=DISPATCH_XI)
-    from scaler.plan import choose_pool
+    from scaler.planner.choose import choose_pool
 
     base = choose_pool(inputs).base_type
     conf = confirm_pick(inputs, capacity_evaluator(model, prof, qos, mix, policy=POLICY, base_type=base))
@@ -92,7 +92,7 @@ def base_multiple_pools(inputs: PlanInputs, pool: Mapping[str, int], base: str, 
     count is not a multiple of ``shards``: the pools with the best Kairos §5.2 upper bound whose
     base count is the multiple of ``shards`` just below and just above (none below when that is
     0); ``[pool]`` when its base count already is a multiple."""
-    from scaler.plan import rank_inputs
+    from scaler.planner.choose import rank_inputs
 
     have = pool.get(base, 0)
     if have % shards == 0:
@@ -108,7 +108,7 @@ def base_multiple_pools(inputs: PlanInputs, pool: Mapping[str, int], base: str, 
 
 
 def shard_pools(pool: Mapping[str, int], shards: int, names: Sequence[str] | None = None) -> list[Pool]:
-    """Each shard's workers, as ``scaler.replica_assignment.assign`` deals them (no owners yet) over
+    """Each shard's workers, as ``scaler.replicas.owner_assignment.assign`` deals them (no owners yet) over
     ``names`` (default ``s0 .. s{shards-1}``), in the order of ``names``."""
     names = [f"s{k}" for k in range(shards)] if names is None else list(names)
     owner = assign(worker_ids_for(pool), names, {})
@@ -253,7 +253,7 @@ def owning_section(rows: list[dict]) -> str:
     verdict = (f"{min(two)[0]:.3f} ({'met' if min(two)[0] >= GOAL else 'not met'}"
                + (", by k = 1 on every pool" if all(k == 1 for _, k, _ in two) else "") + ")") if two else "(2.5 $/hr not run)"
     return "\n".join([
-        "Owning replicas, as the daemon runs them (`scaler.replica_owning`): of R live replicas (r0 the lease holder) "
+        "Owning replicas, as the daemon runs them (`scaler.replicas.owning_replicas`): of R live replicas (r0 the lease holder) "
         "only k = owner_count(R, base) = max(1, min(R, base // 2)) own workers, split between them by "
         "`replica_assignment.assign`; the others forward their queries to every owner in turn (rule 3), so owner j "
         "matches the queries of its own replica and its turns of the forwarders' (`arrival_shares`: 1/k each; the balancer deals "
@@ -308,7 +308,7 @@ def main() -> None:
         f"Poisson rate with the p99 of all queries <= QoS; {args.queries} queries per rate, common random numbers, "
         f"{args.precision:.1%} bisection precision, DeepRecSys batch sizes, service = profile mean) of the Kairos pool "
         f"at each budget ({POLICY}, the pick confirmed as in kairos-repro's *ours*), its workers split over S "
-        "dispatcher shards by `scaler.replica_assignment.assign` (each type and the totals even), the queries "
+        "dispatcher shards by `scaler.replicas.owner_assignment.assign` (each type and the totals even), the queries "
         "dealt round robin; each shard matches its own queries over its own workers. "
         f"Goal (issue #27): 2 shards >= {GOAL:.2f}x one shard; worst measured: **{worst:.3f}** "
         f"({'met' if worst >= GOAL else 'not met'}); with the pool planned for 2 shards (below): "

@@ -2,7 +2,7 @@
 (``examples/replay-spot.yaml``: min_cost, every type ``market: both``, spot over us-east-1a, 1c,
 1d) replayed against real AWS spot availability (``examples/traces/spot-aws3-day*.csv``, the
 SpotHedge artifact's AWS3 trace, README there) beside ``on_demand_only`` (costscale with every
-type on-demand) and SpotHedge's policy (``sim.spot_baselines``).
+type on-demand) and SpotHedge's policy (``sim.replay.spot_baselines``).
 
 Goals (the issue's): on a real day, dollars ≤ 0.60 × on_demand_only, ≥ 99 % within SLO, 0 queries
 lost to preemptions, the budget held at every instant at billed prices (no ledger violation, the
@@ -31,9 +31,9 @@ from config.budget import BUDGET_EPS  # noqa: E402
 from config.profiles import load_profiles_csv  # noqa: E402
 from config.schema import load_config  # noqa: E402
 from sim.patterns import parse_pattern, pattern_workload  # noqa: E402
-from sim.replay import ReplaySpec, replay  # noqa: E402
-from sim.spot_baselines import figures, run_spot_baseline  # noqa: E402
-from sim.spot_trace import read_spot_trace  # noqa: E402
+from sim.replay.run import ReplaySpec, replay  # noqa: E402
+from sim.replay.spot_baselines import figures, run_spot_baseline  # noqa: E402
+from sim.replay.spot_trace import read_spot_trace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DAYS = {"31": "median day", "40": "upper-quartile day", "50": "lower-quartile day", "18": "no spot in any zone"}

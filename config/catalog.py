@@ -2,7 +2,7 @@
 
 The data file ``config/instance_catalog.csv`` ships with the package (us-east-1 on-demand prices;
 Kairos §7 Table 3 for g4dn.xlarge, c5n.2xlarge, r5n.large, t3.xlarge). The daemon prices its own
-region from the AWS Price List API (``scaler.region_prices``; this table is the offline fallback),
+region from the AWS Price List API (``scaler.pricing.region``; this table is the offline fallback),
 and the YAML config may override any price.
 """
 from __future__ import annotations

@@ -20,8 +20,8 @@ from config.hostport import split_hostport
 from config.profiles import ProfileTable, load_profiles_csv
 from config.type_estimates import with_type_estimates
 from config.schema import Config, DispatcherSpec, load_config
-from config.security import client_auth_missing, is_loopback, read_pem, read_token
-from config.spot import spot_problems, spot_types
+from config.sections.security import client_auth_missing, is_loopback, read_pem, read_token
+from config.sections.spot import spot_problems, spot_types
 from config.spot_catalog import load_spot_table
 
 
@@ -163,7 +163,7 @@ def config_warnings(cfg: Config, stored: ProfileTable | None = None, path: str =
 def estimate_warnings(cfg: Config, table: ProfileTable, path: str = "CONFIG") -> list[str]:
     """One line per allowed type where a model has only an estimate by ``config/type_estimates.csv``
     (issue #29): left out of its plans (``allow_estimates`` off), or planned on from that estimate
-    (on): either way not a measurement (``scaler.estimate_gate`` decides the same)."""
+    (on): either way not a measurement (``scaler.planner.estimate_gate`` decides the same)."""
     out = []
     for t in cfg.instance_types:
         for m in cfg.models:

@@ -1,6 +1,6 @@
 """Whether a process runs on this host: the cluster lease's check for a crashed holder on this
-host (``scaler.cluster_lease``) and the local runner's check for its worker processes
-(``daemon.local_runner``)."""
+host (``scaler.replicas.lease_holder``) and the local runner's check for its worker processes
+(``daemon.local.runner``)."""
 from __future__ import annotations
 
 import os

@@ -1,9 +1,9 @@
 """The one YAML file a user writes: pydantic models, loading, and line-numbered error messages.
 
-The sections of their own modules: ``dispatcher`` and ``metrics`` (:mod:`config.dispatcher_spec`),
-``intervals`` and ``model_scaling`` (:mod:`config.loop_specs`), ``pipelines``, ``spot``, ``lease``
-and the TLS models (:mod:`config.pipelines`, :mod:`config.spot`, :mod:`config.lease_spec`,
-:mod:`config.security`); they are named here too, as the config's parts.
+The sections of their own modules: ``dispatcher`` and ``metrics`` (:mod:`config.sections.dispatcher`),
+``intervals`` and ``model_scaling`` (:mod:`config.sections.loops`), ``pipelines``, ``spot``, ``lease``
+and the TLS models (:mod:`config.sections.pipelines`, :mod:`config.sections.spot`, :mod:`config.sections.lease`,
+:mod:`config.sections.security`); they are named here too, as the config's parts.
 
 ``load_config(path)`` returns a validated :class:`Config` or raises :class:`ConfigError` whose
 ``lines`` hold one message per problem, each naming the field path and its YAML line
@@ -19,16 +19,16 @@ import yaml
 from pydantic import (Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
-from config.batch_dist import parse_batch_dist
+from config.sections.batch_dist import parse_batch_dist
 from config.catalog import InstanceType, load_catalog
-from config.dispatcher_spec import DispatcherSpec, MetricsSpec
+from config.sections.dispatcher import DispatcherSpec, MetricsSpec
 from config.errors import ConfigError
 from config.families import shipped as shipped_families
 from config.fields import Name, Strict
-from config.lease_spec import LeaseSpec
-from config.loop_specs import AccuracyScalingSpec, IntervalsSpec, ModelScalingSpec
-from config.pipelines import PipelineSpec, check_models
-from config.spot import Market, SpotSpec, check_spot
+from config.sections.lease import LeaseSpec
+from config.sections.loops import AccuracyScalingSpec, IntervalsSpec, ModelScalingSpec
+from config.sections.pipelines import PipelineSpec, check_models
+from config.sections.spot import Market, SpotSpec, check_spot
 
 _Strict = Strict
 
@@ -85,9 +85,9 @@ class InstanceTypeSpec(_Strict):
     price_per_hour: Annotated[float, Field(gt=0)] | None = None
     #: plan models on this type from an estimate by config/type_estimates.csv (a sibling type's
     #: measurement x a latency factor) where it has no measurement; off: such a type is left out of
-    #: those models' plans (issue #29, scaler.estimate_gate). A measurement is always used.
+    #: those models' plans (issue #29, scaler.planner.estimate_gate). A measurement is always used.
     allow_estimates: bool = False
-    market: Market = Field("on_demand", description="on_demand, spot or both (config.spot; issue #28)")
+    market: Market = Field("on_demand", description="on_demand, spot or both (config.sections.spot; issue #28)")
 
     @field_validator("type")
     @classmethod
@@ -153,7 +153,7 @@ class AwsSpec(_Strict):
     """How boto3 reaches AWS. The standard credential chain is used; endpoint_url is for testing
     against a local EC2 emulator (moto) and should stay unset in production. max_attempts: the
     attempts per EC2 call, retries included, botocore retrying throttling, 5xx and dropped
-    connections in its standard retry mode (``scaler.aws_client``)."""
+    connections in its standard retry mode (``scaler.cloud.aws_client``)."""
 
     endpoint_url: str | None = None
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 8
@@ -167,7 +167,7 @@ class Config(_Strict):
     headroom: Annotated[float, Field(ge=0, le=10)] = 0.1
     confirm_evaluations: Annotated[int, Field(ge=0, le=64)] = Field(
         4, description="max_throughput: the fleet loop confirms each pick by simulating up to this many pools in "
-                       "the background (Kairos+, scaler.confirm; >= 2, or 0: hold the similarity pick)")
+                       "the background (Kairos+, scaler.planner.confirm; >= 2, or 0: hold the similarity pick)")
     models: Annotated[list[ModelSpec], Field(min_length=1)]
     pipelines: list[PipelineSpec] = Field([], description="inference pipelines over the models (issue #26, Loki)")
     instance_types: Annotated[list[InstanceTypeSpec], Field(min_length=1)]
@@ -187,7 +187,7 @@ class Config(_Strict):
     lease: LeaseSpec = LeaseSpec()
     pinned_pool: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
         None, description="manual mode: hold exactly this pool instead of planning (still within budget)")
-    # the region's on-demand prices (scaler.region_prices), under the YAML overrides; None: the table's
+    # the region's on-demand prices (scaler.pricing.region), under the YAML overrides; None: the table's
     _region_prices: dict[str, float] | None = PrivateAttr(None)
 
     @field_validator("confirm_evaluations")
@@ -375,7 +375,7 @@ def load_config(path: str | Path) -> Config:
     return cfg.model_copy(update={"models": models})
 
 
-#: the sections defined in their own modules (config.dispatcher_spec, config.loop_specs, ...) are
+#: the sections defined in their own modules (config.sections.dispatcher, config.sections.loops, ...) are
 #: named here too, as the config's parts
 __all__ = ["AccuracyScalingSpec", "AwsSpec", "Config", "DispatcherSpec", "InstanceTypeSpec", "IntervalsSpec",
            "LaunchSpec", "LaunchTemplateRef", "LeaseSpec", "MetricsSpec", "ModelScalingSpec", "ModelSpec",

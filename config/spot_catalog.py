@@ -1,6 +1,6 @@
 """The shipped spot price table (``config/spot_prices.csv``): Linux spot $/hr by instance type and
 availability zone in us-east-1, with its source in the file's header (SkyPilot's AWS catalog, a
-snapshot of EC2's spot price history at one commit). ``scaler.spot_prices`` asks EC2 for the
+snapshot of EC2's spot price history at one commit). ``scaler.pricing.spot`` asks EC2 for the
 current prices (``describe_spot_price_history``) and falls back to this table; the replay bills
 spot at these prices unless the caller gives others.
 """
@@ -11,7 +11,7 @@ import functools
 import io
 from importlib import resources
 
-from config.spot import zone_region
+from config.sections.spot import zone_region
 
 #: type -> zone -> $/hr
 SpotPrices = dict[str, dict[str, float]]

@@ -22,7 +22,7 @@ Rules (pure but for :func:`type_rules`, which reads the shipped table once):
   the sibling moves it), and one without the sibling in the table stays, marked with its sibling.
 - :func:`with_type_estimates`: a table with those added (measurements always win).
 
-The planner uses a type's estimate only where the config allows it (``scaler.estimate_gate``).
+The planner uses a type's estimate only where the config allows it (``scaler.planner.estimate_gate``).
 """
 from __future__ import annotations
 

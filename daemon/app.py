@@ -12,39 +12,40 @@ from collections import deque
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from daemon import sdnotify
+from daemon.observe import sdnotify
 from config.schema import Config
 from config.errors import UsageError
 from daemon.reload import reload_parts
-from daemon.ticks import schedule_loops
-from daemon.fleet_upkeep import reconcile_round, terminate_fleet
-from scaler.state import StateStore
+from daemon.loops.ticks import schedule_loops
+from daemon.loops.fleet_upkeep import reconcile_round, terminate_fleet
+from scaler.fleet.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
-from daemon.model_loop import ModelLoop
-from variants.capacity_hint import next_capacity_hint
-from variants.model_decision import ModelLoopParams, model_params_for
-from daemon.replica import ReplicaRole, fleet_left_to_others, lease_generation, model_windows, start_replica
-from scaler.actuator import FleetActuator
-from scaler.cloud import CloudError, CloudProvider
-from daemon.aws_wiring import AwsWiring, DaemonError, aws_error
-from scaler import fleet_step, fleet_tick as tick
-from scaler.fleet_step import plan_id_for
-from scaler.fleet_tick import FleetPorts
+from daemon.loops.model_loop import ModelLoop
+from variants.infaas.capacity_hint import next_capacity_hint
+from variants.infaas.model_decision import ModelLoopParams, model_params_for
+from daemon.replicas.role import ReplicaRole, fleet_left_to_others, lease_generation, model_windows, start_replica
+from scaler.fleet.actuator import FleetActuator
+from scaler.cloud.provider import CloudError, CloudProvider
+from daemon.aws.wiring import AwsWiring, DaemonError, aws_error
+from scaler.fleet import step as fleet_step
+from scaler.fleet import tick
+from scaler.fleet.step import plan_id_for
+from scaler.fleet.tick import FleetPorts
 from sim.slo_check import slo_check
-from scaler.joint_plan import JointPlan, ModelShare
-from scaler.replan import DemandView
+from scaler.planner.joint_plan import JointPlan, ModelShare
+from scaler.planner.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
-from daemon.cluster_token import with_cluster_token
-from daemon.profiling import generate_config_variants, models_dir, open_config_registry
-from daemon.probing import Prober
-from daemon.self_profiling import SelfProfiler, profile_sink
-from daemon.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
-from daemon.status_feed import LoopFacts, StatusFeed, build_feed, status_line
-from daemon.fleet_status import FleetStatus, load_profiles_for, quiet_at_shutdown
-from daemon.fleet_ports import DaemonAudit, DispatcherWorkers, FleetHook, ThreadedCloud
-from daemon.pick_confirmer import PickConfirmer
-from daemon.spot_wiring import FleetMarket, open_market
+from daemon.aws.cluster_token import with_cluster_token
+from daemon.profiling.model_profiles import generate_config_variants, models_dir, open_config_registry
+from daemon.profiling.probing import Prober
+from daemon.profiling.self_profiling import SelfProfiler, profile_sink
+from daemon.observe.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
+from daemon.observe.status_feed import LoopFacts, StatusFeed, build_feed, status_line
+from daemon.loops.fleet_status import FleetStatus, load_profiles_for, quiet_at_shutdown
+from daemon.loops.fleet_ports import DaemonAudit, DispatcherWorkers, FleetHook, ThreadedCloud
+from daemon.loops.pick_confirmer import PickConfirmer
+from daemon.aws.spot_wiring import FleetMarket, open_market
 
 log = logging.getLogger("costscale")
 
@@ -64,7 +65,7 @@ class Daemon:
         self._cloud = cloud
         self._on_fleet_change = on_fleet_change
         self._listen = listen
-        self.status = FleetStatus()   # the fleet tick's state (scaler.fleet_tick.FleetState) and what Status shows
+        self.status = FleetStatus()   # the fleet tick's state (scaler.fleet.tick.FleetState) and what Status shows
         self.port: int = 0
         self._stop = asyncio.Event()
         self._fleet_lock = asyncio.Lock()
@@ -75,7 +76,7 @@ class Daemon:
         self.actuator: FleetActuator | None = None
         self.cloud: CloudProvider | None = None
         self.aws: AwsWiring | None = None    # region prices, cluster lease, fenced EC2 (when no cloud is given)
-        self.replica: ReplicaRole | None = None   # lease.replicas: heartbeat, demand, the lease retried (daemon.replica)
+        self.replica: ReplicaRole | None = None   # lease.replicas: heartbeat, demand, the lease retried (daemon.replicas.role)
         self.market: FleetMarket | None = None   # the fleet tick's market hooks: on-demand, or spot (issue #28)
         self._declared: tuple[Config, dict[str, DemandView]] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
@@ -98,7 +99,7 @@ class Daemon:
 
     @property
     def capacity_hint(self) -> dict[str, float]:
-        """Each model's capacity hint (the model loop's, :mod:`variants.capacity_hint`), in the fleet state."""
+        """Each model's capacity hint (the model loop's, :mod:`variants.infaas.capacity_hint`), in the fleet state."""
         return self.status.capacity_hint
 
     # ---- wiring ----------------------------------------------------------------------------
@@ -221,7 +222,7 @@ class Daemon:
 
     # ---- the loops -------------------------------------------------------------------------
     def current_demand(self) -> dict[str, DemandView]:
-        """Each model's demand the fleet plans for (:func:`scaler.fleet_step.planning_demand` over
+        """Each model's demand the fleet plans for (:func:`scaler.fleet.step.planning_demand` over
         the model's own window, as the replay): one model's queries never count as another's."""
         declared = self._declared_demand()
         if self.dispatcher is None:
@@ -235,19 +236,19 @@ class Daemon:
         return tick.planning_demands(declared, window, self.capacity_hint)
 
     def shares(self, plan: JointPlan | None = None, target: dict[str, int] | None = None) -> dict[str, dict[str, int]]:
-        """Each model's pool under a target (default: the one held; :func:`scaler.fleet_step.model_shares`)."""
+        """Each model's pool under a target (default: the one held; :func:`scaler.fleet.step.model_shares`)."""
         if target is None:
             plan, target = self.status.plan, self.status.target
         return fleet_step.model_shares(self.cfg, plan, target, self.status.demand)
 
     def decide(self, demand: dict[str, DemandView],
                keep: dict[str, ModelShare] | None = None) -> tuple[dict[str, int], JointPlan | None]:
-        """:func:`scaler.fleet_step.fleet_target` (as the replay, `costscale plan`) at the market's prices
-        (:mod:`daemon.spot_wiring`), without types out of capacity; unprofiled models: conservative pools."""
+        """:func:`scaler.fleet.step.fleet_target` (as the replay, `costscale plan`) at the market's prices
+        (:mod:`daemon.aws.spot_wiring`), without types out of capacity; unprofiled models: conservative pools."""
         prof = self.profiling
         if not self.cfg.pinned_pool and prof is not None:
             held = prof.hold()
-            if held is not None:   # every model not profiled yet: their conservative pools (daemon.self_profiling)
+            if held is not None:   # every model not profiled yet: their conservative pools (daemon.profiling.self_profiling)
                 return held, None
         cfg, unavailable = self.market.deciding(self.cfg) if self.market else (self.cfg, [])
         current = self.shares() if self.status.plan is not None else None
@@ -269,8 +270,8 @@ class Daemon:
     @quiet_at_shutdown
     async def fleet_tick(self, reason: str = "interval") -> None:
         if self._stop.is_set() or self.market is None or (self.profiling and self.profiling.probing):
-            return   # (probes hold the fleet: daemon.self_profiling replans when they are done)
-        if not self.leading():   # a standby replica follows the fleet the holder keeps (daemon.replica)
+            return   # (probes hold the fleet: daemon.profiling.self_profiling replans when they are done)
+        if not self.leading():   # a standby replica follows the fleet the holder keeps (daemon.replicas.role)
             return await self._sync_workers()
         async with self._fleet_lock:
             done = await tick.fleet_tick(self.cfg, self.status, self._tick_ports(), reason)
@@ -279,7 +280,7 @@ class Daemon:
                                             self.actuator.budget, self.profiling.note() if self.profiling else ""))
 
     def _tick_ports(self) -> FleetPorts:
-        """The ports of :func:`scaler.fleet_tick.fleet_tick` in the daemon (:mod:`daemon.fleet_ports`)."""
+        """The ports of :func:`scaler.fleet.tick.fleet_tick` in the daemon (:mod:`daemon.loops.fleet_ports`)."""
         assert self.market is not None and self.cloud is not None
         return FleetPorts(clock=time.monotonic, cloud=ThreadedCloud(self.cloud), market=self.market,
                           workers=self._worker_view(), demand=self.current_demand, decide=self._decided,
@@ -297,7 +298,7 @@ class Daemon:
     @quiet_at_shutdown
     async def model_tick(self) -> None:
         """Model loop: variant states, model autoscaler and placements, VM-autoscaler hint
-        (:mod:`daemon.model_loop`); then replan early on a significant change of demand or mix."""
+        (:mod:`daemon.loops.model_loop`); then replan early on a significant change of demand or mix."""
         if self._stop.is_set():
             return
         if self.model_loop is not None and self.dispatcher is not None:
@@ -314,13 +315,13 @@ class Daemon:
 
     @quiet_at_shutdown
     async def reconcile_tick(self) -> None:
-        """:func:`daemon.fleet_upkeep.reconcile_round`, on the daemon leading the fleet."""
+        """:func:`daemon.loops.fleet_upkeep.reconcile_round`, on the daemon leading the fleet."""
         if not self._stop.is_set() and self.actuator is not None and self.leading():
             await reconcile_round(self.actuator, self._fleet_lock, self._sync_workers)
 
     async def _sync_workers(self) -> None:
         """The dispatcher's cloud view (who may register, who boots: Status, admission); the list to the hook
-        (:func:`scaler.fleet_tick.sync_workers`)."""
+        (:func:`scaler.fleet.tick.sync_workers`)."""
         if self.cloud is None:
             return
         await tick.sync_workers(self.cfg, self.status, ThreadedCloud(self.cloud),
@@ -348,7 +349,7 @@ class Daemon:
     async def _terminate_fleet(self) -> None:
         """``on_shutdown: terminate``; with the lease lost, one line instead (the fence refuses, and
         the daemon holding the lease now owns the instances: no terminate intent is written)."""
-        await self._sync_workers()   # (:func:`daemon.fleet_upkeep.terminate_fleet`)
+        await self._sync_workers()   # (:func:`daemon.loops.fleet_upkeep.terminate_fleet`)
         left = fleet_left_to_others(self.replica) or (self.aws.left_running(self.status.instances) if self.aws else None)
         await terminate_fleet(self.actuator, lambda: plan_id_for({}, self.status.generation + 1,
                                                                  lease_generation(self.replica)), left)

@@ -17,15 +17,15 @@ from config.schema import Config
 from config.checks import is_loopback, load_checked_config
 from config.errors import UsageError
 from daemon.app import Daemon
-from daemon.audit import configure_logging
-from daemon.local_runner import LocalRunner
+from daemon.observe.audit import configure_logging
+from daemon.local.runner import LocalRunner
 
 log = logging.getLogger("costscale")
 
 
 def on_this_host(cfg: Config) -> bool:
     """True when the config's EC2 is an emulator on this host (moto on loopback, the embedded
-    default): its instances are served by local worker processes (``daemon.local_runner``)."""
+    default): its instances are served by local worker processes (``daemon.local.runner``)."""
     host = urlparse(cfg.aws.endpoint_url).hostname if cfg.aws.endpoint_url else None
     return host is not None and is_loopback(f"{host}:0")
 
@@ -82,7 +82,7 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
                log_format: str | None = None) -> int:
     """``costscale run``; ``local_workers``: a local worker process per running instance (only with
     an EC2 emulator on this host, the embedded default); ``log_format``: ``text`` or ``json`` (one
-    object per line, the audit events of :mod:`daemon.audit` with their fields), default the
+    object per line, the audit events of :mod:`daemon.observe.audit` with their fields), default the
     config's ``log_format``."""
     os.umask(DAEMON_UMASK)   # the state store, tokens, generated variants, caches: 0600 files, 0700 folders
     cfg = load_checked_config(cfg_path, files=True)  # fail fast, one line, exit 2
@@ -93,7 +93,7 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
                          "dispatcher.worker_tls unset (the embedded cloud listens on loopback only)")
     if local_workers and cfg.lease.replicas:
         raise UsageError("run: --local-workers with lease.replicas: the replicas share the workers, which must outlive "
-                         "any one of them: run them apart, python -m daemon.local_fleet CONFIG --dispatcher TARGET")
+                         "any one of them: run them apart, python -m daemon.local.fleet CONFIG --dispatcher TARGET")
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")

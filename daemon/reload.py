@@ -1,7 +1,7 @@
 """SIGHUP: whether a reloaded config is taken, and what of it applies now. The config is read again
 and checked (:func:`reloaded_config`: a refused one is logged and the running one kept), with the
-settings read only at start kept at their running values (``config.security.RESTART_ONLY``); the
-scheduler's ticks move to changed intervals (:func:`daemon.ticks.reschedule`), and each part the
+settings read only at start kept at their running values (``config.sections.security.RESTART_ONLY``); the
+scheduler's ticks move to changed intervals (:func:`daemon.loops.ticks.reschedule`), and each part the
 daemon gives :func:`reload_parts` takes the new config (``reload(new)``: the model loop, the fleet
 market with its actuator, the dispatcher). ``Daemon.reload`` then replans.
 """
@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Iterable, Protocol
 from config.checks import checked_problems
 from config.errors import ConfigError, UsageError
 from config.schema import Config, load_config
-from config.security import restart_only_changes
-from daemon import sdnotify
-from daemon.cluster_token import with_cluster_token
-from daemon.ticks import reschedule
+from config.sections.security import restart_only_changes
+from daemon.observe import sdnotify
+from daemon.aws.cluster_token import with_cluster_token
+from daemon.loops.ticks import reschedule
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
 
-    from daemon.aws_wiring import AwsWiring
+    from daemon.aws.wiring import AwsWiring
 
 dlog = logging.getLogger("costscale")      # the daemon's own lines (as :mod:`daemon.app` logs them)
 
@@ -60,7 +60,7 @@ def reload_parts(running: Config, path: str | Path | None, listen: str | None, a
     """SIGHUP: systemd told the daemon reloads; the config at ``path`` read again
     (:func:`reloaded_config`; None, logged and systemd told, when there is no file or it is refused:
     the running config is kept); the restart-only changes it leaves unapplied logged; the ticks moved
-    to its intervals (:func:`daemon.ticks.reschedule`); each part's ``reload(new)``; then ready again.
+    to its intervals (:func:`daemon.loops.ticks.reschedule`); each part's ``reload(new)``; then ready again.
     Returns the config now running."""
     if path is None:
         return None

@@ -7,7 +7,7 @@ admitted query waits in the queue (re-dispatched ones in a retry queue served fi
 routing round (:mod:`dispatcher.routing`) sends it to a worker.
 
 A query is refused at once with UNAVAILABLE when no worker is registered and none is booting
-(the daemon's cloud view, :mod:`dispatcher.workers`): waiting ``query_timeout_s`` would not help.
+(the daemon's cloud view, :mod:`dispatcher.workers.registry`): waiting ``query_timeout_s`` would not help.
 While instances are pending or registered workers are loading, queries wait as before.
 
 Guarantees: every accepted query ends with a result or a typed gRPC error -- DEADLINE_EXCEEDED
@@ -37,9 +37,9 @@ import numpy as np
 
 from config.schema import DispatcherSpec, ModelSpec
 from dispatcher import modelless as ml
-from dispatcher.accuracy_routing import AccuracyRouting
+from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.latency_model import LatencyModel
-from dispatcher.placement import VariantPlacement
+from dispatcher.workers.placement import VariantPlacement
 from dispatcher.policies import infeasible
 from dispatcher.policy import QueryView, WorkerView
 from dispatcher.proto import costscale_pb2 as pb
@@ -48,8 +48,8 @@ from dispatcher.queries import SC, Outcome, Query, QueryBook
 from dispatcher.routing import RoutingRound
 from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
 from dispatcher.window import DemandWindow
-from dispatcher.workers import WorkerRegistry
-from variants.selection import Request as VariantRequest
+from dispatcher.workers.registry import WorkerRegistry
+from variants.infaas.selection import Request as VariantRequest
 
 #: an offline chunk has no latency SLO (ms): it is never dropped for one
 OFFLINE_QOS_MS = 1e9

@@ -21,13 +21,13 @@ from typing import Callable
 import grpc
 
 from dispatcher import batch_join
-from dispatcher.accuracy_routing import AccuracyRouting
-from dispatcher.placement import VariantPlacement
+from dispatcher.accuracy.routing import AccuracyRouting
+from dispatcher.workers.placement import VariantPlacement
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import SC, Query, QueryBook
 from dispatcher.runtime import OVERHEAD_EWMA
-from dispatcher.worker_client import is_worker_failure
-from dispatcher.workers import WorkerRegistry, WorkerState
+from dispatcher.workers.client import is_worker_failure
+from dispatcher.workers.registry import WorkerRegistry, WorkerState
 
 #: the queries of one worker call, each with the generation it was dispatched at
 Members = list[tuple[Query, int]]

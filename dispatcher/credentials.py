@@ -1,4 +1,4 @@
-"""gRPC transport credentials from the config's TLS parts (:mod:`config.security`): the
+"""gRPC transport credentials from the config's TLS parts (:mod:`config.sections.security`): the
 dispatcher's server credentials, its channel credentials to workers, and a worker's to the
 dispatcher. grpc's own TLS (BoringSSL) does the work; this module only reads the PEM files and
 says, in one line naming the field, when one is missing or not PEM.
@@ -13,7 +13,7 @@ from typing import Sequence
 import grpc
 
 from config.errors import ConfigError
-from config.security import TlsSpec, WorkerTlsSpec, read_pem
+from config.sections.security import TlsSpec, WorkerTlsSpec, read_pem
 
 
 _CONFIG_FIELDS = ("dispatcher.tls.cert_file", "dispatcher.tls.key_file", "dispatcher.tls.client_ca_file")

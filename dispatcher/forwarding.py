@@ -2,8 +2,8 @@
 deliverable 2c).
 
 With dispatcher replicas only as many replicas own workers as keep >= 2 base-type workers each
-(``scaler.replica_owning``); the others still receive queries from the balancer. The daemon sets
-:attr:`Forwarder.targets` (``daemon.replica_workers``: the owning replicas, by their heartbeat addresses,
+(``scaler.replicas.owning_replicas``); the others still receive queries from the balancer. The daemon sets
+:attr:`Forwarder.targets` (``daemon.replicas.shared_workers``: the owning replicas, by their heartbeat addresses,
 that rule 3 of ``replica_owning`` deals this replica to) while this replica holds no worker, and
 clears them otherwise. A query then goes to the next target in turn over grpc.aio (the others if
 its hop fails), with the caller's remaining

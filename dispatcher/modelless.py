@@ -2,7 +2,7 @@
 (INFaaS §3.1 "model-less interface", §4.1 getVariant, §5 offline jobs).
 
 * :func:`variant_infos` turns registry variants + latency profiles into the selection metadata of
-  :mod:`variants.selection`, one entry per hardware class a variant can run on (a config model's
+  :mod:`variants.infaas.selection`, one entry per hardware class a variant can run on (a config model's
   base variant, hardware ``any``, runs on every class: it is expanded to ``name@<hw>``).
 * :func:`route` is getVariant for one query over the live workers (least-loaded Active instance;
   else the Inactive variant with the lowest load+inference latency on the least-utilized worker of
@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from variants.executor import ANY_HARDWARE
+from variants.runtime.executor import ANY_HARDWARE
 from variants.naming import SEP, base_name, expand_name
-from variants.selection import Choice, NoVariant, Request, VariantInfo, WorkerLoad, get_variant, meets
-from variants.state_machine import StateKey, VariantState
+from variants.infaas.selection import Choice, NoVariant, Request, VariantInfo, WorkerLoad, get_variant, meets
+from variants.infaas.state_machine import StateKey, VariantState
 
 #: INFaaS §5: offline jobs are paused while online utilization is at or above 40 %.
 OFFLINE_UTILIZATION_THRESHOLD = 0.40

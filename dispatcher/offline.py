@@ -36,7 +36,7 @@ from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.proto.tensors import tensor_to_array
 from dispatcher.routing import GroupKey, group_key
 from dispatcher.runtime import Runtime
-from dispatcher.workers import WorkerRegistry, WorkerState
+from dispatcher.workers.registry import WorkerRegistry, WorkerState
 
 
 @dataclass(eq=False)

@@ -18,7 +18,7 @@ each task's load) and in its model's outcomes.
 - **Deadlines and early dropping** (Loki §5.2): each task's budget is the dispatcher's predicted
   latency of its model at the batch on the fastest live type among the workers serving that model. Before a step runs, the time left of
   the pipeline's SLO must cover its task's budget and those below it
-  (:func:`variants.pipeline_routing.step_slo`); if it does not, the request can no longer meet the
+  (:func:`variants.pipelines.routing.step_slo`); if it does not, the request can no longer meet the
   end-to-end SLO and is dropped there with DEADLINE_EXCEEDED (counted in ``dropped_early``), and the
   query ends. A step that goes on gets as its SLO the time left minus what the tasks below need (with
   ``dispatcher.on_deadline: drop`` its admission also refuses it when no worker can meet that).
@@ -46,12 +46,12 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence, Union
 
 import grpc
 
-from config.pipeline_graph import Pipeline
-from config.pipelines import PipelineSpec
+from config.sections.pipeline_graph import Pipeline
+from config.sections.pipelines import PipelineSpec
 from config.schema import ModelSpec
 from dispatcher.policy import LatencyPredictor
 from dispatcher.proto import costscale_pb2 as pb
-from variants.pipeline_routing import step_slo
+from variants.pipelines.routing import step_slo
 
 Outcome = Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]
 SC = grpc.StatusCode
@@ -59,7 +59,7 @@ SC = grpc.StatusCode
 
 class ServingWorkers(Protocol):
     """The live workers (``draining``, ``removed``, ``instance_type`` of each) and the model each
-    serves (:class:`dispatcher.workers.WorkerRegistry`)."""
+    serves (:class:`dispatcher.workers.registry.WorkerRegistry`)."""
 
     @property
     def workers(self) -> Mapping[str, Any]: ...
@@ -69,7 +69,7 @@ class ServingWorkers(Protocol):
 
 
 class KnownModels(Protocol):
-    """The models and applications the dispatcher serves (:class:`dispatcher.placement.VariantPlacement`)."""
+    """The models and applications the dispatcher serves (:class:`dispatcher.workers.placement.VariantPlacement`)."""
 
     @property
     def models(self) -> Mapping[str, ModelSpec]: ...
@@ -182,7 +182,7 @@ class PipelineRunner:
             code, msg = rep
             return code, f"pipeline {pipe.name}: task {task}: {msg}"
         # the product of the accuracies known along the path (a model with no measured accuracy is
-        # unscored, as the planner takes it: variants.pipeline_inputs); None while none is known
+        # unscored, as the planner takes it: variants.pipelines.inputs); None while none is known
         acc = (acc_so_far if acc_so_far is not None else 1.0) * rep.accuracy if rep.accuracy > 0 else acc_so_far
         children = pipe.edges.get(task, ())
         here = _Step(variants={task: {rep.variant or rep.model}}, service_ms=rep.service_ms)

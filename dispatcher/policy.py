@@ -65,7 +65,7 @@ def default_base_type(cfg: "Config", latency_ms: Callable[[str, str, float], flo
     """The base type before the planner names one: :func:`pick_base_type` over the configured types
     for ``model``'s (default: the first model's) largest batch, ``latency_ms(profile name, type, batch)``
     being the latency model's mean."""
-    from config.batch_dist import DEFAULT_MAX_BATCH
+    from config.sections.batch_dist import DEFAULT_MAX_BATCH
 
     m = cfg.model(model)
     b = float(min(m.max_batch, DEFAULT_MAX_BATCH))

@@ -30,7 +30,7 @@ from dispatcher import batch_join
 from dispatcher.policy import QueryView
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.runtime import RoundTrigger, Runtime
-from dispatcher.workers import WorkerState
+from dispatcher.workers.registry import WorkerState
 
 SC = grpc.StatusCode
 Outcome = Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]
@@ -54,7 +54,7 @@ class Query:
     dispatched_at: float = 0.0
     offline: bool = False
     application: str = ""     # the application it named (routing by the accuracy plan)
-    late: bool = False        # its variant is chosen when it is dispatched (SlackFit, dispatcher.accuracy_routing)
+    late: bool = False        # its variant is chosen when it is dispatched (SlackFit, dispatcher.accuracy.routing)
     min_accuracy: float = 0.0
     best_effort: bool = False  # served however late, never dropped for its SLO (held through a replica failover)
 

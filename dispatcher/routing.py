@@ -44,9 +44,9 @@ import grpc
 
 from config.schema import DispatcherSpec
 from dispatcher import batch_join
-from dispatcher.accuracy_routing import AccuracyRouting
+from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.call_outcome import settle_answered, settle_failed
-from dispatcher.placement import VariantPlacement
+from dispatcher.workers.placement import VariantPlacement
 from dispatcher.policies import infeasible
 from dispatcher.latency_model import LatencyModel
 from dispatcher.policy import Policy, WorkerView
@@ -54,7 +54,7 @@ from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import SC, Query, QueryBook
 from dispatcher.runtime import (CONTRACT_LOG_INTERVAL_S, HEAD_SCAN, OBSERVE_BATCH, OBSERVE_DELAY_S, MatchTunables,
                                 RoundTrigger, Runtime)
-from dispatcher.workers import WorkerRegistry, WorkerState
+from dispatcher.workers.registry import WorkerRegistry, WorkerState
 
 log = logging.getLogger("costscale")
 #: what a query needs of a worker: ("v", variant), ("m", model) or ("a", application, min_accuracy)

@@ -11,20 +11,20 @@ Where a change belongs:
   how every accepted query ends (DESIGN invariant 4);
 * :mod:`dispatcher.admission` -- request validation (getVariant, INFaaS §4.1), admission, the
   demand windows;
-* :mod:`dispatcher.workers` -- the worker registry: registration, health checks, drain,
-  utilization, the cloud view; :mod:`dispatcher.worker_roles` -- park, unpark and the model each
+* :mod:`dispatcher.workers.registry` -- the worker registry: registration, health checks, drain,
+  utilization, the cloud view; :mod:`dispatcher.workers.roles` -- park, unpark and the model each
   worker serves;
 * :mod:`dispatcher.routing` -- the routing round: which idle worker serves which waiting query
   (Kairos §5.1), the worker call, the latency model's measurements; :mod:`dispatcher.call_outcome`
   -- what a call's reply or failure means for each of its queries;
-* :mod:`dispatcher.placement` -- variant metadata and placement: the models and variants known,
+* :mod:`dispatcher.workers.placement` -- variant metadata and placement: the models and variants known,
   where each is loaded, Load/Unload, RegisterModel and ListVariants (INFaaS §3-4);
-* :mod:`dispatcher.accuracy_routing` -- the accuracy plan's routing and SlackFit's binding;
+* :mod:`dispatcher.accuracy.routing` -- the accuracy plan's routing and SlackFit's binding;
   :mod:`dispatcher.pipeline_exec` -- pipeline queries; :mod:`dispatcher.offline` -- offline jobs
   (INFaaS §3.1, §5);
-* :mod:`dispatcher.servicers` -- the gRPC servicers: parse, call, render;
-  :mod:`dispatcher.oip_servicer` -- the Open Inference Protocol (KServe v2 / Triton) on the same port;
-* :mod:`dispatcher.status` -- what Status reports; :mod:`dispatcher.outcomes` -- how queries ended.
+* :mod:`dispatcher.api.servicers` -- the gRPC servicers: parse, call, render;
+  :mod:`dispatcher.api.oip_servicer` -- the Open Inference Protocol (KServe v2 / Triton) on the same port;
+* :mod:`dispatcher.api.status` -- what Status reports; :mod:`dispatcher.outcomes` -- how queries ended.
 
 Each part takes the narrow collaborators it uses (each module's docstring says which), never this
 Dispatcher: no module of the package imports this one (an import-linter contract in
@@ -48,19 +48,19 @@ from grpc_reflection.v1alpha import reflection
 from config.catalog import InstanceType
 from config.errors import ConfigError
 from config.schema import Config
-from config.security import client_auth_missing, read_token
-from dispatcher.accuracy_routing import AccuracyRouting
+from config.sections.security import client_auth_missing, read_token
+from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.admission import Admission
 from dispatcher.auth import BearerTokenInterceptor, TokenRing
 from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity, dispatcher_server_credentials
 from dispatcher.latency_model import LatencyModel
 from dispatcher.object_store import ObjectStore, S3Objects
 from dispatcher.offline import OfflineJobs
-from dispatcher.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipServicer
+from dispatcher.api.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipServicer
 from dispatcher.outcomes import OutcomeLedger
 from dispatcher.part_names import forward_part_names
 from dispatcher.pipeline_exec import PipelineRunner
-from dispatcher.placement import VariantPlacement
+from dispatcher.workers.placement import VariantPlacement
 from dispatcher.policies import make_policy
 from dispatcher.policy import Policy, default_base_type
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip_pb2_grpc as oipg
@@ -68,15 +68,15 @@ from dispatcher.queries import QueryBook
 from dispatcher.routing import RoutingRound
 from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
 from dispatcher.forwarding import Forwarder
-from dispatcher.servicers import _ControlServicer, _InferenceServicer
-from dispatcher.status import (FleetFacts, build_status_reply, pool_cost_per_hour, record_outcome, record_pipeline,
+from dispatcher.api.servicers import _ControlServicer, _InferenceServicer
+from dispatcher.api.status import (FleetFacts, build_status_reply, pool_cost_per_hour, record_outcome, record_pipeline,
                                slot_pool)
 from dispatcher.window import DemandWindow, WindowSnapshot
-from dispatcher.worker_client import WorkerClient
-from dispatcher.worker_roles import WorkerRoles
-from dispatcher.workers import WorkerRegistry
-from scaler.replan import STEADY_HORIZON_S
-from scaler.spot_slots import is_spot
+from dispatcher.workers.client import WorkerClient
+from dispatcher.workers.roles import WorkerRoles
+from dispatcher.workers.registry import WorkerRegistry
+from scaler.planner.replan import STEADY_HORIZON_S
+from scaler.cloud.slots import is_spot
 
 if TYPE_CHECKING:
     from variants.registry import VariantRegistry
@@ -175,7 +175,7 @@ class Dispatcher:
 
     def reload(self, cfg: Config) -> None:
         """A reloaded config (SIGHUP): the prices the model loop and Status use (the rest of the
-        dispatcher section is read only at start, ``config.security.RESTART_ONLY``)."""
+        dispatcher section is read only at start, ``config.sections.security.RESTART_ONLY``)."""
         self.set_catalog(cfg.catalog())
 
     def set_catalog(self, catalog: Mapping[str, InstanceType]) -> None:
@@ -186,8 +186,8 @@ class Dispatcher:
         self._prices.update({t: it.price_per_hour for t, it in self._catalog.items()})
 
     def set_spot_prices(self, slot_prices: Mapping[str, float]) -> None:
-        """The spot slots' $/hr billed now (``daemon.spot_wiring.FleetMarket`` at start, when spot
-        prices move, on a reload); Status prices spot instances at them (:mod:`dispatcher.status`)."""
+        """The spot slots' $/hr billed now (``daemon.aws.spot_wiring.FleetMarket`` at start, when spot
+        prices move, on a reload); Status prices spot instances at them (:mod:`dispatcher.api.status`)."""
         self._spot_prices = {s: float(p) for s, p in slot_prices.items() if is_spot(s)}
 
     def billed_prices(self) -> dict[str, float]:
@@ -209,7 +209,7 @@ class Dispatcher:
         return WorkerClient(address, self.worker_security, self._token)
 
     def register(self, req: pb.RegisterWorkerRequest) -> pb.RegisterWorkerReply:
-        """A worker's RegisterWorker (:meth:`dispatcher.workers.WorkerRegistry.register`)."""
+        """A worker's RegisterWorker (:meth:`dispatcher.workers.registry.WorkerRegistry.register`)."""
         return self.worker_registry.register(req, self._token)
     def _read_token(self) -> str | None:
         return self.cfg.dispatcher.token()
@@ -241,7 +241,7 @@ class Dispatcher:
 
     async def start(self, listen: str | None = None) -> int:
         """Listen on ``listen`` (default ``dispatcher.listen``); ConfigError (one line, exit 2) when
-        that is not loopback and no client authentication is configured (:mod:`config.security`), or
+        that is not loopback and no client authentication is configured (:mod:`config.sections.security`), or
         when a certificate, key or token file cannot be read."""
         spec = self.cfg.dispatcher
         address = listen or spec.listen
@@ -283,7 +283,7 @@ class Dispatcher:
 
     async def unready(self) -> None:
         """NOT_SERVING on every service while queries are still admitted and served: a replica
-        leaving its balancer (issue #27; ``daemon.replica``) before :meth:`stop` refuses them."""
+        leaving its balancer (issue #27; ``daemon.replicas.role``) before :meth:`stop` refuses them."""
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
 
@@ -368,7 +368,7 @@ class Dispatcher:
     def status_reply(self) -> pb.StatusReply:
         """``pool`` and ``cost_per_hour``: every live instance, registered or still booting (the
         cloud view, :meth:`set_cloud_view`); ``workers`` and ``parked``: registered workers only;
-        the rest: :func:`dispatcher.status.build_status_reply`."""
+        the rest: :func:`dispatcher.api.status.build_status_reply`."""
         now = self.clock()
         return build_status_reply(cfg=self.cfg, now=now, registry=self.worker_registry, placement=self.placement,
                                   book=self.queries, arrival_qps=self.admission.window.arrival_rate(now),

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scaler.batch_mix import BatchMix, mix_from_batches
-from scaler.replan import SHORT_HORIZON_S, STEADY_HORIZON_S
+from scaler.planner.batch_mix import BatchMix, mix_from_batches
+from scaler.planner.replan import SHORT_HORIZON_S, STEADY_HORIZON_S
 
 
 @dataclass(frozen=True)

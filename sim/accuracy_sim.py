@@ -3,20 +3,20 @@ variants may answer, the variants placed and the queries routed by an allocation
 batching its queue (Proteus §3-§6: the Resource Manager, the request router, the workers).
 
 Decisions come from the shared pure functions: placement and routing from
-:func:`variants.accuracy_planner.plan_accuracy` (Proteus §4), query assignment from
-:class:`dispatcher.plan_routing.PlanRouter`, batching from :func:`variants.adaptive_batching.batch_step`
+:func:`variants.accuracy.planner.plan_accuracy` (Proteus §4), query assignment from
+:class:`dispatcher.accuracy.plan_router.PlanRouter`, batching from :func:`variants.accuracy.adaptive_batching.batch_step`
 (Proteus §5). Allocation policies (Proteus §6.1 baselines, on the same pool):
 
-- ``proteus``: :func:`variants.accuracy_allocation.allocate` (the MILP over every variant for β × the
-  measured demand, spare workers, headroom routing: what the daemon's model loop runs), replanned when :func:`variants.accuracy_trigger.replan` says (a burst at once, else on a timer);
+- ``proteus``: :func:`variants.accuracy.allocation.allocate` (the MILP over every variant for β × the
+  measured demand, spare workers, headroom routing: what the daemon's model loop runs), replanned when :func:`variants.accuracy.trigger.replan` says (a burst at once, else on a timer);
 - ``no_scaling`` (Clipper-HA): the most accurate variant on every worker, routed by the same MILP;
   queries beyond its capacity miss;
 - ``clipper_ht``: the least accurate (fastest) variant everywhere;
-- ``slackfit`` (SuperServe §4.2, :mod:`variants.slackfit`): every variant resident on every worker,
+- ``slackfit`` (SuperServe §4.2, :mod:`variants.accuracy.slackfit`): every variant resident on every worker,
   one queue; a free worker serves the earliest queries with the (variant, batch) whose latency
   bucket fits the earliest deadline's slack; no plan, no swaps, ``batching`` unused;
   ``slackfit_queue`` (ours): the same queue, the most accurate variant that serves what waits within
-  the slack (:func:`variants.slackfit.choose_for_queue`);
+  the slack (:func:`variants.accuracy.slackfit.choose_for_queue`);
 - ``infaas_accuracy``: INFaaS's greedy allocation with accuracy as the objective (Proteus §6.1
   "INFaaS-Accuracy"): from the most accurate variant everywhere, downgrade one worker at a time to
   its next faster variant, the step that gains the most capacity per accuracy point lost, until the
@@ -35,12 +35,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dispatcher.plan_routing import PlanRouter
-from variants.accuracy_allocation import BETA, allocate as proteus_allocation
-from variants.accuracy_planner import VariantProfile, capacity
-from variants.accuracy_trigger import TriggerParams, initial_state, replan
-from variants.adaptive_batching import BatchingPolicy, batch_step, early_drops, interpolated_latency_s
-from variants.slackfit import buckets as slackfit_buckets, choose as slackfit_choose, choose_for_queue, pareto
+from dispatcher.accuracy.plan_router import PlanRouter
+from variants.accuracy.allocation import BETA, allocate as proteus_allocation
+from variants.accuracy.planner import VariantProfile, capacity
+from variants.accuracy.trigger import TriggerParams, initial_state, replan
+from variants.accuracy.adaptive_batching import BatchingPolicy, batch_step, early_drops, interpolated_latency_s
+from variants.accuracy.slackfit import buckets as slackfit_buckets, choose as slackfit_choose, choose_for_queue, pareto
 
 ALLOCATIONS = ("proteus", "no_scaling", "clipper_ht", "infaas_accuracy", "slackfit", "slackfit_queue")
 SHARED_QUEUE = ("slackfit", "slackfit_queue")
@@ -52,12 +52,12 @@ Greedy = tuple[dict[str, str | None], dict[str, float]]     # worker -> variant,
 class AccuracySpec:
     allocation: str = "proteus"
     batching: BatchingPolicy = "proteus"
-    trigger: TriggerParams = TriggerParams()   # when to replan (variants.accuracy_trigger)
+    trigger: TriggerParams = TriggerParams()   # when to replan (variants.accuracy.trigger)
     tick_s: float = 0.5                # how often measured demand is checked for a burst
     beta: float = BETA
     swap_s: float = 0.2                # a worker changing variant serves nothing this long (load time)
     min_accuracy: float = 0.0
-    early_drop: bool = True            # drop heads that keep batches small (variants.adaptive_batching.early_drops)
+    early_drop: bool = True            # drop heads that keep batches small (variants.accuracy.adaptive_batching.early_drops)
 
 
 @dataclass
@@ -133,7 +133,7 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
                       arrivals: np.ndarray, spec: AccuracySpec = AccuracySpec(),
                       on_replan: Callable[[float, dict[str, str | None]], None] | None = None) -> AccuracyResult:
     """Serve ``arrivals`` (s, sorted; one request each) of ``model`` on the workers ``pool`` (worker id ->
-    instance type) with ``variants`` (that model's, :func:`variants.accuracy_planner.profiles_from_rows`)."""
+    instance type) with ``variants`` (that model's, :func:`variants.accuracy.planner.profiles_from_rows`)."""
     if spec.allocation not in ALLOCATIONS:
         raise ValueError(f"unknown allocation {spec.allocation!r} (one of {', '.join(ALLOCATIONS)})")
     vs = [v for v in variants if v.model == model and v.accuracy >= spec.min_accuracy]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Mapping
 
 from dispatcher.policy import Policy
-from config.batch_dist import BatchDist
+from config.sections.batch_dist import BatchDist
 from config.profiles import ProfileTable
 from sim.engine import simulate
 from sim.metrics import nearest_rank

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sim.engine import SimResult
-from scaler.pools import pool_cost
+from scaler.planner.pools import pool_cost
 
 
 def nearest_rank(values: np.ndarray, pct: float) -> float:

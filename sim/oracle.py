@@ -30,7 +30,7 @@ from typing import Literal, Mapping
 import numpy as np
 from scipy.optimize import linprog
 
-from scaler.batch_mix import mix_from_batches
+from scaler.planner.batch_mix import mix_from_batches
 from config.profiles import ProfileTable
 from sim.service import ServiceModel
 

@@ -24,8 +24,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from config.batch_dist import DEFAULT_MAX_BATCH, BatchDist
-from scaler.batch_mix import sample_batches
+from config.sections.batch_dist import DEFAULT_MAX_BATCH, BatchDist
+from scaler.planner.batch_mix import sample_batches
 from sim.workload import Workload, gamma_arrivals, poisson_arrivals
 
 RateFn = Callable[[np.ndarray], np.ndarray]

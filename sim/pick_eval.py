@@ -4,7 +4,7 @@
 which the pool, served by the dispatcher's policy with the planner's base type, keeps p99 <= QoS
 (``sim.capacity.pool_capacity``), on one seeded sequence of ``n_queries`` queries whose batch sizes
 are drawn from the planner's batch mix (common random numbers: every pool sees the same queries,
-deterministic per seed). ``scaler.confirm.confirm_pick`` takes it as its ``evaluate``.
+deterministic per seed). ``scaler.planner.confirm.confirm_pick`` takes it as its ``evaluate``.
 
 Cost: one evaluation is a bisection between half the pool's fluid LP bound and the bound itself
 (``sim.oracle`` with drain = QoS bounds every policy on these queries, so the search needs no
@@ -19,9 +19,9 @@ from typing import Callable
 import numpy as np
 
 from config.profiles import ProfileTable
-from scaler.batch_mix import BatchMix
-from scaler.confirm import DEFAULT_EVALUATIONS, Confirmation, confirm_pick
-from scaler.plan import Plan, PlanInputs, ToConfirm, base_aux_of
+from scaler.planner.batch_mix import BatchMix
+from scaler.planner.confirm import DEFAULT_EVALUATIONS, Confirmation, confirm_pick
+from scaler.planner.choose import Plan, PlanInputs, ToConfirm, base_aux_of
 from sim.capacity import bisect_rate, pool_capacity
 from sim.oracle import oracle_capacity
 from sim.policies import policy_factory
@@ -73,7 +73,7 @@ def capacity_evaluator(model: str, profiles: ProfileTable, qos_ms: float, mix: B
 
 def confirmation(inputs: PlanInputs, policy: str, evaluations: int = DEFAULT_EVALUATIONS, top_k: int = 10,
                  base_type: str | None = None, exhaustive: bool = False) -> Confirmation:
-    """The max_throughput pick for ``inputs`` confirmed by Kairos+ (``scaler.confirm.confirm_pick``)
+    """The max_throughput pick for ``inputs`` confirmed by Kairos+ (``scaler.planner.confirm.confirm_pick``)
     with :func:`capacity_evaluator` under ``policy`` and the planner's base type (``costscale plan
     --confirm``, the daemon's confirmer in a process of its own, the replay in line: plain data in
     and out, so it pickles). ``exhaustive``: candidates from the ranked list of every pool, never

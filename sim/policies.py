@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from dispatcher.policy import (DISPATCH_VIEW_FACTOR, DISPATCH_XI, FirstIdlePolicy, Policy, default_base_type,
                               pick_base_type)
-from config.batch_dist import DEFAULT_MAX_BATCH
+from config.sections.batch_dist import DEFAULT_MAX_BATCH
 from config.profiles import ProfileTable
 
 if TYPE_CHECKING:

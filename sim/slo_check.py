@@ -1,5 +1,5 @@
 """Does a pool hold the p99 SLO at a given rate? A short simulation of production policy code, used
-by the min_cost planner (``scaler.plan.choose_pool(..., meets=...)``) to verify a candidate pool:
+by the min_cost planner (``scaler.planner.choose.choose_pool(..., meets=...)``) to verify a candidate pool:
 Kairos's upper bound (§5.2) is a fluid bound, and a pool run near it queues past a p99 target.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from dispatcher.policy import Policy
-from scaler.batch_mix import BatchMix
+from scaler.planner.batch_mix import BatchMix
 from config.profiles import ProfileTable
 from sim.engine import simulate
 from sim.metrics import nearest_rank

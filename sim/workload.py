@@ -8,7 +8,7 @@ Arrivals (Kairos §7: a Poisson process of 100s of queries per second):
   λ2 at τ queries/s² and then holds (load changes, Kairos §8.4), by thinning;
 - :func:`load_trace_csv`: replay of a CSV trace with columns timestamp, model, batch_size
   (:func:`read_trace_csv` reads every row, for the replay's model/application mapping).
-Batch sizes come from :func:`scaler.batch_mix.sample_batches` (deeprecsys, lognormal, gaussian,
+Batch sizes come from :func:`scaler.planner.batch_mix.sample_batches` (deeprecsys, lognormal, gaussian,
 fixed:N). :func:`make_workload` draws arrivals and batches from independent child streams of one
 seed, so changing the rate does not change the batch sequence.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from config.batch_dist import DEFAULT_MAX_BATCH, BatchDist
-from scaler.batch_mix import sample_batches
+from config.sections.batch_dist import DEFAULT_MAX_BATCH, BatchDist
+from scaler.planner.batch_mix import sample_batches
 
 
 @dataclass(frozen=True)

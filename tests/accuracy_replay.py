@@ -17,7 +17,7 @@ import numpy as np
 
 from config.profiles import load_profiles_csv
 from config.schema import Config
-from sim.replay import ReplayRun, ReplaySpec, replay
+from sim.replay.run import ReplayRun, ReplaySpec, replay
 from sim.workload import Workload
 from variants.families.profiles import ProfileRow, write_csv
 

@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 
 from config.schema import Config, parse_config_text
-from daemon.replica_cluster import live_instances
+from daemon.demos.replica_cluster import live_instances
 
 #: one r5n.large pinned, the ticks an hour apart (a test drives them); ``{extra}``: top-level lines
 #: after ``state_path``, ``{lease}``: lines of the lease section after ``ttl_s`` (a test that

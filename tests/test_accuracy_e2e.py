@@ -9,7 +9,7 @@ pad each member to a latency profile written for this test (10, 20, 50 and 100 m
 c5n.2xlarge, the most accurate slowest: a 10x latency range) -- the emulation every e2e test uses
 (``config.emulation``), with the family's real accuracies. Pool: c5n.2xlarge x 2, pinned (the
 budget buys no more). SLO 1 s. At full accuracy the pool serves 2 x 7.6 = 15.2 q/s with its p99
-within the SLO (:func:`variants.accuracy_round.max_utilization`: one query at a time, 100 ms each);
+within the SLO (:func:`variants.accuracy.plan_round.max_utilization`: one query at a time, 100 ms each);
 the spike is 30 q/s, twice that.
 """
 from __future__ import annotations
@@ -24,13 +24,13 @@ import pytest
 
 from config.profiles import LatencyProfile, load_profiles_csv, save_profiles_csv
 from config.schema import Config
-from daemon.demo import demo_config
+from daemon.demos.basic import demo_config
 from variants.families import digits as dg
 from variants.families.family import Member
 from variants.families.profiles import ProfileRow
 from variants.families.registration import register_family
 from variants.registry import VariantRegistry, registry_path_for
-from sim.query_loop import SERVED
+from sim.replay.query_loop import SERVED
 from tests.accuracy_replay import placements, replay_the_e2e, same_swaps
 from tests.load_helpers import poisson_phase
 
@@ -128,7 +128,7 @@ def digits_cluster(endpoint: str, tmp: Path, members, mode: str, **extra) -> tup
 
 
 async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> dict:  # type: ignore[type-arg]  # noqa: ANN001
-    from daemon.local_runner import start_with_local_workers
+    from daemon.local.runner import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     cfg, rows = digits_cluster(endpoint, tmp, members, mode)

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from variants import accuracy_levels as lv
-from variants import accuracy_milp
-from variants.accuracy_milp import REL_TOL, solve
-from variants.accuracy_planner import (VariantProfile, _options, _undominated, capacity, plan_accuracy,
+from variants.accuracy import levels as lv
+from variants.accuracy import milp as accuracy_milp
+from variants.accuracy.milp import REL_TOL, solve
+from variants.accuracy.planner import (VariantProfile, _options, _undominated, capacity, plan_accuracy,
                                        workers_from_counts)
-from variants.accuracy_search import improve, placement_value, trimmed
-from variants.accuracy_solve import fastest, keeps
+from variants.accuracy.search import improve, placement_value, trimmed
+from variants.accuracy.solve import fastest, keeps
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

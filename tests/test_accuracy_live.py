@@ -1,6 +1,6 @@
 """Accuracy scaling in the daemon (issue #13 "Live"), the parts without a network: the model loop's
-accuracy round (variants.accuracy_round), the dispatcher's routing by the plan
-(dispatcher.accuracy_routing) and a worker padding each family member to its own profile."""
+accuracy round (variants.accuracy.plan_round), the dispatcher's routing by the plan
+(dispatcher.accuracy.routing) and a worker padding each family member to its own profile."""
 from __future__ import annotations
 
 import math
@@ -12,13 +12,13 @@ import pytest
 import numpy as np
 
 from config.profiles import LatencyProfile, save_profiles_csv
-from dispatcher.accuracy_routing import AccuracyRouting
+from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.modelless import VariantMeta
 from dispatcher.policy import QueryView
-from variants.accuracy_planner import VariantProfile
-from variants.accuracy_round import (AccuracyInputs, AccuracyRoundParams, AccuracyState, accuracy_round, max_utilization,
+from variants.accuracy.planner import VariantProfile
+from variants.accuracy.plan_round import (AccuracyInputs, AccuracyRoundParams, AccuracyState, accuracy_round, max_utilization,
                                      planner_profiles, swaps)
-from variants.accuracy_trigger import TriggerParams
+from variants.accuracy.trigger import TriggerParams
 
 # two variants of application "a" on type T, SLO 1000 ms, served one query at a time:
 # hi: 100 ms, accuracy 0.9; lo: 20 ms, accuracy 0.8. Capacity per worker: the M/D/1 rate whose p99
@@ -194,8 +194,8 @@ def test_slackfit_binds_the_most_accurate_variant_that_serves_the_queue_in_half_
 def test_a_model_named_apart_from_its_profile_is_padded_to_that_profile(tmp_path: Path) -> None:
     """Several models on one worker (issue #24): ``ranker`` (profile dien) runs at dien's latency,
     not at the worker's emulated rm2; the local runner passes ``--model-profile`` for it."""
-    from daemon.local_runner import LocalRunner
-    from scaler.cloud import ManagedInstance
+    from daemon.local.runner import LocalRunner
+    from scaler.cloud.provider import ManagedInstance
     from worker.padding import own_profiles
     from worker.server import WorkerOptions
 

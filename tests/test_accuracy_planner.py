@@ -1,4 +1,4 @@
-"""The accuracy planner (Proteus §4, variants/accuracy_planner.py) and `costscale accuracy plan`."""
+"""The accuracy planner (Proteus §4, variants/accuracy/planner.py) and `costscale accuracy plan`."""
 from __future__ import annotations
 
 import itertools
@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.cli import main
-from variants import accuracy_milp
-from variants.accuracy_planner import VariantProfile, capacity, plan_accuracy, profiles_from_rows, workers_from_counts
+from variants.accuracy import milp as accuracy_milp
+from variants.accuracy.planner import VariantProfile, capacity, plan_accuracy, profiles_from_rows, workers_from_counts
 from variants.families.profiles import read_csv, shipped_csv
 
 # SLO 100 ms: a batch fits when its latency is <= 50 ms.

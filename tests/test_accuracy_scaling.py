@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dispatcher.plan_routing import PlanRouter
-from variants.accuracy_allocation import headroom_routing
+from dispatcher.accuracy.plan_router import PlanRouter
+from variants.accuracy.allocation import headroom_routing
 from sim.accuracy_sim import AccuracySpec, simulate_accuracy
-from variants.accuracy_planner import VariantProfile
-from variants.adaptive_batching import BatchStep, batch_step, early_drops, interpolated_latency_s
-from variants.spare_workers import fill_spare
+from variants.accuracy.planner import VariantProfile
+from variants.accuracy.adaptive_batching import BatchStep, batch_step, early_drops, interpolated_latency_s
+from variants.accuracy.spare_workers import fill_spare
 
 
 def linear(n: int) -> float:      # T_process(n) = 0.1 n seconds
@@ -205,7 +205,7 @@ def test_replay_cli_bad_input_is_one_line_exit_2(capsys, args: list[str], needle
 
 
 def test_slackfit_buckets_and_choice_hand_computed() -> None:
-    from variants.slackfit import buckets, choose, choose_for_queue, pareto
+    from variants.accuracy.slackfit import buckets, choose, choose_for_queue, pareto
 
     fast = (0.70, lambda n: 0.010 * n)           # 10 ms a query
     slow = (0.80, lambda n: 0.040 * n)           # 40 ms a query
@@ -236,7 +236,7 @@ def test_slackfit_serves_bursts_from_one_queue_without_plans() -> None:
 
 
 def test_replan_trigger_hand_computed() -> None:
-    from variants.accuracy_trigger import TriggerParams, initial_state, replan
+    from variants.accuracy.trigger import TriggerParams, initial_state, replan
 
     p = TriggerParams()                                   # 30 s timer, 5 s window, 1 s burst window, 1.2x, 10 %
     s = initial_state(100.0, p)

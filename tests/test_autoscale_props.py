@@ -10,10 +10,10 @@ import pytest
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from variants.autoscale_greedy import fill_greedy, greedy_scale
-from variants.autoscale_ilp import (QPS_TOL, LoadVariant, ScalingProblem, ScalingVariant, UnloadVariant, objective,
+from variants.infaas.autoscale_greedy import fill_greedy, greedy_scale
+from variants.infaas.autoscale_ilp import (QPS_TOL, LoadVariant, ScalingProblem, ScalingVariant, UnloadVariant, objective,
                                     solve_ilp, violations)
-from variants.cheapest import NoCombination, cheapest
+from variants.infaas.cheapest import NoCombination, cheapest
 
 VA = ScalingVariant("A", "r50", "cpu", 200, 5, 1, load_latency_s=1.0, resources={"cores": 4})
 VB = ScalingVariant("B", "r50", "inferentia", 20, 100, 3, load_latency_s=2.0, resources={"neuron_cores": 1})
@@ -178,8 +178,8 @@ def test_cheapest_ilp_feasible_and_not_costlier_than_greedy(rows, qps: float, sl
 
 def test_greedy_scales_down_cheap_instances_in_dollars_per_second() -> None:
     """Regression: a scale-down saving less than 5e-4 $/s (any instance under $1.8/hr) was ignored."""
-    from variants.autoscale_greedy import GreedyState, greedy_scale
-    from variants.autoscale_ilp import ScalingProblem, ScalingVariant
+    from variants.infaas.autoscale_greedy import GreedyState, greedy_scale
+    from variants.infaas.autoscale_ilp import ScalingProblem, ScalingVariant
 
     v = ScalingVariant("cpu", "m", "cpu", latency_ms=10.0, saturation_qps=10.0, cost_per_second=0.149 / 3600)
     problem = ScalingProblem((v,), load_qps={"m": 5.0}, slo_ms={"m": 100.0}, running={"cpu": 4}, headroom=0.0)

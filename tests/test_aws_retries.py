@@ -1,4 +1,4 @@
-"""Transient AWS faults are retried by botocore (its standard retry mode, ``scaler.aws_client``),
+"""Transient AWS faults are retried by botocore (its standard retry mode, ``scaler.cloud.aws_client``),
 not by hand: a 5xx and a dropped connection are retried and the call succeeds, throttling past the
 last attempt is one ``Throttled``, and a fleet tick on moto goes on through faults on every call.
 
@@ -15,14 +15,14 @@ from botocore.stub import Stubber
 
 from config.catalog import load_catalog
 from config.schema import LaunchSpec
-from scaler.actuator import FleetActuator
-from scaler.aws_client import RETRY_MODE, client_config
-from scaler.cloud import CloudConfigError, CloudError, InsufficientCapacity, Throttled
-from scaler.ec2 import Ec2Cloud, make_ec2_client
-from scaler.lease import Lease
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
-from scaler.region_prices import RegionPrices
-from scaler.state import StateStore
+from scaler.fleet.actuator import FleetActuator
+from scaler.cloud.aws_client import RETRY_MODE, client_config
+from scaler.cloud.provider import CloudConfigError, CloudError, InsufficientCapacity, Throttled
+from scaler.cloud.ec2 import Ec2Cloud, make_ec2_client
+from scaler.replicas.lease_decision import Lease
+from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.pricing.region import RegionPrices
+from scaler.fleet.state import StateStore
 from tests.aws_faults import Faults, http_error, read_timeout, refused, reset
 
 AMI = "ami-12c6146b"
@@ -233,7 +233,7 @@ def test_the_lease_tables_calls_are_retried_by_botocore(moto_endpoint: str, boto
 
 def test_the_price_list_calls_are_retried_by_botocore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       botocore_backoff: list[float]) -> None:
-    import scaler.region_prices as region_prices
+    import scaler.pricing.region as region_prices
     from tests.test_region_prices import price_entry
 
     made = region_prices.make_pricing_client()
@@ -249,7 +249,7 @@ def test_the_price_list_calls_are_retried_by_botocore(tmp_path: Path, monkeypatc
 def test_an_error_body_botocore_could_not_parse_gives_its_own_code_and_one_line() -> None:
     """moto's IAM denial on a JSON service (SSM) is an XML document: botocore's code is the bare
     status "403" and its message the raw body; the boundary reads the document's Code and Message."""
-    from scaler.aws_client import error_fields
+    from scaler.cloud.aws_client import error_fields
 
     body = ('<?xml version="1.0" encoding="utf-8"?>\n<ErrorResponse><Errors><Error><Code>AccessDenied</Code>'
             '<Message>User: arn:aws:iam::123456789012:user/u is not authorized to perform: ssm:GetParameter'

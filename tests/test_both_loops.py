@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from config.errors import ConfigError
 from config.profiles import load_profiles_csv
 from config.schema import ModelSpec, load_config
-from scaler.batch_mix import mix_from_batches
+from scaler.planner.batch_mix import mix_from_batches
 from sim.patterns import parse_pattern, pattern_workload
-from sim.query_loop import SERVED
-from sim.replay import ReplaySpec, replay
-from sim.replay_metrics import report
-from variants import accuracy_round as ar
-from variants.accuracy_planner import VariantProfile
-from variants.accuracy_round import AccuracyInputs, AccuracyRoundParams, max_utilization, plan_for
+from sim.replay.query_loop import SERVED
+from sim.replay.run import ReplaySpec, replay
+from sim.replay.report import report
+from variants.accuracy import plan_round as ar
+from variants.accuracy.planner import VariantProfile
+from variants.accuracy.plan_round import AccuracyInputs, AccuracyRoundParams, max_utilization, plan_for
 from variants.families.applications import application, application_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def test_two_workers_on_one_queue_carry_more_than_two_alone() -> None:
 
 
 def test_a_noisy_second_is_no_burst() -> None:
-    from variants.accuracy_trigger import TriggerParams, beyond_noise, initial_state, replan
+    from variants.accuracy.trigger import TriggerParams, beyond_noise, initial_state, replan
 
     p = TriggerParams(noise_z=3.0)
     s = initial_state(6.0, p)
@@ -128,7 +128,7 @@ def test_accuracy_bridges_the_burst_the_fleet_alone_misses(both) -> None:  # typ
     print(f"both loops: {rep['slo_attainment']:.6f} ${rep['cost_usd']:.6f} {rep['accuracy']}; "
           f"fleet only: {base['slo_attainment']:.6f} ${base['cost_usd']:.6f}")
     # README "Replay": 99.96 % within SLO at a 4.92-point max drop, against 95.21 % with accuracy
-    # scaling off (INFaaS: getVariant and the model loop, sim.replay_infaas)
+    # scaling off (INFaaS: getVariant and the model loop, sim.replay.infaas)
     assert rep["slo_attainment"] >= 0.9995
     assert round(base["slo_attainment"] * 100, 2) == 95.21
     acc = rep["accuracy"]
@@ -173,7 +173,7 @@ def test_the_handover_accuracy_at_the_step_then_the_fleet_then_full_accuracy(bot
 
 
 def _spy_round(monkeypatch) -> set[str]:  # type: ignore[no-untyped-def]
-    """Wrap variants.accuracy_round's due, plan_for and swaps; the names called land in the set."""
+    """Wrap variants.accuracy.plan_round's due, plan_for and swaps; the names called land in the set."""
     seen: set[str] = set()
     for name in ("due", "plan_for", "swaps"):
         real = getattr(ar, name)
@@ -186,7 +186,7 @@ def _spy_round(monkeypatch) -> set[str]:  # type: ignore[no-untyped-def]
 
 
 def test_the_replay_calls_the_daemons_accuracy_round(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The daemon's AccuracyLoop and the replay both call variants.accuracy_round's due, plan_for
+    """The daemon's AccuracyLoop and the replay both call variants.accuracy.plan_round's due, plan_for
     and swaps through the module (``ar.due``): spied once, the replay hits them (and the daemon's
     loop, :func:`test_the_daemons_accuracy_loop_calls_the_same_round`)."""
     seen = _spy_round(monkeypatch)
@@ -230,13 +230,13 @@ def test_the_loops_do_not_chase_each_other(levels: list[float], seed: int) -> No
 
 
 def test_the_daemons_accuracy_loop_calls_the_same_round(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The daemon's side of the spy above: ``daemon.accuracy_loop.AccuracyLoop.tick`` over a
+    """The daemon's side of the spy above: ``daemon.loops.accuracy_loop.AccuracyLoop.tick`` over a
     dispatcher stand-in (two workers, application "a" with variants "hi" and "lo", a burst of 30 q/s)
     hits the same three functions, and its swaps follow the plan."""
     import asyncio
     from types import SimpleNamespace
 
-    from daemon.accuracy_loop import AccuracyLoop
+    from daemon.loops.accuracy_loop import AccuracyLoop
     from dispatcher.modelless import VariantMeta
 
     seen = _spy_round(monkeypatch)
@@ -279,7 +279,7 @@ def test_waiting_queries_join_the_call_as_the_dispatcher_joins_them() -> None:
     behind it, joins its call (``batch_join.followers``: 20 rows within both slacks)."""
     from dispatcher.latency_model import LatencyModel
     from dispatcher.policies import make_policy
-    from sim.query_loop import QueryLoop, ServiceTimes
+    from sim.replay.query_loop import QueryLoop, ServiceTimes
     from sim.service import ServiceModel
 
     profiles = load_profiles_csv(None)
@@ -302,9 +302,9 @@ def test_waiting_queries_join_the_call_as_the_dispatcher_joins_them() -> None:
 
 def test_slackfit_mode_binds_each_call_in_the_replay(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """``accuracy_scaling.mode: slackfit`` on the example burst: no plan and no swaps; every call's
-    variant comes from ``variants.slackfit.bind_at_dispatch`` (spied: the function the live
+    variant comes from ``variants.accuracy.slackfit.bind_at_dispatch`` (spied: the function the live
     ``AccuracyRouting.bind`` calls), several variants serve, and the burst is held."""
-    import sim.variant_lane as lane
+    import sim.replay.variant_lane as lane
 
     calls = {"n": 0}
     real = lane.bind_at_dispatch
@@ -322,7 +322,7 @@ def test_slackfit_mode_binds_each_call_in_the_replay(monkeypatch) -> None:  # ty
     run = replay(cfg, load_profiles_csv(None), wl, 1800.0, ReplaySpec())
     rep = report(run)
     q = run.lanes["resnet"]
-    from sim.query_loop import PENDING
+    from sim.replay.query_loop import PENDING
     assert int((q.outcome == PENDING).sum()) <= 10     # in flight when the trace ends, none lost
     print(f"slackfit: {rep['slo_attainment']:.6f}, {rep['accuracy']}, bound {q.bound}")
     assert calls["n"] == q.calls > 0 and not any(run.accuracy_plans.values())

@@ -20,7 +20,7 @@ import pytest
 from config.catalog import load_catalog
 from config.schema import Config
 from daemon.cli import main as cli_main
-from scaler.ec2 import Ec2Cloud
+from scaler.cloud.ec2 import Ec2Cloud
 from tests.byom_helpers import KAIROS_TYPES, MODEL, build_user_model, user_config, write_config
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ def test_the_daemon_profiles_plans_and_serves_a_users_model(moto_endpoint: str, 
 
 async def _scenario(cfg: Config, onnx_path: Path, ec2) -> None:  # noqa: ANN001
     from daemon.app import Daemon
-    from daemon.local_runner import LocalRunner
+    from daemon.local.runner import LocalRunner
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     cloud = RecordingCloud(Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, endpoint_url=cfg.aws.endpoint_url,

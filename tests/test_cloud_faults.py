@@ -6,12 +6,12 @@ import pytest
 from botocore.stub import Stubber
 
 from config.schema import LaunchSpec
-from scaler.state import StateStore
-from scaler.actuator import FleetActuator
+from scaler.fleet.state import StateStore
+from scaler.fleet.actuator import FleetActuator
 from config.catalog import load_catalog
-from scaler.cloud import CloudConfigError, CloudError, InsufficientCapacity, Throttled, pool_of
-from scaler.ec2 import Ec2Cloud, make_ec2_client
-from scaler.fake_cloud import FakeCloud
+from scaler.cloud.provider import CloudConfigError, CloudError, InsufficientCapacity, Throttled, pool_of
+from scaler.cloud.ec2 import Ec2Cloud, make_ec2_client
+from scaler.cloud.fake import FakeCloud
 
 CATALOG = load_catalog()
 EMPTY = {"Reservations": []}

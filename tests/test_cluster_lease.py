@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from config.schema import Config, parse_config_text
-from scaler.actuator import FleetActuator
-from scaler.cluster_lease import ClusterLease, Fenced, FencedCloud, LocalDeadline
-from scaler.fake_cloud import FakeCloud
-from scaler.lease import Claimant, Lease, LeaseDecision, LeaseHeld, LeaseLost, decide, held_line, released
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
-from scaler.state import StateStore
+from scaler.fleet.actuator import FleetActuator
+from scaler.replicas.lease_holder import ClusterLease, Fenced, FencedCloud, LocalDeadline
+from scaler.cloud.fake import FakeCloud
+from scaler.replicas.lease_decision import Claimant, Lease, LeaseDecision, LeaseHeld, LeaseLost, decide, held_line, released
+from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.fleet.state import StateStore
 from config.catalog import load_catalog
 from tests.lease_helpers import daemon_config, daemon_config_text, live_ids
 
@@ -80,7 +80,7 @@ def test_the_refusal_names_the_holder_since_when_and_until_when() -> None:
 
 
 def test_the_decision_module_imports_no_cloud_sdk() -> None:
-    code = "import sys, scaler.lease; print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))"
+    code = "import sys, scaler.replicas.lease_decision; print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.stdout.strip() == "[]", out.stderr

@@ -1,4 +1,4 @@
-"""Confirming the max_throughput pick by evaluation (scaler.confirm, sim.pick_eval; Kairos §5.2
+"""Confirming the max_throughput pick by evaluation (scaler.planner.confirm, sim.pick_eval; Kairos §5.2
 Algorithm 1; issue 16): the homogeneous pool of the base type is always evaluated, the pick is the
 best measured, a fixed-seed simulator evaluator never puts it below the homogeneous pool."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from config.profiles import ProfileTable, profiles_from_rows
-from scaler.base_aux import PlanError
-from scaler.batch_mix import mix_from_dist
-from scaler.confirm import confirm_pick, homogeneous_row, more_base_row
-from scaler.plan import PlanInputs, choose_pool, maximal_pools, rank_inputs
+from scaler.planner.base_aux import PlanError
+from scaler.planner.batch_mix import mix_from_dist
+from scaler.planner.confirm import confirm_pick, homogeneous_row, more_base_row
+from scaler.planner.choose import PlanInputs, choose_pool, maximal_pools, rank_inputs
 from sim.pick_eval import capacity_evaluator
 
 SIZES = list(range(10, 1001, 10))

@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from config.catalog import load_catalog
-from scaler.cloud import CLUSTER_TAG
+from scaler.cloud.provider import CLUSTER_TAG
 
 ROOT = Path(__file__).resolve().parents[1]
 PRICE = {t: it.price_per_hour for t, it in load_catalog().items()}
@@ -33,7 +33,7 @@ def _fmt(pool: dict[str, int]) -> str:
 
 
 def _cmd(endpoint: str, db: Path, pool: dict[str, int], plan: str) -> list[str]:
-    return [sys.executable, "-m", "scaler.fleet_runner", "--state", str(db), "--endpoint", endpoint,
+    return [sys.executable, "-m", "scaler.fleet.actuator_cli", "--state", str(db), "--endpoint", endpoint,
             "--cluster", CLUSTER, "--budget", str(BUDGET), "--target", _fmt(pool), "--plan-id", plan,
             "--step-delay", "0.02", "--trace-calls"]
 

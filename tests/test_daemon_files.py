@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from config.errors import ConfigError
-from daemon.cluster_token import cluster_token_path, with_cluster_token
+from daemon.aws.cluster_token import cluster_token_path, with_cluster_token
 from tests.dispatch_helpers import make_config
 from tests.test_daemon_lifecycle import _config, _NotifyReader, _reap
 

@@ -15,8 +15,8 @@ from typing import Callable
 
 import pytest
 
-from scaler.lease import Claimant, LeaseLost
-from scaler.state import StateStore
+from scaler.replicas.lease_decision import Claimant, LeaseLost
+from scaler.fleet.state import StateStore
 from tests.test_cluster_lease import _daemon_config, _live, _table, lease_of
 
 THIEF = Claimant(cluster="owned", owner="ctl-b:22:bbbb", host="ctl-b", pid=22)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.demo import LiveDisplay, LoadStats, P99_WINDOW_S, fmt_ms, fmt_pct, quiet_library_logs
-from variants.builtin_models import resolve_model
+from daemon.demos.basic import LiveDisplay, LoadStats, P99_WINDOW_S, fmt_ms, fmt_pct, quiet_library_logs
+from variants.runtime.builtin_models import resolve_model
 from variants.generator import quantize_int8
 
 
@@ -91,7 +91,7 @@ def test_library_chatter_is_kept_off_the_display(tmp_path: Path, caplog: pytest.
                 own.warning("fleet: unpark i-1: TimeoutError")
                 warnings.warn_explicit("quantization advice", UserWarning, "quantize.py", 1,
                                        module="onnxruntime.quantization.quantize")
-                warnings.warn_explicit("our own", UserWarning, "demo.py", 1, module="daemon.demo")
+                warnings.warn_explicit("our own", UserWarning, "demo.py", 1, module="daemon.demos.basic")
         assert [(r.name, r.getMessage()) for r in caplog.records] == [
             ("apscheduler.executors.default", 'Job "Daemon.fleet_tick" raised an exception'),
             ("costscale", "fleet: no pool fits 0.1 $/hr"),
@@ -135,7 +135,7 @@ def test_the_two_model_demo_refuses_flags_it_does_not_use(capsys: pytest.Capture
 
 
 def test_a_served_query_is_judged_against_its_own_models_slo() -> None:
-    from daemon.demo_models import ModelLoad
+    from daemon.demos.models import ModelLoad
 
     m = ModelLoad("dien", 100.0, 5.0, 30.0, 60.0)
     m.stats.record_served(150.0, 0.0)      # within the demo's 350 ms, over dien's 100 ms

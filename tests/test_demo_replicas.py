@@ -1,6 +1,6 @@
 """Acceptance (issue #27 deliverable 7): ``costscale demo --replicas 2``'s scenario
-(``daemon.demo_replicas.replicas_scenario``) against moto in server mode: two real ``costscale run``
-replicas sharing workers that run apart from them (``daemon.local_fleet``), nginx ``grpc_pass`` in front (gRPC round_robin without nginx), a client
+(``daemon.demos.replicas.replicas_scenario``) against moto in server mode: two real ``costscale run``
+replicas sharing workers that run apart from them (``daemon.local.fleet``), nginx ``grpc_pass`` in front (gRPC round_robin without nginx), a client
 that retries on UNAVAILABLE, the lease holder SIGKILLed halfway through a short load. The summary's
 figures: every query answered or failed UNAVAILABLE, none twice, none lost; the standby took the
 lease and its fleet loop acted within the lease ttl + 5 s; the budget held before, during and after;
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.demo_replicas import replicas_scenario, summary_text
-from daemon.replica_cluster import NGINX
+from daemon.demos.replicas import replicas_scenario, summary_text
+from daemon.demos.replica_cluster import NGINX
 from tests.lease_helpers import moto_ami
 
 pytestmark = pytest.mark.slow

@@ -14,18 +14,18 @@ import grpc
 
 from config.profiles import load_profiles_csv
 from config.schema import Config
-from dispatcher.accuracy_routing import AccuracyRouting
+from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.admission import Admission
 from dispatcher.latency_model import LatencyModel
-from dispatcher.placement import VariantPlacement
+from dispatcher.workers.placement import VariantPlacement
 from dispatcher.policies import make_policy
 from dispatcher.policy import Assignment, QueryView, default_base_type
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import Query, QueryBook
 from dispatcher.routing import RoutingRound
 from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
-from dispatcher.worker_client import WorkerClient
-from dispatcher.workers import WorkerRegistry
+from dispatcher.workers.client import WorkerClient
+from dispatcher.workers.registry import WorkerRegistry
 from tests.dispatch_helpers import make_config, run, start_worker
 
 PROFILES = load_profiles_csv()

@@ -1,4 +1,4 @@
-"""scaler.ec2.Ec2Cloud against moto in server mode: tags, idempotency by intent, ownership."""
+"""scaler.cloud.ec2.Ec2Cloud against moto in server mode: tags, idempotency by intent, ownership."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 from config.schema import LaunchSpec
-from scaler.cloud import CLUSTER_TAG, INTENT_TAG, MANAGED_BY_TAG, NotManaged
-from scaler.ec2 import Ec2Cloud, build_user_data, make_ec2_client
+from scaler.cloud.provider import CLUSTER_TAG, INTENT_TAG, MANAGED_BY_TAG, NotManaged
+from scaler.cloud.ec2 import Ec2Cloud, build_user_data, make_ec2_client
 
 AMI = "ami-12c6146b"
 

@@ -14,8 +14,8 @@ from config.schema import Config
 from daemon.app import Daemon
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
-from scaler.cloud import ManagedInstance
-from scaler.fake_cloud import FakeCloud
+from scaler.cloud.provider import ManagedInstance
+from scaler.cloud.fake import FakeCloud
 from tests.dispatch_helpers import RunningWorker, start_worker
 from tests.test_dispatcher_live import run, setup, submit, teardown
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from onnx import TensorProto
 
-from variants.builtin_models import ModelError, build_mlp, make_inputs, mlp_model, resolve_model
+from variants.runtime.builtin_models import ModelError, build_mlp, make_inputs, mlp_model, resolve_model
 from variants.generator import (Variant, generate_variants, load_validation, make_validation_set, plan_variants,
                                 run_cpu, to_fp16, top1_agreement, variant_name, with_static_batch)
-from variants.onnx_executor import run_batched, static_batch
+from variants.runtime.onnx_executor import run_batched, static_batch
 
 # Tolerances against the fp32 outputs of the builtin MLP (outputs are O(1)):
 FP16_ATOL = 1e-2   # float16 weights/activations: ~3 decimal digits

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from daemon.cli import main
-from variants.autoscale_greedy import greedy_scale
-from variants.autoscale_ilp import ScalingProblem, ScalingVariant, solve_ilp
-from variants.cheapest import NoCombination, cheapest
+from variants.infaas.autoscale_greedy import greedy_scale
+from variants.infaas.autoscale_ilp import ScalingProblem, ScalingVariant, solve_ilp
+from variants.infaas.cheapest import NoCombination, cheapest
 
 # Table 2: latency (ms), saturation throughput (req/s), normalized cost ($/s).
 TABLE2 = [

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from config.profiles import load_profiles_csv
 from config.schema import Config
-from scaler.budget_split import Frontier, scores, split_budget
-from scaler.joint_plan import declared_demands, plan_joint
-from scaler.replan import DemandView
-from scaler.worker_assignment import assign_workers, fallback_shares
+from scaler.planner.budget_split import Frontier, scores, split_budget
+from scaler.planner.joint_plan import declared_demands, plan_joint
+from scaler.planner.replan import DemandView
+from scaler.fleet.worker_assignment import assign_workers, fallback_shares
 from sim.slo_check import slo_check
 
 TYPES = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")
@@ -130,7 +130,7 @@ def _demand(cfg: Config, qps: dict[str, float]) -> dict[str, DemandView]:
 
 
 def test_one_model_is_planned_as_before(profiles) -> None:  # type: ignore[no-untyped-def]
-    from scaler.fleet_decision import plan_fleet
+    from scaler.planner.model_plan import plan_fleet
 
     cfg = _cfg([{"name": "rm2", "qos_ms": 350}], budget_per_hour=2.5)
     d = _demand(cfg, {"rm2": 40.0})["rm2"]
@@ -140,7 +140,7 @@ def test_one_model_is_planned_as_before(profiles) -> None:  # type: ignore[no-un
 
 
 def test_each_model_gets_its_own_pick_when_the_budget_covers_them(profiles) -> None:  # type: ignore[no-untyped-def]
-    from scaler.fleet_decision import plan_fleet
+    from scaler.planner.model_plan import plan_fleet
 
     cfg = _cfg([{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35}], budget_per_hour=3.0)
     dem = _demand(cfg, {"rm2": 20.0, "dien": 20.0})
@@ -207,10 +207,10 @@ def test_a_shrinking_share_parks_the_booting_worker_not_a_warm_one() -> None:
     """The live two-model test's transient (issue #24): the ranker's plan fell from r5n×3 to r5n×2
     while its third r5n ("i-a", the lowest id) was still booting. Releasing by id parked a warm r5n
     and left the ranker one booting worker short at 24 q/s; the booting one is parked instead."""
-    from scaler.cloud import ManagedInstance
-    from scaler.fleet_step import park_round
-    from scaler.parking import ParkState
-    from scaler.worker_assignment import released
+    from scaler.cloud.provider import ManagedInstance
+    from scaler.fleet.step import park_round
+    from scaler.fleet.parking import ParkState
+    from scaler.fleet.worker_assignment import released
 
     inst = [ManagedInstance("i-g", "g", "running", 1.0), ManagedInstance("i-c", "r", "running", 2.0),
             ManagedInstance("i-f", "r", "running", 3.0), ManagedInstance("i-a", "r", "pending", 4.0)]
@@ -256,9 +256,9 @@ def test_no_models_demand_counts_as_anothers(tmp_path: Path) -> None:
 # ---- the model loop per model ----------------------------------------------------------------------
 
 def test_the_model_loop_sees_each_model_on_its_own_workers() -> None:
-    from variants.executor import ANY_HARDWARE
-    from variants.model_decision import ModelInputs, VariantCandidate, WorkerSnapshot
-    from variants.model_split import split_by_model
+    from variants.runtime.executor import ANY_HARDWARE
+    from variants.infaas.model_decision import ModelInputs, VariantCandidate, WorkerSnapshot
+    from variants.infaas.model_split import split_by_model
 
     workers = (WorkerSnapshot("w1", "r5n.large", "cpu", 0.5, ("a", "b"), (("a", 10, 5.0), ("b", 10, 6.0))),
                WorkerSnapshot("w2", "r5n.large", "cpu", 0.1, ("a", "b")),
@@ -287,13 +287,13 @@ def test_a_model_being_profiled_holds_its_pool_and_the_others_plan_in_the_rest(p
     assert joint.models["rm2"].cost_per_hour <= 1.0 - 0.149 + 1e-9 and joint.cost_per_hour <= 1.0 + 1e-9
     both = plan_joint(cfg, profiles, dem, slo_check=slo_check, fixed={"dien": {"g4dn.xlarge": 1}, "rm2": {"r5n.large": 2}})
     assert both.rule == "held" and both.pool == {"g4dn.xlarge": 1, "r5n.large": 2}
-    from scaler.base_aux import PlanError
+    from scaler.planner.base_aux import PlanError
     with pytest.raises(PlanError, match="over the budget"):
         plan_joint(cfg, profiles, dem, slo_check=slo_check, fixed={"dien": {"g4dn.xlarge": 2}})
 
 
 def test_only_the_models_whose_demand_moved_are_planned_again(profiles) -> None:  # type: ignore[no-untyped-def]
-    from scaler import fleet_step
+    from scaler.fleet import step as fleet_step
 
     cfg = _cfg([{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35}])
     planned = _demand(cfg, {"rm2": 20.0, "dien": 20.0})

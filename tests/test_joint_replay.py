@@ -10,9 +10,9 @@ import pytest
 from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.cli import main
-from sim.query_loop import SERVED
-from sim.replay import ReplaySpec, replay
-from sim.replay_metrics import report
+from sim.replay.query_loop import SERVED
+from sim.replay.run import ReplaySpec, replay
+from sim.replay.report import report
 from sim.workload import Workload
 from tests.test_replay import _cfg as replay_cfg
 

@@ -42,9 +42,9 @@ def test_lint_imports_keeps_every_contract() -> None:
 
 
 @pytest.mark.parametrize("module, line, contract", [
-    ("scaler/plan.py", "import daemon.app  # upward: a decision package importing the process", "Layers (ARCHITECTURE.md)"),
-    ("scaler/parking.py", "import sqlite3  # I/O inside a pure decision", "Pure decisions do no I/O"),
-    ("variants/selection.py", "import scaler.transitions  # across independent siblings", "Layers (ARCHITECTURE.md)"),
+    ("scaler/planner/choose.py", "import daemon.app  # upward: a decision package importing the process", "Layers (ARCHITECTURE.md)"),
+    ("scaler/fleet/parking.py", "import sqlite3  # I/O inside a pure decision", "Pure decisions do no I/O"),
+    ("variants/infaas/selection.py", "import scaler.fleet.transitions  # across independent siblings", "Layers (ARCHITECTURE.md)"),
     # a dispatcher part given the whole composer, be it only for its type (issue #27)
     ("dispatcher/offline.py", "import typing\nif typing.TYPE_CHECKING:\n    from dispatcher.server import Dispatcher",
      "Dispatcher parts never import the composer"),
@@ -53,9 +53,9 @@ def test_lint_imports_keeps_every_contract() -> None:
     # two parts that import each other: the book is below admission
     ("dispatcher/queries.py", "import dispatcher.admission  # a circle", "Dispatcher modules import without a circle"),
     # a daemon part given the whole Daemon, be it only for its type (issue #37)
-    ("daemon/metrics.py", "import typing\nif typing.TYPE_CHECKING:\n    from daemon.app import Daemon",
+    ("daemon/observe/metrics.py", "import typing\nif typing.TYPE_CHECKING:\n    from daemon.app import Daemon",
      "Daemon parts never import the composer"),
-    ("daemon/status_watchers.py", "import daemon.app  # a watcher reaching for the daemon",
+    ("daemon/observe/status_watchers.py", "import daemon.app  # a watcher reaching for the daemon",
      "Daemon parts never import the composer"),
 ])
 def test_a_crossed_layer_breaks_the_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daemon.demo import replay_like_demo, run_demo
-from scaler.batch_mix import sample_batches
-from sim.replay_metrics import report
+from daemon.demos.basic import replay_like_demo, run_demo
+from scaler.planner.batch_mix import sample_batches
+from sim.replay.report import report
 from sim.workload import Workload
 
 pytestmark = pytest.mark.slow

@@ -9,15 +9,15 @@ from types import SimpleNamespace
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from daemon.model_loop import ModelLoop
-from variants.capacity_hint import HintParams, next_capacity_hint
-from variants.model_decision import (ModelInputs, ModelLoopParams, VariantCandidate, WorkerSnapshot, decide,
+from daemon.loops.model_loop import ModelLoop
+from variants.infaas.capacity_hint import HintParams, next_capacity_hint
+from variants.infaas.model_decision import (ModelInputs, ModelLoopParams, VariantCandidate, WorkerSnapshot, decide,
                                      placements_for, shortfall)
 from dispatcher.latency_model import LatencyModel
 from dispatcher.modelless import VariantMeta
 from config.profiles import load_profiles_csv
-from variants.vm_autoscaler import VmDecision, VmParams
-from variants.state_machine import VariantState
+from variants.infaas.vm_autoscaler import VmDecision, VmParams
+from variants.infaas.state_machine import VariantState
 
 
 def prof(model: str, itype: str, batch: float, stat: str) -> float:
@@ -237,8 +237,8 @@ def test_no_variant_below_its_applications_floor_is_a_candidate() -> None:
 
 
 def test_an_equivalent_loaded_variant_is_kept_instead_of_swapped() -> None:
-    from variants.model_decision import prefer_loaded_equivalents
-    from variants.autoscale_ilp import ScalingProblem, ScalingVariant, plan_from_counts
+    from variants.infaas.model_decision import prefer_loaded_equivalents
+    from variants.infaas.autoscale_ilp import ScalingProblem, ScalingVariant, plan_from_counts
 
     def sv(name: str, lat: float, cost: float = 1e-4) -> ScalingVariant:
         return ScalingVariant(name, "m", "r5n.large", lat, 1000.0 / lat, cost, 0.5, {"slot": 1.0})
@@ -258,7 +258,7 @@ def test_interference_compares_each_query_with_its_own_batch() -> None:
     """Issue #12: a worker serving a heavy-tailed batch mix exactly at the profile is not
     Interfered (the p99 of the mix was once compared with the profile at the mean batch); 1.5x the
     profile at every batch is; fewer than MIN_P99_SAMPLES queries give no verdict."""
-    from variants.model_decision import MIN_P99_SAMPLES, reports_for
+    from variants.infaas.model_decision import MIN_P99_SAMPLES, reports_for
 
     def by_batch(model: str, itype: str, batch: float, stat: str) -> float:
         return (10.0 + 2.0 * batch) * (1.0 if stat == "mean" else 1.5)    # p99 = 1.5 x mean

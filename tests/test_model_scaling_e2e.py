@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from config.schema import Config
-from daemon.demo import demo_config
-from variants.model_decision import ModelLoopParams
-from scaler.batch_mix import sample_batches
-from variants.vm_autoscaler import VmParams
+from daemon.demos.basic import demo_config
+from variants.infaas.model_decision import ModelLoopParams
+from scaler.planner.batch_mix import sample_batches
+from variants.infaas.vm_autoscaler import VmParams
 from tests.load_helpers import poisson_phase
 
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ async def _scenario(endpoint: str, tmp_path: Path) -> None:
     import boto3
 
     from daemon.app import Daemon
-    from daemon.local_runner import LocalRunner
+    from daemon.local.runner import LocalRunner
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)

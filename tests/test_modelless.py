@@ -18,8 +18,8 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
 from variants.registry import RegisteredModel, VariantRegistry, base_variant
-from variants.selection import Request
-from variants.state_machine import VariantState
+from variants.infaas.selection import Request
+from variants.infaas.state_machine import VariantState
 from worker.server import WorkerOptions, WorkerServer
 
 GRID = {("fast", "gpu"): ((1, 5.0), (8, 10.0)), ("slow", "cpu"): ((1, 50.0), (8, 200.0)),
@@ -132,7 +132,7 @@ def test_live_register_list_and_submit_by_application(tmp_path: Path) -> None:
 
 
 async def _live(cfg: Config, tmp: Path, wport: int) -> None:
-    from variants.builtin_models import build_mlp
+    from variants.runtime.builtin_models import build_mlp
 
     reg = VariantRegistry(tmp / "state.db.variants.db")
     reg.register_model(RegisteredModel("rm2", "rec", "builtin:mlp", 350, 1000, "rm2", True))
@@ -230,7 +230,7 @@ def test_speed_factor_ignores_profiling_noise() -> None:
     within 10 % of 1, are noise and give 1; a clear difference is kept (clipped to 0.25..4)."""
     from types import SimpleNamespace as NS
 
-    from dispatcher.placement import _speed_factor
+    from dispatcher.workers.placement import _speed_factor
 
     def prof(*pairs: tuple[int, float]) -> list:
         return [NS(batches=[NS(batch_size=b, mean_ms=ms) for b, ms in pairs])]

@@ -98,7 +98,7 @@ async def _job(tmp: Path, wport: int) -> None:
             # the worker in the right order and came back whole
             import onnxruntime as ort
 
-            from variants.builtin_models import resolve_model
+            from variants.runtime.builtin_models import resolve_model
             sess = ort.InferenceSession(str(resolve_model("builtin:mlp", tmp / "ref")), providers=["CPUExecutionProvider"])
             want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

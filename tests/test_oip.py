@@ -19,11 +19,11 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 
 from config.profiles import load_profiles_csv
 from config.schema import Config
-from dispatcher import oip_codec
+from dispatcher.api import oip_codec
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, oip_pb2 as oip
 from dispatcher.server import Dispatcher
-from variants.builtin_models import mlp_model
+from variants.runtime.builtin_models import mlp_model
 from worker.server import WorkerOptions, WorkerServer
 
 REPO = Path(__file__).resolve().parents[1]

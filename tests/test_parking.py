@@ -1,13 +1,13 @@
-"""Scale-in parking (scaler.parking): hand-computed rounds and invariants over random pools."""
+"""Scale-in parking (scaler.fleet.parking): hand-computed rounds and invariants over random pools."""
 from __future__ import annotations
 
 import math
 
 from hypothesis import given, settings, strategies as st
 
-from scaler.cloud import ManagedInstance
-from scaler.parking import ParkState, decide_parking
-from scaler.transitions import plan_transition, replay
+from scaler.cloud.provider import ManagedInstance
+from scaler.fleet.parking import ParkState, decide_parking
+from scaler.fleet.transitions import plan_transition, replay
 
 PRICES = {"g4dn.xlarge": 0.526, "r5n.large": 0.149, "c5n.2xlarge": 0.432}
 

@@ -1,6 +1,6 @@
 """The fleet loop's pick confirmation (issue #16 deliverable 2: off the fleet tick, cached per batch
-mix, QoS, budget and types): ``scaler.pick_cache``, ``plan_fleet(confirmed=...)``,
-``daemon.pick_confirmer.PickConfirmer`` (a process of its own), and the replay confirming in line."""
+mix, QoS, budget and types): ``scaler.planner.pick_cache``, ``plan_fleet(confirmed=...)``,
+``daemon.loops.pick_confirmer.PickConfirmer`` (a process of its own), and the replay confirming in line."""
 from __future__ import annotations
 
 import asyncio
@@ -10,11 +10,11 @@ import yaml
 
 from config.profiles import load_profiles_csv
 from config.schema import Config
-from daemon.pick_confirmer import PickConfirmer
-from scaler.batch_mix import mix_from_dist
-from scaler.fleet_decision import plan_fleet
-from scaler.pick_cache import PickCache, mix_signature, pick_key
-from scaler.plan import plan_inputs_from_config
+from daemon.loops.pick_confirmer import PickConfirmer
+from scaler.planner.batch_mix import mix_from_dist
+from scaler.planner.model_plan import plan_fleet
+from scaler.planner.pick_cache import PickCache, mix_signature, pick_key
+from scaler.planner.choose import plan_inputs_from_config
 from sim.pick_eval import confirmed_plan
 from sim.slo_check import slo_check
 
@@ -105,7 +105,7 @@ def test_the_confirmer_runs_off_the_loop_and_asks_for_a_tick_when_the_pick_moves
 def test_the_replay_holds_the_confirmed_pick(tmp_path: Path) -> None:
     import numpy as np
 
-    from sim.replay import ReplaySpec, replay
+    from sim.replay.run import ReplaySpec, replay
     from sim.workload import Workload
 
     cfg = _cfg(state_path=str(tmp_path / "s.db"))
@@ -126,7 +126,7 @@ def test_the_daemon_holds_the_confirmed_pick_after_its_fleet_tick(tmp_path: Path
     the confirmation; it moves the pool here (r5n.large x16 over x15 + t3.xlarge), so a 'pick
     confirmed' tick applies the confirmed one."""
     from daemon.app import Daemon
-    from scaler.fake_cloud import FakeCloud
+    from scaler.cloud.fake import FakeCloud
 
     cfg = _cfg(state_path=str(tmp_path / "s.db"), dispatcher={"listen": "127.0.0.1:0"},
                model_scaling={"generate_variants": False})

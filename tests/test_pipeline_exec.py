@@ -15,7 +15,7 @@ SC = grpc.StatusCode
 
 
 def _cfg(factor: float = 2.0, slo: float = 1000.0):  # type: ignore[no-untyped-def]
-    from config.pipelines import PipelineSpec
+    from config.sections.pipelines import PipelineSpec
 
     spec = PipelineSpec.model_validate({"name": "recs", "slo_ms": slo, "tasks": [
         {"name": "retrieve", "model": "rm2", "children": [{"task": "rank", "factor": factor}]},

@@ -1,4 +1,4 @@
-"""Pipelines in the replay (issue #26, sim/replay_pipelines.py): the queries run task by task through
+"""Pipelines in the replay (issue #26, sim/replay/pipelines.py): the queries run task by task through
 the models' lanes on the virtual clock, fan out by the factor, are dropped early exactly when the SLO
 left cannot cover the tasks left, and the fleet plans each task's load."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from config.profiles import load_profiles_csv
 from config.schema import load_config
 from daemon.cli import main
-from sim.replay import ReplaySpec, replay
-from sim.replay_metrics import report
+from sim.replay.run import ReplaySpec, replay
+from sim.replay.report import report
 from sim.workload import Workload
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples/pipeline.yaml"
@@ -169,8 +169,8 @@ def test_at_twice_what_hardware_scaling_serves_lokis_round_holds_the_slo(capsys,
     round holds 99.78 % of the queries within the 400 ms SLO (violations under 1 %) at 77.59 % end to
     end, where the same round held at the top variants (hardware only) holds 86.18 %."""
     from config.profiles import load_profiles_csv
-    from variants.pipeline_inputs import budget_workers, task_variants
-    from variants.pipeline_scaling import hardware_capacity, task_qos
+    from variants.pipelines.inputs import budget_workers, task_variants
+    from variants.pipelines.scaling import hardware_capacity, task_qos
 
     cfg = load_config(EXAMPLE)
     spec = cfg.pipelines[0]

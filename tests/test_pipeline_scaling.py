@@ -1,4 +1,4 @@
-"""Loki's pipeline round (issue #26, variants/pipeline_scaling.py): the tasks' workers planned
+"""Loki's pipeline round (issue #26, variants/pipelines/scaling.py): the tasks' workers planned
 together, moved between tasks where the plan needs them, each task routed most accurate first."""
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import math
 
 from hypothesis import given, settings, strategies as st
 
-from config.pipeline_graph import build
-from variants.accuracy_planner import VariantProfile
-from variants.accuracy_round import max_utilization
-from variants.pipeline_planner import PipelinePlan
-from variants.pipeline_scaling import PipelineWorker, _assign, decide, planning_variants
+from config.sections.pipeline_graph import build
+from variants.accuracy.planner import VariantProfile
+from variants.accuracy.plan_round import max_utilization
+from variants.pipelines.planner import PipelinePlan
+from variants.pipelines.scaling import PipelineWorker, _assign, decide, planning_variants
 
 C5 = "c5n.2xlarge"
 
@@ -152,7 +152,7 @@ class _Predictor:
 
 
 class _Dispatcher:
-    """What :class:`daemon.pipeline_loop.PipelineLoop` reads of the live dispatcher."""
+    """What :class:`daemon.loops.pipeline_loop.PipelineLoop` reads of the live dispatcher."""
 
     def __init__(self, cfg, serves: dict[str, str], rate: float) -> None:  # type: ignore[no-untyped-def]
         from dispatcher.window import DemandWindow
@@ -182,7 +182,7 @@ class _Dispatcher:
 
 
 def test_the_live_round_moves_a_worker_to_the_bottleneck_and_pins_it() -> None:
-    """daemon.pipeline_loop: the example pipeline (plain profiles: det 100 ms, cls 50 ms) with the
+    """daemon.loops.pipeline_loop: the example pipeline (plain profiles: det 100 ms, cls 50 ms) with the
     fleet's split 1 detector / 3 classifiers at 5 images/s: the round moves one classifier worker
     to the detector (the case of the pure test above), hands the dispatcher the new assignment at
     once and keeps the pin, which the daemon lays over the fleet's next assignment."""
@@ -190,7 +190,7 @@ def test_the_live_round_moves_a_worker_to_the_bottleneck_and_pins_it() -> None:
     from pathlib import Path
 
     from config.schema import load_config
-    from daemon.pipeline_loop import PipelineLoop
+    from daemon.loops.pipeline_loop import PipelineLoop
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "examples/pipeline.yaml")
     d = _Dispatcher(cfg, {"i-1": "detector", "i-2": "classifier", "i-3": "classifier", "i-4": "classifier"}, 5.0)
@@ -210,7 +210,7 @@ def test_the_live_round_moves_a_worker_to_the_bottleneck_and_pins_it() -> None:
 def test_the_measured_fan_out_replaces_the_configured_factor_once_measured() -> None:
     """Loki §4.2: the factor is measured at run time, the configured one the prior: 300 detector
     requests that made 900 classifier requests give 3.0; 100 requests are too few (2.0 stays)."""
-    from variants.pipeline_scaling import MEASURED_MIN_REQUESTS, with_measured
+    from variants.pipelines.scaling import MEASURED_MIN_REQUESTS, with_measured
 
     assert MEASURED_MIN_REQUESTS == 200
     assert with_measured(_pipe(), {("detect", "classify"): (300, 900)}).task_demand(10.0) == {"detect": 10.0, "classify": 30.0}
@@ -231,8 +231,8 @@ def test_no_worker_moves_when_they_carry_the_demand_where_they_are(det: int, cls
     (step 1 with each task held to its own workers), the round moves none; and it moves only for a
     plan that serves 1 % more of the demand, or 0.5 points more end-to-end accuracy, or fits the top
     variants where keeping them does not."""
-    from variants.pipeline_planner import plan_pipeline
-    from variants.pipeline_scaling import MOVE_GAIN_ACCURACY, MOVE_GAIN_SERVED, _planner_pipeline
+    from variants.pipelines.planner import plan_pipeline
+    from variants.pipelines.scaling import MOVE_GAIN_ACCURACY, MOVE_GAIN_SERVED, _planner_pipeline
 
     ws = _workers(det, cls)
     d = decide(_pipe(), _variants(), ws, qps, QOS, time_limit_s=10.0)

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from variants import accuracy_milp
-from variants.accuracy_planner import VariantProfile
-from config.pipeline_graph import PipelineError, build
-from variants.pipeline_planner import plan_pipeline
+from variants.accuracy import milp as accuracy_milp
+from variants.accuracy.planner import VariantProfile
+from config.sections.pipeline_graph import PipelineError, build
+from variants.pipelines.planner import plan_pipeline
 
 
 @pytest.fixture(params=accuracy_milp.SOLVERS)
@@ -313,7 +313,7 @@ def test_a_bad_pipeline_is_one_line_naming_field_and_line(old: str, new: str, li
 
 # ---- routing (Loki §5.1) and early dropping (Loki §5.2) --------------------------------------------
 
-from variants.pipeline_routing import VariantSlot, most_accurate_first, next_hop, rest_below  # noqa: E402
+from variants.pipelines.routing import VariantSlot, most_accurate_first, next_hop, rest_below  # noqa: E402
 
 SLOTS = [VariantSlot("det", "det-x", 0.90, 10.0, 100.0), VariantSlot("det", "det-n", 0.80, 40.0, 25.0),
          VariantSlot("cls", "cls-l", 0.95, 60.0, 50.0), VariantSlot("cls", "cls-s", 0.85, 100.0, 10.0)]
@@ -364,7 +364,7 @@ def test_the_time_still_needed_below_a_task() -> None:
 
 def test_a_reload_that_changes_the_pipelines_keeps_the_running_ones_and_says_so() -> None:
     from config.schema import parse_config_text
-    from config.security import restart_only_changes
+    from config.sections.security import restart_only_changes
 
     running = parse_config_text(_YAML, "p.yaml")
     new = parse_config_text(_YAML.replace("factor: 3", "factor: 5"), "p.yaml")

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from scaler.base_aux import PlanError
-from scaler.batch_mix import BatchMix, mix_from_dist
-from scaler.kairos_plus import kairos_plus, kairos_plus_search
-from scaler.plan import PlanInputs, choose_pool, maximal_pools, plan_inputs_from_config, rank_inputs, similarity_pick
+from scaler.planner.base_aux import PlanError
+from scaler.planner.batch_mix import BatchMix, mix_from_dist
+from scaler.planner.kairos_plus import kairos_plus, kairos_plus_search
+from scaler.planner.choose import PlanInputs, choose_pool, maximal_pools, plan_inputs_from_config, rank_inputs, similarity_pick
 from config.profiles import LatencyProfile, load_profiles_csv
-from scaler.upper_bound import enumerate_pools, rank_pools
+from scaler.planner.upper_bound import enumerate_pools, rank_pools
 
 SIZES = np.arange(10, 1001, 10, dtype=float)
 MIX = BatchMix(np.array([10, 20, 40]), np.array([0.5, 0.25, 0.25]))
@@ -249,7 +249,7 @@ def test_kairos_plus_max_evaluations() -> None:
 
 def test_plan_inputs_from_config_falls_back_to_declared_mix() -> None:
     from config.schema import parse_config_text
-    from scaler.batch_mix import mix_from_batches
+    from scaler.planner.batch_mix import mix_from_batches
 
     cfg = parse_config_text("cluster: t\nbudget_per_hour: 2.5\nmodels:\n  - {name: dien, qos_ms: 35}\n"
                             "instance_types:\n  - {type: g4dn.xlarge, max: 3}\n  - {type: t3.xlarge, price_per_hour: 0.2}\n"

@@ -138,9 +138,9 @@ def test_plan_confirms_by_default_as_the_daemon_does(cfg: str, capsys: pytest.Ca
 
 def test_plan_exhaustive_is_the_same_plan(cfg: str, capsys: pytest.CaptureFixture[str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """--exhaustive ranks every pool; the default searches above scaler.plan.SEARCH_ABOVE pools (set
+    """--exhaustive ranks every pool; the default searches above scaler.planner.choose.SEARCH_ABOVE pools (set
     to 0 here so that it searches): the same JSON, for both objectives."""
-    import scaler.plan as plan_mod
+    import scaler.planner.choose as plan_mod
     for extra in (["--model", "dien"], ["--model", "wnd", "--objective", "min_cost", "--demand-qps", "400"]):
         argv = ["plan", cfg, *extra, "--budget", "4", "--json", "--confirm", "0"]
         assert main([*argv, "--exhaustive"]) == 0

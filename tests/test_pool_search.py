@@ -11,17 +11,17 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-import scaler.plan as plan_mod
-import scaler.pool_count as pool_count
-import scaler.pool_search as ps
+import scaler.planner.choose as plan_mod
+import scaler.planner.pool_count as pool_count
+import scaler.planner.pool_search as ps
 from config.catalog import load_catalog
 from config.profiles import LatencyProfile, load_profiles_csv
-from scaler.base_aux import NoFeasibleBase, PlanError
-from scaler.batch_mix import BatchMix, mix_from_dist
-from scaler.confirm import confirm_pick
-from scaler.plan import PlanInputs, base_aux_of, choose_pool, pool_space, rank_inputs, undominated
-from scaler.plan_search import undominated_row
-from scaler.upper_bound import enumerate_pools, upper_bound_one, upper_bounds
+from scaler.planner.base_aux import NoFeasibleBase, PlanError
+from scaler.planner.batch_mix import BatchMix, mix_from_dist
+from scaler.planner.confirm import confirm_pick
+from scaler.planner.choose import PlanInputs, base_aux_of, choose_pool, pool_space, rank_inputs, undominated
+from scaler.planner.choose_by_search import undominated_row
+from scaler.planner.upper_bound import enumerate_pools, upper_bound_one, upper_bounds
 
 QOS = {"ncf": 5, "rm2": 350, "wnd": 25, "mtwnd": 25, "dien": 35}
 TABLE = load_profiles_csv()
@@ -312,7 +312,7 @@ def test_search_gives_the_enumerations_plan_on_real_profiles(model: str, dist: s
 @given(inp=catalogs(), data=st.data())
 def test_top_pools_and_undominated_match_the_ranking(inp: PlanInputs, data: st.DataObject) -> None:
     """top_pools(k) is the ranking's first k rows (pools, costs, bounds, in order), and
-    undominated_row is scaler.plan.undominated, for any row."""
+    undominated_row is scaler.planner.choose.undominated, for any row."""
     try:
         ba, ranking = rank_inputs(inp)
     except PlanError:

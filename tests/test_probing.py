@@ -1,5 +1,5 @@
 """Probes are always terminated: a failure while they boot, or a cancellation (Ctrl-C), still ends
-with every probe terminated and the budget held (``daemon.probing.Prober`` on the in-memory cloud)."""
+with every probe terminated and the budget held (``daemon.profiling.probing.Prober`` on the in-memory cloud)."""
 from __future__ import annotations
 
 import asyncio
@@ -7,10 +7,10 @@ import asyncio
 import pytest
 
 from config.catalog import load_catalog
-from daemon.probing import Prober
-from scaler.actuator import FleetActuator
-from scaler.fake_cloud import FakeCloud
-from scaler.state import StateStore
+from daemon.profiling.probing import Prober
+from scaler.fleet.actuator import FleetActuator
+from scaler.cloud.fake import FakeCloud
+from scaler.fleet.state import StateStore
 
 
 class StubDispatcher:

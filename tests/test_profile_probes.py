@@ -11,7 +11,7 @@ import pytest
 
 from config.catalog import load_catalog
 from daemon.cli import main as cli_main
-from scaler.ec2 import Ec2Cloud
+from scaler.cloud.ec2 import Ec2Cloud
 from tests.byom_helpers import KAIROS_TYPES, MODEL, build_user_model, user_config, write_config
 
 pytestmark = pytest.mark.slow

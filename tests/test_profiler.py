@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from variants.builtin_models import build_mlp
+from variants.runtime.builtin_models import build_mlp
 from variants.profiler import (DEFAULT_BATCHES, BatchLatency, ProfileStore, VariantProfile, profile_variant,
                                summarize)
 

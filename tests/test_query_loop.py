@@ -1,4 +1,4 @@
-"""The replay's query loop (sim/query_loop.py) over a pool that changes under it: a worker serves
+"""The replay's query loop (sim/replay/query_loop.py) over a pool that changes under it: a worker serves
 one query at a time, every query ends once, and the state kept incrementally (the workers taking
 queries, their idle count, the next deadline) always equals a fresh count."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from config.profiles import load_profiles_csv
 from config.schema import Config
-from sim.query_loop import PENDING, SERVED, QueryLoop
-from sim.replay import ReplaySpec, make_query_loop
+from sim.replay.query_loop import PENDING, SERVED, QueryLoop
+from sim.replay.run import ReplaySpec, make_query_loop
 from sim.workload import Workload
 
 TYPES = ("g4dn.xlarge", "c5n.2xlarge", "r5n.large", "t3.xlarge")

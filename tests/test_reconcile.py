@@ -8,12 +8,12 @@ from typing import Any, Callable
 import pytest
 
 from config.schema import LaunchSpec
-from scaler.state import StateLocked, StateStore
-from scaler.actuator import FleetActuator
+from scaler.fleet.state import StateLocked, StateStore
+from scaler.fleet.actuator import FleetActuator
 from config.catalog import load_catalog
-from scaler.cloud import CloudProvider, ManagedInstance, pool_of
-from scaler.ec2 import Ec2Cloud
-from scaler.fake_cloud import FakeCloud
+from scaler.cloud.provider import CloudProvider, ManagedInstance, pool_of
+from scaler.cloud.ec2 import Ec2Cloud
+from scaler.cloud.fake import FakeCloud
 
 CATALOG = load_catalog()
 PRICE = {t: it.price_per_hour for t, it in CATALOG.items()}
@@ -208,7 +208,7 @@ def test_lock_released_when_holder_is_killed(tmp_path) -> None:
     import sys
 
     path = tmp_path / "state.db"
-    code = ("import sys, time; from scaler.state import StateStore; s = StateStore.open(sys.argv[1]); "
+    code = ("import sys, time; from scaler.fleet.state import StateStore; s = StateStore.open(sys.argv[1]); "
             "print('locked', flush=True); time.sleep(60)")
     p = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True,
                          cwd=os.path.dirname(os.path.dirname(__file__)))

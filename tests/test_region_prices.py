@@ -15,7 +15,7 @@ import pytest
 from botocore.stub import Stubber
 
 from config.schema import parse_config_text
-from scaler.region_prices import CACHE_TTL_S, RegionPrices, cache_path_for, parse_on_demand, price_filters, regional_config
+from scaler.pricing.region import CACHE_TTL_S, RegionPrices, cache_path_for, parse_on_demand, price_filters, regional_config
 
 REGION = "eu-west-3"
 T0 = 1_700_000_000.0
@@ -195,7 +195,7 @@ def test_a_reload_reads_the_cache_only(tmp_path: Path) -> None:
 
 
 def test_an_emulated_cloud_asks_no_price(tmp_path: Path, moto_endpoint: str) -> None:
-    from daemon.aws_wiring import AwsWiring
+    from daemon.aws.wiring import AwsWiring
 
     cfg = parse_config_text(CONFIG.format(region=REGION, budget=2.5, ami="ami-1", state=tmp_path / "s.db")
                             + f"aws:\n  endpoint_url: {moto_endpoint}\n")
@@ -217,7 +217,7 @@ def _priced_daemon_config(tmp_path: Path, endpoint: str, budget: float, extra: s
 def _stub_region(monkeypatch: pytest.MonkeyPatch, cfg, usd: str) -> Stubber:  # type: ignore[no-untyped-def]
     """The daemon's wiring with a stubbed Price List API (the emulator has none) quoting ``usd``."""
     import daemon.app as app
-    from daemon.aws_wiring import AwsWiring
+    from daemon.aws.wiring import AwsWiring
 
     client = pricing_client()
     stub = Stubber(client)
@@ -292,9 +292,9 @@ def _plan_config(tmp_path: Path, extra: str = "") -> str:
 
 
 def _pricing_stub(monkeypatch: pytest.MonkeyPatch, *responses: tuple[str, str]) -> Stubber:
-    """The Price List API ``costscale plan`` reaches through ``daemon.aws_wiring``, stubbed: each
+    """The Price List API ``costscale plan`` reaches through ``daemon.aws.wiring``, stubbed: each
     (type, usd) answered in turn (none: any request raises)."""
-    import scaler.region_prices as region_prices
+    import scaler.pricing.region as region_prices
 
     client = pricing_client()
     stub = Stubber(client)

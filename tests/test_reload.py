@@ -1,6 +1,6 @@
 """SIGHUP reloads the config (``daemon.app.Daemon.reload``): what the daemon reads only at start --
 the whole dispatcher section (listen, TLS, tokens, policy, queue limit, batching...), the metrics
-endpoint (``config.security.RESTART_ONLY``) -- keeps its running values, with one log line naming
+endpoint (``config.sections.security.RESTART_ONLY``) -- keeps its running values, with one log line naming
 the fields and "restart to apply"; the rest of the reload (the budget, the tick intervals) is
 applied. No daemon is started: reload reads the file and swaps (a scheduler stands in for the
 ticks)."""

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scaler.batch_mix import BatchMix
-from scaler.replan import DemandView, demand_for_planning, significant_change
+from scaler.planner.batch_mix import BatchMix
+from scaler.planner.replan import DemandView, demand_for_planning, significant_change
 
 MIX_A = BatchMix(np.array([100, 200]), np.array([0.5, 0.5]))   # mean 150
 MIX_B = BatchMix(np.array([100, 400]), np.array([0.5, 0.5]))   # mean 250
@@ -26,7 +26,7 @@ def test_significant_change_rules() -> None:
 
 
 def test_planning_rate_is_the_steady_rate_unless_the_short_one_is_a_rise() -> None:
-    from scaler.replan import planning_rate
+    from scaler.planner.replan import planning_rate
 
     # 27 q/s steady expects 270 queries in 10 s, σ = √270 = 16.43: a rise needs more than 4σ, 335.7
     assert planning_rate(33.5, 27.0) == 27.0        # 335 queries: noise

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.cli import main
-from scaler import fleet_step
-from scaler.replan import DemandView
+from scaler.fleet import step as fleet_step
+from scaler.planner.replan import DemandView
 from sim.patterns import parse_pattern, pattern_workload, peak_minute_rate
-from sim.query_loop import EXPIRED, SERVED
-from sim.replay import ReplaySpec, make_query_loop, replay
-from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, minute_peaks, run_baseline
-from sim.replay_metrics import report
+from sim.replay.query_loop import EXPIRED, SERVED
+from sim.replay.run import ReplaySpec, make_query_loop, replay
+from sim.replay.baselines import BASELINE_NAMES, PoolPlanner, minute_peaks, run_baseline
+from sim.replay.report import report
 from sim.slo_check import slo_check
 from sim.workload import Workload
 
@@ -147,7 +147,7 @@ def test_replay_and_daemon_call_the_same_decisions(tmp_path: Path, profiles, mon
     who["now"] = "daemon"
     import asyncio
 
-    from scaler.fake_cloud import FakeCloud
+    from scaler.cloud.fake import FakeCloud
 
     async def daemon_ticks() -> None:     # the real daemon's fleet tick, on a fake cloud
         dcfg = _cfg(tmp_path, state_path=str(tmp_path / "d.db"), model_scaling={"generate_variants": False})
@@ -168,14 +168,14 @@ def test_replay_and_daemon_call_the_same_decisions(tmp_path: Path, profiles, mon
 
 def test_replay_and_daemon_call_the_same_fleet_tick(tmp_path: Path, profiles, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """One fleet tick (issue 37): ``Daemon.fleet_tick`` and ``ReplayFleet.fleet_tick`` both run
-    ``scaler.fleet_tick.fleet_tick``, looked up at call time (replace it and both see it), and no
-    other module orchestrates a tick: the tick's own steps are called from ``scaler.fleet_tick`` only."""
+    ``scaler.fleet.tick.fleet_tick``, looked up at call time (replace it and both see it), and no
+    other module orchestrates a tick: the tick's own steps are called from ``scaler.fleet.tick`` only."""
     import asyncio
     import re
 
     from daemon.app import Daemon
-    from scaler import fleet_tick
-    from scaler.fake_cloud import FakeCloud
+    from scaler.fleet import tick as fleet_tick
+    from scaler.cloud.fake import FakeCloud
 
     ran: dict[str, list[str]] = {"replay": [], "daemon": []}
     who = {"now": "replay"}
@@ -207,15 +207,15 @@ def test_replay_and_daemon_call_the_same_fleet_tick(tmp_path: Path, profiles, mo
     callers = {str(f.relative_to(root)) for pkg in ("daemon", "sim", "scaler", "dispatcher", "variants")
                for f in (root / pkg).rglob("*.py")
                if re.search(r"\b(" + "|".join(steps) + r")\(", f.read_text())}
-    assert callers <= {"scaler/fleet_step.py", "scaler/fleet_tick.py", "daemon/app.py", "sim/replay_fleet.py"}, callers
-    for src in ("daemon/app.py", "sim/replay_fleet.py"):   # shares for decide/Status only, never a tick's step
+    assert callers <= {"scaler/fleet/step.py", "scaler/fleet/tick.py", "daemon/app.py", "sim/replay/fleet.py"}, callers
+    for src in ("daemon/app.py", "sim/replay/fleet.py"):   # shares for decide/Status only, never a tick's step
         text = (root / src).read_text()
         assert not re.search(r"\b(" + "|".join(s for s in steps if s != "model_shares") + r")\(", text), src
 
 
 def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
     """The first fleet tick plans the declared demand with the planner `costscale plan` prints."""
-    from scaler.fleet_decision import plan_fleet
+    from scaler.planner.model_plan import plan_fleet
 
     cfg = _cfg(tmp_path)
     run = replay(cfg, profiles, _steps([(5.0, 60.0)]), 60.0, ReplaySpec())
@@ -369,7 +369,7 @@ def test_replay_bad_input_is_one_line_exit_2(capsys, tmp_path: Path, args: list[
 def test_capacity_outage_replans_without_the_type(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
     """g4dn.xlarge out of capacity from 0 to 900 s: the first plan needs it, its launch fails, the
     fleet replans at once without it (no g4dn-hours while the outage lasts), and it comes back after."""
-    from sim.replay import Fault
+    from sim.replay.run import Fault
 
     cfg = _cfg(tmp_path)
     spec = ReplaySpec(faults=(Fault(0.0, "capacity", "g4dn.xlarge"), Fault(900.0, "capacity_end", "g4dn.xlarge")))
@@ -399,7 +399,7 @@ def test_capacity_outage_replans_without_the_type(tmp_path: Path, profiles) -> N
 def test_throttled_calls_are_retried_by_the_next_tick(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
     """The first 3 cloud calls are throttled: the first tick fails, a later tick launches the pool;
     nothing is lost and the error is recorded, not raised."""
-    from sim.replay import Fault
+    from sim.replay.run import Fault
 
     cfg = _cfg(tmp_path, pinned_pool={"r5n.large": 2})
     run = replay(cfg, profiles, _steps([(2.0, 600.0)]), 600.0,

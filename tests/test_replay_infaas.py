@@ -1,5 +1,5 @@
 """INFaaS on an application with accuracy scaling off, in the replay (issue #25): getVariant at
-admission and the model loop over the family's members (:mod:`sim.replay_infaas`), through the
+admission and the model loop over the family's members (:mod:`sim.replay.infaas`), through the
 functions the daemon calls."""
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 from config.profiles import load_profiles_csv
 from config.schema import load_config
 from dispatcher import modelless as ml
-from sim.replay import ReplaySpec, make_query_loop, replay
-from sim.replay_infaas import ReplayInfaas
-from sim.variant_lane import VariantLoop
+from sim.replay.run import ReplaySpec, make_query_loop, replay
+from sim.replay.infaas import ReplayInfaas
+from sim.replay.variant_lane import VariantLoop
 from sim.workload import Workload
-from variants import model_decision
+from variants.infaas import model_decision
 from variants.families.applications import with_applications
-from variants.model_decision import model_params_for
+from variants.infaas.model_decision import model_params_for
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "replay-accuracy.yaml"
@@ -81,8 +81,8 @@ def test_getvariant_pins_each_query_to_the_least_loaded_workers_variant() -> Non
 def test_the_replay_calls_the_daemons_getvariant_and_model_loop(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Accuracy scaling off, the replay of an application routes every query through
     ``dispatcher.modelless.route`` (the admission's getVariant) and runs
-    ``variants.model_decision.decide`` (the daemon's ModelLoop round) every model tick."""
-    import sim.replay_infaas as ri
+    ``variants.infaas.model_decision.decide`` (the daemon's ModelLoop round) every model tick."""
+    import sim.replay.infaas as ri
 
     calls = {"route": 0, "decide": 0}
     real_route, real_decide = ml.route, model_decision.decide

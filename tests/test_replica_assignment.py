@@ -1,6 +1,6 @@
 """Which dispatcher replica owns each worker (issue #27, deliverable 2), pure: the owners
-``scaler.replica_assignment.assign`` wants (balance by type, then in total, then the fewest moves,
-against a brute force), and the two-step handoff of ``scaler.replica_handoff`` that never lets two
+``scaler.replicas.owner_assignment.assign`` wants (balance by type, then in total, then the fewest moves,
+against a brute force), and the two-step handoff of ``scaler.replicas.handoff`` that never lets two
 replicas use one worker (hypothesis over join, leave, apply and heartbeat sequences)."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.replica_assignment import assign, moved, ownership
-from scaler.replica_handoff import Published, Release, next_published
+from scaler.replicas.owner_assignment import assign, moved, ownership
+from scaler.replicas.handoff import Published, Release, next_published
 
 KAIROS_POOL = [("g4dn-0", "g4dn.xlarge")] + [(f"r5n-{k:02d}", "r5n.large") for k in range(13)]
 

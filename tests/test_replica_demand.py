@@ -13,16 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.window import DemandWindow
-from scaler.batch_mix import BatchMix
-from scaler.demand_table import DynamoDemandTable
-from scaler.fleet_step import planning_demand
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
-from scaler.replan import DemandView
-from scaler.replica_demand import MergedDemand, ModelWindow, ReplicaDemand, merge_demand, sum_windows, window_of
-from scaler.replica_membership import Replica
-from scaler.replica_table import DynamoReplicaTable
-from scaler.replica_heartbeat import ReplicaHeartbeat
-from scaler.replica_membership import live_replicas
+from scaler.planner.batch_mix import BatchMix
+from scaler.replicas.demand_table import DynamoDemandTable
+from scaler.fleet.step import planning_demand
+from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.planner.replan import DemandView
+from scaler.replicas.demand import MergedDemand, ModelWindow, ReplicaDemand, merge_demand, sum_windows, window_of
+from scaler.replicas.membership import Replica
+from scaler.replicas.replica_table import DynamoReplicaTable
+from scaler.replicas.heartbeat import ReplicaHeartbeat
+from scaler.replicas.membership import live_replicas
 from sim.clock import VirtualClock
 
 T0 = 1_700_000_000.0

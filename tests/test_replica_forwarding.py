@@ -1,5 +1,5 @@
 """A replica that owns no worker forwards each Submit to an owning replica (issue #27 deliverable
-2c): the target rule (``scaler.replica_workers.forward_targets``) hand-computed, and the hop
+2c): the target rule (``scaler.replicas.apply_owners.forward_targets``) hand-computed, and the hop
 (``dispatcher.forwarding``) between two grpc.aio servers: the caller's deadline and token carried,
 never forwarded twice, the target's status passed through; a query whose target died, or that
 arrives while no owner is live, held and tried again within its deadline (answered once the
@@ -14,9 +14,9 @@ import pytest
 
 from dispatcher.forwarding import FORWARDED, HELD, Forwarder
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.servicers import _InferenceServicer
-from scaler.replica_handoff import Published, Release
-from scaler.replica_workers import forward_targets, no_live_owner
+from dispatcher.api.servicers import _InferenceServicer
+from scaler.replicas.handoff import Published, Release
+from scaler.replicas.apply_owners import forward_targets, no_live_owner
 from tests.conftest import free_port
 
 

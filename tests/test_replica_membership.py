@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
-from scaler.lease import Claimant, Lease
-from scaler.replica_handoff import Published, Release
-from scaler.replica_heartbeat import ReplicaHeartbeat
-from scaler.replica_membership import (REPLICA_TTL_S, Beat, BeatDecision, Replica, ReplicaIdTaken, applied_versions,
+from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.replicas.lease_decision import Claimant, Lease
+from scaler.replicas.handoff import Published, Release
+from scaler.replicas.heartbeat import ReplicaHeartbeat
+from scaler.replicas.membership import (REPLICA_TTL_S, Beat, BeatDecision, Replica, ReplicaIdTaken, applied_versions,
                                        decide_beat, live_replicas)
-from scaler.replica_owners import owners_round
-from scaler.replica_table import DynamoReplicaTable
+from scaler.replicas.owners_round import owners_round
+from scaler.replicas.replica_table import DynamoReplicaTable
 from sim.clock import VirtualClock
 
 T0 = 1_700_000_000.0          # 2023-11-14T22:13:20Z
@@ -53,8 +53,8 @@ def test_live_replicas_are_those_not_expired_with_the_versions_they_applied() ->
 
 
 def test_the_pure_modules_import_no_cloud_sdk() -> None:
-    code = ("import sys, scaler.replica_membership, scaler.replica_assignment, scaler.replica_handoff, "
-            "scaler.replica_demand; print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))")
+    code = ("import sys, scaler.replicas.membership, scaler.replicas.owner_assignment, scaler.replicas.handoff, "
+            "scaler.replicas.demand; print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.stdout.strip() == "[]", out.stderr

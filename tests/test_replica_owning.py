@@ -1,6 +1,6 @@
-"""How many replicas own workers and where the others forward (``scaler.replica_owning``; issue
+"""How many replicas own workers and where the others forward (``scaler.replicas.owning_replicas``; issue
 #27 deliverable 2): hand-computed cases, hypothesis invariants, and each owner's base workers as
-``scaler.replica_assignment.assign`` deals them."""
+``scaler.replicas.owner_assignment.assign`` deals them."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -8,8 +8,8 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scaler.replica_assignment import assign
-from scaler.replica_owning import MIN_BASE_PER_OWNER, OwningReplicas, arrival_shares, owner_count, owning_replicas
+from scaler.replicas.owner_assignment import assign
+from scaler.replicas.owning_replicas import MIN_BASE_PER_OWNER, OwningReplicas, arrival_shares, owner_count, owning_replicas
 
 
 def test_one_base_worker_makes_the_holder_the_only_owner_and_the_others_forward_to_it() -> None:

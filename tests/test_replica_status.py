@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from daemon.commands.status import replica_lines, status_dict
 from dispatcher.proto import costscale_pb2 as pb
-from dispatcher.status import ReplicaFacts
+from dispatcher.api.status import ReplicaFacts
 
 
 def _reply(replica: ReplicaFacts | None) -> pb.StatusReply:

@@ -1,7 +1,7 @@
 """Every replica knows every worker; each uses only those the published owners give it (issue #27,
-deliverable 2b): ``scaler.replica_workers`` (pure) hand-computed, the owners round limited to the
+deliverable 2b): ``scaler.replicas.apply_owners`` (pure) hand-computed, the owners round limited to the
 owning replicas, and two replicas in one process on moto's DynamoDB with a virtual clock
-(``daemon.replica_workers``), a worker never held by both at any step."""
+(``daemon.replicas.shared_workers``), a worker never held by both at any step."""
 from __future__ import annotations
 
 import asyncio
@@ -9,15 +9,15 @@ import random
 
 import pytest
 
-from daemon.replica_workers import ReplicaWorkers
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
-from scaler.replica_handoff import Published, Release
-from scaler.replica_heartbeat import ReplicaHeartbeat
-from scaler.replica_membership import Beat, Replica
-from scaler.replica_owners import owners_round
-from scaler.replica_table import DynamoReplicaTable
-from scaler.replica_workers import OwnedWorkers, WorkerItem, apply_owners, base_workers, round_workers
-from scaler.worker_table import DynamoWorkerTable
+from daemon.replicas.shared_workers import ReplicaWorkers
+from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.replicas.handoff import Published, Release
+from scaler.replicas.heartbeat import ReplicaHeartbeat
+from scaler.replicas.membership import Beat, Replica
+from scaler.replicas.owners_round import owners_round
+from scaler.replicas.replica_table import DynamoReplicaTable
+from scaler.replicas.apply_owners import OwnedWorkers, WorkerItem, apply_owners, base_workers, round_workers
+from scaler.replicas.worker_table import DynamoWorkerTable
 
 T0 = 1_700_000_000.0
 G, C = "g4dn.xlarge", "c5.2xlarge"
@@ -264,7 +264,7 @@ def test_expire_runs_on_the_loop_at_the_deadline(moto_endpoint: str) -> None:
 
 
 def test_owners_orphaned_only_when_workers_are_owned_and_no_owner_is_live() -> None:
-    from scaler.replica_workers import owners_orphaned
+    from scaler.replicas.apply_owners import owners_orphaned
     pub = Published(3, {"i-1": "a", "i-2": "a"}, {"i-3": Release("a", 3, "b")})
     assert not owners_orphaned(pub, ["b"])                  # b is getting i-3: an owner is live
     assert not owners_orphaned(pub, ["a", "c"])
@@ -317,9 +317,9 @@ def test_standbys_move_the_workers_of_a_dead_sole_owner_within_the_heartbeat_ttl
 
 
 def test_the_cluster_items_are_read_in_one_scan(moto_endpoint: str) -> None:
-    """Heartbeats, workers and the published owners of a round: one Scan (``scaler.replica_items``),
+    """Heartbeats, workers and the published owners of a round: one Scan (``scaler.replicas.cluster_scan``),
     what ``ReplicaWorkers.read`` gives, and the same owners round on them as on the table."""
-    from scaler.replica_items import read_cluster
+    from scaler.replicas.cluster_scan import read_cluster
 
     clock = Clock()
     a, b = Node("a", moto_endpoint, clock), Node("b", moto_endpoint, clock)

@@ -1,4 +1,4 @@
-"""Replicas of one cluster in the daemon (issue #27 deliverable 1, ``daemon.replica``): with
+"""Replicas of one cluster in the daemon (issue #27 deliverable 1, ``daemon.replicas.role``): with
 ``lease.replicas`` a daemon that finds the lease held starts as a standby (it serves, beats and
 publishes its demand; it never acts on the fleet), the holder plans for every live replica's demand,
 and a standby takes the lease when the holder is gone, adopting its instances; plan ids lead with the
@@ -18,8 +18,8 @@ import pytest
 
 from config.errors import ConfigError
 from config.schema import Config, parse_config_text
-from scaler.fleet_step import plan_id_for
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.fleet.step import plan_id_for
+from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
 from tests.lease_helpers import daemon_config, daemon_config_text, live_ids
 
 
@@ -67,7 +67,7 @@ def test_a_bad_replica_id_is_a_config_error_naming_the_field() -> None:
 
 
 def test_the_default_replica_id_is_unique_across_hosts_listening_on_loopback() -> None:
-    from daemon.replica import replica_id
+    from daemon.replicas.role import replica_id
 
     text = _text(unready=5)
     cfg = parse_config_text(text)
@@ -156,7 +156,7 @@ def test_a_standby_serves_beats_and_never_acts_then_takes_over_and_adopts(moto_e
 
 def test_replicas_off_a_second_daemon_is_still_refused(moto_endpoint: str, tmp_path: Path) -> None:
     from daemon.app import Daemon
-    from scaler.lease import LeaseHeld
+    from scaler.replicas.lease_decision import LeaseHeld
 
     a_cfg = _config(tmp_path, moto_endpoint, "host-a", replicas=False)
     b_cfg = _config(tmp_path, moto_endpoint, "host-b", replicas=False)
@@ -265,11 +265,11 @@ def test_on_shutdown_terminate_hands_the_fleet_over_while_another_replica_lives(
 
 
 def test_a_first_heartbeat_refused_by_dynamodb_is_one_line_exit_1() -> None:
-    from daemon.aws_wiring import DaemonError
-    from daemon.replica import ReplicaRole
-    from scaler.cloud import CloudError
-    from scaler.cluster_lease import ClusterLease
-    from scaler.lease import Claimant
+    from daemon.aws.wiring import DaemonError
+    from daemon.replicas.role import ReplicaRole
+    from scaler.cloud.provider import CloudError
+    from scaler.replicas.lease_holder import ClusterLease
+    from scaler.replicas.lease_decision import Claimant
 
     def down(key: str) -> Any:
         raise CloudError("get_item: endpoint unreachable")
@@ -294,9 +294,9 @@ def test_the_holder_plans_for_the_merged_windows_of_every_replica(moto_endpoint:
     import numpy as np
 
     from daemon.app import Daemon
-    from scaler import fleet_step
-    from scaler.batch_mix import BatchMix
-    from scaler.replica_demand import MergedDemand, ModelWindow
+    from scaler.fleet import step as fleet_step
+    from scaler.planner.batch_mix import BatchMix
+    from scaler.replicas.demand import MergedDemand, ModelWindow
 
     cfg = _config(tmp_path, moto_endpoint, "host-a")
     mix = BatchMix(np.array([1, 64], dtype=np.int64), np.array([0.75, 0.25]))
@@ -325,11 +325,11 @@ def _two_roles(endpoint: str, on_windows: Any = None) -> tuple[Any, Any, Any]:
     moto, each publishing one rm2 window (``on_windows`` called as each takes it); and the client."""
     import numpy as np
 
-    from daemon.replica import ReplicaRole
-    from scaler.batch_mix import BatchMix
-    from scaler.cluster_lease import ClusterLease
-    from scaler.lease import Claimant
-    from scaler.replica_demand import ModelWindow
+    from daemon.replicas.role import ReplicaRole
+    from scaler.planner.batch_mix import BatchMix
+    from scaler.replicas.lease_holder import ClusterLease
+    from scaler.replicas.lease_decision import Claimant
+    from scaler.replicas.demand import ModelWindow
 
     cfg = parse_config_text(_text(endpoint))
     client = make_dynamodb_client("us-east-1", endpoint)

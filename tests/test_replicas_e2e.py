@@ -1,10 +1,10 @@
 """Acceptance (issue #27 deliverables 1, 2 and 4): two ``costscale run`` processes of one cluster
 (``lease.replicas: true``, lease ttl 6 s) on 127.0.0.1 with their own ports and state paths, one
-moto server for EC2 and DynamoDB, and the workers apart from both (``daemon.local_fleet``: one local
+moto server for EC2 and DynamoDB, and the workers apart from both (``daemon.local.fleet``: one local
 worker per running instance, as on AWS where a worker runs on its instance and outlives any control
 host), registering through the one address the clients use. The workers are shared by the
 published owners: with two base-type workers only the lease holder owns them and the standby
-forwards its queries to it (``scaler.replica_owning``). Load goes through gRPC's ``round_robin``
+forwards its queries to it (``scaler.replicas.owning_replicas``). Load goes through gRPC's ``round_robin``
 over both replicas; the lease holder is SIGKILLed mid-load (the same through nginx ``grpc_pass``:
 ``tests/test_demo_replicas.py``, ``costscale demo --replicas``'s scenario). Every query ends
 once: the client retries on UNAVAILABLE (the killed replica's calls, and the standby's while the
@@ -34,9 +34,9 @@ import numpy as np
 import pytest
 
 from config.pids import pid_alive
-from daemon.replica_cluster import (BudgetSampler, ClusterSpec, ReplicaProcess, fleet_worker_pids, live_instances,
+from daemon.demos.replica_cluster import (BudgetSampler, ClusterSpec, ReplicaProcess, fleet_worker_pids, live_instances,
                                     serves, start_local_fleet, start_replica, stop_processes)
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ TTL_S = 6.0
 
 def _spec(endpoint: str, ami: str) -> ClusterSpec:
     """rm2 on 2 x r5n.large pinned within 1 $/hr, lease ttl 6 s, fleet ticks every 2 s
-    (``daemon.replica_cluster``, shared with ``costscale demo --replicas``)."""
+    (``daemon.demos.replica_cluster``, shared with ``costscale demo --replicas``)."""
     return ClusterSpec(cluster=CLUSTER, endpoint=endpoint, ami=ami, budget=BUDGET, ttl_s=TTL_S)
 
 

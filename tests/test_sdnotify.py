@@ -1,11 +1,11 @@
-"""daemon.sdnotify: datagrams reach a NOTIFY_SOCKET (path and abstract); watchdog interval."""
+"""daemon.observe.sdnotify: datagrams reach a NOTIFY_SOCKET (path and abstract); watchdog interval."""
 from __future__ import annotations
 
 import os
 import socket
 import uuid
 
-from daemon.sdnotify import notify, watchdog_interval
+from daemon.observe.sdnotify import notify, watchdog_interval
 
 
 def test_notify_path_socket(tmp_path) -> None:

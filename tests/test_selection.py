@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from variants.selection import NoVariant, Request, VariantInfo, WorkerLoad, get_variant
-from variants.state_machine import VariantState
+from variants.infaas.selection import NoVariant, Request, VariantInfo, WorkerLoad, get_variant
+from variants.infaas.state_machine import VariantState
 
 A, I, O, F = VariantState.ACTIVE, VariantState.INACTIVE, VariantState.OVERLOADED, VariantState.INTERFERED
 

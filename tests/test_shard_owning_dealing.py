@@ -1,6 +1,6 @@
 """Which queries each owning replica matches in ``bench/shard_bench.py``'s owning rows
 (``bench._shard_owning``; issue #27 deliverable 2): the balancer deals query ``i`` to replica
-``i mod R``, a replica owning no worker forwards it (``scaler.replica_owning`` rule 3: to every owner in turn)."""
+``i mod R``, a replica owning no worker forwards it (``scaler.replicas.owning_replicas`` rule 3: to every owner in turn)."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bench._shard_owning import canonical, owner_dealing, round_robin
-from scaler.replica_owning import arrival_shares
+from scaler.replicas.owning_replicas import arrival_shares
 
 
 def test_four_replicas_two_owners_each_match_half_the_queries() -> None:

@@ -13,9 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import kairos_repro as kr  # noqa: E402
 
-from scaler.batch_mix import BatchMix, mix_from_batches  # noqa: E402
+from scaler.planner.batch_mix import BatchMix, mix_from_batches  # noqa: E402
 from config.profiles import load_profiles_csv, profiles_from_rows  # noqa: E402
-from scaler.upper_bound import Ranking  # noqa: E402
+from scaler.planner.upper_bound import Ranking  # noqa: E402
 from sim.capacity import pool_capacity  # noqa: E402
 from sim.policies import policy_factory  # noqa: E402
 from sim.workload import unit_poisson_workload  # noqa: E402

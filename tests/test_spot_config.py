@@ -1,4 +1,4 @@
-"""The spot config (issue #28, config.spot): markets, zones, overprovision, max_price, fallback; what
+"""The spot config (issue #28, config.sections.spot): markets, zones, overprovision, max_price, fallback; what
 ``costscale validate`` and ``costscale run`` refuse (one line naming the field, exit 2), and the
 shipped spot price table."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The daemon's spot wiring (issue #28 phase 2): daemon.spot_wiring.FleetMarket on a fake cloud
+"""The daemon's spot wiring (issue #28 phase 2): daemon.aws.spot_wiring.FleetMarket on a fake cloud
 (a notice dooms the instance, puts its zone out on the actuator's clock, runs a fleet tick at once
 and drains the worker DRAIN_LEAD_S before the reclaim; duplicate, unknown and on-demand notices
 change nothing; spot off: the hooks are the identity), the EventBridge warning's parser, and the
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from config.schema import load_config
-from daemon.spot_wiring import FleetMarket, open_market
-from scaler.actuator import FleetActuator
-from scaler.fake_cloud import FakeCloud
-from scaler.spot_events import parse_warning
-from scaler.spot_fleet import SpotFleet
-from scaler.spot_market import DRAIN_LEAD_S, NOTICE_S, ZONE_COOLDOWN_S, SpotMarket
-from scaler.state import StateStore
+from daemon.aws.spot_wiring import FleetMarket, open_market
+from scaler.fleet.actuator import FleetActuator
+from scaler.cloud.fake import FakeCloud
+from scaler.spot.events import parse_warning
+from scaler.spot.fleet import SpotFleet
+from scaler.spot.market import DRAIN_LEAD_S, NOTICE_S, ZONE_COOLDOWN_S, SpotMarket
+from scaler.fleet.state import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SPOT_YAML = ROOT / "examples" / "replay-spot.yaml"
@@ -124,7 +124,7 @@ def test_parse_warning_reclaims_two_minutes_after_the_event() -> None:
 def test_sqs_reader_hands_each_warning_on_and_deletes_every_message(moto_endpoint: str) -> None:
     import boto3
 
-    from daemon.spot_queue import read_once
+    from daemon.aws.spot_queue import read_once
 
     sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=moto_endpoint)
     url = sqs.create_queue(QueueName="spot-warnings")["QueueUrl"]
@@ -153,7 +153,7 @@ def test_a_bad_interruption_queue_is_one_line_naming_the_field(tmp_path: Path, u
 
 
 class _Prices:
-    """A price source standing in for scaler.spot_prices.SpotPriceSource (its ``lookup``)."""
+    """A price source standing in for scaler.pricing.spot.SpotPriceSource (its ``lookup``)."""
 
     def __init__(self, prices: dict[str, dict[str, float]]) -> None:
         self.prices = prices

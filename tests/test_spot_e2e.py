@@ -1,5 +1,5 @@
 """Acceptance (issue #28 phase 2, deliverable 6): spot capacity through the real daemon in-process
-against moto in server mode, with local worker processes (``daemon.demo_spot.spot_scenario``, what
+against moto in server mode, with local worker processes (``daemon.demos.spot.spot_scenario``, what
 ``costscale demo --spot`` runs).
 
 Two r5n.large (``market: both``, zones us-east-1a/c/d on moto subnets) are launched as spot
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.demo_spot import spot_scenario, summary_line
+from daemon.demos.spot import spot_scenario, summary_line
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Spot launches on scaler.ec2.Ec2Cloud against moto (issue #28 phase 2, deliverable 3): the market
+"""Spot launches on scaler.cloud.ec2.Ec2Cloud against moto (issue #28 phase 2, deliverable 3): the market
 options, the zone's subnet, the slot and market tags, the slot read back from a listing (what
 reconcile after a restart sees), and the spot capacity error codes typed as InsufficientCapacity."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from config.schema import LaunchSpec
-from config.spot import SpotSpec
-from scaler.cloud import InsufficientCapacity
-from scaler.ec2 import (MARKET_TAG, SLOT_TAG, SPOT_CAPACITY_CODES, Ec2Cloud, instance_slot, make_ec2_client,
+from config.sections.spot import SpotSpec
+from scaler.cloud.provider import InsufficientCapacity
+from scaler.cloud.ec2 import (MARKET_TAG, SLOT_TAG, SPOT_CAPACITY_CODES, Ec2Cloud, instance_slot, make_ec2_client,
                         spot_market_options)
 
 AMI = "ami-12c6146b"
@@ -107,7 +107,7 @@ def test_slot_of_an_untagged_spot_instance_comes_from_its_lifecycle_and_zone() -
 
 
 def test_the_fake_cloud_boots_a_spot_slot_as_its_type() -> None:
-    from scaler.fake_cloud import FakeCloud
+    from scaler.cloud.fake import FakeCloud
 
     cloud = FakeCloud("t", boot_s=5.0, boot_by_type={"r5n.large": 60.0, "r5n.large@us-east-1c": 90.0})
     assert cloud.boot_for("r5n.large@us-east-1a") == 60.0 and cloud.boot_for("r5n.large") == 60.0

@@ -1,4 +1,4 @@
-"""scaler.spot_market: the pure spot decisions (issue #28), on hand-computed cases (prices from the
+"""scaler.spot.market: the pure spot decisions (issue #28), on hand-computed cases (prices from the
 shipped table: g4dn.xlarge 0.2158 / 0.2039 / 0.2043 $/hr in us-east-1a / c / d, on-demand 0.526;
 r5n.large 0.0545 / 0.0585 / 0.0674, on-demand 0.149) and hypothesis invariants over random
 markets, pools and prices: the budget holds at the prices billed now, nothing new goes into a zone
@@ -10,10 +10,10 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scaler.cloud import ManagedInstance
-from scaler.spot_market import (DRAIN_LEAD_S, NOTICE_S, ZONE_COOLDOWN_S, SpotMarket, SpotState, after_apply,
+from scaler.cloud.provider import ManagedInstance
+from scaler.spot.market import (DRAIN_LEAD_S, NOTICE_S, ZONE_COOLDOWN_S, SpotMarket, SpotState, after_apply,
                                 after_notice, after_reprice, drains_due, overprovision, place, planning_prices, settle, zone_order)
-from scaler.spot_slots import base_type, is_spot, pool_by_type, slot_of, split_slot, typed
+from scaler.cloud.slots import base_type, is_spot, pool_by_type, slot_of, split_slot, typed
 
 G, R, T = "g4dn.xlarge", "r5n.large", "t3.xlarge"
 A, C, D = "us-east-1a", "us-east-1c", "us-east-1d"

@@ -1,4 +1,4 @@
-"""scaler.spot_prices: spot $/hr from describe_spot_price_history (moto serves it, at its fixed
+"""scaler.pricing.spot: spot $/hr from describe_spot_price_history (moto serves it, at its fixed
 0.00001 $/hr, through botocore's paginator; botocore's Stubber for real-looking prices and failures),
 a 0600 cache refreshed after an hour, and the shipped table as the fallback with one warning line.
 Nothing leaves 127.0.0.1."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 from botocore.stub import Stubber
 
-from scaler.spot_prices import CACHE_TTL_S, SpotPriceSource, cache_path_for, parse_history
+from scaler.pricing.spot import CACHE_TTL_S, SpotPriceSource, cache_path_for, parse_history
 
 T0 = 1_700_000_000.0
 G, R = "g4dn.xlarge", "r5n.large"

@@ -1,4 +1,4 @@
-"""Spot in the replay (issue #28, sim.replay_spot): an availability trace preempts spot instances
+"""Spot in the replay (issue #28, sim.replay.spot): an availability trace preempts spot instances
 with a 2-minute notice, refuses spot launches in a zone while it is out, and no query is lost; a
 spot price rise is answered at its instant within the budget at billed prices; a config without
 spot, or with every type on-demand, replays exactly as before; hypothesis over random traces."""
@@ -16,11 +16,11 @@ from config.profiles import load_profiles_csv
 from config.schema import load_config
 from daemon.cli import main
 from sim.patterns import parse_pattern, pattern_workload
-from sim.replay import ReplaySpec, replay
-from sim.replay_metrics import report
-from sim.replay_spot import SpotPriceStep
-from sim.spot_baselines import SPOTHEDGE_EXTRA, on_demand_only, run_spot_baseline
-from sim.spot_trace import read_spot_trace
+from sim.replay.run import ReplaySpec, replay
+from sim.replay.report import report
+from sim.replay.spot import SpotPriceStep
+from sim.replay.spot_baselines import SPOTHEDGE_EXTRA, on_demand_only, run_spot_baseline
+from sim.replay.spot_trace import read_spot_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SPOT_YAML = ROOT / "examples" / "replay-spot.yaml"
@@ -70,8 +70,8 @@ def test_a_zone_that_goes_away_preempts_refuses_and_loses_no_query(setup, tmp_pa
 def test_a_query_running_on_a_reclaimed_instance_is_re_run_on_another_worker(setup) -> None:  # type: ignore[no-untyped-def]
     """QueryLoop.remove_worker(lost=True): a reclaimed worker's query goes back to the queue even
     when the worker was draining (a plain removal lets a drained worker finish it), and is served."""
-    from sim.query_loop import SERVED
-    from sim.replay import make_query_loop
+    from sim.replay.query_loop import SERVED
+    from sim.replay.run import make_query_loop
     from sim.workload import Workload
 
     cfg, profiles = setup

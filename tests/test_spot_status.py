@@ -22,16 +22,16 @@ from prometheus_client.registry import Collector
 from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.commands.status import pool_lines, render, status_dict
-from daemon.metrics import families
-from daemon.spot_wiring import FleetMarket
-from daemon.status_feed import status_line
-from daemon.status_watchers import billed_at
+from daemon.observe.metrics import families
+from daemon.aws.spot_wiring import FleetMarket
+from daemon.observe.status_feed import status_line
+from daemon.observe.status_watchers import billed_at
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.server import Dispatcher
-from dispatcher.status import billed_price, cost_by_market, pool_cost_per_hour
-from scaler.cloud import ManagedInstance
-from scaler.spot_market import SpotMarket
+from dispatcher.api.status import billed_price, cost_by_market, pool_cost_per_hour
+from scaler.cloud.provider import ManagedInstance
+from scaler.spot.market import SpotMarket
 
 G4, R5 = 0.526, 0.149                       # on-demand $/hr (config/instance_catalog.csv)
 SPOT_A, SPOT_B = 0.0625, 0.03125            # r5n.large spot $/hr in us-east-1a, us-east-1b (given)
@@ -205,7 +205,7 @@ def test_audit_prices_the_pool_after_a_spot_launch_at_the_spot_price() -> None:
 
 def test_audit_launch_of_a_spot_slot_names_it_and_prices_the_pool_after_at_billed_prices(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from scaler.state import StateStore
+    from scaler.fleet.state import StateStore
     from tests.test_status import _stub_daemon, stub_feed
 
     t0 = 1_700_000_000.0

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pytest
 
-from daemon.local_imds import LocalImds as FakeImds
+from daemon.local.imds import LocalImds as FakeImds
 from worker.spot_watch import Notice, SpotWatch, parse_instance_action, parse_rebalance
 
 

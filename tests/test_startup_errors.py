@@ -15,8 +15,8 @@ import pytest
 
 from config.schema import parse_config_text
 from daemon.app import Daemon
-from scaler.base_aux import PlanError
-from scaler.fake_cloud import FakeCloud
+from scaler.planner.base_aux import PlanError
+from scaler.cloud.fake import FakeCloud
 
 CONFIG = """\
 cluster: startup

@@ -23,15 +23,15 @@ from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.app import Daemon, FleetStatus
 from daemon.commands.status import status_dict
-from daemon.recent import Recent
-from daemon.spend import SpendMeter, day_start
-from daemon.status_feed import LoopFacts, StatusFeed, build_feed
+from daemon.observe.recent import Recent
+from daemon.observe.spend import SpendMeter, day_start
+from daemon.observe.status_feed import LoopFacts, StatusFeed, build_feed
 from dispatcher.latency_model import LatencyModel
 from dispatcher.outcomes import LATENCY_BUCKETS_S, OutcomeLedger
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
-from scaler.cloud import ManagedInstance
-from scaler.fake_cloud import FakeCloud
+from scaler.cloud.provider import ManagedInstance
+from scaler.cloud.fake import FakeCloud
 from tests.conftest import free_port
 from tests.dispatch_helpers import RunningWorker, make_config, start_worker
 from tests.test_dispatcher_live import run
@@ -282,7 +282,7 @@ def _stub_daemon(tmp_path: Path) -> SimpleNamespace:
 
 
 def stub_feed(d: SimpleNamespace, clock: Callable[[], float] = time.time) -> StatusFeed:
-    """The feed as ``Daemon.start`` composes it (:func:`daemon.status_feed.build_feed`), over the
+    """The feed as ``Daemon.start`` composes it (:func:`daemon.observe.status_feed.build_feed`), over the
     parts of a stub daemon (:func:`_stub_daemon`, with a ``store`` and an ``actuator`` when set)."""
     return build_feed(lambda: d.cfg, fleet=lambda: d.status, fleet_events=lambda: d.fleet_events,
                       store=getattr(d, "store", None), dispatcher=d.dispatcher,
@@ -320,7 +320,7 @@ def test_feed_records_an_accuracy_plan_when_its_placement_changes(tmp_path: Path
 
 def test_feed_records_new_targets_intents_events_placements_and_errors_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from scaler.state import StateStore
+    from scaler.fleet.state import StateStore
 
     t0 = 1_700_000_000.0
     d = _stub_daemon(tmp_path)
@@ -373,7 +373,7 @@ def test_feed_records_new_targets_intents_events_placements_and_errors_once(
 def test_json_log_lines_carry_the_audit_fields() -> None:
     import logging
 
-    from daemon.audit import JsonFormatter
+    from daemon.observe.audit import JsonFormatter
 
     rec = logging.LogRecord("costscale.audit", logging.INFO, __file__, 1, "audit launch: %s", ("i-1",), None)
     rec.audit = {"event": "launch", "intent": "tok-1", "cost_per_hour_after": 0.5}
@@ -386,7 +386,7 @@ def test_json_log_lines_carry_the_audit_fields() -> None:
 
 def test_feed_hears_the_vm_autoscaler_with_its_reason(tmp_path: Path) -> None:
     """Daemon._on_vm tells the feed each add or remove, and still turns them into the capacity hint."""
-    from variants.vm_autoscaler import VmDecision
+    from variants.infaas.vm_autoscaler import VmDecision
 
     d = _stub_daemon(tmp_path)
     feed = stub_feed(d)
@@ -399,7 +399,7 @@ def test_feed_hears_the_vm_autoscaler_with_its_reason(tmp_path: Path) -> None:
 
 
 def test_grafana_dashboard_plots_metrics_the_daemon_exports() -> None:
-    from daemon.metrics import families
+    from daemon.observe.metrics import families
 
     dash = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
@@ -432,7 +432,7 @@ def test_validate_refuses_a_metrics_port_that_is_the_dispatchers(tmp_path: Path)
 
 
 def test_a_loop_record_keeps_the_latest_and_counts_them_all() -> None:
-    """daemon.recent.Recent: bounded, and a reader remembering the total gets exactly what is new."""
+    """daemon.observe.recent.Recent: bounded, and a reader remembering the total gets exactly what is new."""
     r: Recent[int] = Recent(keep=3)
     r += [1, 2]
     assert r.since(0) == [1, 2] and r.total == 2 and r == [1, 2]

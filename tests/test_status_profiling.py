@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from config.schema import Config
-from scaler.fake_cloud import FakeCloud
+from scaler.cloud.fake import FakeCloud
 from tests.byom_helpers import KAIROS_TYPES, MODEL, build_user_model, user_config
 from tests.test_dispatcher_live import run
 from tests.test_status import cli, scrape

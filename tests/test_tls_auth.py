@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from config.errors import ConfigError
-from config.security import TlsSpec, WorkerTlsSpec
+from config.sections.security import TlsSpec, WorkerTlsSpec
 from dispatcher.auth import bearer_metadata, presented_token, token_matches
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip_pb2 as oip, oip_pb2_grpc as oipg
@@ -197,7 +197,7 @@ def test_worker_channels_over_mutual_tls_with_the_cluster_token(tmp_path: Path) 
     the dispatcher dials the worker over mTLS and sends the cluster token, which the worker
     requires. A channel without the CA, without a client certificate, or without the token fails."""
     from dispatcher.credentials import WorkerChannelSecurity
-    from dispatcher.worker_client import WorkerClient
+    from dispatcher.workers.client import WorkerClient
     from tests.test_modelless import _cfg
     from worker.server import WorkerOptions, serve_worker
 
@@ -255,8 +255,8 @@ def test_worker_channels_over_mutual_tls_with_the_cluster_token(tmp_path: Path) 
 
 
 def test_launched_workers_are_told_where_their_tls_files_are() -> None:
-    from config.security import WORKER_TLS_DIR, WorkerTlsSpec, worker_tls_flags
-    from scaler.ec2 import build_user_data
+    from config.sections.security import WORKER_TLS_DIR, WorkerTlsSpec, worker_tls_flags
+    from scaler.cloud.ec2 import build_user_data
 
     assert worker_tls_flags(None, None) == []
     tls = TlsSpec(cert_file="d.crt", key_file="d.key", client_ca_file="c.crt")

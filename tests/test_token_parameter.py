@@ -17,8 +17,8 @@ from dispatcher.auth import TokenRing
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
-from scaler.ec2 import Ec2Cloud, build_user_data
-from scaler.token_parameter import TokenParameter, parameter_name
+from scaler.cloud.ec2 import Ec2Cloud, build_user_data
+from scaler.cloud.token_parameter import TokenParameter, parameter_name
 
 
 class _Clock:
@@ -106,7 +106,7 @@ def test_rotation_reaches_the_dispatcher_and_a_worker_without_a_restart(moto_end
     (the dispatcher presents A for half the grace), and a new worker presenting B registers. The
     first worker reads B (its minute, shortened here): it takes B and still A. Past half the grace
     the dispatcher presents B, which both workers take; past the grace, A is refused."""
-    from dispatcher.worker_client import WorkerClient
+    from dispatcher.workers.client import WorkerClient
     from tests.test_modelless import _cfg
     from worker.server import WorkerOptions, serve_worker
 
@@ -188,8 +188,8 @@ def test_the_daemon_keeps_the_token_in_ssm_and_follows_its_rotation(moto_endpoin
     """AwsWiring.open (what the daemon runs at start): the token into its parameter, the EC2 provider
     naming the parameter in user data; every minute the parameter is read again and a new value
     reaches the dispatcher (``attach``). Without ssm:PutParameter: one line naming the permission."""
-    from daemon.aws_wiring import AwsWiring, DaemonError
-    from daemon.demo import demo_config
+    from daemon.aws.wiring import AwsWiring, DaemonError
+    from daemon.demos.basic import demo_config
 
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]

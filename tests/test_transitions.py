@@ -1,12 +1,12 @@
-"""scaler.transitions: the money invariant (DESIGN 1) holds at every step of a pool change."""
+"""scaler.fleet.transitions: the money invariant (DESIGN 1) holds at every step of a pool change."""
 from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from scaler.cloud import ManagedInstance
-from scaler.transitions import Step, client_token, plan_transition, replay
+from scaler.cloud.provider import ManagedInstance
+from scaler.fleet.transitions import Step, client_token, plan_transition, replay
 
-from scaler.pools import pool_cost, pool_digest
+from scaler.planner.pools import pool_cost, pool_digest
 
 PRICES = {"g4dn.xlarge": 0.526, "c5n.2xlarge": 0.432, "r5n.large": 0.149, "t3.xlarge": 0.1664}
 

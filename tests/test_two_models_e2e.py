@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from config.schema import Config
-from daemon.demo import demo_config
+from daemon.demos.basic import demo_config
 from tests.load_helpers import poisson_phase
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ WORKER_MODELS = [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")
 
 
 async def _scenario(endpoint: str, tmp: Path) -> None:
-    from daemon.local_runner import start_with_local_workers
+    from daemon.local.runner import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     cfg = rm2_and_ranker(endpoint, tmp, LOW_QPS, LOW_QPS)

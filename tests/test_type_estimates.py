@@ -18,8 +18,8 @@ from config.profiles import Estimate, LatencyProfile, ProfileTable, load_profile
 from config.schema import Config, load_config
 from config.type_estimates import TypeRule, parse_type_rules, sibling_estimates, type_rules, with_type_estimates
 from daemon.cli import main
-from scaler.base_aux import PlanError
-from scaler.estimate_gate import estimates_line, planned_types, share_estimates, split_types
+from scaler.planner.base_aux import PlanError
+from scaler.planner.estimate_gate import estimates_line, planned_types, share_estimates, split_types
 
 RM2 = "examples/replay-rm2.yaml"
 UNMEASURED = {"g4dn.2xlarge", "g5.xlarge", "inf1.xlarge", "inf2.xlarge", "c5.2xlarge", "c6i.2xlarge", "m5.xlarge",
@@ -291,7 +291,7 @@ def test_a_joint_plan_tags_each_models_estimated_workers(capsys: pytest.CaptureF
 
 
 def test_measured_only_never_counts_an_estimate() -> None:
-    from daemon.profiling import measured_only
+    from daemon.profiling.model_profiles import measured_only
     from variants.registry import VariantRegistry
 
     reg = VariantRegistry(":memory:")
@@ -305,7 +305,7 @@ def test_measured_only_never_counts_an_estimate() -> None:
 
 
 def test_a_measurement_in_the_daemon_replaces_the_estimate_and_moves_the_siblings() -> None:
-    from daemon.self_profiling import SelfProfiler, profile_sink
+    from daemon.profiling.self_profiling import SelfProfiler, profile_sink
 
     live = _table()
     prof = SelfProfiler.__new__(SelfProfiler)
@@ -350,8 +350,8 @@ class SimpleTarget:
 
 
 def test_the_daemons_plan_log_line_and_fleet_view_name_the_estimates() -> None:
-    from daemon.fleet_status import plan_estimates, tick_line
-    from scaler.joint_plan import plan_joint
+    from daemon.loops.fleet_status import plan_estimates, tick_line
+    from scaler.planner.joint_plan import plan_joint
     from sim.slo_check import slo_check
 
     cfg = load_config(RM2)
@@ -369,8 +369,8 @@ def test_the_daemons_plan_log_line_and_fleet_view_name_the_estimates() -> None:
 
 
 def test_the_plan_decision_in_status_says_it_rests_on_estimates() -> None:
-    from daemon.decision_log import DecisionLog, PlanDecisions
-    from scaler.joint_plan import plan_joint
+    from daemon.observe.decision_log import DecisionLog, PlanDecisions
+    from scaler.planner.joint_plan import plan_joint
     from sim.slo_check import slo_check
 
     cfg = load_config(RM2).model_copy(update={"state_path": ":memory:", "objective": "max_throughput",
@@ -394,7 +394,7 @@ def test_the_conservative_pool_never_rests_on_a_type_estimate_the_config_does_no
     import asyncio
 
     from daemon.app import Daemon
-    from scaler.fake_cloud import FakeCloud
+    from scaler.cloud.fake import FakeCloud
     from tests.byom_helpers import KAIROS_TYPES, build_user_model, user_config
     from tests.test_dispatcher_live import run
 

@@ -9,7 +9,7 @@ from config.checks import config_warnings
 from config.emulation import derive_profile, emulation_factors, padded_service_ms
 from config.profiles import LatencyProfile, ProfileTable, load_profiles_csv, profiles_from_rows, save_profiles_csv
 from config.schema import Config
-from scaler.probes import probe_cost, probe_rounds, probe_target
+from scaler.fleet.probes import probe_cost, probe_rounds, probe_target
 from variants.profiler import BatchLatency, VariantProfile
 from variants.type_profiles import (
     ESTIMATE_PROVIDER, SloCheck, conservative_pool, default_batches, drift, estimate_types, is_estimate,

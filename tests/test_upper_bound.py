@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.base_aux import (
+from scaler.planner.base_aux import (
     BoundParams,
     NoFeasibleBase,
     heterogeneity_coefficients,
@@ -16,9 +16,9 @@ from scaler.base_aux import (
     split_base_aux,
     throughput_qps,
 )
-from scaler.batch_mix import BatchMix, mix_from_dist
+from scaler.planner.batch_mix import BatchMix, mix_from_dist
 from config.profiles import LatencyProfile, load_profiles_csv
-from scaler.upper_bound import enumerate_pools, upper_bound_one, upper_bounds
+from scaler.planner.upper_bound import enumerate_pools, upper_bound_one, upper_bounds
 
 
 def prof(name: str, mean: list[float], p99: list[float] | None = None) -> LatencyProfile:
@@ -224,7 +224,7 @@ def test_bound_grows_with_base_and_widest_aux_on_real_profiles(model: str, qos: 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3)), min_size=1, max_size=60))
 def test_rank_order_is_bound_desc_then_cost(rows: list[tuple[int, int]]) -> None:
-    from scaler.upper_bound import rank_pools
+    from scaler.planner.upper_bound import rank_pools
 
     bound = np.array([r[0] for r in rows], dtype=float)
     cost = np.array([r[1] for r in rows], dtype=float) * 0.1

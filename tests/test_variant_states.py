@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from variants.state_machine import StateParams, VariantReport, VariantState, apply_reports, next_state
+from variants.infaas.state_machine import StateParams, VariantReport, VariantState, apply_reports, next_state
 
 I, A, O, F = VariantState.INACTIVE, VariantState.ACTIVE, VariantState.OVERLOADED, VariantState.INTERFERED
 

@@ -1,8 +1,8 @@
 """INFaaS §4.2.3 VM-Autoscaler: each rule in a hand case; output is a request, never a launch."""
 from __future__ import annotations
 
-from variants.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
-from variants.state_machine import VariantState
+from variants.infaas.vm_autoscaler import VmDecision, VmParams, VmState, WorkerStatus, decide_vm
+from variants.infaas.state_machine import VariantState
 
 A, O, F = VariantState.ACTIVE, VariantState.OVERLOADED, VariantState.INTERFERED
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dispatcher.window import DemandWindow
-from scaler.batch_mix import mix_from_batches
+from scaler.planner.batch_mix import mix_from_batches
 
 
 def test_empty_window() -> None:

@@ -23,9 +23,9 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.proto.tensors import array_to_tensor, tensor_to_array
 from config.profiles import LatencyProfile
 from tests.conftest import free_port
-from variants.builtin_models import build_mlp, input_signature, make_inputs, make_inputs_for
+from variants.runtime.builtin_models import build_mlp, input_signature, make_inputs, make_inputs_for
 from config.emulation import padded_service_ms, padding_ms
-from variants.executor import CPU, CUDA, choose_executor_kind, choose_providers, parse_providers
+from variants.runtime.executor import CPU, CUDA, choose_executor_kind, choose_providers, parse_providers
 from worker.server import RegistrationRefused, WorkerOptions, WorkerServer, serve_worker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_bad_requests_get_typed_errors(worker: tuple[WorkerServer, pbg.WorkerStu
 
 def test_gpu_type_reports_granted_providers(cache: Path, caplog: pytest.LogCaptureFixture) -> None:
     """On a GPU type the worker asks for CUDA first and reports what ONNX Runtime really granted."""
-    caplog.set_level(logging.WARNING, logger="variants.onnx_executor")
+    caplog.set_level(logging.WARNING, logger="variants.runtime.onnx_executor")
     ws = WorkerServer(_opts(cache, instance_type="g4dn.xlarge"))
     port = ws.start()
     try:

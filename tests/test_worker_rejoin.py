@@ -15,7 +15,7 @@ from daemon.cli import main as cli_main
 from daemon.commands import worker as cmd
 from daemon.commands.worker import build_options
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.workers import HEALTH_INTERVAL_S
+from dispatcher.workers.registry import HEALTH_INTERVAL_S
 from tests.conftest import free_port
 from worker.rejoin import REJOIN_AFTER_S, Hearing, keep_registered, rejoin_due
 from worker.server import WORKER_SERVICE, WorkerOptions, WorkerServer, serve_worker

@@ -1,10 +1,10 @@
-"""The workers the replicas accepted, in the lease table (``scaler.worker_table``; issue #27
+"""The workers the replicas accepted, in the lease table (``scaler.replicas.worker_table``; issue #27
 deliverable 2) against moto in server mode: recorded, read back exactly beside the lease and the
 other items, a newer registration kept against a late older write, forgotten on condition."""
 from __future__ import annotations
 
-from scaler.lease_table import DynamoLeaseTable, make_dynamodb_client
-from scaler.worker_table import DynamoWorkerTable, WorkerItem
+from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
+from scaler.replicas.worker_table import DynamoWorkerTable, WorkerItem
 
 T0 = 1_700_000_000.0
 

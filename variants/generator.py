@@ -29,9 +29,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from variants.builtin_models import graph_inputs
-from variants.executor import CPU, CUDA, Hardware
-from variants.neuron_executor import NEURON_PROVIDER
+from variants.runtime.builtin_models import graph_inputs
+from variants.runtime.executor import CPU, CUDA, Hardware
+from variants.runtime.neuron_executor import NEURON_PROVIDER
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def run_cpu(path: Path, x: np.ndarray) -> np.ndarray:
     """First output of the model at ``path`` on ONNX Runtime's CPU provider (static batches padded)."""
     import onnxruntime as ort
 
-    from variants.onnx_executor import run_batched, static_batch
+    from variants.runtime.onnx_executor import run_batched, static_batch
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -217,7 +217,7 @@ def run_cpu(path: Path, x: np.ndarray) -> np.ndarray:
 def make_validation_set(model_path: Path, n: int, path: Path, seed: int = 0, label_noise: float = 0.0) -> Path:
     """A small validation set for a model with one float input: random ``x`` and, as labels, the
     fp32 model's own argmax (with a fraction ``label_noise`` of labels changed)."""
-    from variants.builtin_models import make_inputs
+    from variants.runtime.builtin_models import make_inputs
 
     rng = np.random.default_rng(seed)
     inputs = make_inputs(model_path, n, rng)

@@ -4,7 +4,7 @@ SQLite so the dispatcher's latency model can be seeded from it (Kairos §5.1 nee
 per-batch service times).
 
 Measurement (:func:`profile_variant`) is an adapter: it loads the variant into an
-:class:`~variants.onnx_executor.OnnxExecutor`, runs batch sizes 1, 2, 4, ..., 64 ``repeats`` times
+:class:`~variants.runtime.onnx_executor.OnnxExecutor`, runs batch sizes 1, 2, 4, ..., 64 ``repeats`` times
 each after ``warmup`` runs, and reduces the samples with the pure :func:`summarize`.
 
 Memory is measured as the growth of the process's resident set size (``VmRSS`` in
@@ -95,8 +95,8 @@ def profile_variant(path: Path, variant: str, instance_type: str, model: str | N
                     batch_sizes: Sequence[int] = DEFAULT_BATCHES, repeats: int = 5, warmup: int = 1,
                     seed: int = 0, threads: int | None = None) -> VariantProfile:
     """Measure one variant here (this machine stands for ``instance_type``)."""
-    from variants.builtin_models import input_signature, make_inputs_for
-    from variants.onnx_executor import OnnxExecutor
+    from variants.runtime.builtin_models import input_signature, make_inputs_for
+    from variants.runtime.onnx_executor import OnnxExecutor
 
     if repeats < 1:
         raise ValueError("repeats must be >= 1")

@@ -21,7 +21,7 @@ from typing import Sequence
 from config.profiles import ProfileTable
 from config.type_estimates import estimate_of
 from config.schema import ModelSpec
-from variants.executor import ANY_HARDWARE
+from variants.runtime.executor import ANY_HARDWARE
 from variants.generator import Variant
 from variants.profiler import LOCAL_TYPE, ProfileStore, VariantProfile
 from variants.type_profiles import is_estimate

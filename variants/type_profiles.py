@@ -20,7 +20,7 @@ purely (no I/O, no clock):
 - :func:`drift`: whether the online latency model shows a profile drifted (then it is measured again).
 
 Measuring (ONNX Runtime here, or a worker's Infer on a probe) is done by adapters:
-``variants.pipeline.profile_locally`` and ``daemon.probing``.
+``variants.prepare.profile_locally`` and ``daemon.profiling.probing``.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import numpy as np
 from config.budget import BUDGET_EPS
 from config.emulation import derive_profile, sibling_rule
 from config.profiles import LatencyProfile, ProfileTable
-from variants.executor import ANY_HARDWARE
+from variants.runtime.executor import ANY_HARDWARE
 from variants.profiler import BatchLatency, VariantProfile
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import numpy as np
 from config.profiles import LatencyProfile
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.proto.tensors import tensor_to_array
-from variants.builtin_models import make_inputs_for
+from variants.runtime.builtin_models import make_inputs_for
 
 
 @dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from config.profiles import LatencyProfile, Stat
-from variants.executor import Hardware
+from variants.runtime.executor import Hardware
 from worker.rejoin import REJOIN_AFTER_S
 from dispatcher.auth import TOKEN_REFRESH_S
 

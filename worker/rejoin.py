@@ -2,7 +2,7 @@
 
 A worker registers once through its ``--dispatcher`` address (with replicas, the balancer in front
 of them, README "High availability: replicas"). The replica that accepted it then calls it: a
-health check every ``health_interval_s`` (:data:`dispatcher.workers.HEALTH_INTERVAL_S`, 1 s), its
+health check every ``health_interval_s`` (:data:`dispatcher.workers.registry.HEALTH_INTERVAL_S`, 1 s), its
 queries, its variant loads. When the worker hears none of these for :data:`REJOIN_AFTER_S`
 (3 × that interval: the registry itself drops a worker after two failed checks), the replica it
 registered with is gone (died, stopped, or forgot it after a failover), so it registers again
@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from dispatcher.auth import TokenRing, presented_token
-from dispatcher.workers import HEALTH_INTERVAL_S
+from dispatcher.workers.registry import HEALTH_INTERVAL_S
 
 log = logging.getLogger(__name__)
 

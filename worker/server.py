@@ -42,11 +42,11 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from config.files import write_atomic
 from dispatcher.proto.tensors import array_to_tensor
 from config.catalog import load_catalog
-from variants import neuron_executor
-from variants.builtin_models import input_signature, resolve_model
+from variants.runtime import neuron_executor
+from variants.runtime.builtin_models import input_signature, resolve_model
 from config.emulation import padding_ms
-from variants.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
-from variants.onnx_executor import OnnxExecutor
+from variants.runtime.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
+from variants.runtime.onnx_executor import OnnxExecutor
 from worker.options import WorkerOptions, default_cache_dir
 from worker.rejoin import Hearing, keep_registered
 from worker.loaded import LoadedVariant, query_inputs, resolve_variant
@@ -151,7 +151,7 @@ class WorkerServer(pbg.WorkerServicer):
         for name, path in self._model_paths.items():
             await asyncio.to_thread(self._load, name, name, path)
         # with a cluster token, the Worker service answers only the dispatcher, which sends it as a
-        # bearer token (dispatcher.worker_client); health checks stay open
+        # bearer token (dispatcher.workers.client); health checks stay open
         self._ring = TokenRing(self.opts.token) if self.opts.token else None
         if self._ring is not None and self.opts.token_fetch is not None:
             self._keeper = TokenKeeper(self._ring, self.opts.token_fetch, self.opts.token_refresh_s)

@@ -11,8 +11,8 @@ recommendation: the instance is at elevated risk). AWS's guidance is to poll eve
 
 What the worker does with a notice: it tells its dispatcher once per kind
 (``Control.SpotNotice``), which hands it to the fleet loop: the fleet drains the worker before EC2
-reclaims it and places a replacement at once (``daemon/spot_wiring.py``, through
-``scaler.spot_market``'s notice decisions). The endpoint is overridable (``--imds-endpoint``,
+reclaims it and places a replacement at once (``daemon/aws/spot_wiring.py``, through
+``scaler.spot.market``'s notice decisions). The endpoint is overridable (``--imds-endpoint``,
 ``$COSTSCALE_IMDS_ENDPOINT``) so tests serve IMDS from a local HTTP server.
 
 :func:`parse_instance_action` and :func:`parse_rebalance` are pure; :class:`SpotWatch` does the I/O.

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 
 from config.errors import UsageError
-from config.security import read_token
+from config.sections.security import read_token
 from dispatcher.auth import bearer_metadata
 from dispatcher.credentials import channel_credentials
 

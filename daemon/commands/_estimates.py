@@ -1,7 +1,7 @@
 """How ``costscale plan`` shows the estimated profiles a plan rests on (issue #29): a mark on each
 estimated type, a footnote line per estimate with its basis, a line saying when the pick itself rests
 on estimates, and the types left out because their estimates are not allowed
-(:mod:`scaler.estimate_gate`); in ``--json``, an ``estimated`` list and the bases."""
+(:mod:`scaler.planner.estimate_gate`); in ``--json``, an ``estimated`` list and the bases."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from config.profiles import Estimate, ProfileTable
 from config.schema import Config
-from scaler.estimate_gate import ALLOW_FIELD, estimates_in, model_split
+from scaler.planner.estimate_gate import ALLOW_FIELD, estimates_in, model_split
 
 #: the mark after an estimated type in the plan's table
 MARK = "~"

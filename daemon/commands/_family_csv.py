@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from config.errors import UsageError
-from variants.accuracy_planner import profiles_from_rows
+from variants.accuracy.planner import profiles_from_rows
 
 if TYPE_CHECKING:
     from variants.families.profiles import ProfileRow

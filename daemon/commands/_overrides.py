@@ -14,7 +14,7 @@ from typing import Collection
 from variants.families.applications import with_applications
 from config.schema import Config, InstanceTypeSpec, ModelSpec, load_config
 from config.errors import UsageError
-from config.batch_dist import parse_batch_dist
+from config.sections.batch_dist import parse_batch_dist
 from config.profiles import ProfileTable, load_profiles_csv
 from config.type_estimates import with_type_estimates
 
@@ -56,7 +56,7 @@ def resolve(args: argparse.Namespace, cmd: str, *, one_model: bool = False) -> R
     except ValueError as exc:
         raise UsageError(f"{cmd}: {exc}") from None
     if not explicit:   # and those `costscale profile` (or the daemon) measured since
-        from daemon.profiling import stored_profiles
+        from daemon.profiling.model_profiles import stored_profiles
 
         profiles = profiles.merged(stored_profiles(cfg))
     try:   # the configured applications, at their most accurate variant (issue #25)

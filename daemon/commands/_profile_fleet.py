@@ -1,8 +1,8 @@
 """``costscale profile`` without ``--local``: one probe per type that lacks a measured profile,
 launched through the fleet actuator under the cluster's lease and state store (so never beside a
 running daemon of the cluster, which profiles on its own), measured through its worker and
-terminated (``daemon.probing.Prober``). In the embedded default (``aws.endpoint_url`` set) each
-probe's worker is a local process, as in the demo (``daemon.local_runner``)."""
+terminated (``daemon.profiling.probing.Prober``). In the embedded default (``aws.endpoint_url`` set) each
+probe's worker is a local process, as in the demo (``daemon.local.runner``)."""
 from __future__ import annotations
 
 import asyncio
@@ -13,12 +13,12 @@ from typing import Sequence
 from config.profiles import ProfileTable
 from config.schema import Config, ModelSpec
 from daemon.commands._progress import Progress
-from daemon.probing import ProbeOutcome, Prober
-from daemon.profiling import ModelProfiles, measure_fn, measured_only, model_variants, record_measured
+from daemon.profiling.probing import ProbeOutcome, Prober
+from daemon.profiling.model_profiles import ModelProfiles, measure_fn, measured_only, model_variants, record_measured
 from dispatcher.latency_model import LatencyModel
-from scaler.actuator import FleetActuator
-from scaler.lease import renew_interval_s
-from scaler.state import StateStore
+from scaler.fleet.actuator import FleetActuator
+from scaler.replicas.lease_decision import renew_interval_s
+from scaler.fleet.state import StateStore
 from variants.profiler import VariantProfile
 from variants.registry import VariantRegistry
 
@@ -46,9 +46,9 @@ async def profile_on_fleet(cfg: Config, specs: Sequence[ModelSpec], srcs: dict[s
                            types: Sequence[str], batches: Sequence[int] | None, repeats: int,
                            bar: Progress, have: ProfileTable) -> tuple[list[ModelProfiles], ProbeOutcome]:
     """Probe every type of ``types`` some model of ``specs`` has no profile on in ``have``."""
-    from daemon.aws_wiring import AwsWiring
-    from daemon.cluster_token import with_cluster_token
-    from daemon.local_runner import LocalRunner
+    from daemon.aws.wiring import AwsWiring
+    from daemon.aws.cluster_token import with_cluster_token
+    from daemon.local.runner import LocalRunner
     from daemon.process import on_this_host
     from dispatcher.server import Dispatcher
 

@@ -1,4 +1,4 @@
-"""``costscale accuracy plan``: the accuracy planner (Proteus §4, :mod:`variants.accuracy_planner`)
+"""``costscale accuracy plan``: the accuracy planner (Proteus §4, :mod:`variants.accuracy.planner`)
 over a pool and a variant family's profiles: which variant each worker hosts, how each model's
 queries are split, what is served and at what accuracy.
 
@@ -21,7 +21,7 @@ from typing import Collection
 from config.errors import UsageError
 from daemon.commands._family_csv import load_variants
 from daemon.commands._overrides import parse_counts
-from variants.accuracy_planner import AccuracyPlan, plan_accuracy, workers_from_counts
+from variants.accuracy.planner import AccuracyPlan, plan_accuracy, workers_from_counts
 
 CMD = "accuracy plan"
 

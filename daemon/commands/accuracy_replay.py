@@ -27,7 +27,7 @@ CMD = "accuracy replay"
 
 def register(asub: argparse._SubParsersAction) -> None:
     from sim.accuracy_sim import ALLOCATIONS, AccuracySpec
-    from variants.adaptive_batching import BATCHING_POLICIES
+    from variants.accuracy.adaptive_batching import BATCHING_POLICIES
 
     r = asub.add_parser("replay", help="accuracy scaling over a trace on virtual time, against baselines")
     r.add_argument("--variants", required=True, metavar="CSV",
@@ -73,7 +73,7 @@ def _arrivals(args: argparse.Namespace, model: str):  # type: ignore[no-untyped-
 def run_replay(args: argparse.Namespace) -> int:
     from daemon.commands._family_csv import load_variants
     from sim.accuracy_sim import ALLOCATIONS, AccuracySpec, simulate_accuracy
-    from variants.accuracy_planner import workers_from_counts
+    from variants.accuracy.planner import workers_from_counts
 
     rows, variants = load_variants(args.variants, CMD)
     models = sorted({v.model for v in variants})

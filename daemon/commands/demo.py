@@ -1,7 +1,7 @@
 """``costscale demo [--duration S]``: the whole loop on one machine against an embedded moto EC2.
 Exit 0 when the run served queries and left nothing running, 1 otherwise, 130 on Ctrl-C.
 ``costscale demo --serve [--listen HOST:PORT] [--metrics HOST:PORT]``: the same cluster kept up
-for your own clients until Ctrl-C (``daemon.sandbox``), exit 0."""
+for your own clients until Ctrl-C (``daemon.demos.sandbox``), exit 0."""
 from __future__ import annotations
 
 from config.numbers import finite_float
@@ -13,8 +13,8 @@ import logging
 
 from config.hostport import hostport_arg
 from daemon.commands._overrides import parse_counts
-from daemon.demo import DEMO_TYPES
-from daemon.demo_replicas import MAX_REPLICAS, MIN_REPLICAS
+from daemon.demos.basic import DEMO_TYPES
+from daemon.demos.replicas import MAX_REPLICAS, MIN_REPLICAS
 from config.errors import UsageError
 from dispatcher.policies import POLICY_NAMES
 
@@ -71,14 +71,14 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto server request log
     pool = parse_counts(args.pool, "demo", DEMO_TYPES) if args.pool else None
-    from daemon.demo import quiet_library_logs, run_demo
+    from daemon.demos.basic import quiet_library_logs, run_demo
 
     # at the default level the display shows costscale's warnings and errors, not library chatter
     quiet = quiet_library_logs() if level >= logging.WARNING else contextlib.nullcontext()
     if args.spot:
         if args.trace or pool or args.serve or args.models == 2 or args.pipeline:
             raise UsageError("demo: --spot runs its own scenario: no --trace, --pool, --serve, --models 2 or --pipeline")
-        from daemon.demo_spot import run_spot_demo
+        from daemon.demos.spot import run_spot_demo
 
         with quiet:
             return asyncio.run(run_spot_demo(args.rate, seed=args.seed, as_json=args.json))
@@ -89,20 +89,20 @@ def _run(args: argparse.Namespace) -> int:
         if duration < 60.0:
             raise UsageError("demo: --models 2 needs --duration of at least 60 s (a third of it after each "
                              "model's step, for its new worker to start and serve)")
-        from daemon.demo_models import run_models_demo
+        from daemon.demos.models import run_models_demo
 
         with quiet:
             return asyncio.run(run_models_demo(duration, args.budget, args.seed, args.json))
     if args.pipeline:
         if args.trace or pool or args.serve or args.models == 2:
             raise UsageError("demo: --pipeline runs its own pipeline load: no --trace, --pool, --serve or --models 2")
-        from daemon.demo_pipeline import run_pipeline_demo
+        from daemon.demos.pipeline import run_pipeline_demo
 
         with quiet:
             return asyncio.run(run_pipeline_demo(60.0 if args.duration is None else args.duration, args.rate,
                                                  args.step_rate, args.budget, args.seed, args.json))
     if args.serve:
-        from daemon.sandbox import run_sandbox
+        from daemon.demos.sandbox import run_sandbox
 
         with quiet:
             return asyncio.run(run_sandbox(args.budget, args.listen, args.metrics, rate=args.rate, pinned_pool=pool))
@@ -117,7 +117,7 @@ MIN_REPLICAS_DURATION_S = 8.0
 
 
 def _replicas(args: argparse.Namespace) -> int:
-    """``demo --replicas N``: its checks (one line, exit 2), then :func:`daemon.demo_replicas.run_replicas_demo`."""
+    """``demo --replicas N``: its checks (one line, exit 2), then :func:`daemon.demos.replicas.run_replicas_demo`."""
     if not MIN_REPLICAS <= args.replicas <= MAX_REPLICAS:
         raise UsageError(f"demo: --replicas must be between {MIN_REPLICAS} and {MAX_REPLICAS} (got {args.replicas}): "
                          "they share the workers of one pinned pool on this machine")
@@ -132,8 +132,8 @@ def _replicas(args: argparse.Namespace) -> int:
     level = getattr(logging, args.log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto server request log
-    from daemon.demo import quiet_library_logs
-    from daemon.demo_replicas import run_replicas_demo
+    from daemon.demos.basic import quiet_library_logs
+    from daemon.demos.replicas import run_replicas_demo
 
     with quiet_library_logs() if level >= logging.WARNING else contextlib.nullcontext():
         return asyncio.run(run_replicas_demo(args.replicas, duration, rate, args.seed, args.json))
@@ -143,7 +143,7 @@ def _trace(path: str):  # type: ignore[no-untyped-def]
     """The trace's rows for the demo's model, from 0; one line and exit 2 when it has none."""
     import numpy as np
 
-    from daemon.demo import DEMO_MODEL
+    from daemon.demos.basic import DEMO_MODEL
     from sim.workload import read_trace_csv, trace_workload
 
     try:

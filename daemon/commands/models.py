@@ -23,7 +23,7 @@ from pathlib import Path
 
 from config.hostport import hostport_arg
 from config.errors import UsageError
-from config.security import read_file_bytes
+from config.sections.security import read_file_bytes
 from daemon.commands._client import add_client_flags, call
 
 

@@ -1,4 +1,4 @@
-"""``costscale pipeline plan``: Loki's two steps (:mod:`variants.pipeline_planner`) for one of the
+"""``costscale pipeline plan``: Loki's two steps (:mod:`variants.pipelines.planner`) for one of the
 config's pipelines over a pool: which variant of each task runs on how many workers of which type,
 at what batch, how the queries are routed along the augmented graph's paths, what is served and at
 what end-to-end accuracy.
@@ -15,8 +15,8 @@ import math
 
 from config.errors import UsageError
 from daemon.commands._overrides import parse_counts
-from scaler.pools import pool_text
-from variants.pipeline_planner import PipelinePlan, plan_pipeline
+from scaler.planner.pools import pool_text
+from variants.pipelines.planner import PipelinePlan, plan_pipeline
 
 CMD = "pipeline plan"
 
@@ -38,7 +38,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from config.profiles import load_profiles_csv
     from config.schema import load_config
     from variants.families.applications import with_applications
-    from variants.pipeline_inputs import task_variants
+    from variants.pipelines.inputs import task_variants
 
     cfg = load_config(args.config)
     if not cfg.pipelines:

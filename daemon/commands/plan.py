@@ -1,20 +1,20 @@
 """``costscale plan CONFIG``: the pool the planner would hold (Kairos §5.2). With several models in
-the config and no --model, the joint plan of all of them (issue #24; :mod:`scaler.joint_plan`):
+the config and no --model, the joint plan of all of them (issue #24; :mod:`scaler.planner.joint_plan`):
 the pool, each model's workers, their capacity against the model's demand, and what is short.
 
 Flags override the config: --model, --budget, --types, --qos-ms, --batch-dist, --profiles; --top K
 pools are listed (default 10); --json prints exactly one JSON object (``Plan.to_json``).
---confirm N (max_throughput) confirms the pick with Kairos+ (``scaler.confirm``) using the simulator
+--confirm N (max_throughput) confirms the pick with Kairos+ (``scaler.planner.confirm``) using the simulator
 as evaluator (``sim.pick_eval``, the config's dispatch policy) within N evaluations; the homogeneous
 pool of the base type is always one of them.
 --exhaustive ranks every pool within the budget, as costscale did before the pool search (issue
-#29); by default above ``scaler.plan.SEARCH_ABOVE`` pools the planner finds the same pick, top
-pools and count by an exact search without listing them (``scaler.pool_search``).
+#29); by default above ``scaler.planner.choose.SEARCH_ABOVE`` pools the planner finds the same pick, top
+pools and count by an exact search without listing them (``scaler.planner.pool_search``).
 --estimates plans with the types where a model has only an estimated profile by
 ``config/type_estimates.csv`` (as if every type had ``allow_estimates: true``; issue #29); without
 it they are left out, and a line says so. Every estimated type a plan shows is marked ``~`` with its
 basis below the table (``estimated`` in ``--json``), and a pick that rests on one says so.
---region-prices prices the config's region as the daemon does (``daemon.aws_wiring``: the Price
+--region-prices prices the config's region as the daemon does (``daemon.aws.wiring``: the Price
 List API, cached beside the state store; on failure the shipped us-east-1 table, with one warning
 line); without it the shipped table's prices are used.
 """
@@ -35,15 +35,15 @@ from daemon.commands._estimates import footer, marked, model_estimates
 from daemon.commands._overrides import add_override_flags, resolve, with_estimates_allowed
 from config.errors import UsageError
 from config.schema import Config
-from scaler.base_aux import PlanError
-from scaler.batch_mix import mix_from_dist
-from scaler.fleet_decision import plan_fleet
+from scaler.planner.base_aux import PlanError
+from scaler.planner.batch_mix import mix_from_dist
+from scaler.planner.model_plan import plan_fleet
 from sim.slo_check import slo_check
-from scaler.pick_cache import PickCache
-from scaler.plan import MIX_SEED, Plan
+from scaler.planner.pick_cache import PickCache
+from scaler.planner.choose import MIX_SEED, Plan
 from sim.pick_eval import confirmation
-from scaler.joint_plan import JointPlan, declared_demands, plan_joint
-from scaler.replan import DemandView
+from scaler.planner.joint_plan import JointPlan, declared_demands, plan_joint
+from scaler.planner.replan import DemandView
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -170,7 +170,7 @@ def region_priced(cfg: Config, types: Sequence[str] | None) -> Config:
     """``cfg`` priced in its region through the daemon's own path (``AwsWiring.priced``), with the
     ``--types`` beyond the allowed ones priced too; an emulated cloud (``aws.endpoint_url``) keeps
     the table's prices, as the daemon does, and one line says so."""
-    from daemon.aws_wiring import AwsWiring
+    from daemon.aws.wiring import AwsWiring
 
     wiring = AwsWiring(cfg, None)
     if wiring.prices is None:
@@ -213,7 +213,7 @@ def demand_rates(text: str | None, cfg: Config, model: str | None) -> dict[str, 
 
 def run_joint(args: argparse.Namespace, cfg: Config, profiles, rates: dict[str, float],  # type: ignore[no-untyped-def]
               types: list[str] | None, objective: str) -> int:
-    """The joint plan of every configured model (:func:`scaler.joint_plan.plan_joint`), confirmed
+    """The joint plan of every configured model (:func:`scaler.planner.joint_plan.plan_joint`), confirmed
     as the daemon confirms its max_throughput picks."""
     declared = declared_demands(cfg)
     demand = {m: DemandView(rates.get(m, d.qps), d.mix, False) for m, d in declared.items()}

@@ -5,7 +5,7 @@ find them (the variant registry next to the state store) and, with ``--out``, as
 INFaaS §3.2 profiles every variant on every hardware type at registration. ``--local`` measures on
 this machine and *estimates* the types with their emulation factors (``config.emulation``);
 without it, one probe instance per type that lacks a measured profile is launched through the fleet
-actuator, measured through its worker, and terminated (``daemon.probing``), and what the probes
+actuator, measured through its worker, and terminated (``daemon.profiling.probing``), and what the probes
 cost is printed. By default the models with no profile on some allowed type are profiled.
 
 Every estimate is tagged as one, in the output, the registry and ``--out`` (its ``source`` column):
@@ -30,7 +30,7 @@ from config.schema import Config, ModelSpec
 from daemon.commands._progress import Progress
 
 if TYPE_CHECKING:   # the command's work imports ONNX Runtime and gRPC: only when it runs
-    from daemon.profiling import ModelProfiles
+    from daemon.profiling.model_profiles import ModelProfiles
     from variants.registry import VariantRegistry
 
 ESTIMATE_NOTE = ("per-type profiles marked 'estimate' are this machine's measurement x each type's emulation factor "
@@ -79,7 +79,7 @@ def _parse_types(text: str | None, cfg: Config) -> list[str]:
 def _models(args: argparse.Namespace, cfg: Config, csv: ProfileTable, have: ProfileTable,
             types: list[str]) -> tuple[list[ModelSpec], list[str]]:
     """The models to profile, and a line for each one skipped because it has profiles on every type."""
-    from daemon.profiling import own_models
+    from daemon.profiling.model_profiles import own_models
 
     if args.model is not None:
         try:
@@ -116,7 +116,7 @@ def _open_registry(cfg: Config, out: str | None) -> "VariantRegistry | None":
 
 
 def run(args: argparse.Namespace) -> int:
-    from daemon.profiling import stored_profiles
+    from daemon.profiling.model_profiles import stored_profiles
     from variants.registry import VariantRegistry, registry_path_for
 
     if args.repeats < 1:
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 def _estimate(cfg: Config, m: ModelSpec, reg: "VariantRegistry", src: Path, types: list[str],
               batches: list[int] | None, repeats: int, csv: ProfileTable, bar: Progress) -> "ModelProfiles":
     """``--local``: measure here and estimate the types; a measured profile is never replaced."""
-    from daemon.profiling import measured_only, profile_here
+    from daemon.profiling.model_profiles import measured_only, profile_here
 
     measured = measured_only(csv.merged(reg.type_profiles()), reg)
     keep = [t for t in types if measured.has(m.profile_name, t)]
@@ -187,8 +187,8 @@ def _type_estimates(cfg: Config, csv: ProfileTable, results: "list[ModelProfiles
     """Model -> type -> basis: the estimates by ``config/type_estimates.csv`` the daemon and ``plan``
     hold for the models not profiled in this run, on ``types`` (issue #29)."""
     from config.type_estimates import with_type_estimates
-    from daemon.profiling import stored_profiles
-    from scaler.estimate_gate import needs_opt_in
+    from daemon.profiling.model_profiles import stored_profiles
+    from scaler.planner.estimate_gate import needs_opt_in
 
     view = with_type_estimates(csv.merged(stored_profiles(cfg)))
     done = {r.spec.name for r in results}
@@ -201,7 +201,7 @@ def _type_estimates(cfg: Config, csv: ProfileTable, results: "list[ModelProfiles
 
 
 def _resolve(m: ModelSpec) -> Path:
-    from variants.builtin_models import ModelError, resolve_model
+    from variants.runtime.builtin_models import ModelError, resolve_model
     from worker.server import default_cache_dir
 
     try:

@@ -1,10 +1,10 @@
 """``costscale replay CONFIG (--trace CSV | --pattern NAME[:k=v,...]) [--hours H] [--seed N]
 [--spot-trace CSV] [--baselines] [--estimates] [--json] [--plot FILE.png]``: a day of traffic through
 the daemon's own loops on a virtual clock, scored in dollars, SLO attainment and accuracy
-(:mod:`sim.replay`), optionally against the baselines of :mod:`sim.replay_baselines`. The report's
+(:mod:`sim.replay.run`), optionally against the baselines of :mod:`sim.replay.baselines`. The report's
 ``estimated`` names each model's workers that ran on an estimated profile (issue #29), and the summary
 marks them ``~``. With spot markets (issue #28) the report has a ``spot`` section and the
-``on_demand_only`` baseline (:mod:`sim.spot_baselines`), and ``--spot-trace`` preempts spot instances
+``on_demand_only`` baseline (:mod:`sim.replay.spot_baselines`), and ``--spot-trace`` preempts spot instances
 as a zone's availability trace says.
 """
 from __future__ import annotations
@@ -24,14 +24,14 @@ from config.profiles import ProfileTable
 from config.schema import Config
 from daemon.commands._overrides import resolve, with_estimates_allowed
 from daemon.commands._progress import Progress
-from scaler.estimate_gate import share_estimates
+from scaler.planner.estimate_gate import share_estimates
 from sim.patterns import parse_pattern, pattern_workload
-from sim.replay import DEFAULT_BOOT_S, Fault, ReplaySpec, replay
-from sim.replay_baselines import BASELINE_NAMES, PoolPlanner, baseline_names, run_baseline
-from sim.replay_metrics import report
+from sim.replay.run import DEFAULT_BOOT_S, Fault, ReplaySpec, replay
+from sim.replay.baselines import BASELINE_NAMES, PoolPlanner, baseline_names, run_baseline
+from sim.replay.report import report
 from sim.slo_check import slo_check
-from sim.spot_baselines import SPOT_BASELINES, figures, run_spot_baseline, spot_enabled
-from sim.spot_trace import ANY_TYPE, SpotTrace, read_spot_trace
+from sim.replay.spot_baselines import SPOT_BASELINES, figures, run_spot_baseline, spot_enabled
+from sim.replay.spot_trace import ANY_TYPE, SpotTrace, read_spot_trace
 from sim.workload import Workload, read_trace_csv, trace_workload
 
 #: a replay is refused (one line, exit 2) past this many queries (memory: ~100 bytes each)
@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _model_names(cfg: Any) -> dict[str, str]:
     """A trace row's name (a model's, its application's, or a pipeline's) → the config model (the
-    pipeline: its queries run through its tasks, sim.replay_pipelines)."""
+    pipeline: its queries run through its tasks, sim.replay.pipelines)."""
     out = {m.name: m.name for m in cfg.models}
     for m in cfg.models:
         if getattr(m, "application", None):
@@ -302,7 +302,7 @@ def run_replay(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     if args.plot:
-        from sim.replay_plot import plot_replay
+        from sim.replay.plot import plot_replay
 
         try:
             plot_replay(run, out, args.plot)

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from daemon.commands._overrides import Resolved, add_override_flags, parse_pool, resolve
-from scaler.pools import pool_cost
+from scaler.planner.pools import pool_cost
 from config.errors import UsageError
 from sim.capacity import pool_capacity
 from sim.engine import simulate

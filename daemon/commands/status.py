@@ -1,5 +1,5 @@
 """``costscale status``: what a running daemon holds, spends and decides, from its dispatcher's
-Status RPC (:mod:`dispatcher.status`; the Prometheus metrics read the same reply).
+Status RPC (:mod:`dispatcher.api.status`; the Prometheus metrics read the same reply).
 
     costscale status [--dispatcher HOST:PORT] [--json] [--watch [--interval S]]
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from config.hostport import hostport_arg
 from daemon.commands._client import add_client_flags, call
-from scaler.pools import pool_text
+from scaler.planner.pools import pool_text
 
 DEFAULT_DISPATCHER = "127.0.0.1:50051"
 #: how long one Status call may take (s)

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from daemon.profiling import stored_profiles
+    from daemon.profiling.model_profiles import stored_profiles
 
     cfg = load_checked_config(args.config, files=True)
     for line in config_warnings(cfg, stored_profiles(cfg), args.config):

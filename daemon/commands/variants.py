@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 
 from config.errors import UsageError
-from variants.autoscale_ilp import ScalingVariant
-from variants.cheapest import NoCombination, cheapest
+from variants.infaas.autoscale_ilp import ScalingVariant
+from variants.infaas.cheapest import NoCombination, cheapest
 
 _REQUIRED = ("name", "latency_ms", "saturation_qps", "cost_per_second")
 _OPTIONAL = ("load_latency_s", "resources", "hardware", "model", "accuracy", "max_batch")

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Callable
 from config.hostport import split_hostport
 from config.errors import UsageError
 from config.numbers import finite_float
-from config.security import read_token
+from config.sections.security import read_token
 from config.catalog import load_catalog
-from variants.builtin_models import ModelError
-from variants.executor import parse_providers
+from variants.runtime.builtin_models import ModelError
+from variants.runtime.executor import parse_providers
 
 if TYPE_CHECKING:
     from worker.server import WorkerOptions
@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _tls_flags(args: argparse.Namespace) -> dict[str, str | None]:
     """The TLS files, each readable PEM (UsageError naming the flag otherwise)."""
-    from config.security import read_pem
+    from config.sections.security import read_pem
 
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UsageError("--tls-cert and --tls-key go together")
@@ -117,8 +117,8 @@ def _token_from_parameter(name: str) -> tuple[str, Callable[[], str | None]]:
     (a config problem), not 1 (a refused registration): the instance profile, the region or the
     parameter is the deployment's to fix, the worker never contacts the dispatcher without a
     token, and a refusal is final (no retry loop on AccessDenied)."""
-    from scaler.cloud import CloudConfigError, CloudError
-    from scaler.token_parameter import ParameterRefused, TokenParameter, make_ssm_client
+    from scaler.cloud.provider import CloudConfigError, CloudError
+    from scaler.cloud.token_parameter import ParameterRefused, TokenParameter, make_ssm_client
 
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
@@ -203,7 +203,7 @@ def build_options(args: argparse.Namespace) -> "WorkerOptions":
 
 
 def run(args: argparse.Namespace) -> int:
-    from daemon.local_runner import die_with_parent
+    from daemon.local.runner import die_with_parent
 
     die_with_parent()
     opts = build_options(args)

@@ -7,7 +7,7 @@ is an application whose queries any of the family's variants may answer.
   timed runs), so ``plan_fleet``, ``plan_joint``, ``costscale plan`` and ``costscale capacity`` need
   nothing new.
 - Every variant gets a profile under its own name too: the replay's query loop predicts and serves
-  a query by the variant it is pinned to (:mod:`sim.variant_lane`).
+  a query by the variant it is pinned to (:mod:`sim.replay.variant_lane`).
 
 A shipped family (``config/families/<name>.csv``) or a CSV of the same columns
 (:data:`variants.families.profiles.COLUMNS`); rows of the CSV whose ``model`` column is neither the

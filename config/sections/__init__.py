@@ -1,0 +1,1 @@
+"""The config's sections beside the top-level schema: dispatcher, loop intervals, lease, spot, pipelines, security, batch-size distributions."""

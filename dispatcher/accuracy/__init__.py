@@ -1,0 +1,1 @@
+"""The live accuracy plan's routing: the plan's router and the application's variant per query."""

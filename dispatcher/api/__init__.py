@@ -1,0 +1,1 @@
+"""The dispatcher's wire: gRPC servicers, the Open Inference Protocol, what Status says."""

@@ -1,0 +1,1 @@
+"""Several control hosts: the cluster lease, replica membership and heartbeats, which replica owns which worker, the handoff, the DynamoDB items they share."""

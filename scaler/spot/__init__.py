@@ -1,0 +1,1 @@
+"""Spot capacity (SpotHedge): the market decisions, the fleet tick's spot hooks, interruption notices."""

@@ -1,0 +1,179 @@
+"""INFaaS on an application with accuracy scaling off (issue #25): the daemon's model loop and
+getVariant on the virtual clock, over an application's query loop (:class:`sim.replay.variant_lane.VariantLoop`).
+
+Live, a family registered as an application is one registered model per member, each its own
+variant (:mod:`variants.families.registration`); with ``model_scaling.accuracy_scaling`` off:
+
+- **getVariant at admission** (``dispatcher.admission.Admission.validate`` →
+  :func:`dispatcher.modelless.route`): a query that names only the application (no variant, no
+  latency of its own in a trace; as minimum accuracy the application's ``models[].min_accuracy``,
+  0 by default) takes the Active variant instance on the
+  least-utilized worker, else the Inactive variant with the lowest load + inference latency, loaded
+  on the least-utilized worker of its hardware (the query waits for the load); Overloaded and
+  Interfered instances are skipped (the state machine's verdicts, below). :class:`ReplayInfaas.pin`
+  calls ``route`` with the lane's workers: what each hosts, its load as admission measures it
+  (:func:`dispatcher.modelless.routing_load`), the states of the last round.
+- **The model loop** (``daemon.loops.model_loop.ModelLoop.tick``): every ``intervals.model_s`` the same
+  :func:`variants.infaas.model_decision.decide` over the members as models (each one's load: the queries
+  getVariant pinned to it, over the demand window's horizon as live), its Load/Unload placements applied after the load
+  time (``load_s``), its VM-autoscaler decisions and shortfall turned into the capacity hint as for
+  any model (:meth:`sim.replay.models.ReplayModelLoop.next_hint`).
+
+Where the replay differs: a worker holds one variant (the model loop's "one instance slot per
+worker"); live, a getVariant load on a worker adds a variant beside the one it hosts, here it
+replaces it. Workers register hosting the most accurate variant, as the fleet planned them.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+from typing import Callable, Mapping
+
+from config.profiles import ProfileTable
+from dispatcher import modelless as ml
+from dispatcher.window import DemandWindow
+from sim.replay.variant_lane import VariantLoop
+from variants.runtime.executor import ANY_HARDWARE
+from variants.infaas.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, VariantCandidate,
+                                     WorkerSnapshot, above_floor, decide, profiled_ms)
+from variants.infaas.selection import Request
+from variants.infaas.state_machine import StateKey, VariantState
+
+#: ``dispatcher.workers.registry.Workers.utilization_horizon_s``: getVariant's "least-utilized" looks this far back
+UTILIZATION_HORIZON_S = 2.0
+
+
+class ReplayInfaas:
+    """getVariant and the INFaaS model loop over one application's lane (see the module docstring)."""
+
+    def __init__(self, lane: VariantLoop, params: ModelLoopParams, load_s: float,
+                 hardware: Mapping[str, str], prices: Mapping[str, float], profiles: ProfileTable,
+                 schedule: Callable[[float, Callable[[], None]], None], now: Callable[[], float],
+                 min_accuracy: float = 0.0) -> None:
+        self.lane, self.params, self.load_s = lane, params, load_s
+        self.min_accuracy = min_accuracy       # the application's floor (``models[].min_accuracy``)
+        self.hardware, self.prices, self.profiles = dict(hardware), dict(prices), profiles
+        self.schedule, self.now = schedule, now
+        self.state = ModelLoopState()
+        self.states: dict[StateKey, VariantState] = {}
+        self.loading: set[str] = set()              # workers with a load in flight
+        self.last_at: float | None = None
+        #: each member's own arrivals after getVariant (live: ``Dispatcher.model_windows``)
+        self.windows = {v: DemandWindow() for v in lane.vnames}
+        app = lane.app
+        self.metas = [ml.VariantMeta(v, v, ANY_HARDWARE, acc, lane.times.max_batch, load_s * 1000.0)
+                      for v, acc in app.variants]
+        self._grid: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {}
+        lane.get_variant = self.pin
+        lane.busy = {}
+
+    # -- getVariant --------------------------------------------------------------------------------
+    def grid(self, variant: str, hw: str) -> tuple[tuple[int, float], ...]:
+        """``VariantPlacement.grid``: ``variant``'s (batch, ms) on the fastest type of ``hw`` it has a
+        profile for."""
+        got = self._grid.get((variant, hw))
+        if got is None:
+            pred = self.lane.vtimes[variant].pred_ms
+            types = [t for t in self.lane.app.types(variant) if self.hardware.get(t) == hw]
+            got = ()
+            if types:
+                t = min(types, key=lambda x: (pred(x)[1], x))
+                got = tuple((b, float(pred(t)[b])) for b in ml.grid_batches(self.lane.times.max_batch))
+            self._grid[(variant, hw)] = got
+        return got
+
+    def _utilization(self, now: float) -> dict[str, float]:
+        """What admission ranks the workers by (:func:`dispatcher.modelless.routing_load`): the busy
+        fraction over the last :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a
+        call's interval is recorded when it completes), plus its call under way's predicted rest and
+        its share of the queries waiting for its variant (``Admission.route_workers``)."""
+        lane = self.lane
+        busy = lane.busy or {}
+        lo = now - UTILIZATION_HORIZON_S
+        waiting = collections.Counter(v.model for v in itertools.chain(lane._retry.values(), lane._queue.values()))
+        hosts = collections.Counter(w.variant for w in lane.workers.values()
+                                    if not (w.draining or w.leaving) and w.variant in waiting)
+        out = {}
+        for wid, w in lane.workers.items():
+            dq = busy.get(wid)
+            if dq:
+                while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
+                    dq.popleft()
+            ivs = () if not dq else (dq if dq[-1][1] <= now else itertools.islice(dq, len(dq) - 1))
+            share = (ml.waiting_share_ms((w.variant,), waiting, hosts, lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
+                     if waiting and w.variant else 0.0)
+            out[wid] = ml.routing_load(ivs, now, UTILIZATION_HORIZON_S, w.busy_until if w.query >= 0 else None, share)
+        return out
+
+    def pin(self, batch: int, slo_ms: float = 0.0) -> str:
+        """getVariant for one query of ``batch`` asking for ``slo_ms`` (a pipeline step's own budget,
+        as ``PipelineRunner`` sends it in ``latency_slo_ms``; 0: none); a load it starts is applied
+        ``load_s`` later."""
+        lane = self.lane
+        now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
+        util = self._utilization(now)
+        workers = [ml.RouteWorker(wid, self.hardware.get(w.itype, "cpu"), w.itype, util[wid],
+                                  frozenset((w.variant,)) if w.variant and wid not in self.loading else frozenset())
+                   for wid, w in lane.workers.items() if not (w.draining or w.leaving)]
+        try:
+            r = ml.route(Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch)), self.metas,
+                         workers, self.grid, self.states)
+        except ml.RouteError:
+            return lane.app.top          # live: the query is refused; here it waits for the top variant
+        if r.needs_load and r.worker is not None and r.worker not in self.loading:
+            self._load(r.worker, r.variant, now)
+        self.windows[r.variant].record(int(batch), now)
+        return r.variant
+
+    def _load(self, wid: str, variant: str, now: float) -> None:
+        self.loading.add(wid)
+
+        def done() -> None:
+            self.loading.discard(wid)
+            self.lane.host(wid, variant, self.now())
+
+        self.schedule(now + self.load_s, done)
+
+    # -- the model loop ----------------------------------------------------------------------------
+    def _profile(self, model: str, itype: str, batch: float, stat: str) -> float:
+        """``ModelLoop._profile`` for a member: its profile on ``itype`` (0 where it has none: the
+        autoscaler skips that pair)."""
+        if (model, itype) not in self.lane.app.latency:
+            return 0.0
+        return profiled_ms(self.lane.times.predictor.predict_ms, self.profiles, model, itype, batch, stat)
+
+    def snapshot(self, now: float) -> ModelInputs:
+        """``ModelLoop.snapshot``: the lane's workers and each member's load since the last tick."""
+        lane = self.lane
+        interval = max(now - self.last_at if self.last_at is not None else 1.0, 1e-3)
+        workers = []
+        for wid, (busy, served) in lane.take_samples(now).items():
+            w = lane.workers[wid]
+            hosted = () if (not w.variant or wid in self.loading) else (w.variant,)
+            workers.append(WorkerSnapshot(wid, w.itype, self.hardware.get(w.itype, "cpu"), min(busy / interval, 1.0),
+                                          hosted, tuple((w.variant, int(b), float(ms)) for b, ms in served)))
+        names = lane.vnames
+        snaps = {v: self.windows[v].snapshot(now) for v in names}
+        candidates = above_floor([VariantCandidate(v, v, ANY_HARDWARE, 1.0, max(self.load_s, 0.1)) for v in names],
+                                 dict(lane.app.variants), {v: self.min_accuracy for v in names})
+        return ModelInputs(now=now, interval_s=interval, workers=tuple(workers), variants=candidates,
+                           load_qps={v: snaps[v].arrival_qps for v in names},
+                           mean_batch={v: snaps[v].mean_batch or 1.0 for v in names},
+                           slo_ms={v: lane.qos_ms for v in names},
+                           price_per_hour=self.prices, profile=self._profile)
+
+    def tick(self, now: float) -> ModelDecision:
+        """One round: decide, then apply its loads ``load_s`` later (unloads are the loads' other
+        half here: one slot per worker)."""
+        inputs = self.snapshot(now)
+        self.last_at = now
+        decision, self.state = decide(inputs, self.state, self.params)
+        self.states = dict(decision.states)
+        for p in decision.placements:
+            if p.action == "load" and p.worker in self.lane.workers and p.worker not in self.loading:
+                self._load(p.worker, p.variant, now)
+        return decision
+
+
+__all__ = ["ReplayInfaas"]
