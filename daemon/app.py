@@ -42,7 +42,9 @@ from daemon.profiling.probing import Prober
 from daemon.profiling.self_profiling import SelfProfiler, profile_sink
 from daemon.observe.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
 from daemon.observe.status_feed import LoopFacts, StatusFeed, build_feed, status_line
-from daemon.loops.fleet_status import FleetStatus, load_profiles_for, quiet_at_shutdown
+from daemon.loops.ticks import quiet_at_shutdown
+from daemon.observe.fleet_status import FleetStatus
+from daemon.profiling.model_profiles import load_profiles_for
 from daemon.loops.fleet_ports import DaemonAudit, DispatcherWorkers, FleetHook, ThreadedCloud
 from daemon.loops.pick_confirmer import PickConfirmer
 from daemon.aws.spot_wiring import FleetMarket, open_market

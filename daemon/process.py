@@ -11,23 +11,17 @@ import logging
 import os
 import signal
 from pathlib import Path
-from urllib.parse import urlparse
 
 from config.schema import Config
-from config.checks import is_loopback, load_checked_config
+from config.checks import load_checked_config
 from config.errors import UsageError
 from daemon.app import Daemon
 from daemon.observe.audit import configure_logging
+from daemon.local.embedded import on_this_host
 from daemon.local.runner import LocalRunner
+from scaler.cloud.provider import ManagedInstance
 
 log = logging.getLogger("costscale")
-
-
-def on_this_host(cfg: Config) -> bool:
-    """True when the config's EC2 is an emulator on this host (moto on loopback, the embedded
-    default): its instances are served by local worker processes (``daemon.local.runner``)."""
-    host = urlparse(cfg.aws.endpoint_url).hostname if cfg.aws.endpoint_url else None
-    return host is not None and is_loopback(f"{host}:0")
 
 
 async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
@@ -98,3 +92,22 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")
     return asyncio.run(_run(cfg, Path(cfg_path), local_workers))
+
+
+async def start_with_local_workers(cfg: Config, models: list[tuple[str, str, str]],
+                                   profiles_csv: str | None = None, imds: str | None = None,
+                                   **daemon_kw: object) -> tuple[Daemon, LocalRunner]:
+    """A started :class:`daemon.app.Daemon` on ``cfg`` listening on a free loopback port, with a
+    :class:`LocalRunner` that follows its fleet (one worker process per running instance serving
+    ``models``: (name, onnx spec, profile name)): what the demos and the end-to-end tests run."""
+    holder: dict[str, LocalRunner] = {}
+
+    async def follow(instances: list[ManagedInstance]) -> None:
+        if "r" in holder:
+            await holder["r"].sync(instances)
+
+    daemon = Daemon(cfg, None, on_fleet_change=follow, listen="127.0.0.1:0", **daemon_kw)  # type: ignore[arg-type]
+    await daemon.start()
+    holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.dispatcher.cluster_token(), models,
+                              profiles_csv=profiles_csv, imds=imds)
+    return daemon, holder["r"]

@@ -128,7 +128,7 @@ def digits_cluster(endpoint: str, tmp: Path, members, mode: str, **extra) -> tup
 
 
 async def _scenario(endpoint: str, tmp: Path, members, mode: str) -> dict:  # type: ignore[type-arg]  # noqa: ANN001
-    from daemon.local.runner import start_with_local_workers
+    from daemon.process import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     cfg, rows = digits_cluster(endpoint, tmp, members, mode)

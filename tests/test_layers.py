@@ -30,8 +30,10 @@ def _copy_tree(dst: Path) -> None:
         shutil.copytree(ROOT / pkg, dst / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.csv"))
 
 
-CONTRACTS = ("Layers (ARCHITECTURE.md)", "Pure decisions do no I/O", "Dispatcher parts never import the composer",
-             "Dispatcher modules import without a circle", "Daemon parts never import the composer")
+CONTRACTS = ("Layers (ARCHITECTURE.md)", "scaler's folders (ARCHITECTURE.md)", "daemon's folders (ARCHITECTURE.md)",
+             "variants' folders (ARCHITECTURE.md)", "sim's folders (ARCHITECTURE.md)", "Pure decisions do no I/O",
+             "Dispatcher parts never import the composer", "Dispatcher modules import without a circle",
+             "Daemon parts never import the composer")
 
 
 def test_lint_imports_keeps_every_contract() -> None:
@@ -45,6 +47,12 @@ def test_lint_imports_keeps_every_contract() -> None:
     ("scaler/planner/choose.py", "import daemon.app  # upward: a decision package importing the process", "Layers (ARCHITECTURE.md)"),
     ("scaler/fleet/parking.py", "import sqlite3  # I/O inside a pure decision", "Pure decisions do no I/O"),
     ("variants/infaas/selection.py", "import scaler.fleet.transitions  # across independent siblings", "Layers (ARCHITECTURE.md)"),
+    # the folders inside a package (issue #37): the planner below the fleet, spot and replicas apart
+    ("scaler/planner/joint_plan.py", "import scaler.fleet.transitions  # the planner reaching up to the fleet",
+     "scaler's folders (ARCHITECTURE.md)"),
+    ("scaler/spot/events.py", "import scaler.replicas.lease_decision  # across sibling folders", "scaler's folders (ARCHITECTURE.md)"),
+    ("daemon/observe/audit.py", "import daemon.loops.ticks  # what the daemon shows reaching for its loops",
+     "daemon's folders (ARCHITECTURE.md)"),
     # a dispatcher part given the whole composer, be it only for its type (issue #27)
     ("dispatcher/offline.py", "import typing\nif typing.TYPE_CHECKING:\n    from dispatcher.server import Dispatcher",
      "Dispatcher parts never import the composer"),

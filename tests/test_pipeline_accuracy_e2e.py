@@ -33,7 +33,7 @@ def test_a_pipeline_spike_is_served_at_lower_accuracy_and_accuracy_comes_back(mo
 
 
 async def _scenario(endpoint: str, tmp: Path, members) -> None:  # noqa: ANN001
-    from daemon.local.runner import start_with_local_workers
+    from daemon.process import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     cfg, _ = digits_cluster(endpoint, tmp, members, "plan", pipelines=[{"name": "reads", "slo_ms": PIPE_SLO_MS, "scaling": "per_task", "tasks": [

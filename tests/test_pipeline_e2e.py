@@ -30,7 +30,7 @@ def test_pipeline_queries_are_served_end_to_end_and_the_fleet_sees_each_task(mot
 
 
 async def _scenario(endpoint: str, tmp: Path) -> None:
-    from daemon.local.runner import start_with_local_workers
+    from daemon.process import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     cfg = rm2_and_ranker(endpoint, tmp, LOW_QPS, 2 * LOW_QPS, pipelines=[{"name": "recs", "slo_ms": SLO_MS, "tasks": [

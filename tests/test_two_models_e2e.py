@@ -50,7 +50,7 @@ WORKER_MODELS = [("rm2", "builtin:mlp", "rm2"), ("ranker", "builtin:mlp", "rm2")
 
 
 async def _scenario(endpoint: str, tmp: Path) -> None:
-    from daemon.local.runner import start_with_local_workers
+    from daemon.process import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     cfg = rm2_and_ranker(endpoint, tmp, LOW_QPS, LOW_QPS)

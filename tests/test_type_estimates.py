@@ -350,7 +350,7 @@ class SimpleTarget:
 
 
 def test_the_daemons_plan_log_line_and_fleet_view_name_the_estimates() -> None:
-    from daemon.loops.fleet_status import plan_estimates, tick_line
+    from daemon.observe.fleet_status import plan_estimates, tick_line
     from scaler.planner.joint_plan import plan_joint
     from sim.slo_check import slo_check
 

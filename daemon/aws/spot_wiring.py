@@ -31,7 +31,8 @@ from config.schema import Config
 from config.sections.spot import spot_types
 from scaler.fleet.actuator import FleetActuator
 from scaler.cloud.provider import CloudProvider
-from scaler.spot.fleet import MarketHooks, SpotFleet
+from scaler.fleet.market_hooks import MarketHooks
+from scaler.spot.fleet import SpotFleet
 from scaler.spot.market import DRAIN_LEAD_S, SpotMarket
 from scaler.pricing.spot import SpotPriceSource, cache_path_for
 from scaler.cloud.slots import is_spot

@@ -49,7 +49,7 @@ async def profile_on_fleet(cfg: Config, specs: Sequence[ModelSpec], srcs: dict[s
     from daemon.aws.wiring import AwsWiring
     from daemon.aws.cluster_token import with_cluster_token
     from daemon.local.runner import LocalRunner
-    from daemon.process import on_this_host
+    from daemon.local.embedded import on_this_host
     from dispatcher.server import Dispatcher
 
     results = [ModelProfiles(m, model_variants(cfg, m, registry, srcs[m.name], cfg.model_scaling.generate_variants))

@@ -122,7 +122,7 @@ async def start_serving(daemon: Any, models: Sequence[str], stop: asyncio.Event,
 async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int = 1, as_json: bool = False) -> int:
     """The two-model demo (module docstring); exit 0 when both models were served and nothing was
     left running, 1 otherwise, 130 on Ctrl-C."""
-    from daemon.local.runner import start_with_local_workers
+    from daemon.process import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb
     from dispatcher.proto import costscale_pb2_grpc as pbg
 

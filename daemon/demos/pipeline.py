@@ -50,7 +50,7 @@ async def run_pipeline_demo(duration: float = 60.0, rate1: float = 3.0, rate2: f
                             seed: int = 1, as_json: bool = False) -> int:
     """The pipeline demo (module docstring); exit 0 when queries were served end to end and nothing
     was left running, 1 otherwise, 130 on Ctrl-C."""
-    from daemon.local.runner import start_with_local_workers
+    from daemon.process import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb
     from dispatcher.proto import costscale_pb2_grpc as pbg
 

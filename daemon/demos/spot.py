@@ -67,7 +67,7 @@ async def spot_scenario(endpoint: str, state_dir: Path, qps: float = 3.0, notice
     import grpc
 
     from daemon.local.imds import LocalImds
-    from daemon.local.runner import start_with_local_workers
+    from daemon.process import start_with_local_workers
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)

@@ -6,6 +6,10 @@ import os
 import socket
 import tempfile
 from pathlib import Path
+from urllib.parse import urlparse
+
+from config.checks import is_loopback
+from config.schema import Config
 
 
 class EmbeddedCloud:
@@ -55,4 +59,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-__all__ = ["EmbeddedCloud"]
+def on_this_host(cfg: Config) -> bool:
+    """True when the config's EC2 is an emulator on this host (moto on loopback, the embedded
+    default): its instances are served by local worker processes (``daemon.local.runner``)."""
+    host = urlparse(cfg.aws.endpoint_url).hostname if cfg.aws.endpoint_url else None
+    return host is not None and is_loopback(f"{host}:0")
+
+
+__all__ = ["EmbeddedCloud", "on_this_host"]

@@ -23,7 +23,7 @@ import sys
 from config.errors import ConfigError, UsageError
 from config.checks import load_checked_config
 from daemon.local.runner import LocalRunner
-from daemon.process import on_this_host
+from daemon.local.embedded import on_this_host
 from scaler.cloud.provider import CloudError
 from scaler.cloud.ec2 import Ec2Cloud
 

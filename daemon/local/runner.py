@@ -14,14 +14,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from typing import TYPE_CHECKING
-
 from config.pids import pid_alive
 from scaler.cloud.provider import ManagedInstance
-
-if TYPE_CHECKING:
-    from config.schema import Config
-    from daemon.app import Daemon
 
 log = logging.getLogger("costscale.local")
 
@@ -123,24 +117,3 @@ class LocalRunner:
     def alive_pids(self) -> list[int]:
         return [pid for pid in self.started_pids if pid_alive(pid, zombie_alive=False)]   # a zombie: gone
 
-
-
-async def start_with_local_workers(cfg: "Config", models: list[tuple[str, str, str]],
-                                   profiles_csv: str | None = None, imds: str | None = None,
-                                   **daemon_kw: object) -> tuple["Daemon", LocalRunner]:
-    """A started :class:`daemon.app.Daemon` on ``cfg`` listening on a free loopback port, with a
-    :class:`LocalRunner` that follows its fleet (one worker process per running instance serving
-    ``models``: (name, onnx spec, profile name)): what the demos and the end-to-end tests run."""
-    from daemon.app import Daemon
-
-    holder: dict[str, LocalRunner] = {}
-
-    async def follow(instances: list[ManagedInstance]) -> None:
-        if "r" in holder:
-            await holder["r"].sync(instances)
-
-    daemon = Daemon(cfg, None, on_fleet_change=follow, listen="127.0.0.1:0", **daemon_kw)  # type: ignore[arg-type]
-    await daemon.start()
-    holder["r"] = LocalRunner(f"127.0.0.1:{daemon.port}", daemon.dispatcher.cluster_token(), models,
-                              profiles_csv=profiles_csv, imds=imds)
-    return daemon, holder["r"]

@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from config.profiles import ProfileTable
 from config.schema import Config
-from daemon.loops.fleet_status import FleetStatus, plan_estimates, tick_line
+from daemon.observe.fleet_status import FleetStatus, plan_estimates, tick_line
 from dispatcher.server import Dispatcher
 from scaler.cloud.provider import CloudProvider, ManagedInstance
 from scaler.fleet.tick import EventKind, TickResult
@@ -108,7 +108,7 @@ class DispatcherWorkers:
 
 
 class DaemonAudit:
-    """The fleet tick's audit port in the daemon: one log line per tick (:func:`daemon.loops.fleet_status.tick_line`),
+    """The fleet tick's audit port in the daemon: one log line per tick (:func:`daemon.observe.fleet_status.tick_line`),
     the fleet events the status feed reads, the plan's estimated workers on ``status``."""
 
     def __init__(self, cfg: Callable[[], Config], profiles: Callable[[], ProfileTable], status: FleetStatus,

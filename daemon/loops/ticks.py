@@ -5,9 +5,10 @@ changed intervals (:func:`reschedule`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from datetime import datetime
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.base import BaseScheduler
@@ -52,4 +53,23 @@ def reschedule(scheduler: BaseScheduler | None, old: IntervalsSpec, new: Interva
             log.info("reload: the %s tick now every %g s", job, getattr(new, field))
 
 
-__all__ = ["MIN_WATCHDOG_S", "TICKS", "reschedule", "schedule_loops"]
+class Stoppable(Protocol):
+    """What :func:`quiet_at_shutdown` asks of the object whose tick it wraps."""
+
+    def stopping(self) -> bool: ...
+
+
+def quiet_at_shutdown(tick: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """A loop's tick cut short by shutdown (APScheduler cancels its task mid EC2 or worker call)
+    returns quietly; a cancellation while running (``owner.stopping()`` false) still propagates."""
+    @functools.wraps(tick)
+    async def run(owner: Stoppable, *args: object) -> None:
+        try:
+            await tick(owner, *args)
+        except asyncio.CancelledError:
+            if not owner.stopping():
+                raise
+    return run
+
+
+__all__ = ["Stoppable", "quiet_at_shutdown", "MIN_WATCHDOG_S", "TICKS", "reschedule", "schedule_loops"]

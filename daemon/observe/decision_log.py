@@ -9,7 +9,7 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from daemon.observe import audit
-from daemon.loops.fleet_status import plan_estimates
+from daemon.observe.fleet_status import plan_estimates
 from dispatcher.api.status import Decision
 from scaler.planner.pools import pool_text
 from scaler.planner.estimate_gate import estimates_line

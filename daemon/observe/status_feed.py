@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from config.profiles import ProfileTable
     from config.schema import Config
-    from daemon.loops.fleet_status import FleetStatus
+    from daemon.observe.fleet_status import FleetStatus
     from dispatcher.server import Dispatcher
     from scaler.planner.joint_plan import JointPlan
     from scaler.planner.replan import DemandView

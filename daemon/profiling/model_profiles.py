@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from config.emulation import reference_profiles
-from config.type_estimates import estimate_of, type_rules
-from config.profiles import LatencyProfile, ProfileTable
+from config.type_estimates import estimate_of, type_rules, with_type_estimates
+from config.profiles import LatencyProfile, ProfileTable, load_profiles_csv
 from config.schema import Config, ModelSpec
+from daemon.aws.wiring import DaemonError
 from daemon.profiling.probing import Measure, measure_on_worker
 from dispatcher.workers.client import WorkerClient
+from variants.families.applications import with_applications
 from variants.generator import Variant
 from variants.prepare import generate_and_profile, generate_and_register, hardware_classes, measure_here
 from variants.profiler import LOCAL_TYPE, VariantProfile
@@ -208,3 +210,14 @@ def record_measured(out: ModelProfiles, by_type: dict[str, dict[str, VariantProf
             out.by_type.setdefault(v, {})[t] = p
             if v == out.spec.name:
                 out.not_done.pop(t, None)
+def load_profiles_for(cfg: Config) -> ProfileTable:
+    """The profile CSV, the profiles measured since (a model without any is profiled at start), the
+    configured applications' (issue #25: each at its most accurate variant, and every variant), and
+    the estimates of the types nobody measured from their siblings (``config.type_estimates``, issue
+    #29; tagged, planned on only where allowed)."""
+    try:
+        return with_type_estimates(with_applications(cfg, load_profiles_csv(cfg.profiles).merged(stored_profiles(cfg))))
+    except ValueError as exc:
+        raise DaemonError(str(exc)) from None
+
+

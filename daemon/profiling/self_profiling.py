@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
 
     from config.schema import Config
-    from daemon.loops.fleet_status import FleetStatus
+    from daemon.observe.fleet_status import FleetStatus
     from dispatcher.latency_model import LatencyModel
     from variants.registry import VariantRegistry
 

@@ -41,7 +41,7 @@ from scaler.cloud.provider import ManagedInstance
 from scaler.planner.joint_plan import JointPlan, ModelShare
 from scaler.fleet.parking import ParkState
 from scaler.planner.replan import DemandView
-from scaler.spot.fleet import MarketHooks
+from scaler.fleet.market_hooks import MarketHooks
 
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ EventKind = Literal["park", "unpark", "retire", "launch", "terminate"]
 @dataclass
 class FleetState:
     """What one fleet tick reads and writes, carried from tick to tick (the daemon's ``status``,
-    :class:`daemon.loops.fleet_status.FleetStatus`, adds what only it shows; the replay's ``fleet_state``)."""
+    :class:`daemon.observe.fleet_status.FleetStatus`, adds what only it shows; the replay's ``fleet_state``)."""
 
     plan: JointPlan | None = None
     target: dict[str, int] = field(default_factory=dict)

@@ -38,7 +38,7 @@ from scaler.fleet.tick import EventKind, FleetPorts, FleetState, TickResult, run
 from scaler.planner.joint_plan import JointPlan, ModelShare
 from scaler.planner.pick_cache import PickCache
 from scaler.planner.replan import DemandView
-from scaler.spot.fleet import MarketHooks
+from scaler.fleet.market_hooks import MarketHooks
 from scaler.fleet.state import StateStore
 from sim.clock import VirtualClock
 from sim.pick_eval import confirmed_plan

@@ -26,7 +26,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from config.schema import Config
 from scaler.cloud.provider import CLUSTER_TAG, ManagedInstance
-from scaler.spot.fleet import MarketHooks, SpotFleet, SpotPolicy
+from scaler.fleet.market_hooks import MarketHooks
+from scaler.spot.fleet import SpotFleet, SpotPolicy
 from scaler.spot.market import DRAIN_LEAD_S, Placement, SpotMarket, SpotState
 from scaler.cloud.slots import slot_of, split_slot
 from sim.replay.ledger import CostLedger

@@ -1,31 +1,18 @@
-"""What the daemon's fleet loop last decided and did (:class:`FleetStatus`), and the small helpers
-of its loops: a tick that shutdown cut short returns quietly, the fleet tick's log line, the plan's
-workers that rest on estimated profiles, the profiles the daemon starts with."""
+"""What the daemon's fleet loop last decided and did (:class:`FleetStatus`, read by Status, the status
+feed, the self-profiler and the demo), the fleet tick's log line, and the plan's workers that rest
+on estimated profiles."""
 from __future__ import annotations
 
-import asyncio
-import functools
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol
 
-from config.profiles import Estimate, ProfileTable, load_profiles_csv
+from config.profiles import Estimate, ProfileTable
 from config.schema import Config
-from config.type_estimates import with_type_estimates
-from daemon.aws.wiring import DaemonError
-from daemon.profiling.model_profiles import stored_profiles
-from variants.families.applications import with_applications
 from scaler.planner.pools import pool_text
 from scaler.cloud.provider import ManagedInstance, pool_of
 from scaler.planner.estimate_gate import estimates_line, share_estimates
 from scaler.fleet.tick import FleetState
 from scaler.planner.joint_plan import JointPlan
 from scaler.planner.replan import DemandView
-
-
-class Stoppable(Protocol):
-    """What :func:`quiet_at_shutdown` asks of the object whose tick it wraps."""
-
-    def stopping(self) -> bool: ...
 
 
 @dataclass
@@ -40,19 +27,6 @@ class FleetStatus(FleetState):
 
     def pool(self) -> dict[str, int]:
         return pool_of(self.instances)
-
-
-def quiet_at_shutdown(tick: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
-    """A loop's tick cut short by shutdown (APScheduler cancels its task mid EC2 or worker call)
-    returns quietly; a cancellation while running (``owner.stopping()`` false) still propagates."""
-    @functools.wraps(tick)
-    async def run(owner: Stoppable, *args: object) -> None:
-        try:
-            await tick(owner, *args)
-        except asyncio.CancelledError:
-            if not owner.stopping():
-                raise
-    return run
 
 
 def demand_text(demand: dict[str, DemandView]) -> str:
@@ -77,15 +51,4 @@ def tick_line(reason: str, demand: dict[str, DemandView], target: dict[str, int]
             + (f"; {est}" if est else ""))
 
 
-def load_profiles_for(cfg: Config) -> ProfileTable:
-    """The profile CSV, the profiles measured since (a model without any is profiled at start), the
-    configured applications' (issue #25: each at its most accurate variant, and every variant), and
-    the estimates of the types nobody measured from their siblings (``config.type_estimates``, issue
-    #29; tagged, planned on only where allowed)."""
-    try:
-        return with_type_estimates(with_applications(cfg, load_profiles_csv(cfg.profiles).merged(stored_profiles(cfg))))
-    except ValueError as exc:
-        raise DaemonError(str(exc)) from None
-
-
-__all__ = ["FleetStatus", "Stoppable", "demand_text", "load_profiles_for", "plan_estimates", "quiet_at_shutdown", "tick_line"]
+__all__ = ["FleetStatus", "demand_text", "plan_estimates", "tick_line"]
