@@ -17,7 +17,7 @@ from config.schema import Config
 from config.errors import UsageError
 from daemon.reload import reload_parts
 from daemon.loops.ticks import schedule_loops
-from daemon.loops.fleet_upkeep import reconcile_round, terminate_fleet
+from daemon.loops.fleet_upkeep import terminate_fleet
 from scaler.fleet.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
@@ -317,9 +317,10 @@ class Daemon:
 
     @quiet_at_shutdown
     async def reconcile_tick(self) -> None:
-        """:func:`daemon.loops.fleet_upkeep.reconcile_round`, on the daemon leading the fleet."""
-        if not self._stop.is_set() and self.actuator is not None and self.leading():
-            await reconcile_round(self.actuator, self._fleet_lock, self._sync_workers)
+        """:func:`scaler.fleet.tick.reconcile_tick` under the fleet lock, on the daemon leading the fleet."""
+        if not self._stop.is_set() and self.actuator is not None and self.market is not None and self.leading():
+            async with self._fleet_lock:
+                await tick.reconcile_tick(self.cfg, self.status, self._tick_ports(), self.actuator.reconcile)
 
     async def _sync_workers(self) -> None:
         """The dispatcher's cloud view (who may register, who boots: Status, admission); the list to the hook

@@ -168,8 +168,9 @@ def test_replay_and_daemon_call_the_same_decisions(tmp_path: Path, profiles, mon
 
 def test_replay_and_daemon_call_the_same_fleet_tick(tmp_path: Path, profiles, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """One fleet tick (issue 37): ``Daemon.fleet_tick`` and ``ReplayFleet.fleet_tick`` both run
-    ``scaler.fleet.tick.fleet_tick``, looked up at call time (replace it and both see it), and no
-    other module orchestrates a tick: the tick's own steps are called from ``scaler.fleet.tick`` only."""
+    ``scaler.fleet.tick.fleet_tick``, and both reconcile ticks ``scaler.fleet.tick.reconcile_tick``,
+    looked up at call time (replace them and both see it), and no other module orchestrates a tick:
+    the tick's own steps are called from ``scaler.fleet.tick`` only."""
     import asyncio
     import re
 
@@ -185,8 +186,16 @@ def test_replay_and_daemon_call_the_same_fleet_tick(tmp_path: Path, profiles, mo
         ran[who["now"]].append(reason)
         return await real(cfg, state, ports, reason)
     monkeypatch.setattr(fleet_tick, "fleet_tick", spy)
-    run = replay(_cfg(tmp_path), profiles, _steps([(5.0, 120.0)]), 120.0, ReplaySpec())
+    real_reconcile = fleet_tick.reconcile_tick
+
+    async def spy_reconcile(cfg, state, ports, reconcile):  # type: ignore[no-untyped-def]
+        ran[who["now"]].append("reconcile")
+        return await real_reconcile(cfg, state, ports, reconcile)
+    monkeypatch.setattr(fleet_tick, "reconcile_tick", spy_reconcile)
+    cfg = _cfg(tmp_path)
+    run = replay(cfg, profiles, _steps([(5.0, 120.0)]), 120.0, ReplaySpec())
     assert run.plans >= 1 and ran["replay"].count("interval") >= 2     # every fleet interval, through the one tick
+    assert ran["replay"].count("reconcile") == int((120.0 - 1e-9) // cfg.intervals.reconcile_s)   # and every reconcile
     who["now"] = "daemon"
 
     async def daemon_ticks() -> None:     # the real daemon's fleet tick, on a fake cloud
@@ -196,7 +205,9 @@ def test_replay_and_daemon_call_the_same_fleet_tick(tmp_path: Path, profiles, mo
         try:
             n = len(ran["daemon"])
             await d.fleet_tick("interval")
-            assert ran["daemon"][n:] == ["interval"] and d.status.plan is not None
+            await d.reconcile_tick()
+            got = ran["daemon"][n:]   # (the daemon's scheduler may tick on its own meanwhile)
+            assert "interval" in got and got[-1] == "reconcile" and d.status.plan is not None
         finally:
             await d.stop(grace=0.0)
     asyncio.run(daemon_ticks())

@@ -11,11 +11,13 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
+from config.errors import UsageError
 from config.profiles import ProfileTable
 from config.schema import Config
 from daemon.observe.fleet_status import FleetStatus, plan_estimates, tick_line
 from dispatcher.server import Dispatcher
 from scaler.cloud.provider import CloudProvider, ManagedInstance
+from scaler.fleet.reports import ReconcileReport
 from scaler.fleet.tick import EventKind, TickResult
 from scaler.planner.joint_plan import JointPlan
 
@@ -142,6 +144,15 @@ class DaemonAudit:
 
     def list_failed(self, exc: Exception) -> None:
         log.warning("list instances failed: %s", exc)
+
+    def reconciled(self, report: ReconcileReport) -> None:
+        """The actuator logs what a reconcile repaired."""
+
+    def reconcile_failed(self, exc: Exception) -> None:
+        if isinstance(exc, UsageError):   # fenced (the lease lost or not renewed): one line
+            log.error("reconcile: %s", exc)
+        else:
+            log.error("reconcile failed", exc_info=exc)
 
 
 __all__ = ["DaemonAudit", "DispatcherWorkers", "FLEET_EVENTS_KEPT", "FleetHook", "ThreadedCloud", "UNPARK_TIMEOUT_S"]

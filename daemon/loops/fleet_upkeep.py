@@ -1,33 +1,16 @@
-"""What the daemon does to the fleet outside the fleet tick, each under the fleet lock's rules:
-the reconcile round (EC2 against the write-ahead intents, DESIGN invariant 3; fenced, the lease
-lost or not renewed: one line; the dispatcher's view synced after) and ``on_shutdown: terminate``
+"""What the daemon does to the fleet at shutdown, outside the fleet tick: ``on_shutdown: terminate``
 (the whole pool retired, unless another daemon now holds it: then one line, and no terminate intent
-is written)."""
+is written). The reconcile round is the fleet tick's (:func:`scaler.fleet.tick.reconcile_tick`)."""
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from typing import Callable
 
-from config.errors import UsageError
 from scaler.fleet.actuator import FleetActuator
 from scaler.replicas.lease_holder import Fenced
 
 log = logging.getLogger("costscale")   # the daemon's own lines (as daemon.app logs them)
-
-
-async def reconcile_round(actuator: FleetActuator, fleet_lock: asyncio.Lock,
-                          sync_workers: Callable[[], Awaitable[None]]) -> None:
-    """The reconcile tick's work: the actuator reconciles (a failure is logged: the next round
-    retries), then the dispatcher's cloud view is synced, all under ``fleet_lock``."""
-    async with fleet_lock:
-        try:
-            await asyncio.to_thread(actuator.reconcile)
-        except UsageError as exc:   # fenced (the lease lost or not renewed): one line
-            log.error("reconcile: %s", exc)
-        except Exception:
-            log.exception("reconcile failed")
-        await sync_workers()
 
 
 async def terminate_fleet(actuator: FleetActuator, plan_id: Callable[[], str], left: str | None) -> None:
@@ -45,4 +28,4 @@ async def terminate_fleet(actuator: FleetActuator, plan_id: Callable[[], str], l
         log.exception("terminating the fleet at shutdown failed")
 
 
-__all__ = ["reconcile_round", "terminate_fleet"]
+__all__ = ["terminate_fleet"]

@@ -20,6 +20,9 @@ It decides the order of a tick's steps; the decisions themselves are :mod:`scale
 8. the workers synced with the cloud (:func:`sync_workers`): who may register, which model each
    live instance serves (:func:`scaler.fleet.step.worker_models`).
 
+The reconcile tick (:func:`reconcile_tick`, every ``intervals.reconcile_s``) runs over the same ports:
+EC2 against the write-ahead intents (DESIGN invariant 3), the result to the audit port, the workers synced.
+
 Between ticks, the model loop's part: :func:`hint_replan_due` (a capacity hint moved) and
 :func:`replan_early_due` (demand moved) start a tick before the interval is up.
 
@@ -34,7 +37,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Literal, Mapping, Protoc
 from config.errors import UsageError
 from config.schema import Config
 from scaler.fleet import step as fleet_step
-from scaler.fleet.actuator import ApplyReport
+from scaler.fleet.reports import ApplyReport, ReconcileReport
 from scaler.planner.base_aux import PlanError
 from scaler.planner.batch_mix import BatchMix
 from scaler.cloud.provider import ManagedInstance
@@ -128,6 +131,10 @@ class FleetAudit(Protocol):
     def failed(self, error: str, expected: bool) -> None: ...
 
     def list_failed(self, exc: Exception) -> None: ...
+
+    def reconciled(self, report: ReconcileReport) -> None: ...
+
+    def reconcile_failed(self, exc: Exception) -> None: ...
 
 
 #: the planner: each model's demand, the shares to keep -> target and plan
@@ -264,6 +271,21 @@ async def sync_workers(cfg: Config, state: FleetState, cloud: CloudListing,
     await workers.synced(listed, by_type, assignment)
 
 
+async def reconcile_tick(cfg: Config, state: FleetState, ports: FleetPorts,
+                         reconcile: Callable[[], ReconcileReport]) -> ReconcileReport | None:
+    """The reconcile tick: ``reconcile`` (the actuator's: EC2 against the write-ahead intents, stuck
+    launches ended, intents re-issued) off the caller's loop, its report to the audit port (a failure
+    too: the next round retries), then the workers synced (:func:`sync_workers`)."""
+    report: ReconcileReport | None = None
+    try:
+        report = await ports.offload(reconcile)
+        ports.audit.reconciled(report)
+    except Exception as exc:  # noqa: BLE001 - fenced, or EC2 failing: the next round retries
+        ports.audit.reconcile_failed(exc)
+    await sync_workers(cfg, state, ports.cloud, ports.market.typed, ports.workers, ports.audit)
+    return report
+
+
 def hint_replan_due(cfg: Config, state: FleetState) -> bool:
     """The model loop's part (``Daemon._on_vm``, the replay's model tick), once it recorded each
     model's capacity hint in ``state``: a tick now when a hint moved far enough from the one the
@@ -292,4 +314,4 @@ def run_now(step: Coroutine[Any, Any, T]) -> T:
 
 __all__ = ["CloudListing", "Decide", "Decision", "EventKind", "FleetAudit", "FleetPorts", "FleetState", "Offload",
            "Rule", "TickResult", "WindowView", "WorkerView", "fleet_tick", "hint_replan_due", "planning_demands",
-           "replan_early_due", "run_now", "sync_workers"]
+           "reconcile_tick", "replan_early_due", "run_now", "sync_workers"]

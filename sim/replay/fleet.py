@@ -34,6 +34,7 @@ from scaler.cloud.provider import ManagedInstance
 from scaler.cloud.fake import FakeCloud
 from scaler.planner.model_plan import SloCheck
 from scaler.fleet.step import Demands
+from scaler.fleet.reports import ReconcileReport
 from scaler.fleet.tick import EventKind, FleetPorts, FleetState, TickResult, run_now
 from scaler.planner.joint_plan import JointPlan, ModelShare
 from scaler.planner.pick_cache import PickCache
@@ -128,6 +129,13 @@ class ReplayAudit:
 
     def list_failed(self, exc: Exception) -> None:
         """Logged live ("list instances failed"); the next sync retries."""
+
+    def reconciled(self, report: ReconcileReport) -> None:
+        self.decisions.terminate += len(report.terminated_stuck) + len(report.terminated_unwanted)
+        self.decisions.launch += len(report.reissued)
+
+    def reconcile_failed(self, exc: Exception) -> None:   # logged live; the next reconcile retries
+        self.errors.append((self.clock.now(), f"reconcile: {type(exc).__name__}: {exc}"))
 
 
 class _Listing:
@@ -286,14 +294,8 @@ class ReplayFleet:
             self.fleet_tick("demand changed")
 
     def reconcile_tick(self) -> None:
-        try:
-            rep = self.actuator.reconcile()
-            self.decisions.terminate += len(rep.terminated_stuck) + len(rep.terminated_unwanted)
-            self.decisions.launch += len(rep.reissued)
-        except Exception as exc:  # noqa: BLE001 - logged live; the next reconcile retries
-            self.errors.append((self.clock.now(), f"reconcile: {type(exc).__name__}: {exc}"))
-        self.sync_workers()
-
+        """``Daemon.reconcile_tick``: :func:`scaler.fleet.tick.reconcile_tick` over the replay's ports."""
+        run_now(fleet_tick.reconcile_tick(self.cfg, self.fleet_state, self.ports, self.actuator.reconcile))
 
 __all__ = ["DecideFn", "Decisions", "OnTarget", "ReplayAudit", "ReplayFleet", "ReplayLoops", "ReplayWorkers", "Schedule",
            "loops_for"]
