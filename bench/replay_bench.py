@@ -37,7 +37,7 @@ from sim.patterns import PatternSpec, expected_queries, parse_pattern, pattern_w
 from sim.policies import policy_factory  # noqa: E402
 from sim.replay.run import DEFAULT_BOOT_S, ReplaySpec, replay  # noqa: E402
 from sim.replay.baselines import BASELINE_NAMES, PoolPlanner, run_baseline  # noqa: E402
-from sim.replay.query_loop import SERVED  # noqa: E402
+from sim.replay.outcomes import SERVED  # noqa: E402
 from sim.replay.report import report  # noqa: E402
 from sim.slo_check import slo_check  # noqa: E402
 

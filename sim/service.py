@@ -11,16 +11,23 @@ mean, so noise and sampling make predictions imperfect, as in §8.6.
 
 Expectations and probabilities (for the oracle) are computed exactly for the lognormal and with a
 deterministic midpoint-quantile grid over the noise factor — no random numbers.
+
+:class:`ServiceTimes` is the replay's query loop's view of one model's service: the dispatcher's
+predicted ms and the ms a call actually takes, per (type, batch), tabulated once per type; the
+actual ones are the profile mean, or the lognormal drawn once per query (``z``), times the
+variant's speed factor (1.0: the base variant).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 from scipy.stats import norm
 
 from config.profiles import ProfileTable
+from dispatcher.policy import LatencyPredictor
 
 ServiceKind = Literal["mean", "sampled"]
 Z99 = float(norm.ppf(0.99))
@@ -96,3 +103,43 @@ class ServiceModel:
         z = (np.log(limit_ms / f) - mu[None, :]) / np.where(sigma > 0, sigma, 1.0)[None, :]
         p = np.where(sigma[None, :] > 0, norm.cdf(z), (np.exp(mu)[None, :] * f <= limit_ms).astype(float))
         return p.mean(axis=0)
+
+
+@dataclass
+class ServiceTimes:
+    """Predicted (the dispatcher's latency model) and actual service times per (type, batch)."""
+
+    model: str
+    predictor: LatencyPredictor
+    service: ServiceModel
+    z: np.ndarray | None = None                 # one standard normal per query ("sampled")
+    speed: float = 1.0
+    _pred: dict[str, list[float]] = field(default_factory=dict)
+    _logn: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    _mean: dict[str, list[float]] = field(default_factory=dict)
+    max_batch: int = 1000
+
+    def pred_ms(self, itype: str) -> list[float]:
+        tab = self._pred.get(itype)
+        if tab is None:
+            pred = self.predictor.predict_many(self.model, itype, self._grid().astype(float))
+            tab = self._pred[itype] = [float(x) for x in pred]
+        return tab
+
+    def _grid(self) -> np.ndarray:
+        b = np.arange(self.max_batch + 1)
+        b[0] = 1
+        return b
+
+    def actual_s(self, itype: str, q: int, batch: int) -> float:
+        """Service seconds of query ``q`` (batch ``batch``) on ``itype``."""
+        if self.service.kind == "mean" or self.z is None:
+            tab = self._mean.get(itype)
+            if tab is None:
+                tab = self._mean[itype] = self.service.predicted_ms(itype, self._grid()).tolist()
+            return self.speed * tab[batch] / 1000.0
+        par = self._logn.get(itype)
+        if par is None:
+            mu, sig = self.service.lognormal_params(itype, self._grid())
+            par = self._logn[itype] = (mu.tolist(), sig.tolist())
+        return self.speed * math.exp(par[0][batch] + par[1][batch] * float(self.z[q])) / 1000.0

@@ -30,7 +30,7 @@ from variants.families.family import Member
 from variants.families.profiles import ProfileRow
 from variants.families.registration import register_family
 from variants.registry import VariantRegistry, registry_path_for
-from sim.replay.query_loop import SERVED
+from sim.replay.outcomes import SERVED
 from tests.accuracy_replay import placements, replay_the_e2e, same_swaps
 from tests.load_helpers import poisson_phase
 

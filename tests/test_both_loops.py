@@ -18,7 +18,7 @@ from config.profiles import load_profiles_csv
 from config.schema import ModelSpec, load_config
 from scaler.planner.batch_mix import mix_from_batches
 from sim.patterns import parse_pattern, pattern_workload
-from sim.replay.query_loop import SERVED
+from sim.replay.outcomes import SERVED
 from sim.replay.run import ReplaySpec, replay
 from sim.replay.report import report
 from variants.accuracy import plan_round as ar
@@ -279,8 +279,8 @@ def test_waiting_queries_join_the_call_as_the_dispatcher_joins_them() -> None:
     behind it, joins its call (``batch_join.followers``: 20 rows within both slacks)."""
     from dispatcher.latency_model import LatencyModel
     from dispatcher.policies import make_policy
-    from sim.replay.query_loop import QueryLoop, ServiceTimes
-    from sim.service import ServiceModel
+    from sim.replay.query_loop import QueryLoop
+    from sim.service import ServiceModel, ServiceTimes
 
     profiles = load_profiles_csv(None)
     pred = LatencyModel.from_profiles(profiles)
@@ -322,7 +322,7 @@ def test_slackfit_mode_binds_each_call_in_the_replay(monkeypatch) -> None:  # ty
     run = replay(cfg, load_profiles_csv(None), wl, 1800.0, ReplaySpec())
     rep = report(run)
     q = run.lanes["resnet"]
-    from sim.replay.query_loop import PENDING
+    from sim.replay.outcomes import PENDING
     assert int((q.outcome == PENDING).sum()) <= 10     # in flight when the trace ends, none lost
     print(f"slackfit: {rep['slo_attainment']:.6f}, {rep['accuracy']}, bound {q.bound}")
     assert calls["n"] == q.calls > 0 and not any(run.accuracy_plans.values())

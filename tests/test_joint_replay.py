@@ -10,7 +10,7 @@ import pytest
 from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.cli import main
-from sim.replay.query_loop import SERVED
+from sim.replay.outcomes import SERVED
 from sim.replay.run import ReplaySpec, replay
 from sim.replay.report import report
 from sim.workload import Workload

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from config.profiles import load_profiles_csv
 from config.schema import Config
-from sim.replay.query_loop import PENDING, SERVED, QueryLoop
+from sim.replay.outcomes import PENDING, SERVED
+from sim.replay.query_loop import QueryLoop
 from sim.replay.run import ReplaySpec, make_query_loop
 from sim.workload import Workload
 

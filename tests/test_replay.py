@@ -16,7 +16,7 @@ from daemon.cli import main
 from scaler.fleet import step as fleet_step
 from scaler.planner.replan import DemandView
 from sim.patterns import parse_pattern, pattern_workload, peak_minute_rate
-from sim.replay.query_loop import EXPIRED, SERVED
+from sim.replay.outcomes import EXPIRED, SERVED
 from sim.replay.run import ReplaySpec, make_query_loop, replay
 from sim.replay.baselines import BASELINE_NAMES, PoolPlanner, minute_peaks, run_baseline
 from sim.replay.report import report

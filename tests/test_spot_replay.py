@@ -70,7 +70,7 @@ def test_a_zone_that_goes_away_preempts_refuses_and_loses_no_query(setup, tmp_pa
 def test_a_query_running_on_a_reclaimed_instance_is_re_run_on_another_worker(setup) -> None:  # type: ignore[no-untyped-def]
     """QueryLoop.remove_worker(lost=True): a reclaimed worker's query goes back to the queue even
     when the worker was draining (a plain removal lets a drained worker finish it), and is served."""
-    from sim.replay.query_loop import SERVED
+    from sim.replay.outcomes import SERVED
     from sim.replay.run import make_query_loop
     from sim.workload import Workload
 

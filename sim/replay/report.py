@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from sim.metrics import nearest_rank
-from sim.replay.query_loop import SERVED
+from sim.replay.outcomes import SERVED
 
 #: seconds per point of the timeline
 TIMELINE_STEP_S = 60.0

@@ -51,12 +51,12 @@ from sim.clock import VirtualClock
 from sim.replay.ledger import CostLedger
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
 from sim.policies import dispatcher_policy
-from sim.replay.query_loop import QueryLoop, ServiceTimes
+from sim.replay.query_loop import QueryLoop
 from sim.replay.fleet import Decisions, DecideFn, ReplayFleet, loops_for
 from sim.replay.pipelines import PipelineReplay, split_workloads
 from sim.replay.spot import SpotDriver, SpotPriceStep, SpotReplayFleet, spot_prices_for
 from sim.replay.spot_trace import SpotTrace
-from sim.service import ServiceKind, ServiceModel
+from sim.service import ServiceKind, ServiceModel, ServiceTimes
 from sim.slo_check import slo_check as default_slo_check
 from sim.replay.variant_lane import VariantLoop
 from sim.workload import Workload

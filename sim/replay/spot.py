@@ -169,7 +169,7 @@ class SpotDriver:
     # ---- the report ------------------------------------------------------------------------
     def report(self, lanes: Mapping[str, Any], ledger: CostLedger, duration_s: float) -> dict[str, Any]:
         """The ``spot`` section of the replay report (README "Spot")."""
-        from sim.replay.query_loop import SERVED
+        from sim.replay.outcomes import SERVED
 
         hours = ledger.instance_hours
         cost = ledger.cost_by_slot

@@ -33,7 +33,10 @@ import numpy as np
 
 from dispatcher.accuracy.plan_router import PlanRouter
 from dispatcher.policy import QueryView, WorkerView
-from sim.replay.query_loop import QueryLoop, ServiceTimes, _Worker
+from sim.replay.matching_round import LoopWorker
+from sim.replay.outcomes import SERVED
+from sim.replay.query_loop import QueryLoop
+from sim.service import ServiceTimes
 from variants.families.applications import Application
 from variants.accuracy.slackfit import LATE_RATE_WINDOW_S, bind_at_dispatch, pareto
 
@@ -156,7 +159,7 @@ class VariantLoop(QueryLoop):
             if any(w.idle for w in mine):
                 super()._match(gqs, self._views(mine), now)
 
-    def _call_for(self, head: QueryView, w: _Worker, now: float, reserved: set[str]) -> list[int]:
+    def _call_for(self, head: QueryView, w: LoopWorker, now: float, reserved: set[str]) -> list[int]:
         """SlackFit mode (``AccuracyRouting.bind``, which takes precedence over joining as
         ``RoutingRound._dispatch`` gives it): the variant ``w`` runs and how many waiting queries join
         the head, from its slack on this worker; else the dispatcher's work-conserving join."""
@@ -178,7 +181,7 @@ class VariantLoop(QueryLoop):
         w.variant, w.pred = variant, self.vtimes[variant].pred_ms(w.itype)
         return self._take(group[1:n])
 
-    def _service_s(self, w: _Worker, q: int, rows: int) -> float:
+    def _service_s(self, w: LoopWorker, q: int, rows: int) -> float:
         for x in (q, *w.joined):
             self.qvariant[x] = self.vindex[w.variant]
         s = self.vtimes[w.variant].actual_s(w.itype, q, rows)
@@ -192,8 +195,6 @@ class VariantLoop(QueryLoop):
 
     def served_accuracy(self) -> np.ndarray:
         """Per query, the accuracy of the variant that served it (nan: not served)."""
-        from sim.replay.query_loop import SERVED
-
         out = np.full(self.n, np.nan)
         ok = self.outcome == SERVED
         out[ok] = self.vaccuracy[self.qvariant[ok]]
