@@ -27,7 +27,9 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 from bench._report import machine, write_section  # noqa: E402
-from daemon.demos.basic import DEMO_MODEL, replay_like_demo, run_demo, trace_span_and_rate  # noqa: E402
+from daemon.demos.basic import replay_like_demo, run_demo  # noqa: E402
+from daemon.demos.demo_config import DEMO_MODEL  # noqa: E402
+from daemon.demos.load import trace_span_and_rate  # noqa: E402
 from scaler.planner.pools import pool_text  # noqa: E402
 from sim.replay.report import report  # noqa: E402
 from sim.workload import load_trace_csv  # noqa: E402

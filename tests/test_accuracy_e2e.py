@@ -24,7 +24,7 @@ import pytest
 
 from config.profiles import LatencyProfile, load_profiles_csv, save_profiles_csv
 from config.schema import Config
-from daemon.demos.basic import demo_config
+from daemon.demos.demo_config import demo_config
 from variants.families import digits as dg
 from variants.families.family import Member
 from variants.families.profiles import ProfileRow

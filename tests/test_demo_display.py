@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.demos.basic import LiveDisplay, LoadStats, P99_WINDOW_S, fmt_ms, fmt_pct, quiet_library_logs
+from daemon.demos.display import LiveDisplay, fmt_ms, fmt_pct, quiet_library_logs
+from daemon.demos.load import P99_WINDOW_S, LoadStats
 from variants.runtime.builtin_models import resolve_model
 from variants.generator import quantize_int8
 

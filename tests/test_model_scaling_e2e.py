@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from config.schema import Config
-from daemon.demos.basic import demo_config
+from daemon.demos.demo_config import demo_config
 from variants.infaas.model_decision import ModelLoopParams
 from scaler.planner.batch_mix import sample_batches
 from variants.infaas.vm_autoscaler import VmParams

@@ -189,7 +189,7 @@ def test_the_daemon_keeps_the_token_in_ssm_and_follows_its_rotation(moto_endpoin
     naming the parameter in user data; every minute the parameter is read again and a new value
     reaches the dispatcher (``attach``). Without ssm:PutParameter: one line naming the permission."""
     from daemon.aws.wiring import AwsWiring, DaemonError
-    from daemon.demos.basic import demo_config
+    from daemon.demos.demo_config import demo_config
 
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]

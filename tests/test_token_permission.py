@@ -171,7 +171,7 @@ def test_no_launch_carries_the_token_in_its_user_data(moto_endpoint: str, tmp_pa
     (two in one call) and spot in two zones; every instance moto holds afterwards, read back through
     describe_instance_attribute, names the parameter and holds neither the token nor its variable."""
     from daemon.aws.wiring import AwsWiring
-    from daemon.demos.basic import demo_config
+    from daemon.demos.demo_config import demo_config
 
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_endpoint)
     ami = ec2.describe_images()["Images"][0]["ImageId"]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from config.schema import Config
-from daemon.demos.basic import demo_config
+from daemon.demos.demo_config import demo_config
 from tests.load_helpers import poisson_phase
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import logging
 
 from config.hostport import hostport_arg
 from daemon.commands._overrides import parse_counts
-from daemon.demos.basic import DEMO_TYPES
+from daemon.demos.demo_config import DEMO_TYPES
 from daemon.demos.replicas import MAX_REPLICAS, MIN_REPLICAS
 from config.errors import UsageError
 from dispatcher.policies import POLICY_NAMES
@@ -71,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto server request log
     pool = parse_counts(args.pool, "demo", DEMO_TYPES) if args.pool else None
-    from daemon.demos.basic import quiet_library_logs, run_demo
+    from daemon.demos.basic import run_demo
+    from daemon.demos.display import quiet_library_logs
 
     # at the default level the display shows costscale's warnings and errors, not library chatter
     quiet = quiet_library_logs() if level >= logging.WARNING else contextlib.nullcontext()
@@ -132,7 +133,7 @@ def _replicas(args: argparse.Namespace) -> int:
     level = getattr(logging, args.log_level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto server request log
-    from daemon.demos.basic import quiet_library_logs
+    from daemon.demos.display import quiet_library_logs
     from daemon.demos.replicas import run_replicas_demo
 
     with quiet_library_logs() if level >= logging.WARNING else contextlib.nullcontext():
@@ -143,7 +144,7 @@ def _trace(path: str):  # type: ignore[no-untyped-def]
     """The trace's rows for the demo's model, from 0; one line and exit 2 when it has none."""
     import numpy as np
 
-    from daemon.demos.basic import DEMO_MODEL
+    from daemon.demos.demo_config import DEMO_MODEL
     from sim.workload import read_trace_csv, trace_workload
 
     try:

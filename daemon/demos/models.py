@@ -21,7 +21,10 @@ from typing import Any, Sequence
 import grpc
 import numpy as np
 
-from daemon.demos.basic import DEMO_QOS_MS, LiveDisplay, LoadStats, _table, demo_config, fmt_pct, hindsight_cost
+from daemon.demos.basic import hindsight_cost
+from daemon.demos.demo_config import DEMO_QOS_MS, demo_config
+from daemon.demos.display import LiveDisplay, fmt_pct, summary_table
+from daemon.demos.load import LoadStats
 from daemon.local.embedded import EmbeddedCloud
 from scaler.planner.batch_mix import sample_batches
 from scaler.planner.pools import pool_cost
@@ -196,7 +199,7 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
             rows.append(("peak $/hr vs budget", f"{ledger.peak_cost_per_hour:.4f} / {budget:g}"))
             rows.append(("instances left running", str(live_after or "none")))
             print("\ncostscale demo --models 2 summary" + (" (interrupted)" if interrupted else ""), file=out)
-            print(_table(rows), file=out)
+            print(summary_table(rows), file=out)
         if interrupted:
             return 130
         return 0 if not live_after and all(m.stats.ok > 0 for m in loads) else 1

@@ -20,7 +20,8 @@ from typing import Any
 import grpc
 import numpy as np
 
-from daemon.demos.basic import DEMO_QOS_MS, LiveDisplay, _table, demo_config, fmt_pct
+from daemon.demos.demo_config import DEMO_QOS_MS, demo_config
+from daemon.demos.display import LiveDisplay, fmt_pct, summary_table
 from daemon.demos.models import ModelLoad, send_load, serving, start_serving, stop_on_signals
 from daemon.local.embedded import EmbeddedCloud
 from scaler.planner.pools import pool_cost
@@ -126,7 +127,7 @@ async def run_pipeline_demo(duration: float = 60.0, rate1: float = 3.0, rate2: f
                     ("dollars spent", f"${ledger.cost_usd:.4f}; peak {ledger.peak_cost_per_hour:.4f} of {budget:g} $/hr"),
                     ("instances left running", str(live_after or "none"))]
             print(f"\ncostscale demo --pipeline summary" + (" (interrupted)" if interrupted else ""), file=out)
-            print(_table(rows), file=out)
+            print(summary_table(rows), file=out)
         if interrupted:
             return 130
         return 0 if not live_after and s.ok > 0 else 1

@@ -18,7 +18,7 @@ import time
 from typing import TextIO
 
 from config.schema import MetricsSpec
-from daemon.demos.basic import DEMO_MODEL, demo_config
+from daemon.demos.demo_config import DEMO_MODEL, demo_config
 from daemon.local.embedded import EmbeddedCloud
 
 #: how long the sandbox waits for its first worker before it gives up (s)

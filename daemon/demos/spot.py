@@ -31,8 +31,8 @@ SPOT_TYPE = "r5n.large"
 
 
 def spot_demo_config(endpoint: str, state_dir: Path, ec2: Any, qps: float) -> Config:
-    """The demo's config (``daemon.demos.basic.demo_config``) with two r5n.large on spot over three moto subnets."""
-    from daemon.demos.basic import demo_config
+    """The demo's config (``daemon.demos.demo_config.demo_config``) with two r5n.large on spot over three moto subnets."""
+    from daemon.demos.demo_config import demo_config
 
     ami = ec2.describe_images()["Images"][0]["ImageId"]
     vpc = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
