@@ -5,7 +5,7 @@ The scenario of ``costscale demo --replicas`` (``daemon.demos.replicas.run_point
 server (EC2 and DynamoDB), nginx ``grpc_pass`` in front (gRPC's health-checked round_robin without
 nginx), rm2 Poisson load from a client that retries on UNAVAILABLE. At each kill point the lease
 holder is SIGKILLed, after a seeded offset into the load and at a seeded moment relative to its
-fleet loop (``daemon.demos.replicas.seeded_points``): ``tick``, a seeded delay after the holder's
+fleet loop (``daemon.demos.kill_point.seeded_points``): ``tick``, a seeded delay after the holder's
 fleet tick line; ``launch``, a seeded delay after one instance of the pinned pool is terminated in
 EC2, so that the kill lands before, during or after the holder's replacement launch. Processes are
 reused: moto, the balancer and the surviving replicas stay; a fresh replica (new state store and id)
@@ -38,8 +38,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import machine, write_section  # noqa: E402
-from daemon.demos.replicas import (MAX_REPLICAS, MIN_REPLICAS, KillPoint, PointResult, ReplicaDemoCluster, demo_spec,  # noqa: E402
-                                  run_point, seeded_points)
+from daemon.demos.kill_point import KillPoint, PointResult, seeded_points  # noqa: E402
+from daemon.demos.replicas import MAX_REPLICAS, MIN_REPLICAS, ReplicaDemoCluster, demo_spec, run_point  # noqa: E402
 
 #: seconds into the load at which a point's kill (or its lost instance) comes, drawn uniformly
 OFFSETS_S = (2.0, 6.0)

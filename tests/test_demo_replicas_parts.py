@@ -14,7 +14,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from daemon.observe.audit import JsonFormatter
-from daemon.demos.replicas import KillPoint, PointResult, seeded_points
+from daemon.demos.kill_point import KillPoint, PointResult, seeded_points
 from daemon.demos.failover_load import INFERENCE_SERVICE, AttemptCounts, LoadRecord, service_config, steady_load
 from daemon.demos.replica_cluster import first_line_after, json_log_lines, nginx_config
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg

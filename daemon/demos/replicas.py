@@ -9,16 +9,20 @@ steady load, and the lease holder killed with SIGKILL halfway.
   health checks (``healthCheckConfig``). The demo says which.
 * **Client**: Poisson queries through the balancer from a channel whose service config retries on
   UNAVAILABLE (:mod:`daemon.demos.failover_load`); its retries counted from channelz.
-* **Kill point** (:class:`KillPoint`): after ``offset_s`` of load, either ``delay_s`` after the
-  holder's next fleet tick (``tick``), or ``delay_s`` after one instance of the pool was lost
-  (terminated in EC2) so that the holder's replacement launch is due or in flight (``launch``).
-* **Figures** (:class:`PointResult`): queries sent / answered / failed (overall and in the handover,
-  from the kill until the fleet resumed); the share of failed attempts the client's retries
-  recovered; the time from the kill until a standby took the lease and until its fleet loop acted
-  (its ``fleet (lease taken)`` tick line, read from its JSON log); the pool's $/hr sampled from EC2
-  against the budget before, during and after the handover; orphans (live instances the new
-  holder's state store does not hold) and duplicates (live instances beyond the pinned pool).
+* **Kill point** (:class:`daemon.demos.kill_point.KillPoint`): after ``offset_s`` of load, either
+  ``delay_s`` after the holder's next fleet tick (``tick``), or ``delay_s`` after one instance of the
+  pool was lost (terminated in EC2) so that the holder's replacement launch is due or in flight
+  (``launch``).
+* **Figures** (:class:`daemon.demos.kill_point.PointResult`, which also says when they pass):
+  queries sent / answered / failed (overall and in the handover, from the kill until the fleet
+  resumed); the share of failed attempts the client's retries recovered; the time from the kill
+  until a standby took the lease and until its fleet loop acted (its ``fleet (lease taken)`` tick
+  line, read from its JSON log); the pool's $/hr sampled from EC2 against the budget before, during
+  and after the handover; orphans (live instances the new holder's state store does not hold) and
+  duplicates (live instances beyond the pinned pool).
 
+This module runs the cluster (:class:`ReplicaDemoCluster`) and a kill (:func:`run_point`), and
+measures the figures; :mod:`daemon.demos.kill_point` decides when to kill and whether a kill passed.
 ``bench/replica_failover_bench.py`` runs the same :func:`run_point` at 30 seeded kill points on one
 cluster, starting a fresh replica in place of each killed one (:meth:`ReplicaDemoCluster.respawn`).
 An adapter: the decisions are the daemons'.
@@ -30,7 +34,6 @@ import secrets
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,6 +42,7 @@ import numpy as np
 from config.budget import BUDGET_EPS
 from config.pids import pid_alive
 from daemon.demos.failover_load import LoadRecord, steady_load
+from daemon.demos.kill_point import KillPoint, PointResult
 from daemon.demos.replica_cluster import (LEASE_TABLE, NGINX, BudgetSampler, ClusterSpec, ReplicaProcess, ec2_client,
                                     first_line_after, fleet_worker_pids, free_port, live_instances, serves,
                                     start_local_fleet, start_nginx, start_replica, stop_processes)
@@ -58,99 +62,6 @@ SETTLE_LIMIT_S = 30.0
 TOOK_LINE = "took the lease"
 RESUMED_LINE = "fleet (lease taken)"
 TICK_LINE = "fleet ("
-KILL_MOMENTS = ("tick", "launch")
-
-
-@dataclass(frozen=True)
-class KillPoint:
-    """When the holder is killed: ``offset_s`` into the load, then ``delay_s`` after the holder's
-    next fleet tick (``tick``) or after an instance of the pool is lost (``launch``)."""
-
-    offset_s: float
-    moment: str = "tick"
-    delay_s: float = 0.0
-
-
-def seeded_points(n: int, seed: int, fleet_s: float, offset_s: tuple[float, float] = (4.0, 10.0)) -> list[KillPoint]:
-    """``n`` kill points from ``seed``: offsets uniform in ``offset_s``, moments half each, delays
-    uniform over a fleet interval (``tick``) or a fleet interval and a second (``launch``: before,
-    during or after the replacement launch)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        moment = KILL_MOMENTS[int(rng.integers(0, 2))]
-        delay = rng.uniform(0.0, fleet_s + (1.0 if moment == "launch" else 0.0))
-        out.append(KillPoint(round(float(rng.uniform(*offset_s)), 2), moment, round(float(delay), 2)))
-    return out
-
-
-@dataclass
-class PointResult:
-    """One kill point's figures (module docstring)."""
-
-    point: KillPoint
-    killed: str
-    new_holder: str
-    sent: int
-    answered: int
-    failed: dict[str, int]
-    handover_sent: int
-    handover_failed: int
-    twice: int
-    unanswered: int
-    retries: int
-    failed_attempts: int
-    recovered_share: float | None
-    lease_taken_s: float | None
-    resumed_s: float | None
-    ttl_s: float
-    budget: float
-    peak_before: float
-    peak_during: float
-    peak_after: float
-    over_budget_samples: int
-    samples: int
-    orphans: list[str]
-    duplicates: int
-    pool: dict[str, int]
-    live_after: dict[str, int]
-    lost: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def failed_pct(self) -> float:
-        return 100.0 * sum(self.failed.values()) / self.sent if self.sent else 0.0
-
-    @property
-    def handover_failed_pct(self) -> float:
-        return 100.0 * self.handover_failed / self.handover_sent if self.handover_sent else 0.0
-
-    @property
-    def budget_held(self) -> bool:
-        return self.over_budget_samples == 0 and self.samples > 0
-
-    @property
-    def resumed_in_time(self) -> bool:
-        return self.resumed_s is not None and self.resumed_s <= self.ttl_s + 5.0
-
-    @property
-    def answered_once(self) -> bool:
-        """Every query ended once: answered, or failed with a typed code (none twice, none lost):
-        UNAVAILABLE (a client's retries ran out), or DEADLINE_EXCEEDED (``on_deadline: drop``
-        refused a query that could no longer meet its SLO behind the backlog the failover left)."""
-        return self.twice == 0 and self.unanswered == 0 and set(self.failed) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
-
-    @property
-    def passed(self) -> bool:
-        return (self.answered_once and self.resumed_in_time and self.budget_held and not self.orphans
-                and self.duplicates == 0 and self.live_after == self.pool)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.update(failed_pct=round(self.failed_pct, 3), handover_failed_pct=round(self.handover_failed_pct, 3),
-                   budget_held=self.budget_held, resumed_in_time=self.resumed_in_time,
-                   answered_once=self.answered_once, passed=self.passed)
-        return out
 
 
 class ReplicaDemoCluster:
@@ -380,7 +291,6 @@ async def replicas_scenario(endpoint: str, ami: str, root: Path, n: int = 2, dur
     return out
 
 
-
 def _dollars(x: float) -> str:
     return f"{x:.3f}"
 
@@ -449,6 +359,5 @@ async def run_replicas_demo(n: int = 2, duration_s: float = DEMO_DURATION_S, qps
     return 0 if o["passed"] and not o["workers_left_running"] else 1
 
 
-__all__ = ["DEMO_DURATION_S", "DEMO_QPS", "KILL_MOMENTS", "KillPoint", "MAX_REPLICAS", "MIN_REPLICAS", "PointResult",
-           "run_replicas_demo", "summary_text",
-           "ReplicaDemoCluster", "demo_spec", "replicas_scenario", "run_point", "seeded_points", "store_view"]
+__all__ = ["DEMO_DURATION_S", "DEMO_QPS", "MAX_REPLICAS", "MIN_REPLICAS", "run_replicas_demo", "summary_text",
+           "ReplicaDemoCluster", "demo_spec", "replicas_scenario", "run_point", "store_view"]
