@@ -1,7 +1,7 @@
 """The layers of ARCHITECTURE.md hold: ``lint-imports`` keeps every contract of pyproject.toml (the
 layers, pure decisions, the dispatcher's and the daemon's parts below their composers, the
 dispatcher without a circle), a crossing import breaks them, no two modules of the project import
-each other through a circle, and no hand-written module grows past 500 lines."""
+each other through a circle, and no hand-written module grows past 400 lines (issue #37)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("config", "scaler", "variants", "dispatcher", "sim", "worker", "daemon")
-MAX_LINES = 500
+MAX_LINES = 400
 GENERATED = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi")
 
 
@@ -132,7 +132,7 @@ def test_no_import_circle_between_modules() -> None:
         "  " + " <-> ".join(c) for c in circles)
 
 
-def test_no_hand_written_module_over_500_lines() -> None:
+def test_no_hand_written_module_over_400_lines() -> None:
     over = []
     for pkg in PACKAGES:
         for f in (ROOT / pkg).rglob("*.py"):
