@@ -54,7 +54,8 @@ from dispatcher.policies import sweep_drs_threshold  # noqa: E402
 from scaler.planner.batch_mix import BatchMix, mix_from_batches  # noqa: E402
 from scaler.planner.confirm import DEFAULT_EVALUATIONS, confirm_pick  # noqa: E402
 from scaler.planner.kairos_plus import kairos_plus  # noqa: E402
-from scaler.planner.choose import PlanInputs, choose_pool, rank_inputs  # noqa: E402
+from scaler.planner.choose import choose_pool, rank_inputs  # noqa: E402
+from scaler.planner.plan_inputs import PlanInputs  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
 from dispatcher.policy import DISPATCH_XI  # noqa: E402
 from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402

@@ -36,7 +36,8 @@ from bench._report import machine, write_section  # noqa: E402
 from config.budget import BUDGET_EPS  # noqa: E402
 from scaler.planner.batch_mix import mix_from_dist  # noqa: E402
 import scaler.planner.choose as plan_mod  # noqa: E402
-from scaler.planner.choose import PlanInputs, choose_pool, rank_inputs  # noqa: E402
+from scaler.planner.choose import choose_pool, rank_inputs  # noqa: E402
+from scaler.planner.plan_inputs import PlanInputs  # noqa: E402
 from config.catalog import load_catalog  # noqa: E402
 from config.profiles import LatencyProfile, load_profiles_csv  # noqa: E402
 from config.type_estimates import type_rules, with_type_estimates  # noqa: E402

@@ -44,7 +44,7 @@ from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
 from dispatcher.policy import DISPATCH_XI  # noqa: E402
 from scaler.planner.batch_mix import mix_from_batches  # noqa: E402
 from scaler.planner.confirm import confirm_pick  # noqa: E402
-from scaler.planner.choose import PlanInputs  # noqa: E402
+from scaler.planner.plan_inputs import PlanInputs  # noqa: E402
 from scaler.replicas.owner_assignment import assign  # noqa: E402
 from sim.capacity import allowable_throughput  # noqa: E402
 from sim.engine import simulate, worker_ids_for  # noqa: E402

@@ -21,7 +21,7 @@ import numpy as np
 from config.profiles import ProfileTable
 from scaler.planner.batch_mix import BatchMix
 from scaler.planner.confirm import DEFAULT_EVALUATIONS, Confirmation, confirm_pick
-from scaler.planner.choose import Plan, PlanInputs, ToConfirm, base_aux_of
+from scaler.planner.plan_inputs import Plan, PlanInputs, ToConfirm, base_aux_of
 from sim.capacity import bisect_rate, pool_capacity
 from sim.oracle import oracle_capacity
 from sim.policies import policy_factory

@@ -11,7 +11,8 @@ from config.profiles import ProfileTable, profiles_from_rows
 from scaler.planner.base_aux import PlanError
 from scaler.planner.batch_mix import mix_from_dist
 from scaler.planner.confirm import confirm_pick, homogeneous_row, more_base_row
-from scaler.planner.choose import PlanInputs, choose_pool, maximal_pools, rank_inputs
+from scaler.planner.choose import choose_pool, maximal_pools, rank_inputs
+from scaler.planner.plan_inputs import PlanInputs
 from sim.pick_eval import capacity_evaluator
 
 SIZES = list(range(10, 1001, 10))

@@ -14,7 +14,7 @@ from daemon.loops.pick_confirmer import PickConfirmer
 from scaler.planner.batch_mix import mix_from_dist
 from scaler.planner.model_plan import plan_fleet
 from scaler.planner.pick_cache import PickCache, mix_signature, pick_key
-from scaler.planner.choose import plan_inputs_from_config
+from scaler.planner.plan_inputs import plan_inputs_from_config
 from sim.pick_eval import confirmed_plan
 from sim.slo_check import slo_check
 

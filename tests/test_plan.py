@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from scaler.planner.base_aux import PlanError
 from scaler.planner.batch_mix import BatchMix, mix_from_dist
 from scaler.planner.kairos_plus import kairos_plus, kairos_plus_search
-from scaler.planner.choose import PlanInputs, choose_pool, maximal_pools, plan_inputs_from_config, rank_inputs, similarity_pick
+from scaler.planner.choose import choose_pool, maximal_pools, rank_inputs
+from scaler.planner.plan_inputs import PlanInputs, plan_inputs_from_config
+from scaler.planner.similarity_pick import similarity_pick
 from config.profiles import LatencyProfile, load_profiles_csv
 from scaler.planner.upper_bound import enumerate_pools, rank_pools
 

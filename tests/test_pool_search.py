@@ -19,7 +19,9 @@ from config.profiles import LatencyProfile, load_profiles_csv
 from scaler.planner.base_aux import NoFeasibleBase, PlanError
 from scaler.planner.batch_mix import BatchMix, mix_from_dist
 from scaler.planner.confirm import confirm_pick
-from scaler.planner.choose import PlanInputs, base_aux_of, choose_pool, pool_space, rank_inputs, undominated
+from scaler.planner.choose import choose_pool, rank_inputs, undominated
+from scaler.planner.plan_inputs import PlanInputs, base_aux_of, pool_space
+from scaler.planner.pool_space import NO_CAP, PoolSpace, maximal
 from scaler.planner.choose_by_search import undominated_row
 from scaler.planner.upper_bound import enumerate_pools, upper_bound_one, upper_bounds
 
@@ -124,7 +126,7 @@ def test_a_pools_bound_is_the_same_float_whatever_shares_the_call(model: str, di
 
 # --- the pruning bound ---------------------------------------------------------------------------
 
-def _prune_bound(space: ps.PoolSpace, fixed: dict[int, int], money: float) -> float:
+def _prune_bound(space: PoolSpace, fixed: dict[int, int], money: float) -> float:
     """The search's pruning bound of the partial pool ``fixed`` (column -> count), the rest free."""
     rx = ps._relax(space.params)
     free = {j for j in range(len(space.types)) if j not in fixed}
@@ -203,8 +205,8 @@ def test_count_equals_the_enumeration(prices: list[int], budget: int, off_grid: 
         assume(False)
         return
     params = base_aux_of(hand_inputs()).params
-    space = ps.PoolSpace(tuple(f"t{j}" for j in range(t)), np.array(pr), np.array(mins, dtype=np.int64),
-                         np.array([ps.NO_CAP if m is None else m for m in maxs], dtype=np.int64), b, params, 0,
+    space = PoolSpace(tuple(f"t{j}" for j in range(t)), np.array(pr), np.array(mins, dtype=np.int64),
+                         np.array([NO_CAP if m is None else m for m in maxs], dtype=np.int64), b, params, 0,
                          np.zeros(0, dtype=np.int64))
     assert pool_count.count_pools(space) == want
     assert (pool_count._grid(space) is None) == off_grid
@@ -220,8 +222,8 @@ def test_count_of_the_whole_catalog_at_20_per_hour() -> None:
         for x in range(c, 200_001):
             ways[x] += ways[x - c]
     params = base_aux_of(hand_inputs()).params
-    space = ps.PoolSpace(tuple(CATALOG), np.array(prices), np.zeros(12, dtype=np.int64),
-                         np.full(12, ps.NO_CAP, dtype=np.int64), 20.0, params, 0, np.zeros(0, dtype=np.int64))
+    space = PoolSpace(tuple(CATALOG), np.array(prices), np.zeros(12, dtype=np.int64),
+                         np.full(12, NO_CAP, dtype=np.int64), 20.0, params, 0, np.zeros(0, dtype=np.int64))
     assert pool_count.count_pools(space) == sum(ways) - 1 > 10**13
 
 
@@ -398,7 +400,7 @@ def test_the_whole_catalog_at_20_per_hour_plans_where_ranking_cannot() -> None:
     assert bounds == sorted(bounds, reverse=True)
     space = pool_space(inp, base_aux_of(inp))
     chosen = np.array([[plan.chosen[t] for t in space.types]])
-    assert ps.maximal(space, chosen, np.array([plan.cost_per_hour]))[0]
+    assert maximal(space, chosen, np.array([plan.cost_per_hour]))[0]
     cheap = choose_pool(inp, "min_cost", demand_qps=0.5 * bounds[0])
     assert cheap.upper_bound_qps >= 0.55 * bounds[0] and cheap.cost_per_hour < plan.cost_per_hour
 

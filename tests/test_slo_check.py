@@ -3,7 +3,8 @@ from __future__ import annotations
 import numpy as np
 
 from scaler.planner.batch_mix import BatchMix, mix_from_dist
-from scaler.planner.choose import choose_pool, plan_inputs_from_config
+from scaler.planner.choose import choose_pool
+from scaler.planner.plan_inputs import plan_inputs_from_config
 from config.profiles import load_profiles_csv
 from config.schema import parse_config_text
 from sim.slo_check import batches_from_mix, slo_check

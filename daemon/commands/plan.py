@@ -40,7 +40,7 @@ from scaler.planner.batch_mix import mix_from_dist
 from scaler.planner.model_plan import plan_fleet
 from sim.slo_check import slo_check
 from scaler.planner.pick_cache import PickCache
-from scaler.planner.choose import MIX_SEED, Plan
+from scaler.planner.plan_inputs import MIX_SEED, Plan
 from sim.pick_eval import confirmation
 from scaler.planner.joint_plan import JointPlan, declared_demands, plan_joint
 from scaler.planner.replan import DemandView

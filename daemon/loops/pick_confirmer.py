@@ -25,7 +25,7 @@ from typing import Callable
 
 from scaler.planner.pools import pool_text
 from scaler.planner.pick_cache import PickCache, PickKey
-from scaler.planner.choose import Plan, ToConfirm
+from scaler.planner.plan_inputs import Plan, ToConfirm
 from sim.pick_eval import confirmed_plan
 
 log = logging.getLogger("costscale.daemon")

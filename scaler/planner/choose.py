@@ -34,12 +34,11 @@ import numpy as np
 
 from config.budget import BUDGET_EPS
 from scaler.planner.base_aux import BaseAux, PlanError
-from scaler.planner.plan_inputs import (MIX_SEED, Meets, Objective, Plan, PlanInputs, ToConfirm, base_aux_of, no_pool_fits,
-                                plan_inputs_from_config, pool_space)
+from scaler.planner.plan_inputs import Meets, Objective, Plan, PlanInputs, base_aux_of, no_pool_fits, pool_space
 from scaler.planner.choose_by_search import choose_searched
 from scaler.planner.pool_count import count_pools
 from scaler.planner.pool_search import SearchTooLarge
-from scaler.planner.similarity_pick import SIMILARITY_TOP, similarity_pick
+from scaler.planner.similarity_pick import similarity_pick
 from scaler.planner.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
 
 #: choose_pool searches (``scaler.planner.choose_by_search``) instead of ranking every pool above this many pools
@@ -250,8 +249,4 @@ def choose_pool(
     )
 
 
-#: the planner's data (scaler.planner.plan_inputs) and the similarity pick (scaler.planner.similarity_pick) are named
-#: here too, for the modules that import them from the planner
-__all__ = ["KEEP_WITHIN", "MIX_SEED", "Meets", "Objective", "Plan", "PlanInputs", "SEARCH_ABOVE", "SIMILARITY_TOP",
-           "ToConfirm", "base_aux_of", "choose_pool", "maximal_pools", "no_pool_fits", "plan_inputs_from_config",
-           "pool_space", "rank_inputs", "similarity_pick", "undominated"]
+__all__ = ["KEEP_WITHIN", "SEARCH_ABOVE", "choose_pool", "maximal_pools", "rank_inputs", "undominated"]

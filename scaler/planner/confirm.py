@@ -34,7 +34,8 @@ import numpy as np
 
 from config.budget import BUDGET_EPS
 from scaler.planner import choose as _plan
-from scaler.planner.choose import Plan, PlanInputs, base_aux_of, choose_pool, maximal_pools, pool_space, rank_inputs
+from scaler.planner.choose import choose_pool, maximal_pools, rank_inputs
+from scaler.planner.plan_inputs import Plan, PlanInputs, base_aux_of, pool_space
 from scaler.planner.pool_count import count_pools
 from scaler.planner.pool_search import SearchTooLarge, top_pools
 from scaler.planner.pool_space import PoolSpace, in_space

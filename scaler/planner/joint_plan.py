@@ -34,7 +34,8 @@ from scaler.planner.budget_split import Frontier, Split, frontier, split_budget
 from scaler.planner.estimate_gate import planned_types
 from scaler.planner.model_plan import SloCheck, plan_fleet
 from scaler.planner.pick_cache import PickCache
-from scaler.planner.choose import MIX_SEED, Objective, Plan, plan_inputs_from_config, rank_inputs
+from scaler.planner.choose import rank_inputs
+from scaler.planner.plan_inputs import Objective, Plan, plan_inputs_from_config
 from scaler.planner.replan import DemandView
 from scaler.planner.pools import pool_cost, pool_sum
 

@@ -14,7 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from scaler.planner.choose import PlanInputs, rank_inputs
+from scaler.planner.choose import rank_inputs
+from scaler.planner.plan_inputs import PlanInputs
 from scaler.planner.upper_bound import Ranking
 
 Evaluate = Callable[[dict[str, int]], float]

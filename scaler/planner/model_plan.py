@@ -15,7 +15,8 @@ from config.schema import Config
 from scaler.planner.batch_mix import BatchMix
 from scaler.planner.estimate_gate import planned_types
 from scaler.planner.pick_cache import PickCache, pick_key
-from scaler.planner.choose import Meets, Objective, Plan, ToConfirm, choose_pool, plan_inputs_from_config
+from scaler.planner.choose import choose_pool
+from scaler.planner.plan_inputs import Meets, Objective, Plan, ToConfirm, plan_inputs_from_config
 from config.profiles import ProfileTable
 
 #: ``slo_check(profile_model, profiles, qos_ms, rate_qps, mix, *, policy) -> Meets``

@@ -20,7 +20,7 @@ import numpy as np
 
 from config.profiles import LatencyProfile
 from scaler.planner.batch_mix import BatchMix
-from scaler.planner.choose import Plan, PlanInputs
+from scaler.planner.plan_inputs import Plan, PlanInputs
 
 #: the mix's signature: its batch size at these quantiles, each in a geometric bin of ratio
 #: :data:`MIX_BIN_RATIO` (a pick holds across a few percent of batch size; two draws of one

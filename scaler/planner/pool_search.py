@@ -57,8 +57,7 @@ import numpy as np
 
 from config.budget import BUDGET_EPS
 from scaler.planner.base_aux import BoundParams, PlanError
-from scaler.planner.pool_space import NO_CAP, Pools, PoolSpace, in_space, maximal
-from scaler.planner.upper_bound import upper_bounds
+from scaler.planner.pool_space import Pools, PoolSpace, in_space, maximal
 
 #: partial pools one pass may generate before it stops with a PlanError
 WORK_LIMIT = 60_000_000
@@ -353,6 +352,5 @@ def _cost_floor(space: PoolSpace, need: float) -> float:
     return lo_m
 
 
-#: the space's names (scaler.planner.pool_space) are named here too, for the modules that import them from the search
-__all__ = ["BEAM", "CHUNK", "MAX_BEAM", "NO_CAP", "Pools", "PoolSpace", "RETRY_WORK", "SLACK", "SearchTooLarge",
-           "WORK_LIMIT", "cheapest_pools", "cost_order", "in_space", "maximal", "rank_order", "top_pools"]
+__all__ = ["BEAM", "CHUNK", "MAX_BEAM", "RETRY_WORK", "SLACK", "SearchTooLarge", "WORK_LIMIT", "cheapest_pools",
+           "cost_order", "rank_order", "top_pools"]
