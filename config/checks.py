@@ -19,7 +19,8 @@ from config.errors import ConfigError
 from config.hostport import split_hostport
 from config.profiles import ProfileTable, load_profiles_csv
 from config.type_estimates import with_type_estimates
-from config.schema import Config, DispatcherSpec, load_config
+from config.schema import Config, load_config
+from config.sections.dispatcher import DispatcherSpec
 from config.sections.security import client_auth_missing, is_loopback, read_pem, read_token
 from config.sections.spot import spot_problems, spot_types
 from config.spot_catalog import load_spot_table

@@ -1,9 +1,11 @@
 """The one YAML file a user writes: pydantic models, loading, and line-numbered error messages.
 
-The sections of their own modules: ``dispatcher`` and ``metrics`` (:mod:`config.sections.dispatcher`),
-``intervals`` and ``model_scaling`` (:mod:`config.sections.loops`), ``pipelines``, ``spot``, ``lease``
-and the TLS models (:mod:`config.sections.pipelines`, :mod:`config.sections.spot`, :mod:`config.sections.lease`,
-:mod:`config.sections.security`); they are named here too, as the config's parts.
+The sections of their own modules, imported from there: ``dispatcher`` and ``metrics``
+(:mod:`config.sections.dispatcher`), ``intervals``, ``model_scaling`` and its ``accuracy_scaling``
+(:mod:`config.sections.loops`), ``pipelines``, ``spot``, ``lease`` and the TLS models
+(:mod:`config.sections.pipelines`, :mod:`config.sections.spot`, :mod:`config.sections.lease`,
+:mod:`config.sections.security`). This module holds the top-level :class:`Config` and the sections
+it defines itself (models, instance types, launch, workload, aws).
 
 ``load_config(path)`` returns a validated :class:`Config` or raises :class:`ConfigError` whose
 ``lines`` hold one message per problem, each naming the field path and its YAML line
@@ -26,14 +28,12 @@ from config.errors import ConfigError
 from config.families import shipped as shipped_families
 from config.fields import Name, Strict
 from config.sections.lease import LeaseSpec
-from config.sections.loops import AccuracyScalingSpec, IntervalsSpec, ModelScalingSpec
+from config.sections.loops import IntervalsSpec, ModelScalingSpec
 from config.sections.pipelines import PipelineSpec, check_models
 from config.sections.spot import Market, SpotSpec, check_spot
 
-_Strict = Strict
 
-
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     """One served model (an application's default model in INFaaS terms)."""
 
     name: Name
@@ -78,7 +78,7 @@ class ModelSpec(_Strict):
         return self.profile or self.name
 
 
-class InstanceTypeSpec(_Strict):
+class InstanceTypeSpec(Strict):
     type: str
     min: Annotated[int, Field(ge=0)] = 0
     max: Annotated[int, Field(ge=0)] | None = None
@@ -104,7 +104,7 @@ class InstanceTypeSpec(_Strict):
         return self
 
 
-class LaunchTemplateRef(_Strict):
+class LaunchTemplateRef(Strict):
     id: str | None = None
     name: str | None = None
     version: str = "$Default"
@@ -116,7 +116,7 @@ class LaunchTemplateRef(_Strict):
         return self
 
 
-class LaunchSpec(_Strict):
+class LaunchSpec(Strict):
     """How instances are launched on EC2 (run_instances parameters)."""
 
     ami_id: str | None = None
@@ -136,7 +136,7 @@ class LaunchSpec(_Strict):
         return self
 
 
-class WorkloadSpec(_Strict):
+class WorkloadSpec(Strict):
     """What the planner assumes before the dispatcher has measured anything."""
 
     batch_dist: str = "deeprecsys"
@@ -149,7 +149,7 @@ class WorkloadSpec(_Strict):
         return v
 
 
-class AwsSpec(_Strict):
+class AwsSpec(Strict):
     """How boto3 reaches AWS. The standard credential chain is used; endpoint_url is for testing
     against a local EC2 emulator (moto) and should stay unset in production. max_attempts: the
     attempts per EC2 call, retries included, botocore retrying throttling, 5xx and dropped
@@ -159,7 +159,7 @@ class AwsSpec(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 8
 
 
-class Config(_Strict):
+class Config(Strict):
     cluster: Name
     region: str = "us-east-1"
     budget_per_hour: Annotated[float, Field(gt=0)]
@@ -375,8 +375,5 @@ def load_config(path: str | Path) -> Config:
     return cfg.model_copy(update={"models": models})
 
 
-#: the sections defined in their own modules (config.sections.dispatcher, config.sections.loops, ...) are
-#: named here too, as the config's parts
-__all__ = ["AccuracyScalingSpec", "AwsSpec", "Config", "DispatcherSpec", "InstanceTypeSpec", "IntervalsSpec",
-           "LaunchSpec", "LaunchTemplateRef", "LeaseSpec", "MetricsSpec", "ModelScalingSpec", "ModelSpec",
-           "PipelineSpec", "SpotSpec", "WorkloadSpec", "load_config", "parse_config_text"]
+__all__ = ["AwsSpec", "Config", "InstanceTypeSpec", "LaunchSpec", "LaunchTemplateRef", "ModelSpec", "WorkloadSpec",
+           "load_config", "parse_config_text"]

@@ -35,7 +35,8 @@ import math
 import grpc
 import numpy as np
 
-from config.schema import DispatcherSpec, ModelSpec
+from config.schema import ModelSpec
+from config.sections.dispatcher import DispatcherSpec
 from dispatcher import modelless as ml
 from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.latency_model import LatencyModel
@@ -298,4 +299,4 @@ class Admission:
         return q.future
 
 
-__all__ = ["OFFLINE_QOS_MS", "SC", "Admission", "Outcome", "Validated"]
+__all__ = ["OFFLINE_QOS_MS", "Admission", "Validated"]

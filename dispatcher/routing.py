@@ -42,7 +42,7 @@ from typing import Callable, Collection
 
 import grpc
 
-from config.schema import DispatcherSpec
+from config.sections.dispatcher import DispatcherSpec
 from dispatcher import batch_join
 from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.call_outcome import settle_answered, settle_failed

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from config.checks import config_problems, is_loopback, known_regions
+from config.checks import config_problems, known_regions
+from config.sections.security import is_loopback
 from config.errors import ConfigError
 from config.schema import parse_config_text
 from tests.validate_helpers import validate_text

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import TextIO
 
-from config.schema import MetricsSpec
+from config.sections.dispatcher import MetricsSpec
 from daemon.demos.demo_config import DEMO_MODEL, demo_config
 from daemon.local.embedded import EmbeddedCloud
 

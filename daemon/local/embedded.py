@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from config.checks import is_loopback
+from config.sections.security import is_loopback
 from config.schema import Config
 
 

@@ -13,7 +13,7 @@ from typing import Awaitable, Callable, Protocol
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.base import BaseScheduler
 
-from config.schema import IntervalsSpec
+from config.sections.loops import IntervalsSpec
 from daemon.observe import sdnotify
 
 log = logging.getLogger("costscale.daemon")
