@@ -133,7 +133,7 @@ def test_routing_follows_the_plan_and_queued_queries_follow_a_swap() -> None:
 
 def test_a_worker_pads_a_family_member_to_its_own_profile(tmp_path: Path) -> None:
     from worker.padding import own_profiles
-    from worker.server import WorkerOptions
+    from worker.options import WorkerOptions
 
     def prof(model: str, ms: float) -> LatencyProfile:
         b, lat = np.array([1.0, 2.0]), np.array([ms, 2 * ms])
@@ -197,7 +197,7 @@ def test_a_model_named_apart_from_its_profile_is_padded_to_that_profile(tmp_path
     from daemon.local.runner import LocalRunner
     from scaler.cloud.provider import ManagedInstance
     from worker.padding import own_profiles
-    from worker.server import WorkerOptions
+    from worker.options import WorkerOptions
 
     def prof(model: str, ms: float) -> LatencyProfile:
         b, lat = np.array([1.0, 2.0]), np.array([ms, 2 * ms])

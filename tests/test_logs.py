@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 
 from daemon.process import CHATTY_LIBRARIES, quiet_libraries
-from scaler.fleet.actuator import ApplyReport, ReconcileReport
+from scaler.fleet.reports import ApplyReport, ReconcileReport
 
 
 def test_library_chatter_stays_below_info() -> None:

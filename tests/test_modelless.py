@@ -20,7 +20,8 @@ from config.profiles import load_profiles_csv
 from variants.registry import RegisteredModel, VariantRegistry, base_variant
 from variants.infaas.selection import Request
 from variants.infaas.state_machine import VariantState
-from worker.server import WorkerOptions, WorkerServer
+from worker.options import WorkerOptions
+from worker.server import WorkerServer
 
 GRID = {("fast", "gpu"): ((1, 5.0), (8, 10.0)), ("slow", "cpu"): ((1, 50.0), (8, 200.0)),
         ("base", "cpu"): ((1, 40.0), (8, 100.0)), ("base", "gpu"): ((1, 8.0), (8, 20.0))}

@@ -14,13 +14,14 @@ from hypothesis import given, strategies as st
 from dispatcher import modelless as ml
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.admission import SC
+from dispatcher.queries import SC
 from dispatcher.offline import OfflineJob, offline_inputs, remote_inputs
 from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
 from tests.test_modelless import _cfg
 from variants.registry import RegisteredModel, VariantRegistry
-from worker.server import WorkerOptions, WorkerServer
+from worker.options import WorkerOptions
+from worker.server import WorkerServer
 
 
 def test_threshold_rule() -> None:

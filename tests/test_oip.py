@@ -24,7 +24,8 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, oip_pb2 as oip
 from dispatcher.server import Dispatcher
 from variants.runtime.builtin_models import mlp_model
-from worker.server import WorkerOptions, WorkerServer
+from worker.options import WorkerOptions
+from worker.server import WorkerServer
 
 REPO = Path(__file__).resolve().parents[1]
 CLIENT = REPO / "tests" / "oip_client.py"

@@ -21,7 +21,8 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
 from tests.test_modelless import _cfg
 from variants.registry import RegisteredModel, VariantRegistry
-from worker.server import WorkerOptions, WorkerServer
+from worker.options import WorkerOptions
+from worker.server import WorkerServer
 
 
 def test_s3_uri_rule() -> None:

@@ -199,7 +199,8 @@ def test_worker_channels_over_mutual_tls_with_the_cluster_token(tmp_path: Path) 
     from dispatcher.credentials import WorkerChannelSecurity
     from dispatcher.workers.client import WorkerClient
     from tests.test_modelless import _cfg
-    from worker.server import WorkerOptions, serve_worker
+    from worker.options import WorkerOptions
+    from worker.server import serve_worker
 
     ca = TestCa(tmp_path / "ca")
     disp, worker, client = ca.issue("dispatcher"), ca.issue("worker", dns=("costscale-worker",), ips=()), ca.issue("client")

@@ -108,7 +108,8 @@ def test_rotation_reaches_the_dispatcher_and_a_worker_without_a_restart(moto_end
     the dispatcher presents B, which both workers take; past the grace, A is refused."""
     from dispatcher.workers.client import WorkerClient
     from tests.test_modelless import _cfg
-    from worker.server import WorkerOptions, serve_worker
+    from worker.options import WorkerOptions
+    from worker.server import serve_worker
 
     ssm = boto3.client("ssm", region_name="us-east-1", endpoint_url=moto_endpoint)
     param = TokenParameter(ssm, "/costscale/rot/cluster-token")

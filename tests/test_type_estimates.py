@@ -321,7 +321,7 @@ def test_a_measurement_in_the_daemon_replaces_the_estimate_and_moves_the_sibling
 
 def test_a_worker_standing_for_an_unmeasured_type_pads_to_its_estimate(tmp_path: Path) -> None:
     from worker.padding import padding_profile, padding_table
-    from worker.server import WorkerOptions
+    from worker.options import WorkerOptions
 
     opts = WorkerOptions(instance_id="i-1", instance_type="inf1.xlarge", emulate_profile="rm2")
     p = padding_profile(opts, padding_table(opts))

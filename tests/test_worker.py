@@ -26,7 +26,9 @@ from tests.conftest import free_port
 from variants.runtime.builtin_models import build_mlp, input_signature, make_inputs, make_inputs_for
 from config.emulation import padded_service_ms, padding_ms
 from variants.runtime.executor import CPU, CUDA, choose_executor_kind, choose_providers, parse_providers
-from worker.server import RegistrationRefused, WorkerOptions, WorkerServer, serve_worker
+from worker.options import WorkerOptions
+from worker.registration import RegistrationRefused
+from worker.server import WorkerServer, serve_worker
 
 REPO = Path(__file__).resolve().parents[1]
 

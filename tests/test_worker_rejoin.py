@@ -18,7 +18,8 @@ from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.workers.registry import HEALTH_INTERVAL_S
 from tests.conftest import free_port
 from worker.rejoin import REJOIN_AFTER_S, Hearing, keep_registered, rejoin_due
-from worker.server import WORKER_SERVICE, WorkerOptions, WorkerServer, serve_worker
+from worker.options import WorkerOptions
+from worker.server import WORKER_SERVICE, WorkerServer, serve_worker
 
 
 class VirtualClock:

@@ -47,11 +47,11 @@ from variants.runtime.builtin_models import input_signature, resolve_model
 from config.emulation import padding_ms
 from variants.runtime.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
 from variants.runtime.onnx_executor import OnnxExecutor
-from worker.options import WorkerOptions, default_cache_dir
+from worker.options import WorkerOptions
 from worker.rejoin import Hearing, keep_registered
 from worker.loaded import LoadedVariant, query_inputs, resolve_variant
 from worker.padding import own_profiles, padding_profile, padding_table, type_factor_fn
-from worker.registration import DispatcherLink, RegistrationFailed, RegistrationRefused
+from worker.registration import DispatcherLink
 from worker.token import TokenKeeper
 
 log = logging.getLogger(__name__)
@@ -385,5 +385,4 @@ async def serve_worker(opts: WorkerOptions, on_listening: Callable[[str], None] 
         await server.stop_async(grace=2.0)
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "RegistrationFailed", "RegistrationRefused", "WORKER_SERVICE", "WorkerOptions",
-           "WorkerServer", "default_cache_dir", "hardware_of", "serve_worker"]
+__all__ = ["MAX_MESSAGE_BYTES", "WORKER_SERVICE", "WorkerServer", "hardware_of", "serve_worker"]

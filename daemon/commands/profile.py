@@ -202,7 +202,7 @@ def _type_estimates(cfg: Config, csv: ProfileTable, results: "list[ModelProfiles
 
 def _resolve(m: ModelSpec) -> Path:
     from variants.runtime.builtin_models import ModelError, resolve_model
-    from worker.server import default_cache_dir
+    from worker.options import default_cache_dir
 
     try:
         return resolve_model(m.onnx, default_cache_dir())

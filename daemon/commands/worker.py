@@ -27,7 +27,7 @@ from variants.runtime.builtin_models import ModelError
 from variants.runtime.executor import parse_providers
 
 if TYPE_CHECKING:
-    from worker.server import WorkerOptions
+    from worker.options import WorkerOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -141,7 +141,7 @@ def _token_from_parameter(name: str) -> tuple[str, Callable[[], str | None]]:
 
 def build_options(args: argparse.Namespace) -> "WorkerOptions":
     """Check the flags and build WorkerOptions (every problem is a UsageError)."""
-    from worker.server import WorkerOptions, default_cache_dir
+    from worker.options import WorkerOptions, default_cache_dir
 
     listen = _hostport("--listen", args.listen)
     dispatcher = _hostport("--dispatcher", args.dispatcher) if args.dispatcher else None
@@ -209,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
     opts = build_options(args)
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from worker.server import RegistrationFailed, RegistrationRefused, serve_worker
+    from worker.registration import RegistrationFailed, RegistrationRefused
+    from worker.server import serve_worker
 
     def listening(address: str) -> None:
         print(f"listening {address}", flush=True)

@@ -74,7 +74,7 @@ async def generate_config_variants(cfg: Config, registry: VariantRegistry, refre
     file is at hand (builtin:mlp is), in a worker thread; ``refresh()`` after each model (routing
     picks them up)."""
     from variants.runtime.builtin_models import resolve_model
-    from worker.server import default_cache_dir
+    from worker.options import default_cache_dir
 
     hws = hardware_classes(cfg.catalog())
     for m in cfg.models:

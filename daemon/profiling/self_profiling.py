@@ -212,7 +212,7 @@ class SelfProfiler:
     async def _estimate(self, spec: ModelSpec) -> ModelProfiles:
         """Measure here, estimate every type, hold the conservative pool (log and STATUS say so)."""
         from variants.runtime.builtin_models import resolve_model
-        from worker.server import default_cache_dir
+        from worker.options import default_cache_dir
 
         src = await asyncio.to_thread(resolve_model, spec.onnx, default_cache_dir())
         res = await asyncio.to_thread(profile_here, self.cfg(), spec, self.registry, src, self._types(), None, 5, False)

@@ -387,6 +387,4 @@ class FleetActuator:
         return rep
 
 
-#: ApplyReport and ReconcileReport live in scaler.fleet.reports; named here too for the
-#: modules that import them from the actuator
-__all__ = ["ApplyReport", "FleetActuator", "ReconcileReport"]
+__all__ = ["FleetActuator"]
