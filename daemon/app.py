@@ -33,7 +33,7 @@ from scaler.fleet import tick
 from scaler.fleet.step import plan_id_for
 from scaler.fleet.tick import FleetPorts
 from sim.slo_check import slo_check
-from scaler.planner.joint_plan import JointPlan, ModelShare
+from scaler.planner.joint_plan import JointPlan, ModelShare, declared_demands
 from scaler.planner.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
 from daemon.aws.cluster_token import with_cluster_token
@@ -109,7 +109,7 @@ class Daemon:
         """Each model's declared workload (once per config: sampling the mix is not free, and this runs each tick)."""
         cfg = self.cfg
         if self._declared is None or self._declared[0] is not cfg:
-            self._declared = (cfg, fleet_step.declared_demands(cfg))
+            self._declared = (cfg, declared_demands(cfg))
         return self._declared[1]
 
     async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]

@@ -30,7 +30,8 @@ import numpy as np
 
 from config.schema import ModelSpec
 from dispatcher import modelless as ml
-from dispatcher.admission import SC, Admission
+from dispatcher.admission import Admission
+from dispatcher.queries import SC
 from dispatcher.object_store import ObjectStore, parse_s3_uri
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.proto.tensors import tensor_to_array

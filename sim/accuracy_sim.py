@@ -298,4 +298,4 @@ def simulate_accuracy(pool: dict[str, str], variants: Sequence[VariantProfile], 
     return res
 
 
-__all__ = ["ALLOCATIONS", "AccuracyResult", "AccuracySpec", "BETA", "simulate_accuracy"]
+__all__ = ["ALLOCATIONS", "AccuracyResult", "AccuracySpec", "simulate_accuracy"]

@@ -95,7 +95,7 @@ def test_relative_profiles_path_is_relative_to_the_config_file(tmp_path: Path) -
 
 
 def test_model_scaling_section_sets_the_model_loop(tmp_path: Path) -> None:
-    from daemon.app import model_params_for
+    from variants.infaas.model_decision import model_params_for
 
     f = tmp_path / "c.yaml"
     f.write_text(GOOD + "model_scaling:\n  solver: ilp\n  vm_remove_cooldown_s: 45\n")

@@ -14,6 +14,7 @@ from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.cli import main
 from scaler.fleet import step as fleet_step
+from scaler.planner.joint_plan import declared_demand
 from scaler.planner.replan import DemandView
 from sim.patterns import parse_pattern, pattern_workload, peak_minute_rate
 from sim.replay.outcomes import EXPIRED, SERVED
@@ -230,7 +231,7 @@ def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # 
 
     cfg = _cfg(tmp_path)
     run = replay(cfg, profiles, _steps([(5.0, 60.0)]), 60.0, ReplaySpec())
-    d = fleet_step.declared_demand(cfg, "rm2")
+    d = declared_demand(cfg, "rm2")
     plan = plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check, model="rm2")
     assert run.targets[0].at_s == 0.0
     assert run.targets[0].target == {t: n for t, n in plan.chosen.items() if n}
@@ -239,7 +240,7 @@ def test_replay_plans_like_costscale_plan(tmp_path: Path, profiles) -> None:  # 
 # ---- fleet-step rules ----------------------------------------------------------------------------
 
 def test_stabilized_demand_keeps_the_window_peak() -> None:
-    mix = fleet_step.declared_demand(_cfg(Path("/tmp")), "rm2").mix
+    mix = declared_demand(_cfg(Path("/tmp")), "rm2").mix
     h: list[tuple[float, DemandView]] = []
     d, h = fleet_step.stabilized_demand(h, 0.0, DemandView(30.0, mix, True), 300.0)
     assert d.qps == 30.0
@@ -260,7 +261,7 @@ def test_the_steady_rate_is_never_counted_over_more_than_the_scale_in_window(tmp
 
 def test_plan_due_only_when_the_plan_went_stale(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)                      # headroom 0.1: a rise past 5 % (and 1 q/s) replans
-    mix = fleet_step.declared_demand(cfg, "rm2").mix
+    mix = declared_demand(cfg, "rm2").mix
     planned = {"rm2": DemandView(20.0, mix, True)}
     due = lambda q, at=0.0, now=60.0, gone=False: fleet_step.plan_due(  # noqa: E731
         cfg, planned, at, {"rm2": DemandView(q, mix, True)}, now, gone)

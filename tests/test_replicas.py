@@ -295,6 +295,7 @@ def test_the_holder_plans_for_the_merged_windows_of_every_replica(moto_endpoint:
 
     from daemon.app import Daemon
     from scaler.fleet import step as fleet_step
+    from scaler.planner.joint_plan import declared_demands
     from scaler.planner.batch_mix import BatchMix
     from scaler.replicas.demand import MergedDemand, ModelWindow
 
@@ -310,7 +311,7 @@ def test_the_holder_plans_for_the_merged_windows_of_every_replica(moto_endpoint:
             own = d.current_demand()["rm2"]                  # nothing read yet: its own (empty) window
             d.replica.merged = MergedDemand({"rm2": summed}, ("a:1", "b:2"))
             merged = d.current_demand()["rm2"]
-            declared = fleet_step.declared_demands(d.cfg)["rm2"]
+            declared = declared_demands(d.cfg)["rm2"]
             want = fleet_step.planning_demand(12.0, mix, 600, declared, 1.0, 10.0)
             return own, merged, want
         finally:

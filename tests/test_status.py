@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from config.profiles import load_profiles_csv
 from config.schema import Config
-from daemon.app import Daemon, FleetStatus
+from daemon.app import Daemon
+from daemon.observe.fleet_status import FleetStatus
 from daemon.commands.status import status_dict
 from daemon.observe.recent import Recent
 from daemon.observe.spend import SpendMeter, day_start

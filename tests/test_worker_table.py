@@ -4,7 +4,8 @@ other items, a newer registration kept against a late older write, forgotten on 
 from __future__ import annotations
 
 from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
-from scaler.replicas.worker_table import DynamoWorkerTable, WorkerItem
+from scaler.replicas.apply_owners import WorkerItem
+from scaler.replicas.worker_table import DynamoWorkerTable
 
 T0 = 1_700_000_000.0
 

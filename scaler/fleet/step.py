@@ -37,7 +37,7 @@ from config.schema import Config
 from scaler.planner.batch_mix import BatchMix
 from scaler.cloud.provider import ManagedInstance
 from scaler.planner.model_plan import SloCheck
-from scaler.planner.joint_plan import JointPlan, ModelShare, declared_demand, declared_demands, plan_joint
+from scaler.planner.joint_plan import JointPlan, ModelShare, plan_joint
 from scaler.fleet.parking import ParkDecision, ParkState, decide_parking
 from scaler.planner.pick_cache import PickCache
 from scaler.fleet.worker_assignment import assign_workers, released, shares_for
@@ -274,6 +274,8 @@ def hint_replan(cfg: Config, hint: Mapping[str, float], hint_planned: Mapping[st
     return not cfg.pinned_pool and any(abs(h - hint_planned.get(m, 1.0)) >= HINT_REPLAN_DELTA for m, h in hint.items())
 
 
-__all__ = ["HINT_REPLAN_DELTA", "KEEP_REASONS", "model_shares", "worker_models", "unmoved_shares", "planned_demands", "Demands", "declared_demand", "declared_demands", "stabilized_demands", "total_qps",
-           "demands_moved", "planning_demand", "steady_horizon", "stabilized_demand", "fleet_target", "next_generation",
-           "plan_id_for", "park_round", "replan_without_unavailable", "demand_moved", "replan_early", "plan_due", "PLAN_MAX_AGE_S", "fleet_settled", "hint_replan"]
+__all__ = ["HINT_REPLAN_DELTA", "KEEP_REASONS", "model_shares", "worker_models", "unmoved_shares", "planned_demands",
+           "Demands", "stabilized_demands", "total_qps", "demands_moved", "planning_demand", "steady_horizon",
+           "stabilized_demand", "fleet_target", "next_generation", "plan_id_for", "park_round",
+           "replan_without_unavailable", "demand_moved", "replan_early", "plan_due", "PLAN_MAX_AGE_S", "fleet_settled",
+           "hint_replan"]

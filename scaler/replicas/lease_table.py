@@ -17,8 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from scaler.cloud.aws_client import make_client
-from scaler.replicas.dynamo_items import (CONDITION_FAILED, CONFIG_CODES, IN_USE, KEY, NOT_FOUND, TABLE_WAIT, DynamoItems,
-                                 num)
+from scaler.replicas.dynamo_items import KEY, DynamoItems, num
 from scaler.replicas.lease_decision import Lease
 
 DEFAULT_TABLE = "costscale-leases"
@@ -63,5 +62,4 @@ class DynamoLeaseTable(DynamoItems):
                             ":e": {"N": num(expect.expires_at)}})
 
 
-__all__ = ["CONDITION_FAILED", "CONFIG_CODES", "DEFAULT_TABLE", "IN_USE", "KEY", "NOT_FOUND", "TABLE_WAIT",
-           "DynamoLeaseTable", "from_item", "make_dynamodb_client", "to_item"]
+__all__ = ["DEFAULT_TABLE", "DynamoLeaseTable", "from_item", "make_dynamodb_client", "to_item"]

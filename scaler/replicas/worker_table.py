@@ -57,4 +57,4 @@ class DynamoWorkerTable(DynamoItems):
                               {":at": {"N": num(w.at)}})
 
 
-__all__ = ["DynamoWorkerTable", "WorkerItem", "worker_item", "worker_of"]
+__all__ = ["DynamoWorkerTable", "worker_item", "worker_of"]

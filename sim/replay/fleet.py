@@ -36,7 +36,7 @@ from scaler.planner.model_plan import SloCheck
 from scaler.fleet.step import Demands
 from scaler.fleet.reports import ReconcileReport
 from scaler.fleet.tick import EventKind, FleetPorts, FleetState, TickResult, run_now
-from scaler.planner.joint_plan import JointPlan, ModelShare
+from scaler.planner.joint_plan import JointPlan, ModelShare, declared_demands
 from scaler.planner.pick_cache import PickCache
 from scaler.planner.replan import DemandView
 from scaler.fleet.market_hooks import MarketHooks
@@ -173,7 +173,7 @@ class ReplayFleet:
         self.hooks = self._market_hooks()
         self.models = [m.name for m in cfg.models]
         self.windows = dict(windows)     # each model's arrivals (its query loop records them)
-        self.declared = fleet_step.declared_demands(cfg)
+        self.declared = declared_demands(cfg)
         self.fleet_state = FleetState()
         self.decisions = Decisions()
         self.audit = ReplayAudit(self.decisions, clock, on_target)
@@ -297,5 +297,4 @@ class ReplayFleet:
         """``Daemon.reconcile_tick``: :func:`scaler.fleet.tick.reconcile_tick` over the replay's ports."""
         run_now(fleet_tick.reconcile_tick(self.cfg, self.fleet_state, self.ports, self.actuator.reconcile))
 
-__all__ = ["DecideFn", "Decisions", "OnTarget", "ReplayAudit", "ReplayFleet", "ReplayLoops", "ReplayWorkers", "Schedule",
-           "loops_for"]
+__all__ = ["DecideFn", "OnTarget", "ReplayAudit", "ReplayFleet", "ReplayLoops", "loops_for"]

@@ -52,7 +52,8 @@ from sim.replay.ledger import CostLedger
 from dispatcher.policy import DISPATCH_VIEW_FACTOR, DISPATCH_XI
 from sim.policies import dispatcher_policy
 from sim.replay.query_loop import QueryLoop
-from sim.replay.fleet import Decisions, DecideFn, ReplayFleet, loops_for
+from sim.replay.fleet import DecideFn, ReplayFleet, loops_for
+from sim.replay.workers import Decisions
 from sim.replay.pipelines import PipelineReplay, split_workloads
 from sim.replay.spot import SpotDriver, SpotPriceStep, SpotReplayFleet, spot_prices_for
 from sim.replay.spot_trace import SpotTrace

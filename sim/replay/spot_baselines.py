@@ -26,7 +26,7 @@ from config.sections.spot import spot_types
 from scaler.fleet import step as fleet_step
 from scaler.cloud.provider import ManagedInstance
 from scaler.planner.model_plan import SloCheck
-from scaler.planner.joint_plan import JointPlan, plan_joint
+from scaler.planner.joint_plan import JointPlan, declared_demands, plan_joint
 from scaler.planner.replan import DemandView
 from scaler.spot.fleet import priced_config
 from scaler.spot.market import Placement, SpotMarket, keep_n, drop_order, within_budget, planning_prices
@@ -126,7 +126,7 @@ def spothedge_type(cfg: Config, profiles: ProfileTable, peak: Mapping[str, float
     (all zones open: each type at its cheapest zone's price, :func:`scaler.spot.market.planning_prices`);
     ties by name."""
     priced = priced_config(cfg, planning_prices(market).prices)
-    declared = fleet_step.declared_demands(cfg)
+    declared = declared_demands(cfg)
     demand = {m: DemandView(float(peak.get(m, 0.0)), declared[m].mix, False) for m in declared}
     best: tuple[float, str] | None = None
     for t in sorted(market.markets):
