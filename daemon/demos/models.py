@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import grpc
 import numpy as np
@@ -122,6 +122,28 @@ async def start_serving(daemon: Any, models: Sequence[str], stop: asyncio.Event,
     return prices, ledger
 
 
+async def watch_pool(daemon: Any, ledger: CostLedger, duration: float, t0: float,
+                     on_tick: Callable[[float, dict[str, int]], None], every_s: float = 0.5) -> None:
+    """Until cancelled, every ``every_s``: the pool the daemon holds, its dollars into ``ledger`` (up
+    to ``duration`` s of load), then ``on_tick(s since t0, pool)`` (the demo's display)."""
+    while True:
+        el = time.monotonic() - t0
+        pool = daemon.status.pool()
+        ledger.observe(min(el, duration), pool)
+        on_tick(el, pool)
+        await asyncio.sleep(every_s)
+
+
+async def tear_down(daemon: Any, runner: Any, cloud: EmbeddedCloud) -> None:
+    """A demo's last step, whatever happened: the daemon stopped if it still runs, the local workers,
+    the embedded cloud."""
+    if daemon is not None and not daemon._stop.is_set():
+        await daemon.stop(grace=2.0)
+    if runner is not None:
+        await runner.stop_all()
+    cloud.stop()
+
+
 async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int = 1, as_json: bool = False) -> int:
     """The two-model demo (module docstring); exit 0 when both models were served and nothing was
     left running, 1 otherwise, 130 on Ctrl-C."""
@@ -154,21 +176,16 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
         display = LiveDisplay(out)
         t0 = time.monotonic()
 
-        async def watch() -> None:
-            while True:
-                el = time.monotonic() - t0
-                pool = daemon.status.pool()
-                ledger.observe(min(el, duration), pool)
-                for m in loads:
-                    m.workers.append((el, serving(d, m.name)))
-                if not as_json:
-                    phase = sum(el >= m.step_at for m in loads)
-                    display.show(phase, f"t={el:4.0f}s  " + "  ".join(
-                        f"{m.name} {m.rate(el):3.0f} q/s {serving(d, m.name)} workers miss {fmt_pct(m.stats.miss_pct())}"
-                        for m in loads) + f"  pool {' '.join(f'{t}x{n}' for t, n in sorted(pool.items()))}"
-                        f"  ${pool_cost(pool, prices):.3f}/hr")
-                await asyncio.sleep(0.5)
-        watcher = asyncio.create_task(watch())
+        def tick(el: float, pool: dict[str, int]) -> None:
+            for m in loads:
+                m.workers.append((el, serving(d, m.name)))
+            if not as_json:
+                phase = sum(el >= m.step_at for m in loads)
+                display.show(phase, f"t={el:4.0f}s  " + "  ".join(
+                    f"{m.name} {m.rate(el):3.0f} q/s {serving(d, m.name)} workers miss {fmt_pct(m.stats.miss_pct())}"
+                    for m in loads) + f"  pool {' '.join(f'{t}x{n}' for t, n in sorted(pool.items()))}"
+                    f"  ${pool_cost(pool, prices):.3f}/hr")
+        watcher = asyncio.create_task(watch_pool(daemon, ledger, duration, t0, tick))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
             stub = pbg.InferenceStub(ch)
             await asyncio.gather(*(send_load(stub, pb, m, duration, np.random.default_rng([seed, k]), stop)
@@ -204,11 +221,7 @@ async def run_models_demo(duration: float = 90.0, budget: float = 2.5, seed: int
             return 130
         return 0 if not live_after and all(m.stats.ok > 0 for m in loads) else 1
     finally:
-        if daemon is not None and not daemon._stop.is_set():
-            await daemon.stop(grace=2.0)
-        if runner is not None:
-            await runner.stop_all()
-        cloud.stop()
+        await tear_down(daemon, runner, cloud)
 
 
 def _model_summary(m: ModelLoad) -> dict[str, Any]:
@@ -221,4 +234,5 @@ def _model_summary(m: ModelLoad) -> dict[str, Any]:
             "workers_before_step": max(before, default=0), "workers_peak": max(after, default=0)}
 
 
-__all__ = ["ModelLoad", "run_models_demo", "send_load", "serving", "start_serving", "stop_on_signals"]
+__all__ = ["ModelLoad", "run_models_demo", "send_load", "serving", "start_serving", "stop_on_signals", "tear_down",
+           "watch_pool"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from daemon.demos.demo_config import DEMO_QOS_MS, demo_config
 from daemon.demos.display import LiveDisplay, fmt_pct, summary_table
-from daemon.demos.models import ModelLoad, send_load, serving, start_serving, stop_on_signals
+from daemon.demos.models import ModelLoad, send_load, serving, start_serving, stop_on_signals, tear_down, watch_pool
 from daemon.local.embedded import EmbeddedCloud
 from scaler.planner.pools import pool_cost
 
@@ -74,20 +74,15 @@ async def run_pipeline_demo(duration: float = 60.0, rate1: float = 3.0, rate2: f
         rounds = daemon.model_loop.pipelines
         t0 = time.monotonic()
 
-        async def watch() -> None:
-            while True:
-                el = time.monotonic() - t0
-                pool = daemon.status.pool()
-                ledger.observe(min(el, duration), pool)
-                workers.append((el, {t: serving(d, m) for t, m in TASKS}))
-                if not as_json:
-                    display.show(int(el >= load.step_at), f"t={el:4.0f}s  {load.rate(el):3.0f} q/s  "
-                                 + "  ".join(f"{t} {n}" for t, n in workers[-1][1].items())
-                                 + f" workers  miss {fmt_pct(load.stats.miss_pct())}  Loki: {len(rounds.decisions)} plans, "
-                                 f"{rounds.moves} moves  pool {' '.join(f'{t}x{n}' for t, n in sorted(pool.items()))}"
-                                 f"  ${pool_cost(pool, prices):.3f}/hr")
-                await asyncio.sleep(0.5)
-        watcher = asyncio.create_task(watch())
+        def tick(el: float, pool: dict[str, int]) -> None:
+            workers.append((el, {t: serving(d, m) for t, m in TASKS}))
+            if not as_json:
+                display.show(int(el >= load.step_at), f"t={el:4.0f}s  {load.rate(el):3.0f} q/s  "
+                             + "  ".join(f"{t} {n}" for t, n in workers[-1][1].items())
+                             + f" workers  miss {fmt_pct(load.stats.miss_pct())}  Loki: {len(rounds.decisions)} plans, "
+                             f"{rounds.moves} moves  pool {' '.join(f'{t}x{n}' for t, n in sorted(pool.items()))}"
+                             f"  ${pool_cost(pool, prices):.3f}/hr")
+        watcher = asyncio.create_task(watch_pool(daemon, ledger, duration, t0, tick))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{daemon.port}") as ch:
             await send_load(pbg.InferenceStub(ch), pb, load, duration, np.random.default_rng([seed, 26]), stop)
         watcher.cancel()
@@ -132,11 +127,7 @@ async def run_pipeline_demo(duration: float = 60.0, rate1: float = 3.0, rate2: f
             return 130
         return 0 if not live_after and s.ok > 0 else 1
     finally:
-        if daemon is not None and not daemon._stop.is_set():
-            await daemon.stop(grace=2.0)
-        if runner is not None:
-            await runner.stop_all()
-        cloud.stop()
+        await tear_down(daemon, runner, cloud)
 
 
 __all__ = ["PIPELINE", "pipeline_config", "run_pipeline_demo"]
