@@ -1,15 +1,9 @@
 """Batch-size distributions as declared in the config and on the CLI (``--batch-dist``): the spec
-strings and their parser. :mod:`scaler.planner.batch_mix` samples them and builds the planner's mix.
+strings, their parameters' defaults and their parser (one clear line for a bad spec).
 
-Declared distributions (spec strings, as on the CLI ``--batch-dist``):
-- ``deeprecsys``: production-like mixture (DeepRecSys; parameters from the Kairos artifact, see the
-  data README): lognormal(mu=5.1, sigma=0.2); with p=8% replaced by U[1,100), 22% U[200,600),
-  5% U[600,1000); otherwise kept if in [100,200], else replaced by U[190,200).
-- ``lognormal``: plain lognormal(mu=5.1, sigma=0.2) — ``lognormal:MU:SIGMA`` to choose.
-- ``gaussian``: normal(mean=250, sd=100) — ``gaussian:MEAN:SD`` to choose (Kairos §8.6 uses a
-  Gaussian without stating its parameters; these are ours).
-- ``fixed:N``: every query has batch N.
-All draws are clipped to [1, max_batch] and rounded up to an integer.
+The specs: ``deeprecsys``, ``lognormal[:MU:SIGMA]`` (default 5.1, 0.2), ``gaussian[:MEAN:SD]``
+(default 250, 100) and ``fixed:N``. What each draws is said where they are sampled,
+:mod:`scaler.planner.batch_mix`, which also builds the planner's mix from them.
 """
 from __future__ import annotations
 
