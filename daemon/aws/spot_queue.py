@@ -12,7 +12,7 @@ import logging
 from typing import Any, Callable
 
 from config.schema import Config
-from scaler.cloud.aws_client import make_client
+from scaler.cloud.aws_client import client_error_line, make_client
 from scaler.spot.events import parse_warning
 
 log = logging.getLogger("costscale")
@@ -50,7 +50,7 @@ async def read_queue(cfg: Config, handler: Handler, wait_s: int = WAIT_S) -> Non
         try:
             await asyncio.to_thread(read_once, client, url, handler, wait_s)
         except Exception as exc:  # noqa: BLE001 - the workers' IMDS watch still runs; ask again later
-            log.warning("spot interruption queue %s: %s", url, exc)
+            log.warning("spot interruption queue %s: %s", url, client_error_line(exc, "sqs"))
             await asyncio.sleep(RETRY_S)
 
 
