@@ -97,17 +97,17 @@ def render(doc: Any, values: Mapping[str, str]) -> Any:
 def readme_section() -> str:
     """The README's list of the documents and their statements (a test checks the README holds
     exactly this between its ``iam-policies`` markers)."""
-    lines = ["| document | attach to | statement (`Sid`) | actions | resource |", "|---|---|---|---|---|"]
-    for name, who in DOCUMENTS.items():
+    lines = [f"- `config/iam/{name}.json`: {who}" for name, who in DOCUMENTS.items()]
+    lines += ["", "| document | statement (`Sid`) | actions | resource |", "|---|---|---|---|"]
+    for name in DOCUMENTS:
         for st in statements(name):
             actions = ", ".join(f"`{a}`" for a in as_list(st["Action"]))
             res = as_list(st["Resource"])
-            where = "`*`" if res == ["*"] else ", ".join(f"`{r}`" for r in res[:2]) + (
-                f" (+{len(res) - 2} more)" if len(res) > 2 else "")
+            where = ", ".join(f"`{r}`" for r in res[:2]) + (f" (+{len(res) - 2} more)" if len(res) > 2 else "")
             if st.get("Condition"):
-                cond = "; ".join(f"{k} = {v}" for op in st["Condition"].values() for k, v in op.items())
+                cond = "; ".join(f"`{k}` = `{v}`" for op in st["Condition"].values() for k, v in op.items())
                 where += f" where {cond}"
-            lines.append(f"| `config/iam/{name}.json` | {who} | {st['Sid']} | {actions} | {where} |")
+            lines.append(f"| {name} | {st['Sid']} | {actions} | {where} |")
     return "\n".join(lines) + "\n"
 
 
