@@ -17,7 +17,8 @@ which :func:`moto_view` follows:
 * the resource ``*`` for EC2, SSM, DynamoDB and most services: a statement whose ``Resource`` is an
   ARN never matches there (moto issues #6514, #9581); S3 (the bucket's or the object's ARN) and SQS
   (the queue's ARN) are checked against the real ARN;
-* a statement with a ``Condition`` is judged with no request context: moto treats it as a Deny.
+* a ``Condition`` is judged with no request context (``moto/iam/policy_conditions.py``: no value
+  for its key, so it holds): moto never refuses for a condition, nor shows that one holds.
 """
 from __future__ import annotations
 
@@ -118,11 +119,11 @@ def _service(action: str) -> str:
 
 def moto_view(doc: dict[str, Any]) -> dict[str, Any]:
     """A (filled) policy document as moto can judge it (module docstring): each statement's
-    ``Condition`` dropped, and its ``Resource`` ``*`` unless every action is of a service moto
-    checks against ARNs (S3, SQS), whose ARNs are kept. The actions are never changed."""
+    ``Resource`` ``*`` unless every action is of a service moto checks against ARNs (S3, SQS),
+    whose ARNs are kept. The actions and conditions are never changed."""
     out = []
     for st in doc["Statement"]:
-        st = {k: v for k, v in st.items() if k != "Condition"}
+        st = dict(st)
         actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
         if not all(_service(a) in ARN_CHECKED for a in actions):
             st["Resource"] = "*"

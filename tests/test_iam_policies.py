@@ -28,11 +28,14 @@ What moto cannot show (README "IAM policies"), so these hold on moto by reading,
   removal of TagWorkersAtLaunch or PassWorkerRole breaks nothing there (:data:`MOTO_BLIND`);
 * moto has no Price List API (``pricing``), and the daemon asks it only without ``aws.endpoint_url``:
   RegionPrices is not exercised (tests/test_region_prices.py stubs it);
-* moto checks EC2, SSM and DynamoDB requests against the resource ``*`` and takes any ``Condition``
-  for a Deny, so those statements run here with ``Resource: *`` and no condition
-  (``tests.iam_helpers.moto_view``); their ARNs are checked instead to match the resources the
-  paths touched (:func:`test_the_documents_arns_match_the_resources_the_paths_touched`). S3 and SQS
-  statements run with their ARNs as shipped.
+* moto checks EC2, SSM and DynamoDB requests against the resource ``*``, so those statements run
+  here with ``Resource: *`` (``tests.iam_helpers.moto_view``); their ARNs are checked instead to
+  match the resources the paths touched
+  (:func:`test_the_documents_arns_match_the_resources_the_paths_touched`). S3 and SQS statements
+  run with their ARNs as shipped;
+* moto judges a ``Condition`` with no request context, so it always holds there: the conditions
+  (the cluster tag on terminate, ``ec2:CreateAction``, ``iam:PassedToService``) are shipped as
+  AWS documents them, untested.
 """
 from __future__ import annotations
 
@@ -150,7 +153,8 @@ def run_paths(acct: Account, monkeypatch: pytest.MonkeyPatch) -> Lines:
     from scaler.replicas.membership import Beat
     from scaler.replicas.replica_table import DynamoReplicaTable
 
-    cfg, endpoint, lines = acct.cfg, acct.endpoint, {}
+    cfg, endpoint = acct.cfg, acct.endpoint
+    lines: Lines = {}
     itype = cfg.instance_types[0].type
     as_user(monkeypatch, acct.control)
     wiring = AwsWiring(cfg, None)
@@ -353,3 +357,16 @@ def test_a_refusal_names_the_action_only_where_the_message_does_not() -> None:
     assert naming_action("Throttling", "slow down", "ec2:RunInstances") == "slow down"
     exc = ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
     assert client_error_line(exc, "s3") == "AccessDenied: Access Denied (needs s3:GetObject)"
+
+
+def test_python_m_config_iam_prints_a_filled_document_or_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from config.iam.__main__ import main
+
+    assert main(["worker", "region=eu-west-3", "account=111122223333", "cluster=prod"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["Statement"][0]["Resource"] == "arn:aws:ssm:eu-west-3:111122223333:parameter/costscale/prod/cluster-token"
+    assert main(["spot", "region=eu-west-3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no value for account, queue" in err
