@@ -219,13 +219,14 @@ def run_paths(acct: Account, monkeypatch: pytest.MonkeyPatch) -> Lines:
 
 
 @pytest.fixture()
-def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
-    """The IAM action of every boto3 call made while the test runs (botocore's ``_make_api_call``)."""
-    seen: set[str] = set()
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
+    """The IAM action of every boto3 call made while the test runs (botocore's ``_make_api_call``),
+    each with the parameters of its calls."""
+    seen: dict[str, list[Any]] = {}
     orig = botocore.client.BaseClient._make_api_call
 
     def record(self: Any, operation_name: str, api_params: Any) -> Any:
-        seen.add(iam_action(self.meta.service_model.signing_name, operation_name))
+        seen.setdefault(iam_action(self.meta.service_model.signing_name, operation_name), []).append(api_params)
         return orig(self, operation_name, api_params)
 
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", record)
@@ -234,7 +235,10 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
 
 @pytest.mark.slow
 def test_every_path_succeeds_with_the_documents_and_calls_exactly_their_actions(
-        iam_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: set[str]) -> None:
+        iam_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, calls: dict[str, list[Any]]) -> None:
+    """0 refusals; every action granted is called and none called is not granted; the two that moto
+    never asks for are needed by what the launches send (TagSpecifications: ``ec2:CreateTags``;
+    IamInstanceProfile: ``iam:PassRole``), and every launch sends both."""
     try:
         acct = Account(iam_server, tmp_path)
         calls.clear()                      # the paths' calls only, not the account's setup
@@ -244,7 +248,12 @@ def test_every_path_succeeds_with_the_documents_and_calls_exactly_their_actions(
     assert lines == {p: None for p in lines} and len(lines) == 9, lines
     granted = {a for doc in DOCUMENTS for st in statements(doc) if st["Sid"] not in MOTO_BLIND
                for a in as_list(st["Action"])}
-    assert calls == granted, (sorted(calls - granted), sorted(granted - calls))
+    assert set(calls) == granted, (sorted(set(calls) - granted), sorted(granted - set(calls)))
+    launches = calls["ec2:RunInstances"]
+    assert len(launches) == 2 and any("InstanceMarketOptions" in kw for kw in launches)
+    for kw in launches:
+        assert {t["ResourceType"] for t in kw["TagSpecifications"]} == {"instance", "volume"}
+        assert kw["IamInstanceProfile"] == {"Name": WORKER_ROLE}
 
 
 @pytest.mark.slow
