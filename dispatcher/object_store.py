@@ -12,6 +12,8 @@ from typing import Any, Protocol
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
+from scaler.cloud.aws_client import client_error_line
+
 S3_SCHEME = "s3://"
 #: objects listed under an ``s3://bucket/prefix/`` input at most (an offline job is a batch, not a lake)
 MAX_PREFIX_OBJECTS = 1000
@@ -65,9 +67,11 @@ class S3Objects:
 
     @staticmethod
     def _why(uri: str, exc: Exception) -> ObjectError:
-        if isinstance(exc, ClientError):
+        if isinstance(exc, ClientError):      # a refusal names the IAM action (s3:GetObject, s3:ListBucket, ...)
             err = exc.response.get("Error", {})
-            return ObjectError(f"{uri}: {err.get('Code', 'error')}: {err.get('Message') or 'S3 refused the request'}")
+            line = client_error_line(exc, "s3") if err.get("Code") and err.get("Message") else \
+                f"{err.get('Code', 'error')}: S3 refused the request"
+            return ObjectError(f"{uri}: {line}")
         return ObjectError(f"{uri}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
     def get(self, uri: str) -> bytes:

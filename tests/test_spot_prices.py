@@ -95,7 +95,7 @@ def test_a_failure_falls_back_to_the_cache_then_the_table_with_one_warning(tmp_p
         prices, warning = src.lookup([G, R], [A, "us-east-1e"])
     assert prices == {G: {A: 0.25}, R: {A: 0.0545}}
     assert warning == ("spot prices in us-east-1: describe_spot_price_history failed (UnauthorizedOperation: You are "
-                       "not authorized to perform this operation.); using cached prices older than 1 h for "
+                       "not authorized to perform this operation. (needs ec2:DescribeSpotPriceHistory)); using cached prices older than 1 h for "
                        "g4dn.xlarge@us-east-1a; the shipped table's for r5n.large@us-east-1a; none for "
                        "g4dn.xlarge@us-east-1e, r5n.large@us-east-1e (planned on-demand there)")
 

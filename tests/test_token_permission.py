@@ -7,10 +7,8 @@
   ``costscale worker`` command exits 2 with one line naming the parameter and the permission, and
   a live dispatcher never lists it; the same command with a permitted user's keys registers.
 
-IAM is enforced by moto's "IAM-like access control" (docs.getmoto.org, "IAM-like Access Control":
-``INITIAL_NO_AUTH_ACTION_COUNT`` and the ``/moto-api/reset-auth`` endpoint). That switch is a
-process-wide setting of moto, so it runs in a moto server process of its own on another 127.0.0.1
-port (``iam_moto``), never in the session's shared server (tests/conftest.py). Limits of moto's
+IAM is enforced by moto's "IAM-like access control" in a moto server process of its own
+(``tests.iam_helpers``: ``INITIAL_NO_AUTH_ACTION_COUNT``, ``/moto-api/reset-auth``). Limits of moto's
 enforcement (moto issues #6514, #9581): SSM requests are checked against the resource ``*``, so a
 policy's ``Resource`` must be ``*`` to match (a policy scoped to the parameter's ARN, as the README
 advises on AWS, is refused by moto), and ``kms:Decrypt`` is not checked for a SecureString.
@@ -19,68 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import os
-import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
 import boto3
 import pytest
 
-from tests.conftest import free_port
+from tests.iam_helpers import ACCOUNT, REGION, admin, as_user, create_user, enforce, moto_api
+from tests.iam_helpers import iam_server  # noqa: F401  (the fixture)
 
 REPO = Path(__file__).resolve().parents[1]
-REGION = "us-east-1"
-#: moto's default account (the IAM users below live in it)
-ACCOUNT = "123456789012"
-
-
-def _moto_api(endpoint: str, path: str, body: bytes = b"") -> None:
-    req = urllib.request.Request(f"{endpoint}/moto-api/{path}", data=body, method="POST",
-                                 headers={"Content-Type": "application/octet-stream"})
-    with urllib.request.urlopen(req, timeout=10) as resp:  # loopback only
-        resp.read()
-
-
-def _enforce(endpoint: str, on: bool) -> None:
-    """moto's IAM checks from the next request on (``0``), or never (``inf``)."""
-    _moto_api(endpoint, "reset-auth", b"0" if on else b"inf")
-
-
-@pytest.fixture(scope="module")
-def iam_server() -> Iterator[str]:
-    """A moto server process of its own on 127.0.0.1 whose IAM enforcement the tests switch."""
-    port = free_port()
-    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="inf")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        up = False
-        while not up:                            # until it answers, or died: waits on the process, not a sleep
-            try:
-                _moto_api(endpoint, "reset")
-                up = True
-            except OSError:
-                try:
-                    proc.wait(timeout=0.05)
-                    break                        # exited: it will not answer
-                except subprocess.TimeoutExpired:
-                    pass
-        assert up, f"moto server did not start (exit {proc.poll()})"
-        yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 PARAM = "/costscale/perm/cluster-token"
 TOKEN = "perm-token-0123456789abcdef"
 #: what each IAM user may do (moto matches SSM requests against the resource "*": module docstring)
@@ -97,35 +45,16 @@ def iam_keys(iam_server: str) -> Iterator[dict[str, dict[str, str]]]:
     """A fresh account on ``iam_server``: the token in its SecureString parameter, an IAM user per
     policy of :data:`POLICIES` with an access key; IAM enforced for the test, off again after it.
     Yields user -> the environment that makes boto3 (and ``costscale worker``) sign as that user."""
-    _enforce(iam_server, False)
-    _moto_api(iam_server, "reset")
-    admin = {"region_name": REGION, "endpoint_url": iam_server, "aws_access_key_id": "testing",
-             "aws_secret_access_key": "testing", "aws_session_token": None}
-    boto3.client("ssm", **admin).put_parameter(Name=PARAM, Value=TOKEN, Type="SecureString")
-    iam = boto3.client("iam", **admin)
-    keys: dict[str, dict[str, str]] = {}
-    for user, statements in POLICIES.items():
-        iam.create_user(UserName=user)
-        iam.put_user_policy(UserName=user, PolicyName=f"{user}-policy",
-                            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}))
-        key = iam.create_access_key(UserName=user)["AccessKey"]
-        keys[user] = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
-                      "AWS_ENDPOINT_URL": iam_server, "AWS_DEFAULT_REGION": REGION}
-    _enforce(iam_server, True)
+    enforce(iam_server, False)
+    moto_api(iam_server, "reset")
+    boto3.client("ssm", **admin(iam_server)).put_parameter(Name=PARAM, Value=TOKEN, Type="SecureString")
+    keys = {user: create_user(iam_server, user, {f"{user}-policy": {"Version": "2012-10-17", "Statement": statements}})
+            for user, statements in POLICIES.items()}
+    enforce(iam_server, True)
     try:
         yield keys
     finally:
-        _enforce(iam_server, False)
-
-
-def _as_user(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    """boto3's credential chain (what ``make_client`` uses) resolves to ``env``'s keys from now on
-    (a new default session: the old one holds the keys it resolved first)."""
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
-    for k in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_REGION", "AWS_PROFILE"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+        enforce(iam_server, False)
 
 
 def test_iam_is_enforced_on_the_parameter(iam_server: str, iam_keys: dict[str, dict[str, str]]) -> None:
@@ -153,7 +82,7 @@ def test_the_worker_without_ssm_get_parameter_gets_no_token_and_one_line(
     from config.errors import UsageError
     from daemon.commands.worker import _token_from_parameter
 
-    _as_user(monkeypatch, iam_keys[user])
+    as_user(monkeypatch, iam_keys[user])
     with pytest.raises(UsageError) as exc:
         _token_from_parameter(PARAM)
     msg = str(exc.value)
@@ -161,7 +90,7 @@ def test_the_worker_without_ssm_get_parameter_gets_no_token_and_one_line(
     assert msg == (f"--token-parameter: SSM in us-east-1 refused ssm:GetParameter on {PARAM} (AccessDenied: User: "
                    f"arn:aws:iam::{ACCOUNT}:user/{user} is not authorized to perform: ssm:GetParameter); the instance "
                    "profile needs ssm:GetParameter on it (and kms:Decrypt with a customer-managed key)")
-    _as_user(monkeypatch, iam_keys["permitted"])
+    as_user(monkeypatch, iam_keys["permitted"])
     token, again = _token_from_parameter(PARAM)
     assert token == TOKEN and again() == TOKEN
 

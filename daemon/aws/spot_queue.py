@@ -12,7 +12,7 @@ import logging
 from typing import Any, Callable
 
 from config.schema import Config
-from scaler.cloud.aws_client import make_client
+from scaler.cloud.aws_client import client_error_line, make_client
 from scaler.spot.events import parse_warning
 
 log = logging.getLogger("costscale")
@@ -40,6 +40,12 @@ def read_once(client: Any, queue_url: str, handler: Handler, wait_s: int = WAIT_
     return n
 
 
+def failure_line(queue_url: str, exc: Exception) -> str:
+    """The warning a failed receive or delete logs: the queue, and the error in one line (a refusal
+    names the SQS action it lacks)."""
+    return f"spot interruption queue {queue_url}: {client_error_line(exc, 'sqs')}"
+
+
 async def read_queue(cfg: Config, handler: Handler, wait_s: int = WAIT_S) -> None:
     """Read ``spot.interruption_queue`` until cancelled (each receive in a thread)."""
     assert cfg.spot is not None and cfg.spot.interruption_queue
@@ -50,8 +56,8 @@ async def read_queue(cfg: Config, handler: Handler, wait_s: int = WAIT_S) -> Non
         try:
             await asyncio.to_thread(read_once, client, url, handler, wait_s)
         except Exception as exc:  # noqa: BLE001 - the workers' IMDS watch still runs; ask again later
-            log.warning("spot interruption queue %s: %s", url, exc)
+            log.warning("%s", failure_line(url, exc))
             await asyncio.sleep(RETRY_S)
 
 
-__all__ = ["RETRY_S", "WAIT_S", "read_once", "read_queue"]
+__all__ = ["RETRY_S", "WAIT_S", "failure_line", "read_once", "read_queue"]

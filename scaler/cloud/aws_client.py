@@ -32,6 +32,11 @@ it hands them are one line each (``error_fields``): when botocore could not pars
 (an XML error document from an endpoint of a JSON service, as moto's IAM checks send, or a proxy's
 page), botocore's code is the bare HTTP status and its message the raw body; the document's own
 ``Code`` and ``Message`` are used then.
+
+A refusal by IAM names the permission it lacks (``config/iam``'s documents grant them): EC2's
+``UnauthorizedOperation`` says only "You are not authorized to perform this operation" and S3's
+``AccessDenied`` only "Access Denied", so for a code of :data:`DENIED_CODES` whose message does not
+name the IAM action, the action of the call (:func:`iam_action`) is added: ``(needs ec2:RunInstances)``.
 """
 from __future__ import annotations
 
@@ -51,6 +56,12 @@ THROTTLE_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingExc
 AUTH_CODES = frozenset({"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
                         "OptInRequired", "Blocked", "MissingParameter", "MissingAuthenticationToken",
                         "ExpiredToken", "AccessDenied", "AccessDeniedException", "IdempotentParameterMismatch"})
+
+#: a refusal by IAM (or an SCP, a key policy): the message should name the action refused
+DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthorizationError",
+                          "KMSAccessDeniedException"})
+#: IAM actions whose name is not their API operation's (``service:Operation`` → the action)
+IAM_ACTION_OF = {"s3:ListObjectsV2": "s3:ListBucket", "s3:HeadObject": "s3:GetObject"}
 
 # (code, message, attempts made) → the typed error to raise, or None: the ClientError itself.
 Typed = Callable[[str, str, int], "CloudError | None"]
@@ -104,10 +115,41 @@ def error_fields(error: dict[str, Any]) -> tuple[str, str]:
     return code, " ".join(message.split()) or code
 
 
-def aws_call(op: str, call: Callable[[], Any], typed: Typed) -> Any:
+def iam_action(service: str, operation: str) -> str:
+    """The IAM action of one call: ``service`` is IAM's prefix (``ec2``, ``ssm``, ``dynamodb``,
+    ``s3``, ``sqs``, ``pricing``), ``operation`` botocore's method name (``run_instances``) or the
+    API's (``RunInstances``)."""
+    api = operation if operation[:1].isupper() else "".join(p[:1].upper() + p[1:] for p in operation.split("_"))
+    name = f"{service}:{api}"
+    return IAM_ACTION_OF.get(name, name)
+
+
+def naming_action(code: str, message: str, action: str) -> str:
+    """``message``, with `` (needs ACTION)`` added when ``code`` is a refusal by IAM and the message
+    does not name ``action`` already (module docstring)."""
+    if code not in DENIED_CODES or not action or action.lower() in message.lower():
+        return message
+    return f"{message} (needs {action})" if message else f"needs {action}"
+
+
+def client_error_line(exc: Exception, service: str = "") -> str:
+    """``CODE: message`` of a botocore ClientError in one line (:func:`error_fields`), a refusal
+    naming the action of the operation that failed (``service``: IAM's prefix); other errors:
+    ``Type: text``."""
+    err = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
+    if not err.get("Code"):
+        return f"{type(exc).__name__}: {exc}"
+    code, message = error_fields(err)
+    operation = str(getattr(exc, "operation_name", "") or "")
+    message = naming_action(code, message, iam_action(service, operation) if service and operation else "")
+    return f"{code}: {message}".rstrip(": ")
+
+
+def aws_call(op: str, call: Callable[[], Any], typed: Typed, action: str = "") -> Any:
     """``call()`` (one boto3 call, botocore retrying inside it) at the error boundary: a
     ClientError becomes ``typed(code, message, attempts)``, the typed error to raise (None: the
-    ClientError itself is raised, for a caller that judges that code); no credentials →
+    ClientError itself is raised, for a caller that judges that code); a refusal's message names
+    ``action``, the call's IAM action (:func:`naming_action`); no credentials →
     ``CloudConfigError``; any other botocore failure (an unreachable endpoint, a connection that
     kept dropping) → ``CloudError``."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
@@ -116,7 +158,7 @@ def aws_call(op: str, call: Callable[[], Any], typed: Typed) -> Any:
         return call()
     except ClientError as exc:
         code, message = error_fields(exc.response.get("Error", {}))
-        mapped = typed(code, message, attempts_made(exc.response))
+        mapped = typed(code, naming_action(code, message, action), attempts_made(exc.response))
         if mapped is None:
             raise
         raise mapped from None

@@ -56,7 +56,8 @@ from typing import Any, Sequence
 
 from config.sections.spot import SpotSpec
 from scaler.cloud.slots import market_of, slot_of, split_slot
-from scaler.cloud.aws_client import AUTH_CODES, EC2_MAX_ATTEMPTS, THROTTLE_CODES, Typed, after, aws_call, make_client
+from scaler.cloud.aws_client import (AUTH_CODES, EC2_MAX_ATTEMPTS, THROTTLE_CODES, Typed, after, aws_call, iam_action,
+                                     make_client)
 from scaler.cloud.provider import (
     CLUSTER_TAG,
     INTENT_TAG,
@@ -224,7 +225,8 @@ class Ec2Cloud:
 
     def _call(self, op: str, instance_type: str | None = None, **kwargs: Any) -> Any:
         """One EC2 call (botocore retrying its transient faults), its failure typed."""
-        return aws_call(op, lambda: getattr(self.client, op)(**kwargs), self._typed(op, instance_type))
+        return aws_call(op, lambda: getattr(self.client, op)(**kwargs), self._typed(op, instance_type),
+                        iam_action("ec2", op))
 
     def _describe(self, filters: list[dict[str, Any]]) -> list[ManagedInstance]:
         """Every instance matching ``filters``, through botocore's paginator (each page's request
@@ -234,7 +236,7 @@ class Ec2Cloud:
             return [_to_managed(inst) for page in paginator.paginate(Filters=filters)
                     for res in page.get("Reservations", []) for inst in res.get("Instances", [])]
 
-        return aws_call("describe_instances", pages, self._typed("describe_instances"))
+        return aws_call("describe_instances", pages, self._typed("describe_instances"), "ec2:DescribeInstances")
 
     def _cluster_filter(self) -> dict[str, Any]:
         return {"Name": f"tag:{CLUSTER_TAG}", "Values": [self.cluster]}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaler.cloud.aws_client import after, aws_call, make_client
+from scaler.cloud.aws_client import after, aws_call, iam_action, make_client
 from scaler.cloud.provider import CloudConfigError, CloudError
 
 #: the parameter's name when the config names none (``{cluster}``: the cluster's name)
@@ -65,7 +65,7 @@ class TokenParameter:
                 return ParameterRefused(op, self.name, code, msg)
             return CloudError(f"ssm {op} {self.name}: {code}: {msg}{after(attempts)}")
 
-        return aws_call(f"ssm {op}", lambda: getattr(self.client, op)(**kwargs), typed)
+        return aws_call(f"ssm {op}", lambda: getattr(self.client, op)(**kwargs), typed, iam_action("ssm", op))
 
     def read(self) -> str | None:
         """The token the parameter holds (decrypted); None when there is no such parameter."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from config.files import write_atomic
+from scaler.cloud.aws_client import client_error_line
 
 log = logging.getLogger("costscale")
 
@@ -49,12 +50,10 @@ def write_cache(path: Path, data: dict[str, Any], what: str) -> None:
         log.warning("%s: cannot write the cache %s (%s)", what, path, exc.strerror or exc)
 
 
-def short_error(exc: Exception) -> str:
-    """An error in a few words (a botocore ClientError: its code and message)."""
-    err = getattr(exc, "response", {}).get("Error", {}) if hasattr(exc, "response") else {}
-    if err.get("Code"):
-        return f"{err['Code']}: {err.get('Message', '')}".rstrip(": ")
-    return f"{type(exc).__name__}: {exc}"
+def short_error(exc: Exception, service: str = "") -> str:
+    """An error in a few words (a botocore ClientError: its code and message, a refusal naming the
+    IAM action of ``service``'s operation that failed: ``scaler.cloud.aws_client.client_error_line``)."""
+    return client_error_line(exc, service)
 
 
 __all__ = ["Entry", "cache_entry", "read_cache", "short_error", "write_cache"]

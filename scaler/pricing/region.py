@@ -132,7 +132,7 @@ class RegionPrices:
                 try:
                     p = self.fetch(t)
                 except Exception as exc:  # noqa: BLE001 - any failure: the fallback, with a warning
-                    error = short_error(exc)
+                    error = short_error(exc, "pricing")
                     break
                 if p is None:
                     unlisted.append(t)

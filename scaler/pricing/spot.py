@@ -111,7 +111,7 @@ class SpotPriceSource:
             try:
                 got = self.fetch(types, zones)
             except Exception as exc:  # noqa: BLE001 - any failure: the fallback, with a warning
-                error = short_error(exc)
+                error = short_error(exc, "ec2")
             else:
                 for t, z in want:
                     if z in got.get(t, {}):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scaler.cloud.aws_client import AUTH_CODES, after, aws_call
+from scaler.cloud.aws_client import AUTH_CODES, after, aws_call, iam_action
 from scaler.cloud.provider import CloudConfigError, CloudError
 
 KEY = "cluster"
@@ -69,7 +69,8 @@ class DynamoItems:
 
     def _call(self, op: str, judged: tuple[str, ...] = (), **kwargs: Any) -> Any:
         """One DynamoDB call at the error boundary (:meth:`_typed`)."""
-        return aws_call(op, lambda: getattr(self.client, op)(**kwargs), self._typed(op, judged))
+        return aws_call(op, lambda: getattr(self.client, op)(**kwargs), self._typed(op, judged),
+                        iam_action("dynamodb", op))
 
     @staticmethod
     def _code(exc: Exception) -> str:
@@ -147,7 +148,7 @@ class DynamoItems:
                 out.extend(page.get("Items", []))
             return out
 
-        return list(aws_call("scan", pages, self._typed("scan")))
+        return list(aws_call("scan", pages, self._typed("scan"), "dynamodb:Scan"))
 
 
 __all__ = ["CONDITION_FAILED", "CONFIG_CODES", "DynamoItems", "IN_USE", "KEY", "NOT_FOUND", "SEP", "TABLE_WAIT",
