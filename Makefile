@@ -24,11 +24,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/costscale demo $(ARGS)
 
-# nginx from the distribution: tests/test_demo_replicas.py puts it (grpc_pass) in front of two replicas.
+# nginx from the distribution: tests/replicas/test_demo_replicas.py puts it (grpc_pass) in front of two replicas.
 # Installed when missing (apt, as root or through sudo); where that fails, one warning line and that
 # test says it was skipped for want of nginx.
 system-packages:
-	@[ -x /usr/sbin/nginx ] || { echo "installing nginx-light (tests/test_demo_replicas.py)"; \
+	@[ -x /usr/sbin/nginx ] || { echo "installing nginx-light (tests/replicas/test_demo_replicas.py)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  ( $$SUDO apt-get install -y --no-install-recommends nginx-light >/dev/null 2>&1 || \
 	    { $$SUDO apt-get update >/dev/null 2>&1 && $$SUDO apt-get install -y --no-install-recommends nginx-light >/dev/null 2>&1; } ) \

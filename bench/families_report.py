@@ -62,7 +62,7 @@ def family_section(family: str, gpu: Path | None) -> list[str]:
     worst = min((r, t, b) for t in sorted({r.instance_type for r in derived})
                 for b, (_, _, r, _) in spread(derived, t).items())
     out += ["", f"On the derived types the smallest ratio is {worst[0]:.1f}x ({worst[1]}, batch {worst[2]}); "
-            "tests/test_families.py checks >= 3x and >= 5 points at every batch of every type.", ""]
+            "tests/variants/test_families.py checks >= 3x and >= 5 points at every batch of every type.", ""]
     return out
 
 

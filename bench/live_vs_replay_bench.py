@@ -6,7 +6,7 @@ demo --trace``: moto EC2 in server mode, the daemon, gRPC, local ONNX worker pro
 and through ``costscale replay`` with the demo's config (no boot delay, as moto's instances run at
 once; 2 s for a worker process to start and load its model). Compared: dollars (goal within 10 %),
 SLO attainment (goal within 1 point), and the sequence of pool targets (goal: the same).
-``tests/test_live_vs_replay.py`` checks a 40 s trace in every ``make test``.
+``tests/replay/test_live_vs_replay.py`` checks a 40 s trace in every ``make test``.
 
 Run: ``.venv/bin/python bench/live_vs_replay_bench.py [--trace CSV]`` (about 3.5 minutes).
 """

@@ -1,4 +1,4 @@
-"""The live accuracy e2e (``tests/test_accuracy_e2e.py``), replayed (issue #25 item 5): the same
+"""The live accuracy e2e (``tests/e2e/test_accuracy_e2e.py``), replayed (issue #25 item 5): the same
 arrivals through ``costscale replay`` with the application in the config instead of the registry.
 
 The live daemon serves the digits family as an application registered in its variant registry; the

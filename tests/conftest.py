@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 # Hypothesis: `make test` (and so CI) draws the same examples on every run, so a pass or a failure
 # repeats on any machine; `HYPOTHESIS_PROFILE=explore make test` draws new ones each run (a random
-# draw found the CBC preprocessing bug of variants/accuracy_milp.CBC_OPTIONS, and then spent CI's
+# draw found the CBC preprocessing bug of variants/accuracy/milp.CBC_OPTIONS, and then spent CI's
 # five-minute test timeout shrinking it). tests/README.md "Hypothesis".
 settings.register_profile("repeat", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", print_blob=True)
@@ -95,7 +95,7 @@ def digits_members(tmp_path_factory: pytest.TempPathFactory) -> list["Member"]:
     """The digits family (:mod:`variants.families.digits`) trained, exported and measured once per
     test session (about 8 s of CPU on an idle machine, several times that on a loaded one); the
     tests only read its members and their ONNX files. Training is deterministic
-    (``tests/test_families.py::test_digits_training_is_deterministic``), so every test sees what a
+    (``tests/variants/test_families.py::test_digits_training_is_deterministic``), so every test sees what a
     build of its own would give."""
     from variants.families import digits as dg
 

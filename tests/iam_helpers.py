@@ -5,7 +5,7 @@ moto's "IAM-like access control" (docs.getmoto.org, "IAM-like Access Control") c
 once ``INITIAL_NO_AUTH_ACTION_COUNT`` requests have passed; ``/moto-api/reset-auth`` sets that count
 (``0``: from the next request on; ``inf``: never). It is a process-wide setting of moto, so it runs
 in a server of its own on another 127.0.0.1 port, never in the session's shared server
-(tests/conftest.py). Used by tests/test_token_permission.py and tests/test_iam_policies.py.
+(tests/conftest.py). Used by tests/cloud/test_token_permission.py and tests/cloud/test_iam_policies.py.
 
 What moto's enforcement checks (moto 5.x, ``moto/core/responses.py``, ``moto/iam/access_control.py``),
 which :func:`moto_view` follows:

@@ -1,5 +1,5 @@
 """Daemons of one cluster against moto in server mode, as the cluster lease and the replicas tests
-start them (``tests/test_cluster_lease.py``, ``tests/test_replicas.py``, ``tests/test_replicas_e2e.py``):
+start them (``tests/replicas/test_cluster_lease.py``, ``tests/replicas/test_replicas.py``, ``tests/replicas/test_replicas_e2e.py``):
 the config, written under a directory per control host, and the cluster's live instances."""
 from __future__ import annotations
 

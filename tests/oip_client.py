@@ -3,7 +3,7 @@ against a costscale dispatcher: ``python tests/oip_client.py HOST:PORT`` runs th
 prints one JSON object of what it saw; ``python tests/oip_client.py --infer HOST:PORT MODEL N``
 sends N queries of batch 1 and 64 float features and prints the outcomes;
 ``python tests/oip_client.py --descriptors`` prints tritonclient's own message and field table,
-which tests/test_oip.py compares with ours.
+which tests/dispatcher/test_oip.py compares with ours.
 
 It runs in a process of its own: tritonclient's generated messages and costscale's ``oip_pb2``
 define the same ``inference.*`` names, and one process's protobuf descriptor pool holds only one
@@ -28,7 +28,7 @@ def descriptors() -> dict[str, Any]:
 def descriptor_table(file_descriptor: Any) -> dict[str, Any]:
     """Every message of a generated protobuf file (nested ones as ``Outer.Inner``) with its
     fields' names, numbers, types and message types, and the GRPCInferenceService's methods: what
-    wire compatibility rests on. tests/test_oip.py runs it on ``oip_pb2`` too."""
+    wire compatibility rests on. tests/dispatcher/test_oip.py runs it on ``oip_pb2`` too."""
     out: dict[str, Any] = {}
 
     def walk(d: Any, prefix: str) -> None:

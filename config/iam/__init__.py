@@ -13,7 +13,7 @@ part of a deployment needs, derived from the boto3 calls the code makes, one sta
 Each statement's ``Sid`` says what it is for; ``Resource`` ARNs hold placeholders (``{region}``,
 ``{account}``, ``{cluster}``, ``{table}``, ``{bucket}``, ``{queue}``, ``{worker_role}``) that
 :func:`render` fills (``python -m config.iam NAME key=value ...`` prints the filled document).
-``tests/test_iam_policies.py`` proves on moto, with IAM enforced, that these documents allow every
+``tests/cloud/test_iam_policies.py`` proves on moto, with IAM enforced, that these documents allow every
 e2e path and that each statement is needed; README "IAM policies" is generated from them
 (:func:`readme_section`).
 """

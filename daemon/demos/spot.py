@@ -10,7 +10,7 @@ on-demand: ``scaler.spot.market``), the doomed worker is drained 5 s before the 
 notice's time the demo terminates the instance in moto as EC2 would. The summary line says what
 happened: the preemption, the replacement, every query answered (exactly once).
 
-:func:`spot_scenario` is the scenario itself; ``tests/test_spot_e2e.py`` runs it and checks its
+:func:`spot_scenario` is the scenario itself; ``tests/spot/test_spot_e2e.py`` runs it and checks its
 figures. An adapter: it wires processes and a load; the decisions are the daemon's.
 """
 from __future__ import annotations

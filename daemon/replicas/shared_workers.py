@@ -22,7 +22,7 @@
   grants them to others (``scaler.replicas.heartbeat``).
 
 So a worker is matched by at most one replica at a time (``scaler.replicas.handoff``'s argument):
-``tests/test_replica_workers.py`` runs two replicas on moto's DynamoDB and checks it after every
+``tests/replicas/test_replica_workers.py`` runs two replicas on moto's DynamoDB and checks it after every
 step.
 """
 from __future__ import annotations

@@ -144,7 +144,7 @@ class AccuracyRouting:
         # its share of what waits (idle ones take the rest in this round). Both are read per
         # dispatch: a share refreshed per model tick lagged a spike's first second, and SlackFit
         # kept choosing the slow variants while the queue grew (93.6 % in CI's run of
-        # tests/test_accuracy_e2e.py); holders cached per tick missed workers that loaded since
+        # tests/e2e/test_accuracy_e2e.py); holders cached per tick missed workers that loaded since
         holders = [x for x in self.registry.workers.values()
                    if not (x.draining or x.removed) and self.holds(x, q.application)]
         variant, n = bind_at_dispatch(fns, fits, front, len(group), slack_s,

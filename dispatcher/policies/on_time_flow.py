@@ -28,7 +28,7 @@ The constraint matrix is a network matrix, totally unimodular, so HiGHS's simple
 type: the queries routed to a type, in increasing reach, take its workers in increasing remaining
 time. That is feasible (flow conservation on the chain: no more queries of reach at most r than r
 workers) and costs no more than the flow (it uses the type's least busy workers), so it is an
-optimum of the dense problem (tests/test_on_time_flow.py: the same total as
+optimum of the dense problem (tests/dispatcher/test_on_time_flow.py: the same total as
 ``linear_sum_assignment`` on random rounds). On 2,000 waiting × 1,000 workers of 12 types the
 network has some 650 classes and 230 chain nodes (BENCHMARKS.md "match-strict").
 """

@@ -11,7 +11,7 @@ the cheapest pools whose bound covers a demand, and how many pools there are.
 QoS region is larger than that of every auxiliary type in the pool moves Eq. 15's ``f'`` and the
 region every ``Q_a^i`` is taken over, and can lower the bound (on the shipped profiles, wnd at
 25 ms with the deeprecsys mix: 5 g4dn.xlarge + 8 t3.xlarge bound 1764.6 q/s, and 1760.1 with one
-r5n.large more; tests/test_pool_search.py). Pruning on "the pool
+r5n.large more; tests/planner/test_pool_search.py). Pruning on "the pool
 with every free type at its maximum" would therefore be wrong. What holds instead, with ``j`` the
 auxiliary of the largest region present (``j*`` of Eq. 15): the bound is
 

@@ -10,7 +10,7 @@ dispatcher's latency model and the model loop see them.
 :func:`registration` is pure (rows in, registry rows out); :func:`register_family` writes them to a
 :class:`variants.registry.VariantRegistry`. The gRPC ``RegisterModel`` path (validation set given,
 variants generated and profiled by the pipeline) needs nothing from here but the ONNX files and
-:func:`variants.families.digits.write_validation`; ``tests/test_families.py`` registers the digits
+:func:`variants.families.digits.write_validation`; ``tests/variants/test_families.py`` registers the digits
 family both ways.
 """
 from __future__ import annotations

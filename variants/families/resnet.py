@@ -11,7 +11,7 @@ measured here (no ImageNet in any package): they are the published ImageNet-1K t
 torchvision's IMAGENET1K_V1 weights, which reproduce the paper (torchvision model documentation,
 https://pytorch.org/vision/stable/models.html, "acc@1", and each weight's ``num_params`` and
 ``GFLOPS``, which are multiply-accumulates per 224x224 image). :func:`architecture_counts` gives the
-same parameter and multiply-accumulate counts from the architecture, and ``tests/test_families.py``
+same parameter and multiply-accumulate counts from the architecture, and ``tests/variants/test_families.py``
 checks them against those published figures, so the graphs are the published architectures.
 
 Input ``x`` [N, 3, S, S] float32 (S = ``image_size``, 224 as published; a smaller S runs the same
