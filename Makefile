@@ -38,13 +38,13 @@ test: $(STAMP) system-packages
 	$(PY) -m pytest -q $(ARGS)
 
 bench: $(STAMP)
-	$(PY) bench/plan_bench.py
-	$(PY) bench/dispatch_bench.py
-	$(PY) bench/autoscale_bench.py
-	$(PY) bench/kairos_repro.py
-	$(PY) bench/joint_bench.py
-	$(PY) bench/both_loops_bench.py
-	$(PY) bench/pipeline_bench.py
+	$(PY) bench/planner/plan_bench.py
+	$(PY) bench/dispatch/dispatch_bench.py
+	$(PY) bench/variants/autoscale_bench.py
+	$(PY) bench/planner/kairos_repro.py
+	$(PY) bench/planner/joint_bench.py
+	$(PY) bench/replay/both_loops_bench.py
+	$(PY) bench/variants/pipeline_bench.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

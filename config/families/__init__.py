@@ -20,7 +20,7 @@ The files:
   r5n.large, t3.xlarge); the Inferentia types and the other catalog types have none and no rows.
   The GPU rows are therefore CPU latencies scaled by the Kairos reference models' ratios, not GPU
   measurements.
-- ``<family>.<gpu>.csv`` (none shipped yet): what ``bench/gpu_profile.py`` writes when it is run on
+- ``<family>.<gpu>.csv`` (none shipped yet): what ``bench/variants/gpu_profile.py`` writes when it is run on
   a GPU with ONNX Runtime's CUDA execution provider, instance type ``--type`` (BENCHMARKS.md).
 
 Regenerate the first two with ``python -m variants.families`` (``--family``, ``--out``).

@@ -214,7 +214,7 @@ def replay_like_demo(trace: Workload, state_dir: Path) -> Any:
     """``trace`` through ``costscale replay`` as ``costscale demo --trace`` runs it live: the demo's
     config, no boot delay (the embedded cloud's instances run at once), 2 s for a worker to load its
     model (the live side's validation, issue #12; ``tests/replay/test_live_vs_replay.py`` and
-    ``bench/live_vs_replay_bench.py``). Returns the ``sim.replay.run.ReplayRun``."""
+    ``bench/replay/live_vs_replay_bench.py``). Returns the ``sim.replay.run.ReplayRun``."""
     from config.profiles import load_profiles_csv
     from sim.replay.run import ReplaySpec, replay
 

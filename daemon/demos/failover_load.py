@@ -1,4 +1,4 @@
-"""The client of ``costscale demo --replicas`` and ``bench/replica_failover_bench.py``: a steady
+"""The client of ``costscale demo --replicas`` and ``bench/replicas/replica_failover_bench.py``: a steady
 open-loop Poisson load through one address (nginx in front of the replicas, or gRPC's round_robin
 over their addresses) from a channel whose service config retries on UNAVAILABLE, as a production
 client of a replicated cluster would (gRFC A6 retry policy; README "High availability"), and

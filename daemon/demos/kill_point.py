@@ -1,5 +1,5 @@
 """A kill point of the replicas demo and its verdict (``costscale demo --replicas``,
-:mod:`daemon.demos.replicas`; ``bench/replica_failover_bench.py``): when the lease holder is killed
+:mod:`daemon.demos.replicas`; ``bench/replicas/replica_failover_bench.py``): when the lease holder is killed
 (:class:`KillPoint`, drawn by :func:`seeded_points`) and what one kill's figures must show to pass
 (:class:`PointResult`): every query ended once (answered, or failed with a typed code), the fleet
 acted again within the lease ttl and 5 s, the budget held in every sample, no orphan, no duplicate,

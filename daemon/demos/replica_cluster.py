@@ -1,7 +1,7 @@
 """Replicas of one cluster as real ``costscale run`` processes on this host (issue #27),
 against an EC2 and DynamoDB emulator (moto in server mode on loopback), with nginx's ``grpc_pass``
 in front when the distribution's nginx is installed: what ``costscale demo --replicas``
-(:mod:`daemon.demos.replicas`), ``bench/replica_failover_bench.py`` and ``tests/replicas/test_replicas_e2e.py``
+(:mod:`daemon.demos.replicas`), ``bench/replicas/replica_failover_bench.py`` and ``tests/replicas/test_replicas_e2e.py``
 start. An adapter: config files, processes, sockets, EC2 listings; it decides nothing.
 
 Each replica gets its own directory (config, SQLite state store, log) and port; all of them share

@@ -23,7 +23,7 @@ steady load, and the lease holder killed with SIGKILL halfway.
 
 This module runs the cluster (:class:`ReplicaDemoCluster`) and a kill (:func:`run_point`), and
 measures the figures; :mod:`daemon.demos.kill_point` decides when to kill and whether a kill passed.
-``bench/replica_failover_bench.py`` runs the same :func:`run_point` at 30 seeded kill points on one
+``bench/replicas/replica_failover_bench.py`` runs the same :func:`run_point` at 30 seeded kill points on one
 cluster, starting a fresh replica in place of each killed one (:meth:`ReplicaDemoCluster.respawn`).
 An adapter: the decisions are the daemons'.
 """

@@ -63,7 +63,7 @@ LAXITY_WEIGHT = 1.0
 #: saturated rounds (at least as many waiting as workers: every worker is matched, Eq. 7) and one
 #: for wide ones (fewer waiting than workers, Eq. 6), where the dense solve's augmenting paths are
 #: short and it stays fast far longer. Each is the largest round at which the dense solve was still
-#: faster at p50 in any run of ``bench/match_bench.py --crossover`` (2n × n and m × 1,000 rounds;
+#: faster at p50 in any run of ``bench/dispatch/match_bench.py --crossover`` (2n × n and m × 1,000 rounds;
 #: saturated: 45,000, 31,250 and 20,000 in three runs, within 1.2× of each other between 20,000
 #: and 45,000; wide: 200,000 in two; BENCHMARKS.md "match-scale"). In pairs, or in
 #: min(m, n)²·max(m, n), the two shapes cross 4-6× apart, hence two thresholds.

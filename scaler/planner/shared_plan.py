@@ -11,7 +11,7 @@ is design (b)'s ``min_cost`` pick (:func:`shared_min_cost`), evaluated over ever
 budget at once.
 
 It is an estimate from bounds, not a plan the daemon runs: the replay and the dispatcher serve
-design (a) (:mod:`scaler.planner.joint_plan`). ``bench/joint_bench.py`` compares the two in dollars.
+design (a) (:mod:`scaler.planner.joint_plan`). ``bench/planner/joint_bench.py`` compares the two in dollars.
 """
 from __future__ import annotations
 

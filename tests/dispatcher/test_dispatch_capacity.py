@@ -1,7 +1,7 @@
-"""The benchmark-side arithmetic of issue #27's goal "Throughput" (``bench/replica_tput_bench.py``):
+"""The benchmark-side arithmetic of issue #27's goal "Throughput" (``bench/replicas/replica_tput_bench.py``):
 the most one and two dispatcher processes serve, and dispatcher hosts for a query rate, from the
-CPU per query (``bench._dispatch_capacity``: hand-computed cases and invariants), and a process's
-CPU time read from ``/proc/PID/stat`` (``bench._proc_cpu``)."""
+CPU per query (``bench.dispatch._dispatch_capacity``: hand-computed cases and invariants), and a process's
+CPU time read from ``/proc/PID/stat`` (``bench.dispatch._proc_cpu``)."""
 from __future__ import annotations
 
 import math
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench._dispatch_capacity import TARGET_QPS, hosts_needed, process_ceiling
-from bench._proc_cpu import cpu_s_from_stat
+from bench.dispatch._dispatch_capacity import TARGET_QPS, hosts_needed, process_ceiling
+from bench.dispatch._proc_cpu import cpu_s_from_stat
 
 
 def test_the_7200_qps_pool_at_0_4_ms_a_query_needs_two_2_core_hosts() -> None:

@@ -1,4 +1,4 @@
-"""The Kairos reproduction's pure helpers (bench/kairos_repro.py): §8.1 homogeneous pool sizing,
+"""The Kairos reproduction's pure helpers (bench/planner/kairos_repro.py): §8.1 homogeneous pool sizing,
 the DRS threshold search start and candidates, the baselines' candidate pools, and the DRS
 regression on rm2 with Gaussian batch sizes (the latency-region default threshold starves the pool)."""
 from __future__ import annotations

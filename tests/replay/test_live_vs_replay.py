@@ -6,7 +6,7 @@ attainment within 2 points. The issue asks 1 point: the replay's service times a
 while the live workers share this machine's cores with the test run (and on CI with everything
 else), so the live side loses a point or two to CPU contention that no replay models (measured on
 a loaded 2-core machine: 1.6 points on this trace; BENCHMARKS.md "live-vs-replay" has the 3-minute
-one, bench/live_vs_replay_bench.py)."""
+one, bench/replay/live_vs_replay_bench.py)."""
 from __future__ import annotations
 
 import asyncio

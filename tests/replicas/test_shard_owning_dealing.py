@@ -1,5 +1,5 @@
-"""Which queries each owning replica matches in ``bench/shard_bench.py``'s owning rows
-(``bench._shard_owning``; issue #27 deliverable 2): the balancer deals query ``i`` to replica
+"""Which queries each owning replica matches in ``bench/replicas/shard_bench.py``'s owning rows
+(``bench.replicas._shard_owning``; issue #27 deliverable 2): the balancer deals query ``i`` to replica
 ``i mod R``, a replica owning no worker forwards it (``scaler.replicas.owning_replicas`` rule 3: to every owner in turn)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bench._shard_owning import canonical, owner_dealing, round_robin
+from bench.replicas._shard_owning import canonical, owner_dealing, round_robin
 from scaler.replicas.owning_replicas import arrival_shares
 
 

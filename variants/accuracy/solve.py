@@ -36,7 +36,7 @@ from variants.accuracy.search import improve, placement_value, trimmed
 
 #: Share of the budget step 1 may use: proven within tens of ms up to 4x the demand the pool serves
 #: at full accuracy; beyond what the pool serves at all (8x-16x) it took 0.5-2.5 s to prove
-#: (bench/accuracy_bench.py). The served demand comes first, so it gets most of the budget there;
+#: (bench/variants/accuracy_bench.py). The served demand comes first, so it gets most of the budget there;
 #: steps 2-3 get the rest, from the best placement step 1 found.
 SERVED_SHARE = 0.7
 #: Share of the time left after step 1 that the local search may use (it stops earlier when no
@@ -93,7 +93,7 @@ def _rins(m2: lv.LevelModel, options: Sequence[Option], demand: Mapping[str, flo
     (small: a few dozen counts of 300 free); again from what it finds, up to :data:`RINS_ROUNDS`
     times or until it finds nothing better. (incumbent, its accuracy-weighted throughput, the LP
     bound). HiGHS runs its own RINS only after its root cuts, which at 40 workers x 50 variants x
-    9 models took ~0.5 s (bench/accuracy_bench.py)."""
+    9 models took ~0.5 s (bench/variants/accuracy_bench.py)."""
     lp = Milp(list(m2.milp.lower), list(m2.milp.upper), [False] * len(m2.milp.integer), m2.milp.rows)
     rel = solve(lp, m2.accuracy_weighted, None, end, 0.0, solver, RINS_SHARE)
     if rel.values is None:

@@ -53,7 +53,7 @@ Prefix = tuple[tuple[str, str], ...]
 Kind = tuple[str, str, str, int]
 DEFAULT_TIME_LIMIT_S = 10.0
 #: Step 2 stops within this much of the best end-to-end accuracy (a fraction: 1e-4 is 0.01 points):
-#: proving the last hundredth of a point took most of a solve's time (bench/pipeline_bench.py)
+#: proving the last hundredth of a point took most of a solve's time (bench/variants/pipeline_bench.py)
 ACCURACY_GAP = 1e-4
 #: How much of the served fraction and of the end-to-end accuracy (both per root query, at most 1)
 #: the later steps may give up: the solvers' feasibility tolerance, far below what a placement changes

@@ -1,5 +1,5 @@
 """What the dispatcher's CPU per query allows (pure; issue #27, goal "Throughput"; used by
-``bench/replica_tput_bench.py``): the most one and two dispatcher processes can serve on a machine
+``bench/replicas/replica_tput_bench.py``): the most one and two dispatcher processes can serve on a machine
 they share with their load, and how many dispatcher hosts a query rate needs.
 
 :func:`process_ceiling`: a dispatcher process runs its event loop on one core (Python's asyncio,

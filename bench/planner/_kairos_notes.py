@@ -1,5 +1,5 @@
 """Where the tight-QoS models lose throughput, and what was tried against it (issue 16, item 3):
-the notes bench/kairos_repro.py writes into BENCHMARKS.md's "kairos-repro" section."""
+the notes bench/planner/kairos_repro.py writes into BENCHMARKS.md's "kairos-repro" section."""
 from __future__ import annotations
 
 #: the first round (kairos-strict as a post-filter), from the simulator's traces

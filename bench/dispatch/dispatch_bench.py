@@ -9,9 +9,9 @@
    the same no-op workers (a separate process), driven by the same closed-loop client (another
    process), with 4 and with 64 workers (``WORKER_COUNTS``; the client keeps 4 Submits per worker in
    flight). Alternating runs, medians. The workers, the client and the dispatcher's config are
-   ``bench/_loopback.py``'s, shared with ``bench/replica_tput_bench.py``.
+   ``bench/dispatch/_loopback.py``'s, shared with ``bench/replicas/replica_tput_bench.py``.
 
-Run: ``.venv/bin/python bench/dispatch_bench.py`` (``--quick`` for a short run; ``--no-write``: print
+Run: ``.venv/bin/python bench/dispatch/dispatch_bench.py`` (``--quick`` for a short run; ``--no-write``: print
 the section only).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
@@ -30,7 +30,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from bench._loopback import TYPES, load_main, make_dispatcher, workers_main  # noqa: E402
+from bench.dispatch._loopback import TYPES, load_main, make_dispatcher, workers_main  # noqa: E402
 
 #: the no-op worker counts of the end-to-end rows: the original 4, and a pool whose matching
 #: rounds are no longer trivial
@@ -75,7 +75,7 @@ def decision_latency(m: int, n: int, reps: int) -> dict[str, float]:
             "lsa_p50_us": float(p(t_lsa, 50)), "lsa_p99_us": float(p(t_lsa, 99))}
 
 
-# ---- 2. end to end (the no-op workers and the client: bench/_loopback.py) -----------------------
+# ---- 2. end to end (the no-op workers and the client: bench/dispatch/_loopback.py) -----------------------
 class RoundRobinProxy:
     """The baseline: Submit → next worker in turn, no queue, no policy, no limit per worker."""
 
@@ -188,7 +188,7 @@ def main() -> None:
     lines = [
         "## dispatch: Kairos matching decision latency and dispatcher overhead",
         "",
-        f"Machine: {machine()}. Command: `.venv/bin/python bench/dispatch_bench.py{' --quick' if a.quick else ''}`.",
+        f"Machine: {machine()}. Command: `.venv/bin/python bench/dispatch/dispatch_bench.py{' --quick' if a.quick else ''}`.",
         "",
         f"Decision latency: `KairosPolicy.match` (L matrix with numpy from the profile latency model, C_j, QoS penalty, "
         f"`linear_sum_assignment`), {reps} calls each, rm2 on 4 instance types, a third of the workers busy. Baseline: bare "

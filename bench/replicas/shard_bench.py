@@ -9,20 +9,20 @@ would). Each matching round sees a smaller pool, so fewer (query, worker) pairs 
 Measured: the allowable throughput (Kairos §7 "Metrics": the highest Poisson rate at which the p99
 latency of *all* queries stays within the QoS; ``sim.capacity.allowable_throughput``) of the
 Kairos pool at 2.5 and 10 $/hr for each model (the pick confirmed by Kairos+ with the simulator, as
-``bench/kairos_repro.py``'s "ours": ``scaler.planner.confirm.confirm_pick``), served by ``kairos-strict``
+``bench/planner/kairos_repro.py``'s "ours": ``scaler.planner.confirm.confirm_pick``), served by ``kairos-strict``
 (the default policy), with 1, 2 and 4 shards. Each shard is one ``sim.engine.simulate`` run over
 its own workers and its own queries; the latencies are pooled for the p99. Common random numbers:
 one seeded unit-rate workload (DeepRecSys batch sizes), scaled for each rate tried, the same for
 every shard count. Goal: 2 shards >= 0.97x one shard.
 
-The owning-replica rows (``bench/_shard_owning.py``) are the replicas as the daemon runs them: of
+The owning-replica rows (``bench/replicas/_shard_owning.py``) are the replicas as the daemon runs them: of
 ``R`` = 2 or 4 live replicas only ``k = owner_count(R, base)`` own workers
 (``scaler.replicas.owning_replicas``: each keeps >= 2 base-type workers), the others forward their queries
 to every owner in turn (rule 3), so ``k`` shards match, each owner the queries of its own replica
 and its turns of the forwarders' (``arrival_shares``: ``1 / k`` each). The forwarding hop itself is not modelled (no measured
 replica-to-replica hop in BENCHMARKS.md); the rows say which share of the queries would pay it.
 
-Run: ``.venv/bin/python bench/shard_bench.py [--models rm2,dien] [--budgets 2.5,10] [--queries 4000]
+Run: ``.venv/bin/python bench/replicas/shard_bench.py [--models rm2,dien] [--budgets 2.5,10] [--queries 4000]
 [--precision 0.01] [--quick]`` (``--quick``: 1000 queries a rate, 3% precision)
 (prints the table; ``--write`` also writes the BENCHMARKS.md section "shard-matching").
 """
@@ -34,12 +34,12 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
 from bench._report import machine, write_section  # noqa: E402
-from bench._shard_owning import REPLICAS, canonical, owner_dealing, owning_table, replica_names, round_robin  # noqa: E402
+from bench.replicas._shard_owning import REPLICAS, canonical, owner_dealing, owning_table, replica_names, round_robin  # noqa: E402
 from config.profiles import ProfileTable, load_profiles_csv  # noqa: E402
 from dispatcher.policy import DISPATCH_XI  # noqa: E402
 from scaler.planner.batch_mix import mix_from_batches  # noqa: E402
@@ -70,7 +70,7 @@ def pool_text(pool: Mapping[str, int]) -> str:
 
 
 def kairos_pool(model: str, prof: ProfileTable, budget: float) -> tuple[Pool, str, PlanInputs]:
-    """The Kairos pool at ``budget``, as ``bench/kairos_repro.py``'s "ours" (the pick confirmed by
+    """The Kairos pool at ``budget``, as ``bench/planner/kairos_repro.py``'s "ours" (the pick confirmed by
     Kairos+ with the simulator), and its base type."""
     from config.catalog import load_catalog
 
@@ -150,7 +150,7 @@ def shard_capacity(pools: Sequence[Pool], model: str, prof: ProfileTable, base: 
 
 def owning_rows(pool: Pool, model: str, prof: ProfileTable, base: str, wl: Workload, precision: float,
                 start: float, measured: dict) -> dict:
-    """For each ``R`` in ``REPLICAS``: the owners' dealing (``bench._shard_owning.owner_dealing``),
+    """For each ``R`` in ``REPLICAS``: the owners' dealing (``bench.replicas._shard_owning.owner_dealing``),
     their pools and allowable throughput; where their shares are uneven, also the throughput with
     the queries spread evenly over the same owners (``even_qps``). ``measured``: capacity by
     (pools, canonical dealing), filled here, so a dealing the shard rows already measured (R = 4,
@@ -298,7 +298,7 @@ def main() -> None:
     worst = min(r["shards"][2][0] / r["shards"][1][0] for r in rows if r["shards"][1][0] > 0)
     worst_planned = min(r["planned"][2][0] / r["shards"][1][0] for r in rows
                         if r["shards"][1][0] > 0 and r["planned"][2] is not None)
-    cmd = ".venv/bin/python bench/shard_bench.py" + (f" --models {args.models}" if args.models != ",".join(MODELS) else "") \
+    cmd = ".venv/bin/python bench/replicas/shard_bench.py" + (f" --models {args.models}" if args.models != ",".join(MODELS) else "") \
         + (f" --budgets {args.budgets}" if budgets != list(BUDGETS) else "") \
         + (" --quick" if args.quick else (f" --queries {args.queries}" if args.queries != 4000 else "")
            + (f" --precision {args.precision:g}" if args.precision != 0.01 else ""))

@@ -16,7 +16,7 @@ the largest size, in pairs, at which the dense
 solve was still faster at p50, per shape: what ``STRICT_DENSE_MAX_PAIRS_SATURATED`` and
 ``STRICT_DENSE_MAX_PAIRS_WIDE`` are set from (and ``DENSE_MAX_PAIRS`` could be).
 
-Run: ``.venv/bin/python bench/match_bench.py`` (``--quick``: fewer rounds; ``--policies``;
+Run: ``.venv/bin/python bench/dispatch/match_bench.py`` (``--quick``: fewer rounds; ``--policies``;
 ``--crossover``; ``--write``: write the section of BENCHMARKS.md).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import argparse  # noqa: E402
 import time  # noqa: E402
@@ -179,7 +179,7 @@ def main() -> None:
     cross = crossover(names, a.quick) if a.crossover else []
     from bench._report import machine, write_section
 
-    cmd = "bench/match_bench.py" + (" --quick" if a.quick else "") + (" --crossover" if a.crossover else "")
+    cmd = "bench/dispatch/match_bench.py" + (" --quick" if a.quick else "") + (" --crossover" if a.crossover else "")
     text = "\n".join([
         "## match-scale: large Kairos rounds without the dense matrix (issue #29)", "",
         f"Machine: {machine()}. Command: `.venv/bin/python {cmd}`.", "",

@@ -13,7 +13,7 @@ the traces measured p3.2xlarge only). The days are chosen by a rule fixed before
 days ranked by the share of 5-minute ticks with spot in at least one of the three zones; the
 median day, the upper-quartile day, the lower-quartile day, and the one day with no spot at all.
 
-    python bench/spot_traces.py PATH/TO/spothedge_ae/data/AWS3 examples/traces
+    python bench/replay/spot_traces.py PATH/TO/spothedge_ae/data/AWS3 examples/traces
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ SOURCE = ("# Spot availability of p3.2xlarge (1 V100) in three us-east-1 zones, 
           "# AWS3 trace (github.com/MaoZiming/spothedge_ae data/AWS3, from 2023-02-15; the same series as\n"
           "# github.com/skypilot-org/spot-traces availability/1-node/aws-02-15-2023; no licence file in either).\n"
           "# One row per zone every 300 s; instance_type * applies the zone's V100 availability to every type.\n"
-          "# Chosen as the {why} (bench/spot_traces.py; {share:.1%} of ticks with spot in some zone).\n")
+          "# Chosen as the {why} (bench/replay/spot_traces.py; {share:.1%} of ticks with spot in some zone).\n")
 
 
 def load(src: Path) -> dict[str, list[int]]:

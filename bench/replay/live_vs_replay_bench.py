@@ -8,14 +8,14 @@ once; 2 s for a worker process to start and load its model). Compared: dollars (
 SLO attainment (goal within 1 point), and the sequence of pool targets (goal: the same).
 ``tests/replay/test_live_vs_replay.py`` checks a 40 s trace in every ``make test``.
 
-Run: ``.venv/bin/python bench/live_vs_replay_bench.py [--trace CSV]`` (about 3.5 minutes).
+Run: ``.venv/bin/python bench/replay/live_vs_replay_bench.py [--trace CSV]`` (about 3.5 minutes).
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
@@ -34,7 +34,7 @@ from scaler.planner.pools import pool_text  # noqa: E402
 from sim.replay.report import report  # noqa: E402
 from sim.workload import load_trace_csv  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "examples" / "traces" / "step-burst-3min.csv"
 
 
@@ -75,8 +75,8 @@ def main() -> int:
     points = 100.0 * (rep["slo_attainment"] - live["slo_attainment"])
     same = live_targets == replay_targets
     lines = [
-        "## Replay against the live system (bench/live_vs_replay_bench.py)", "",
-        f"Machine: {machine()}. Command: `.venv/bin/python bench/live_vs_replay_bench.py`. Trace "
+        "## Replay against the live system (bench/replay/live_vs_replay_bench.py)", "",
+        f"Machine: {machine()}. Command: `.venv/bin/python bench/replay/live_vs_replay_bench.py`. Trace "
         f"`{Path(args.trace).relative_to(ROOT) if Path(args.trace).is_relative_to(ROOT) else args.trace}`: "
         f"{len(wl):,} queries of {DEMO_MODEL} over {duration:.0f} s. Live: `costscale demo --trace` (moto EC2 in "
         "server mode, the daemon, gRPC, local ONNX worker processes on this machine, real time). Replay: the "

@@ -2,9 +2,9 @@
 every decision must print again to the last digit (CONTRIBUTING.md "Moving code"), and whose
 differences a change to a decision must state (dollars, attainment, plans).
 
-    .venv/bin/python bench/reference_replays.py --out /tmp/ref-before            # before the change
-    .venv/bin/python bench/reference_replays.py --out /tmp/ref-after --against /tmp/ref-before
-    .venv/bin/python bench/reference_replays.py --only rm2,three --out DIR ...   # a subset
+    .venv/bin/python bench/replay/reference_replays.py --out /tmp/ref-before            # before the change
+    .venv/bin/python bench/replay/reference_replays.py --out /tmp/ref-after --against /tmp/ref-before
+    .venv/bin/python bench/replay/reference_replays.py --only rm2,three --out DIR ...   # a subset
 
 Each run is the README's command with ``--json``, in a process of its own (the checkout's code:
 ``PYTHONPATH`` is this checkout), written to ``OUT/NAME.json``. ``--against`` compares every figure
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: name -> the arguments of `costscale` (README "Replay", "Spot", "Both loops on one clock", "Pipelines")
 REFERENCE: dict[str, list[str]] = {

@@ -3,7 +3,7 @@ diurnal day (trough:peak 1:10, the peak at 80 % of what the budget's best pool a
 macro-burst trace (flat phases at 20 % and 80 % of it, Proteus §6.3), for rm2 and dien at
 2.5 $/hr; plus replay speed. Writes the "replay" section of BENCHMARKS.md.
 
-    .venv/bin/python bench/replay_bench.py [--hours 24] [--hours-by-model dien=6] [--burst-hours 6]
+    .venv/bin/python bench/replay/replay_bench.py [--hours 24] [--hours-by-model dien=6] [--burst-hours 6]
                                            [--models rm2,dien] [--budget 2.5] [--append]
 
 ``--hours`` below 24 compresses the day (the diurnal's period is the run): its ramps are then that
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
@@ -41,7 +41,7 @@ from sim.replay.outcomes import SERVED  # noqa: E402
 from sim.replay.report import report  # noqa: E402
 from sim.slo_check import slo_check  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: a macro-burst's misses counted against its step up: this long after each step (s)
 STEP_WINDOW_S = 120.0
 #: Kairos §7 QoS targets (ms)
@@ -260,7 +260,7 @@ def main() -> int:
     ap.add_argument("--append", action="store_true",
                     help="keep the other models' blocks (and the speed goal's) in BENCHMARKS.md")
     args = ap.parse_args()
-    command = shlex.join([".venv/bin/python", "bench/replay_bench.py", *sys.argv[1:]])
+    command = shlex.join([".venv/bin/python", "bench/replay/replay_bench.py", *sys.argv[1:]])
     profiles = load_profiles_csv(None)
     section = (read_section("replay") or "") if args.append else ""
     old = {name: body for name, body in BLOCK_RE.findall(section)}
@@ -279,7 +279,7 @@ def main() -> int:
              "hindsight is a reference (each 5-minute window's cheapest pool for its peak minute, known in advance, "
              "no boot delay), not a bound. Each model's block says the command and machine that made it.")
     order = [n for n in blocks if n != SPEED_BLOCK] + [SPEED_BLOCK]
-    write_section("replay", "## Replay: costscale against the baselines (bench/replay_bench.py)\n\n" + intro + "\n\n"
+    write_section("replay", "## Replay: costscale against the baselines (bench/replay/replay_bench.py)\n\n" + intro + "\n\n"
                   + "\n\n".join(f"<!-- BEGIN replay {n} -->\n{blocks[n]}\n<!-- END replay {n} -->" for n in order))
     print(f"wrote BENCHMARKS.md section 'replay' (ran: {', '.join(models)}; kept: "
           f"{', '.join(n for n in old if n not in models) or 'none'})")

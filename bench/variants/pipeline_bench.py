@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._report import machine, write_section  # noqa: E402
 from config.sections.pipeline_graph import build  # noqa: E402
@@ -97,7 +97,7 @@ def replay_table(write: bool) -> str:
     from sim.replay.baselines import run_baseline
     from sim.replay.report import report
 
-    ex = Path(__file__).resolve().parent.parent / "examples/pipeline.yaml"
+    ex = Path(__file__).resolve().parents[2] / "examples/pipeline.yaml"
     cfg = load_config(ex)
     profiles = load_profiles_csv(cfg.profiles)
     h = hardware_capacity(cfg, profiles)
@@ -120,8 +120,8 @@ def replay_table(write: bool) -> str:
                         f"{100 * r['models']['detector']['slo_attainment']:.2f} % | "
                         f"{100 * r['models']['classifier']['slo_attainment']:.2f} % | {moves} | {hours:.2f} | ${r['cost_usd']:.4f} |")
             print(rows[-1], flush=True)
-    md = ("## Pipelines in the replay (bench/pipeline_bench.py)\n\n"
-          f"Machine: {machine()}. Command: `.venv/bin/python bench/pipeline_bench.py`. `examples/pipeline.yaml` "
+    md = ("## Pipelines in the replay (bench/variants/pipeline_bench.py)\n\n"
+          f"Machine: {machine()}. Command: `.venv/bin/python bench/variants/pipeline_bench.py`. `examples/pipeline.yaml` "
           "(detector -> classifier, 2 classifier requests per image, end-to-end SLO 400 ms; the models' own QoS 250 "
           "and 150 ms, which the fleet plans each for; 3 $/hr of c5n.2xlarge: six workers), 30 minutes of "
           "`macroburst:...,low_s=600,high_s=300` images. The pipeline's queries run task by task through the "
@@ -180,8 +180,8 @@ def main() -> None:
                     f"{100 * plan.served:.1f} % | {acc} | {plan.total_workers} | " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)
     head = " | ".join(f"{s} median" for s in accuracy_milp.SOLVERS)
-    md = ("## Pipeline planner: Loki's two steps (bench/pipeline_bench.py)\n\n"
-          f"Machine: {machine()}. Command: `.venv/bin/python bench/pipeline_bench.py --repeats {args.repeats}`. "
+    md = ("## Pipeline planner: Loki's two steps (bench/variants/pipeline_bench.py)\n\n"
+          f"Machine: {machine()}. Command: `.venv/bin/python bench/variants/pipeline_bench.py --repeats {args.repeats}`. "
           "Each task has the resnet family's five variants on c5n.2xlarge, g4dn.xlarge and r5n.large; the pool "
           "spreads its workers over the three; the demand (root q/s) is 2 and 12 x workers / tasks (the first fits "
           "the top variants, the second needs accuracy scaling where the pool cannot buy it). Times are the whole "

@@ -14,7 +14,7 @@ measured four ways. Writes the "joint" section of BENCHMARKS.md.
 4. Planner time: ``plan_joint`` for 5 models x 4 types at 10 $/hr against the single-model
    ``plan_fleet`` (goal <= 1 s).
 
-    .venv/bin/python bench/joint_bench.py [--quick]
+    .venv/bin/python bench/planner/joint_bench.py [--quick]
 
 ``--quick``: a 1-hour run (the day compressed into 1 h) at half the rates, a smoke run of the
 whole script (it writes the section too; a full run rewrites it).
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
@@ -52,12 +52,12 @@ from sim.replay.report import report  # noqa: E402
 from sim.slo_check import slo_check  # noqa: E402
 from sim.workload import Workload  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "replay-three.yaml"
 #: model -> (peak q/s of the full run, morning peak hour, evening peak hour, seed)
 SHAPES: dict[str, tuple[float, float, float, int]] = {
     "rm2": (50.0, 9.0, 19.0, 1), "wnd": (200.0, 6.0, 14.0, 2), "dien": (40.0, 12.0, 22.0, 3)}
-TROUGH_FRACTION = 0.1           # trough = peak / 10, as bench/replay_bench.py's diurnal
+TROUGH_FRACTION = 0.1           # trough = peak / 10, as bench/replay/replay_bench.py's diurnal
 QUICK_SCALE = 0.5               # --quick: half the rates
 FAIR_SHARE = 0.5                # the fairness budget: this far from "a worker each" to "min_cost at the peaks"
 FAIR_LOW_BUDGET = 1.5           # $/hr, the example budget, shown too when it cannot give each model a worker
@@ -434,7 +434,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 h (the day compressed into 1 h) at half the rates")
     args = ap.parse_args()
-    command = shlex.join([".venv/bin/python", "bench/joint_bench.py", *sys.argv[1:]])
+    command = shlex.join([".venv/bin/python", "bench/planner/joint_bench.py", *sys.argv[1:]])
     t_all = time.perf_counter()
     load0 = os.getloadavg()[0]
     hours, scale = (1.0, QUICK_SCALE) if args.quick else (4.0, 1.0)
@@ -458,7 +458,7 @@ def main() -> int:
              + f". 1-minute load average {load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end on "
              f"{os.cpu_count()} cores (a machine shared with other work: wall times vary). Each block says the "
              "machine, the command and its own wall time.")
-    write_section("joint", "## Joint planning: several models on one budget (bench/joint_bench.py)\n\n"
+    write_section("joint", "## Joint planning: several models on one budget (bench/planner/joint_bench.py)\n\n"
                   + intro + "\n\n" + "\n\n".join(blocks))
     print(f"wrote BENCHMARKS.md section 'joint' in {time.perf_counter() - t_all:.0f} s")
     return 0

@@ -18,7 +18,7 @@ tick after the kill, the peak $/hr before/during/after against the budget, orpha
 Goal: <= 1 % of queries fail during the handover and retrying clients lose none; the fleet acts
 again within the lease TTL + 5 s; 0 orphans, 0 duplicates, budget held, at 30 seeded kill points.
 
-Run: ``.venv/bin/python bench/replica_failover_bench.py [--points 30] [--seed 27] [--qps 8]
+Run: ``.venv/bin/python bench/replicas/replica_failover_bench.py [--points 30] [--seed 27] [--qps 8]
 [--replicas 2] [--round-robin] [--json out.json]`` (a progress line per point, then the section;
 ``--write`` also writes the BENCHMARKS.md section "replicas-failover").
 """
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._report import machine, write_section  # noqa: E402
 from daemon.demos.kill_point import KillPoint, PointResult, seeded_points  # noqa: E402
@@ -215,7 +215,7 @@ def main() -> None:
     finally:
         cloud.stop()
     s = summarize(rs)
-    cmd = ".venv/bin/python bench/replica_failover_bench.py" + "".join(
+    cmd = ".venv/bin/python bench/replicas/replica_failover_bench.py" + "".join(
         f" {flag} {v}" for flag, v, d in (("--points", args.points, 30), ("--seed", args.seed, 27),
                                           ("--qps", f"{args.qps:g}", "8"), ("--replicas", args.replicas, 2)) if v != d) \
         + (" --round-robin" if args.round_robin else "")

@@ -20,7 +20,7 @@ fewest swaps, then has something to keep): the reference at 10 s and the planner
 LP bound: the level form's LP relaxation at the reference's served demand, an upper bound on any
 placement's accuracy-weighted throughput.
 
-Run: ``.venv/bin/python bench/accuracy_bench.py [--seeds 3] [--levels 0.5,1,1.5,2,4,8]``; writes
+Run: ``.venv/bin/python bench/variants/accuracy_bench.py [--seeds 3] [--levels 0.5,1,1.5,2,4,8]``; writes
 the "accuracy-planner" section of BENCHMARKS.md (``--no-write``: print it only).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -142,7 +142,7 @@ def main() -> None:
     md = [
         "## Accuracy planner (Proteus §4 MILP) within 1 s (issue #29)",
         "",
-        f"`bench/accuracy_bench.py --seeds {args.seeds}`: {N_TYPES * PER_TYPE} workers ({N_TYPES} types x {PER_TYPE}) x "
+        f"`bench/variants/accuracy_bench.py --seeds {args.seeds}`: {N_TYPES * PER_TYPE} workers ({N_TYPES} types x {PER_TYPE}) x "
         f"{N_VARIANTS} variants x {N_MODELS} models, synthetic and seeded. Demand: a multiple of what the pool serves at "
         "full accuracy (rough); served: the share of it the reference serves. Accuracy-weighted throughput (q/s x "
         "accuracy) of: the **reference** (the MILP as first written, main's planner before issue #29, "

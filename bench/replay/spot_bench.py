@@ -10,7 +10,7 @@ peak $/hr within the budget); on the day with no spot in any zone, the dollars a
 on_demand_only (± 2 %); against SpotHedge on the same traces, fewer dollars at no lower
 attainment.
 
-    .venv/bin/python bench/spot_bench.py [--peak 20] [--hours 24] [--days 31,40,50,18] [--write]
+    .venv/bin/python bench/replay/spot_bench.py [--peak 20] [--hours 24] [--days 31,40,50,18] [--write]
 
 Prints the markdown table (and, with ``--write``, writes the "spot" section of BENCHMARKS.md).
 """
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._report import machine, write_section  # noqa: E402
 from config.budget import BUDGET_EPS  # noqa: E402
@@ -35,7 +35,7 @@ from sim.replay.run import ReplaySpec, replay  # noqa: E402
 from sim.replay.spot_baselines import figures, run_spot_baseline  # noqa: E402
 from sim.replay.spot_trace import read_spot_trace  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DAYS = {"31": "median day", "40": "upper-quartile day", "50": "lower-quartile day", "18": "no spot in any zone"}
 
 
@@ -87,7 +87,7 @@ def main() -> int:
             over = cfg.model_copy(update={"spot": cfg.spot.model_copy(update={"overprovision": 1})})
             results[f"costscale overprovision 1 day {d}"] = run("costscale", over, profiles, wl, seconds, spec)
     wall = time.perf_counter() - t0
-    cmd = "python bench/spot_bench.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+    cmd = "python bench/replay/spot_bench.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     lines = ["## spot", "",
              f"Machine: {machine()}. Command: `{cmd.strip()}` ({wall:.0f} s in all).", "",
              f"`examples/replay-spot.yaml` (rm2, 2.5 $/hr, min_cost, every type `market: both`, spot over "

@@ -6,14 +6,14 @@ batch), open-loop Poisson arrivals of 10-row queries from a client in the same p
 around what one-query-per-call serves (1000 / 5.4 = 185 q/s). Baseline in the same command:
 ``dispatcher.batching: none`` against ``work_conserving`` (:mod:`dispatcher.batch_join`) at each rate.
 
-Run: ``.venv/bin/python bench/live_batching_bench.py [--seconds 6]``.
+Run: ``.venv/bin/python bench/dispatch/live_batching_bench.py [--seconds 6]``.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
@@ -112,8 +112,8 @@ def main() -> int:
                      f"{n['rows_per_call']:.1f} / {w['rows_per_call']:.1f} |")
         print(lines[-1], flush=True)
     write_section("live-batching", "## Live batching: one query per call against work-conserving joins "
-                  "(bench/live_batching_bench.py)\n\n"
-                  f"Machine: {machine()}. Command: `.venv/bin/python bench/live_batching_bench.py --seconds {args.seconds:g}`.\n\n"
+                  "(bench/dispatch/live_batching_bench.py)\n\n"
+                  f"Machine: {machine()}. Command: `.venv/bin/python bench/dispatch/live_batching_bench.py --seconds {args.seconds:g}`.\n\n"
                   f"The dispatcher on loopback, one emulated g4dn.xlarge worker sleeping the rm2 profile at each call's "
                   f"rows, Poisson arrivals of {ROWS}-row queries for {args.seconds:g} s, SLO {QOS_MS:g} ms. One query per "
                   f"call serves at most 1000 / 5.4 = 185 q/s. Cells: `dispatcher.batching` none / work_conserving.\n\n"

@@ -7,7 +7,7 @@ Eq. 15 of ``upper_bound_one``, then ``sorted``) over a subsample of the same poo
 The Kairos profiles cover 4 types; two more are synthetic, derived by scaling: ``g4dn.synth-fast``
 (g4dn.xlarge latencies x0.7, $0.75/hr) and ``r5n.synth-slow`` (r5n.large latencies x1.4, $0.10/hr).
 
-Run: ``.venv/bin/python bench/plan_bench.py [--runs 5] [--model rm2] [--budget 7.5] [--section plan|fleet-scale|all]``
+Run: ``.venv/bin/python bench/planner/plan_bench.py [--runs 5] [--model rm2] [--budget 7.5] [--section plan|fleet-scale|all]``
 
 The ``fleet-scale`` section (issue #29) times ``choose_pool`` ranking every pool (``exhaustive=True``)
 against the exact pool search (``scaler.planner.pool_search``) in the same run, and checks they give the
@@ -23,7 +23,7 @@ import sys
 for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")  # one core
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -124,7 +124,7 @@ def fleet_scale(runs: int, budget5: float, demand_frac: float) -> str:
         "## plan fleet-scale: the exact pool search against ranking every pool (issue #29)",
         "",
         f"Machine: {machine()}; one thread (OMP/OPENBLAS/MKL_NUM_THREADS=1).",
-        f"Command: `.venv/bin/python bench/plan_bench.py --section fleet-scale --runs {runs}`",
+        f"Command: `.venv/bin/python bench/planner/plan_bench.py --section fleet-scale --runs {runs}`",
         "",
         "deeprecsys mix, each model at its Kairos QoS, catalog prices. `choose_pool` times, median of "
         f"{runs} runs each; max_throughput (the similarity pick, undominated) and min_cost at demand = "
@@ -217,7 +217,7 @@ def main() -> int:
         "## plan: enumerate, bound and rank every pool (Kairos §5.2, Eq. 9-15)",
         "",
         f"Machine: {machine()}; one thread (OMP/OPENBLAS/MKL_NUM_THREADS=1).",
-        f"Command: `.venv/bin/python bench/plan_bench.py --runs {args.runs} --model {args.model} --budget {args.budget:g}`",
+        f"Command: `.venv/bin/python bench/planner/plan_bench.py --runs {args.runs} --model {args.model} --budget {args.budget:g}`",
         "",
         f"Model {args.model} (QoS {QOS[args.model]} ms), deeprecsys mix, budget {args.budget:g} $/hr, 6 instance types: "
         f"4 from the Kairos profiles + 2 synthetic ({synth}).",

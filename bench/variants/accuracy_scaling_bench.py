@@ -2,7 +2,7 @@
 """Accuracy scaling against its baselines on a macro-burst, and adaptive batching on micro-bursts
 (issue #13 goals; Proteus §6.2-6.4). Writes the "accuracy-scaling" section of BENCHMARKS.md.
 
-    .venv/bin/python bench/accuracy_scaling_bench.py [--family resnet] [--minutes 30]
+    .venv/bin/python bench/variants/accuracy_scaling_bench.py [--family resnet] [--minutes 30]
 
 The pool is fixed (accuracy scaling decides variants, not instances); the macro-burst's high phase is
 twice what the pool serves with the most accurate variant on every worker (Proteus §4 capacity).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._report import machine, write_section  # noqa: E402
 from sim.accuracy_sim import ALLOCATIONS, AccuracySpec, simulate_accuracy  # noqa: E402
@@ -72,7 +72,7 @@ def main() -> int:
     dur = args.minutes * 60.0
     pat = f"macroburst:low={0.5 * full:.4g},high={2 * full:.4g},low_s={dur / 3:.4g},high_s={dur / 6:.4g}"
     arr = pattern_workload(parse_pattern(pat), dur, seed=args.seed).arrivals
-    parts = [f"Machine: {machine()}. Command: `.venv/bin/python bench/accuracy_scaling_bench.py --family "
+    parts = [f"Machine: {machine()}. Command: `.venv/bin/python bench/variants/accuracy_scaling_bench.py --family "
              f"{args.family} --minutes {args.minutes:g}`. `sim/accuracy_sim.py` on virtual time; family "
              f"`{args.family}` ({len(vs)} variants, accuracies {100 * min(v.accuracy for v in vs):.2f}-"
              f"{100 * top.accuracy:.2f} %), SLO {slo:g} ms, pool {POOL} ({len(pool)} workers). The most accurate "
@@ -157,7 +157,7 @@ def main() -> int:
         parts.append(f"### Adaptive batching: {label}; {n_s:g} s, costscale's allocation, three batchers (early "
                      "drop on)\n\n| arrivals | queries | missed: Proteus | work-conserving | none | "
                      "work-conserving ÷ Proteus | none ÷ Proteus |\n|---|---|---|---|---|---|---|\n" + "\n".join(lines))
-    write_section("accuracy-scaling", "## Accuracy scaling: costscale against its baselines (bench/accuracy_scaling_bench.py)\n\n"
+    write_section("accuracy-scaling", "## Accuracy scaling: costscale against its baselines (bench/variants/accuracy_scaling_bench.py)\n\n"
                   + "\n\n".join(parts) + "\n")
     return 0
 

@@ -10,7 +10,7 @@ timers (T_v) are taken as expired so both solvers answer the same question. Reso
 replica takes one instance of its hardware class and the GPU and Inferentia pools are capped;
 *cold-uncapped* drops the caps.
 
-    .venv/bin/python bench/autoscale_bench.py [--runs 3]
+    .venv/bin/python bench/variants/autoscale_bench.py [--runs 3]
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
@@ -121,7 +121,7 @@ def main() -> int:
     lines = [
         "## autoscale: INFaaS model-autoscaler ILP (§4.2.1) vs greedy (§4.2.2)",
         "",
-        f"Machine: {machine()}. Command: `.venv/bin/python bench/autoscale_bench.py --runs {args.runs} "
+        f"Machine: {machine()}. Command: `.venv/bin/python bench/variants/autoscale_bench.py --runs {args.runs} "
         f"--seeds {args.seeds}`. 8 variants per architecture (3 CPU, 3 GPU, 2 Inferentia), catalog prices, "
         "GPU/Inferentia pools capped; medians over the seeds of the per-seed medians over runs. "
         "Gap = greedy cost / ILP cost - 1 (steady-state $/hr of the plan). A greedy plan counted as infeasible "

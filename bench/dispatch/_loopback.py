@@ -1,5 +1,5 @@
-"""Shared by the loopback dispatcher benchmarks (``bench/dispatch_bench.py``,
-``bench/replica_tput_bench.py``): the no-op worker process, the closed-loop client, the benchmark's
+"""Shared by the loopback dispatcher benchmarks (``bench/dispatch/dispatch_bench.py``,
+``bench/replicas/replica_tput_bench.py``): the no-op worker process, the closed-loop client, the benchmark's
 dispatcher config and how a dispatcher is built, and a dispatcher process of its own.
 
 Each part runs as a process of its own through this file's ``--role`` (``workers``, ``load``,
@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
@@ -158,7 +158,7 @@ async def load_main(target: str, seconds: float, concurrency: int, *, round_robi
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description="a part of the loopback dispatcher benchmarks (bench/_loopback.py)")
+    ap = argparse.ArgumentParser(description="a part of the loopback dispatcher benchmarks (bench/dispatch/_loopback.py)")
     ap.add_argument("--role", required=True, choices=["workers", "load", "dispatcher"])
     ap.add_argument("--workers", type=int, default=4, help="(workers) how many no-op workers to serve")
     ap.add_argument("--target", default="", help="(load) the gRPC target")

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._report import machine, write_section  # noqa: E402
 from config.profiles import load_profiles_csv  # noqa: E402
@@ -24,7 +24,7 @@ from sim.replay.run import ReplaySpec, replay  # noqa: E402
 from sim.replay.baselines import run_baseline  # noqa: E402
 from sim.replay.report import report  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "replay-accuracy.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "replay-accuracy.yaml"
 APP = "resnet"          # the example's one application
 RUNS = (("costscale (both loops)", None), ("fleet_only", "fleet_only"), ("accuracy_only", "accuracy_only"),
         ("hindsight (full accuracy)", "hindsight"))
@@ -126,8 +126,8 @@ def main() -> None:
                         f"{r['peak_cost_per_hour']:.3f} | {r['budget_violations']} | {r['wall_s']} |")
             print(rows[-1], flush=True)
     speed = replay_speed(cfg, args.minutes)
-    md = ("## Both loops on one clock: the fleet and the accuracy round through a burst (bench/both_loops_bench.py)\n\n"
-          f"Machine: {machine()}. Command: `.venv/bin/python bench/both_loops_bench.py --cap {args.cap:g} "
+    md = ("## Both loops on one clock: the fleet and the accuracy round through a burst (bench/replay/both_loops_bench.py)\n\n"
+          f"Machine: {machine()}. Command: `.venv/bin/python bench/replay/both_loops_bench.py --cap {args.cap:g} "
           f"--minutes {args.minutes:g}`. `examples/replay-accuracy.yaml`: the resnet family as one application "
           "(SLO 1 s, 3 $/hr, min_cost, headroom 0.5), planned at resnet-152 (78.31 %); accuracy scaling in plan "
           f"mode. cap = {args.cap:g} q/s (`costscale capacity examples/replay-accuracy.yaml --pool r5n.large=20`, "

@@ -3,12 +3,12 @@ Runtime's CUDA execution provider, per batch size; optionally the same ResNets i
 as a cross-check. Writes family CSVs (``model,variant,instance_type,batch_size,latency_ms,accuracy``)
 with instance type ``--type`` (default ``h100``) and an ``env.txt`` of what ran.
 
-    python bench/gpu_profile.py --out DIR [--digits-dir DIR] [--repeats 20] [--torch]
+    python bench/variants/gpu_profile.py --out DIR [--digits-dir DIR] [--repeats 20] [--torch]
 
 The digits members are read from ``--digits-dir`` (built beforehand with
 ``python -m variants.families``' builders: the GPU machine need not have scikit-learn), the ResNets
 are built here. A member that ONNX Runtime does not place on CUDA is reported with the provider it
-got. ``bench/gpu_profile.sh`` installs onnxruntime-gpu on a GPU machine and runs this; BENCHMARKS.md
+got. ``bench/variants/gpu_profile.sh`` installs onnxruntime-gpu on a GPU machine and runs this; BENCHMARKS.md
 "Variant families" says how. Run here with ``--providers CPUExecutionProvider`` (the GPU paths,
 CUDA and ``--torch``, have not run yet: no GPU was lent to the session that wrote this).
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from variants.families import digits as digits_family  # noqa: E402
 from variants.families import resnet  # noqa: E402

@@ -1,4 +1,4 @@
-"""Tables and plot of the Kairos reproduction (bench/kairos_repro.py): each paper claim beside our figure."""
+"""Tables and plot of the Kairos reproduction (bench/planner/kairos_repro.py): each paper claim beside our figure."""
 from __future__ import annotations
 
 from pathlib import Path

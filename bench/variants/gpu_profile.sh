@@ -3,7 +3,7 @@
 # /tmp/ortparts (ort.part.00.. of a zstd tar of the unpacked wheel; see BENCHMARKS.md "Variant
 # families" for how they were made and carried), point the loader at the CUDA 13 libraries that
 # PyTorch's pip packages put under site-packages/nvidia, check that the CUDA provider loads, then
-# run bench/gpu_profile.py with the arguments given. Output: $OUT (or /tmp/gpu-out).
+# run bench/variants/gpu_profile.py with the arguments given. Output: $OUT (or /tmp/gpu-out).
 # NOT YET RUN ON A GPU: the session that wrote it was lent none (BENCHMARKS.md "Variant families").
 set -uo pipefail
 OUTDIR=${OUT:-/tmp/gpu-out}
@@ -39,4 +39,4 @@ s = ort.InferenceSession(mlp_model(4, 4, 2).SerializeToString(), providers=["CUD
 print("session providers:", s.get_providers())
 assert s.get_providers()[0] == "CUDAExecutionProvider", "CUDA provider not granted"
 EOF
-PYTHONUNBUFFERED=1 python3 bench/gpu_profile.py --out "$OUTDIR" "$@"
+PYTHONUNBUFFERED=1 python3 bench/variants/gpu_profile.py --out "$OUTDIR" "$@"

@@ -1,4 +1,4 @@
-"""The dispatcher replicas as the daemon runs them, for ``bench/shard_bench.py`` (issue #27,
+"""The dispatcher replicas as the daemon runs them, for ``bench/replicas/shard_bench.py`` (issue #27,
 deliverable 2): of ``R`` live replicas only ``k = owner_count(R, base)`` own workers
 (``scaler.replicas.owning_replicas``, rule 1: each owner keeps >= ``MIN_BASE_PER_OWNER`` base-type workers),
 the others forward their queries to every owner in turn (rule 3).

@@ -1,8 +1,8 @@
 """Write BENCHMARKS.md's "Variant families" section from the shipped family CSVs
 (``config/families``, made by ``python -m variants.families``) and, when given, the CSVs
-``bench/gpu_profile.py`` wrote on a GPU machine (``--gpu DIR``).
+``bench/variants/gpu_profile.py`` wrote on a GPU machine (``--gpu DIR``).
 
-    .venv/bin/python bench/families_report.py [--gpu DIR]
+    .venv/bin/python bench/variants/families_report.py [--gpu DIR]
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench._report import machine, write_section  # noqa: E402
 from variants.families import FAMILY_NAMES, spec  # noqa: E402
@@ -68,11 +68,11 @@ def family_section(family: str, gpu: Path | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpu", type=Path, default=None, help="folder of bench/gpu_profile.py's CSVs (type h100)")
+    ap.add_argument("--gpu", type=Path, default=None, help="folder of bench/variants/gpu_profile.py's CSVs (type h100)")
     a = ap.parse_args(argv)
     lines = ["## Variant families: measured accuracy and latency (issue 13, deliverable 1)", "",
              f"Machine: {machine()}. Commands: `.venv/bin/python -m variants.families --repeats 7` (builds, "
-             "profiles, writes config/families/*.csv), then `.venv/bin/python bench/families_report.py`.",
+             "profiles, writes config/families/*.csv), then `.venv/bin/python bench/variants/families_report.py`.",
              "Latency: median of 7 timed ONNX Runtime 1.31.1 runs (CPU provider, its default threads) after one "
              "warm-up, fp32, input made on the host and output returned to it, as `variants.profiler` times a "
              "variant. The machine is shared with other test runs: single points are noisy (a local row can dip "
@@ -98,12 +98,12 @@ def main(argv: list[str] | None = None) -> int:
               "(284 MB provider library unpacked), over the 64 MiB a call carries: `zstd -19 --long=27` of the "
               "unpacked wheel is 204.6 MB, `split -b 49M` makes 4 chunks, one carried per call into /tmp/ortparts "
               "while the machine stays warm (30 s between calls), the zstd binary and liblz4 with the first.",
-              "- `bench/gpu_profile.sh --digits-dir DIR --builtin --torch` then reassembles, installs to /tmp/site, "
+              "- `bench/variants/gpu_profile.sh --digits-dir DIR --builtin --torch` then reassembles, installs to /tmp/site, "
               "puts the nvidia/*/lib folders on LD_LIBRARY_PATH, checks that a session is granted "
-              "CUDAExecutionProvider, and runs `bench/gpu_profile.py`: each family member and the builtin MLP's "
+              "CUDAExecutionProvider, and runs `bench/variants/gpu_profile.py`: each family member and the builtin MLP's "
               "generated variants per batch size on CUDA (ResNets to batch 64), and the same ResNets in PyTorch "
-              "as a cross-check; `bench/families_report.py --gpu DIR` adds the H100 columns here.",
-              "- `bench/gpu_profile.py` has run here with `--providers CPUExecutionProvider` only; its CUDA and "
+              "as a cross-check; `bench/variants/families_report.py --gpu DIR` adds the H100 columns here.",
+              "- `bench/variants/gpu_profile.py` has run here with `--providers CPUExecutionProvider` only; its CUDA and "
               "PyTorch paths have not run. The digits SVM is an `ai.onnx.ml` SVMClassifier, which the CUDA provider "
               "does not implement: ONNX Runtime would place it on the CPU."]
     write_section("families", "\n".join(lines))

@@ -26,7 +26,7 @@ Scenarios: 2.5 $/hr with DeepRecSys batch sizes (§8.1-8.2), 4x budget (§8.6 Fi
 batch sizes at both budgets (§8.4, Fig. 16a), 5% Gaussian latency noise (Fig. 16b). Also the
 simulator's speed (section "sim-speed").
 
-Run: ``.venv/bin/python bench/kairos_repro.py [--quick] [--scenarios base,noise]`` (writes
+Run: ``.venv/bin/python bench/planner/kairos_repro.py [--quick] [--scenarios base,noise]`` (writes
 BENCHMARKS.md sections "kairos-repro" and "sim-speed" unless --quick, ``docs/kairos_repro.png`` and
 ``bench/out/*.png``).
 """
@@ -42,12 +42,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from bench._kairos_notes import NOTES  # noqa: E402
-from bench._kairos_tables import baseline_table, claims_table, goals, main_table, plot  # noqa: E402
+from bench.planner._kairos_notes import NOTES  # noqa: E402
+from bench.planner._kairos_tables import baseline_table, claims_table, goals, main_table, plot  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
 from config.budget import BUDGET_EPS  # noqa: E402
 from dispatcher.policies import sweep_drs_threshold  # noqa: E402
@@ -79,8 +79,8 @@ SCENARIOS = {"base": (2.5, "deeprecsys", 0.0), "4x-budget": (10.0, "deeprecsys",
 OURS = "kairos-strict"
 BASELINES = ("fcfs", "drs", "clockwork")
 LABEL = {"fcfs": "Ribbon (FCFS)", "drs": "DRS", "clockwork": "CLKWRK"}
-OUT = Path(__file__).resolve().parent / "out"
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+OUT = Path(__file__).resolve().parents[2] / "bench" / "out"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 Pool = dict[str, int]
 
@@ -272,7 +272,7 @@ def plan_latency(repeats: int = 3) -> list[dict]:
 def latency_section(rows: list[dict]) -> str:
     worst = max(rows, key=lambda r: r["confirm_s"])
     lines = ["## kairos-plan-latency", "",
-             f"Machine: {machine()}. Command: `.venv/bin/python bench/kairos_repro.py --latency-only` (one process). "
+             f"Machine: {machine()}. Command: `.venv/bin/python bench/planner/kairos_repro.py --latency-only` (one process). "
              "Planning time at 2.5 $/hr (696 pools), median of 3 runs: the Kairos pick from upper bounds alone "
              f"(`choose_pool`), and the pick confirmed by Kairos+ with the simulator (`confirm_pick`, at most "
              f"{DEFAULT_EVALUATIONS} simulated pools of 1000 queries, {OURS}). Goal (issue 16): <= 2 s with the "
@@ -331,7 +331,7 @@ def main() -> None:
         futs = {sm: ex.submit(run_model, *sm, nq, args.precision, args.max_evals, args.confirm_evals) for sm in tasks}
         results = {sm: f.result() for sm, f in futs.items()}
     wall = time.perf_counter() - t0
-    cmd = f".venv/bin/python bench/kairos_repro.py{' --quick' if args.quick else ''}"
+    cmd = f".venv/bin/python bench/planner/kairos_repro.py{' --quick' if args.quick else ''}"
     md = [f"Machine: {machine()}. Command: `{cmd}` ({wall:.0f} s wall, {args.workers} processes; the planning "
           "times below are per process, one core each).", "",
           f"Allowable throughput in q/s: the highest Poisson rate with p99 <= QoS, {nq} queries per tried rate "

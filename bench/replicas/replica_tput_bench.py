@@ -1,6 +1,6 @@
 """Two dispatcher processes against one → section "replicas-throughput" of BENCHMARKS.md (issue
 #27, goal "Throughput": two dispatcher processes serve >= 1.6x one, on the same no-op workers as
-``bench/dispatch_bench.py``, in the same run).
+``bench/dispatch/dispatch_bench.py``, in the same run).
 
 The per-query path scales out by partitioning (DESIGN "Beyond one control host"): each dispatcher
 replica owns a disjoint set of workers and matches (Kairos §5.1) only those. Measured, alternating
@@ -11,7 +11,7 @@ in one run, medians over ``--rounds``:
   gives it (each type split evenly; what replica worker ownership holds in steady state: every
   worker matched by exactly one replica).
 
-The same parts as ``bench/dispatch_bench.py`` (``bench/_loopback.py``): N no-op workers in one
+The same parts as ``bench/dispatch/dispatch_bench.py`` (``bench/dispatch/_loopback.py``): N no-op workers in one
 process, one closed-loop client process (4 Submits in flight per worker), the same dispatcher
 config. The client reaches the dispatchers through gRPC's own ``round_robin`` over an
 ``ipv4:127.0.0.1:P1,127.0.0.1:P2`` target (one address for ``1-proc``), no balancer of ours. Each
@@ -20,14 +20,14 @@ dispatcher runs in its own process, built as dispatch_bench builds it (``--start
 ``daemon.app.Daemon.start``).
 
 Reported per row: throughput, client p50/p99, the 2-proc / 1-proc ratio, and where the cores went
-in the measured window: CPU seconds (``bench._proc_cpu``: user + system) of the dispatcher
+in the measured window: CPU seconds (``bench.dispatch._proc_cpu``: user + system) of the dispatcher
 processes, the workers' process and the client, per query and in cores (CPU s / wall s); what that
-CPU per query allows on this many quiet cores (``bench._dispatch_capacity.process_ceiling``: the
+CPU per query allows on this many quiet cores (``bench.dispatch._dispatch_capacity.process_ceiling``: the
 upper bound on the ratio while the client and the workers share the cores). Then the
-extrapolation (``bench._dispatch_capacity.hosts_needed``): dispatcher hosts for :data:`TARGET_QPS`
+extrapolation (``bench.dispatch._dispatch_capacity.hosts_needed``): dispatcher hosts for :data:`TARGET_QPS`
 from the dispatchers' CPU per query.
 
-Run: ``.venv/bin/python bench/replica_tput_bench.py`` (``--quick``: under a minute; ``--no-write``:
+Run: ``.venv/bin/python bench/replicas/replica_tput_bench.py`` (``--quick``: under a minute; ``--no-write``:
 print the section, leave BENCHMARKS.md as it is; ``--start run``).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -47,9 +47,9 @@ from typing import Sequence  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from bench import _loopback  # noqa: E402
-from bench._dispatch_capacity import TARGET_QPS, hosts_needed, process_ceiling  # noqa: E402
-from bench._proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
+from bench.dispatch import _loopback  # noqa: E402
+from bench.dispatch._dispatch_capacity import TARGET_QPS, hosts_needed, process_ceiling  # noqa: E402
+from bench.dispatch._proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
 from bench._report import machine, write_section  # noqa: E402
 from scaler.replicas.owner_assignment import assign  # noqa: E402
 
@@ -161,7 +161,7 @@ def verdict(n: int, one: dict[str, float], two: dict[str, float]) -> str:
     cores went, and the most this CPU per query allows on quiet cores."""
     ratio = two["qps"] / one["qps"]
     cores = os.cpu_count() or 1
-    # the most each configuration can serve here, from its own CPU per query (bench._dispatch_capacity)
+    # the most each configuration can serve here, from its own CPU per query (bench.dispatch._dispatch_capacity)
     rest = {k: v["client_ms_q"] + v["workers_ms_q"] for k, v in (("1-proc", one), ("2-proc", two))}
     top1 = process_ceiling(one["disp_ms_q"] / 1000, rest["1-proc"] / 1000, cores, 1)
     top2 = process_ceiling(two["disp_ms_q"] / 1000, rest["2-proc"] / 1000, cores, 2)
@@ -181,7 +181,7 @@ def verdict(n: int, one: dict[str, float], two: dict[str, float]) -> str:
             f"{one['workers_cores']:.2f} and {two['workers_cores']:.2f}), other processes {one['other_cores']:.2f} and "
             f"{two['other_cores']:.2f}, steal {one['steal_cores']:.2f} and {two['steal_cores']:.2f}. The most this "
             f"CPU per query allows on {cores} quiet cores (a dispatcher process on one core, every process "
-            "together on all of them: `bench/_dispatch_capacity.py`, an upper bound on the ratio): 1-proc "
+            "together on all of them: `bench/dispatch/_dispatch_capacity.py`, an upper bound on the ratio): 1-proc "
             f"{top1:.0f} q/s (dispatcher {one['disp_ms_q']:.3f} ms, client and workers {rest['1-proc']:.3f} ms a "
             f"query), 2-proc {top2:.0f} q/s ({two['disp_ms_q']:.3f} and {rest['2-proc']:.3f} ms): at most "
             f"**{top2 / top1:.2f}×**; {GOAL}× needs the client and the workers at no more than a quarter of the "
@@ -197,8 +197,8 @@ def section(med: dict[int, dict[str, dict[str, float]]], conc: dict[int, int], r
         f"Machine: {machine()}. Command: `{command}`.",
         "",
         f"{' and '.join(map(str, WORKER_COUNTS))} no-op workers (one process), one closed-loop client process "
-        f"({CONCURRENCY_PER_4} Submits in flight per 4 workers), the parts of `bench/dispatch_bench.py` "
-        "(`bench/_loopback.py`). `1-proc`: one dispatcher process owning every worker; `2-proc`: two dispatcher "
+        f"({CONCURRENCY_PER_4} Submits in flight per 4 workers), the parts of `bench/dispatch/dispatch_bench.py` "
+        "(`bench/dispatch/_loopback.py`). `1-proc`: one dispatcher process owning every worker; `2-proc`: two dispatcher "
         "processes, each owning the half `scaler.replicas.owner_assignment.assign` gives it (each type split evenly), the "
         "client spreading its Submits over both with gRPC's own `round_robin` (`ipv4:127.0.0.1:P1,127.0.0.1:P2`, "
         "`loadBalancingConfig` round_robin; one address for 1-proc). Dispatchers built "
@@ -247,7 +247,7 @@ def section(med: dict[int, dict[str, dict[str, float]]], conc: dict[int, int], r
                   "above are not the dispatcher's scaling alone: rerun on a quiet machine."]
     lines += [
         "",
-        f"Extrapolation (`bench/_dispatch_capacity.py`): dispatcher hosts for {TARGET_QPS:,.0f} q/s (ncf at 2.5 $/hr, "
+        f"Extrapolation (`bench/dispatch/_dispatch_capacity.py`): dispatcher hosts for {TARGET_QPS:,.0f} q/s (ncf at 2.5 $/hr, "
         "\"kairos-repro\": 7,020 q/s confirmed pick, 7,436 paper oracle) = ceil(7,200 / per-host q/s), per-host q/s "
         f"= {cores} cores / the dispatchers' CPU seconds per query. Assumed: a host runs one dispatcher process per "
         "core and nothing else (no client, no workers), every core fully busy, the CPU per query as measured here "
@@ -289,7 +289,7 @@ def main() -> None:
     t0 = time.perf_counter()
     med = {n: {k: medians(v) for k, v in measure(n, rounds, seconds, conc[n], a.start).items()}
            for n in WORKER_COUNTS}
-    command = ".venv/bin/python bench/replica_tput_bench.py" + (" --quick" if a.quick else "") + \
+    command = ".venv/bin/python bench/replicas/replica_tput_bench.py" + (" --quick" if a.quick else "") + \
         (f" --start {a.start}" if a.start != "bench" else "")
     lines = section(med, conc, rounds, seconds, a.start, a.host_cores, command)
     lines += ["", f"({time.perf_counter() - t0:.0f} s in all.)"]
