@@ -56,8 +56,8 @@ from typing import Any, Sequence
 
 from config.sections.spot import SpotSpec
 from scaler.cloud.slots import market_of, slot_of, split_slot
-from scaler.cloud.aws_client import (AUTH_CODES, EC2_MAX_ATTEMPTS, THROTTLE_CODES, Typed, after, aws_call, iam_action,
-                                     make_client)
+from scaler.cloud.aws_client import (AUTH_CODES, EC2_MAX_ATTEMPTS, THROTTLE_CODES, Typed, after, aws_call, error_fields,
+                                     iam_action, make_client, naming_action)
 from scaler.cloud.provider import (
     CLUSTER_TAG,
     INTENT_TAG,
@@ -79,6 +79,8 @@ SPOT_CAPACITY_CODES = frozenset({"SpotMaxPriceTooLow", "MaxSpotInstanceCountExce
 #: the tags that name an instance's slot and market (reconcile after a restart reads them)
 SLOT_TAG = "costscale:slot"
 MARKET_TAG = "costscale:market"
+#: the ClientToken of a DryRun launch (``Ec2Cloud.dry_run``): nothing is launched under it
+DRY_RUN_TOKEN = "costscale-dry-run"
 NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
 
 
@@ -254,12 +256,21 @@ class Ec2Cloud:
                tags: dict[str, str] | None = None) -> list[ManagedInstance]:
         """Launch ``count`` instances of a slot (a type: on-demand; ``TYPE@ZONE``: spot in that zone)."""
         slot = instance_type
-        instance_type, zone = split_slot(slot)
         if count < 1:
             return []
         found = self.find_by_intent(client_token)
         if found:
             return found
+        resp = self._call("run_instances", instance_type=slot, **self.run_params(slot, count, client_token, tags))
+        # Partial success (MinCount=1 < MaxCount) is returned as what EC2 gave.
+        return [_to_managed(i) for i in resp.get("Instances", [])]
+
+    def run_params(self, slot: str, count: int, client_token: str,
+                   tags: dict[str, str] | None = None) -> dict[str, Any]:
+        """The RunInstances parameters of a launch of ``count`` instances of ``slot`` (a type, or
+        ``TYPE@ZONE`` for spot): image or launch template, subnet, security groups, key, instance
+        profile, tags and user data, as :meth:`launch` sends them and :meth:`dry_run` checks them."""
+        instance_type, zone = split_slot(slot)
         spec = self.launch_spec
         all_tags = dict(getattr(spec, "tags", {}) or {})
         all_tags.update(tags or {})
@@ -301,9 +312,24 @@ class Ec2Cloud:
         prof = getattr(spec, "iam_instance_profile", None)
         if prof:
             kw["IamInstanceProfile"] = {"Arn": prof} if prof.startswith("arn:") else {"Name": prof}
-        resp = self._call("run_instances", instance_type=slot, **kw)
-        # Partial success (MinCount=1 < MaxCount) is returned as what EC2 gave.
-        return [_to_managed(i) for i in resp.get("Instances", [])]
+        return kw
+
+    def dry_run(self, slot: str) -> tuple[str, str]:
+        """RunInstances of one instance of ``slot`` with ``DryRun=True``, as :meth:`launch` would send
+        it: nothing is launched, nothing is spent. Returns EC2's (code, one-line message):
+        ``DryRunOperation`` when the launch would have been allowed, else the refusal's code
+        (``UnauthorizedOperation`` naming ec2:RunInstances, ``InvalidAMIID.NotFound``, ...). No
+        credentials → ``CloudConfigError``; an unreachable endpoint → ``CloudError``."""
+        from botocore.exceptions import ClientError
+
+        kw = self.run_params(slot, 1, DRY_RUN_TOKEN)
+        try:
+            aws_call("run_instances", lambda: self.client.run_instances(DryRun=True, **kw), lambda c, m, a: None,
+                     iam_action("ec2", "run_instances"))
+        except ClientError as exc:
+            code, message = error_fields(exc.response.get("Error", {}))
+            return code, naming_action(code, message, iam_action("ec2", "run_instances"))
+        return "", "EC2 answered the DryRun without DryRunOperation (an emulator that launched?)"
 
     def terminate(self, instance_ids: list[str]) -> None:
         ids = sorted(set(instance_ids))
