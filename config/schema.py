@@ -157,6 +157,10 @@ class AwsSpec(Strict):
 
     endpoint_url: str | None = None
     max_attempts: Annotated[int, Field(ge=1, le=20)] = 8
+    buckets: list[str] = Field(
+        default_factory=list, description="the S3 buckets the daemon reads and writes (s3:// models, offline "
+                                          "inputs and outputs; config/iam/s3-models.json's {bucket}): "
+                                          "costscale doctor checks that each is reachable")
 
 
 class Config(Strict):
