@@ -3,7 +3,9 @@ start and stop around :class:`daemon.app.Daemon`. A daemon that cannot start clo
 opened and leaves one line: exit 2 for a config error, 1 for the environment. When the config's
 EC2 is an emulator on this host (``aws.endpoint_url`` on loopback: the embedded default) and
 ``--local-workers`` is given, a local worker process stands for each running instance, as in
-``costscale demo``."""
+``costscale demo``. Before anything starts, the fast pre-flight (``daemon.doctor.checks.preflight``:
+credentials, a DryRun of one launch, the image's architecture) stops a start that would fail at its
+first launch with the line ``costscale doctor`` prints, exit 1."""
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +18,7 @@ from config.schema import Config
 from config.checks import load_checked_config
 from config.errors import UsageError
 from daemon.app import Daemon
+from daemon.doctor.checks import preflight
 from daemon.observe.audit import configure_logging
 from daemon.local.embedded import on_this_host
 from daemon.local.runner import LocalRunner
@@ -91,6 +94,10 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")
+    # credentials, a DryRun launch, the image: its one line and exit 1 on a verdict (a start refused
+    # later leaves one line too, so what passed is logged at DEBUG; no answer at all: the start names it)
+    for finding in preflight(cfg):
+        log.log(logging.WARNING if finding.status == "warn" else logging.DEBUG, "pre-flight: %s", finding.line())
     return asyncio.run(_run(cfg, Path(cfg_path), local_workers))
 
 

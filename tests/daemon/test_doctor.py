@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -291,3 +293,47 @@ def test_a_user_without_run_instances_fails_the_permissions_check(no_launch_user
     with pytest.raises(CloudConfigError, match="ec2:RunInstances"):
         _cloud(cfg, tmp_path).launch("c5.2xlarge", 1, "tok-1")
 
+
+@pytest.mark.slow
+def test_costscale_run_stops_at_the_same_line_before_anything_is_launched(no_launch_user: dict[str, Any],
+                                                                          tmp_path: Path) -> None:
+    """``costscale run``'s fast pre-flight: exit 1, the permissions line doctor prints, no traceback,
+    and no instance (the DryRun launched nothing)."""
+    cfg = {k: v for k, v in no_launch_user.items() if k != "env"}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **no_launch_user["env"]}
+    exe = Path(sys.executable).with_name("costscale")
+    r = subprocess.run([str(exe), "run", str(path)], capture_output=True, text=True, timeout=120, env=env)
+    lines = [ln for ln in r.stderr.splitlines() if "pre-flight" in ln or ln.startswith("costscale:")]
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[-1].startswith("costscale: fail  permissions  DryRun of RunInstances c5.2xlarge"), r.stderr
+    assert "ec2:RunInstances" in lines[-1] and lines[-1].endswith("(costscale doctor CONFIG checks the rest)")
+    enforce(cfg["aws"]["endpoint_url"], False)
+    ec2 = boto3.client("ec2", **admin(cfg["aws"]["endpoint_url"]))
+    assert [i for r_ in ec2.describe_instances()["Reservations"] for i in r_["Instances"]] == []
+
+
+def test_runs_fast_preflight_stops_on_a_verdict_and_lets_the_emulator_launch_any_image(
+        account: dict[str, str], tmp_path: Path) -> None:
+    """``costscale run``'s fast subset (``daemon.doctor.checks.preflight``): a DryRun refusal stops
+    the start with doctor's line; an image moto does not list does not (moto launches any id), nor
+    does an endpoint that does not answer (the daemon's start names the service)."""
+    from config.schema import parse_config_text
+    from daemon.doctor.checks import PreflightFailed, preflight
+
+    def parsed(change: Callable[[dict[str, Any], dict[str, str]], None] | None) -> Any:
+        cfg = good_config(account, tmp_path)
+        if change is not None:
+            change(cfg, account)
+        return parse_config_text(yaml.safe_dump(cfg))
+
+    assert [f.check for f in preflight(parsed(None))] == ["credentials", "permissions", "image"]
+    profile = next(s for s in SETUPS if s[0] == "missing-instance-profile")[1]
+    with pytest.raises(PreflightFailed) as err:
+        preflight(parsed(profile))
+    assert err.value.exit_code == 1 and str(err.value).startswith("fail  permissions  DryRun of RunInstances")
+    missing_ami = next(s for s in SETUPS if s[0] == "missing-ami")[1]
+    assert [f.status for f in preflight(parsed(missing_ami))] == ["ok", "ok", "fail"]
+    dead = parsed(lambda cfg, ids: cfg["aws"].update(endpoint_url="http://127.0.0.1:9"))
+    assert [(f.check, f.code) for f in preflight(dead)] == [("credentials", "")]
