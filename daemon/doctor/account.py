@@ -7,7 +7,7 @@ table prices the plan instead, ``scaler.pricing.region``). Reads only; spends no
 from __future__ import annotations
 
 from config.schema import Config
-from daemon.doctor.report import Clients, Finding, failure
+from daemon.doctor.report import Clients, Finding, failure, unread
 
 CREDENTIALS_FIX = "give the daemon AWS credentials (an instance role, AWS_PROFILE or the standard credential chain)"
 
@@ -35,6 +35,9 @@ def check_region(cfg: Config, clients: Clients) -> Finding:
         regions = clients("ec2").describe_regions(AllRegions=True).get("Regions", [])
     except Exception as exc:       # noqa: BLE001
         code, msg = failure(exc, "ec2")
+        denied = unread("region", f"region {cfg.region}", code, msg)
+        if denied is not None:
+            return denied
         return Finding("fail", "region", f"EC2 DescribeRegions in {cfg.region} failed: {msg}",
                        "check region and the network", code)
     found = {r.get("RegionName"): r.get("OptInStatus", "") for r in regions}

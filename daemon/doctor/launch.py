@@ -21,7 +21,7 @@ import re
 from typing import Any, Sequence
 
 from config.schema import Config
-from daemon.doctor.report import Clients, Finding, failure
+from daemon.doctor.report import Clients, Finding, failure, unread
 from scaler.cloud.ec2 import Ec2Cloud
 from scaler.cloud.slots import slot_of, split_slot
 
@@ -112,6 +112,9 @@ def _template_image(ec2: Any, lt: Any) -> tuple[str | None, Finding | None]:
     except Exception as exc:       # noqa: BLE001
         code, msg = failure(exc, "ec2")
         name = lt.id or lt.name
+        denied = unread("image", f"launch template {name}", code, msg)
+        if denied is not None:
+            return None, denied
         found = (f"launch template {name} does not exist in the region" if "NotFound" in code
                  else f"launch template {name} not read: {msg}")
         return None, Finding("fail", "image", found, "fix launch.launch_template", code)
@@ -146,12 +149,15 @@ def check_image(cfg: Config, clients: Clients) -> Finding:
                            "set an ImageId in the template or launch.ami_id")
     elif cfg.launch.launch_template is not None:
         _, bad = _template_image(ec2, cfg.launch.launch_template)
-        if bad is not None:
+        if bad is not None and bad.status == "fail":    # (not read: ami_id is the image all the same)
             return bad
     try:
         images = ec2.describe_images(ImageIds=[ami]).get("Images", [])
     except Exception as exc:       # noqa: BLE001
         code, msg = failure(exc, "ec2")
+        denied = unread("image", f"image {ami}", code, msg)
+        if denied is not None:
+            return denied
         if code.startswith("InvalidAMIID"):
             images = []
         else:

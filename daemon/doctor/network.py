@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from config.hostport import split_hostport
 from config.schema import Config
 from config.sections.security import is_loopback
-from daemon.doctor.report import Clients, Finding, failure
+from daemon.doctor.report import Clients, Finding, failure, unread
 
 
 def named_subnets(cfg: Config) -> list[str]:
@@ -43,6 +43,9 @@ def _described(call: Any, key: str, what: str, field: str) -> tuple[list[dict[st
         return call().get(key, []), None
     except Exception as exc:       # noqa: BLE001
         code, msg = failure(exc, "ec2")
+        denied = unread("network", what, code, msg)
+        if denied is not None:
+            return [], denied
         found = f"{what} does not exist in the region: {msg}" if "NotFound" in code else f"{what} not read: {msg}"
         return [], Finding("fail", "network", found, f"fix {field}", code)
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal, Sequence
 
 from config.schema import Config
-from scaler.cloud.aws_client import client_config, client_error_line, error_fields
+from scaler.cloud.aws_client import DENIED_CODES, client_config, client_error_line, error_fields
 
 Status = Literal["ok", "warn", "fail"]
 #: the longest AWS message a line quotes (an emulator's error page is kilobytes)
@@ -70,6 +70,16 @@ def failure(exc: BaseException, service: str = "") -> tuple[str, str]:
     return "", short(text)
 
 
+def unread(check: str, what: str, code: str, msg: str) -> Finding | None:
+    """The warning for a read the caller may not make (an IAM refusal of a describe call the daemon
+    itself never makes, so the shipped control-host policy does not grant it: README "Pre-flight");
+    None for any other failure (the check judges it)."""
+    if code not in DENIED_CODES:
+        return None
+    return Finding("warn", check, f"{what} not checked: {msg}", "grant doctor's read actions to whoever runs it "
+                   "(README \"Pre-flight: costscale doctor\")", code)
+
+
 Clients = Callable[[str], Any]
 
 
@@ -91,4 +101,5 @@ def clients_for(cfg: Config) -> Clients:
     return client
 
 
-__all__ = ["Clients", "Finding", "MAX_DETAIL", "Status", "as_json", "clients_for", "exit_code", "failure", "short"]
+__all__ = ["Clients", "Finding", "MAX_DETAIL", "Status", "as_json", "clients_for", "exit_code", "failure", "short",
+           "unread"]

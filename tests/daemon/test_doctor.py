@@ -354,3 +354,37 @@ def test_an_x86_image_for_a_graviton_type_fails_the_image_check(account: dict[st
     assert "is x86_64 but c7g.2xlarge run(s) arm64 only" in found.line()
     assert [arch_of_type(t) for t in ("c7g.2xlarge", "t4g.xlarge", "m6gd.large", "g5g.xlarge", "c5.2xlarge",
                                       "g4dn.xlarge", "inf2.xlarge")] == [["arm64"]] * 4 + [["x86_64"]] * 3
+
+
+def test_the_shipped_control_host_policy_passes_doctor_and_runs_preflight(iam_server: str, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user holding exactly config/iam/control-host.json: the DryRun is allowed; doctor's own reads
+    the daemon never makes (DescribeRegions, DescribeImages, ...) are refused and are warnings, never a
+    fail, so ``costscale run``'s pre-flight lets a least-privilege control host start."""
+    from config.iam import load, render
+    from config.schema import parse_config_text
+    from daemon.doctor.checks import preflight
+    from tests.iam_helpers import ACCOUNT, moto_view
+
+    enforce(iam_server, False)
+    moto_api(iam_server, "reset")
+    ami = boto3.client("ec2", **admin(iam_server)).describe_images()["Images"][0]["ImageId"]
+    values = {"region": REGION, "account": ACCOUNT, "cluster": "doc", "table": "costscale-leases", "bucket": "b",
+              "queue": "q", "worker_role": "w"}
+    env = create_user(iam_server, "host", {"control-host": moto_view(render(load("control-host"), values))})
+    as_user(monkeypatch, env)
+    cfg = {"cluster": "doc", "region": REGION, "budget_per_hour": 2.5, "models": [{"name": "rm2", "qos_ms": 350}],
+           "instance_types": [{"type": "c5.2xlarge"}], "launch": {"ami_id": ami},
+           "dispatcher": {"listen": "127.0.0.1:0"}, "state_path": str(tmp_path / "state.db"),
+           "aws": {"endpoint_url": iam_server, "max_attempts": 2}}
+    enforce(iam_server, True)
+    try:
+        rc, lines, _ = doctor(cfg, tmp_path, capsys)
+        assert rc == 0, lines
+        assert line_of(lines, "permissions").startswith("ok permissions DryRun of RunInstances allowed"), lines
+        assert line_of(lines, "image").startswith(f"warn image image {ami} not checked"), lines
+        assert "ec2:DescribeImages" in line_of(lines, "image")
+        assert [f.status for f in preflight(parse_config_text(yaml.safe_dump(cfg)))] == ["ok", "ok", "warn"]
+    finally:
+        enforce(iam_server, False)
