@@ -388,3 +388,23 @@ def test_the_shipped_control_host_policy_passes_doctor_and_runs_preflight(iam_se
         assert [f.status for f in preflight(parse_config_text(yaml.safe_dump(cfg)))] == ["ok", "ok", "warn"]
     finally:
         enforce(iam_server, False)
+
+
+def test_a_config_error_is_exit_2_and_the_dry_run_carries_no_token(account: dict[str, str], tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A usage or config error is one line, exit 2, as for every command; the DryRun's user data
+    (sent to EC2) names the token's parameter or nothing, never the token."""
+    import base64
+
+    from config.schema import parse_config_text
+    from daemon.doctor.launch import preflight_cloud
+
+    assert main(["doctor", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == f"costscale: {tmp_path / 'missing.yaml'}: no such file"
+    for parameter in ("/costscale/{cluster}/cluster-token", ""):
+        cfg = good_config(account, tmp_path)
+        cfg["dispatcher"].update(cluster_token="doc-secret-0123456789", token_parameter=parameter)
+        params = preflight_cloud(parse_config_text(yaml.safe_dump(cfg)), None).run_params("c5.2xlarge", 1, "t")
+        user_data = params["UserData"]
+        user_data = base64.b64decode(user_data).decode() if not user_data.startswith("#!") else user_data
+        assert "doc-secret" not in user_data
