@@ -19,7 +19,7 @@ import logging
 from config.errors import UsageError
 from config.schema import Config
 from daemon.doctor.account import check_credentials, check_prices, check_region
-from daemon.doctor.launch import check_image, check_permissions
+from daemon.doctor.launch import check_image, check_offerings, check_permissions
 from daemon.doctor.network import check_dispatcher, check_network, real_instances
 from daemon.doctor.report import Clients, Finding, clients_for
 from daemon.doctor.services import check_buckets, check_lease_table, check_token_parameter, token_parameter_used
@@ -43,7 +43,7 @@ def run_doctor(cfg: Config, clients: Clients | None = None) -> list[Finding]:
     if region.status == "fail":
         return [first, region]
     out = [first, region, check_permissions(cfg, clients), check_image(cfg, clients), check_network(cfg, clients),
-           check_lease_table(cfg, clients)]
+           check_offerings(cfg, clients), check_lease_table(cfg, clients)]
     if token_parameter_used(cfg):
         out.append(check_token_parameter(cfg, clients))
     if cfg.aws.buckets:

@@ -14,6 +14,8 @@ and would it boot? Spends nothing.
   supports (DescribeInstanceTypes' SupportedArchitectures; :func:`arch_of_type` where that is not
   answered). An x86_64 image on a Graviton type (or arm64 on an x86 type) is refused by
   RunInstances on AWS (InvalidParameterValue); moto launches it.
+* ``offerings``: each type is offered in the zone it launches in (DescribeInstanceTypeOfferings;
+  moto holds AWS's lists): on AWS a DryRun there answers Unsupported, moto's does not.
 """
 from __future__ import annotations
 
@@ -177,5 +179,47 @@ def check_image(cfg: Config, clients: Clients) -> Finding:
     return Finding("ok", "image", f"image {ami} exists ({arch}), fits {', '.join(types)}")
 
 
-__all__ = ["DRY_RUN_MEANING", "arch_of_type", "check_image", "check_permissions", "preflight_cloud", "slots",
-           "type_architectures"]
+def slot_zones(cfg: Config, ec2: Any) -> dict[str, str]:
+    """The zone each slot launches in, where the config fixes it: a spot slot's zone, an on-demand
+    type's ``launch.subnet_id`` zone (DescribeSubnets); none named: EC2 picks, and it is left out."""
+    out: dict[str, str] = {}
+    subnet_zone = None
+    if cfg.launch.subnet_id and any("@" not in s for s in slots(cfg)):
+        subnets = ec2.describe_subnets(SubnetIds=[cfg.launch.subnet_id]).get("Subnets", [])
+        subnet_zone = subnets[0].get("AvailabilityZone") if subnets else None
+    for slot in slots(cfg):
+        zone = split_slot(slot)[1] or subnet_zone
+        if zone:
+            out[slot] = zone
+    return out
+
+
+def check_offerings(cfg: Config, clients: Clients) -> Finding:
+    """Each type is offered in the zone it launches in (DescribeInstanceTypeOfferings): a type not
+    offered there is refused at every launch (Unsupported), which the fleet takes for a want of
+    capacity and plans around, again and again."""
+    ec2 = clients("ec2")
+    try:
+        zones = slot_zones(cfg, ec2)
+        types = sorted({split_slot(s)[0] for s in zones})
+        offered: set[tuple[str, str]] = set()
+        if types:
+            pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+                LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": types}])
+            offered = {(o["InstanceType"], o["Location"]) for page in pages for o in page.get("InstanceTypeOfferings", [])}
+    except Exception as exc:       # noqa: BLE001
+        code, msg = failure(exc, "ec2")
+        return unread("offerings", "the types' zones", code, msg) or Finding(
+            "warn", "offerings", f"the types' zones not checked: {msg}", "the network check names the subnet", code)
+    if not zones:
+        return Finding("ok", "offerings", "no zone named: EC2 picks a zone that offers each type")
+    missing = [f"{split_slot(s)[0]} in {z}" for s, z in zones.items() if (split_slot(s)[0], z) not in offered]
+    if missing:
+        return Finding("fail", "offerings", f"not offered: {', '.join(missing)}: every launch there is refused",
+                       "name a subnet (spot.zones: a zone) that offers the type, or drop the type", "Unsupported")
+    return Finding("ok", "offerings", f"{len(zones)} launch(es) in zones that offer their type "
+                                      f"({', '.join(sorted(set(zones.values())))})")
+
+
+__all__ = ["DRY_RUN_MEANING", "arch_of_type", "check_image", "check_offerings", "check_permissions", "preflight_cloud",
+           "slot_zones", "slots", "type_architectures"]

@@ -84,8 +84,8 @@ def test_a_good_setup_passes_with_warnings_only(account: dict[str, str], tmp_pat
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     code, lines, result = doctor(good_config(account, tmp_path), tmp_path, capsys)
     assert code == 0, lines
-    assert [ln.split()[1] for ln in lines] == ["credentials", "region", "permissions", "image", "network", "lease",
-                                              "buckets", "dispatcher", "prices"]
+    assert [ln.split()[1] for ln in lines] == ["credentials", "region", "permissions", "image", "network",
+                                              "offerings", "lease", "buckets", "dispatcher", "prices"]
     assert line_of(lines, "permissions").startswith("ok permissions DryRun of RunInstances allowed for 1")
     assert "moto answers a DryRun" in line_of(lines, "permissions")
     assert line_of(lines, "prices").startswith("warn") and "shipped table" in line_of(lines, "prices")
@@ -113,6 +113,14 @@ def _template_only(cfg: dict[str, Any], ids: dict[str, str]) -> None:
     cfg["launch"]["launch_template"] = {"name": "no-such-template"}
 
 
+def _subnet_in_zone_e(cfg: dict[str, Any], ids: dict[str, str]) -> None:
+    """A subnet of VPC a in us-east-1e, where AWS (and moto's copy of its lists) offers no c5.2xlarge."""
+    ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=ids["endpoint"])
+    vpc = ec2.describe_subnets(SubnetIds=[ids["subnet_a"]])["Subnets"][0]["VpcId"]
+    cfg["launch"]["subnet_id"] = ec2.create_subnet(VpcId=vpc, CidrBlock="10.10.5.0/24",
+                                                   AvailabilityZone=f"{REGION}e")["Subnet"]["SubnetId"]
+
+
 SETUPS = [
     ("missing-ami", _set("launch.ami_id", lambda ids: "ami-0000deadbeef0000"), "image", "fail",
      "does not exist in us-east-1", "InvalidAMIID.NotFound"),
@@ -128,6 +136,8 @@ SETUPS = [
      "fail", "does not exist in the region", "InvalidGroup.NotFound"),
     ("spot-subnet-in-another-zone", _spot_in_wrong_zone, "network", "fail", "lies in us-east-1a",
      "InvalidParameterCombination"),
+    ("type-not-offered-in-the-zone", _subnet_in_zone_e, "offerings", "fail",
+     "not offered: c5.2xlarge in us-east-1e: every launch there is refused", "Unsupported"),
     ("missing-instance-profile", _set("launch.iam_instance_profile", lambda ids: "no-such-profile"), "permissions",
      "fail", "the instance profile does not exist", "NoSuchEntity"),
     ("missing-bucket", _set("aws.buckets", lambda ids: ["costscale-no-such-bucket"]), "buckets", "fail",
