@@ -1,6 +1,7 @@
 """Pre-flight of the services beside EC2 (issue #38, deliverable 5): the DynamoDB lease table, the
 SSM parameter of the cluster token, the S3 buckets. Describe and head calls only: nothing is
-created or written, and the token's value is never read (GetParameter without decryption).
+created or written, and the token is never decrypted nor printed (GetParameter without decryption,
+only its type is read).
 
 * ``lease``: DescribeTable. A missing table is a warning (``costscale run`` creates it, with
   dynamodb:CreateTable); a table of another key than the lease's (a string hash key ``cluster``,
