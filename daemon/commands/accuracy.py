@@ -19,8 +19,8 @@ import math
 from typing import Collection
 
 from config.errors import UsageError
-from daemon.commands._family_csv import load_variants
-from daemon.commands._overrides import parse_counts
+from daemon.commands.common.family_csv import load_variants
+from daemon.commands.common.overrides import parse_counts
 from variants.accuracy.planner import AccuracyPlan, plan_accuracy, workers_from_counts
 
 CMD = "accuracy plan"

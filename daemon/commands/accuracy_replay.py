@@ -20,7 +20,7 @@ import argparse
 import json
 
 from config.errors import UsageError
-from daemon.commands._overrides import parse_counts
+from daemon.commands.common.overrides import parse_counts
 
 CMD = "accuracy replay"
 
@@ -71,7 +71,7 @@ def _arrivals(args: argparse.Namespace, model: str):  # type: ignore[no-untyped-
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from daemon.commands._family_csv import load_variants
+    from daemon.commands.common.family_csv import load_variants
     from sim.accuracy_sim import ALLOCATIONS, AccuracySpec, simulate_accuracy
     from variants.accuracy.planner import workers_from_counts
 

@@ -12,7 +12,7 @@ import contextlib
 import logging
 
 from config.hostport import hostport_arg
-from daemon.commands._overrides import parse_counts
+from daemon.commands.common.overrides import parse_counts
 from daemon.demos.demo_config import DEMO_TYPES
 from daemon.demos.replicas import MAX_REPLICAS, MIN_REPLICAS
 from config.errors import UsageError

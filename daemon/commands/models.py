@@ -9,7 +9,7 @@
 The dispatcher never reads or writes a path on its host for a caller (issue #14): a local file is
 read here and sent inline (a folder of .npy/.npz inputs as one .npz), an ``s3://`` URI is passed on
 for the daemon to read or write in S3, and a done job's outputs without an S3 ``--output`` come back
-in the reply and are written here. Connection flags (TLS, tokens): :mod:`daemon.commands._client`.
+in the reply and are written here. Connection flags (TLS, tokens): :mod:`daemon.commands.common.client_flags`.
 Bad flags: one line, exit 2. The dispatcher unreachable or refusing: one line, exit 1.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from config.hostport import hostport_arg
 from config.errors import UsageError
 from config.sections.security import read_file_bytes
-from daemon.commands._client import add_client_flags, call
+from daemon.commands.common.client_flags import add_client_flags, call
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,7 +14,7 @@ import json
 import math
 
 from config.errors import UsageError
-from daemon.commands._overrides import parse_counts
+from daemon.commands.common.overrides import parse_counts
 from scaler.planner.pools import pool_text
 from variants.pipelines.planner import PipelinePlan, plan_pipeline
 

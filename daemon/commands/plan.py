@@ -31,8 +31,8 @@ import sys
 from typing import Iterator, Mapping, Sequence
 
 from config.profiles import Estimate
-from daemon.commands._estimates import footer, marked, model_estimates
-from daemon.commands._overrides import add_override_flags, resolve, with_estimates_allowed
+from daemon.commands.common.estimates import footer, marked, model_estimates
+from daemon.commands.common.overrides import add_override_flags, resolve, with_estimates_allowed
 from config.errors import UsageError
 from config.schema import Config
 from scaler.planner.base_aux import PlanError

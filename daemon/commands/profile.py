@@ -27,7 +27,7 @@ from config.checks import load_checked_config
 from config.errors import UsageError
 from config.profiles import ProfileTable, load_profiles_csv, save_profiles_csv
 from config.schema import Config, ModelSpec
-from daemon.commands._progress import Progress
+from daemon.commands.common.progress import Progress
 
 if TYPE_CHECKING:   # the command's work imports ONNX Runtime and gRPC: only when it runs
     from daemon.profiling.model_profiles import ModelProfiles
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     root.setLevel(logging.ERROR)   # ONNX Runtime's quantizer advice while variants are generated
     try:
         if not args.local:
-            from daemon.commands._profile_fleet import have_measured, profile_on_fleet
+            from daemon.commands.common.profile_fleet import have_measured, profile_on_fleet
 
             have = have_measured(csv, cfg, reg)
         specs, skipped = _models(args, cfg, csv, have, types)

@@ -22,8 +22,8 @@ import numpy as np
 from config.errors import UsageError
 from config.profiles import ProfileTable
 from config.schema import Config
-from daemon.commands._overrides import resolve, with_estimates_allowed
-from daemon.commands._progress import Progress
+from daemon.commands.common.overrides import resolve, with_estimates_allowed
+from daemon.commands.common.progress import Progress
 from scaler.planner.estimate_gate import share_estimates
 from sim.patterns import parse_pattern, pattern_workload
 from sim.replay.run import DEFAULT_BOOT_S, Fault, ReplaySpec, replay

@@ -6,7 +6,7 @@
   Poisson rate with p99 <= QoS, beside the paper's oracle (Kairos §7 ORCL, ``sim.paper_oracle``:
   ``oracle_qps``) and the fluid LP bound (``sim.oracle``: ``fluid_bound_qps``) for the same pool
   and the same queries.
-Both take the override flags of :mod:`daemon.commands._overrides`; ``--json`` prints one object.
+Both take the override flags of :mod:`daemon.commands.common.overrides`; ``--json`` prints one object.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from daemon.commands._overrides import Resolved, add_override_flags, parse_pool, resolve
+from daemon.commands.common.overrides import Resolved, add_override_flags, parse_pool, resolve
 from scaler.planner.pools import pool_cost
 from config.errors import UsageError
 from sim.capacity import pool_capacity

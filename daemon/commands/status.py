@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from config.hostport import hostport_arg
-from daemon.commands._client import add_client_flags, call
+from daemon.commands.common.client_flags import add_client_flags, call
 from scaler.planner.pools import pool_text
 
 DEFAULT_DISPATCHER = "127.0.0.1:50051"
@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def fetch(target: str, conn: argparse.Namespace | None = None):  # type: ignore[no-untyped-def]
-    """The Status reply; ``conn``: the connection flags (:mod:`daemon.commands._client`)."""
+    """The Status reply; ``conn``: the connection flags (:mod:`daemon.commands.common.client_flags`)."""
     from dispatcher.proto import costscale_pb2 as pb
 
     return call(target, "Status", pb.StatusRequest(), conn, timeout=CALL_TIMEOUT_S)

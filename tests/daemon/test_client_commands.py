@@ -1,6 +1,6 @@
 """The client commands (``models``, ``offline``, ``status``): local files they send are read here
 with the config's one-line errors, and every one of them reaches the dispatcher through one call
-(:func:`daemon.commands._client.call`): unreachable or refusing, one line, exit 1. Loopback only."""
+(:func:`daemon.commands.common.client_flags.call`): unreachable or refusing, one line, exit 1. Loopback only."""
 from __future__ import annotations
 
 from pathlib import Path

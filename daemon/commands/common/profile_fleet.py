@@ -12,7 +12,7 @@ from typing import Sequence
 
 from config.profiles import ProfileTable
 from config.schema import Config, ModelSpec
-from daemon.commands._progress import Progress
+from daemon.commands.common.progress import Progress
 from daemon.profiling.probing import ProbeOutcome, Prober
 from daemon.profiling.model_profiles import ModelProfiles, measure_fn, measured_only, model_variants, record_measured
 from dispatcher.latency_model import LatencyModel
