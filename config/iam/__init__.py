@@ -9,12 +9,16 @@ part of a deployment needs, derived from the boto3 calls the code makes, one sta
 * ``s3-models.json`` (model registration and offline jobs from S3): objects in one bucket.
 * ``spot.json`` (with a ``spot`` section): spot prices, and the interruption queue when
   ``spot.interruption_queue`` is set.
+* ``doctor.json`` (optional, beside control-host for whoever runs ``costscale doctor``): the
+  describe calls the pre-flight makes and the daemon never does, one statement per check (region,
+  image, network, offerings, dispatcher); all ``Resource: *``, as EC2's describe calls allow no
+  narrower resource. Not one of the daemon's documents (:data:`DAEMON_DOCUMENTS`).
 
 Each statement's ``Sid`` says what it is for; ``Resource`` ARNs hold placeholders (``{region}``,
 ``{account}``, ``{cluster}``, ``{table}``, ``{bucket}``, ``{queue}``, ``{worker_role}``) that
 :func:`render` fills (``python -m config.iam NAME key=value ...`` prints the filled document).
 ``tests/cloud/test_iam_policies.py`` proves on moto, with IAM enforced, that these documents allow every
-e2e path and that each statement is needed; README "IAM policies" is generated from them
+e2e path and that each statement is needed (``tests/cloud/test_iam_doctor.py``: doctor.json and every check); README "IAM policies" is generated from them
 (:func:`readme_section`).
 """
 from __future__ import annotations
@@ -33,7 +37,13 @@ DOCUMENTS: dict[str, str] = {
     "replicas": "the control host, with `lease.replicas` (several dispatcher replicas)",
     "s3-models": "the control host, for model registration and offline jobs from S3",
     "spot": "the control host, with a `spot` section (the queue: with `spot.interruption_queue`)",
+    "doctor": "optional, beside control-host, for whoever runs `costscale doctor`: the reads the daemon never "
+              "makes (each statement's `Sid` names the check it serves)",
 }
+#: the document ``costscale doctor`` needs beside control-host (none of the daemon's paths calls its actions)
+DOCTOR = "doctor"
+#: the documents of the daemon's own paths (tests/cloud/test_iam_policies.py proves these; tests/cloud/test_iam_doctor.py doctor's)
+DAEMON_DOCUMENTS: tuple[str, ...] = tuple(d for d in DOCUMENTS if d != DOCTOR)
 #: the placeholders ARNs may hold, and what fills each
 PLACEHOLDERS: dict[str, str] = {
     "region": "the config's `region`",
@@ -111,4 +121,4 @@ def readme_section() -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["DOCUMENTS", "PLACEHOLDERS", "as_list", "load", "placeholders", "readme_section", "render", "statements"]
+__all__ = ["DAEMON_DOCUMENTS", "DOCTOR", "DOCUMENTS", "PLACEHOLDERS", "as_list", "load", "placeholders", "readme_section", "render", "statements"]

@@ -124,17 +124,21 @@ def _template_image(ec2: Any, lt: Any) -> tuple[str | None, Finding | None]:
     return data.get("ImageId"), None
 
 
-def type_architectures(ec2: Any, types: Sequence[str]) -> dict[str, list[str]]:
+def type_architectures(ec2: Any, types: Sequence[str],
+                       refused: list[tuple[str, str]] | None = None) -> dict[str, list[str]]:
     """Each type's supported architectures (DescribeInstanceTypes; :func:`arch_of_type` for a type
-    it does not answer)."""
+    it does not answer). An IAM refusal of the read is appended to ``refused`` as (code, message):
+    the check says so (a warning naming ec2:DescribeInstanceTypes) rather than pass on the table."""
     out: dict[str, list[str]] = {}
     try:
         for it in ec2.describe_instance_types(InstanceTypes=list(types)).get("InstanceTypes", []):
             archs = (it.get("ProcessorInfo") or {}).get("SupportedArchitectures") or []
             if archs:
                 out[it["InstanceType"]] = list(archs)
-    except Exception:       # noqa: BLE001 - the table below stands in
-        pass
+    except Exception as exc:       # noqa: BLE001 - the table below stands in
+        code, msg = failure(exc, "ec2")
+        if refused is not None and unread("image", "", code, msg) is not None:
+            refused.append((code, msg))
     return {t: out.get(t) or arch_of_type(t) for t in types}
 
 
@@ -169,13 +173,18 @@ def check_image(cfg: Config, clients: Clients) -> Finding:
                        "account)", "set launch.ami_id to an image of this region", "InvalidAMIID.NotFound")
     arch = images[0].get("Architecture", "x86_64")
     types = sorted({split_slot(s)[0] for s in slots(cfg)})
-    archs = type_architectures(ec2, types)
+    refused: list[tuple[str, str]] = []
+    archs = type_architectures(ec2, types, refused)
     wrong = [t for t in types if arch not in archs[t]]
     if wrong:
         need = sorted({a for t in wrong for a in archs[t]})
         return Finding("fail", "image", f"image {ami} is {arch} but {', '.join(wrong)} run(s) {'/'.join(need)} "
                        "only: RunInstances refuses it on AWS", "give an image of that architecture, or drop the "
                        "type", "InvalidParameterValue")
+    if refused:
+        code, msg = refused[0]
+        return unread("image", f"image {ami} exists ({arch}); the architectures of {', '.join(types)} (taken from "
+                      "their names)", code, msg) or Finding("warn", "image", msg)
     return Finding("ok", "image", f"image {ami} exists ({arch}), fits {', '.join(types)}")
 
 

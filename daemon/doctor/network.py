@@ -137,8 +137,9 @@ def check_dispatcher(cfg: Config, clients: Clients) -> Finding:
         routes = _covering_routes(clients("ec2"), subnets, ip)
     except Exception as exc:       # noqa: BLE001
         code, msg = failure(exc, "ec2")
-        return Finding("warn", "dispatcher", f"the route tables of {', '.join(subnets)} were not read: {msg}",
-                       "grant ec2:DescribeRouteTables, or check the routes by hand", code)
+        return unread("dispatcher", f"the routes of {', '.join(subnets)} to {address}", code, msg) or Finding(
+            "warn", "dispatcher", f"the route tables of {', '.join(subnets)} were not read: {msg}",
+            "check the routes by hand", code)
     # a private address is reached only by a route more specific than the default one (local, peering, ...)
     usable = {s: [r for r in hits if not (ip.is_private and r.split(" ")[0] in ("0.0.0.0/0", "::/0"))]
               for s, hits in routes.items()}

@@ -72,12 +72,12 @@ def failure(exc: BaseException, service: str = "") -> tuple[str, str]:
 
 def unread(check: str, what: str, code: str, msg: str) -> Finding | None:
     """The warning for a read the caller may not make (an IAM refusal of a describe call the daemon
-    itself never makes, so the shipped control-host policy does not grant it: README "Pre-flight");
+    itself never makes, so control-host.json does not grant it: config/iam/doctor.json does);
     None for any other failure (the check judges it)."""
     if code not in DENIED_CODES:
         return None
-    return Finding("warn", check, f"{what} not checked: {msg}", "grant doctor's read actions to whoever runs it "
-                   "(README \"Pre-flight: costscale doctor\")", code)
+    return Finding("warn", check, f"{what} not checked: {msg}", "attach config/iam/doctor.json (doctor's reads) to "
+                   "whoever runs it", code)
 
 
 Clients = Callable[[str], Any]

@@ -1,9 +1,10 @@
 """The shipped IAM documents (``config/iam``) are complete and least-privilege, proven on moto with
 IAM enforced (issue #38, deliverable 3; ``tests.iam_helpers``: a moto server of its own).
 
-The daemon's AWS paths run with boto3 signing as IAM users that hold exactly the documents (the
-control host's user: control-host, replicas, s3-models and spot; the worker's: worker), filled for
-the run's cluster, table, bucket and queue:
+The daemon's AWS paths run with boto3 signing as IAM users that hold exactly the daemon's documents
+(``config.iam.DAEMON_DOCUMENTS``: the control host's user: control-host, replicas, s3-models and
+spot; the worker's: worker), filled for the run's cluster, table, bucket and queue (doctor.json,
+which only ``costscale doctor`` uses, is proven by tests/cloud/test_iam_doctor.py):
 
 * **start**: ``AwsWiring.open``: the cluster token published to SSM, the lease table created and
   the lease taken (DynamoDB);
@@ -47,7 +48,7 @@ import boto3
 import botocore.client
 import pytest
 
-from config.iam import DOCUMENTS, as_list, load, readme_section, render, statements
+from config.iam import DAEMON_DOCUMENTS, DOCTOR, DOCUMENTS, as_list, load, readme_section, render, statements
 from scaler.cloud.aws_client import client_error_line, iam_action, naming_action
 from tests.iam_helpers import ACCOUNT, REGION, admin, as_user, create_user, enforce, moto_api, moto_view
 from tests.iam_helpers import iam_server  # noqa: F401  (the fixture)
@@ -61,6 +62,8 @@ WORKER_ROLE = "costscale-worker"
 ZONE = "us-east-1a"
 #: (document, Sid) of every statement shipped
 ALL_STATEMENTS = [(doc, st["Sid"]) for doc in DOCUMENTS for st in statements(doc)]
+#: those of the daemon's documents, which the paths below prove (doctor.json: tests/cloud/test_iam_doctor.py)
+DAEMON_STATEMENTS = [(doc, sid) for doc, sid in ALL_STATEMENTS if doc in DAEMON_DOCUMENTS]
 #: statements whose actions moto never checks: their removal breaks no path on moto (module docstring)
 MOTO_BLIND = {
     "TagWorkersAtLaunch": "moto checks ec2:RunInstances only, not the ec2:CreateTags AWS checks for TagSpecifications",
@@ -246,7 +249,7 @@ def test_every_path_succeeds_with_the_documents_and_calls_exactly_their_actions(
     finally:
         enforce(iam_server, False)
     assert lines == {p: None for p in lines} and len(lines) == 9, lines
-    granted = {a for doc in DOCUMENTS for st in statements(doc) if st["Sid"] not in MOTO_BLIND
+    granted = {a for doc in DAEMON_DOCUMENTS for st in statements(doc) if st["Sid"] not in MOTO_BLIND
                for a in as_list(st["Action"])}
     assert set(calls) == granted, (sorted(set(calls) - granted), sorted(granted - set(calls)))
     launches = calls["ec2:RunInstances"]
@@ -274,7 +277,7 @@ def test_enforcement_is_on_a_user_without_policies_fails_from_the_start(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("doc,sid", ALL_STATEMENTS, ids=[f"{d}:{s}" for d, s in ALL_STATEMENTS])
+@pytest.mark.parametrize("doc,sid", DAEMON_STATEMENTS, ids=[f"{d}:{s}" for d, s in DAEMON_STATEMENTS])
 def test_each_statement_removed_breaks_a_path_with_a_line_naming_its_action(
         doc: str, sid: str, iam_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     st = next(s for s in statements(doc) if s["Sid"] == sid)
@@ -324,8 +327,8 @@ def test_the_documents_arns_match_the_resources_the_paths_touched(
                "ReadModelsAndJobInputs": [f"arn:aws:s3:::{BUCKET}/models/m.onnx"],
                "ListJobInputPrefixes": [f"arn:aws:s3:::{BUCKET}"],
                "WriteJobOutputs": [f"arn:aws:s3:::{BUCKET}/outputs/job-1.npy"]}
-    #: actions AWS allows only on ``*`` (no resource-level permissions)
-    star_only = {"ListClusterInstances", "RegionPrices", "SpotPriceHistory"}
+    #: actions AWS allows only on ``*`` (no resource-level permissions): doctor.json's are all EC2 describe calls
+    star_only = {"ListClusterInstances", "RegionPrices", "SpotPriceHistory"} | {st["Sid"] for st in statements(DOCTOR)}
     for doc in DOCUMENTS:
         for st in render(load(doc), _values(acct.cfg))["Statement"]:
             res = as_list(st["Resource"])
