@@ -66,3 +66,10 @@ def test_a_bad_quota_flag_is_one_line(flag: str, expect: str) -> None:
     with pytest.raises(UsageError, match=expect):
         parse_quota_flag(flag)
 
+
+def test_plan_with_a_bad_quota_flag_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(GOOD)
+    assert main(["plan", str(f), "--quota", "gpu=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("costscale: plan: --quota 'gpu=4'") and len(err.strip().splitlines()) == 1

@@ -3,16 +3,23 @@ against a brute force over small catalogs with the G-and-VT quota below the budg
 search against the ranking under quotas, and the joint plan within the quotas."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from daemon.cli import main
 from scaler.planner.base_aux import PlanError
 from scaler.planner.choose import choose_pool
-from scaler.planner.quota import VcpuQuota, binding_quotas
+from config.profiles import load_profiles_csv
+from scaler.planner.joint_plan import plan_joint
+from scaler.planner.quota import VcpuQuota, binding_quotas, quota_for
+from sim.slo_check import slo_check
+from tests.planner.test_joint_plan import _cfg, _demand
 from scaler.planner.similarity_pick import similarity_pick
 from scaler.planner.upper_bound import enumerate_pools, upper_bounds
 from scaler.planner.plan_inputs import PlanInputs, base_aux_of
@@ -198,3 +205,68 @@ def test_the_min_cost_pick_is_the_cheapest_pool_within_the_quota_that_covers_the
     short = choose_pool(inp, objective="min_cost", demand_qps=1200 / 1.1)     # 1500 needs two gpus
     assert short.rule == "min-cost-unmet" and short.chosen["gpu"] <= 1
 
+
+# --- the joint plan --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("objective", ["min_cost", "max_throughput"])
+@pytest.mark.parametrize("limits", [{"g_vt": 4}, {"g_vt": 8}, {"standard": 8}, {"g_vt": 4, "standard": 4}])
+def test_the_joint_plan_holds_every_models_share_within_each_familys_quota(objective: str,
+                                                                           limits: dict[str, int]) -> None:
+    """rm2 and dien at 20 q/s each on 3 $/hr: the shares together within each quota; a quota the
+    plan without quotas already fits moves nothing."""
+    profiles = load_profiles_csv(None)
+    models = [{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35}]
+    free_cfg = _cfg(models, budget_per_hour=3.0, objective=objective)
+    cfg = _cfg(models, budget_per_hour=3.0, objective=objective, quotas={"on_demand": limits})
+    demand = _demand(cfg, {"rm2": 20.0, "dien": 20.0})
+    free = plan_joint(free_cfg, profiles, demand, slo_check=slo_check)
+    joint = plan_joint(cfg, profiles, demand, slo_check=slo_check)
+    q = quota_for(cfg, list(cfg.full_catalog()))
+    assert q is not None
+    used = q.used(joint.pool)
+    assert all(used.get(f, 0) <= v for f, v in limits.items())
+    assert joint.cost_per_hour <= 3.0 + 1e-9
+    if not binding_quotas(free.pool, q):
+        assert {m: s.pool for m, s in joint.models.items()} == {m: s.pool for m, s in free.models.items()}
+
+
+def test_a_g_and_vt_quota_of_one_gpu_gives_it_to_the_first_model() -> None:
+    """Hand-checked: both models' picks hold a g4dn.xlarge (1.35 $/hr together); one G-and-VT
+    instance's quota leaves dien, the second model, none (it cannot serve 35 ms on the CPU types)."""
+    profiles = load_profiles_csv(None)
+    cfg = _cfg([{"name": "rm2", "qos_ms": 350}, {"name": "dien", "qos_ms": 35}], budget_per_hour=3.0,
+               quotas={"on_demand": {"g_vt": 4}})
+    joint = plan_joint(cfg, profiles, _demand(cfg, {"rm2": 20.0, "dien": 20.0}), slo_check=slo_check)
+    assert joint.rule == "joint-split"
+    assert {m: s.pool for m, s in joint.models.items()} == {"rm2": {"g4dn.xlarge": 1, "r5n.large": 1}, "dien": {}}
+    assert joint.short == {"dien": 22.0}
+
+
+# --- costscale plan --------------------------------------------------------------------------
+
+RM2 = str(Path(__file__).resolve().parents[2] / "examples" / "replay-rm2.yaml")
+PLAN = ["plan", RM2, "--objective", "max_throughput", "--confirm", "0"]
+
+
+def test_plan_says_which_quota_binds_and_what_to_raise_it_to(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PLAN, "--quota", "standard=16"]) == 0
+    out = capsys.readouterr().out
+    # without the quota: g4dn.xlarge x1, r5n.large x13 (2.4630 $/hr, 145.3 q/s), 26 Standard vCPUs
+    assert "pick: g4dn.xlarge x2, r5n.large x8  (2.2440 $/hr, upper bound 110.5 QPS" in out
+    assert "vCPU quotas: standard 16/16\n" in out
+    assert ("quota binds, not the budget: standard on-demand vCPUs limit 16, the budget's best pool needs 26; "
+            "raise \"Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances\" to 26 vCPUs") in out
+    assert main([*PLAN, "--quota", "standard=16", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["quotas"] == {"within": {"standard": {"vcpus": 16, "limit": 16}}, "binds": True,
+                           "binding": [{"family": "standard", "market": "on_demand", "limit": 16, "needs": 26,
+                                        "quota": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"}]}
+
+
+def test_plan_says_when_the_budget_binds_and_not_the_quota(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PLAN, "--quota", "g_vt=4"]) == 0
+    out = capsys.readouterr().out
+    assert "pick: g4dn.xlarge x1, r5n.large x13  (2.4630 $/hr, upper bound 145.3 QPS" in out
+    assert "vCPU quotas: g_vt 4/4 (the budget binds, not a quota)" in out
+    assert main(PLAN) == 0
+    assert "vCPU quotas" not in capsys.readouterr().out        # no quota configured: no quota line
