@@ -49,3 +49,22 @@ def test_a_planner_blind_to_the_quota_has_launches_refused(monkeypatch: pytest.M
     monkeypatch.setattr(joint_plan, "quota_for", lambda *a, **k: None)
     blind = replay("--quota", "g_vt=8")
     assert blind["quota_refusals"] == 12 and blind["slo_attainment"] == 0.262093
+
+
+SPOT = ["replay", str(ROOT / "examples" / "replay-spot.yaml"), "--pattern", "diurnal:peak=20", "--hours", "3",
+        "--spot-trace", str(ROOT / "examples" / "traces" / "spot-aws3-day40.csv"), "--json"]
+
+
+@pytest.mark.parametrize("quotas,cost,attainment", [
+    (["spot.g_vt=0"], 3.238442, 0.999833),                      # every g4dn.xlarge on demand
+    (["spot.g_vt=4", "g_vt=0"], 0.512506, 0.865554),            # one g4dn.xlarge, on spot only
+    (["spot.g_vt=0", "g_vt=4"], 1.661026, 0.997112),            # one g4dn.xlarge, on demand only
+])
+def test_spot_placement_launches_nothing_the_spot_or_on_demand_quota_refuses(quotas: list[str], cost: float,
+                                                                           attainment: float) -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*SPOT, *[a for q in quotas for a in ("--quota", q)]]) == 0
+    d = json.loads(out.getvalue())
+    assert d["quota_refusals"] == 0 and d["errors"] == 0
+    assert (d["cost_usd"], d["slo_attainment"]) == (cost, attainment)
