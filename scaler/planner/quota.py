@@ -12,6 +12,11 @@ instance fits beside the pool within budget *and* quota, and the joint plan
 
 :func:`binding_quotas` says which quota, not the budget, kept the plan from the budget's best pool
 (``costscale plan``).
+
+``Plan.pools_ranked`` under quotas: the ranking counts the pools within the budget and the quotas;
+above ``SEARCH_ABOVE`` the search reports :mod:`scaler.planner.pool_count`'s count within the budget
+and each type's quota alone (an upper bound: the count does not apply a family's sum). The pick,
+its cost and bound and the top pools are the same either way (tests/planner/test_quota.py).
 """
 from __future__ import annotations
 
