@@ -28,6 +28,7 @@ from config.errors import ConfigError
 from config.families import shipped as shipped_families
 from config.fields import Name, Strict
 from config.sections.lease import LeaseSpec
+from config.sections.quotas import QuotasSpec
 from config.sections.loops import IntervalsSpec, ModelScalingSpec
 from config.sections.pipelines import PipelineSpec, check_models
 from config.sections.spot import Market, SpotSpec, check_spot
@@ -189,6 +190,8 @@ class Config(Strict):
         "text", description="json: one JSON object per log line, audit events with their fields (costscale run)")
     aws: AwsSpec = AwsSpec()
     lease: LeaseSpec = LeaseSpec()
+    quotas: QuotasSpec | None = Field(None, description="running-vCPU quotas per family, on-demand and spot "
+                                                         "(config.sections.quotas; none: unlimited)")
     pinned_pool: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
         None, description="manual mode: hold exactly this pool instead of planning (still within budget)")
     # the region's on-demand prices (scaler.pricing.region), under the YAML overrides; None: the table's

@@ -28,11 +28,12 @@ import json
 import logging
 import math
 import sys
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from config.profiles import Estimate
 from daemon.commands.common.estimates import footer, marked, model_estimates
-from daemon.commands.common.overrides import add_override_flags, resolve, with_estimates_allowed
+from daemon.commands.common.overrides import add_override_flags, add_quota_flag, resolve, with_estimates_allowed
+from scaler.planner.quota import QuotaBind, binding_quotas, quota_for
 from config.errors import UsageError
 from config.schema import Config
 from scaler.planner.base_aux import PlanError
@@ -69,6 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimates", action="store_true",
                    help="also plan with the types where a model has only an estimated profile (config/type_estimates.csv: "
                         "a measured sibling type x a latency factor), as instance_types[].allow_estimates does")
+    add_quota_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -120,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
             conf = confirmation(todo.inputs, todo.policy, todo.evaluations, top_k=args.top, base_type=todo.base_type,
                                 exhaustive=args.exhaustive)
             plan = conf.plan
+        binds = quota_binds(cfg, plan.chosen, lambda c: plan_fleet(
+            c, r.profiles, mix, demand, slo_check=slo_check, model=r.model, types=types, budget=args.budget,
+            qos_ms=args.qos_ms, objective=objective, top_k=1, exhaustive=args.exhaustive).chosen)
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
     est = model_estimates(cfg, r.profiles, plan.model, plan.chosen, types)
@@ -131,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
                                     "short_qps": round(max(0.0, need - plan.upper_bound_qps), 3)
                                     if objective == "min_cost" else 0.0, "estimated": sorted(est.picked)}}
         d.update(est.to_dict())
+        if binds is not None:
+            d["quotas"] = binds
         if conf is not None:
             d["confirmation"] = {"pick_qps": round(conf.pick_qps, 3), "similarity_qps": round(conf.similarity_qps, 3),
                                  "homogeneous": conf.homogeneous, "homogeneous_qps": round(conf.homogeneous_qps, 3),
@@ -143,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
                   + " $/hr")
         print(render(plan, dist, est.considered))
         for line in footer([est]):
+            print(line)
+        for line in quota_lines(binds):
             print(line)
         if conf is not None:
             print(f"confirmed by {len(conf.evaluated)} simulated pools ({cfg.dispatcher.policy}): pick "
@@ -228,6 +237,9 @@ def run_joint(args: argparse.Namespace, cfg: Config, profiles, rates: dict[str, 
                                               exhaustive=args.exhaustive).plan)
             plan = plan_joint(cfg, profiles, demand, slo_check=slo_check, types=types, budget=args.budget,
                               objective=objective, confirmed=cache, exhaustive=args.exhaustive)  # type: ignore[arg-type]
+        binds = quota_binds(cfg, plan.pool, lambda c: plan_joint(
+            c, profiles, demand, slo_check=slo_check, types=types, budget=args.budget, objective=objective,
+            exhaustive=args.exhaustive).pool)   # type: ignore[arg-type]
     except PlanError as exc:
         raise UsageError(f"plan: {exc}") from None
     ests = [model_estimates(cfg, profiles, m, s.plan.chosen if s.plan is not None else s.pool, types)
@@ -238,12 +250,42 @@ def run_joint(args: argparse.Namespace, cfg: Config, profiles, rates: dict[str, 
             d["models"][e.model].update(e.to_dict())
         d["estimated"] = sorted({t for e in ests for t in e.considered})        # as one model's plan says them
         d["estimated_picked"] = sorted({t for e in ests for t in e.picked})
+        if binds is not None:
+            d["quotas"] = binds
         print(json.dumps(d))
     else:
         print(render_joint(plan, {e.model: e.considered for e in ests}))
         for line in footer(ests):
             print(line)
+        for line in quota_lines(binds):
+            print(line)
     return 0
+
+
+def quota_binds(cfg: Config, pool: Mapping[str, int],
+                best: Callable[[Config], Mapping[str, int]]) -> dict[str, Any] | None:
+    """With vCPU quotas: each family's vCPUs in ``pool`` and its quota, and the quotas that bind
+    (``best``: the plan of a config without quotas, the budget's best pool, is over them;
+    :func:`scaler.planner.quota.binding_quotas`). None without quotas."""
+    q = quota_for(cfg, list(cfg.full_catalog()))
+    if q is None:
+        return None
+    used = q.used(pool)
+    free = cfg.model_copy(update={"quotas": None})
+    binding = binding_quotas(best(free), q)
+    return {"within": {f: {"vcpus": used.get(f, 0), "limit": int(v)} for f, v in sorted(q.limits.items())},
+            "binds": bool(binding), "binding": [b.to_dict() for b in binding]}
+
+
+def quota_lines(binds: dict[str, Any] | None) -> list[str]:
+    """``plan``'s quota lines: each family's vCPUs against its quota, then what binds and what to raise."""
+    if binds is None:
+        return []
+    out = ["vCPU quotas: " + ", ".join(f"{f} {w['vcpus']}/{w['limit']}" for f, w in binds["within"].items())
+           + ("" if binds["binds"] else " (the budget binds, not a quota)")]
+    for b in binds["binding"]:
+        out.append(QuotaBind(b["family"], b["limit"], b["needs"], b["market"]).line())
+    return out
 
 
 def render_joint(plan: JointPlan, estimated: Mapping[str, Mapping[str, Estimate]] | None = None) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 from config.errors import UsageError
 from config.profiles import ProfileTable
 from config.schema import Config
-from daemon.commands.common.overrides import resolve, with_estimates_allowed
+from daemon.commands.common.overrides import add_quota_flag, resolve, with_estimates_allowed
 from daemon.commands.common.progress import Progress
 from scaler.planner.estimate_gate import share_estimates
 from sim.patterns import parse_pattern, pattern_workload
@@ -67,6 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimates", action="store_true",
                    help="plan with the allowed types where a model has only an estimated profile (config/type_estimates.csv), "
                         "as instance_types[].allow_estimates does; the report names them")
+    add_quota_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="draw the timeline")
     p.set_defaults(func=run_replay)

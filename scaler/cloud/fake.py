@@ -10,7 +10,8 @@ Hooks: ``throttle_next(k)`` (the next k calls raise ``Throttled``), ``fail_capac
 type never leave ``pending``), ``limit_next_launch(n)`` (partial success: at most n instances),
 ``before_call``/``after_call`` (callables ``(op, args)`` run around every call: raise from them to
 simulate a crash before or after the cloud acted), ``reclaim(id)`` (EC2 takes a spot instance
-back), and ``clock``/``boot_s`` for pending → running
+back), ``quota_check`` (a launch over the account's vCPU quota raises ``VcpuLimitExceeded``,
+counted in ``quota_refusals``), and ``clock``/``boot_s`` for pending → running
 (``boot_by_type``: a launch-to-running delay per instance type, a spot slot's that of its type,
 ``boot_s`` for the others; the replay's boot delays, ``sim.replay.run``).
 """
@@ -30,15 +31,20 @@ from scaler.cloud.provider import (
     ManagedInstance,
     NotManaged,
     Throttled,
+    VcpuLimitExceeded,
 )
 from scaler.cloud.slots import base_type
 
 Hook = Callable[[str, dict[str, Any]], None]
+#: the account's vCPU quotas as the fake enforces them: (slot, live instances, count to launch) ->
+#: the refusal's one line, or None (built by ``sim.replay.fleet.quota_check``)
+QuotaCheck = Callable[[str, list[ManagedInstance], int], "str | None"]
 
 
 class FakeCloud:
     def __init__(self, cluster: str, *, clock: Callable[[], float] = time.time, boot_s: float = 0.0,
-                 terminate_s: float = 0.0, boot_by_type: Mapping[str, float] | None = None) -> None:
+                 terminate_s: float = 0.0, boot_by_type: Mapping[str, float] | None = None,
+                 quota_check: QuotaCheck | None = None) -> None:
         self.cluster = cluster
         self.clock = clock
         self.boot_s = boot_s
@@ -56,6 +62,9 @@ class FakeCloud:
         self.after_call: list[Hook] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.run_instances_calls = 0
+        #: the account's vCPU quotas: (slot, live instances, count) -> the refusal's line, or None
+        self.quota_check = quota_check
+        self.quota_refusals = 0     # launches refused with VcpuLimitExceeded
 
     # -- fault injection ---------------------------------------------------------------------
     def throttle_next(self, k: int) -> None:
@@ -145,6 +154,11 @@ class FakeCloud:
         if instance_type in self._capacity_fail:
             raise InsufficientCapacity(instance_type, f"InsufficientInstanceCapacity for {instance_type} (injected)")
         n = count
+        if self.quota_check is not None:
+            refused = self.quota_check(instance_type, [i for i in self.list_managed() if i.live], n)
+            if refused:
+                self.quota_refusals += 1
+                raise VcpuLimitExceeded(instance_type, refused)
         if self._launch_limit is not None:
             n, self._launch_limit = min(count, self._launch_limit), None
         self.run_instances_calls += 1

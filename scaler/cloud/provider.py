@@ -59,6 +59,11 @@ class InsufficientCapacity(CloudError):
         self.instance_type = instance_type
 
 
+class VcpuLimitExceeded(InsufficientCapacity):
+    """EC2 refused a launch: the running vCPUs of the type's family would exceed the account's quota
+    (``VcpuLimitExceeded``; config.quota_families). Handled as a capacity refusal of the type."""
+
+
 class NotManaged(CloudError):
     """Refused: the instance does not carry this cluster's tag (DESIGN invariant 2)."""
 

@@ -38,6 +38,7 @@ from scaler.planner.plan_inputs import Meets, Objective, Plan, PlanInputs, base_
 from scaler.planner.choose_by_search import choose_searched
 from scaler.planner.pool_count import count_pools
 from scaler.planner.pool_search import SearchTooLarge
+from scaler.planner.quota import cap_bounds
 from scaler.planner.similarity_pick import similarity_pick
 from scaler.planner.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds
 
@@ -60,9 +61,13 @@ def _ranking(inputs: PlanInputs, ba: BaseAux, n: int, limit: int = DEFAULT_POOL_
     if n > limit:
         raise PlanError(f"{n:,} pools within budget {inputs.budget_per_hour:g} $/hr over {len(allowed)} types: too "
                         f"many to list (limit {limit:,}); set per-type max counts or fewer types")
-    mins = [inputs.bounds.get(t, (0, None))[0] for t in allowed]
-    maxs = [inputs.bounds.get(t, (0, None))[1] for t in allowed]
+    bounds = cap_bounds(inputs.bounds, allowed, inputs.quota)    # a family's quota caps each type alone
+    mins = [bounds[t][0] for t in allowed]
+    maxs = [bounds[t][1] for t in allowed]
     counts, cost = enumerate_pools([inputs.prices[t] for t in allowed], inputs.budget_per_hour, mins, maxs, limit)
+    if inputs.quota is not None:        # the pools within the budget *and* the vCPU quotas
+        keep = inputs.quota.within(counts, allowed)
+        counts, cost = counts[keep], cost[keep]
     col = {t: j for j, t in enumerate(allowed)}
     u = counts[:, col[ba.base_type]]
     v = counts[:, [col[t] for t in ba.aux_types]] if ba.aux else np.zeros((len(u), 0))
@@ -71,14 +76,16 @@ def _ranking(inputs: PlanInputs, ba: BaseAux, n: int, limit: int = DEFAULT_POOL_
 
 
 def maximal_pools(ranking: Ranking, inputs: PlanInputs) -> np.ndarray:
-    """Mask of the ranked pools beside which no further instance of any allowed type fits (budget
-    and per-type maxima): exactly the pools no other pool within budget dominates."""
+    """Mask of the ranked pools beside which no further instance of any allowed type fits (budget,
+    per-type maxima and vCPU quotas): exactly the pools no other pool within them dominates."""
     if len(ranking) == 0:
         return np.zeros(0, dtype=bool)
     price = np.array([inputs.prices[t] for t in ranking.types], dtype=float)
     cap = np.array([inputs.bounds.get(t, (0, None))[1] for t in ranking.types], dtype=object)
     hi = np.array([np.inf if c is None else float(c) for c in cap], dtype=float)
     room = ranking.counts < hi[None, :]
+    if inputs.quota is not None:        # and within its family's vCPU quota
+        room &= inputs.quota.room(ranking.counts, ranking.types)
     add = np.where(room, price[None, :], np.inf).min(axis=1)
     return ranking.cost + add > inputs.budget_per_hour + BUDGET_EPS
 

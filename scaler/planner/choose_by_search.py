@@ -100,6 +100,8 @@ def choose_searched(inputs: PlanInputs, ba: BaseAux, space: PoolSpace, n_pools: 
         raise no_pool_fits(inputs)
     k = max(int(top_k), 0)
     head = top_pools(space, max(k, SIMILARITY_TOP))
+    if not len(head):       # pools within the budget, none within the vCPU quotas
+        raise no_pool_fits(inputs)
     demand_unmet = False
     if objective == "max_throughput":
         idx, rule = similarity_pick(head.counts, space.base_col)

@@ -17,6 +17,11 @@ frontiers, :mod:`scaler.planner.budget_split`):
   and each model holds Kairos's similarity pick within its share (confirmed by simulation, as a
   single model's is).
 
+With vCPU quotas (``quotas`` in the config, :mod:`scaler.planner.quota`) the models' pools together
+stay within each family's quota: each model's frontier is within the quota, the ``min_cost`` picks
+are taken as they are only when their sum is within it, and the split's picks are made one model
+after another (the config's order), each within what the models before it left.
+
 One configured model is planned exactly as before (:func:`scaler.planner.model_plan.plan_fleet` over
 the whole budget), so a single-model deployment's decisions do not move.
 """
@@ -38,6 +43,7 @@ from scaler.planner.choose import rank_inputs
 from scaler.planner.plan_inputs import Objective, Plan, plan_inputs_from_config
 from scaler.planner.replan import DemandView
 from scaler.planner.pools import pool_cost, pool_sum
+from scaler.planner.quota import VcpuQuota, quota_for
 
 
 @dataclass(frozen=True)
@@ -179,9 +185,17 @@ def _with_fixed(cfg: Config, profiles: ProfileTable, demand: Mapping[str, Demand
         return JointPlan(kw["objective"], budget, "held", shares)
     if spent > budget + BUDGET_EPS:
         raise PlanError(f"the pools held for {', '.join(held)} cost {spent:.4f} $/hr, over the budget {budget:g} $/hr")
-    sub = cfg.model_copy(update={"models": rest})
+    sub = cfg.model_copy(update={"models": rest, "quotas": _quotas_left(cfg, pool_sum(held.values()))})
     plan = plan_joint(sub, profiles, {m.name: demand[m.name] for m in rest}, budget=budget - spent, **kw)
     return JointPlan(plan.objective, budget, plan.rule, {**{m.name: plan.models[m.name] for m in rest}, **shares})
+
+
+def _quotas_left(cfg: Config, pool: Mapping[str, int]) -> Any:
+    """The config's ``quotas`` less what ``pool`` (held for fixed models) runs on demand."""
+    q = quota_for(cfg, list(cfg.full_catalog()))
+    if q is None:
+        return cfg.quotas
+    return cfg.quotas.model_copy(update={"on_demand": dict(q.less(pool).limits)})   # type: ignore[union-attr]
 
 
 def split_for(cfg: Config, frontiers: Sequence[Frontier], demand: Mapping[str, DemandView], budget: float,
@@ -239,11 +253,14 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
     def model_types(model: str) -> Sequence[str] | None:
         return (types_for or {}).get(model, types)
 
-    def pick(model: str, share: float, obj: Objective) -> Plan:
+    def pick(model: str, share: float, obj: Objective, quota: VcpuQuota | None | str = "config") -> Plan:
         d = demand[model]
         return plan_fleet(cfg, profiles, d.mix, d.qps, slo_check=slo_check, model=model, exclude=exclude,
                           types=model_types(model), budget=share, objective=obj, top_k=top_k,
-                          current=current.get(model) or None, confirmed=confirmed, exhaustive=exhaustive)
+                          current=current.get(model) or None, confirmed=confirmed, exhaustive=exhaustive,
+                          quota=quota)
+
+    joint_quota = quota_for(cfg, list(cfg.full_catalog()))     # every type's family and vCPUs; None: no quota
 
     if len(cfg.models) == 1:
         m = cfg.models[0].name
@@ -252,7 +269,8 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
     if objective == "min_cost":
         kept = {m: s for m, s in (keep or {}).items() if s.plan is not None and any(x.name == m for x in cfg.models)}
         own = {m.name: kept[m.name].plan if m.name in kept else pick(m.name, budget, "min_cost") for m in cfg.models}
-        if sum(p.cost_per_hour for p in own.values()) <= budget + BUDGET_EPS and _within_maxima(cfg, own.values()):
+        if sum(p.cost_per_hour for p in own.values()) <= budget + BUDGET_EPS and _within_maxima(cfg, own.values()) \
+                and _within_quota(joint_quota, own.values()):
             return JointPlan(objective, budget, "joint-min-cost",
                              {m: kept[m] if m in kept else _share(p, demand[m], cfg.headroom, weights[m])  # type: ignore[arg-type]
                               for m, p in own.items()})
@@ -272,15 +290,25 @@ def plan_joint(cfg: Config, profiles: ProfileTable, demand: Mapping[str, DemandV
             out[m] = _empty(m, demand[m], cfg.headroom, weights[m])
             continue
         try:    # Kairos within the share (never a pool of bound 0 where one bounds more: choose_pool)
-            plan = pick(m, shares[m] + BUDGET_EPS, objective)
+            plan = pick(m, shares[m] + BUDGET_EPS, objective, "config" if joint_quota is None else joint_quota)
         except PlanError:
             out[m] = _empty(m, demand[m], cfg.headroom, weights[m])
             continue
+        if joint_quota is not None:     # the next model plans within what this one leaves
+            joint_quota = joint_quota.less(plan.chosen)
         out[m] = _share(plan, demand[m], cfg.headroom, weights[m])
     joint = JointPlan(objective, budget, "joint-split", out)
     if joint.cost_per_hour > budget + 1e-6:     # each pick is within its share; the shares add up to the budget
         raise PlanError(f"joint plan {joint.cost_per_hour:.4f} $/hr over the budget {budget:g} $/hr")
     return joint
+
+
+def _within_quota(quota: VcpuQuota | None, plans: Iterable[Plan]) -> bool:
+    """The plans' pools together within every vCPU quota."""
+    if quota is None:
+        return True
+    used = quota.used(pool_sum(p.chosen for p in plans))
+    return all(used.get(f, 0) <= v for f, v in quota.limits.items())
 
 
 def _within_maxima(cfg: Config, plans: Iterable[Plan]) -> bool:

@@ -16,6 +16,7 @@ from scaler.planner.batch_mix import BatchMix
 from scaler.planner.estimate_gate import planned_types
 from scaler.planner.pick_cache import PickCache, pick_key
 from scaler.planner.choose import choose_pool
+from scaler.planner.quota import VcpuQuota
 from scaler.planner.plan_inputs import Meets, Objective, Plan, ToConfirm, plan_inputs_from_config
 from config.profiles import ProfileTable
 
@@ -28,7 +29,8 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
                model: str, exclude: Sequence[str] = (), types: Sequence[str] | None = None,
                budget: float | None = None, qos_ms: float | None = None, objective: Objective | None = None,
                top_k: int = 10, current: Mapping[str, int] | None = None,
-               confirmed: PickCache | None = None, exhaustive: bool = False) -> Plan:
+               confirmed: PickCache | None = None, exhaustive: bool = False,
+               quota: VcpuQuota | None | str = "config") -> Plan:
     """The planner's pick for ``model`` (one model's sub-pool; every model at once is
     :func:`scaler.planner.joint_plan.plan_joint`) at ``demand_qps`` with
     batch mix ``mix``; ``exclude`` are types that are temporarily unavailable (InsufficientCapacity).
@@ -39,12 +41,14 @@ def plan_fleet(cfg: Config, profiles: ProfileTable, mix: BatchMix, demand_qps: f
     ``exhaustive``: rank every pool even where ``choose_pool`` would search (``costscale plan
     --exhaustive``). A type where the model has only an estimate by ``config/type_estimates.csv`` is
     left out unless the config allows it (:func:`scaler.planner.estimate_gate.planned_types`). Raises
-    scaler.planner.base_aux.PlanError when no pool fits."""
+    scaler.planner.base_aux.PlanError when no pool fits. ``quota``: the running-vCPU quotas the pool
+    stays within (default ``"config"``: the config's on-demand ``quotas``; the joint plan passes
+    what the models before this one left, :mod:`scaler.planner.quota`)."""
     spec = cfg.model(model)
     objective = objective or cfg.objective
     types = planned_types(cfg, profiles, model, types)    # estimates by the type table only where allowed
     inputs = plan_inputs_from_config(cfg, profiles, spec.name, mix, exclude=tuple(exclude), types=types,
-                                     budget=budget, qos_ms=qos_ms)
+                                     budget=budget, qos_ms=qos_ms, quota=quota)
     meets = None
     if objective == "min_cost" and demand_qps > 0:
         meets = slo_check(spec.profile_name, profiles, inputs.qos_ms, demand_qps * (1 + cfg.headroom), mix,

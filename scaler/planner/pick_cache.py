@@ -57,8 +57,9 @@ def pick_key(inputs: PlanInputs, policy: str, evaluations: int) -> PickKey:
     answer it (``confirm_evaluations``)."""
     types = tuple((t, inputs.bounds.get(t, (0, None)), round(float(inputs.prices[t]), 6),
                    profile_digest(inputs.profiles[t])) for t in inputs.allowed)
-    return (inputs.model, round(inputs.qos_ms, 6), round(inputs.budget_per_hour, 6), types, round(inputs.xi, 6),
-            inputs.qos_stat, policy, evaluations, mix_signature(inputs.mix))
+    key = (inputs.model, round(inputs.qos_ms, 6), round(inputs.budget_per_hour, 6), types, round(inputs.xi, 6),
+           inputs.qos_stat, policy, evaluations, mix_signature(inputs.mix))
+    return key if inputs.quota is None else key + (inputs.quota.key(inputs.allowed),)   # the vCPU quotas
 
 
 class PickCache:

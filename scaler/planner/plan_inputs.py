@@ -17,6 +17,7 @@ from config.profiles import LatencyProfile, ProfileTable, Stat
 from scaler.planner.base_aux import BaseAux, PlanError, split_base_aux
 from scaler.planner.batch_mix import BatchMix, mix_from_dist
 from scaler.planner.pool_space import PoolSpace
+from scaler.planner.quota import VcpuQuota, cap_bounds, quota_for
 
 Objective = Literal["max_throughput", "min_cost"]
 #: the seed of the batch mix drawn from the config's declared distribution (nothing measured yet)
@@ -37,6 +38,8 @@ class PlanInputs:
     xi: float = 0.98
     exclude: tuple[str, ...] = ()
     qos_stat: Stat = "p99"
+    #: the running-vCPU quotas every pool stays within (None: unlimited; scaler.planner.quota)
+    quota: VcpuQuota | None = None
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -44,7 +47,9 @@ class PlanInputs:
 
     @property
     def allowed(self) -> tuple[str, ...]:
-        return tuple(t for t in self.profiles if t not in self.exclude)
+        """The types a pool may hold: not excluded, and not of a family whose vCPU quota runs none."""
+        return tuple(t for t in self.profiles if t not in self.exclude
+                     and (self.quota is None or self.quota.type_cap(t) != 0))
 
 
 @dataclass(frozen=True)
@@ -110,12 +115,15 @@ def plan_inputs_from_config(
     types: Sequence[str] | None = None,
     budget: float | None = None,
     qos_ms: float | None = None,
+    quota: VcpuQuota | None | str = "config",
 ) -> PlanInputs:
     """Build PlanInputs from a ``config.schema.Config`` (keyword overrides as on the CLI).
 
     ``types`` replaces the config's allowed types (each must be in the catalog; bounds from the
     config where listed, else (0, None)). ``mix`` None or empty (nothing measured yet) → the config's
-    declared batch distribution, seeded. Raises PlanError (one line) for an unknown model/type or a missing profile.
+    declared batch distribution, seeded. ``quota``: the vCPU quotas to plan within (default
+    ``"config"``: the config's on-demand ``quotas`` over these types, ``scaler.planner.quota.quota_for``).
+    Raises PlanError (one line) for an unknown model/type or a missing profile.
     """
     try:
         spec = cfg.model(model)
@@ -146,6 +154,7 @@ def plan_inputs_from_config(
         prices={t: catalog[t].price_per_hour for t in names},
         bounds={t: cfg_bounds.get(t, (0, None)) for t in names},
         exclude=tuple(exclude),
+        quota=quota_for(cfg, names) if quota == "config" else quota,     # type: ignore[arg-type]
     )
 
 
@@ -161,10 +170,11 @@ def base_aux_of(inputs: PlanInputs) -> BaseAux:
 def pool_space(inputs: PlanInputs, ba: BaseAux) -> PoolSpace:
     """The pools :func:`rank_inputs` ranks for ``inputs`` (columns ``inputs.allowed``), for the search."""
     allowed = inputs.allowed
+    bounds = cap_bounds(inputs.bounds, allowed, inputs.quota)
+    quota = inputs.quota.matrix(allowed) if inputs.quota is not None else None
     return PoolSpace.build(allowed, [inputs.prices[t] for t in allowed],
-                           [inputs.bounds.get(t, (0, None))[0] for t in allowed],
-                           [inputs.bounds.get(t, (0, None))[1] for t in allowed],
-                           inputs.budget_per_hour, ba.base_type, ba.aux_types, ba.params)
+                           [bounds[t][0] for t in allowed], [bounds[t][1] for t in allowed],
+                           inputs.budget_per_hour, ba.base_type, ba.aux_types, ba.params, quota=quota)
 
 
 
@@ -175,7 +185,11 @@ Meets = Callable[[dict[str, int], str], bool]
 def no_pool_fits(inputs: PlanInputs) -> PlanError:
     """The one line for a budget no pool fits (per-type minimums included)."""
     cheapest = min(inputs.prices[t] for t in inputs.allowed)
-    return PlanError(f"no pool fits the budget {inputs.budget_per_hour:g} $/hr (cheapest allowed type "
+    quotas = ""
+    if inputs.quota is not None:
+        a = inputs.quota.key(inputs.allowed)
+        quotas = " and the vCPU quotas (" + ", ".join(f"{f} {v}" for f, v in a) + ")" if a else ""
+    return PlanError(f"no pool fits the budget {inputs.budget_per_hour:g} $/hr{quotas} (cheapest allowed type "
                      f"{cheapest:g} $/hr; per-type minimums included)")
 
 

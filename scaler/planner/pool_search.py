@@ -224,7 +224,7 @@ def _pass(space: PoolSpace, tau: float, *, lo: np.ndarray | None = None, cap: np
                 kept_cost.append(cs)
                 continue
             opt = _optimistic(space, rx, lv, cc, money - cs - free_min)
-            keep = opt >= tau - tol
+            keep = (opt >= tau - tol) & space.within_quota(cc)   # the free types at their minimum
             if positive:
                 keep &= opt > 0
             kept_c.append(cc[keep])

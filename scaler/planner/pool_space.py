@@ -32,18 +32,40 @@ class PoolSpace:
     params: BoundParams
     base_col: int
     aux_cols: np.ndarray        # (n,) column of auxiliary i (the params' order)
+    #: the vCPU quotas as (A, b): a pool c is within them iff A @ c <= b (None: no quota;
+    #: scaler.planner.quota)
+    quota: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def build(cls, types: Sequence[str], prices: Sequence[float], mins: Sequence[int],
               maxs: Sequence[int | None], budget: float, base_type: str, aux_types: Sequence[str],
-              params: BoundParams) -> "PoolSpace":
+              params: BoundParams, quota: tuple[np.ndarray, np.ndarray] | None = None) -> "PoolSpace":
         pr = np.asarray(prices, dtype=float)
         if (pr <= 0).any():
             raise PlanError("every instance type needs a positive price")
         col = {t: j for j, t in enumerate(types)}
         cap = np.array([NO_CAP if m is None else min(int(m), NO_CAP) for m in maxs], dtype=np.int64)
         return cls(tuple(types), pr, np.asarray(mins, dtype=np.int64), cap, float(budget), params,
-                   col[base_type], np.array([col[t] for t in aux_types], dtype=np.int64))
+                   col[base_type], np.array([col[t] for t in aux_types], dtype=np.int64),
+                   quota if quota is not None and len(quota[1]) else None)
+
+    def within_quota(self, counts: np.ndarray) -> np.ndarray:
+        """Mask of the rows (pools, or partial pools with the free types at their minimum) within
+        every vCPU quota."""
+        c = np.asarray(counts, dtype=np.int64).reshape(-1, len(self.types))
+        if self.quota is None:
+            return np.ones(len(c), dtype=bool)
+        a, b = self.quota
+        return np.all(c @ a.T <= b[None, :], axis=1)
+
+    def quota_room(self, counts: np.ndarray) -> np.ndarray:
+        """(N, T) mask: one more instance of each type fits its quotas beside each row."""
+        c = np.asarray(counts, dtype=np.int64).reshape(-1, len(self.types))
+        if self.quota is None:
+            return np.ones(c.shape, dtype=bool)
+        a, b = self.quota
+        left = b[None, :] - c @ a.T
+        return np.all((a[None, :, :] == 0) | (a[None, :, :] <= left[:, :, None]), axis=1)
 
     @property
     def reserve(self) -> np.ndarray:
@@ -83,12 +105,12 @@ def in_space(space: PoolSpace, counts: np.ndarray) -> tuple[np.ndarray, np.ndarr
         room = space.budget + BUDGET_EPS - cost - reserve[k]
         ok &= c[:, k] <= np.floor(np.maximum(room, -1.0) / space.prices[k])
         cost = cost + c[:, k].astype(np.int32) * space.prices[k]
-    return ok, cost
+    return ok & space.within_quota(c), cost
 
 
 def maximal(space: PoolSpace, counts: np.ndarray, cost: np.ndarray) -> np.ndarray:
     """``scaler.planner.choose.maximal_pools`` for these rows: no further instance of any type fits."""
-    room = counts < space.cap[None, :]
+    room = (counts < space.cap[None, :]) & space.quota_room(counts)
     add = np.where(room, space.prices[None, :], np.inf).min(axis=1)
     return cost + add > space.budget + BUDGET_EPS
 

@@ -27,9 +27,11 @@ from scaler.fleet.reports import ApplyReport
 from scaler.cloud.provider import ManagedInstance
 from scaler.fleet.step import replan_without_unavailable
 from scaler.planner.joint_plan import JointPlan
+from scaler.planner.quota import VcpuQuota, quota_for
 from scaler.spot.market import (Placement, PlanningView, SpotMarket, SpotState, after_apply, after_notice,
                                 after_reprice, overprovision, place, planning_prices, settle)
 from scaler.cloud.slots import base_type, is_spot, typed
+from scaler.spot.quota_fit import fit_quotas
 
 
 class SpotPolicy(Protocol):
@@ -46,9 +48,13 @@ class SpotPolicy(Protocol):
 
 
 class CostscaleSpot:
-    """costscale's spot decisions (:mod:`scaler.spot.market`)."""
+    """costscale's spot decisions (:mod:`scaler.spot.market`), the placement within the vCPU
+    quotas (:mod:`scaler.spot.quota_fit`; ``quotas``: (spot, on-demand), None: unlimited)."""
 
     name = "costscale"
+
+    def __init__(self, quotas: tuple[VcpuQuota | None, VcpuQuota | None] = (None, None)) -> None:
+        self.quotas = quotas
 
     def extras(self, market: SpotMarket, target: Mapping[str, int], prices: Mapping[str, float], budget: float,
                unavailable: Any) -> dict[str, int]:
@@ -57,8 +63,9 @@ class CostscaleSpot:
     def place(self, market: SpotMarket, target: Mapping[str, int], instances: Sequence[ManagedInstance],
               budget: float, *, unavailable: Any, doomed: Any, retire_first: Sequence[str],
               extra: Mapping[str, int]) -> Placement:
-        return place(market, target, instances, budget, unavailable=unavailable, doomed=doomed,
-                     retire_first=retire_first, extra=extra)
+        pl = place(market, target, instances, budget, unavailable=unavailable, doomed=doomed,
+                   retire_first=retire_first, extra=extra)
+        return fit_quotas(market, pl, budget, self.quotas[0], self.quotas[1], unavailable)
 
 
 def priced_config(cfg: Config, prices: Mapping[str, float]) -> Config:
@@ -97,7 +104,9 @@ class SpotFleet:
     def __init__(self, cfg: Config, market: SpotMarket, actuator: Actuator,
                  list_managed: Callable[[], list[ManagedInstance]], policy: SpotPolicy | None = None) -> None:
         self.cfg, self.market, self.actuator, self.list_managed = cfg, market, actuator, list_managed
-        self.policy: SpotPolicy = policy or CostscaleSpot()
+        types = [t.type for t in cfg.instance_types]
+        self.policy: SpotPolicy = policy or CostscaleSpot((quota_for(cfg, types, "spot"),
+                                                           quota_for(cfg, types, "on_demand")))
         self.state = SpotState.initial(market)
         self.placement: Placement | None = None
         self.extra: dict[str, int] = {}

@@ -31,7 +31,9 @@ from scaler.fleet import step as fleet_step
 from scaler.fleet import tick as fleet_tick
 from scaler.fleet.actuator import FleetActuator
 from scaler.cloud.provider import ManagedInstance
-from scaler.cloud.fake import FakeCloud
+from scaler.cloud.fake import FakeCloud, QuotaCheck
+from scaler.cloud.slots import split_slot
+from scaler.planner.quota import quota_for
 from scaler.planner.model_plan import SloCheck
 from scaler.fleet.step import Demands
 from scaler.fleet.reports import ReconcileReport
@@ -60,6 +62,35 @@ log = logging.getLogger("costscale.replay")
 DecideFn = fleet_tick.Rule
 #: what the replay is told of each new target: (at, target, plan, each model's demand)
 OnTarget = Callable[[float, dict[str, int], JointPlan | None, Demands], None]
+
+
+def quota_check(cfg: Config) -> QuotaCheck | None:
+    """The account's vCPU quotas (the config's ``quotas``) as EC2 enforces them on a launch: the
+    slot's market's running vCPUs of its family, the launch included, at most the quota (None: no
+    quota, nothing refused). The replay's cloud refuses over it, so a replay shows a plan that asks
+    for more than the account runs."""
+    types = list(cfg.full_catalog())
+    quotas = {"on_demand": quota_for(cfg, types, "on_demand"), "spot": quota_for(cfg, types, "spot")}
+    if all(q is None for q in quotas.values()):
+        return None
+
+    def check(slot: str, live: list[ManagedInstance], n: int) -> str | None:
+        t, zone = split_slot(slot)
+        market = "on_demand" if zone is None else "spot"
+        q = quotas[market]
+        if q is None or q.family.get(t) not in q.limits:
+            return None
+        pool: dict[str, int] = {t: n}
+        for i in live:
+            it, iz = split_slot(i.instance_type)
+            if (iz is None) == (zone is None):
+                pool[it] = pool.get(it, 0) + 1
+        f = q.family[t]
+        used = q.used(pool).get(f, 0)
+        if used <= q.limits[f]:
+            return None
+        return f"VcpuLimitExceeded: {n} {slot} would run {used} {market} {f} vCPUs, quota {q.limits[f]}"
+    return check
 
 
 @dataclass
@@ -163,7 +194,7 @@ class ReplayFleet:
                  on_target: OnTarget | None = None, decide_fn: DecideFn | None = None,
                  baseline_accuracy: bool = False, warm_start: bool = False) -> None:
         self.cfg, self.profiles, self.clock, self.slo_check = cfg, profiles, clock, slo_check
-        self.cloud = FakeCloud(cfg.cluster, clock=clock.now, boot_by_type=boot_by_type)
+        self.cloud = FakeCloud(cfg.cluster, clock=clock.now, boot_by_type=boot_by_type, quota_check=quota_check(cfg))
         if warm_start:   # the first plan's pool is up at 0, as a daemon that has been running
             self.cloud.warm_until = 0.0
         self.store = StateStore.open(state_dir / "state.db")

@@ -177,6 +177,8 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
     }
     if getattr(run, "pipelines", None):
         out["pipelines"] = run.pipelines
+    if getattr(run, "quota_refusals", None) is not None:     # vCPU quotas (issue #38, sim.replay.fleet.quota_check)
+        out["quota_refusals"] = run.quota_refusals
     if getattr(run, "spot", None) is not None:     # spot markets (issue #28, sim.replay.spot)
         out["spot"] = dict(run.spot)
     if with_timeline:

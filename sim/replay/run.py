@@ -136,6 +136,9 @@ class ReplayRun:
     pipelines: dict[str, dict] = field(default_factory=dict)  # type: ignore[type-arg]
     #: with spot markets: preemptions, spot share, fallback hours, the cost by market (sim.replay.spot)
     spot: dict | None = None  # type: ignore[type-arg]
+    #: with vCPU quotas (``quotas`` or ``--quota``): launches the cloud refused with VcpuLimitExceeded
+    #: (the planner keeps every pool within the quotas, so 0; sim.replay.fleet.quota_check)
+    quota_refusals: int | None = None
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -356,7 +359,8 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                          variant_swaps={m: r.swap_log for m, r in (fleet.accuracy_rounds or {}).items()},
                          accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()},
                          pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {},
-                         spot=spot.report(lanes, ledger, duration_s) if spot is not None else None)
+                         spot=spot.report(lanes, ledger, duration_s) if spot is not None else None,
+                         quota_refusals=fleet.cloud.quota_refusals if fleet.cloud.quota_check is not None else None)
     finally:
         fleet.close()
         if tmp is not None:

@@ -1,6 +1,6 @@
 """Flags shared by the commands that work from a config plus overrides (``simulate``,
 ``capacity``; usable by ``plan``): ``--profiles``, ``--model``, ``--qos-ms``, ``--batch-dist``,
-and ``--pool TYPE=N,...``. Every bad value becomes a one-line UsageError (DESIGN invariant 5)."""
+``--pool TYPE=N,...``, and ``--quota FAMILY=VCPUS`` (``add_quota_flag``). Every bad value becomes a one-line UsageError (DESIGN invariant 5)."""
 from __future__ import annotations
 
 from config.numbers import finite_float
@@ -15,6 +15,7 @@ from variants.families.applications import with_applications
 from config.schema import Config, InstanceTypeSpec, ModelSpec, load_config
 from config.errors import UsageError
 from config.sections.batch_dist import parse_batch_dist
+from config.sections.quotas import with_overrides
 from config.profiles import ProfileTable, load_profiles_csv
 from config.type_estimates import with_type_estimates
 
@@ -26,6 +27,12 @@ def add_override_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--qos-ms", metavar="T", type=finite_float, help="QoS target in ms (default: the model's qos_ms)")
     p.add_argument("--batch-dist", metavar="DIST",
                    help="deeprecsys | lognormal[:MU:SIGMA] | gaussian[:MEAN:SD] | fixed:N (default: the config's)")
+
+
+def add_quota_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quota", action="append", default=[], metavar="FAMILY=VCPUS",
+                   help="a running-vCPU quota over the config's quotas: FAMILY=VCPUS (on-demand) or "
+                        "spot.FAMILY=VCPUS; families: standard, g_vt, p, inf, f, x, dl, trn, high_memory (repeatable)")
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,10 @@ def resolve(args: argparse.Namespace, cmd: str, *, one_model: bool = False) -> R
     if qos is not None and not (math.isfinite(qos) and qos > 0):
         raise UsageError(f"{cmd}: --qos-ms must be > 0")
     cfg = load_config(args.config)
+    try:        # --quota FAMILY=VCPUS: a what-if over the config's vCPU quotas (plan, replay)
+        cfg = with_overrides(cfg, getattr(args, "quota", None) or ())
+    except UsageError as exc:
+        raise UsageError(f"{cmd}: {exc}") from None
     explicit = getattr(args, "profiles", None)
     try:
         profiles = load_profiles_csv(explicit or cfg.profiles)
