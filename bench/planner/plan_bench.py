@@ -10,7 +10,7 @@ The Kairos profiles cover 4 types; two more are synthetic, derived by scaling: `
 Run: ``.venv/bin/python bench/planner/plan_bench.py [--runs 5] [--model rm2] [--budget 7.5] [--section plan|fleet-scale|all]``
 
 The ``fleet-scale`` section (issue #29) times ``choose_pool`` ranking every pool (``exhaustive=True``)
-against the exact pool search (``scaler.planner.pool_search``) in the same run, and checks they give the
+against the exact pool search (``scaler.planner.search.pool_search``) in the same run, and checks they give the
 same Plan: (a) 5 types (the 4 Kairos types and r5.large) at a budget of about 4.5 M pools; (b) all
 12 catalog types at 20 $/hr (1.66e13 pools: the ranking refuses), the search alone. The 8 catalog
 types without a Kairos profile are planned on their estimates (`config/type_estimates.csv`, ``FLEET_SCALED``).

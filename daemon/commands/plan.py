@@ -9,7 +9,7 @@ as evaluator (``sim.pick_eval``, the config's dispatch policy) within N evaluati
 pool of the base type is always one of them.
 --exhaustive ranks every pool within the budget, as costscale did before the pool search (issue
 #29); by default above ``scaler.planner.choose.SEARCH_ABOVE`` pools the planner finds the same pick, top
-pools and count by an exact search without listing them (``scaler.planner.pool_search``).
+pools and count by an exact search without listing them (``scaler.planner.search.pool_search``).
 --estimates plans with the types where a model has only an estimated profile by
 ``config/type_estimates.csv`` (as if every type had ``allow_estimates: true``; issue #29); without
 it they are left out, and a line says so. Every estimated type a plan shows is marked ``~`` with its

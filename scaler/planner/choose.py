@@ -19,7 +19,7 @@ daemon's fleet loop, ``costscale plan`` and the simulator.
 
 Above ``SEARCH_ABOVE`` (200,000) pools within budget the planner does not list them: the same
 decision (pick, rule, the top pools, the count) comes from an exact branch and bound on the bound
-(``scaler.planner.pool_search``, driven by ``scaler.planner.choose_by_search``); ``exhaustive=True`` (``costscale plan
+(``scaler.planner.search.pool_search``, driven by ``scaler.planner.choose_by_search``); ``exhaustive=True`` (``costscale plan
 --exhaustive``) ranks every pool as before, and :func:`rank_inputs` refuses more than
 ``DEFAULT_POOL_LIMIT`` pools in one line, counting them first.
 
@@ -36,8 +36,8 @@ from config.budget import BUDGET_EPS
 from scaler.planner.base_aux import BaseAux, PlanError
 from scaler.planner.plan_inputs import Meets, Objective, Plan, PlanInputs, base_aux_of, no_pool_fits, pool_space
 from scaler.planner.choose_by_search import choose_searched
-from scaler.planner.pool_count import count_pools
-from scaler.planner.pool_search import SearchTooLarge
+from scaler.planner.search.pool_count import count_pools
+from scaler.planner.search.pool_search import SearchTooLarge
 from scaler.planner.quota import cap_bounds
 from scaler.planner.similarity_pick import similarity_pick
 from scaler.planner.upper_bound import DEFAULT_POOL_LIMIT, Ranking, enumerate_pools, rank_pools, upper_bounds

@@ -1,19 +1,19 @@
 """``choose_pool`` without the enumeration (issue #29; pure): the same decision as
 :func:`scaler.planner.choose.choose_pool` makes on the ranked list of every pool, asked of the exact pool
-search (:mod:`scaler.planner.pool_search`) instead, for spaces too large to list.
+search (:mod:`scaler.planner.search.pool_search`) instead, for spaces too large to list.
 
 Each step of the enumerated decision, and the question it becomes:
 
 - the top-K pools of the ranking (``Plan.ranked``, the similarity pick's top 10, the max-bound
-  pool): :func:`~scaler.planner.pool_search.top_pools` (bound descending, cost ascending, then the counts
+  pool): :func:`~scaler.planner.search.pool_search.top_pools` (bound descending, cost ascending, then the counts
   in enumeration order);
 - :func:`scaler.planner.choose.undominated`: the first maximal pool in ranking order holding at least the
   pick's counts with a bound no lower: ``top_pools(k=1, lo=pick, maximal_only, at_least=bound)``;
 - ``min_cost``: the candidates (bound >= need, > 0) cheapest first (cost to 9 decimals, then bound
-  descending, then ranking order): :func:`~scaler.planner.pool_search.cheapest_pools`, as many as the
+  descending, then ranking order): :func:`~scaler.planner.search.pool_search.cheapest_pools`, as many as the
   checks need (``meets``: a sub-pool of a failed pool skipped unchecked, at most ``max_checks``);
 - the pool held (``current``): its bound and cost computed directly;
-- ``Plan.pools_ranked``: :func:`~scaler.planner.pool_search.count_pools`.
+- ``Plan.pools_ranked``: :func:`~scaler.planner.search.pool_search.count_pools`.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from config.budget import BUDGET_EPS
 from scaler.planner.base_aux import BaseAux
 from scaler.planner.plan_inputs import Meets, Objective, Plan, PlanInputs, no_pool_fits
 from scaler.planner.similarity_pick import SIMILARITY_TOP, similarity_pick
-from scaler.planner.pool_search import cheapest_pools, top_pools
-from scaler.planner.pool_space import Pools, PoolSpace, in_space, maximal
+from scaler.planner.search.pool_search import cheapest_pools, top_pools
+from scaler.planner.search.pool_space import Pools, PoolSpace, in_space, maximal
 
 _Row = tuple[np.ndarray, float, float]      # counts over the space's types, $/hr, bound
 

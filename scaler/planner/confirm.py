@@ -36,9 +36,9 @@ from config.budget import BUDGET_EPS
 from scaler.planner import choose as _plan
 from scaler.planner.choose import choose_pool, maximal_pools, rank_inputs
 from scaler.planner.plan_inputs import Plan, PlanInputs, base_aux_of, pool_space
-from scaler.planner.pool_count import count_pools
-from scaler.planner.pool_search import SearchTooLarge, top_pools
-from scaler.planner.pool_space import PoolSpace, in_space
+from scaler.planner.search.pool_count import count_pools
+from scaler.planner.search.pool_search import SearchTooLarge, top_pools
+from scaler.planner.search.pool_space import PoolSpace, in_space
 from scaler.planner.upper_bound import DEFAULT_POOL_LIMIT, Ranking
 
 Evaluate = Callable[[dict[str, int]], float]
@@ -104,7 +104,7 @@ class _Ranked:
 
 
 class _Searched:
-    """The same candidates from the pool search (``scaler.planner.pool_search``), for spaces too large to rank."""
+    """The same candidates from the pool search (``scaler.planner.search.pool_search``), for spaces too large to rank."""
 
     def __init__(self, space: PoolSpace) -> None:
         self.space = space

@@ -16,7 +16,7 @@ from typing import Any, Callable, Hashable, Literal, Mapping, Sequence
 from config.profiles import LatencyProfile, ProfileTable, Stat
 from scaler.planner.base_aux import BaseAux, PlanError, split_base_aux
 from scaler.planner.batch_mix import BatchMix, mix_from_dist
-from scaler.planner.pool_space import PoolSpace
+from scaler.planner.search.pool_space import PoolSpace
 from scaler.planner.quota import VcpuQuota, cap_bounds, quota_for
 
 Objective = Literal["max_throughput", "min_cost"]

@@ -6,7 +6,7 @@ https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html; t
 :mod:`config.quota_families`). A pool is *within the quotas* when, for every family with a quota,
 the sum over its types of count x vCPUs is at most the family's limit. The planner treats that as
 it treats the budget: the ranking (:mod:`scaler.planner.choose`) lists only pools within it, the
-search (:mod:`scaler.planner.pool_search`) prunes partial pools over it, "maximal" means no
+search (:mod:`scaler.planner.search.pool_search`) prunes partial pools over it, "maximal" means no
 instance fits beside the pool within budget *and* quota, and the joint plan
 (:mod:`scaler.planner.joint_plan`) gives each model what the models before it left.
 
@@ -14,7 +14,7 @@ instance fits beside the pool within budget *and* quota, and the joint plan
 (``costscale plan``).
 
 ``Plan.pools_ranked`` under quotas: the ranking counts the pools within the budget and the quotas;
-above ``SEARCH_ABOVE`` the search reports :mod:`scaler.planner.pool_count`'s count within the budget
+above ``SEARCH_ABOVE`` the search reports :mod:`scaler.planner.search.pool_count`'s count within the budget
 and each type's quota alone (an upper bound: the count does not apply a family's sum). The pick,
 its cost and bound and the top pools are the same either way (tests/planner/test_quota.py).
 """

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import scaler.planner.choose as plan_mod
-import scaler.planner.pool_count as pool_count
-import scaler.planner.pool_search as ps
+import scaler.planner.search.pool_count as pool_count
+import scaler.planner.search.pool_search as ps
 from config.catalog import load_catalog
 from config.profiles import LatencyProfile, load_profiles_csv
 from scaler.planner.base_aux import NoFeasibleBase, PlanError
@@ -21,7 +21,7 @@ from scaler.planner.batch_mix import BatchMix, mix_from_dist
 from scaler.planner.confirm import confirm_pick
 from scaler.planner.choose import choose_pool, rank_inputs, undominated
 from scaler.planner.plan_inputs import PlanInputs, base_aux_of, pool_space
-from scaler.planner.pool_space import NO_CAP, PoolSpace, maximal
+from scaler.planner.search.pool_space import NO_CAP, PoolSpace, maximal
 from scaler.planner.choose_by_search import undominated_row
 from scaler.planner.upper_bound import enumerate_pools, upper_bound_one, upper_bounds
 

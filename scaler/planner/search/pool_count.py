@@ -1,5 +1,5 @@
 """How many pools ``scaler.planner.upper_bound.enumerate_pools`` lists, without listing them (issue #29;
-pure): ``Plan.pools_ranked`` when the planner searches (:mod:`scaler.planner.pool_search`), and the check
+pure): ``Plan.pools_ranked`` when the planner searches (:mod:`scaler.planner.search.pool_search`), and the check
 ``scaler.planner.choose.rank_inputs`` makes before it lists anything.
 
 A dynamic programme over the types on the budget in units of ``10^-d`` $/hr: the smallest
@@ -17,8 +17,8 @@ import numpy as np
 
 from config.budget import BUDGET_EPS
 from scaler.planner.base_aux import PlanError
-from scaler.planner.pool_search import WORK_LIMIT
-from scaler.planner.pool_space import PoolSpace
+from scaler.planner.search.pool_search import WORK_LIMIT
+from scaler.planner.search.pool_space import PoolSpace
 
 #: the largest grid the programme runs on (cells of 10^-d $/hr up to the budget)
 GRID_CELLS = 8_000_000

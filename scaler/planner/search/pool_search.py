@@ -46,8 +46,8 @@ against enumeration's own float rule, type by type in its column order, and boun
   below it can) and rises in growing steps until K pools lie under it; a step that finds too much
   to search is cut back.
 
-**The count** (``Plan.pools_ranked``) is :mod:`scaler.planner.pool_count`'s; the space searched, and
-enumeration's budget rule on the pools found, are :mod:`scaler.planner.pool_space`'s.
+**The count** (``Plan.pools_ranked``) is :mod:`scaler.planner.search.pool_count`'s; the space searched, and
+enumeration's budget rule on the pools found, are :mod:`scaler.planner.search.pool_space`'s.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ import numpy as np
 
 from config.budget import BUDGET_EPS
 from scaler.planner.base_aux import BoundParams, PlanError
-from scaler.planner.pool_space import Pools, PoolSpace, in_space, maximal
+from scaler.planner.search.pool_space import Pools, PoolSpace, in_space, maximal
 
 #: partial pools one pass may generate before it stops with a PlanError
 WORK_LIMIT = 60_000_000

@@ -3,7 +3,7 @@
 and the bound's parameters (:class:`PoolSpace`); pools found in it (:class:`Pools`); which rows
 enumeration itself would list, by its budget rule type by type to the float (:func:`in_space`);
 and which are maximal, no further instance of any type fitting (:func:`maximal`). The search
-(:mod:`scaler.planner.pool_search`), the count (:mod:`scaler.planner.pool_count`) and the planner share it.
+(:mod:`scaler.planner.search.pool_search`), the count (:mod:`scaler.planner.search.pool_count`) and the planner share it.
 """
 from __future__ import annotations
 
