@@ -30,8 +30,10 @@ import urllib.request
 from typing import Any, Iterator
 
 import boto3
+import botocore.client
 import pytest
 
+from scaler.cloud.aws_client import iam_action
 from tests.conftest import free_port
 
 REGION = "us-east-1"
@@ -131,5 +133,20 @@ def moto_view(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "Statement": out}
 
 
-__all__ = ["ACCOUNT", "ARN_CHECKED", "REGION", "admin", "as_user", "create_user", "enforce", "iam_server",
+@pytest.fixture()
+def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
+    """The IAM action of every boto3 call made while the test runs (botocore's ``_make_api_call``),
+    each with the parameters of its calls."""
+    seen: dict[str, list[Any]] = {}
+    orig = botocore.client.BaseClient._make_api_call
+
+    def record(self: Any, operation_name: str, api_params: Any) -> Any:
+        seen.setdefault(iam_action(self.meta.service_model.signing_name, operation_name), []).append(api_params)
+        return orig(self, operation_name, api_params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", record)
+    yield seen
+
+
+__all__ = ["ACCOUNT", "ARN_CHECKED", "REGION", "admin", "as_user", "calls", "create_user", "enforce", "iam_server",
            "moto_api", "moto_view"]

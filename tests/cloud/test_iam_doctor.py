@@ -33,18 +33,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import boto3
-import botocore.client
 import pytest
 import yaml
 from botocore.stub import Stubber
 
 from config.iam import DOCTOR, as_list, load, render, statements
-from scaler.cloud.aws_client import DENIED_CODES, iam_action
+from scaler.cloud.aws_client import DENIED_CODES
 from tests.iam_helpers import ACCOUNT, REGION, admin, as_user, create_user, enforce, moto_api, moto_view
-from tests.iam_helpers import iam_server  # noqa: F401  (the fixture)
+from tests.iam_helpers import calls, iam_server  # noqa: F401  (the fixtures)
 
 CLUSTER = "doc"
 TABLE = "costscale-leases"
@@ -118,19 +117,6 @@ def good_account(endpoint: str, tmp: Path, policies: dict[str, dict[str, Any]]) 
            "lease": {"table": TABLE}, "state_path": str(tmp / "state.db"), "aws": {"max_attempts": 2}}
     return {"config": cfg, "env": env, "ami": ami, "subnet": subnet}
 
-
-@pytest.fixture()
-def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
-    """The IAM action of every boto3 call made while the test runs, with its parameters."""
-    seen: dict[str, list[Any]] = {}
-    orig = botocore.client.BaseClient._make_api_call
-
-    def record(self: Any, operation_name: str, api_params: Any) -> Any:
-        seen.setdefault(iam_action(self.meta.service_model.signing_name, operation_name), []).append(api_params)
-        return orig(self, operation_name, api_params)
-
-    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", record)
-    yield seen
 
 
 def run_doctor_as(endpoint: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],

@@ -42,16 +42,15 @@ from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import boto3
-import botocore.client
 import pytest
 
 from config.iam import DAEMON_DOCUMENTS, DOCTOR, DOCUMENTS, as_list, load, readme_section, render, statements
 from scaler.cloud.aws_client import client_error_line, iam_action, naming_action
 from tests.iam_helpers import ACCOUNT, REGION, admin, as_user, create_user, enforce, moto_api, moto_view
-from tests.iam_helpers import iam_server  # noqa: F401  (the fixture)
+from tests.iam_helpers import calls, iam_server  # noqa: F401  (the fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROL_DOCS = ("control-host", "replicas", "s3-models", "spot")
@@ -220,20 +219,6 @@ def run_paths(acct: Account, monkeypatch: pytest.MonkeyPatch) -> Lines:
     lines["worker"] = _first_line(worker)
     return lines
 
-
-@pytest.fixture()
-def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
-    """The IAM action of every boto3 call made while the test runs (botocore's ``_make_api_call``),
-    each with the parameters of its calls."""
-    seen: dict[str, list[Any]] = {}
-    orig = botocore.client.BaseClient._make_api_call
-
-    def record(self: Any, operation_name: str, api_params: Any) -> Any:
-        seen.setdefault(iam_action(self.meta.service_model.signing_name, operation_name), []).append(api_params)
-        return orig(self, operation_name, api_params)
-
-    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", record)
-    yield seen
 
 
 @pytest.mark.slow
