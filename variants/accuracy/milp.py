@@ -129,9 +129,14 @@ def _solve_highs(m: _Model, cost: Mapping[int, float], start: Sequence[float] | 
     status = h.getModelStatus()
     if status == highspy.HighsModelStatus.kSolveError and (options or {}).get("presolve") != "off":
         # HiGHS 1.16's MIP presolve fails some small models outright (kSolveError, no solution: seen
-        # on a 15-column fewest-swaps step that solves at once without it); such a model is solved
-        # again, once, with presolve off (given the same time limit again)
-        return _solve_highs(m, cost, start, limit_s, abs_gap, {**(options or {}), "presolve": "off"})
+        # on a 15-column fewest-swaps step that solves at once without it): the same model is run
+        # again, once, with presolve off, within what is left of the limit
+        h.setOptionValue("presolve", "off")
+        h.setOptionValue("time_limit", max(float(limit_s) - h.getRunTime(), 0.0))
+        if start is not None:
+            h.setSolution(ncol, list(range(ncol)), list(start))
+        h.run()
+        status = h.getModelStatus()
     info = h.getInfo()
     if info.primal_solution_status != 2:          # kSolutionStatusFeasible
         return _Answer(None, False, float("inf"))
