@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal, Sequence
 
 from config.schema import Config
-from scaler.cloud.aws_client import DENIED_CODES, client_config, client_error_line, error_fields
+from scaler.cloud.aws_client import DENIED_CODES, client_error_line, error_fields, make_client
+from scaler.pricing.region import PRICING_REGION
 
 Status = Literal["ok", "warn", "fail"]
 #: the longest AWS message a line quotes (an emulator's error page is kilobytes)
@@ -89,13 +90,11 @@ def clients_for(cfg: Config) -> Clients:
     made: dict[str, Any] = {}
 
     def client(service: str) -> Any:
-        import boto3
-
         if service not in made:
             extra = {"s3": {"addressing_style": "path"}} if service == "s3" and cfg.aws.endpoint_url else {}
-            conf = client_config(DOCTOR_ATTEMPTS, connect_timeout=3, read_timeout=10, **extra)
-            region = "us-east-1" if service == "pricing" else cfg.region     # the Price List API's endpoint
-            made[service] = boto3.client(service, region_name=region, endpoint_url=cfg.aws.endpoint_url, config=conf)
+            region = PRICING_REGION if service == "pricing" else cfg.region
+            made[service] = make_client(service, region, max_attempts=DOCTOR_ATTEMPTS, connect_timeout=3,
+                                        read_timeout=10, endpoint_url=cfg.aws.endpoint_url, **extra)
         return made[service]
 
     return client

@@ -79,11 +79,12 @@ def client_config(max_attempts: int, *, connect_timeout: float, read_timeout: fl
 
 
 def make_client(service: str, region: str, *, max_attempts: int, connect_timeout: float, read_timeout: float,
-                endpoint_url: str | None = None) -> Any:
-    """A boto3 client of ``service`` with :func:`client_config`'s retries."""
+                endpoint_url: str | None = None, **extra: Any) -> Any:
+    """A boto3 client of ``service`` with :func:`client_config`'s retries (``extra``: other Config
+    options, e.g. ``s3={"addressing_style": "path"}``)."""
     import boto3
 
-    cfg = client_config(max_attempts, connect_timeout=connect_timeout, read_timeout=read_timeout)
+    cfg = client_config(max_attempts, connect_timeout=connect_timeout, read_timeout=read_timeout, **extra)
     return boto3.client(service, region_name=region, endpoint_url=endpoint_url, config=cfg)
 
 
