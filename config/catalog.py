@@ -15,6 +15,10 @@ from importlib import resources
 from typing import Literal, Mapping
 
 Hardware = Literal["gpu", "cpu", "inferentia"]
+#: the processor architectures EC2 images and types come in (DescribeImages ``Architecture``;
+#: DescribeInstanceTypes ``ProcessorInfo.SupportedArchitectures``), as the catalog names them
+Architecture = Literal["x86_64", "arm64"]
+ARCHITECTURES: tuple[str, ...] = ("x86_64", "arm64")
 
 
 @dataclass(frozen=True)
@@ -25,12 +29,21 @@ class InstanceType:
     memory_gib: float
     accelerator: str
     price_per_hour: float
+    #: the processor's: arm64 for AWS Graviton families (c7g, m6g, t4g, g5g...), else x86_64
+    architecture: Architecture = "x86_64"
 
 
 @functools.lru_cache(maxsize=1)
 def _read_catalog_text() -> str:
     """The shipped CSV, read once per process (config validation looks up every listed type)."""
     return resources.files("config").joinpath("instance_catalog.csv").read_text(encoding="utf-8")
+
+
+def _architecture(row: Mapping[str, str]) -> Architecture:
+    arch = row.get("architecture") or "x86_64"
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"instance catalog: bad architecture {arch!r} for {row['instance_type']}")
+    return arch  # type: ignore[return-value]
 
 
 def load_catalog(price_overrides: Mapping[str, float] | None = None) -> dict[str, InstanceType]:
@@ -48,6 +61,7 @@ def load_catalog(price_overrides: Mapping[str, float] | None = None) -> dict[str
             memory_gib=float(row["memory_gib"]),
             accelerator=row["accelerator"],
             price_per_hour=float(row["price_per_hour"]),
+            architecture=_architecture(row),
         )
     for name, price in (price_overrides or {}).items():
         if name not in catalog:

@@ -4,8 +4,9 @@ The sections of their own modules, imported from there: ``dispatcher`` and ``met
 (:mod:`config.sections.dispatcher`), ``intervals``, ``model_scaling`` and its ``accuracy_scaling``
 (:mod:`config.sections.loops`), ``pipelines``, ``spot``, ``lease`` and the TLS models
 (:mod:`config.sections.pipelines`, :mod:`config.sections.spot`, :mod:`config.sections.lease`,
-:mod:`config.sections.security`). This module holds the top-level :class:`Config` and the sections
-it defines itself (models, instance types, launch, workload, aws).
+:mod:`config.sections.security`), ``launch`` (:mod:`config.sections.launch`: its per-type image
+checks run after the schema's, each problem a line of its own). This module holds the top-level
+:class:`Config` and the sections it defines itself (models, instance types, workload, aws).
 
 ``load_config(path)`` returns a validated :class:`Config` or raises :class:`ConfigError` whose
 ``lines`` hold one message per problem, each naming the field path and its YAML line
@@ -27,6 +28,7 @@ from config.sections.dispatcher import DispatcherSpec, MetricsSpec
 from config.errors import ConfigError
 from config.families import shipped as shipped_families
 from config.fields import Name, Strict
+from config.sections.launch import LaunchSpec, LaunchTemplateRef, launch_problems
 from config.sections.lease import LeaseSpec
 from config.sections.quotas import QuotasSpec
 from config.sections.loops import IntervalsSpec, ModelScalingSpec
@@ -102,38 +104,6 @@ class InstanceTypeSpec(Strict):
     def _bounds(self) -> "InstanceTypeSpec":
         if self.max is not None and self.max < self.min:
             raise ValueError(f"max ({self.max}) is below min ({self.min})")
-        return self
-
-
-class LaunchTemplateRef(Strict):
-    id: str | None = None
-    name: str | None = None
-    version: str = "$Default"
-
-    @model_validator(mode="after")
-    def _one(self) -> "LaunchTemplateRef":
-        if bool(self.id) == bool(self.name):
-            raise ValueError("give exactly one of id or name")
-        return self
-
-
-class LaunchSpec(Strict):
-    """How instances are launched on EC2 (run_instances parameters)."""
-
-    ami_id: str | None = None
-    launch_template: LaunchTemplateRef | None = None
-    subnet_id: str | None = None
-    security_group_ids: list[str] = Field(default_factory=list)
-    key_name: str | None = None
-    iam_instance_profile: str | None = None
-    user_data: str | None = Field(None, description="extra cloud-init; costscale appends its worker start")
-    tags: dict[str, str] = Field(default_factory=dict)
-    pending_timeout_s: Annotated[float, Field(gt=0)] = 600.0
-
-    @model_validator(mode="after")
-    def _image(self) -> "LaunchSpec":
-        if not self.ami_id and self.launch_template is None:
-            raise ValueError("give ami_id or launch_template")
         return self
 
 
@@ -331,7 +301,7 @@ def parse_config_text(text: str, source: str = "<config>") -> Config:
     if node is not None:
         _node_lines(node, (), lines, source)
     try:
-        return Config.model_validate(data)
+        cfg = Config.model_validate(data)
     except ValidationError as exc:
         msgs = []
         for err in exc.errors():
@@ -351,6 +321,11 @@ def parse_config_text(text: str, source: str = "<config>") -> Config:
             lines_txt = f"line {line}: " if line else ""
             msgs.append(f"{source}: {lines_txt}{_fmt_loc(loc)}: {msg}")
         raise ConfigError(msgs[0], lines=msgs) from None
+    launch = [f"{source}: line {_line_for(loc, lines)}: {_fmt_loc(loc)}: {msg}"      # config.sections.launch
+              for loc, msg in launch_problems(cfg.launch, [t.type for t in cfg.instance_types])]
+    if launch:
+        raise ConfigError(launch[0], lines=launch)
+    return cfg
 
 
 def load_config(path: str | Path) -> Config:
