@@ -51,10 +51,15 @@ or describe_instances is harmless as it is (terminating a terminating instance c
 from __future__ import annotations
 
 import shlex
+import time
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from config.sections.launch import ImageChoice, image_for
 from config.sections.spot import SpotSpec
+from scaler.cloud.image_parameter import ImageParameters, ImageUnresolved
+from scaler.cloud.subnet_launch import launch_over_subnets
+from scaler.cloud.subnets import subnet_token
 from scaler.cloud.slots import market_of, slot_of, split_slot
 from scaler.cloud.aws_client import (AUTH_CODES, EC2_MAX_ATTEMPTS, THROTTLE_CODES, Typed, after, aws_call, error_fields,
                                      iam_action, make_client, naming_action)
@@ -195,6 +200,8 @@ class Ec2Cloud:
         worker_flags: Sequence[str] = (),
         token_parameter: str | None = None,
         spot: SpotSpec | None = None,   # each zone's subnet, max_price
+        ssm_client: Any = None,         # resolves launch images given as SSM parameters (built on first use)
+        clock: Callable[[], float] = time.monotonic,    # the image cache's and the subnet cooldowns' clock
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -209,6 +216,16 @@ class Ec2Cloud:
         self.worker_port = worker_port
         self.worker_flags = tuple(worker_flags)
         self.spot = spot
+        self.clock = clock
+        self._ssm = ssm_client
+        self.images = ImageParameters(lambda: self._ssm_client(region, endpoint_url), clock)
+        self.subnet_cooling: dict[tuple[str, str], float] = {}     # (type, subnet) -> end of its cooldown
+
+    def _ssm_client(self, region: str, endpoint_url: str | None) -> Any:
+        if self._ssm is None:
+            self._ssm = make_client("ssm", region, endpoint_url=endpoint_url, max_attempts=self.max_attempts,
+                                    connect_timeout=5, read_timeout=30)
+        return self._ssm
 
     # -- the error boundary ------------------------------------------------------------------
     @staticmethod
@@ -254,43 +271,75 @@ class Ec2Cloud:
 
     def launch(self, instance_type: str, count: int, client_token: str,
                tags: dict[str, str] | None = None) -> list[ManagedInstance]:
-        """Launch ``count`` instances of a slot (a type: on-demand; ``TYPE@ZONE``: spot in that zone)."""
+        """Launch ``count`` instances of a slot (a type: on-demand, over ``launch.subnets`` in order:
+        :mod:`scaler.cloud.subnet_launch`; ``TYPE@ZONE``: spot in that zone)."""
         slot = instance_type
         if count < 1:
             return []
         found = self.find_by_intent(client_token)
         if found:
             return found
-        resp = self._call("run_instances", instance_type=slot, **self.run_params(slot, count, client_token, tags))
+        itype, zone = split_slot(slot)
+        subnets = self.subnets()
+        if zone is None and len(subnets) > 1:
+            resp = launch_over_subnets(self, itype, count, client_token, tags)
+        else:
+            resp = self._call("run_instances", instance_type=slot, **self.run_params(slot, count, client_token, tags))
         # Partial success (MinCount=1 < MaxCount) is returned as what EC2 gave.
         return [_to_managed(i) for i in resp.get("Instances", [])]
 
+    def subnets(self) -> list[str]:
+        """The on-demand subnets in order of preference (``launch.subnets``, or ``subnet_id``)."""
+        return list(getattr(self.launch_spec, "subnet_ids", None) or [])
+
+    def image_of(self, instance_type: str) -> ImageChoice:
+        """The type's image as the config gives it (``config.sections.launch.image_for``)."""
+        choice = image_for(self.launch_spec, instance_type)
+        if choice is None:
+            raise CloudConfigError(f"no image for {instance_type}: give launch.by_type."
+                                   f"{instance_type.split('.', 1)[0]} an image, or launch.ami_id")
+        return choice
+
+    def image_id(self, choice: ImageChoice) -> str | None:
+        """Its ``ami_id``, or its SSM parameter resolved (cached); None: the launch template's image."""
+        return self.images.resolve(choice.ssm_parameter) if choice.ssm_parameter else choice.ami_id
+
     def run_params(self, slot: str, count: int, client_token: str,
-                   tags: dict[str, str] | None = None) -> dict[str, Any]:
+                   tags: dict[str, str] | None = None, subnet: str | None = None) -> dict[str, Any]:
         """The RunInstances parameters of a launch of ``count`` instances of ``slot`` (a type, or
-        ``TYPE@ZONE`` for spot): image or launch template, subnet, security groups, key, instance
-        profile, tags and user data, as :meth:`launch` sends them and :meth:`dry_run` checks them."""
+        ``TYPE@ZONE`` for spot), as :meth:`launch` sends them and :meth:`dry_run` checks them: the
+        type's image (``image_for``) or template, subnet (on-demand: ``subnet``, else the first),
+        groups, key, profile, tags, user data with the type's lines. ClientToken: the intent's
+        (``client_token``, the intent tag), or the subnet's own (``scaler.cloud.subnets``)."""
         instance_type, zone = split_slot(slot)
         spec = self.launch_spec
+        image = self.image_of(instance_type)
+        subnets = self.subnets()
         all_tags = dict(getattr(spec, "tags", {}) or {})
         all_tags.update(tags or {})
         all_tags.update({CLUSTER_TAG: self.cluster, MANAGED_BY_TAG: MANAGED_BY_VALUE, INTENT_TAG: client_token,
                          SLOT_TAG: slot, MARKET_TAG: market_of(slot)})
         tag_list = [{"Key": k, "Value": v} for k, v in all_tags.items()]
+        if zone is None:
+            subnet = subnet or (subnets[0] if subnets else None)
+        else:   # a spot zone's subnet; without one, the launch's only subnet (several: EC2 picks by Placement)
+            subnet = (self.spot.zones.get(zone) if self.spot is not None else None) or \
+                (subnets[0] if len(subnets) == 1 else None)
         kw: dict[str, Any] = {
             "InstanceType": instance_type,
             "MinCount": 1,
             "MaxCount": int(count),
-            "ClientToken": client_token,
+            "ClientToken": subnet_token(client_token, subnet, subnets) if zone is None else client_token,
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
                                   {"ResourceType": "volume", "Tags": tag_list}],
-            "UserData": build_user_data(self.cluster, self.dispatcher, getattr(spec, "user_data", None),
+            "UserData": build_user_data(self.cluster, self.dispatcher, image.user_data,
                                         self.cluster_token, self.models, self.worker_port, self.worker_flags,
                                         self.token_parameter, spot_watch=zone is not None),
         }
-        if getattr(spec, "ami_id", None):
-            kw["ImageId"] = spec.ami_id
-        lt = getattr(spec, "launch_template", None)
+        ami = self.image_id(image)
+        if ami:
+            kw["ImageId"] = ami
+        lt = image.launch_template
         if lt is not None:
             ref: dict[str, Any] = {"Version": lt.version}
             if lt.id:
@@ -298,9 +347,7 @@ class Ec2Cloud:
             else:
                 ref["LaunchTemplateName"] = lt.name
             kw["LaunchTemplate"] = ref
-        subnet = getattr(spec, "subnet_id", None)
         if zone is not None:
-            subnet = (self.spot.zones.get(zone) if self.spot is not None else None) or subnet
             kw["InstanceMarketOptions"] = spot_market_options(self.spot.max_price if self.spot is not None else None)
             kw["Placement"] = {"AvailabilityZone": zone}
         if subnet:
@@ -314,15 +361,20 @@ class Ec2Cloud:
             kw["IamInstanceProfile"] = {"Arn": prof} if prof.startswith("arn:") else {"Name": prof}
         return kw
 
-    def dry_run(self, slot: str) -> tuple[str, str]:
-        """RunInstances of one instance of ``slot`` with ``DryRun=True``, as :meth:`launch` would send
-        it: nothing is launched, nothing is spent. Returns EC2's (code, one-line message):
-        ``DryRunOperation`` when the launch would have been allowed, else the refusal's code
-        (``UnauthorizedOperation`` naming ec2:RunInstances, ``InvalidAMIID.NotFound``, ...). No
-        credentials → ``CloudConfigError``; an unreachable endpoint → ``CloudError``."""
+    def dry_run(self, slot: str, subnet: str | None = None) -> tuple[str, str]:
+        """RunInstances of one instance of ``slot`` (on-demand: in ``subnet``, else the first) with
+        ``DryRun=True``, as :meth:`launch` would send it: nothing is launched, nothing is spent.
+        Returns EC2's (code, one-line message): ``DryRunOperation`` when the launch would have been
+        allowed, else the refusal's code (``UnauthorizedOperation`` naming ec2:RunInstances,
+        ``InvalidAMIID.NotFound``, ...), or SSM's when the type's image parameter does not resolve
+        (``ParameterNotFound``). No credentials → ``CloudConfigError``; an unreachable endpoint →
+        ``CloudError``."""
         from botocore.exceptions import ClientError
 
-        kw = self.run_params(slot, 1, DRY_RUN_TOKEN)
+        try:
+            kw = self.run_params(slot, 1, DRY_RUN_TOKEN, subnet=subnet)
+        except ImageUnresolved as exc:
+            return exc.code, str(exc)
         try:
             aws_call("run_instances", lambda: self.client.run_instances(DryRun=True, **kw), lambda c, m, a: None,
                      iam_action("ec2", "run_instances"))
