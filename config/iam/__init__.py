@@ -3,7 +3,8 @@ part of a deployment needs, derived from the boto3 calls the code makes, one sta
 
 * ``control-host.json``: the daemon (and its dispatcher) on the control host: list, launch, tag at
   launch and terminate its cluster's instances, pass the workers' role, the cluster lease in
-  DynamoDB, the cluster token in SSM, the Price List API.
+  DynamoDB, the cluster token in SSM, AWS's public image parameters (``launch`` images given as
+  ``ssm_parameter``: ``/aws/service/*``), the Price List API.
 * ``worker.json``: the workers' instance profile: read the cluster token.
 * ``replicas.json`` (with ``lease.replicas``): the replicas' items in the lease table.
 * ``s3-models.json`` (model registration and offline jobs from S3): objects in one bucket.

@@ -9,7 +9,8 @@ which only ``costscale doctor`` uses, is proven by tests/cloud/test_iam_doctor.p
 * **start**: ``AwsWiring.open``: the cluster token published to SSM, the lease table created and
   the lease taken (DynamoDB);
 * **fleet**: the actuator over ``Ec2Cloud`` (fenced by the lease): apply a pool of one (list,
-  launch with the workers' instance profile), reconcile, apply an empty pool (terminate);
+  launch with the workers' instance profile, from the type family's image given as AWS's public SSM
+  parameter: ssm:GetParameter), reconcile, apply an empty pool (terminate);
 * **spot**: a spot launch in a zone and its termination; then **stop**: the lease given back; the
   spot prices (DescribeSpotPriceHistory); one warning read from the interruption queue (SQS
   receive and delete);
@@ -29,6 +30,10 @@ What moto cannot show (README "IAM policies"), so these hold on moto by reading,
   removal of TagWorkersAtLaunch or PassWorkerRole breaks nothing there (:data:`MOTO_BLIND`);
 * moto has no Price List API (``pricing``), and the daemon asks it only without ``aws.endpoint_url``:
   RegionPrices is not exercised (tests/cloud/test_region_prices.py stubs it);
+* ResolvePublicImages (ssm:GetParameter on AWS's public ``/aws/service/*`` parameters) is exercised
+  by the fleet's launch, but moto judges SSM at ``*``, where PublishClusterToken grants the same
+  action: its removal breaks nothing there. Its ARN is checked instead to match the public
+  parameter the launch read, and PublishClusterToken's not to (so on AWS the read needs it);
 * moto checks EC2, SSM and DynamoDB requests against the resource ``*``, so those statements run
   here with ``Resource: *`` (``tests.iam_helpers.moto_view``); their ARNs are checked instead to
   match the resources the paths touched
@@ -68,7 +73,11 @@ MOTO_BLIND = {
     "TagWorkersAtLaunch": "moto checks ec2:RunInstances only, not the ec2:CreateTags AWS checks for TagSpecifications",
     "PassWorkerRole": "moto checks ec2:RunInstances only, not the iam:PassRole AWS checks for IamInstanceProfile",
     "RegionPrices": "moto has no Price List API; the daemon asks it only on AWS (no aws.endpoint_url)",
+    "ResolvePublicImages": "moto judges SSM at *, where PublishClusterToken's ssm:GetParameter grants the read too",
 }
+#: the fleet's type family launches from AWS's public parameter (moto 5 holds its us-east-1 value)
+PUBLIC_IMAGE = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+PUBLIC_AMI = "ami-0d27e0fb3bac4d724"
 
 Lines = dict[str, "str | None"]
 
@@ -115,6 +124,7 @@ class Account:
         base = demo_config(tmp, endpoint, ami, 2.5, 2.0)
         raw = base.model_dump()
         raw["launch"]["iam_instance_profile"] = WORKER_ROLE
+        raw["launch"]["by_type"] = {"g4dn": {"ssm_parameter": PUBLIC_IMAGE}}
         self.cfg = type(base).model_validate(raw)
         values = _values(self.cfg)
         self.control = create_user(endpoint, "control-host", _policies(CONTROL_DOCS, values, without))
@@ -237,8 +247,10 @@ def test_every_path_succeeds_with_the_documents_and_calls_exactly_their_actions(
     granted = {a for doc in DAEMON_DOCUMENTS for st in statements(doc) if st["Sid"] not in MOTO_BLIND
                for a in as_list(st["Action"])}
     assert set(calls) == granted, (sorted(set(calls) - granted), sorted(granted - set(calls)))
+    assert [kw["Name"] for kw in calls["ssm:GetParameter"] if kw["Name"].startswith("/aws/")] == [PUBLIC_IMAGE]
     launches = calls["ec2:RunInstances"]
     assert len(launches) == 2 and any("InstanceMarketOptions" in kw for kw in launches)
+    assert {kw["ImageId"] for kw in launches} == {PUBLIC_AMI}      # both from the parameter, read once
     for kw in launches:
         assert {t["ResourceType"] for t in kw["TagSpecifications"]} == {"instance", "volume"}
         assert kw["IamInstanceProfile"] == {"Name": WORKER_ROLE}
@@ -305,6 +317,7 @@ def test_the_documents_arns_match_the_resources_the_paths_touched(
     assert not any(lines.values()) and iids, lines
     touched = {"ClusterLease": [table], "CreateLeaseTable": [table], "ReplicaItems": [table],
                "PublishClusterToken": [param], "ReadClusterToken": [param], "SpotInterruptionQueue": [queue],
+               "ResolvePublicImages": [f"arn:aws:ssm:{REGION}::parameter{PUBLIC_IMAGE}"],
                "TerminateClusterInstances": [f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{i}" for i in iids],
                "LaunchWorkers": [f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{i}" for i in iids],
                "TagWorkersAtLaunch": [f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{i}" for i in iids],
@@ -323,6 +336,8 @@ def test_the_documents_arns_match_the_resources_the_paths_touched(
             assert "*" not in res and st["Sid"] in touched, st
             for arn in touched[st["Sid"]]:
                 assert any(fnmatch.fnmatchcase(arn, pattern) for pattern in res), (st["Sid"], arn, res)
+            if st["Sid"] == "PublishClusterToken":      # on AWS only ResolvePublicImages grants the public read
+                assert not any(fnmatch.fnmatchcase(touched["ResolvePublicImages"][0], p) for p in res)
 
 
 def test_the_readme_lists_exactly_the_documents() -> None:
