@@ -7,7 +7,7 @@ Order: credentials first (without them every other check fails the same way: it 
 then the region (a region the account has not enabled refuses every call: it stops there too),
 the launch (DryRun, image), the network, the services, the dispatcher address, the prices.
 
-The fast subset (credentials, the DryRun of the first slot, the image's architecture) fails the
+The fast subset (credentials, the DryRun of the first launch, each type's image) fails the
 start only on an AWS verdict (an error code): an endpoint that does not answer is left to the
 daemon's own start, which names the service it could not reach. On an emulator on this host an
 image it does not list is not a verdict either (moto launches any image id).
@@ -19,7 +19,8 @@ import logging
 from config.errors import UsageError
 from config.schema import Config
 from daemon.doctor.account import check_credentials, check_prices, check_region
-from daemon.doctor.launch import check_image, check_offerings, check_permissions
+from daemon.doctor.images import check_image
+from daemon.doctor.launch import check_offerings, check_permissions
 from daemon.doctor.network import check_dispatcher, check_network, real_instances
 from daemon.doctor.report import Clients, Finding, clients_for
 from daemon.doctor.services import check_buckets, check_lease_table, check_token_parameter, token_parameter_used

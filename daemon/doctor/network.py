@@ -1,11 +1,13 @@
 """Pre-flight of the network (issue #38, deliverable 5): where workers land and whether they can
 dial the dispatcher. Reads only.
 
-* ``network``: every subnet named (``launch.subnet_id``, each ``spot.zones`` subnet) and every
-  security group (``launch.security_group_ids``) exists (DescribeSubnets, DescribeSecurityGroups),
-  all lie in one VPC (RunInstances refuses a group of another VPC than its subnet:
-  InvalidParameter "Security group ... and subnet ... belong to different networks"), and each spot
-  zone's subnet lies in that zone (a spot launch asks for the zone and the subnet together).
+* ``network``: every subnet named (``launch.subnets`` or ``subnet_id``, each ``spot.zones`` subnet)
+  and every security group (``launch.security_group_ids``) exists (DescribeSubnets,
+  DescribeSecurityGroups), all lie in one VPC (RunInstances refuses a group of another VPC than its
+  subnet: InvalidParameter "Security group ... and subnet ... belong to different networks"), each
+  spot zone's subnet lies in that zone (a spot launch asks for the zone and the subnet together),
+  and the on-demand subnets lie in distinct zones (a warning: two in one zone give no fallback, a
+  zone's capacity refusal being the zone's; :func:`shared_zones`).
 * ``dispatcher``: the address workers dial (``dispatcher.advertise``, else ``listen``) is neither
   loopback nor ``0.0.0.0`` when the instances are real (EC2 is not an emulator on this host), and,
   as far as the worker subnets' route tables tell, a route covers it (warn only: a security group,
@@ -25,7 +27,7 @@ from daemon.doctor.report import Clients, Finding, failure, unread
 
 def named_subnets(cfg: Config) -> list[str]:
     """The subnets workers launch into, as the config names them (none: the default VPC's)."""
-    out = [cfg.launch.subnet_id] if cfg.launch.subnet_id else []
+    out = list(cfg.launch.subnet_ids)
     for subnet in (cfg.spot.zones.values() if cfg.spot is not None else []):
         if subnet and subnet not in out:
             out.append(subnet)
@@ -58,7 +60,7 @@ def check_network(cfg: Config, clients: Clients) -> Finding:
     groups: list[dict[str, Any]] = []
     if subnets_named:
         subnets, bad = _described(lambda: ec2.describe_subnets(SubnetIds=subnets_named), "Subnets",
-                                  f"subnet {', '.join(subnets_named)}", "launch.subnet_id / spot.zones")
+                                  f"subnet {', '.join(subnets_named)}", "launch.subnets / spot.zones")
         if bad is not None:
             return bad
     if groups_named:
@@ -83,10 +85,24 @@ def check_network(cfg: Config, clients: Clients) -> Finding:
                            f"{zone_of.get(subnet)}", "name a subnet of that zone", "InvalidParameterCombination")
     if not subnets_named and not groups_named:
         return Finding("ok", "network", "no subnet or security group named: EC2 uses the default VPC's")
+    shared = shared_zones(cfg.launch.subnet_ids, zone_of)
+    if shared:
+        return Finding("warn", "network", f"on-demand subnets share a zone ({shared}): a capacity refusal there "
+                       "is the zone's, the second subnet gives no fallback", "name one subnet per zone in "
+                       "launch.subnets")
     vpc = next(iter(vpcs))
     zones = sorted({z for z in zone_of.values() if z})
     return Finding("ok", "network", f"{len(subnets)} subnet(s) ({', '.join(zones) or 'default'}) and {len(groups)} "
                                     f"security group(s) in {vpc}")
+
+
+def shared_zones(subnets: list[str], zone_of: dict[str, str | None]) -> str:
+    """``ZONE: SUBNET, SUBNET`` for each zone holding more than one of ``subnets``; empty when none."""
+    by_zone: dict[str, list[str]] = {}
+    for s in subnets:
+        if zone_of.get(s):
+            by_zone.setdefault(str(zone_of[s]), []).append(s)
+    return "; ".join(f"{z}: {', '.join(ss)}" for z, ss in sorted(by_zone.items()) if len(ss) > 1)
 
 
 def _covering_routes(ec2: Any, subnets: list[str], ip: ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -151,4 +167,4 @@ def check_dispatcher(cfg: Config, clients: Clients) -> Finding:
     return Finding("ok", "dispatcher", f"workers dial {address}: routed from every worker subnet ({first})")
 
 
-__all__ = ["check_dispatcher", "check_network", "named_subnets", "real_instances"]
+__all__ = ["check_dispatcher", "check_network", "named_subnets", "real_instances", "shared_zones"]

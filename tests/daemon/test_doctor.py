@@ -354,7 +354,8 @@ def test_an_x86_image_for_a_graviton_type_fails_the_image_check(account: dict[st
     (``model_construct``): an x86_64 image for a c7g (moto's DescribeInstanceTypes: arm64), and the
     type table that stands in where DescribeInstanceTypes does not answer."""
     from config.schema import InstanceTypeSpec, parse_config_text
-    from daemon.doctor.launch import arch_of_type, check_image
+    from daemon.doctor.images import check_image
+    from daemon.doctor.launch import arch_of_type
     from daemon.doctor.report import clients_for
 
     cfg = parse_config_text(yaml.safe_dump(good_config(account, tmp_path)))
