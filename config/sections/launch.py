@@ -201,7 +201,7 @@ def launch_problems(spec: LaunchSpec, types: Sequence[str],
                              "ssm_parameter or launch_template, or a default launch.ami_id"))
         elif what == "arch":
             out.append((loc, f"the image is declared {value} but {listed} run(s) {need} only: RunInstances "
-                             f"refuses it (give a {need} image in launch.by_type.{family_of(ts[0])})"))
+                             f"refuses it (give launch.by_type.{family_of(ts[0])} an {need} image)"))
         else:
             out.append((loc, f"the parameter's name says {value} but {listed} run(s) {need} only: give the "
                              f"{need} parameter"))

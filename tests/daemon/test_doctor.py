@@ -252,16 +252,6 @@ def test_without_the_check_the_first_launch_fails(name: str, account: dict[str, 
     assert setup[5] in str(err.value)
 
 
-def test_without_the_check_the_token_and_the_bucket_are_refused_later(account: dict[str, str]) -> None:
-    from dispatcher.object_store import ObjectError, S3Objects
-    from scaler.cloud.token_parameter import TokenParameter, make_ssm_client
-
-    with pytest.raises(CloudConfigError, match="reserved parameter name"):
-        TokenParameter(make_ssm_client(REGION, account["endpoint"]), "/aws/costscale/doc/token").publish("t" * 20)
-    with pytest.raises(ObjectError, match="NoSuchBucket"):
-        S3Objects(REGION, account["endpoint"]).get("s3://costscale-no-such-bucket/model.onnx")
-
-
 # --- a user without ec2:RunInstances (moto's IAM enforcement, tests/iam_helpers.py) ------------------
 
 #: what the user may do: everything doctor reads, and no launch
@@ -347,24 +337,6 @@ def test_runs_fast_preflight_stops_on_a_verdict_and_lets_the_emulator_launch_any
     assert [f.status for f in preflight(parsed(missing_ami))] == ["ok", "ok", "fail"]
     dead = parsed(lambda cfg, ids: cfg["aws"].update(endpoint_url="http://127.0.0.1:9"))
     assert [(f.check, f.code) for f in preflight(dead)] == [("credentials", "")]
-
-
-def test_an_x86_image_for_a_graviton_type_fails_the_image_check(account: dict[str, str], tmp_path: Path) -> None:
-    """The catalog holds no arm64 type yet, so the config is built past its type check
-    (``model_construct``): an x86_64 image for a c7g (moto's DescribeInstanceTypes: arm64), and the
-    type table that stands in where DescribeInstanceTypes does not answer."""
-    from config.schema import InstanceTypeSpec, parse_config_text
-    from daemon.doctor.images import check_image
-    from daemon.doctor.launch import arch_of_type
-    from daemon.doctor.report import clients_for
-
-    cfg = parse_config_text(yaml.safe_dump(good_config(account, tmp_path)))
-    cfg.instance_types.append(InstanceTypeSpec.model_construct(type="c7g.2xlarge", market="on_demand"))
-    found = check_image(cfg, clients_for(cfg))
-    assert (found.status, found.code) == ("fail", "InvalidParameterValue")
-    assert "is x86_64 but c7g.2xlarge run(s) arm64 only" in found.line()
-    assert [arch_of_type(t) for t in ("c7g.2xlarge", "t4g.xlarge", "m6gd.large", "g5g.xlarge", "c5.2xlarge",
-                                      "g4dn.xlarge", "inf2.xlarge")] == [["arm64"]] * 4 + [["x86_64"]] * 3
 
 
 def test_the_shipped_control_host_policy_passes_doctor_and_runs_preflight(iam_server: str, tmp_path: Path,
