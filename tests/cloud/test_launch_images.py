@@ -132,3 +132,15 @@ def test_a_transient_failure_keeps_the_image_read_before(moto_endpoint: str) -> 
     fresh._ssm = Down()
     with pytest.raises(CloudError, match="get_parameter"):
         fresh.image_id(fresh.image_of("c7g.2xlarge"))
+
+
+def test_the_example_config_gives_the_gpu_family_its_parameter_and_two_subnets() -> None:
+    from pathlib import Path
+
+    from config.schema import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "config" / "costscale.example.yaml")
+    assert len(cfg.launch.subnet_ids) == 2
+    gpu, cpu = image_for(cfg.launch, "g4dn.xlarge"), image_for(cfg.launch, "c5n.2xlarge")
+    assert gpu is not None and gpu.ssm_parameter is not None and arch_in_name(gpu.ssm_parameter) == "x86_64"
+    assert cpu is not None and cpu.ami_id == cfg.launch.ami_id and cpu.source == ("launch",)
