@@ -4,7 +4,7 @@
   zone can give a spot instance, ``spot.fallback`` decides: launch it on-demand, or not at all) or
   ``both`` (spot where a zone has capacity, on-demand otherwise, whatever ``spot.fallback`` says).
 * ``spot.zones``: the availability zones spot capacity is spread over, each with the subnet its
-  instances launch into (``null``: the launch's own ``subnet_id``, or the default VPC's). Spreading
+  instances launch into (``null``: the launch's one subnet, or the default VPC's). Spreading
   over independent failure domains is SpotHedge's first rule (EuroSys '25, §4.1 "spread").
 * ``spot.overprovision``: spot instances held beyond the plan as a safeguard against preemptions
   (SpotHedge §4.2 "overprovision", ``N_extra``; the paper's default is 1 or 2), bought only within
@@ -41,7 +41,8 @@ class SpotSpec(Strict):
 
     zones: dict[str, str | None] = Field(
         default_factory=dict, description="availability zone -> the subnet its spot instances launch into "
-                                           "(null: launch.subnet_id or the default VPC's); spot is spread over them")
+                                           "(null: the launch's one subnet, or the default VPC's); spot is spread "
+                                           "over them")
     overprovision: Annotated[int, Field(ge=0, le=16)] = Field(
         1, description="spot instances held beyond the plan as a safeguard against preemptions (SpotHedge's "
                        "N_extra; 1 or 2 in the paper), only within the budget")

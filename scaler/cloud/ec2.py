@@ -290,7 +290,9 @@ class Ec2Cloud:
 
     def subnets(self) -> list[str]:
         """The on-demand subnets in order of preference (``launch.subnets``, or ``subnet_id``)."""
-        return list(getattr(self.launch_spec, "subnet_ids", None) or [])
+        spec = self.launch_spec
+        listed = getattr(spec, "subnet_ids", None)
+        return list(listed) if listed is not None else [s for s in [getattr(spec, "subnet_id", None)] if s]
 
     def image_of(self, instance_type: str) -> ImageChoice:
         """The type's image as the config gives it (``config.sections.launch.image_for``)."""
