@@ -4,8 +4,9 @@ and would it boot? Spends nothing.
 * ``permissions``: RunInstances with ``DryRun=True`` for every configured launch (each on-demand type
   in each of ``launch.subnets``, each spot type in each ``spot.zones`` subnet) with the very
   parameters the actuator sends (``Ec2Cloud.run_params``: the type's image or launch template, its
-  SSM parameter resolved, security groups, instance profile, tags). ``DryRunOperation`` is a yes; any other code is that code's meaning
-  (:data:`DRY_RUN_MEANING`). On AWS a DryRun checks the permission and the parameters (image,
+  SSM parameter resolved, security groups, instance profile, tags). ``DryRunOperation`` is a yes;
+  any other code is that code's meaning (:data:`DRY_RUN_MEANING`); a type whose image parameter
+  does not resolve is not tried (a warning: the ``image`` check fails it). On AWS a DryRun checks the permission and the parameters (image,
   subnet, groups, profile); moto (5.x) checks the IAM action (with enforcement on) and the instance
   profile, then answers DryRunOperation without looking at the image, subnet or groups: those are
   the ``image`` and ``network`` checks' describe calls, which moto answers.
