@@ -92,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
     from config.stack.outputs import config_text, missing_outputs
     from scaler.cloud.provider import CloudError
 
+    out = Path(args.out)
+    if out.exists() and not args.force:     # before any AWS call (the write itself refuses too: O_EXCL)
+        raise UsageError(f"costscale init: {out} exists: give --force to overwrite it, or --out another path")
     region = _region(args.region)
     try:
         outputs = stack_outputs(args.from_stack, region, args.endpoint_url)
@@ -103,7 +106,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"costscale init: stack {args.from_stack} has no output {', '.join(missing)}: is it made from "
                          "config/stack/costscale-stack.yaml?")
     text = config_text(args.from_stack, outputs, args.endpoint_url)
-    out = Path(args.out)
     write_new(out, text, args.force)
     print(f"{out}: written from stack {args.from_stack} ({region}); fill in each FILL IN, then costscale validate {out}")
     return 0
