@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from config.iam import DOCUMENTS, load
+from config.iam import DOCUMENTS, PLACEHOLDERS, load
 from config.stack import TEMPLATE_PATH
 from config.stack.template import CFN_VALUES, CONTROL_HOST_DOCS, SWITCHES, WORKER_DOCS, logical_id, render_yaml
 
@@ -57,7 +57,8 @@ def test_each_policy_is_a_shipped_document_exactly() -> None:
         assert res["Properties"]["Roles"] == [{"Ref": role}]
         assert res.get("Condition") == cond
         assert _unsub(res["Properties"]["PolicyDocument"]) == load(doc), doc
-    # the substitutions name what the stack holds
+    # every placeholder of config/iam has its substitution, and each names what the stack holds
+    assert set(CFN_VALUES) == set(PLACEHOLDERS)
     assert {"LeaseTable", "Bucket", "InterruptionQueue", "WorkerRole"} <= set(resources)
     assert set(_template()["Conditions"]) == {c for c, _, _ in SWITCHES.values()}
 
