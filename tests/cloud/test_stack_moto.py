@@ -47,7 +47,7 @@ def _bucket(endpoint: str) -> str:
 # EventBridge rule's delivery to the queue is not shown on moto, only the queue, the rule and the URL
 def test_init_writes_the_config_the_stack_outputs_fill(moto_endpoint: str, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    d = deploy(_args(moto_endpoint), STACK, CLUSTER, IncludeSpot=True)
+    d = deploy(_args(moto_endpoint), STACK, CLUSTER, IncludeSpot=True, IncludeReplicas=True)
     out = tmp_path / "costscale.yaml"
     assert _init(moto_endpoint, out) == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
@@ -60,7 +60,7 @@ def test_init_writes_the_config_the_stack_outputs_fill(moto_endpoint: str, tmp_p
                              "iam_instance_profile": "costscale-prod-worker"}
     assert raw["dispatcher"] == {"listen": "0.0.0.0:50051", "advertise": None, "worker_port": 50052,
                                  "token_parameter": "/costscale/prod/cluster-token", "auth_token_file": None}
-    assert raw["lease"] == {"table": "costscale-prod-leases", "replicas": False}
+    assert raw["lease"] == {"table": "costscale-prod-leases", "replicas": True}
     assert raw["aws"] == {"buckets": [_bucket(moto_endpoint)], "endpoint_url": moto_endpoint}
     assert raw["spot"] == {"interruption_queue": d.outputs["InterruptionQueueUrl"]}
     assert d.outputs["InterruptionQueueUrl"].endswith("/costscale-prod-spot-warnings")
