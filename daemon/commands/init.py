@@ -46,13 +46,15 @@ def _region(given: str | None) -> str:
 
 def stack_outputs(name: str, region: str, endpoint_url: str | None) -> dict[str, str]:
     """The outputs of stack ``name`` (OutputKey → OutputValue); UsageError for a missing or unready stack."""
-    from scaler.cloud.aws_client import aws_call, iam_action, make_client
+    from scaler.cloud.aws_client import AUTH_CODES, after, aws_call, iam_action, make_client
     from scaler.cloud.provider import CloudConfigError, CloudError
 
     def typed(code: str, msg: str, attempts: int) -> CloudError:
         if code == "ValidationError" and "does not exist" in msg:
             return CloudConfigError(f"stack {name} not found in {region}")
-        return CloudConfigError(f"describe stack {name}: {code}: {msg}")
+        if code == "ValidationError" or code in AUTH_CODES or "Token" in code or "Signature" in code:
+            return CloudConfigError(f"describe stack {name}: {code}: {msg}")      # the caller's to fix: exit 2
+        return CloudError(f"describe stack {name}: {code}: {msg}{after(attempts)}")  # throttled, 5xx: exit 1
 
     cfn = make_client("cloudformation", region, endpoint_url=endpoint_url, max_attempts=3, connect_timeout=5,
                       read_timeout=15)

@@ -41,7 +41,8 @@ def _role_policies(iam: Any, role: str) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.slow
 def test_the_control_host_role_of_the_stack_runs_the_launch_path_under_iam_enforcement(
-        iam_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        iam_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
     from daemon.app import Daemon
     from daemon.commands.worker import _token_from_parameter
     from tests.lease_helpers import moto_ami
@@ -100,6 +101,10 @@ def test_the_control_host_role_of_the_stack_runs_the_launch_path_under_iam_enfor
         enforce(iam_server, True)
         as_user(monkeypatch, bare)
         line = asyncio.run(refused())
+        capsys.readouterr()
+        denied = main(["init", "--from-stack", STACK, "--region", REGION, "--out", str(tmp_path / "b.yaml"),
+                       "--endpoint-url", iam_server])
+        denied_err = capsys.readouterr().err
         as_user(monkeypatch, host)
         generation = asyncio.run(scenario())
         as_user(monkeypatch, workers)
@@ -107,6 +112,10 @@ def test_the_control_host_role_of_the_stack_runs_the_launch_path_under_iam_enfor
     finally:
         enforce(iam_server, False)
     assert "ssm:GetParameter" in line and "\n" not in line, line
+    # init as a user who may not read stacks: one line naming the action, exit 2
+    assert denied == 2 and denied_err.count("\n") == 1, denied_err
+    assert denied_err.startswith(f"costscale init: describe stack {STACK}: AccessDenied") and \
+        "cloudformation:DescribeStacks" in denied_err, denied_err
     assert generation == 1
     assert read == "stack-iam-token"
     ec2 = boto3.client("ec2", **root)
