@@ -26,7 +26,7 @@ from pydantic import Field, field_validator
 from config.catalog import load_catalog
 from config.fields import Strict
 
-#: the forecasters the config may name (scaler.forecast.forecaster.FORECASTER_NAMES)
+#: the forecasters the config may name (scaler.forecast.registry.FORECASTER_NAMES)
 FORECASTERS = ("seasonal_naive", "ets")
 HARDWARE = ("gpu", "cpu", "inferentia")
 

@@ -10,7 +10,8 @@ split in two so the fleet tick stays cheap:
   run off the tick, say hourly;
 - ``Fit.predict(history, now, lead_s, quantile) -> float | None``: the cheap part, every tick.
 
-``forecast(history, now, lead_s, quantile)`` is both at once; :func:`forecast_batch` runs one over
+``forecast(history, now, lead_s, quantile)`` is both at once (the forecasters by name:
+:mod:`scaler.forecast.registry`); :func:`forecast_batch` runs one over
 many instants as a replay needs, refitting every ``refit_s`` on what was known then. Neither reads a
 minute at or after ``now`` (no look-ahead): a replay's forecast at ``t`` is the one the daemon would
 have made at ``t``.
@@ -24,8 +25,6 @@ import numpy as np
 
 from scaler.forecast.history import DemandHistory
 
-#: the forecasters by config name (``forecast.forecasters``); "reactive" is always a candidate
-FORECASTER_NAMES = ("seasonal_naive", "ets")
 #: how often a replay's batch refits (the daemon's background refit runs as often)
 DEFAULT_REFIT_S = 3600.0
 
@@ -75,19 +74,6 @@ class Reactive:
         return None
 
 
-def make_forecaster(name: str) -> Forecaster:
-    """The forecaster of a config name (``reactive``, ``seasonal_naive``, ``ets``)."""
-    if name == "reactive":
-        return Reactive()
-    if name == "seasonal_naive":
-        from scaler.forecast.seasonal import SeasonalNaive
-        return SeasonalNaive()
-    if name == "ets":
-        from scaler.forecast.ets import Ets
-        return Ets()
-    raise ValueError(f"unknown forecaster {name!r} (known: reactive, {', '.join(FORECASTER_NAMES)})")
-
-
 def forecast_batch(f: Forecaster, history: DemandHistory, nows: Sequence[float] | np.ndarray, lead_s: float,
                    quantile: float, refit_s: float = DEFAULT_REFIT_S) -> np.ndarray:
     """The forecast at each of ``nows`` (ascending), NaN where there is none: fitted at the first
@@ -110,5 +96,4 @@ def forecast_batch(f: Forecaster, history: DemandHistory, nows: Sequence[float] 
     return out
 
 
-__all__ = ["DEFAULT_REFIT_S", "FORECASTER_NAMES", "Fit", "Forecaster", "Reactive", "check_request",
-           "fit_and_predict", "forecast_batch", "make_forecaster"]
+__all__ = ["DEFAULT_REFIT_S", "Fit", "Forecaster", "Reactive", "check_request", "fit_and_predict", "forecast_batch"]

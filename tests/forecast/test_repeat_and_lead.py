@@ -64,3 +64,13 @@ def test_the_configured_boot_delay_by_type_then_hardware_then_default() -> None:
     assert configured_boot_s(conf, "g4dn.xlarge", "gpu") == 240.0
     assert configured_boot_s(conf, "p3.2xlarge", "gpu") == 120.0
     assert configured_boot_s(conf, "r5n.large", "cpu") == DEFAULT_BOOT_S["cpu"] == 60.0
+
+
+def test_every_forecaster_the_config_names_exists() -> None:
+    from config.sections.forecast import FORECASTERS
+    from scaler.forecast.registry import FORECASTER_NAMES, make_forecaster
+
+    assert FORECASTERS == FORECASTER_NAMES
+    assert [make_forecaster(n).name for n in ("reactive", *FORECASTERS)] == ["reactive", "seasonal_naive", "ets"]
+    with pytest.raises(ValueError, match="unknown forecaster 'lstm'"):
+        make_forecaster("lstm")
