@@ -75,6 +75,9 @@ class DemandHistory:
             return
         if not (np.isfinite(rates).all() and (rates >= 0).all()):
             raise ValueError("a rate must be finite and >= 0")
+        if np.unique(minutes).size != minutes.size:   # a minute given twice keeps its last rate (in
+            minutes, first = np.unique(minutes[::-1], return_index=True)   # numpy's assignment, which
+            rates = rates[::-1][first]                                     # wins is unspecified)
         newest = int(minutes.max())
         floor = max(newest, self.last_minute if self._len else newest) - self.retention_min + 1
         keep = minutes >= floor

@@ -114,7 +114,7 @@ class SeasonalFit:
     def predict(self, history: DemandHistory, now: float, lead_s: float, quantile: float) -> float | None:
         check_request(lead_s, quantile)
         origin = minute_of(now)
-        stop = int(math.ceil((now + lead_s) / MINUTE_S))
+        stop = min(int(math.ceil((now + lead_s) / MINUTE_S)), origin + DAY_MIN)   # yesterday is known up to now
         path = point_path(history, origin, origin, max(stop, origin + 1))
         if np.isnan(path).all():
             return None

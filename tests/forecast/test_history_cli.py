@@ -107,6 +107,12 @@ def test_show_refuses_an_unknown_model_and_a_missing_store(config: Path, tmp_pat
     assert capsys.readouterr().out.strip() == "ncf: nothing held"
 
 
+def test_history_imports_its_own_module_alone() -> None:
+    from daemon.cli import COMMANDS, command_modules
+
+    assert "history" in COMMANDS and command_modules(["history", "show"]) == ("history",)
+
+
 def test_the_replays_history_is_before_the_trace(config: Path, tmp_path: Path) -> None:
     csv = tmp_path / "h.csv"
     csv.write_text("timestamp,model,qps\n-86400,ncf,3\n-86370,ncf,5\n-60,ncf,1\n")

@@ -37,6 +37,7 @@ def test_over_a_longer_lead_it_is_yesterdays_largest_minute_of_the_horizon() -> 
     now = 8 * DAY_S + 300 * 60.0                    # minute 300, rising toward the peak at 360
     assert SeasonalNaive().forecast(h, now, 15 * 60.0, 0.9) == PROFILE[300:315].max()
     assert SeasonalNaive().forecast(h, now + 30.0, 60.0, 0.9) == PROFILE[300:302].max()   # overlaps two minutes
+    assert SeasonalNaive().forecast(h, now + 30.0, DAY_S, 0.9) == PROFILE.max()           # a whole day ahead
 
 
 def flat_then(days: int, today: float, step_min: int = 60) -> DemandHistory:
