@@ -43,6 +43,7 @@ from daemon.profiling.self_profiling import SelfProfiler, profile_sink
 from daemon.observe.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
 from daemon.observe.status_feed import LoopFacts, StatusFeed, build_feed, status_line
 from daemon.loops.ticks import quiet_at_shutdown
+from daemon.loops.demand_minutes import DemandMinutes, minute_rates
 from daemon.observe.fleet_status import FleetStatus
 from daemon.profiling.model_profiles import load_profiles_for
 from daemon.loops.fleet_ports import DaemonAudit, DispatcherWorkers, FleetHook, ThreadedCloud
@@ -74,6 +75,7 @@ class Daemon:
         self._scheduler: AsyncIOScheduler | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.store: StateStore | None = None
+        self.minutes: DemandMinutes | None = None   # each model's rate per minute into the store (issue #39)
         self.dispatcher: Dispatcher | None = None
         self.actuator: FleetActuator | None = None
         self.cloud: CloudProvider | None = None
@@ -133,6 +135,7 @@ class Daemon:
         self._loop = asyncio.get_running_loop()
         try:
             self.store = StateStore.open(cfg.state_path)
+            self.minutes = DemandMinutes(self.store, cfg.forecast.retention_days)
         except UsageError:
             raise
         except Exception as exc:  # lock held or unwritable state path
@@ -308,6 +311,9 @@ class Daemon:
                 await self.model_loop.tick(time.monotonic())
             except Exception:  # keep serving; the next tick retries
                 log.exception("model loop tick failed")
+        done = self.minutes.due() if self.minutes is not None and self.dispatcher is not None and self.leading() else None
+        if done is not None:   # a minute ended: each model's rate over it into the demand history
+            await asyncio.to_thread(self.minutes.write, done, minute_rates(self.cfg, self.dispatcher, self.replica))
         if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
             return
         # early replans follow a plan that was made; after a failed one, the fleet interval retries
