@@ -133,7 +133,9 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
             lines.append(f"export COSTSCALE_WHEELHOUSE={shlex.quote(install.wheelhouse.rstrip('/'))}")
         lines += _embedded_script()
         start = 'exec "$BOOT" worker'
-    cmd = f"{start} --listen 0.0.0.0:{int(worker_port)} --advertise \"$COSTSCALE_ADDRESS:{int(worker_port)}\""
+    # the bootstrap's worker listens on the instance's private address only (IMDS local-ipv4), not 0.0.0.0
+    listen = f'"$COSTSCALE_ADDRESS:{int(worker_port)}"' if install is not None else f"0.0.0.0:{int(worker_port)}"
+    cmd = f"{start} --listen {listen} --advertise \"$COSTSCALE_ADDRESS:{int(worker_port)}\""
     for name, spec in models:
         cmd += f" --model {shlex.quote(f'{name}={spec}')}"
     if dispatcher:
