@@ -93,7 +93,7 @@ envfile FILE                 the worker's COSTSCALE_* and AWS region settings, 0
 S3 is read with the instance profile: IMDSv2 gives temporary credentials and the region
 (docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-retrieval.html), each GET is signed
 with Signature Version 4 (docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html,
-UNSIGNED-PAYLOAD over HTTPS). Credentials are never printed."""
+the empty body's SHA-256 as the payload hash of a GET). Credentials are never printed."""
 import datetime
 import hashlib
 import hmac
@@ -106,6 +106,7 @@ import urllib.request
 
 IMDS = (os.environ.get("COSTSCALE_TEST_IMDS") or "http://169.254.169.254").rstrip("/")
 S3_ENDPOINT = (os.environ.get("COSTSCALE_TEST_S3_ENDPOINT") or "").rstrip("/")
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()   # a GET's payload hash
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # IMDS is never proxied
 OWN = ("COSTSCALE_TEST_", "COSTSCALE_VERSION", "COSTSCALE_ONNXRUNTIME", "COSTSCALE_WHEELHOUSE", "COSTSCALE_FOREGROUND")
 
@@ -132,12 +133,12 @@ def sigv4_headers(url, region, access_key, secret_key, session_token, now):
     """The headers of a SigV4-signed S3 GET of ``url`` (no query string) at ``now`` (UTC)."""
     parts = urllib.parse.urlsplit(url)
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-    headers = {"host": parts.netloc, "x-amz-content-sha256": "UNSIGNED-PAYLOAD", "x-amz-date": amz_date}
+    headers = {"host": parts.netloc, "x-amz-content-sha256": EMPTY_SHA256, "x-amz-date": amz_date}
     if session_token:
         headers["x-amz-security-token"] = session_token
     names = sorted(headers)
     canonical = "\n".join(["GET", parts.path or "/", "", *(f"{n}:{headers[n]}" for n in names), "",
-                           ";".join(names), "UNSIGNED-PAYLOAD"])
+                           ";".join(names), EMPTY_SHA256])
     scope = f"{amz_date[:8]}/{region}/s3/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     key = _hmac(_hmac(_hmac(_hmac(("AWS4" + secret_key).encode(), amz_date[:8]), region), "s3"), "aws4_request")
