@@ -104,13 +104,39 @@ def source_tree() -> Path | None:
     return root if pyproject.is_file() and f'name = "{DISTRIBUTION}"' in pyproject.read_text() else None
 
 
+#: the folders of the package (pyproject ``[tool.setuptools] packages``)
+PACKAGE_DIRS = ("daemon", "scaler", "dispatcher", "variants", "sim", "worker", "config")
+STAMP = ".complete"
+
+
+def tree_digest(tree: Path) -> str:
+    """SHA-256 over the package's files and pyproject.toml: the wheel is rebuilt when it changes."""
+    h = hashlib.sha256()
+    paths = [tree / "pyproject.toml"] + sorted(p for d in PACKAGE_DIRS for p in (tree / d).rglob("*")
+                                               if p.is_file() and "__pycache__" not in p.parts)
+    for p in paths:
+        h.update(str(p.relative_to(tree)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _fresh(out: Path, key: str) -> bool:
+    """``out`` holds a complete download for ``key`` (its stamp): reused without asking the index."""
+    return (out / STAMP).is_file() and (out / STAMP).read_text() == key
+
+
 def own_wheel(cache: Path, version: str) -> Path:
-    """costscale==version as a wheel in ``cache``: built from the source tree, else downloaded."""
+    """costscale==version as a wheel in ``cache``: built from the source tree (again only when the
+    tree changed), else downloaded."""
     out = cache / "own"
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob(f"{DISTRIBUTION}-*.whl"):
-        old.unlink()            # always rebuilt: the tree may have changed under the same version
     tree = source_tree()
+    key = f"{version} {tree_digest(tree) if tree is not None else 'index'}"
+    wheels = sorted(out.glob(f"{DISTRIBUTION}-{version}-*.whl"))
+    if wheels and _fresh(out, key):
+        return wheels[0]
+    for old in out.glob(f"{DISTRIBUTION}-*.whl"):
+        old.unlink()
+    (out / STAMP).unlink(missing_ok=True)
     if tree is not None:
         _pip(["wheel", "--no-deps", "-w", str(out), str(tree)], f"building the {DISTRIBUTION} wheel from {tree}")
     else:
@@ -119,16 +145,22 @@ def own_wheel(cache: Path, version: str) -> Path:
     wheels = sorted(out.glob(f"{DISTRIBUTION}-{version}-*.whl"))
     if not wheels:
         raise BundleError(f"no {DISTRIBUTION}-{version} wheel came out of pip")
+    (out / STAMP).write_text(key)
     return wheels[0]
 
 
 def download_target(cache: Path, target: Target, requirements: list[str], gpu_spec: str | None,
                     warn: Callable[[str], None]) -> list[Path]:
     """The target's dependency wheels in ``cache/TAG`` (pip skips files already there, so a second
-    bundle reuses them); with ``gpu_spec`` also onnxruntime-gpu (a warning when the index has none
+    bundle reuses them, without asking the index once a download completed for the same
+    requirements); with ``gpu_spec`` also onnxruntime-gpu (a warning when the index has none
     for the target)."""
     out = cache / target.tag
     out.mkdir(parents=True, exist_ok=True)
+    key = json.dumps([requirements, gpu_spec])
+    if _fresh(out, key):
+        return sorted(out.glob("*.whl"))
+    (out / STAMP).unlink(missing_ok=True)
     common = ["download", "--only-binary=:all:", *platform_flags(target.arch), "--python-version", target.python,
               "--implementation", "cp", "--abi", f"cp{target.python.replace('.', '')}", "-d", str(out)]
     _pip(common + requirements, f"dependencies for {target.tag}")
@@ -137,6 +169,8 @@ def download_target(cache: Path, target: Target, requirements: list[str], gpu_sp
             _pip(common + [f"onnxruntime-gpu{gpu_spec}"], f"onnxruntime-gpu for {target.tag}")
         except BundleError as exc:
             warn(f"{exc}: GPU workers of {target.tag} cannot install from this wheelhouse")
+            return sorted(out.glob("*.whl"))      # no stamp: the next bundle asks the index again
+    (out / STAMP).write_text(key)
     return sorted(out.glob("*.whl"))
 
 

@@ -22,6 +22,7 @@ import platform
 import signal
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import boto3
@@ -86,6 +87,8 @@ def test_the_exact_user_data_turns_a_stock_python_into_a_serving_worker(moto_end
                      "--cache", str(CACHE)]) == 0
     bundle_s = time.monotonic() - t_bundle
     assert f"costscale/wheelhouse: costscale {worker_install().version}" in capsys.readouterr().out
+    (own,) = (CACHE / "own").glob("costscale-*.whl")     # the script ships in the package (package data)
+    assert "scaler/cloud/bootstrap/costscale-worker-bootstrap.sh" in zipfile.ZipFile(own).namelist()
 
     async def body() -> float:
         d = Dispatcher(cfg, LatencyModel())
