@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import signal
+import subprocess
 import sys
 import time
 import zipfile
@@ -139,3 +140,37 @@ def test_the_exact_user_data_turns_a_stock_python_into_a_serving_worker(moto_end
 
     took = run(body, timeout=280)
     print(f"\nbootstrap: bundle {bundle_s:.1f} s (cache {CACHE}); user data start -> first answer {took:.1f} s")
+
+
+def test_bake_installs_without_starting_and_a_baked_image_installs_nothing(moto_endpoint: str, tmp_path: Path) -> None:
+    """The image recipe's step (``--bake``: what Image Builder or Packer runs): costscale and the
+    unit in place, no worker started; run again on the baked image, it installs nothing."""
+    from scaler.cloud.user_data import bootstrap_script
+
+    boto3.client("s3", region_name="us-east-1", endpoint_url=moto_endpoint).create_bucket(Bucket=BUCKET)
+    config, cfg = _config(tmp_path, moto_endpoint)
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert cli_main(["bundle", str(config), "--python", py, "--arch", platform.machine(), "--no-gpu",
+                     "--cache", str(CACHE)]) == 0
+    install = worker_install(cfg.launch.wheelhouse)
+    script = tmp_path / "costscale-worker-bootstrap.sh"
+    script.write_text(bootstrap_script())
+    imds = _imds("i-image-builder")
+    env = {**_stock_env(tmp_path, imds, moto_endpoint), "COSTSCALE_VERSION": install.version,
+           "COSTSCALE_ONNXRUNTIME": install.onnxruntime, "COSTSCALE_WHEELHOUSE": str(install.wheelhouse)}
+    try:
+        first = subprocess.run(["bash", str(script), "--bake"], env=env, capture_output=True, text=True, timeout=240)
+        again = subprocess.run(["bash", str(script), "--bake"], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        imds.close()
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "from the wheelhouse" in first.stderr and first.stderr.rstrip().endswith("written (not started)")
+    venv = tmp_path / "opt" / "costscale" / "venv"
+    got = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('costscale'))"],
+                         capture_output=True, text=True)
+    assert got.stdout.strip() == install.version
+    assert (tmp_path / "etc" / "systemd" / "system" / "costscale-worker.service").is_file()
+    assert not (tmp_path / "etc" / "costscale" / "worker.env").exists()       # nothing of an instance baked in
+    assert again.returncode == 0
+    assert f"costscale-bootstrap: costscale {install.version} and onnxruntime already in {venv}: nothing to install" \
+        in again.stderr.splitlines()
