@@ -3,8 +3,8 @@ subnets have no route to PyPI): ``costscale bundle`` builds it with pip where th
 publishes it to S3; the bootstrap script (``scaler/cloud/bootstrap/``) reads it there with the
 instance profile.
 
-Layout under ``s3://BUCKET/PREFIX``: ``wheels/FILE`` (each wheel once, shared by the targets) and
-``manifest.json``, written last so a worker never reads a manifest naming a wheel not yet there::
+Layout under ``s3://BUCKET/PREFIX``: ``wheels/FILE`` (each wheel once, shared by the targets),
+``costscale-worker-bootstrap.sh`` (what an image recipe runs with ``--bake``) and ``manifest.json``, written last so a worker never reads a manifest naming a wheel not yet there::
 
     {"format": 1, "costscale": "0.1.0", "onnxruntime": "<1.32,>=1.31.1",
      "targets": {"cp311-x86_64": {"python": "3.11", "arch": "x86_64", "gpu": true,
@@ -196,9 +196,10 @@ def split_s3(uri: str) -> tuple[str, str]:
 
 
 def publish(s3: Any, uri: str, files: dict[str, Path], doc: dict[str, Any],
-            step: Callable[[str], None]) -> int:
+            step: Callable[[str], None], extra: dict[str, bytes] | None = None) -> int:
     """Upload ``files`` (wheel name -> path) under ``uri``/wheels/, skipping those already there with
-    the same size, then the manifest; returns how many wheels were uploaded."""
+    the same size, the ``extra`` objects (name -> bytes, under ``uri``: the bootstrap script, for
+    image recipes), then the manifest; returns how many wheels were uploaded."""
     bucket, prefix = split_s3(uri)
     have: dict[str, int] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/wheels/"):
@@ -210,6 +211,8 @@ def publish(s3: Any, uri: str, files: dict[str, Path], doc: dict[str, Any],
             s3.upload_file(str(path), bucket, f"{prefix}/wheels/{name}")
             sent += 1
         step(name)
+    for name, body in (extra or {}).items():
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=body)
     s3.put_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST}", Body=json.dumps(doc, indent=1).encode(),
                   ContentType="application/json")
     return sent

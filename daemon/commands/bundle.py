@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     from scaler.cloud.aws_client import client_error_line, make_client
     from scaler.cloud.provider import CloudConfigError
-    from scaler.cloud.user_data import worker_install
+    from scaler.cloud.user_data import SCRIPT_NAME, bootstrap_script, worker_install
 
     cfg = load_checked_config(args.config) if args.config else None
     uri = destination(args, cfg.launch.wheelhouse if cfg else None)
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         s3 = make_client("s3", region, endpoint_url=cfg.aws.endpoint_url if cfg else None, max_attempts=8,
                          connect_timeout=5, read_timeout=120)
         progress = Progress(len(files))
-        sent = publish(s3, uri, files, doc, progress.step)
+        sent = publish(s3, uri, files, doc, progress.step, {SCRIPT_NAME: bootstrap_script().encode()})
     except BundleError as exc:
         progress.close()
         raise UsageError(f"bundle: {exc}") from None
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     progress.close()
     size = sum(w.stat().st_size for w in files.values())
     print(f"{uri}: costscale {install.version}, {len(files)} wheels ({size / 1e6:.0f} MB, {sent} uploaded) for "
-          f"{', '.join(sorted(doc['targets']))}; manifest {uri}/manifest.json")
+          f"{', '.join(sorted(doc['targets']))}; manifest {uri}/manifest.json; image recipes: {uri}/{SCRIPT_NAME}")
     if cfg is None or cfg.launch.wheelhouse != uri:
         print(f"workers install from it with launch.wheelhouse: {uri}")
     return 0

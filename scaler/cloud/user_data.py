@@ -152,5 +152,5 @@ def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = No
     return text
 
 
-__all__ = ["BOOTSTRAP_PATH", "USER_DATA_LIMIT", "WorkerInstall", "bootstrap_script", "build_user_data",
+__all__ = ["BOOTSTRAP_PATH", "SCRIPT_NAME", "USER_DATA_LIMIT", "WorkerInstall", "bootstrap_script", "build_user_data",
            "onnxruntime_range", "worker_install"]

@@ -145,7 +145,7 @@ def test_the_exact_user_data_turns_a_stock_python_into_a_serving_worker(moto_end
 def test_bake_installs_without_starting_and_a_baked_image_installs_nothing(moto_endpoint: str, tmp_path: Path) -> None:
     """The image recipe's step (``--bake``: what Image Builder or Packer runs): costscale and the
     unit in place, no worker started; run again on the baked image, it installs nothing."""
-    from scaler.cloud.user_data import bootstrap_script
+    from scaler.cloud.user_data import SCRIPT_NAME, bootstrap_script
 
     boto3.client("s3", region_name="us-east-1", endpoint_url=moto_endpoint).create_bucket(Bucket=BUCKET)
     config, cfg = _config(tmp_path, moto_endpoint)
@@ -153,8 +153,10 @@ def test_bake_installs_without_starting_and_a_baked_image_installs_nothing(moto_
     assert cli_main(["bundle", str(config), "--python", py, "--arch", platform.machine(), "--no-gpu",
                      "--cache", str(CACHE)]) == 0
     install = worker_install(cfg.launch.wheelhouse)
-    script = tmp_path / "costscale-worker-bootstrap.sh"
-    script.write_text(bootstrap_script())
+    script = tmp_path / SCRIPT_NAME             # as an image recipe fetches it: from the wheelhouse's prefix
+    s3 = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_endpoint)
+    script.write_bytes(s3.get_object(Bucket=BUCKET, Key=f"costscale/wheelhouse/{SCRIPT_NAME}")["Body"].read())
+    assert script.read_text() == bootstrap_script()
     imds = _imds("i-image-builder")
     env = {**_stock_env(tmp_path, imds, moto_endpoint), "COSTSCALE_VERSION": install.version,
            "COSTSCALE_ONNXRUNTIME": install.onnxruntime, "COSTSCALE_WHEELHOUSE": str(install.wheelhouse)}
