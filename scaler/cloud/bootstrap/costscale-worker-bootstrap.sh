@@ -311,12 +311,15 @@ write_helper
 PYTAG=""
 if [ -n "$PY" ]; then PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'); fi
 TARGET="$PYTAG-$(uname -m)"
-if [ -n "$PY" ] && "$PY" "$HELPER" probe "$INDEX" "$VERSION"; then SOURCE=index
-elif [ -n "$WHEELHOUSE" ]; then SOURCE=wheelhouse
-else SOURCE=none
-fi
+choose_source() {   # index when it serves costscale==VERSION (5 s at most), else the wheelhouse, else none
+  if [ -n "$PY" ] && "$PY" "$HELPER" probe "$INDEX" "$VERSION"; then SOURCE=index
+  elif [ -n "$WHEELHOUSE" ]; then SOURCE=wheelhouse
+  else SOURCE=none
+  fi
+}
 
 if [ "$MODE" = plan ]; then
+  choose_source
   echo "python: ${PY:-none (would install with dnf or apt-get)}"
   echo "hardware: $HW"
   echo "onnxruntime: $ORT$ORT_SPEC"
@@ -331,6 +334,7 @@ fi
 if installed "$ORT"; then
   log "costscale $VERSION and $ORT already in $VENV: nothing to install"
 else
+  choose_source   # not asked on a baked image: a private subnet's probe would wait for its timeout
   [ "$SOURCE" != none ] || die "the package index ($INDEX) does not serve costscale==$VERSION and no wheelhouse is set (launch.wheelhouse; costscale bundle)"
   log "installing costscale==$VERSION and $ORT$ORT_SPEC ($HW) from the $SOURCE into $VENV with $PY"
   "$PY" -m venv --clear "$VENV"
