@@ -50,12 +50,12 @@ or describe_instances is harmless as it is (terminating a terminating instance c
 """
 from __future__ import annotations
 
-import shlex
 from datetime import datetime
 from typing import Any, Sequence
 
 from config.sections.spot import SpotSpec
 from scaler.cloud.slots import market_of, slot_of, split_slot
+from scaler.cloud.user_data import WorkerInstall, build_user_data
 from scaler.cloud.aws_client import (AUTH_CODES, EC2_MAX_ATTEMPTS, THROTTLE_CODES, Typed, after, aws_call, error_fields,
                                      iam_action, make_client, naming_action)
 from scaler.cloud.provider import (
@@ -82,49 +82,6 @@ MARKET_TAG = "costscale:market"
 #: the ClientToken of a DryRun launch (``Ec2Cloud.dry_run``): nothing is launched under it
 DRY_RUN_TOKEN = "costscale-dry-run"
 NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
-
-
-def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
-                    cluster_token: str | None = None, models: Sequence[tuple[str, str]] = (),
-                    worker_port: int = 50052, worker_flags: Sequence[str] = (),
-                    token_parameter: str | None = None, spot_watch: bool = False) -> str:
-    """The worker's cloud-init script: the user's extra lines, then ``costscale worker``
-    (with ``worker_flags``: the TLS files, :func:`config.sections.security.worker_tls_flags`).
-
-    The instance learns its own id, type and private address from the instance metadata service
-    (IMDSv2, token-based) and registers with the dispatcher under them; the dispatcher accepts only
-    instances the daemon launched. ``models`` are (name, ONNX spec) pairs to serve. The cluster
-    token: with ``token_parameter`` only that SSM parameter's name (the worker reads it with its
-    instance profile, :mod:`scaler.cloud.token_parameter`); else ``cluster_token`` itself. ``spot_watch``
-    (a spot instance): the worker watches IMDS for the interruption notice (``worker.spot_watch``)."""
-    lines = ["#!/bin/bash", "set -euo pipefail"]
-    if extra:
-        body = extra[len("#!/bin/bash"):] if extra.startswith("#!/bin/bash") else extra
-        lines.append(body.strip("\n"))
-    lines += [
-        "IMDS=http://169.254.169.254/latest",
-        'IMDS_TOKEN=$(curl -fsS -X PUT "$IMDS/api/token" -H "X-aws-ec2-metadata-token-ttl-seconds: 300")',
-        'md() { curl -fsS -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" "$IMDS/meta-data/$1"; }',
-        "export COSTSCALE_INSTANCE_ID=$(md instance-id)",
-        "export COSTSCALE_INSTANCE_TYPE=$(md instance-type)",
-        "COSTSCALE_ADDRESS=$(md local-ipv4)",
-        f"export COSTSCALE_CLUSTER={shlex.quote(cluster)}",
-    ]
-    if token_parameter:    # the worker reads the token with its instance profile; none is written here
-        lines.append("export AWS_DEFAULT_REGION=$(md placement/region)")
-        lines.append(f"export COSTSCALE_TOKEN_PARAMETER={shlex.quote(token_parameter)}")
-    elif cluster_token:
-        lines.append(f"export COSTSCALE_CLUSTER_TOKEN={shlex.quote(cluster_token)}")
-    cmd = f"exec costscale worker --listen 0.0.0.0:{int(worker_port)} --advertise \"$COSTSCALE_ADDRESS:{int(worker_port)}\""
-    for name, spec in models:
-        cmd += f" --model {shlex.quote(f'{name}={spec}')}"
-    if dispatcher:
-        cmd += f" --dispatcher {shlex.quote(dispatcher)}"
-    cmd += "".join(f" {shlex.quote(f)}" for f in worker_flags)
-    if spot_watch:
-        cmd += " --imds-endpoint http://169.254.169.254"
-    lines.append(cmd)
-    return "\n".join(lines) + "\n"
 
 
 def make_ec2_client(region: str, endpoint_url: str | None = None, max_attempts: int = EC2_MAX_ATTEMPTS) -> Any:
@@ -195,6 +152,7 @@ class Ec2Cloud:
         worker_flags: Sequence[str] = (),
         token_parameter: str | None = None,
         spot: SpotSpec | None = None,   # each zone's subnet, max_price
+        install: WorkerInstall | None = None,   # user data installs costscale (scaler.cloud.user_data)
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -209,6 +167,7 @@ class Ec2Cloud:
         self.worker_port = worker_port
         self.worker_flags = tuple(worker_flags)
         self.spot = spot
+        self.install = install
 
     # -- the error boundary ------------------------------------------------------------------
     @staticmethod
@@ -286,7 +245,7 @@ class Ec2Cloud:
                                   {"ResourceType": "volume", "Tags": tag_list}],
             "UserData": build_user_data(self.cluster, self.dispatcher, getattr(spec, "user_data", None),
                                         self.cluster_token, self.models, self.worker_port, self.worker_flags,
-                                        self.token_parameter, spot_watch=zone is not None),
+                                        self.token_parameter, spot_watch=zone is not None, install=self.install),
         }
         if getattr(spec, "ami_id", None):
             kw["ImageId"] = spec.ami_id
