@@ -1,7 +1,7 @@
 """The worker bootstrap script's choices (issue #38), run for real under bash in ``--plan`` mode:
 which ONNX Runtime build a machine gets (NVIDIA on the PCI bus or its device node: the GPU build;
-a Neuron device or none: the CPU build) and where it installs from (the index when it serves
-costscale==VERSION, else the wheelhouse, else a one-line refusal); its S3 signature against
+a Neuron device or none: the CPU build) and where it installs from (the wheelhouse when one is
+set, else the index when it serves costscale==VERSION, else a one-line refusal); its S3 signature against
 botocore's; the user data's size and shape; the unit it writes against ``systemd/``."""
 from __future__ import annotations
 
@@ -88,13 +88,17 @@ def test_the_hardware_picks_the_onnxruntime_build(tmp_path: Path, index: str, ma
                                        f"onnxruntime: {build}{SPEC}", f"source: index {index}"]
 
 
-def test_the_index_when_it_serves_the_version_else_the_wheelhouse_else_a_refusal(tmp_path: Path, index: str) -> None:
+def test_the_wheelhouse_when_set_else_the_index_when_it_serves_the_version_else_a_refusal(tmp_path: Path,
+                                                                                         index: str) -> None:
     machine = _machine(tmp_path)
     target = f"cp{sys.version_info[0]}{sys.version_info[1]}-{os.uname().machine}"
     closed = f"http://127.0.0.1:{free_port()}/simple"
-    assert plan(tmp_path, machine, index, "s3://b/wh").stdout.splitlines()[-1] == f"source: index {index}"
-    (tmp_path / "index" / "simple" / "costscale" / "index.html").write_text("costscale-0.0.9-py3-none-any.whl")
+    # a wheelhouse set wins over an index that serves the version (its wheels are the daemon's, sha256-checked)
     assert plan(tmp_path, machine, index, "s3://b/wh").stdout.splitlines()[-1] == f"source: wheelhouse s3://b/wh ({target})"
+    assert plan(tmp_path, machine, index).stdout.splitlines()[-1] == f"source: index {index}"
+    (tmp_path / "index" / "simple" / "costscale" / "index.html").write_text("costscale-0.0.9-py3-none-any.whl")
+    assert plan(tmp_path, machine, index).stdout.splitlines()[-1] == (
+        "source: none (the index does not serve costscale==0.1.0 and no wheelhouse is set)")
     assert plan(tmp_path, machine, closed, "s3://b/wh").stdout.splitlines()[-1] == f"source: wheelhouse s3://b/wh ({target})"
     assert plan(tmp_path, machine, closed).stdout.splitlines()[-1] == (
         "source: none (the index does not serve costscale==0.1.0 and no wheelhouse is set)")

@@ -11,8 +11,8 @@
 # worker's COSTSCALE_* settings (instance id and type, cluster, token or its SSM parameter).
 # Steps: Python 3.11+ (found, else dnf/apt); a venv in /opt/costscale/venv with costscale==VERSION
 # and the ONNX Runtime build of this hardware (NVIDIA GPU: onnxruntime-gpu of the same range; Neuron
-# or none: the CPU build, the Neuron SDK comes with the image); from the index when it serves
-# costscale==VERSION, else from the wheelhouse, each wheel checked against the manifest's sha256;
+# or none: the CPU build, the Neuron SDK comes with the image); from the wheelhouse when one is set,
+# each wheel checked against the manifest's sha256, else from the index when it serves costscale==VERSION;
 # s3:// models fetched; then the systemd unit costscale-worker.service (Restart=on-failure,
 # journald), or, where systemd is not PID 1 (a container), the worker in the foreground.
 # S3 is read with the instance profile's credentials from IMDSv2 and a SigV4-signed GET (Python's
@@ -311,9 +311,11 @@ write_helper
 PYTAG=""
 if [ -n "$PY" ]; then PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'); fi
 TARGET="$PYTAG-$(uname -m)"
-choose_source() {   # index when it serves costscale==VERSION (5 s at most), else the wheelhouse, else none
-  if [ -n "$PY" ] && "$PY" "$HELPER" probe "$INDEX" "$VERSION"; then SOURCE=index
-  elif [ -n "$WHEELHOUSE" ]; then SOURCE=wheelhouse
+choose_source() {   # the wheelhouse when one is set, else the index when it serves costscale==VERSION (5 s at most)
+  # The wheelhouse first: its wheels are the ones the daemon published, each checked against the
+  # manifest's sha256; a public index may hold another package of the same name and version.
+  if [ -n "$WHEELHOUSE" ]; then SOURCE=wheelhouse
+  elif [ -n "$PY" ] && "$PY" "$HELPER" probe "$INDEX" "$VERSION"; then SOURCE=index
   else SOURCE=none
   fi
 }
