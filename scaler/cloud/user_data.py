@@ -42,7 +42,7 @@ IMDS_ENDPOINT = "http://169.254.169.254"
 @dataclass(frozen=True)
 class WorkerInstall:
     """What the bootstrap installs: ``costscale==version``, ONNX Runtime of the ``onnxruntime``
-    range (the CPU or GPU build of it), from the index or else the ``wheelhouse`` (s3://B/PREFIX)."""
+    range (the CPU or GPU build of it), from the ``wheelhouse`` (s3://B/PREFIX) when one is set, else the index."""
 
     version: str
     onnxruntime: str
