@@ -113,6 +113,13 @@ class SpotFleet:
         self.spot_planned: frozenset[str] | None = None    # the types the last plan priced at spot
         self.actuator.catalog.update(slot_catalog(cfg, market))
 
+    def requota(self, cfg: Config) -> None:
+        """The vCPU quotas of ``cfg`` (read again, lowered, reloaded) for costscale's placement."""
+        self.cfg = cfg
+        if isinstance(self.policy, CostscaleSpot):
+            types = [t.type for t in cfg.instance_types]
+            self.policy.quotas = (quota_for(cfg, types, "spot"), quota_for(cfg, types, "on_demand"))
+
     def reprice(self, market: SpotMarket) -> None:
         """New spot prices (a refresh, a reload, a price step): the market, the actuator's slot prices,
         and a newly priced slot suspect (:func:`scaler.spot.market.after_reprice`)."""
