@@ -66,6 +66,7 @@ class KnownQuotas:
     def start(self, cfg: Config, aws: bool) -> Config:
         """At start: Service Quotas read (on AWS: ``aws`` and no ``aws.endpoint_url``, an emulator
         having none, as for the Price List API; or a client was given), then :meth:`adopt`."""
+        self.override = cfg.quotas
         if (aws and not cfg.aws.endpoint_url) or self.client is not None:
             self.refresh(cfg)
         return self.adopt(cfg)
