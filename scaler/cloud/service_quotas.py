@@ -23,6 +23,7 @@ moto (5.x) answers GetServiceQuota only for ``vpc`` quotas (``NoSuchResourceExce
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -69,7 +70,8 @@ def make_quotas_client(region: str, endpoint_url: str | None = None, max_attempt
 def _typed(code: str, message: str, attempts: int) -> CloudError | None:
     if code == "NoSuchResourceException":
         return None                    # no applied value: the caller asks for the default
-    text = " ".join(message.split())
+    title = re.search(r"<title>(.*?)</title>", message, re.S | re.I)     # an emulator's error page: its title
+    text = " ".join((title.group(1) if title else message).split())
     return QuotaNotRead(code, text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 3] + "...")
 
 
