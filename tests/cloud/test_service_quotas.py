@@ -155,3 +155,48 @@ def test_the_next_read_forgets_a_lowered_quota(tmp_path: Path) -> None:
                                     "16 (config), spot standard 8 (Service Quotas L-34B43A08 applied)")
         assert known.refresh(running)
         assert known.applied(running).quotas.on_demand == {"standard": 16, "g_vt": 64}
+
+
+def test_a_reloaded_config_brings_its_own_override_and_keeps_what_was_read(tmp_path: Path) -> None:
+    cfg = parse_config_text(CONFIG.format(state=tmp_path / "s.db"))
+    client, stub = _client()
+    stub.add_response("get_service_quota", _quota("L-DB2E81BA", 64.0), _ask("L-DB2E81BA"))
+    stub.add_response("get_service_quota", _quota("L-1216C47A", 32.0), _ask("L-1216C47A"))
+    stub.add_response("get_service_quota", _quota("L-34B43A08", 8.0), _ask("L-34B43A08"))
+    known = KnownQuotas(client)
+    with stub:
+        known.start(cfg, aws=False)
+    reloaded = cfg.model_copy(update={"quotas": QuotasSpec(spot={"standard": 4})})
+    assert known.adopt(reloaded).quotas == QuotasSpec(on_demand={"g_vt": 64, "standard": 32}, spot={"standard": 4})
+    assert known.adopt(cfg.model_copy(update={"quotas": None})).quotas == \
+        QuotasSpec(on_demand={"g_vt": 64, "standard": 32}, spot={"standard": 8})
+
+
+def test_the_hourly_job_reads_again_and_says_when_the_quotas_moved(tmp_path: Path) -> None:
+    from daemon.aws.quotas import REFRESH_S
+
+    cfg = parse_config_text(CONFIG.format(state=tmp_path / "s.db"))
+    client, stub = _client()
+    for g_vt in (64.0, 64.0, 96.0):
+        stub.add_response("get_service_quota", _quota("L-DB2E81BA", g_vt), _ask("L-DB2E81BA"))
+        stub.add_response("get_service_quota", _quota("L-1216C47A", 32.0), _ask("L-1216C47A"))
+        stub.add_response("get_service_quota", _quota("L-34B43A08", 8.0), _ask("L-34B43A08"))
+    jobs: list[tuple[Any, dict[str, Any]]] = []
+
+    class Scheduler:
+        def add_job(self, fn: Any, trigger: str, **kw: Any) -> None:
+            jobs.append((fn, {"trigger": trigger, **kw}))
+
+    known = KnownQuotas(client)
+    moved: list[int] = []
+    with stub:
+        running = known.start(cfg, aws=False)
+        known.schedule(Scheduler(), lambda: running, lambda: moved.append(1))
+        assert [kw for _, kw in jobs] == [{"trigger": "interval", "seconds": REFRESH_S, "max_instances": 1,
+                                           "coalesce": True, "id": "quotas"}]
+        asyncio.run(jobs[0][0]())           # the same values: nothing moved
+        assert moved == []
+        asyncio.run(jobs[0][0]())           # G and VT raised to 96
+        assert moved == [1] and known.applied(running).quotas.on_demand == {"standard": 16, "g_vt": 96}
+        stub.assert_no_pending_responses()
+    assert KnownQuotas().schedule(Scheduler(), lambda: running, lambda: None) is None and len(jobs) == 1
