@@ -74,8 +74,13 @@ class KnownQuotas:
     def refresh(self, cfg: Config) -> bool:
         """Service Quotas read again (blocking); the lowered quotas forgotten. True when the known
         quotas moved."""
-        if self.client is None:
-            self.client = make_quotas_client(cfg.region, cfg.aws.endpoint_url)
+        try:
+            if self.client is None:
+                self.client = make_quotas_client(cfg.region, cfg.aws.endpoint_url)
+        except Exception as exc:  # noqa: BLE001 - no client: the quotas known are kept
+            log.warning("vCPU quotas not read from Service Quotas (%s: %s); planning with the config's quotas or "
+                        "none", type(exc).__name__, exc)
+            return False
         got = read_quotas(self.client, wanted_quotas(cfg))
         if got.unread:
             log.warning("vCPU quotas not read from Service Quotas: %s; planning with the config's quotas or none "

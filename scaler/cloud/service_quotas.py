@@ -15,7 +15,9 @@ A quota's ``Value`` is a number of vCPUs (a float on the wire): its whole part i
 A quota that cannot be read (refused by IAM: the line names ``servicequotas:GetServiceQuota``; an
 endpoint that does not answer; throttled past botocore's retries) is never raised: it is left out
 of :attr:`QuotaRead.limits` and said in one line of :attr:`QuotaRead.unread`, and the caller plans
-with the config's value or no cap. Calls go through :func:`scaler.cloud.aws_client.aws_call`
+with the config's value or no cap. After a read that got no answer at all (no error code: the
+endpoint unreachable) the remaining quotas are not asked, so a dead endpoint costs the daemon's start
+one read's timeouts, not one per family. Calls go through :func:`scaler.cloud.aws_client.aws_call`
 (botocore's standard retries).
 
 moto (5.x) answers GetServiceQuota only for ``vpc`` quotas (``NoSuchResourceException`` for every
@@ -36,7 +38,7 @@ SERVICE = "service-quotas"
 GET_ACTION = "servicequotas:GetServiceQuota"
 DEFAULT_ACTION = "servicequotas:GetAWSDefaultServiceQuota"
 #: attempts per read: a quota not read is planned without (or with the config's), not waited on
-QUOTA_ATTEMPTS = 3
+QUOTA_ATTEMPTS = 2
 #: the longest AWS message a line quotes (an emulator's error page is kilobytes)
 MAX_MESSAGE = 160
 
@@ -63,7 +65,7 @@ class QuotaRead:
 
 def make_quotas_client(region: str, endpoint_url: str | None = None, max_attempts: int = QUOTA_ATTEMPTS) -> Any:
     """A Service Quotas client (standard retries, short timeouts)."""
-    return make_client(SERVICE, region, max_attempts=max_attempts, connect_timeout=5, read_timeout=10,
+    return make_client(SERVICE, region, max_attempts=max_attempts, connect_timeout=3, read_timeout=5,
                        endpoint_url=endpoint_url)
 
 
@@ -103,15 +105,19 @@ def read_one(client: Any, market: str, family: str) -> tuple[int, str]:
 def read_quotas(client: Any, wanted: Sequence[tuple[str, str]]) -> QuotaRead:
     """Each (market, family) of ``wanted`` read (module docstring); never raises."""
     out = QuotaRead()
+    silent = ""                        # the endpoint did not answer: the other quotas are not asked
     for market, family in wanted:
+        key, name = (market, family), f"{market.replace('_', '-')} {family} ({quota_code(market, family)})"
+        if silent:
+            out.unread[key], out.codes[key] = f"{name}: not asked ({silent})", ""
+            continue
         try:
-            out.limits[(market, family)], out.sources[(market, family)] = read_one(client, market, family)
-        except CloudError as exc:
-            out.unread[(market, family)] = f"{market.replace('_', '-')} {family} ({quota_code(market, family)}): {exc}"
-            out.codes[(market, family)] = getattr(exc, "code", "")
-        except Exception as exc:       # noqa: BLE001 - a quota not read is one line, never a crash
-            out.unread[(market, family)] = f"{market.replace('_', '-')} {family}: {type(exc).__name__}: {exc}"
-            out.codes[(market, family)] = ""
+            out.limits[key], out.sources[key] = read_one(client, market, family)
+        except QuotaNotRead as exc:
+            out.unread[key], out.codes[key] = f"{name}: {exc}", exc.code
+        except Exception as exc:       # noqa: BLE001 - no answer (CloudError from aws_call), or anything else
+            out.unread[key], out.codes[key] = f"{name}: {exc}", ""
+            silent = "Service Quotas did not answer"
     return out
 
 

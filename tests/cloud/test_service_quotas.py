@@ -200,3 +200,16 @@ def test_the_hourly_job_reads_again_and_says_when_the_quotas_moved(tmp_path: Pat
         assert moved == [1] and known.applied(running).quotas.on_demand == {"standard": 16, "g_vt": 96}
         stub.assert_no_pending_responses()
     assert KnownQuotas().schedule(Scheduler(), lambda: running, lambda: None) is None and len(jobs) == 1
+
+
+def test_an_endpoint_that_does_not_answer_is_asked_once(tmp_path: Path) -> None:
+    """A dead endpoint (port 9, closed here): the first read fails with no AWS code, the rest are not
+    asked; one line each, nothing raised."""
+    from scaler.cloud.service_quotas import make_quotas_client
+
+    client = make_quotas_client("us-east-1", "http://127.0.0.1:9", max_attempts=1)
+    got = read_quotas(client, [("on_demand", "g_vt"), ("spot", "g_vt")])
+    assert got.limits == {} and got.codes == {("on_demand", "g_vt"): "", ("spot", "g_vt"): ""}
+    assert got.unread[("on_demand", "g_vt")].startswith("on-demand g_vt (L-DB2E81BA): get_service_quota: Could not "
+                                                        "connect to the endpoint URL")
+    assert got.unread[("spot", "g_vt")] == "spot g_vt (L-3819A6DF): not asked (Service Quotas did not answer)"
