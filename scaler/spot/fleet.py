@@ -93,6 +93,7 @@ def merge_reports(a: ApplyReport, b: ApplyReport) -> ApplyReport:
     a.terminated += b.terminated
     a.errors += b.errors
     a.unavailable += [u for u in b.unavailable if u not in a.unavailable]
+    a.quota_refused += [u for u in b.quota_refused if u not in a.quota_refused]
     a.target, a.shortfall, a.steps = b.target, b.shortfall, a.steps + b.steps
     return a
 

@@ -194,3 +194,28 @@ def test_a_refused_launch_is_reported_and_does_not_take_the_type_out() -> None:
         assert rep.quota_refused == ["g4dn.xlarge"] and rep.unavailable == []
         assert act.unavailable_types() == set()
         assert [len(v) for v in rep.launched.values()] == [1] and "over the vCPU quota: g4dn.xlarge" in rep.summary()
+
+
+def test_a_refused_spot_launch_lowers_the_spot_quota_and_the_placement_goes_on_demand(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spot replay (``tests/replay/test_replay_quota.py``'s) where the account allows no G-and-VT
+    Spot vCPUs and the planner is told nothing: the first spot launch is refused
+    (``MaxSpotInstanceCountExceeded`` on AWS), the Spot quota drops to 0 and the placement puts the
+    g4dn.xlarge on demand from then on; with the lowering off, every tick asks spot again."""
+    import sim.replay.fleet as replay_fleet
+    from daemon.cli import main
+    from tests.replay.test_replay_quota import SPOT
+
+    def run() -> dict:  # type: ignore[type-arg]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(SPOT) == 0
+        return json.loads(out.getvalue())
+
+    enforce = replay_fleet.quota_check
+    monkeypatch.setattr(replay_fleet, "quota_check", lambda cfg: enforce(with_overrides(cfg, ["spot.g_vt=0"])))
+    lowered = run()
+    assert (lowered["quota_refusals"], lowered["errors"], lowered["cost_usd"], lowered["slo_attainment"]) == \
+        (1, 0, 2.800693, 0.998806)
+    monkeypatch.setattr(replay_fleet.ReplayFleet, "_quota_refused", lambda self, refused, listed: False)
+    assert run()["quota_refusals"] == 220
