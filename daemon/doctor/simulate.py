@@ -72,6 +72,7 @@ def check_simulated(cfg: Config, clients: Clients) -> Finding:
                        "does not take", "run the daemon as a role or user holding config/iam/control-host.json")
     iam = clients("iam")
     denied: list[str] = []
+    named: set[str] = set()
     asked = 0
     for st in needed_statements(cfg, str(who.get("Account", ""))):
         ask: dict[str, Any] = {"PolicySourceArn": arn, "ActionNames": as_list(st["Action"]),
@@ -89,8 +90,9 @@ def check_simulated(cfg: Config, clients: Clients) -> Finding:
                                code)
             return Finding("warn", "simulate", f"the policy simulator did not answer: {msg}", "", code)
         asked += len(as_list(st["Action"]))
-        for r in results:
-            if r.get("EvalDecision") != "allowed" and f"{r['EvalActionName']} " not in " ".join(denied) + " ":
+        for r in results:          # (an action may come back once per resource: each said once)
+            if r.get("EvalDecision") != "allowed" and r["EvalActionName"] not in named:
+                named.add(r["EvalActionName"])
                 denied.append(f"{r['EvalActionName']} ({r.get('EvalDecision')}, Sid {st['Sid']})")
     if denied:
         return Finding("fail", "simulate", f"the policy simulator denies {arn} {len(denied)} of {asked} actions the "
