@@ -13,8 +13,10 @@ Transient faults are retried by botocore, not here: the client is built by
 ``scaler.cloud.provider`` here:
 
 * RequestLimitExceeded / Throttling after the last attempt → ``Throttled``;
+* VcpuLimitExceeded (spot: MaxSpotInstanceCountExceeded), the family's vCPU quota → ``VcpuLimitExceeded``
+  (the known quota is lowered, ``scaler.planner.quota.lowered_quotas``; the type stays plannable);
 * InsufficientInstanceCapacity / InstanceLimitExceeded / Unsupported → ``InsufficientCapacity``, and
-  for a spot launch also SpotMaxPriceTooLow, MaxSpotInstanceCountExceeded and capacity-not-available
+  for a spot launch also SpotMaxPriceTooLow and capacity-not-available
   (the slot, ``TYPE@ZONE``, is then out for the cooldown: the fleet tries the next zone, then
   on-demand, by ``scaler.spot.market.zone_order``);
 * authentication and parameter errors → ``CloudConfigError``;
@@ -69,13 +71,16 @@ from scaler.cloud.provider import (
     ManagedInstance,
     NotManaged,
     Throttled,
+    VcpuLimitExceeded,
 )
 
 CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InstanceLimitExceeded", "Unsupported",
-                            "InsufficientHostCapacity", "VcpuLimitExceeded"})
+                            "InsufficientHostCapacity"})
 #: a spot launch refused for want of spot capacity (or at our MaxPrice) in the zone asked: the next zone
-SPOT_CAPACITY_CODES = frozenset({"SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded", "capacity-not-available",
-                                 "InsufficientCapacityOnHost"})
+SPOT_CAPACITY_CODES = frozenset({"SpotMaxPriceTooLow", "capacity-not-available", "InsufficientCapacityOnHost"})
+#: a launch over the account's running-vCPU quota of the type's family (On-Demand; Spot: "Max spot
+#: instance count exceeded", EC2 User Guide "Spot Instance quotas") → ``VcpuLimitExceeded``
+QUOTA_CODES = frozenset({"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"})
 #: the tags that name an instance's slot and market (reconcile after a restart reads them)
 SLOT_TAG = "costscale:slot"
 MARKET_TAG = "costscale:market"
@@ -176,6 +181,8 @@ class Ec2Cloud:
         def typed(code: str, msg: str, attempts: int) -> CloudError:
             if code in THROTTLE_CODES:
                 return Throttled(f"{op}: throttled by EC2 ({code}){after(attempts)}")
+            if code in QUOTA_CODES:
+                return VcpuLimitExceeded(instance_type or "?", f"{op}: {code}: {msg}")
             if code in CAPACITY_CODES or code in SPOT_CAPACITY_CODES:
                 return InsufficientCapacity(instance_type or "?", f"{op}: {code}: {msg}")
             if code in AUTH_CODES or code.startswith("Invalid"):
