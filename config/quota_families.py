@@ -56,6 +56,34 @@ SPOT_TITLES: dict[str, str] = {
     "high_memory": "All High Memory Spot Instance Requests",
 }
 
+#: each family's Service Quotas code (service ``ec2``) of its running On-Demand vCPU quota, and of its
+#: Spot one ("All ... Spot Instance Requests"; High Memory has none): what ``service-quotas
+#: get-service-quota --service-code ec2 --quota-code CODE`` reads (AWS CLI reference,
+#: https://docs.aws.amazon.com/cli/latest/reference/service-quotas/get-service-quota.html, whose
+#: example reads L-1216C47A; the codes are listed by ``list-aws-default-service-quotas --service-code
+#: ec2`` and on the Service Quotas console's EC2 page). P's Spot code is "All P4, P3 and P2 Spot
+#: Instance Requests" (P5 has a Spot quota of its own, L-C4BD4855, which costscale does not read).
+ON_DEMAND_CODES: dict[str, str] = {
+    "standard": "L-1216C47A", "g_vt": "L-DB2E81BA", "p": "L-417A185B", "inf": "L-1945791B", "f": "L-74FC7D96",
+    "x": "L-7295265B", "dl": "L-6E869C2A", "trn": "L-2C3B7624", "high_memory": "L-43DA4232",
+}
+SPOT_CODES: dict[str, str] = {
+    "standard": "L-34B43A08", "g_vt": "L-3819A6DF", "p": "L-7212CCBC", "inf": "L-B5D1601B", "f": "L-88CF9481",
+    "x": "L-E3A00192", "dl": "L-85EED4F7", "trn": "L-6B0D517C",
+}
+
+
+def quota_code(market: str, family: str) -> str | None:
+    """The Service Quotas code of ``family``'s running-vCPU quota in ``market`` (``on_demand`` or
+    ``spot``); None where AWS has none (High Memory Spot)."""
+    return (SPOT_CODES if market == "spot" else ON_DEMAND_CODES).get(family)
+
+
+def quota_title(market: str, family: str) -> str:
+    """The quota's name as AWS writes it (what to raise)."""
+    return (SPOT_TITLES if market == "spot" else FAMILY_TITLES)[family]
+
+
 _PREFIX = re.compile(r"^([a-z]+?)(?:-|\d)")
 
 
@@ -75,4 +103,5 @@ def quota_family(instance_type: str) -> str:
     return fam
 
 
-__all__ = ["FAMILIES", "FAMILY_LETTERS", "FAMILY_TITLES", "SPOT_TITLES", "quota_family"]
+__all__ = ["FAMILIES", "FAMILY_LETTERS", "FAMILY_TITLES", "ON_DEMAND_CODES", "SPOT_CODES", "SPOT_TITLES", "quota_code",
+           "quota_family", "quota_title"]

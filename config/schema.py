@@ -29,6 +29,7 @@ from config.errors import ConfigError
 from config.families import shipped as shipped_families
 from config.fields import Name, Strict
 from config.sections.launch import LaunchSpec, LaunchTemplateRef, launch_problems
+from config.sections.forecast import ForecastSpec
 from config.sections.lease import LeaseSpec
 from config.sections.quotas import QuotasSpec
 from config.sections.loops import IntervalsSpec, ModelScalingSpec
@@ -162,6 +163,7 @@ class Config(Strict):
     lease: LeaseSpec = LeaseSpec()
     quotas: QuotasSpec | None = Field(None, description="running-vCPU quotas per family, on-demand and spot "
                                                          "(config.sections.quotas; none: unlimited)")
+    forecast: ForecastSpec = Field(ForecastSpec(), description="planning ahead of demand (config.sections.forecast)")
     pinned_pool: dict[str, Annotated[int, Field(ge=0)]] | None = Field(
         None, description="manual mode: hold exactly this pool instead of planning (still within budget)")
     # the region's on-demand prices (scaler.pricing.region), under the YAML overrides; None: the table's

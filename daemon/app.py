@@ -28,6 +28,7 @@ from daemon.replicas.role import ReplicaRole, fleet_left_to_others, lease_genera
 from scaler.fleet.actuator import FleetActuator
 from scaler.cloud.provider import CloudError, CloudProvider
 from daemon.aws.wiring import AwsWiring, DaemonError, aws_error
+from daemon.aws.quotas import KnownQuotas
 from scaler.fleet import step as fleet_step
 from scaler.fleet import tick
 from scaler.fleet.step import plan_id_for
@@ -43,6 +44,7 @@ from daemon.profiling.self_profiling import SelfProfiler, profile_sink
 from daemon.observe.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
 from daemon.observe.status_feed import LoopFacts, StatusFeed, build_feed, status_line
 from daemon.loops.ticks import quiet_at_shutdown
+from daemon.loops.demand_minutes import DemandMinutes, minute_rates
 from daemon.observe.fleet_status import FleetStatus
 from daemon.profiling.model_profiles import load_profiles_for
 from daemon.loops.fleet_ports import DaemonAudit, DispatcherWorkers, FleetHook, ThreadedCloud
@@ -74,12 +76,14 @@ class Daemon:
         self._scheduler: AsyncIOScheduler | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.store: StateStore | None = None
+        self.minutes: DemandMinutes | None = None   # each model's rate per minute into the store (issue #39)
         self.dispatcher: Dispatcher | None = None
         self.actuator: FleetActuator | None = None
         self.cloud: CloudProvider | None = None
         self.aws: AwsWiring | None = None    # region prices, cluster lease, fenced EC2 (when no cloud is given)
         self.replica: ReplicaRole | None = None   # lease.replicas: heartbeat, demand, the lease retried (daemon.replicas.role)
         self.market: FleetMarket | None = None   # the fleet tick's market hooks: on-demand, or spot (issue #28)
+        self.quotas = KnownQuotas()   # the vCPU quotas planned within: Service Quotas, the config's, refusals
         self._declared: tuple[Config, dict[str, DemandView]] | None = None
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
         # fleet planner (demand x hint); it never launches anything itself
@@ -133,6 +137,7 @@ class Daemon:
         self._loop = asyncio.get_running_loop()
         try:
             self.store = StateStore.open(cfg.state_path)
+            self.minutes = DemandMinutes(self.store, cfg.forecast.retention_days)
         except UsageError:
             raise
         except Exception as exc:  # lock held or unwritable state path
@@ -143,6 +148,7 @@ class Daemon:
             self.aws = AwsWiring(cfg, self._listen)
             self.cfg = cfg = await asyncio.to_thread(self.aws.priced, cfg)
             self._cloud = await asyncio.to_thread(self.aws.open)
+        self.cfg = cfg = await asyncio.to_thread(self.quotas.start, cfg, self.aws is not None)
         self.predictor = LatencyModel.from_profiles(self.profiles)
         try:
             self.registry = open_config_registry(cfg)
@@ -178,6 +184,7 @@ class Daemon:
         self._scheduler = schedule_loops(self._loop, cfg.intervals, self.fleet_tick, self.model_tick, self.reconcile_tick)
         if self.aws is not None:   # lease renewal; a lost lease stops the daemon
             self.aws.schedule(self._scheduler, self.request_stop)
+        self.quotas.schedule(self._scheduler, lambda: self.cfg, lambda: self._requota() and self._tick_soon("vCPU quotas"))
         if self.replica is not None:
             self.replica.schedule(self._scheduler)
         self.status_feed = build_feed(   # costscale status: each part given what it reads
@@ -286,7 +293,12 @@ class Daemon:
         assert self.market is not None and self.cloud is not None
         return FleetPorts(clock=time.monotonic, cloud=ThreadedCloud(self.cloud), market=self.market,
                           workers=self._worker_view(), demand=self.current_demand, decide=self._decided,
-                          audit=self._audit, offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica))
+                          audit=self._audit, offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica),
+                          quota_refused=lambda slots, listed: self.quotas.lower(self.cfg, slots, listed) and self._requota())
+
+    def _requota(self) -> bool:   # the known vCPU quotas moved (daemon.aws.quotas): the config planned with, spot's
+        self.cfg = self.quotas.applied(self.cfg)
+        return self.market is None or self.market.requota(self.cfg)
 
     def _worker_view(self) -> DispatcherWorkers:
         ml = self.model_loop
@@ -308,6 +320,9 @@ class Daemon:
                 await self.model_loop.tick(time.monotonic())
             except Exception:  # keep serving; the next tick retries
                 log.exception("model loop tick failed")
+        done = self.minutes.due() if self.minutes is not None and self.dispatcher is not None and self.leading() else None
+        if done is not None:   # a minute ended: each model's rate over it into the demand history
+            await asyncio.to_thread(self.minutes.write, done, minute_rates(self.cfg, self.dispatcher, self.replica))
         if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
             return
         # early replans follow a plan that was made; after a failed one, the fleet interval retries
@@ -341,7 +356,7 @@ class Daemon:
         """SIGHUP (:func:`daemon.reload.reload_parts`): the config read again (refused: the running one
         kept), the ticks moved to its intervals, each part given it (``reload(new)``), then a replan."""
         new = reload_parts(self.cfg, self.cfg_path, self._listen, self.aws, self._scheduler,
-                           (self.model_loop, self.market, self.dispatcher))   # (the market: the actuator's too)
+                           (self.model_loop, self.market, self.dispatcher), self.quotas.adopt)   # (the market: the actuator's too)
         if new is None:
             return False
         self.cfg, self.model_params = new, self._explicit_params or model_params_for(new)   # given ones are kept

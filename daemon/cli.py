@@ -16,8 +16,9 @@ from typing import Sequence
 from config.errors import UsageError
 
 # modules under daemon/commands/ (simulate also registers capacity; models also registers offline)
-COMMANDS = ("validate", "doctor", "plan", "simulate", "run", "demo", "worker", "variants", "models", "profile", "status", "replay", "accuracy",
-            "pipeline")
+COMMANDS = ("init", "validate", "doctor", "plan", "simulate", "run", "demo", "worker", "variants", "models", "profile", "status", "replay", "accuracy",
+            "pipeline", "history",
+            "bundle")
 #: commands registered by a module of another name
 REGISTERED_BY = {"capacity": "simulate", "offline": "models"}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from config.checks import checked_problems
 from config.errors import ConfigError, UsageError
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 dlog = logging.getLogger("costscale")      # the daemon's own lines (as :mod:`daemon.app` logs them)
 
 
-def reloaded_config(running: Config, path: str | Path, listen: str | None, aws: "AwsWiring | None"
-                    ) -> tuple[Config, list[str]]:
+def reloaded_config(running: Config, path: str | Path, listen: str | None, aws: "AwsWiring | None",
+                    adopt: Callable[[Config], Config] = lambda c: c) -> tuple[Config, list[str]]:
     """The config at ``path`` as the daemon would run it, and the restart-only settings it changes
     (kept at their running values; names only, a token is a secret). The restart-only values are
     merged in before the checks, so a change that will not apply cannot reject the reload, and the
@@ -42,7 +42,7 @@ def reloaded_config(running: Config, path: str | Path, listen: str | None, aws: 
     # the generated token's file named as at start (so it is no "change"), not written: restart-only
     new = with_cluster_token(new, listen, create=False)
     new, unapplied = restart_only_changes(running, new)
-    new = aws.priced(new, fetch=False, check=False) if aws is not None else new
+    new = adopt(aws.priced(new, fetch=False, check=False) if aws is not None else new)   # the known vCPU quotas
     problems = checked_problems(new, path)       # once, on the config as it will run, at its prices
     if problems:
         raise ConfigError(problems[0], lines=problems)
@@ -56,17 +56,19 @@ class Reloadable(Protocol):
 
 
 def reload_parts(running: Config, path: str | Path | None, listen: str | None, aws: "AwsWiring | None",
-                 scheduler: "BaseScheduler | None", parts: Iterable[Reloadable | None]) -> Config | None:
+                 scheduler: "BaseScheduler | None", parts: Iterable[Reloadable | None],
+                 adopt: Callable[[Config], Config] = lambda c: c) -> Config | None:
     """SIGHUP: systemd told the daemon reloads; the config at ``path`` read again
     (:func:`reloaded_config`; None, logged and systemd told, when there is no file or it is refused:
     the running config is kept); the restart-only changes it leaves unapplied logged; the ticks moved
     to its intervals (:func:`daemon.loops.ticks.reschedule`); each part's ``reload(new)``; then ready again.
+    ``adopt``: the config with the vCPU quotas known beside its own (``daemon.aws.quotas``).
     Returns the config now running."""
     if path is None:
         return None
     sdnotify.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
     try:
-        new, unapplied = reloaded_config(running, path, listen, aws)
+        new, unapplied = reloaded_config(running, path, listen, aws, adopt)
     except UsageError as exc:
         dlog.error("reload rejected, keeping the running config: %s", exc.lines[0])
         sdnotify.notify(f"READY=1\nSTATUS=reload rejected: {exc.lines[0]}")

@@ -1,6 +1,7 @@
 """How a worker joins its dispatcher: ``Control.RegisterWorker`` retried with exponential backoff
-(at most 10 s apart) until the dispatcher answers; a refusal (accepted=false, or the token denied)
-is final, an unreachable dispatcher gives up after ``register_attempts``, and a token refused while
+(at most 10 s apart) until the dispatcher answers; a refusal (accepted=false, or the token denied;
+another costscale or protocol version among them, ``config.version``) is final, an unreachable
+dispatcher gives up after ``register_attempts``, and a token refused while
 the cluster token rotates is read again and retried (:mod:`worker.token`). The channel is TLS
 trusting ``dispatcher_ca`` (the worker's certificate as its client certificate) or plaintext."""
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Callable
 
 import grpc
 
+from config.version import PROTOCOL_VERSION, costscale_version
 from dispatcher.auth import TOKEN_REFRESH_S, TokenRing
 from dispatcher.credentials import channel_credentials
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
@@ -61,7 +63,8 @@ class DispatcherLink:
         assert self.opts.dispatcher, "no dispatcher address"
         req = pb.RegisterWorkerRequest(
             instance_id=self.opts.instance_id, instance_type=self.opts.instance_type,
-            address=address, token=self.opts.token, providers=providers, executor=executor)
+            address=address, token=self.opts.token, providers=providers, executor=executor,
+            costscale_version=costscale_version(), protocol_version=PROTOCOL_VERSION)
         delay, attempt = self.opts.register_backoff_s, 0
         rotating_until = time.monotonic() + 2 * TOKEN_REFRESH_S    # a dispatcher may read a rotated token later
         while True:

@@ -4,7 +4,7 @@ part of a deployment needs, derived from the boto3 calls the code makes, one sta
 * ``control-host.json``: the daemon (and its dispatcher) on the control host: list, launch, tag at
   launch and terminate its cluster's instances, pass the workers' role, the cluster lease in
   DynamoDB, the cluster token in SSM, AWS's public image parameters (``launch`` images given as
-  ``ssm_parameter``: ``/aws/service/*``), the Price List API.
+  ``ssm_parameter``: ``/aws/service/*``), the vCPU quotas in Service Quotas, the Price List API.
 * ``worker.json``: the workers' instance profile: read the cluster token.
 * ``replicas.json`` (with ``lease.replicas``): the replicas' items in the lease table.
 * ``s3-models.json`` (model registration and offline jobs from S3): objects in one bucket.
@@ -12,8 +12,8 @@ part of a deployment needs, derived from the boto3 calls the code makes, one sta
   ``spot.interruption_queue`` is set.
 * ``doctor.json`` (optional, beside control-host for whoever runs ``costscale doctor``): the
   describe calls the pre-flight makes and the daemon never does, one statement per check (region,
-  image, network, offerings, dispatcher); all ``Resource: *``, as EC2's describe calls allow no
-  narrower resource. Not one of the daemon's documents (:data:`DAEMON_DOCUMENTS`).
+  image, network, offerings, dispatcher) and IAM's policy simulator on the caller (simulate); all
+  ``Resource: *``, as EC2's describe calls allow no narrower resource. Not one of the daemon's documents (:data:`DAEMON_DOCUMENTS`).
 
 Each statement's ``Sid`` says what it is for; ``Resource`` ARNs hold placeholders (``{region}``,
 ``{account}``, ``{cluster}``, ``{table}``, ``{bucket}``, ``{queue}``, ``{worker_role}``) that

@@ -93,6 +93,12 @@ class LaunchSpec(Strict):
     key_name: str | None = None
     iam_instance_profile: str | None = None
     user_data: str | None = Field(None, description="extra cloud-init; costscale appends its worker start")
+    bootstrap: bool = Field(True, description="the worker installs costscale (the daemon's exact version), its "
+                            "ONNX Runtime build and models at boot from a stock image (issue #38); false: the image "
+                            "already has costscale on its PATH")
+    wheelhouse: str | None = Field(None, pattern=r"^s3://[^/]+/.", description="s3://BUCKET/PREFIX of a wheelhouse "
+                                   "from `costscale bundle`: workers install from it when the package index is out "
+                                   "of reach")
     tags: dict[str, str] = Field(default_factory=dict)
     pending_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     by_type: dict[str, TypeLaunch] = Field(default_factory=dict, description="per instance type or type family "

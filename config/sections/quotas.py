@@ -14,7 +14,7 @@ what-if (:func:`with_overrides`).
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any, Iterable, Mapping
 
 from pydantic import Field, field_validator
 
@@ -80,4 +80,26 @@ def with_overrides(cfg: Any, flags: Iterable[str]) -> Any:
     return cfg.model_copy(update={"quotas": QuotasSpec(on_demand=od, spot=sp)})
 
 
-__all__ = ["QuotasSpec", "parse_quota_flag", "with_overrides"]
+#: vCPUs per (market, family): ``("on_demand", "g_vt") -> 64``
+Known = Mapping[tuple[str, str], int]
+
+
+def merged_quotas(override: QuotasSpec | None, read: Known, lowered: Known | None = None) -> QuotasSpec | None:
+    """The quotas the daemon plans within (pure): per family and market, the config's ``quotas``
+    (``override``) where it names one, else what Service Quotas said (``read``); then, where a
+    launch was refused for the quota since the last read (``lowered``: the vCPUs running then),
+    the lower of the two. None when nothing is known (no cap)."""
+    lowered = lowered or {}
+    base = override or QuotasSpec()
+    out: dict[str, dict[str, int]] = {"on_demand": dict(base.on_demand), "spot": dict(base.spot)}
+    for (market, fam), n in read.items():
+        out[market].setdefault(fam, int(n))
+    for (market, fam), n in lowered.items():
+        have = out[market].get(fam)
+        out[market][fam] = int(n) if have is None else min(int(have), int(n))
+    if override is None and not any(out.values()):
+        return None
+    return QuotasSpec(on_demand=out["on_demand"], spot=out["spot"])
+
+
+__all__ = ["Known", "QuotasSpec", "merged_quotas", "parse_quota_flag", "with_overrides"]

@@ -68,11 +68,17 @@ class FleetMarket(MarketHooks):
         self.actuator.budget = cfg.budget_per_hour
         self.actuator.catalog = cfg.catalog()
         if self.spot is not None:
-            self.spot.cfg = cfg
+            self.spot.requota(cfg)
             self.spot.reprice(SpotMarket.from_config(cfg, self.spot.market.spot))
         elif cfg.spot is not None and spot_types(cfg.instance_types):
             log.warning("reload: spot capacity (market, spot) changed: restart to apply (the daemon runs on-demand)")
         self.publish_prices()
+
+    def requota(self, cfg: Config) -> bool:
+        """The vCPU quotas of ``cfg`` moved (``daemon.aws.quotas``): with spot, the placement keeps within them."""
+        if self.spot is not None:
+            self.spot.requota(cfg)
+        return True
 
     def billed_prices(self) -> dict[str, float]:
         """Every slot's $/hr billed now (:meth:`scaler.spot.market.SpotMarket.slot_prices`); on-demand

@@ -40,6 +40,7 @@ from config.sections.security import worker_tls_flags
 from scaler.cloud.provider import CloudConfigError, CloudError, CloudProvider, ManagedInstance
 from scaler.replicas.lease_holder import CLOCK_SAFETY, ClusterLease, FencedCloud
 from scaler.cloud.ec2 import Ec2Cloud
+from scaler.cloud.user_data import WorkerInstall, worker_install
 from scaler.replicas.lease_decision import Claimant, Lease, LeaseHeld, LeaseLost, holder_text, renew_interval_s, utc
 from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
 from scaler.pricing.region import RegionPrices, cache_path_for, regional_config
@@ -134,8 +135,19 @@ class AwsWiring:
                        cluster_token=None if self.token_parameter else token,
                        token_parameter=self.token_parameter.name if self.token_parameter else None,
                        models=[(m.name, m.onnx) for m in cfg.models], worker_port=cfg.dispatcher.worker_port,
-                       worker_flags=worker_tls_flags(cfg.dispatcher.tls, cfg.dispatcher.worker_tls), spot=cfg.spot)
+                       worker_flags=worker_tls_flags(cfg.dispatcher.tls, cfg.dispatcher.worker_tls), spot=cfg.spot,
+                       install=self._worker_install())
         return FencedCloud(ec2, lease)
+
+    def _worker_install(self) -> WorkerInstall | None:
+        """What launched workers install at boot (``launch.bootstrap``; scaler.cloud.user_data), or a
+        ConfigError line when this costscale has no package metadata to name its version."""
+        if not self.cfg.launch.bootstrap:
+            return None
+        try:
+            return worker_install(self.cfg.launch.wheelhouse)
+        except CloudConfigError as exc:
+            raise ConfigError(f"launch.bootstrap: {exc}") from None
 
     def _publish_token(self, token: str) -> None:
         """The cluster token into its SSM parameter (issue #27; the parameter's value wins when it

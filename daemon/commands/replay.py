@@ -24,6 +24,7 @@ from config.profiles import ProfileTable
 from config.schema import Config
 from daemon.commands.common.overrides import add_quota_flag, resolve, with_estimates_allowed
 from daemon.commands.common.progress import Progress
+from daemon.commands.history import replay_history
 from scaler.planner.estimate_gate import share_estimates
 from sim.patterns import parse_pattern, pattern_workload
 from sim.replay.run import DEFAULT_BOOT_S, Fault, ReplaySpec, replay
@@ -68,6 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="plan with the allowed types where a model has only an estimated profile (config/type_estimates.csv), "
                         "as instance_types[].allow_estimates does; the report names them")
     add_quota_flag(p)
+    p.add_argument("--history", metavar="CSV", help="each model's demand before the trace, timestamp,model,qps "
+                   "(negative seconds before its start; README \"Forecasting\"): parsed, not yet planned from")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="draw the timeline")
     p.set_defaults(func=run_replay)
@@ -262,7 +265,8 @@ def run_replay(args: argparse.Namespace) -> int:
                          "replay fewer hours or a lower rate")
     boot = {"gpu": args.boot_gpu_s, "inferentia": args.boot_gpu_s, "cpu": args.boot_cpu_s}
     spec = ReplaySpec(service=args.service, seed=args.seed, boot_s=boot, warm_start=not args.cold,
-                      faults=_faults(args, set(cfg.catalog())), spot_trace=_spot_trace(args, cfg))
+                      faults=_faults(args, set(cfg.catalog())), spot_trace=_spot_trace(args, cfg),
+                      history=replay_history(args.history, cfg) if args.history else None)
     names = baseline_names(cfg) if args.baselines else ()
     spot_names = ("on_demand_only",) + (SPOT_BASELINES[1:] if args.baselines else ()) if spot_enabled(cfg) else ()
     runs = 1 + len(names) + len(spot_names)
@@ -279,6 +283,8 @@ def run_replay(args: argparse.Namespace) -> int:
         out = report(run, with_timeline=bool(args.plot))
         out["source"] = source
         out["estimated"] = replay_estimates(cfg, r.profiles, run.targets)
+        if spec.history is not None:     # what --history held: measured minutes per series, none planned from yet
+            out["history_minutes"] = {m: h.known for m, h in sorted(spec.history.items())}
         if args.baselines:
             planner = PoolPlanner(cfg, r.profiles, slo_check)
             out["baselines"] = {}

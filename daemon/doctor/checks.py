@@ -5,7 +5,8 @@ launched (:func:`preflight`). The checks themselves are the adapters of this fol
 
 Order: credentials first (without them every other check fails the same way: it stops there),
 then the region (a region the account has not enabled refuses every call: it stops there too),
-the launch (DryRun, image), the network, the services, the dispatcher address, the prices.
+the launch (DryRun, IAM's policy simulator, image), the network, the vCPU quotas' headroom, the
+services, the dispatcher address, the prices.
 
 The fast subset (credentials, the DryRun of the first launch, each type's image) fails the
 start only on an AWS verdict (an error code): an endpoint that does not answer is left to the
@@ -22,6 +23,8 @@ from daemon.doctor.account import check_credentials, check_prices, check_region
 from daemon.doctor.images import check_image
 from daemon.doctor.launch import check_offerings, check_permissions
 from daemon.doctor.network import check_dispatcher, check_network, real_instances
+from daemon.doctor.quotas import check_quotas
+from daemon.doctor.simulate import check_simulated
 from daemon.doctor.report import Clients, Finding, clients_for
 from daemon.doctor.services import check_buckets, check_lease_table, check_token_parameter, token_parameter_used
 
@@ -43,8 +46,9 @@ def run_doctor(cfg: Config, clients: Clients | None = None) -> list[Finding]:
     region = check_region(cfg, clients)
     if region.status == "fail":
         return [first, region]
-    out = [first, region, check_permissions(cfg, clients), check_image(cfg, clients), check_network(cfg, clients),
-           check_offerings(cfg, clients), check_lease_table(cfg, clients)]
+    out = [first, region, check_permissions(cfg, clients), check_simulated(cfg, clients), check_image(cfg, clients),
+           check_network(cfg, clients), check_offerings(cfg, clients), check_quotas(cfg, clients),
+           check_lease_table(cfg, clients)]
     if token_parameter_used(cfg):
         out.append(check_token_parameter(cfg, clients))
     if cfg.aws.buckets:

@@ -395,20 +395,24 @@ class ReplicaStatus(_message.Message):
     def __init__(self, id: _Optional[str] = ..., lease_holder: _Optional[bool] = ..., live: _Optional[_Iterable[str]] = ..., owners: _Optional[_Mapping[str, str]] = ..., releasing: _Optional[_Mapping[str, str]] = ..., forwarding_to: _Optional[str] = ..., owners_version: _Optional[int] = ...) -> None: ...
 
 class RegisterWorkerRequest(_message.Message):
-    __slots__ = ("instance_id", "instance_type", "address", "token", "providers", "executor")
+    __slots__ = ("instance_id", "instance_type", "address", "token", "providers", "executor", "costscale_version", "protocol_version")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     PROVIDERS_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    COSTSCALE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     instance_type: str
     address: str
     token: str
     providers: _containers.RepeatedScalarFieldContainer[str]
     executor: str
-    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., address: _Optional[str] = ..., token: _Optional[str] = ..., providers: _Optional[_Iterable[str]] = ..., executor: _Optional[str] = ...) -> None: ...
+    costscale_version: str
+    protocol_version: int
+    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., address: _Optional[str] = ..., token: _Optional[str] = ..., providers: _Optional[_Iterable[str]] = ..., executor: _Optional[str] = ..., costscale_version: _Optional[str] = ..., protocol_version: _Optional[int] = ...) -> None: ...
 
 class RegisterWorkerReply(_message.Message):
     __slots__ = ("accepted", "message")

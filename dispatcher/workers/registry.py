@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 from config.catalog import InstanceType
 from config.hostport import split_hostport
+from config.version import PROTOCOL_VERSION, costscale_version, version_mismatch
 from dispatcher import modelless as ml
 from dispatcher.auth import TokenRing
 from dispatcher.proto import costscale_pb2 as pb
@@ -130,6 +131,8 @@ class WorkerRegistry:
         #: with dispatcher replicas (daemon.replicas.shared_workers): an accepted registration is handed
         #: here (instance id, type, address) instead of being added; the published owners add it
         self.on_register: Callable[[str, str, str], None] | None = None
+        #: the costscale version a worker must run to register (issue #38)
+        self.version = costscale_version()
 
     def set_assignment(self, serves: Mapping[str, str]) -> list[str]:
         """Which model each instance serves from now on (its queries of other models stop; a call
@@ -196,10 +199,14 @@ class WorkerRegistry:
         self.trigger.kick()
 
     def register(self, req: pb.RegisterWorkerRequest, token: TokenRing | None) -> pb.RegisterWorkerReply:
-        """A worker's RegisterWorker, checked against the cluster ``token`` (none: any) and the
-        instances the fleet launched."""
+        """A worker's RegisterWorker, checked against the cluster ``token`` (none: any), this
+        dispatcher's costscale and protocol versions (``config.version``: another version, or none,
+        is refused with one line naming both) and the instances the fleet launched."""
         if token is not None and not token.accepts(req.token):
             return pb.RegisterWorkerReply(accepted=False, message="bad cluster token")
+        mismatch = version_mismatch(req.costscale_version, req.protocol_version, self.version, PROTOCOL_VERSION)
+        if mismatch is not None:      # after the token: an unauthenticated caller learns no version
+            return pb.RegisterWorkerReply(accepted=False, message=mismatch)
         want = self._allowed.get(req.instance_id)
         if want is None:
             return pb.RegisterWorkerReply(accepted=False, message=f"unknown instance {req.instance_id!r}: not launched by this cluster")

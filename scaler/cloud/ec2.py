@@ -13,8 +13,10 @@ Transient faults are retried by botocore, not here: the client is built by
 ``scaler.cloud.provider`` here:
 
 * RequestLimitExceeded / Throttling after the last attempt → ``Throttled``;
+* VcpuLimitExceeded (spot: MaxSpotInstanceCountExceeded), the family's vCPU quota → ``VcpuLimitExceeded``
+  (the known quota is lowered, ``scaler.planner.quota.lowered_quotas``; the type stays plannable);
 * InsufficientInstanceCapacity / InstanceLimitExceeded / Unsupported → ``InsufficientCapacity``, and
-  for a spot launch also SpotMaxPriceTooLow, MaxSpotInstanceCountExceeded and capacity-not-available
+  for a spot launch also SpotMaxPriceTooLow and capacity-not-available
   (the slot, ``TYPE@ZONE``, is then out for the cooldown: the fleet tries the next zone, then
   on-demand, by ``scaler.spot.market.zone_order``);
 * authentication and parameter errors → ``CloudConfigError``;
@@ -50,7 +52,6 @@ or describe_instances is harmless as it is (terminating a terminating instance c
 """
 from __future__ import annotations
 
-import shlex
 import time
 from datetime import datetime
 from typing import Any, Callable, Sequence
@@ -61,6 +62,7 @@ from scaler.cloud.image_parameter import ImageParameters, ImageUnresolved
 from scaler.cloud.subnet_launch import launch_over_subnets
 from scaler.cloud.subnets import subnet_token
 from scaler.cloud.slots import market_of, slot_of, split_slot
+from scaler.cloud.user_data import WorkerInstall, build_user_data
 from scaler.cloud.aws_client import (AUTH_CODES, EC2_MAX_ATTEMPTS, THROTTLE_CODES, Typed, after, aws_call, error_fields,
                                      iam_action, make_client, naming_action)
 from scaler.cloud.provider import (
@@ -74,62 +76,22 @@ from scaler.cloud.provider import (
     ManagedInstance,
     NotManaged,
     Throttled,
+    VcpuLimitExceeded,
 )
 
 CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InstanceLimitExceeded", "Unsupported",
-                            "InsufficientHostCapacity", "VcpuLimitExceeded"})
+                            "InsufficientHostCapacity"})
 #: a spot launch refused for want of spot capacity (or at our MaxPrice) in the zone asked: the next zone
-SPOT_CAPACITY_CODES = frozenset({"SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded", "capacity-not-available",
-                                 "InsufficientCapacityOnHost"})
+SPOT_CAPACITY_CODES = frozenset({"SpotMaxPriceTooLow", "capacity-not-available", "InsufficientCapacityOnHost"})
+#: a launch over the account's running-vCPU quota of the type's family (On-Demand; Spot: "Max spot
+#: instance count exceeded", EC2 User Guide "Spot Instance quotas") → ``VcpuLimitExceeded``
+QUOTA_CODES = frozenset({"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"})
 #: the tags that name an instance's slot and market (reconcile after a restart reads them)
 SLOT_TAG = "costscale:slot"
 MARKET_TAG = "costscale:market"
 #: the ClientToken of a DryRun launch (``Ec2Cloud.dry_run``): nothing is launched under it
 DRY_RUN_TOKEN = "costscale-dry-run"
 NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
-
-
-def build_user_data(cluster: str, dispatcher: str | None, extra: str | None = None,
-                    cluster_token: str | None = None, models: Sequence[tuple[str, str]] = (),
-                    worker_port: int = 50052, worker_flags: Sequence[str] = (),
-                    token_parameter: str | None = None, spot_watch: bool = False) -> str:
-    """The worker's cloud-init script: the user's extra lines, then ``costscale worker``
-    (with ``worker_flags``: the TLS files, :func:`config.sections.security.worker_tls_flags`).
-
-    The instance learns its own id, type and private address from the instance metadata service
-    (IMDSv2, token-based) and registers with the dispatcher under them; the dispatcher accepts only
-    instances the daemon launched. ``models`` are (name, ONNX spec) pairs to serve. The cluster
-    token: with ``token_parameter`` only that SSM parameter's name (the worker reads it with its
-    instance profile, :mod:`scaler.cloud.token_parameter`); else ``cluster_token`` itself. ``spot_watch``
-    (a spot instance): the worker watches IMDS for the interruption notice (``worker.spot_watch``)."""
-    lines = ["#!/bin/bash", "set -euo pipefail"]
-    if extra:
-        body = extra[len("#!/bin/bash"):] if extra.startswith("#!/bin/bash") else extra
-        lines.append(body.strip("\n"))
-    lines += [
-        "IMDS=http://169.254.169.254/latest",
-        'IMDS_TOKEN=$(curl -fsS -X PUT "$IMDS/api/token" -H "X-aws-ec2-metadata-token-ttl-seconds: 300")',
-        'md() { curl -fsS -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" "$IMDS/meta-data/$1"; }',
-        "export COSTSCALE_INSTANCE_ID=$(md instance-id)",
-        "export COSTSCALE_INSTANCE_TYPE=$(md instance-type)",
-        "COSTSCALE_ADDRESS=$(md local-ipv4)",
-        f"export COSTSCALE_CLUSTER={shlex.quote(cluster)}",
-    ]
-    if token_parameter:    # the worker reads the token with its instance profile; none is written here
-        lines.append("export AWS_DEFAULT_REGION=$(md placement/region)")
-        lines.append(f"export COSTSCALE_TOKEN_PARAMETER={shlex.quote(token_parameter)}")
-    elif cluster_token:
-        lines.append(f"export COSTSCALE_CLUSTER_TOKEN={shlex.quote(cluster_token)}")
-    cmd = f"exec costscale worker --listen 0.0.0.0:{int(worker_port)} --advertise \"$COSTSCALE_ADDRESS:{int(worker_port)}\""
-    for name, spec in models:
-        cmd += f" --model {shlex.quote(f'{name}={spec}')}"
-    if dispatcher:
-        cmd += f" --dispatcher {shlex.quote(dispatcher)}"
-    cmd += "".join(f" {shlex.quote(f)}" for f in worker_flags)
-    if spot_watch:
-        cmd += " --imds-endpoint http://169.254.169.254"
-    lines.append(cmd)
-    return "\n".join(lines) + "\n"
 
 
 def make_ec2_client(region: str, endpoint_url: str | None = None, max_attempts: int = EC2_MAX_ATTEMPTS) -> Any:
@@ -202,6 +164,7 @@ class Ec2Cloud:
         spot: SpotSpec | None = None,   # each zone's subnet, max_price
         ssm_client: Any = None,         # resolves launch images given as SSM parameters (built on first use)
         clock: Callable[[], float] = time.monotonic,    # the image cache's and the subnet cooldowns' clock
+        install: WorkerInstall | None = None,   # user data installs costscale (scaler.cloud.user_data)
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -226,6 +189,7 @@ class Ec2Cloud:
             self._ssm = make_client("ssm", region, endpoint_url=endpoint_url, max_attempts=self.max_attempts,
                                     connect_timeout=5, read_timeout=30)
         return self._ssm
+        self.install = install
 
     # -- the error boundary ------------------------------------------------------------------
     @staticmethod
@@ -234,6 +198,8 @@ class Ec2Cloud:
         def typed(code: str, msg: str, attempts: int) -> CloudError:
             if code in THROTTLE_CODES:
                 return Throttled(f"{op}: throttled by EC2 ({code}){after(attempts)}")
+            if code in QUOTA_CODES:
+                return VcpuLimitExceeded(instance_type or "?", f"{op}: {code}: {msg}")
             if code in CAPACITY_CODES or code in SPOT_CAPACITY_CODES:
                 return InsufficientCapacity(instance_type or "?", f"{op}: {code}: {msg}")
             if code in AUTH_CODES or code.startswith("Invalid"):
@@ -336,7 +302,7 @@ class Ec2Cloud:
                                   {"ResourceType": "volume", "Tags": tag_list}],
             "UserData": build_user_data(self.cluster, self.dispatcher, image.user_data,
                                         self.cluster_token, self.models, self.worker_port, self.worker_flags,
-                                        self.token_parameter, spot_watch=zone is not None),
+                                        self.token_parameter, spot_watch=zone is not None, install=self.install),
         }
         ami = self.image_id(image)
         if ami:

@@ -61,7 +61,10 @@ class InsufficientCapacity(CloudError):
 
 class VcpuLimitExceeded(InsufficientCapacity):
     """EC2 refused a launch: the running vCPUs of the type's family would exceed the account's quota
-    (``VcpuLimitExceeded``; config.quota_families). Handled as a capacity refusal of the type."""
+    (``VcpuLimitExceeded``; a spot launch: ``MaxSpotInstanceCountExceeded``; config.quota_families). Not a
+    want of capacity of the type: the actuator reports it (``ApplyReport.quota_refused``) without taking
+    the type out, and the fleet lowers the family's known quota to what runs
+    (``scaler.planner.quota.lowered_quotas``) until the next read of Service Quotas."""
 
 
 class NotManaged(CloudError):

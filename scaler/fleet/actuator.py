@@ -34,7 +34,8 @@ from typing import Any, Awaitable, Callable, Iterator, Mapping, Sequence
 from config.budget import BUDGET_EPS
 from config.catalog import InstanceType
 from scaler.fleet.reports import ApplyReport, ReconcileReport
-from scaler.cloud.provider import CloudConfigError, CloudError, CloudProvider, InsufficientCapacity, ManagedInstance, Throttled
+from scaler.cloud.provider import (CloudConfigError, CloudError, CloudProvider, InsufficientCapacity, ManagedInstance,
+                                   Throttled, VcpuLimitExceeded)
 from scaler.fleet.state import StateStore
 from scaler.fleet.transitions import Step, _retire_order, client_token, plan_transition
 
@@ -169,6 +170,9 @@ class FleetActuator:
         self.store.set_intent_status(token, "sent", now)
         try:
             got = self.cloud.launch(instance_type, it.count, token)
+        except VcpuLimitExceeded as exc:   # the family's quota, not the type's capacity: the fleet lowers it
+            self.store.set_intent_status(token, "failed", self.clock(), note=str(exc))
+            raise
         except InsufficientCapacity as exc:
             now = self.clock()
             self.store.set_intent_status(token, "failed", now, note=str(exc))
@@ -309,6 +313,10 @@ class FleetActuator:
             with _recorded(rep.errors, f"launch {t}") as call:
                 try:
                     got = self._launch(t, n, token, plan_id, step.seq)
+                except VcpuLimitExceeded as exc:
+                    rep.quota_refused += [t] if t not in rep.quota_refused else []
+                    rep.errors.append(str(exc))
+                    return
                 except InsufficientCapacity as exc:
                     unavailable.add(t)
                     if t not in rep.unavailable:

@@ -23,6 +23,7 @@ class ApplyReport:
     terminated: list[str] = field(default_factory=list)
     drained: dict[str, bool] = field(default_factory=dict)
     unavailable: list[str] = field(default_factory=list)     # types that failed for capacity (replan without)
+    quota_refused: list[str] = field(default_factory=list)   # slots refused for the vCPU quota (quota lowered)
     shortfall: dict[str, int] = field(default_factory=dict)  # type → instances of the target still missing
     budget_cut: dict[str, int] = field(default_factory=dict)  # type → instances not launched to stay in budget
     errors: list[str] = field(default_factory=list)
@@ -44,6 +45,7 @@ class ApplyReport:
                  f"short {pool_text(self.shortfall)}" if any(self.shortfall.values()) else "",
                  f"budget cut {pool_text(self.budget_cut)}" if any(self.budget_cut.values()) else "",
                  f"no capacity for {', '.join(self.unavailable)}" if self.unavailable else "",
+                 f"over the vCPU quota: {', '.join(self.quota_refused)}" if self.quota_refused else "",
                  f"{len(self.errors)} error(s): {self.errors[0]}" if self.errors else ""]
         if self.settled is not None and self.settled.summary() != "no change":
             parts.append(f"settled: {self.settled.summary()}")

@@ -3,7 +3,12 @@
 Tables: ``plans`` (each target pool the fleet loop decided), ``intents`` (every launch/terminate,
 written *before* the EC2 call, keyed by its deterministic ClientToken: planned → sent → done |
 failed | rolled_back), ``instances`` (what costscale has seen of its managed instances) and
-``unavailable`` (instance types with a capacity error, until a cooldown expires).
+``unavailable`` (instance types with a capacity error, until a cooldown expires) and ``demand_minutes``
+(each model's and pipeline's arrival rate per minute, :mod:`scaler.forecast.history`, pruned to the
+``forecast.retention_days``; issue #39).
+
+Schema changes are additive: each table is created ``IF NOT EXISTS`` when a store opens, so a store
+written by an older costscale gains the new tables (empty) at its next open.
 
 One daemon per cluster: ``StateStore.open`` takes an exclusive ``fcntl.flock`` on
 ``path + ".lock"`` (released by the kernel when the process dies, kill -9 included) and raises
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from config.errors import UsageError
+from scaler.forecast.history import DemandHistory
 
 INTENT_KINDS = ("launch", "terminate")
 INTENT_STATUSES = ("planned", "sent", "done", "failed", "rolled_back")
@@ -72,6 +78,12 @@ CREATE TABLE IF NOT EXISTS unavailable (
     until         REAL NOT NULL,
     reason        TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS demand_minutes (
+    series  TEXT NOT NULL,               -- a model's or a pipeline's name
+    minute  INTEGER NOT NULL,            -- floor(epoch seconds / 60)
+    qps     REAL NOT NULL,               -- the arrival rate measured over that minute
+    PRIMARY KEY (series, minute)
+) WITHOUT ROWID;
 """
 
 
@@ -283,6 +295,35 @@ class StateStore:
         """Types still cooling down at ``now`` → the time their cooldown ends."""
         return {r["instance_type"]: float(r["until"]) for r in
                 self._qa("SELECT instance_type, until FROM unavailable WHERE until > ?", (now,))}
+
+    # -- demand history (issue #39) -------------------------------------------------------------
+    def record_demand(self, series: str, minutes: Iterable[int], rates: Iterable[float]) -> int:
+        """Each ``minutes[i]``'s rate ``rates[i]`` of ``series`` (a minute recorded again takes the new
+        rate), in one transaction; returns the rows written."""
+        rows = [(series, int(m), float(q)) for m, q in zip(minutes, rates)]
+        with self._mu:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany("INSERT INTO demand_minutes(series, minute, qps) VALUES (?,?,?) "
+                                       "ON CONFLICT(series, minute) DO UPDATE SET qps=excluded.qps", rows)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return len(rows)
+
+    def prune_demand(self, before_minute: int) -> int:
+        """Forget every series' minutes before ``before_minute``; returns the rows deleted."""
+        return int(self._x("DELETE FROM demand_minutes WHERE minute < ?", (int(before_minute),)).rowcount)
+
+    def demand_series(self) -> list[str]:
+        return [r[0] for r in self._qa("SELECT DISTINCT series FROM demand_minutes ORDER BY series")]
+
+    def demand_history(self, series: str, retention_s: float) -> DemandHistory:
+        """``series``' minutes as a :class:`scaler.forecast.history.DemandHistory` (its newest
+        ``retention_s`` of them)."""
+        rows = self._qa("SELECT minute, qps FROM demand_minutes WHERE series=? ORDER BY minute", (series,))
+        return DemandHistory.from_minutes([int(r[0]) for r in rows], [float(r[1]) for r in rows], retention_s)
 
 
 def _acquire_lock(lock_path: str) -> int:

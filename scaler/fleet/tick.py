@@ -14,7 +14,8 @@ It decides the order of a tick's steps; the decisions themselves are :mod:`scale
    (awaited) before anything launches, parked ones take no new queries;
 5. the market hooks' ``actuate`` (the actuator, spot: the slot placement), then the parked workers'
    variants unloaded;
-6. InsufficientCapacity (spot: no zone left): decide and apply once more at once;
+6. InsufficientCapacity (spot: no zone left), or a launch over the vCPU quota (the known quota
+   lowered by the ``quota_refused`` port): decide and apply once more at once;
 7. the result recorded in the state and told to the audit port; on an error the state says so and
    the next interval plans again;
 8. the workers synced with the cloud (:func:`sync_workers`): who may register, which model each
@@ -159,6 +160,9 @@ class FleetPorts:
     offload: Offload
     lease: Callable[[], int | None] = lambda: None      # the cluster lease's generation (plan ids)
     rule: Rule | None = None
+    #: launches of these slots were refused for the vCPU quota, the instances listed after: True when
+    #: the known quota was lowered (the daemon's ``daemon.aws.quotas``, the replay's), to decide again
+    quota_refused: Callable[[list[str], list[ManagedInstance]], bool] | None = None
 
 
 def planning_demands(declared: Mapping[str, DemandView], snapshot: Callable[[str], WindowView],
@@ -194,7 +198,9 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
             target, plan, demand = state.target, state.plan, state.demand or demand
         state.generation = fleet_step.next_generation(target, state.target, state.generation)
         report = await _apply(cfg, state, ports, target, plan)
-        if market.replan_now(plan, target):   # InsufficientCapacity (spot: no zone left): replan now
+        lowered = bool(report.quota_refused) and ports.quota_refused is not None and \
+            ports.quota_refused(list(report.quota_refused), await ports.cloud.list_managed())
+        if lowered or market.replan_now(plan, target):   # a quota lowered; InsufficientCapacity: replan now
             target, plan = await ports.decide(demand, None)
             state.generation += 1
             report = await _apply(cfg, state, ports, target, plan)

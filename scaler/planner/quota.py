@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from config.quota_families import FAMILY_TITLES, SPOT_TITLES, quota_family
+from scaler.cloud.slots import base_type, market_of
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,10 @@ def cap_bounds(bounds: Mapping[str, tuple[int, int | None]], types: Sequence[str
     return out
 
 
-def _plan_limits(cfg: Any) -> dict[str, int]:
-    """A family's cap on the planned pool: the On-Demand quota where its configured types run on
-    demand, plus the Spot quota where they may run spot (a market the types use without a quota:
-    unlimited). The placement (:mod:`scaler.spot.quota_fit`) then splits the pool between the two."""
-    spec = cfg.quotas
+def quota_markets(cfg: Any) -> dict[str, set[str]]:
+    """Each quota family the configured types belong to, and the markets they may run in there
+    (on-demand: a type not spot-only, or any with ``spot.fallback: on_demand``; spot: a type not
+    on-demand-only)."""
     fallback_od = cfg.spot is not None and cfg.spot.fallback == "on_demand"
     markets: dict[str, set[str]] = {}
     for t in cfg.instance_types:
@@ -119,6 +119,43 @@ def _plan_limits(cfg: Any) -> dict[str, int]:
             markets.setdefault(f, set()).add("on_demand")
         if t.market != "on_demand":
             markets.setdefault(f, set()).add("spot")
+    return markets
+
+
+def wanted_quotas(cfg: Any) -> list[tuple[str, str]]:
+    """The (market, family) quotas the configured types touch: the ones the daemon reads from
+    Service Quotas, and ``costscale doctor`` checks."""
+    return sorted((m, f) for f, ms in quota_markets(cfg).items() for m in ms)
+
+
+def lowered_quotas(refused: Sequence[str], live: Sequence[str], vcpus: Mapping[str, int]) -> dict[tuple[str, str], int]:
+    """A launch of each slot of ``refused`` was refused for the vCPU quota (``VcpuLimitExceeded``;
+    spot: ``MaxSpotInstanceCountExceeded``): the quota of its family in its market, as known until
+    the next read, is the vCPUs of that family and market running now (``live``: the slots of the
+    cluster's live instances; ``vcpus``: by type). The account's other instances use the rest of
+    the quota: what this cluster runs is what it may hold (pure)."""
+    out: dict[tuple[str, str], int] = {}
+    for slot in refused:
+        key = _quota_key(slot)
+        if key is not None:
+            out[key] = sum(int(vcpus.get(base_type(s), 0)) for s in live if _quota_key(s) == key)
+    return out
+
+
+def _quota_key(slot: str) -> tuple[str, str] | None:
+    """(market, family) of a slot; None for a type no family lists."""
+    try:
+        return market_of(slot), quota_family(base_type(slot))
+    except ValueError:
+        return None
+
+
+def _plan_limits(cfg: Any) -> dict[str, int]:
+    """A family's cap on the planned pool: the On-Demand quota where its configured types run on
+    demand, plus the Spot quota where they may run spot (a market the types use without a quota:
+    unlimited). The placement (:mod:`scaler.spot.quota_fit`) then splits the pool between the two."""
+    spec = cfg.quotas
+    markets = quota_markets(cfg)
     out: dict[str, int] = {}
     for f in set(spec.on_demand) | set(spec.spot):
         used = markets.get(f, {"on_demand"})
@@ -181,4 +218,5 @@ def binding_quotas(best_pool: Mapping[str, int], quota: VcpuQuota | None) -> lis
             for f in sorted(used) if f in quota.limits and used[f] > quota.limits[f]]
 
 
-__all__ = ["QuotaBind", "VcpuQuota", "binding_quotas", "cap_bounds", "quota_for"]
+__all__ = ["QuotaBind", "VcpuQuota", "binding_quotas", "cap_bounds", "lowered_quotas", "quota_for", "quota_markets",
+           "wanted_quotas"]

@@ -93,6 +93,7 @@ def merge_reports(a: ApplyReport, b: ApplyReport) -> ApplyReport:
     a.terminated += b.terminated
     a.errors += b.errors
     a.unavailable += [u for u in b.unavailable if u not in a.unavailable]
+    a.quota_refused += [u for u in b.quota_refused if u not in a.quota_refused]
     a.target, a.shortfall, a.steps = b.target, b.shortfall, a.steps + b.steps
     return a
 
@@ -112,6 +113,13 @@ class SpotFleet:
         self.extra: dict[str, int] = {}
         self.spot_planned: frozenset[str] | None = None    # the types the last plan priced at spot
         self.actuator.catalog.update(slot_catalog(cfg, market))
+
+    def requota(self, cfg: Config) -> None:
+        """The vCPU quotas of ``cfg`` (read again, lowered, reloaded) for costscale's placement."""
+        self.cfg = cfg
+        if isinstance(self.policy, CostscaleSpot):
+            types = [t.type for t in cfg.instance_types]
+            self.policy.quotas = (quota_for(cfg, types, "spot"), quota_for(cfg, types, "on_demand"))
 
     def reprice(self, market: SpotMarket) -> None:
         """New spot prices (a refresh, a reload, a price step): the market, the actuator's slot prices,

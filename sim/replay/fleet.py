@@ -33,7 +33,8 @@ from scaler.fleet.actuator import FleetActuator
 from scaler.cloud.provider import ManagedInstance
 from scaler.cloud.fake import FakeCloud, QuotaCheck
 from scaler.cloud.slots import split_slot
-from scaler.planner.quota import quota_for
+from scaler.planner.quota import lowered_quotas, quota_for
+from config.sections.quotas import merged_quotas
 from scaler.planner.model_plan import SloCheck
 from scaler.fleet.step import Demands
 from scaler.fleet.reports import ReconcileReport
@@ -224,7 +225,22 @@ class ReplayFleet:
         self.accuracy_rounds = built.accuracy_rounds
         self.ports = FleetPorts(clock=clock.now, cloud=_Listing(self.cloud), market=self.hooks, workers=self.workers,
                                 demand=self.current_demand, decide=self._decided, audit=self.audit,
-                                offload=_in_line, rule=decide_fn)
+                                offload=_in_line, rule=decide_fn, quota_refused=self._quota_refused)
+
+    def _quota_refused(self, refused: list[str], listed: list[ManagedInstance]) -> bool:
+        """A launch refused for the vCPU quota (the cloud's ``quota_check``): as the daemon
+        (``daemon.aws.quotas``), the family's quota in that market lowered to what runs now
+        (:func:`scaler.planner.quota.lowered_quotas`) for the rest of the replay (it reads no Service
+        Quotas to restore it); True when that moved the quotas planned with."""
+        vcpus = {t: int(it.vcpu) for t, it in self.cfg.full_catalog().items()}
+        new = merged_quotas(self.cfg.quotas, {}, lowered_quotas(refused, [i.instance_type for i in listed if i.live],
+                                                                vcpus))
+        if new == self.cfg.quotas:
+            return False
+        self.cfg = self.cfg.model_copy(update={"quotas": new})
+        if self.hooks.spot is not None:
+            self.hooks.spot.requota(self.cfg)   # type: ignore[attr-defined]
+        return True
 
     def _market_hooks(self) -> MarketHooks:
         return MarketHooks(self.actuator)

@@ -46,6 +46,7 @@ from scaler.cloud.provider import CLUSTER_TAG, pool_of
 from scaler.planner.model_plan import SloCheck
 from scaler.planner.joint_plan import JointPlan
 from scaler.planner.replan import DemandView
+from scaler.forecast.history import DemandHistory
 from scaler.spot.market import SpotMarket
 from sim.clock import VirtualClock
 from sim.replay.ledger import CostLedger
@@ -99,6 +100,9 @@ class ReplaySpec:
     spot_trace: SpotTrace | None = None
     spot_prices: Mapping[str, Mapping[str, float]] | None = None
     spot_price_steps: tuple[SpotPriceStep, ...] = ()
+    #: each model's (and pipeline's) per-minute demand before the trace (``--history``, issue #39), on the
+    #: replay's clock (negative minutes); parsed and handed over, not yet planned from
+    history: Mapping[str, DemandHistory] | None = None
 
 
 @dataclass

@@ -21,7 +21,10 @@ does on AWS. ``costscale doctor --json`` runs as that user:
 What moto cannot show (README "IAM policies"):
 
 * moto has no Price List API: ``pricing`` is answered by botocore's Stubber (the ``prices`` check's
-  ``pricing:GetProducts`` is control-host's RegionPrices, recorded as called but not enforced);
+  ``pricing:GetProducts`` is control-host's RegionPrices, recorded as called but not enforced); nor
+  Service Quotas for ``ec2`` (the ``quotas`` check's ``servicequotas:GetServiceQuota``, control-host's
+  ReadVcpuQuotas) nor IAM's policy simulator (doctor.json's DoctorSimulateCheck,
+  :data:`MOTO_UNCHECKED`): the Stubber answers both, so they are recorded as called, not enforced;
 * moto judges EC2 requests at the resource ``*``: doctor.json's statements are all ``Resource: *``
   as shipped (EC2's describe calls support no resource-level permission on AWS), so moto judges
   them as AWS would;
@@ -53,14 +56,18 @@ ADVERTISE = "10.10.1.5:50051"
 #: the check each doctor.json statement serves, by its Sid
 SERVES = {"DoctorRegionCheck": "region", "DoctorImageCheck": "image", "DoctorNetworkCheck": "network",
           "DoctorOfferingsCheck": "offerings", "DoctorDispatcherCheck": "dispatcher"}
+#: doctor.json statements whose actions moto never judges (the Stubber answers them): their check, and why
+MOTO_UNCHECKED = {"DoctorSimulateCheck": ("simulate", "moto has no SimulatePrincipalPolicy: botocore's Stubber answers "
+                                          "it, so removing the statement refuses nothing here "
+                                          "(tests/daemon/test_doctor_quotas.py shows the refusal's line)")}
 #: every check doctor makes on the good config, in its order
-CHECKS = ["credentials", "region", "permissions", "image", "network", "offerings", "lease", "token", "dispatcher",
-          "prices"]
+CHECKS = ["credentials", "region", "permissions", "simulate", "image", "network", "offerings", "quotas", "lease", "token",
+          "dispatcher", "prices"]
 #: what doctor calls beside doctor.json: control-host.json's (the DryRun, the lease table, the token
 #: parameter's type, the prices) and GetCallerIdentity, which AWS allows every caller
 BESIDE = {"ec2:RunInstances", "dynamodb:DescribeTable", "ssm:GetParameter", "pricing:GetProducts",
-          "sts:GetCallerIdentity"}
-DOCTOR_ACTIONS = [(st["Sid"], a) for st in statements(DOCTOR) for a in as_list(st["Action"])]
+          "sts:GetCallerIdentity", "servicequotas:GetServiceQuota", "ec2:DescribeInstances"}
+DOCTOR_ACTIONS = [(st["Sid"], a) for st in statements(DOCTOR) for a in as_list(st["Action"]) if st["Sid"] in SERVES]
 
 
 def _values() -> dict[str, str]:
@@ -119,6 +126,21 @@ def good_account(endpoint: str, tmp: Path, policies: dict[str, dict[str, Any]]) 
 
 
 
+def _answer(service: str, stub: Stubber, cfg: Any) -> None:
+    """The stubbed services' answers for one doctor run on the good account."""
+    from daemon.doctor.simulate import needed_statements
+
+    if service == "pricing":
+        stub.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [_price_entry("c5.2xlarge", "0.34")]})
+    elif service == "service-quotas":
+        stub.add_response("get_service_quota", {"Quota": {"QuotaCode": "L-1216C47A", "Value": 64.0}},
+                          {"ServiceCode": "ec2", "QuotaCode": "L-1216C47A"})
+    else:
+        for st in needed_statements(cfg, ACCOUNT):
+            stub.add_response("simulate_principal_policy", {"IsTruncated": False, "EvaluationResults": [
+                {"EvalActionName": a, "EvalDecision": "allowed"} for a in as_list(st["Action"])]})
+
+
 def run_doctor_as(endpoint: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                   doctor_policy: dict[str, Any], calls: dict[str, list[Any]] | None = None) -> tuple[int, list[dict]]:
     """``costscale doctor --json`` on the good account as a user holding control-host.json and
@@ -135,15 +157,14 @@ def run_doctor_as(endpoint: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, cap
         as_user(monkeypatch, acct["env"])
         made = checks.clients_for
 
-        def clients_for(cfg: Any) -> Any:          # moto has no Price List API: botocore's Stubber answers it
-            real = made(cfg)
+        def clients_for(cfg: Any) -> Any:          # moto has no Price List API, no Service Quotas for ec2 and no
+            real = made(cfg)                       # policy simulator: botocore's Stubber answers them
 
             def client(service: str) -> Any:
                 c = real(service)
-                if service == "pricing" and not getattr(c, "_stubbed", False):
+                if service in ("pricing", "service-quotas", "iam") and not getattr(c, "_stubbed", False):
                     stub = Stubber(c)
-                    stub.add_response("get_products", {"FormatVersion": "aws_v1",
-                                                       "PriceList": [_price_entry("c5.2xlarge", "0.34")]})
+                    _answer(service, stub, cfg)
                     stub.activate()
                     c._stubbed = True
                 return c
@@ -172,7 +193,7 @@ def test_control_host_and_doctor_documents_make_every_check_ok_calling_exactly_t
     assert "(x86_64), fits c5.2xlarge" in by["image"]
     assert by["dispatcher"].startswith(f"workers dial {ADVERTISE}: routed from every worker subnet (10.10.0.0/16 via local")
     assert by["token"].endswith("(SecureString)") and "c5.2xlarge in us-east-1: 0.34" in by["prices"]
-    doctor = {a for _, a in DOCTOR_ACTIONS}
+    doctor = {a for st in statements(DOCTOR) for a in as_list(st["Action"])}
     control = {a for st in statements("control-host") for a in as_list(st["Action"])}
     assert set(calls) == doctor | BESIDE, (sorted(set(calls) - doctor - BESIDE), sorted(doctor | BESIDE - set(calls)))
     assert not doctor & control and BESIDE - {"sts:GetCallerIdentity"} <= control
@@ -215,10 +236,12 @@ def test_doctor_document_is_describe_calls_at_star_one_statement_per_check() -> 
     them needs a condition; each Sid names a check doctor makes; no action is granted twice, nor one
     control-host.json already grants."""
     sts = statements(DOCTOR)
-    assert [st["Sid"] for st in sts] == list(SERVES) and set(SERVES.values()) <= set(CHECKS)
+    assert [st["Sid"] for st in sts] == list(SERVES) + list(MOTO_UNCHECKED)
+    assert set(SERVES.values()) | {c for c, _ in MOTO_UNCHECKED.values()} <= set(CHECKS)
     for st in sts:
         assert st["Effect"] == "Allow" and st["Resource"] == "*" and "Condition" not in st, st
-        assert all(a.startswith("ec2:Describe") for a in as_list(st["Action"])), st
-    actions = [a for _, a in DOCTOR_ACTIONS]
+        assert all(a.startswith("ec2:Describe") for a in as_list(st["Action"])) or \
+            as_list(st["Action"]) == ["iam:SimulatePrincipalPolicy"], st
+    actions = [a for st in sts for a in as_list(st["Action"])]
     assert len(actions) == len(set(actions))
     assert render(load(DOCTOR), {}) == load(DOCTOR)      # no placeholder to fill

@@ -15,6 +15,8 @@ which only ``costscale doctor`` uses, is proven by tests/cloud/test_iam_doctor.p
   spot prices (DescribeSpotPriceHistory); one warning read from the interruption queue (SQS
   receive and delete);
 * **replicas**: a replica's heartbeat written, listed (Scan) and forgotten (DeleteItem);
+* **quotas**: the vCPU quotas read from Service Quotas (``scaler.cloud.service_quotas``, what the
+  daemon reads at start; moto lists no ``ec2`` quota and has no AWS default, which is no refusal);
 * **s3**: a job output written, an input prefix listed, a model object read;
 * **worker**: ``costscale worker``'s read of the cluster token as the worker's instance profile.
 
@@ -209,6 +211,15 @@ def run_paths(acct: Account, monkeypatch: pytest.MonkeyPatch) -> Lines:
                     expires_at=2e9)
         assert table.write_beat(beat, None) and table.beats() == [beat] and table.forget(beat)
 
+    def quotas() -> None:
+        from scaler.cloud.aws_client import DENIED_CODES
+        from scaler.cloud.service_quotas import make_quotas_client, read_quotas
+
+        got = read_quotas(make_quotas_client(REGION, endpoint, max_attempts=1), [("on_demand", "standard")])
+        denied = [line for key, line in got.unread.items() if got.codes[key] in DENIED_CODES]
+        if denied:          # (moto lists no ec2 quota, and has no AWS default: not a refusal)
+            raise RuntimeError(denied[0])
+
     def s3() -> None:
         objects = S3Objects(REGION, endpoint)
         objects.put(f"s3://{BUCKET}/outputs/job-1.npy", b"out")
@@ -216,7 +227,7 @@ def run_paths(acct: Account, monkeypatch: pytest.MonkeyPatch) -> Lines:
         assert objects.get(f"s3://{BUCKET}/models/m.onnx") == b"onnx"
 
     for name, path in (("fleet", fleet), ("spot launch", spot_launch), ("stop", stop), ("spot prices", spot_prices),
-                       ("spot queue", spot_queue), ("replicas", replicas), ("s3", s3)):
+                       ("spot queue", spot_queue), ("replicas", replicas), ("quotas", quotas), ("s3", s3)):
         lines[name] = "not run: start failed" if not opened and name in ("fleet", "spot launch", "stop") else _first_line(path)
     as_user(monkeypatch, acct.worker)
 
@@ -243,7 +254,7 @@ def test_every_path_succeeds_with_the_documents_and_calls_exactly_their_actions(
         lines = run_paths(acct, monkeypatch)
     finally:
         enforce(iam_server, False)
-    assert lines == {p: None for p in lines} and len(lines) == 9, lines
+    assert lines == {p: None for p in lines} and len(lines) == 10, lines
     granted = {a for doc in DAEMON_DOCUMENTS for st in statements(doc) if st["Sid"] not in MOTO_BLIND
                for a in as_list(st["Action"])}
     assert set(calls) == granted, (sorted(set(calls) - granted), sorted(granted - set(calls)))
@@ -326,7 +337,8 @@ def test_the_documents_arns_match_the_resources_the_paths_touched(
                "ListJobInputPrefixes": [f"arn:aws:s3:::{BUCKET}"],
                "WriteJobOutputs": [f"arn:aws:s3:::{BUCKET}/outputs/job-1.npy"]}
     #: actions AWS allows only on ``*`` (no resource-level permissions): doctor.json's are all EC2 describe calls
-    star_only = {"ListClusterInstances", "RegionPrices", "SpotPriceHistory"} | {st["Sid"] for st in statements(DOCTOR)}
+    star_only = {"ListClusterInstances", "RegionPrices", "SpotPriceHistory", "ReadVcpuQuotas"} | \
+        {st["Sid"] for st in statements(DOCTOR)}
     for doc in DOCUMENTS:
         for st in render(load(doc), _values(acct.cfg))["Statement"]:
             res = as_list(st["Resource"])

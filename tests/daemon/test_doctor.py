@@ -84,8 +84,8 @@ def test_a_good_setup_passes_with_warnings_only(account: dict[str, str], tmp_pat
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     code, lines, result = doctor(good_config(account, tmp_path), tmp_path, capsys)
     assert code == 0, lines
-    assert [ln.split()[1] for ln in lines] == ["credentials", "region", "permissions", "image", "network",
-                                              "offerings", "lease", "buckets", "dispatcher", "prices"]
+    assert [ln.split()[1] for ln in lines] == ["credentials", "region", "permissions", "simulate", "image", "network",
+                                              "offerings", "quotas", "lease", "buckets", "dispatcher", "prices"]
     assert line_of(lines, "permissions").startswith("ok permissions DryRun of RunInstances allowed for 1")
     assert "moto answers a DryRun" in line_of(lines, "permissions")
     assert line_of(lines, "prices").startswith("warn") and "shipped table" in line_of(lines, "prices")

@@ -11,6 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dispatcher.latency_model import LatencyModel
+from config.version import PROTOCOL_VERSION, costscale_version
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
 from config.profiles import load_profiles_csv
@@ -178,7 +179,8 @@ def test_registration_token_and_known_instances() -> None:
         w = await start_worker("i-new", "g4dn.xlarge")
         try:
             ctl = pbg.ControlStub(ch)
-            req = dict(instance_id="i-new", instance_type="g4dn.xlarge", address=w.address, token="s3cret")
+            req = dict(instance_id="i-new", instance_type="g4dn.xlarge", address=w.address, token="s3cret",
+                       costscale_version=costscale_version(), protocol_version=PROTOCOL_VERSION)
             r = await ctl.RegisterWorker(pb.RegisterWorkerRequest(**req))
             assert not r.accepted and "unknown instance" in r.message
             d.allow_instance("i-new", "g4dn.xlarge")

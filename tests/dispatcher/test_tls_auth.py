@@ -18,6 +18,7 @@ from config.errors import ConfigError
 from config.sections.security import TlsSpec, WorkerTlsSpec
 from dispatcher.auth import bearer_metadata, presented_token, token_matches
 from dispatcher.latency_model import LatencyModel
+from config.version import PROTOCOL_VERSION, costscale_version
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg, oip_pb2 as oip, oip_pb2_grpc as oipg
 from dispatcher.server import Dispatcher
 from tests.dispatch_helpers import make_config
@@ -116,7 +117,9 @@ def test_bearer_token_guards_inference_and_oip_but_not_registration(tmp_path: Pa
                     await pbg.InferenceStub(ch).Submit(pb.SubmitRequest(model="ncf", batch_size=1), timeout=10)
                 assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
                 # worker registration carries the cluster token in its request instead: reachable
-                reply = await pbg.ControlStub(ch).RegisterWorker(pb.RegisterWorkerRequest(instance_id="i-x"), timeout=10)
+                reply = await pbg.ControlStub(ch).RegisterWorker(pb.RegisterWorkerRequest(
+                    instance_id="i-x", costscale_version=costscale_version(), protocol_version=PROTOCOL_VERSION),
+                    timeout=10)
                 assert not reply.accepted and "unknown instance" in reply.message
         finally:
             await d.stop(0.1)

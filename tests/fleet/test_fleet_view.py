@@ -12,6 +12,7 @@ import pytest
 
 from config.schema import Config
 from daemon.app import Daemon
+from config.version import PROTOCOL_VERSION, costscale_version
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
 from scaler.cloud.provider import ManagedInstance
@@ -35,7 +36,8 @@ async def _register(ch: grpc.aio.Channel, ws: list[RunningWorker], instance_id: 
     w = await start_worker(instance_id, instance_type)
     ws.append(w)
     r = await pbg.ControlStub(ch).RegisterWorker(pb.RegisterWorkerRequest(
-        instance_id=instance_id, instance_type=instance_type, address=w.address))
+        instance_id=instance_id, instance_type=instance_type, address=w.address,
+        costscale_version=costscale_version(), protocol_version=PROTOCOL_VERSION))
     assert r.accepted, r.message
 
 

@@ -1,0 +1,151 @@
+"""The seasonal-naive forecaster on hand-computed histories (issue #39 acceptance): a pure daily
+sine gives yesterday's same minute exactly; a step scales by today's level within its bounds; a
+missing yesterday falls back to last week, both missing to reacting; no history, no forecast."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.forecast.forecaster import Reactive, forecast_batch
+from scaler.forecast.history import DAY_MIN, WEEK_MIN, DemandHistory
+from scaler.forecast.seasonal import SeasonalNaive, level, point_path
+
+DAY_S = 86400.0
+PROFILE = 20.0 + 10.0 * np.sin(2 * np.pi * np.arange(DAY_MIN) / DAY_MIN)   # one day's sine, per minute
+
+
+def daily(days: int) -> DemandHistory:
+    return DemandHistory.from_minutes(np.arange(days * DAY_MIN), np.tile(PROFILE, days))
+
+
+@pytest.mark.parametrize("days", [2, 8, 14])      # yesterday alone; yesterday and last week
+@pytest.mark.parametrize("minute", [0, 1, 359, 360, 777, 1080, 1439])
+def test_a_pure_daily_sine_forecasts_yesterdays_same_minute_exactly(days: int, minute: int) -> None:
+    h = daily(days)
+    now = days * DAY_S + minute * 60.0
+    got = SeasonalNaive().forecast(h, now, 60.0, 0.9)
+    assert got == PROFILE[minute]                   # level 1, residuals 0: bit for bit
+    assert SeasonalNaive().forecast(h, now, 60.0, 0.5) == PROFILE[minute]
+
+
+def test_over_a_longer_lead_it_is_yesterdays_largest_minute_of_the_horizon() -> None:
+    h = daily(8)
+    now = 8 * DAY_S + 300 * 60.0                    # minute 300, rising toward the peak at 360
+    assert SeasonalNaive().forecast(h, now, 15 * 60.0, 0.9) == PROFILE[300:315].max()
+    assert SeasonalNaive().forecast(h, now + 30.0, 60.0, 0.9) == PROFILE[300:302].max()   # overlaps two minutes
+    assert SeasonalNaive().forecast(h, now + 30.0, DAY_S, 0.9) == PROFILE.max()           # a whole day ahead
+
+
+def flat_then(days: int, today: float, step_min: int = 60) -> DemandHistory:
+    """10 q/s for ``days`` days, then ``today`` q/s for the last ``step_min`` minutes."""
+    x = np.full(days * DAY_MIN, 10.0)
+    x[-step_min:] = today
+    return DemandHistory.from_minutes(np.arange(x.size), x)
+
+
+def test_a_step_scales_yesterday_by_todays_level() -> None:
+    h = flat_then(8, 20.0)
+    now = 8 * DAY_S
+    assert level(h, 8 * DAY_MIN, DAY_MIN) == 2.0 and level(h, 8 * DAY_MIN, WEEK_MIN) == 2.0
+    assert SeasonalNaive().forecast(h, now, 120.0, 0.9) == 20.0      # 10 x 2 (the step's residuals: under 1 %)
+
+
+def test_a_step_beyond_the_bound_is_the_reactive_paths() -> None:
+    assert SeasonalNaive().forecast(flat_then(8, 50.0), 8 * DAY_S, 60.0, 0.9) == 20.0   # 10 x 2, not 10 x 5
+    assert SeasonalNaive().forecast(flat_then(8, 1.0), 8 * DAY_S, 60.0, 0.9) == 5.0     # 10 x 0.5, not 10 x 0.1
+
+
+def hand_made(yesterday: bool, last_week: bool) -> DemandHistory:
+    """At minute o = 8 days: 5 q/s over the hour before o, the same hour yesterday and last week
+    (levels 1); the minute o was 3 q/s yesterday and 7 q/s last week, unless left out."""
+    o = 8 * DAY_MIN
+    mins, rates = [], []
+    for back in (0, DAY_MIN, WEEK_MIN):
+        mins += list(range(o - back - 60, o - back))
+        rates += [5.0] * 60
+    if yesterday:
+        mins.append(o - DAY_MIN)
+        rates.append(3.0)
+    if last_week:
+        mins.append(o - WEEK_MIN)
+        rates.append(7.0)
+    return DemandHistory.from_minutes(mins, rates)
+
+
+@pytest.mark.parametrize("yesterday,last_week,expect", [
+    (True, True, 5.0),        # the mean of 3 and 7
+    (False, True, 7.0),       # yesterday missing: last week
+    (True, False, 3.0),       # last week missing: yesterday
+    (False, False, None),     # both missing: no forecast, the fleet reacts
+])
+def test_a_gap_falls_back_to_the_other_season_then_to_reacting(yesterday: bool, last_week: bool,
+                                                               expect: float | None) -> None:
+    assert SeasonalNaive().forecast(hand_made(yesterday, last_week), 8 * DAY_S, 60.0, 0.9) == expect
+
+
+def test_an_unmeasured_last_hour_leaves_the_level_at_one() -> None:
+    x = np.tile(PROFILE, 8) * 2.0
+    mins = np.arange(x.size)
+    keep = mins < 8 * DAY_MIN - 60                  # the daemon was down for the last hour
+    h = DemandHistory.from_minutes(mins[keep], x[keep])
+    assert level(h, 8 * DAY_MIN, DAY_MIN) == 1.0
+    assert SeasonalNaive().forecast(h, 8 * DAY_S, 60.0, 0.9) == 2.0 * PROFILE[0]
+
+
+def test_with_no_history_every_forecaster_reacts() -> None:
+    for f in (SeasonalNaive(), Reactive()):
+        assert f.forecast(DemandHistory(), 1e9, 300.0, 0.9) is None
+    assert Reactive().forecast(daily(8), 8 * DAY_S, 300.0, 0.9) is None
+    assert np.isnan(forecast_batch(SeasonalNaive(), DemandHistory(), [0.0, 60.0], 60.0, 0.9)).all()
+
+
+def test_it_reads_no_minute_at_or_after_now() -> None:
+    h = daily(8)
+    now = 8 * DAY_S + 100 * 60.0
+    before = SeasonalNaive().forecast(h, now, 600.0, 0.9)
+    h.record_minutes(np.arange(8 * DAY_MIN + 100, 8 * DAY_MIN + 200), np.full(100, 1000.0))
+    assert SeasonalNaive().forecast(h, now, 600.0, 0.9) == before
+
+
+def test_the_batch_is_the_forecast_at_each_instant() -> None:
+    h = daily(8)
+    nows = 7 * DAY_S + np.arange(0, 5 * 3600, 600.0)
+    got = forecast_batch(SeasonalNaive(), h, nows, 300.0, 0.9)
+    want = [SeasonalNaive().forecast(h, t, 300.0, 0.9) for t in nows]
+    assert got.tolist() == want
+
+
+def test_the_residuals_put_a_calibrated_margin_over_the_point() -> None:
+    rng = np.random.default_rng(7)
+    x = np.tile(PROFILE, 15) + rng.normal(0.0, 2.0, 15 * DAY_MIN)
+    h = DemandHistory.from_minutes(np.arange(x.size), np.clip(x, 0, None))
+    fit = SeasonalNaive().fit(h, 15 * DAY_S)
+    assert fit is not None
+    # the point (mean of two seasons) errs by N(0, 2) minus the mean of two N(0, 2): sd 2 x sqrt(1.5)
+    assert fit.margin(0.9) == pytest.approx(1.2816 * 2.0 * math.sqrt(1.5), rel=0.1)
+    assert fit.margin(0.99) > fit.margin(0.9) > fit.margin(0.5) >= 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), holes=st.floats(0.0, 0.9), q=st.floats(0.5, 0.99),
+       lead_min=st.integers(1, 240), at=st.integers(0, DAY_MIN - 1))
+def test_the_upper_quantile_is_never_below_the_point(seed: int, holes: float, q: float, lead_min: int,
+                                                     at: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 9 * DAY_MIN
+    x = rng.gamma(2.0, 5.0, n)
+    keep = rng.random(n) >= holes
+    h = DemandHistory.from_minutes(np.arange(n)[keep], x[keep])
+    now = (8 * DAY_MIN + at) * 60.0
+    o = 8 * DAY_MIN + at
+    path = point_path(h, o, o, o + lead_min)
+    got = SeasonalNaive().forecast(h, now, lead_min * 60.0, q)
+    if np.isnan(path).all():
+        assert got is None
+    else:
+        assert got is not None and got >= float(np.nanmax(path))
+        assert SeasonalNaive().forecast(h, now, lead_min * 60.0, min(q + 0.005, 0.999)) >= got
