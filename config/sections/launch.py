@@ -129,6 +129,9 @@ class LaunchSpec(Strict):
             raise ValueError("give ami_id or ssm_parameter, not both")
         if self.subnet_id and self.subnets:
             raise ValueError("give subnets or subnet_id (the one-subnet shorthand), not both")
+        if not (self.ami_id or self.ssm_parameter or self.launch_template is not None or self.by_type):
+            raise ValueError("give ami_id, ssm_parameter or launch_template (the default image), or an image per "
+                             "type family in by_type")
         return self
 
     @property
@@ -180,6 +183,16 @@ def image_for(spec: Any, instance_type: str) -> ImageChoice | None:
     return ImageChoice(ami, param, lt, getattr(spec, "architecture", None), user_data, ("launch",))
 
 
+def image_parameters(spec: Any, types: Sequence[str]) -> list[str]:
+    """The SSM parameters the images of ``types`` are given as (each once, in the types' order)."""
+    out: list[str] = []
+    for t in types:
+        choice = image_for(spec, t)
+        if choice is not None and choice.ssm_parameter and choice.ssm_parameter not in out:
+            out.append(choice.ssm_parameter)
+    return out
+
+
 def launch_problems(spec: LaunchSpec, types: Sequence[str],
                     catalog: dict[str, InstanceType] | None = None) -> list[tuple[Loc, str]]:
     """What the config alone shows would fail at launch (module docstring): (field path, one line)
@@ -215,4 +228,4 @@ def launch_problems(spec: LaunchSpec, types: Sequence[str],
 
 
 __all__ = ["ImageChoice", "LaunchSpec", "LaunchTemplateRef", "TypeLaunch", "arch_in_name", "family_of", "image_for",
-           "launch_problems"]
+           "image_parameters", "launch_problems"]

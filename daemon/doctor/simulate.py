@@ -4,7 +4,8 @@ a user's ARN as it is; an assumed role's session ARN ``arn:aws:sts::ACCOUNT:assu
 as the role's, ``arn:aws:iam::ACCOUNT:role/ROLE``, a role with a path not known from it) for every
 action the config needs: the statements of ``config/iam``'s documents its features use (control-host
 always; replicas with ``lease.replicas``; s3-models with ``aws.buckets``; spot with a ``spot``
-section, its queue statement with ``spot.interruption_queue``), each simulated on its own resources
+section, its queue statement with ``spot.interruption_queue``; control-host's ResolvePublicImages
+when a type's image is one of AWS's public ``/aws/service/`` parameters), each simulated on its own resources
 filled for the config (IAM API reference, SimulatePrincipalPolicy:
 https://docs.aws.amazon.com/IAM/latest/APIReference/API_SimulatePrincipalPolicy.html) with its
 conditions' keys given as context (``ec2:CreateAction`` RunInstances, the cluster tag, ...).
@@ -24,6 +25,7 @@ from typing import Any
 
 from config.iam import as_list, load, render
 from config.schema import Config
+from config.sections.launch import image_parameters
 from daemon.doctor.report import Clients, Finding, failure
 from scaler.cloud.aws_client import DENIED_CODES
 
@@ -45,10 +47,13 @@ def needed_statements(cfg: Config, account: str) -> list[dict[str, Any]]:
     values = {"region": cfg.region, "account": account, "cluster": cfg.cluster, "table": cfg.lease.table,
               "bucket": cfg.aws.buckets[0] if cfg.aws.buckets else "", "queue": queue,
               "worker_role": cfg.launch.iam_instance_profile or "costscale-worker"}
+    public_images = any(p.startswith("/aws/service/")
+                        for p in image_parameters(cfg.launch, [t.type for t in cfg.instance_types]))
     out = []
     for name in docs:
         for st in render(load(name), values)["Statement"]:
-            if st["Sid"] == "SpotInterruptionQueue" and not queue:
+            if (st["Sid"] == "SpotInterruptionQueue" and not queue) or \
+                    (st["Sid"] == "ResolvePublicImages" and not public_images):
                 continue
             out.append(st)
     return out

@@ -179,6 +179,7 @@ class Ec2Cloud:
         self.worker_port = worker_port
         self.worker_flags = tuple(worker_flags)
         self.spot = spot
+        self.install = install
         self.clock = clock
         self._ssm = ssm_client
         self.images = ImageParameters(lambda: self._ssm_client(region, endpoint_url), clock)
@@ -189,7 +190,6 @@ class Ec2Cloud:
             self._ssm = make_client("ssm", region, endpoint_url=endpoint_url, max_attempts=self.max_attempts,
                                     connect_timeout=5, read_timeout=30)
         return self._ssm
-        self.install = install
 
     # -- the error boundary ------------------------------------------------------------------
     @staticmethod

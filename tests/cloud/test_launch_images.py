@@ -65,7 +65,9 @@ def test_the_most_specific_image_wins_and_user_data_joins_every_level() -> None:
     plain = image_for(spec, "r5n.large")
     assert plain is not None and (plain.ami_id, plain.source, plain.user_data) == (
         "ami-12c6146b", ("launch",), "echo base")
-    assert image_for(LaunchSpec(), "c5.2xlarge") is None
+    assert image_for(LaunchSpec(by_type={"g4dn": {"ami_id": "ami-1"}}), "c5.2xlarge") is None
+    with pytest.raises(ValueError, match="give ami_id, ssm_parameter or launch_template"):
+        LaunchSpec(subnets=["subnet-a"])
     assert family_of("inf1.xlarge") == "inf1" and family_of("c7g.2xlarge") == "c7g"
     assert image_for(spec, "c5n.2xlarge").source == ("launch",)      # c5n is a family of its own, not c5's
 
