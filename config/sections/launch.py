@@ -102,7 +102,7 @@ class LaunchSpec(Strict):
     tags: dict[str, str] = Field(default_factory=dict)
     pending_timeout_s: Annotated[float, Field(gt=0)] = 600.0
     by_type: dict[str, TypeLaunch] = Field(default_factory=dict, description="per instance type or type family "
-                                                                             "(g4dn, c7g, inf1.xlarge)")
+                                                                             "(g4dn, inf1, inf1.xlarge)")
 
     @field_validator("by_type")
     @classmethod
