@@ -6,6 +6,8 @@ part of a deployment needs, derived from the boto3 calls the code makes, one sta
   DynamoDB, the cluster token in SSM, AWS's public image parameters (``launch`` images given as
   ``ssm_parameter``: ``/aws/service/*``), the vCPU quotas in Service Quotas, the Price List API.
 * ``worker.json``: the workers' instance profile: read the cluster token.
+* ``worker-s3.json`` (with ``launch.wheelhouse`` or ``s3://`` models): the workers' instance profile reads
+  objects of one bucket (the wheelhouse ``costscale bundle`` published, the models it serves).
 * ``replicas.json`` (with ``lease.replicas``): the replicas' items in the lease table.
 * ``s3-models.json`` (model registration and offline jobs from S3): objects in one bucket.
 * ``spot.json`` (with a ``spot`` section): spot prices, and the interruption queue when
@@ -35,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 DOCUMENTS: dict[str, str] = {
     "control-host": "the control host's role (the daemon and its dispatcher)",
     "worker": "the workers' instance profile role",
+    "worker-s3": "the workers' instance profile, with `launch.wheelhouse` or `s3://` models (the bootstrap reads them)",
     "replicas": "the control host, with `lease.replicas` (several dispatcher replicas)",
     "s3-models": "the control host, for model registration and offline jobs from S3",
     "spot": "the control host, with a `spot` section (the queue: with `spot.interruption_queue`)",
@@ -51,7 +54,7 @@ PLACEHOLDERS: dict[str, str] = {
     "account": "the AWS account id",
     "cluster": "the config's `cluster`",
     "table": "`lease.table` (default costscale-leases)",
-    "bucket": "the bucket of the `s3://` URIs callers name",
+    "bucket": "the bucket of the `s3://` URIs callers name (and of `launch.wheelhouse`)",
     "queue": "the queue name at the end of `spot.interruption_queue`",
     "worker_role": "the role of `launch.iam_instance_profile`",
 }

@@ -12,7 +12,7 @@ What the stack holds, and why:
 
 * two roles and their instance profiles: the control host's (``control-host.json``; and, each behind a
   Condition, ``replicas.json``, ``s3-models.json``, ``spot.json`` and ``doctor.json``) and the workers'
-  (``worker.json``); their names carry the cluster's, hence ``CAPABILITY_NAMED_IAM``;
+  (``worker.json``, ``worker-s3.json``); their names carry the cluster's, hence ``CAPABILITY_NAMED_IAM``;
 * two security groups in ``VpcId``: the control host's admits the dispatcher port from ``AllowedCidr``
   (the clients; no default, so nothing is open to 0.0.0.0/0 unless asked) and from the workers' group
   (registration); the workers' admits the worker port from the control host's group only;
@@ -53,7 +53,7 @@ TOKEN_PARAMETER = "/costscale/${ClusterName}/cluster-token"
 #: the control host's documents, each with the Condition that includes it (None: always)
 CONTROL_HOST_DOCS: dict[str, str | None] = {
     "control-host": None, "replicas": "Replicas", "s3-models": "S3Models", "spot": "Spot", "doctor": "Doctor"}
-WORKER_DOCS: dict[str, str | None] = {"worker": None}
+WORKER_DOCS: dict[str, str | None] = {"worker": None, "worker-s3": None}
 #: the switches: parameter → (its Condition, its default, what it adds)
 SWITCHES: dict[str, tuple[str, str, str]] = {
     "IncludeSpot": ("Spot", "false", "spot.json on the control host, the interruption queue and its EventBridge rule"),

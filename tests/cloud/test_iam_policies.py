@@ -3,7 +3,7 @@ IAM enforced (issue #38, deliverable 3; ``tests.iam_helpers``: a moto server of 
 
 The daemon's AWS paths run with boto3 signing as IAM users that hold exactly the daemon's documents
 (``config.iam.DAEMON_DOCUMENTS``: the control host's user: control-host, replicas, s3-models and
-spot; the worker's: worker), filled for the run's cluster, table, bucket and queue (doctor.json,
+spot; the worker's: worker and worker-s3), filled for the run's cluster, table, bucket and queue (doctor.json,
 which only ``costscale doctor`` uses, is proven by tests/cloud/test_iam_doctor.py):
 
 * **start**: ``AwsWiring.open``: the cluster token published to SSM, the lease table created and
@@ -18,7 +18,8 @@ which only ``costscale doctor`` uses, is proven by tests/cloud/test_iam_doctor.p
 * **quotas**: the vCPU quotas read from Service Quotas (``scaler.cloud.service_quotas``, what the
   daemon reads at start; moto lists no ``ec2`` quota and has no AWS default, which is no refusal);
 * **s3**: a job output written, an input prefix listed, a model object read;
-* **worker**: ``costscale worker``'s read of the cluster token as the worker's instance profile.
+* **worker**: ``costscale worker``'s read of the cluster token as the worker's instance profile, and the
+  bootstrap's reads of the wheelhouse manifest and a model from S3 (worker-s3).
 
 With every document: no path fails (0 AccessDenied), and the IAM actions the paths call are exactly
 the documents' actions (none granted and unused). Then each statement of each document is removed in
@@ -61,7 +62,7 @@ from tests.iam_helpers import calls, iam_server  # noqa: F401  (the fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROL_DOCS = ("control-host", "replicas", "s3-models", "spot")
-WORKER_DOCS = ("worker",)
+WORKER_DOCS = ("worker", "worker-s3")
 BUCKET = "costscale-models"
 QUEUE = "costscale-spot-warnings"
 WORKER_ROLE = "costscale-worker"
@@ -120,6 +121,7 @@ class Account:
         s3.create_bucket(Bucket=BUCKET)
         s3.put_object(Bucket=BUCKET, Key="models/m.onnx", Body=b"onnx")
         s3.put_object(Bucket=BUCKET, Key="inputs/a.npy", Body=b"npy")
+        s3.put_object(Bucket=BUCKET, Key="wheelhouse/manifest.json", Body=b"{}")
         sqs = boto3.client("sqs", **root)
         self.queue_url = sqs.create_queue(QueueName=QUEUE)["QueueUrl"]
         sqs.send_message(QueueUrl=self.queue_url, MessageBody=_warning("i-0interrupted"))
@@ -236,6 +238,10 @@ def run_paths(acct: Account, monkeypatch: pytest.MonkeyPatch) -> Lines:
             _token_from_parameter(f"/costscale/{cfg.cluster}/cluster-token")
         except UsageError as exc:
             raise RuntimeError(str(exc)) from None
+        # the bootstrap's reads (its own SigV4 GET, the same action and resource): the wheelhouse, a model
+        objects = S3Objects(REGION, endpoint)
+        assert objects.get(f"s3://{BUCKET}/wheelhouse/manifest.json") == b"{}"
+        assert objects.get(f"s3://{BUCKET}/models/m.onnx") == b"onnx"
 
     lines["worker"] = _first_line(worker)
     return lines
@@ -334,6 +340,8 @@ def test_the_documents_arns_match_the_resources_the_paths_touched(
                "TagWorkersAtLaunch": [f"arn:aws:ec2:{REGION}:{ACCOUNT}:instance/{i}" for i in iids],
                "PassWorkerRole": [f"arn:aws:iam::{ACCOUNT}:role/{WORKER_ROLE}"],
                "ReadModelsAndJobInputs": [f"arn:aws:s3:::{BUCKET}/models/m.onnx"],
+               "ReadWheelhouseAndModels": [f"arn:aws:s3:::{BUCKET}/wheelhouse/manifest.json",
+                                           f"arn:aws:s3:::{BUCKET}/models/m.onnx"],
                "ListJobInputPrefixes": [f"arn:aws:s3:::{BUCKET}"],
                "WriteJobOutputs": [f"arn:aws:s3:::{BUCKET}/outputs/job-1.npy"]}
     #: actions AWS allows only on ``*`` (no resource-level permissions): doctor.json's are all EC2 describe calls

@@ -60,7 +60,7 @@ def test_the_control_host_role_of_the_stack_runs_the_launch_path_under_iam_enfor
     assert sorted(control) == ["costscale-control-host", "costscale-doctor", "costscale-s3-models"]
     for name, doc in {**control, **worker}.items():
         assert doc == render(load(name.removeprefix("costscale-")), values), name
-    assert sorted(worker) == ["costscale-worker"]
+    assert sorted(worker) == ["costscale-worker", "costscale-worker-s3"]
 
     out = tmp_path / "costscale.yaml"
     assert main(["init", "--from-stack", STACK, "--region", REGION, "--out", str(out),
