@@ -11,7 +11,7 @@ output                                  config field
 ======================================  =======================================================
 ``ClusterName``                         ``cluster``
 ``Region``                              ``region``
-``SubnetIds``                           ``launch.subnet_id`` (the first; the list: spot zones)
+``SubnetIds``                           ``launch.subnets`` (on-demand, in this order; spot zones too)
 ``WorkerSecurityGroupId``               ``launch.security_group_ids: [..]``
 ``WorkerInstanceProfileName``           ``launch.iam_instance_profile``
 ``DispatcherPort``                      ``dispatcher.listen`` (``0.0.0.0:PORT``), ``dispatcher.advertise``'s port
@@ -35,7 +35,7 @@ from typing import Mapping
 MAPPING: dict[str, str] = {
     "ClusterName": "cluster",
     "Region": "region",
-    "SubnetIds": "launch.subnet_id",
+    "SubnetIds": "launch.subnets",
     "WorkerSecurityGroupId": "launch.security_group_ids",
     "WorkerInstanceProfileName": "launch.iam_instance_profile",
     "DispatcherPort": "dispatcher.listen",
@@ -98,7 +98,7 @@ def config_text(stack: str, outputs: Mapping[str, str], endpoint_url: str | None
         "",
         "launch:",
         f"  ami_id: null   # FILL IN: the workers' image in {o['Region']} (README \"Deploy on AWS\")",
-        f"  subnet_id: {_q(nets[0])}   # the stack's first subnet (SubnetIds: {', '.join(nets)})",
+        f"  subnets: [{', '.join(_q(n) for n in nets)}]   # the stack's SubnetIds: on-demand launches try them in this order",
         f"  security_group_ids: [{_q(o['WorkerSecurityGroupId'])}]   # admits the worker port from the control host",
         f"  iam_instance_profile: {_q(o['WorkerInstanceProfileName'])}   # reads the cluster token",
         "",

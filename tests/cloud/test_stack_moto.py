@@ -56,7 +56,7 @@ def test_init_writes_the_config_the_stack_outputs_fill(moto_endpoint: str, tmp_p
     raw = yaml.safe_load(out.read_text())
     worker_sg = _group_id(moto_endpoint, "costscale-prod-worker")
     assert (raw["cluster"], raw["region"]) == (CLUSTER, REGION)
-    assert raw["launch"] == {"ami_id": None, "subnet_id": d.subnets[0], "security_group_ids": [worker_sg],
+    assert raw["launch"] == {"ami_id": None, "subnets": d.subnets, "security_group_ids": [worker_sg],
                              "iam_instance_profile": "costscale-prod-worker"}
     assert raw["dispatcher"] == {"listen": "0.0.0.0:50051", "advertise": None, "worker_port": 50052,
                                  "token_parameter": "/costscale/prod/cluster-token", "auth_token_file": None}
