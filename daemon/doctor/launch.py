@@ -25,6 +25,8 @@ from daemon.doctor.report import Clients, Finding, failure, unread
 from scaler.cloud.ec2 import Ec2Cloud
 from scaler.cloud.image_parameter import ImageUnresolved
 from scaler.cloud.slots import slot_of, split_slot
+from scaler.cloud.provider import CloudConfigError
+from scaler.cloud.user_data import worker_install
 
 #: what a DryRun's answer means and what to change (the code itself is printed beside it)
 DRY_RUN_MEANING = {
@@ -90,11 +92,19 @@ def _launch_name(slot: str, subnet: str | None, cfg: Config) -> str:
 
 def preflight_cloud(cfg: Config, client: Any, ssm: Any = None) -> Ec2Cloud:
     """The EC2 adapter as the daemon builds it, with no token in its user data (a DryRun sends it);
-    ``ssm`` resolves the images given as SSM parameters."""
+    ``ssm`` resolves the images given as SSM parameters. The user data is the daemon's, the worker
+    bootstrap included (``launch.bootstrap``), so the DryRun sends what a launch sends (its size
+    too); without this package's metadata the daemon's start says so, and the DryRun goes without."""
     param = cfg.dispatcher.token_parameter or None
+    install = None
+    if cfg.launch.bootstrap:
+        try:
+            install = worker_install(cfg.launch.wheelhouse)
+        except CloudConfigError:
+            install = None
     return Ec2Cloud(cfg.cluster, cfg.region, cfg.launch, client=client, dispatcher=cfg.dispatcher.advertise,
                     token_parameter=param, models=[(m.name, m.onnx) for m in cfg.models],
-                    worker_port=cfg.dispatcher.worker_port, spot=cfg.spot, ssm_client=ssm)
+                    worker_port=cfg.dispatcher.worker_port, spot=cfg.spot, ssm_client=ssm, install=install)
 
 
 def check_permissions(cfg: Config, clients: Clients, only_first: bool = False) -> Finding:
