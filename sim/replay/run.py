@@ -101,7 +101,7 @@ class ReplaySpec:
     spot_prices: Mapping[str, Mapping[str, float]] | None = None
     spot_price_steps: tuple[SpotPriceStep, ...] = ()
     #: each model's (and pipeline's) per-minute demand before the trace (``--history``, issue #39), on the
-    #: replay's clock (negative minutes); parsed and handed over, not yet planned from
+    #: replay's clock (negative minutes); planned from with ``forecast.mode`` shadow or on (sim.replay.forecasting)
     history: Mapping[str, DemandHistory] | None = None
 
 
@@ -298,7 +298,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
     kw: dict[str, Any] = dict(boot_by_type=boot_delays(cfg, spec.boot_s), slo_check=slo_check, windows=windows,
                               loops=loops_for(cfg, profiles, lanes, pipes, spec.load_s, timeline.schedule, decide_fn),
                               on_target=on_target, decide_fn=decide_fn, baseline_accuracy=accuracy_round,
-                              warm_start=spec.warm_start)
+                              warm_start=spec.warm_start, history=spec.history)
     fleet = (SpotReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, market=market,
                              policy=spot_policy, **kw) if market.enabled else
              ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, **kw))
