@@ -135,7 +135,8 @@ class Daemon:
         self._loop = asyncio.get_running_loop()
         try:
             self.store = StateStore.open(cfg.state_path)
-            self.minutes = DemandMinutes(self.store, cfg.forecast.retention_days)
+            self.minutes = DemandMinutes(self.store, cfg.forecast.retention_days, forecast=self.status.forecast,
+                                         cfg=lambda: self.cfg)
         except UsageError:
             raise
         except Exception as exc:  # lock held or unwritable state path
@@ -288,8 +289,8 @@ class Daemon:
         """The ports of :func:`scaler.fleet.tick.fleet_tick` in the daemon (:mod:`daemon.loops.fleet_ports`)."""
         assert self.market is not None and self.cloud is not None
         return FleetPorts(clock=time.monotonic, cloud=ThreadedCloud(self.cloud), market=self.market,
-                          workers=self._worker_view(), demand=self.current_demand, decide=self._decided,
-                          audit=self._audit, offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica))
+                          workers=self._worker_view(), demand=self.current_demand, decide=self._decided, audit=self._audit,
+                          offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica), wall=time.time)
 
     def _worker_view(self) -> DispatcherWorkers:
         ml = self.model_loop
@@ -313,12 +314,12 @@ class Daemon:
                 log.exception("model loop tick failed")
         done = self.minutes.due() if self.minutes is not None and self.dispatcher is not None and self.leading() else None
         if done is not None:   # a minute ended: each model's rate over it into the demand history
-            await asyncio.to_thread(self.minutes.write, done, minute_rates(self.cfg, self.dispatcher, self.replica))
+            await self.minutes.ended(done, minute_rates(self.cfg, self.dispatcher, self.replica))
         if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
             return
         # early replans follow a plan that was made; after a failed one, the fleet interval retries
         # (not every model tick: that looped on an unplannable config)
-        if tick.replan_early_due(self.cfg, self.status, time.monotonic(), self.current_demand):
+        if tick.replan_early_due(self.cfg, self.status, time.monotonic(), self.current_demand, time.time()):
             await self.fleet_tick("demand changed")
 
     @quiet_at_shutdown

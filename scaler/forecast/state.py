@@ -42,6 +42,7 @@ class ForecastState:
     fitted_at: float | None = None                                 # the last refit (history clock)
     last: dict[str, float | None] = field(default_factory=dict)    # model -> the last tick's forecast (q/s)
     lead_s: float = 0.0                                            # the last tick's lead
+    booting: set[str] = field(default_factory=set)   # instances seen before their worker registered (daemon)
     _cache: dict[str, tuple[int, float, float | None]] = field(default_factory=dict, repr=False)
 
     def record(self, series: str, minute: int, qps: float, retention_s: float) -> None:
@@ -51,6 +52,9 @@ class ForecastState:
             h = self.histories[series] = DemandHistory(retention_s)
         h.record_minutes(np.array([minute], dtype=np.int64), np.array([max(0.0, float(qps))]))
         self._cache.pop(series, None)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
 
     def refit_due(self, now: float, every_s: float = DEFAULT_REFIT_S) -> bool:
         return self.fitted_at is None or now - self.fitted_at >= every_s
@@ -99,7 +103,7 @@ def refit(state: ForecastState, models: Sequence[str], now: float, forecasters: 
     chosen = {m: choose(state.histories.get(m), now, forecasters, state.picked.get(m)) for m in models}
     fits = fits_for(state.histories, chosen, now)
     state.chosen, state.fits, state.fitted_at = chosen, fits, now
-    state._cache.clear()
+    state.clear_cache()
 
 
 __all__ = ["REACTIVE", "ForecastState", "choose", "fits_for", "refit"]

@@ -229,3 +229,19 @@ def test_early_replan_check_uses_the_raise() -> None:
     now = lambda: {"rm2": DemandView(20.0, MIX, True)}  # noqa: E731
     assert not replan_early_due(cfg_for("on"), state, 0.0, now, 0.0)
     assert replan_early_due(cfg_for("off"), state, 0.0, now, 0.0)
+
+
+def test_daemon_observes_boots_from_pending_to_registered() -> None:
+    from daemon.loops.fleet_ports import observe_boots
+    from scaler.cloud.provider import ManagedInstance
+    fc = ForecastState()
+    old = ManagedInstance("i-old", "g4dn.xlarge", "running", launch_time=0.0)
+    new = ManagedInstance("i-new", "g4dn.xlarge", "pending", launch_time=1000.0)
+    observe_boots(fc, [old, new], frozenset(), 1010.0)
+    assert fc.booting == {"i-new"}                     # the running one was adopted, not booted here
+    observe_boots(fc, [old, ManagedInstance("i-new", "g4dn.xlarge", "running", launch_time=1000.0)],
+                  frozenset({"i-old"}), 1060.0)
+    assert fc.boot.mean_s == {} and fc.booting == {"i-new"}     # running, not registered yet
+    observe_boots(fc, [old, ManagedInstance("i-new", "g4dn.xlarge@us-east-1a", "running", launch_time=1000.0)],
+                  frozenset({"i-old", "i-new"}), 1120.0)
+    assert fc.boot.mean_s == {"g4dn.xlarge": 120.0} and fc.booting == set()
