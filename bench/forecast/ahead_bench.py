@@ -45,9 +45,13 @@ START_S, HOURS = 6 * 3600.0, 6.0
 HISTORY_DAYS = 7
 
 
-def day_rate(peak: float):  # type: ignore[no-untyped-def]
+#: each peak's standard deviation (h) by default
+WIDTH_H = 0.75
+
+
+def day_rate(peak: float, width: float = WIDTH_H):  # type: ignore[no-untyped-def]
     """q/s at a time of day (s from midnight): the two-peak day."""
-    spec = parse_pattern(f"diurnal:peak={peak:g},trough={peak / 10:g},period_h=24,am=8,pm=11,width=0.75")
+    spec = parse_pattern(f"diurnal:peak={peak:g},trough={peak / 10:g},period_h=24,am=8,pm=11,width={width:g}")
     return rate_function(spec, DAY_S)
 
 
@@ -59,8 +63,8 @@ def config(mode: str, boot_gpu: float, boot_cpu: float) -> Config:
     return Config.model_validate(raw)
 
 
-def scored_workload(cfg: Config, peak: float, seed: int) -> Workload:
-    rate = day_rate(peak)
+def scored_workload(cfg: Config, peak: float, seed: int, width: float = WIDTH_H) -> Workload:
+    rate = day_rate(peak, width)
     rng = np.random.default_rng([seed, 39])
     top = 1.01 * peak
     dur = HOURS * 3600.0
@@ -70,9 +74,9 @@ def scored_workload(cfg: Config, peak: float, seed: int) -> Workload:
     return Workload(arr, batches)
 
 
-def history_rows(peak: float, seed: int, shuffled: bool) -> list[tuple[int, float]]:
+def history_rows(peak: float, seed: int, shuffled: bool, width: float = WIDTH_H) -> list[tuple[int, float]]:
     """(seconds before the trace's start, q/s) of every minute of the 7 days before it."""
-    rate = day_rate(peak)
+    rate = day_rate(peak, width)
     rows = []
     for d in range(HISTORY_DAYS, 0, -1):        # the 24 h before the trace's start, d days back
         rng = np.random.default_rng([seed + d, 41])
@@ -102,6 +106,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peak", type=float, default=40.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--width", type=float, default=WIDTH_H, help="each peak's standard deviation (h)")
     ap.add_argument("--boot-gpu", type=float, default=90.0)
     ap.add_argument("--boot-cpu", type=float, default=60.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/ahead-bench"))
@@ -112,12 +117,12 @@ def main() -> int:
     boot = {"gpu": args.boot_gpu, "inferentia": args.boot_gpu, "cpu": args.boot_cpu}
     dur = HOURS * 3600.0
     hist = args.out / "history.csv"
-    write_history(hist, history_rows(args.peak, args.seed, False))
+    write_history(hist, history_rows(args.peak, args.seed, False, args.width))
     shuf = args.out / "history-shuffled.csv"
-    write_history(shuf, history_rows(args.peak, args.seed, True))
+    write_history(shuf, history_rows(args.peak, args.seed, True, args.width))
     off = config("off", args.boot_gpu, args.boot_cpu)
-    wl = scored_workload(off, args.peak, args.seed)
-    print(f"rm2, two-peak day 06:00-12:00 (peak {args.peak:g} q/s, {wl.arrivals.size:,} queries), boot gpu "
+    wl = scored_workload(off, args.peak, args.seed, args.width)
+    print(f"rm2, two-peak day 06:00-12:00 (peak {args.peak:g} q/s, width {args.width:g} h, {wl.arrivals.size:,} queries), boot gpu "
           f"{args.boot_gpu:g} s / cpu {args.boot_cpu:g} s, 7 days of history", flush=True)
     rows: dict[str, dict] = {}  # type: ignore[type-arg]
     t0 = time.perf_counter()

@@ -45,6 +45,8 @@ class ReplayForecast:
         state.histories.update(seeded(history, self.models, self.retention_s))
         self.last = -1          # the last minute recorded (the trace starts at minute 0)
         self.enabled = cfg.forecast.mode != "off"
+        #: per model, each minute's (forecast the fleet last read, rate measured): shadow's record
+        self.scored: dict[str, list[tuple[float | None, float]]] = {m: [] for m in self.models}
 
     def upkeep(self, now: float, boots: list[tuple[str, float]] | None = None) -> None:
         """Each ended minute's rate recorded, the boots seen folded in, a refit when one is due."""
@@ -55,6 +57,7 @@ class ReplayForecast:
             for m in self.models:     # only the minute that just ended is in the window (one tick late at most)
                 qps = self.windows[m].snapshot(now, MINUTE_WINDOW_S).steady_qps
                 self.state.record(m, done, qps, self.retention_s)
+                self.scored[m].append((self.state.last.get(m), qps))
             self.last = done
         if boots:
             b = self.state.boot
@@ -64,6 +67,26 @@ class ReplayForecast:
             boots.clear()
         if self.state.refit_due(now):
             refit(self.state, self.models, now, self.cfg.forecast.forecasters)
+
+
+    def summary(self) -> dict[str, dict[str, float | int | str | None]] | None:
+        """The forecast against what was measured, per model (``--json`` ``forecast``; None when off):
+        the minutes with a forecast, the share of them measured at or below it (its upper quantile
+        should cover about ``forecast.quantile`` of them), the mean forecast and the mean measured
+        rate over those minutes, the forecaster planned with at the end, and the lead."""
+        if not self.enabled:
+            return None
+        out: dict[str, dict[str, float | int | str | None]] = {}
+        for m, pairs in self.scored.items():
+            got = [(f, q) for f, q in pairs if f is not None]
+            n = len(got)
+            out[m] = {"minutes": len(pairs), "minutes_forecast": n,
+                      "covered": round(sum(q <= f for f, q in got) / n, 4) if n else None,
+                      "mean_forecast_qps": round(sum(f for f, _ in got) / n, 4) if n else None,
+                      "mean_measured_qps": round(sum(q for _, q in got) / n, 4) if n else None,
+                      "forecaster": self.state.chosen.get(m, "reactive"), "lead_s": round(self.state.lead_s, 3),
+                      "mode": self.cfg.forecast.mode}
+        return out
 
 
 __all__ = ["MINUTE_WINDOW_S", "ReplayForecast", "seeded"]

@@ -143,6 +143,7 @@ class ReplayRun:
     #: with vCPU quotas (``quotas`` or ``--quota``): launches the cloud refused with VcpuLimitExceeded
     #: (the planner keeps every pool within the quotas, so 0; sim.replay.fleet.quota_check)
     quota_refusals: int | None = None
+    forecast: dict | None = None  # type: ignore[type-arg]   # shadow/on: forecast against measured (sim.replay.forecasting)
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -364,7 +365,8 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                          accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()},
                          pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {},
                          spot=spot.report(lanes, ledger, duration_s) if spot is not None else None,
-                         quota_refusals=fleet.cloud.quota_refusals if fleet.cloud.quota_check is not None else None)
+                         quota_refusals=fleet.cloud.quota_refusals if fleet.cloud.quota_check is not None else None,
+                         forecast=fleet.forecast.summary())
     finally:
         fleet.close()
         if tmp is not None:
