@@ -99,7 +99,9 @@ def write_history(path: Path, rows: list[tuple[int, float]]) -> None:
 def figures(run) -> dict:  # type: ignore[no-untyped-def, type-arg]
     r = report(run)
     return {"usd": float(r["cost_usd"]), "att": float(r["slo_attainment"]), "plans": int(r["plans"]),
-            "launches": int(r["decisions"]["launch"]), "wall_s": float(run.wall_s)}
+            "launches": int(r["decisions"]["launch"]), "wall_s": float(run.wall_s),
+            "held_back": (r.get("forecast") or {}).get("rm2", {}).get("held_back", "-"),
+            "covered": (r.get("forecast") or {}).get("rm2", {}).get("covered", "-")}
 
 
 def main() -> int:
@@ -134,11 +136,11 @@ def main() -> int:
         rows["ahead (on), shuffled days"] = figures(replay(on, profiles, wl, dur, ReplaySpec(
             boot_s=boot, history=replay_history(str(shuf), on))))
     hind = rows["hindsight"]["usd"]
-    print("| run | $ | ÷ hindsight | attainment | plans | launches | wall s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| run | $ | ÷ hindsight | attainment | plans | launches | forecast held back | minutes ≤ forecast | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, f in rows.items():
         print(f"| {name} | {f['usd']:.4f} | {f['usd'] / hind:.3f} | {100 * f['att']:.2f} % | {f['plans']} | "
-              f"{f['launches']} | {f['wall_s']:.1f} |")
+              f"{f['launches']} | {f['held_back']} | {f['covered']} | {f['wall_s']:.1f} |")
     reac, ahead = rows["reactive (off)"], rows["ahead (on)"]
     print(f"goal ≤ 1.03x hindsight at ≥ 99.5 %: ahead {ahead['usd'] / hind:.3f}x at {100 * ahead['att']:.2f} % "
           f"({'met' if ahead['usd'] <= 1.03 * hind and ahead['att'] >= 0.995 else 'not met'}); reactive "

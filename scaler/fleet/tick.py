@@ -78,7 +78,6 @@ class FleetState:
     plans_applied: int = 0                            # ticks that applied a target
     last_error: str | None = None
     forecast: ForecastState = field(default_factory=ForecastState)   # histories, fits, boot delays (issue #39)
-    held_back: int = 0     # plans for a forecast given up: they retired what the reactive plan keeps
 
 
 @dataclass(frozen=True)
@@ -253,7 +252,7 @@ async def _measured_floor(cfg: Config, state: FleetState, ports: FleetPorts, rea
         reactive, reactive_plan = await ports.decide(measured, keep)
     if fleet_ahead.keeps_measured(target, state.target, reactive):
         return target, plan
-    state.held_back += 1
+    state.forecast.held_back += 1
     return reactive, reactive_plan
 
 

@@ -42,6 +42,7 @@ class ForecastState:
     fitted_at: float | None = None                                 # the last refit (history clock)
     last: dict[str, float | None] = field(default_factory=dict)    # model -> the last tick's forecast (q/s)
     lead_s: float = 0.0                                            # the last tick's lead
+    held_back: int = 0     # plans for a forecast given up: they retired what the reactive plan keeps
     booting: set[str] = field(default_factory=set)   # instances seen before their worker registered (daemon)
     _cache: dict[str, tuple[int, float, float | None]] = field(default_factory=dict, repr=False)
 

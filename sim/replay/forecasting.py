@@ -85,7 +85,7 @@ class ReplayForecast:
                       "mean_forecast_qps": round(sum(f for f, _ in got) / n, 4) if n else None,
                       "mean_measured_qps": round(sum(q for _, q in got) / n, 4) if n else None,
                       "forecaster": self.state.chosen.get(m, "reactive"), "lead_s": round(self.state.lead_s, 3),
-                      "mode": self.cfg.forecast.mode}
+                      "mode": self.cfg.forecast.mode, "held_back": self.state.held_back}
         return out
 
 
