@@ -43,7 +43,7 @@ from daemon.profiling.self_profiling import SelfProfiler, profile_sink
 from daemon.observe.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
 from daemon.observe.status_feed import LoopFacts, StatusFeed, build_feed, status_line
 from daemon.loops.ticks import quiet_at_shutdown
-from daemon.loops.demand_minutes import DemandMinutes, minute_rates
+from daemon.loops.demand_minutes import DailyChooser, DemandMinutes, minute_rates
 from daemon.observe.fleet_status import FleetStatus
 from daemon.profiling.model_profiles import load_profiles_for
 from daemon.loops.fleet_ports import DaemonAudit, DispatcherWorkers, FleetHook, ThreadedCloud
@@ -136,7 +136,7 @@ class Daemon:
         try:
             self.store = StateStore.open(cfg.state_path)
             self.minutes = DemandMinutes(self.store, cfg.forecast.retention_days, forecast=self.status.forecast,
-                                         cfg=lambda: self.cfg)
+                                         cfg=lambda: self.cfg, chooser=DailyChooser(self.cfg_path))
         except UsageError:
             raise
         except Exception as exc:  # lock held or unwritable state path

@@ -6,12 +6,18 @@ repeats (:func:`scaler.forecast.repeat.shape_correlation`), the forecaster it pl
 delays: the measured ones live in the running daemon), and the upper ``forecast.quantile`` of its
 rate for each of the next ``--hours`` hours, as the fleet tick would read it from a fit made now.
 
-Read beside a running daemon (the store is SQLite in WAL mode, opened without its lock). The chooser
-by replayed dollars is not built yet: the forecaster shown is the rule above.
+With ``--choose``, each model's forecaster is chosen by replayed dollars
+(:func:`sim.replay.chooser.choose_by_replay`: the last ``forecast.choose_days`` days of its history
+replayed per candidate; minutes per model) and the line says the pick, its replayed saving over
+reactive and the figures; ``--json`` prints the picks as one object (what the daemon's daily chooser
+reads, ``daemon.loops.forecast_chooser``).
+
+Read beside a running daemon (the store is SQLite in WAL mode, opened without its lock).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import time
@@ -38,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="M", help="only this model")
     p.add_argument("--hours", type=int, default=DEFAULT_HOURS, metavar="N",
                    help=f"hours ahead, 1 .. {MAX_HOURS} (default {DEFAULT_HOURS})")
+    p.add_argument("--choose", action="store_true",
+                   help="choose each model's forecaster by replaying its last forecast.choose_days days (minutes)")
+    p.add_argument("--json", action="store_true", help="with --choose: print the picks as one JSON object")
     p.set_defaults(func=run)
 
 
@@ -83,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"forecast: no state store at {cfg.state_path} (costscale run creates it; "
                          "costscale history import seeds it)")
     now = time.time()
+    if args.choose:
+        return _choose(cfg, args, names, now)
     lead = forecast_lead(cfg, BootDelays())
     retention_s = cfg.forecast.retention_days * 86400.0
     print(f"forecast.mode {cfg.forecast.mode}, quantile {cfg.forecast.quantile:g}, candidates "
@@ -92,6 +103,32 @@ def run(args: argparse.Namespace) -> int:
             for line in model_lines(m, store.demand_history(m, retention_s), now, args.hours,
                                     list(cfg.forecast.forecasters), cfg.forecast.quantile, lead):
                 print(line)
+    return 0
+
+
+def _choose(cfg, args: argparse.Namespace, names: list[str], now: float) -> int:  # type: ignore[no-untyped-def]
+    from daemon.aws.wiring import DaemonError
+    from daemon.profiling.model_profiles import load_profiles_for
+    from sim.replay.chooser import choose_by_replay
+
+    days = max(cfg.forecast.choose_days, 1)
+    try:
+        profiles = load_profiles_for(cfg)     # as the daemon plans with them
+    except DaemonError as exc:
+        raise UsageError(f"forecast: {exc}") from None
+    picks = {}
+    with StateStore.open(cfg.state_path, lock=False) as store:
+        for m in ([args.model] if args.model is not None else names):
+            c = choose_by_replay(cfg, profiles, m, store.demand_history(m, cfg.forecast.retention_days * 86400.0),
+                                 now, days=days)
+            saving = c.saving()
+            picks[m] = {"picked": c.picked, "reason": c.reason, "saving": saving,
+                        "candidates": {x.name: {"usd": x.usd, "slo_attainment": x.attainment} for x in c.candidates}}
+            if not args.json:
+                print(f"{m}: plans with {c.picked}" + (f" (replayed saving {100 * saving:.2f} % over reactive)"
+                                                        if saving is not None else "") + f": {c.reason}")
+    if args.json:
+        print(json.dumps({"picks": picks}))
     return 0
 
 

@@ -15,8 +15,10 @@ Planning ahead (issue #39 deliverable 3): given the fleet's :class:`scaler.forec
 the recorder seeds its histories from the store at start, appends each ended minute to them (on the
 event loop, :meth:`DemandMinutes.ended`), and with ``forecast.mode`` shadow or on refits the
 forecasters in a thread once :data:`scaler.forecast.forecaster.DEFAULT_REFIT_S` has passed (off the
-fleet tick). With ``shadow`` or ``on`` each ended minute is also an audit event ``forecast``: per
-model, the forecast the fleet tick last read against the rate measured over the minute.
+fleet tick), and once a day chooses each model's forecaster by replayed dollars in a child process
+(:mod:`daemon.loops.forecast_chooser`). With ``shadow`` or ``on`` each ended minute is also an audit
+event ``forecast``: per model, the forecast the fleet tick last read against the rate measured over
+the minute.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import time
 from typing import Any, Callable, Mapping, Protocol
 
 from config.schema import Config
+from daemon.loops.forecast_chooser import DailyChooser
 from daemon.observe import audit
 from scaler.fleet.state import StateStore
 from scaler.forecast.history import MINUTE_S, minute_of
@@ -63,11 +66,12 @@ class DemandMinutes:
     """Which minute to record next, and the write (module docstring)."""
 
     def __init__(self, store: StateStore, retention_days: int, wall: Callable[[], float] = time.time,
-                 forecast: ForecastState | None = None, cfg: Callable[[], Config] | None = None) -> None:
+                 forecast: ForecastState | None = None, cfg: Callable[[], Config] | None = None,
+                 chooser: DailyChooser | None = None) -> None:
         self.store, self.wall = store, wall
         self.retention_min = int(retention_days) * 1440
         self.last = minute_of(wall())       # the minute it started in: not watched whole
-        self.forecast, self.cfg = forecast, cfg
+        self.forecast, self.cfg, self.chooser = forecast, cfg, chooser
         if forecast is not None and cfg is not None:   # the fleet's histories start from the store's
             for m in cfg().models:
                 forecast.histories[m.name] = store.demand_history(m.name, self.retention_min * 60.0)
@@ -110,6 +114,8 @@ class DemandMinutes:
         now = self.wall()
         if fc.refit_due(now):
             await refit_off_loop(fc, [m.name for m in cfg.models], now, cfg.forecast.forecasters)
+        if self.chooser is not None:    # once a day, in a child process (daemon.loops.forecast_chooser)
+            self.chooser.maybe_start(cfg, fc, now)
 
 
 async def refit_off_loop(fc: ForecastState, models: list[str], now: float, forecasters: list[str]) -> None:
@@ -125,4 +131,4 @@ async def refit_off_loop(fc: ForecastState, models: list[str], now: float, forec
     fc.clear_cache()
 
 
-__all__ = ["DemandMinutes", "refit_off_loop", "PRUNE_EVERY_MIN", "minute_rates"]
+__all__ = ["DailyChooser", "DemandMinutes", "refit_off_loop", "PRUNE_EVERY_MIN", "minute_rates"]
