@@ -55,11 +55,12 @@ def day_rate(peak: float, width: float = WIDTH_H):  # type: ignore[no-untyped-de
     return rate_function(spec, DAY_S)
 
 
-def config(mode: str, boot_gpu: float, boot_cpu: float) -> Config:
+def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9) -> Config:
     raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
     raw["cluster"] = f"ahead-{mode}"
     raw["state_path"] = f"/tmp/costscale-ahead-{mode}.db"
-    raw["forecast"] = {"mode": mode, "boot_delay_s": {"gpu": boot_gpu, "inferentia": boot_gpu, "cpu": boot_cpu}}
+    raw["forecast"] = {"mode": mode, "quantile": quantile,
+                       "boot_delay_s": {"gpu": boot_gpu, "inferentia": boot_gpu, "cpu": boot_cpu}}
     return Config.model_validate(raw)
 
 
@@ -112,6 +113,7 @@ def main() -> int:
     ap.add_argument("--boot-gpu", type=float, default=90.0)
     ap.add_argument("--boot-cpu", type=float, default=60.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/ahead-bench"))
+    ap.add_argument("--quantile", type=float, default=0.9, help="forecast.quantile")
     ap.add_argument("--skip-shuffled", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -130,7 +132,7 @@ def main() -> int:
     t0 = time.perf_counter()
     rows["hindsight"] = figures(run_baseline("hindsight", off, profiles, wl, dur, ReplaySpec(boot_s=boot)))
     rows["reactive (off)"] = figures(replay(off, profiles, wl, dur, ReplaySpec(boot_s=boot)))
-    on = config("on", args.boot_gpu, args.boot_cpu)
+    on = config("on", args.boot_gpu, args.boot_cpu, args.quantile)
     rows["ahead (on)"] = figures(replay(on, profiles, wl, dur, ReplaySpec(boot_s=boot, history=replay_history(str(hist), on))))
     if not args.skip_shuffled:
         rows["ahead (on), shuffled days"] = figures(replay(on, profiles, wl, dur, ReplaySpec(
