@@ -144,6 +144,7 @@ class ReplayRun:
     #: (the planner keeps every pool within the quotas, so 0; sim.replay.fleet.quota_check)
     quota_refusals: int | None = None
     forecast: dict | None = None  # type: ignore[type-arg]   # shadow/on: forecast against measured (sim.replay.forecasting)
+    forecast_minutes: dict[str, list[tuple[float | None, float]]] = field(default_factory=dict)   # per minute, --plot
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -366,7 +367,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                          pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {},
                          spot=spot.report(lanes, ledger, duration_s) if spot is not None else None,
                          quota_refusals=fleet.cloud.quota_refusals if fleet.cloud.quota_check is not None else None,
-                         forecast=fleet.forecast.summary())
+                         forecast=fleet.forecast.summary(), forecast_minutes=fleet.forecast.scored)
     finally:
         fleet.close()
         if tmp is not None:

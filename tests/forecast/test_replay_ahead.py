@@ -79,3 +79,25 @@ def test_on_without_history_is_the_reactive_replay(tmp_path: Path, profiles) -> 
     off, on = report(run("off", tmp_path, profiles)), report(run("on", tmp_path, profiles))
     on.pop("forecast"), on.pop("wall_s"), off.pop("wall_s")
     assert on == off
+
+
+def test_replay_cli_forecast_flag_record_and_plot(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``costscale replay --forecast shadow --history CSV --json --plot``: the forecast record in the
+    JSON and the band on the picture; a bad mode is one line, exit 2."""
+    import json
+
+    from daemon.cli import main
+    h = step_history()["rm2"]
+    minutes, rates = h.known_minutes()
+    csv = tmp_path / "h.csv"
+    csv.write_text("timestamp,model,qps\n" + "".join(f"{60 * m},rm2,{q:g}\n" for m, q in zip(minutes, rates)))
+    png = tmp_path / "t.png"
+    rc = main(["replay", str(ROOT / "examples" / "replay-rm2.yaml"), "--pattern", "step:low=5,high=30,at_s=600",
+               "--hours", str(DURATION_S / 3600), "--forecast", "shadow", "--history", str(csv), "--json",
+               "--plot", str(png)])
+    assert rc == 0 and png.stat().st_size > 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["forecast"]["rm2"]["mode"] == "shadow" and out["forecast"]["rm2"]["minutes_forecast"] == 19
+    assert out["history_minutes"] == {"rm2": 7 * 1440}
+    assert main(["replay", str(ROOT / "examples" / "replay-rm2.yaml"), "--forecast", "maybe"]) == 2
+    assert "--forecast: invalid choice: 'maybe'" in capsys.readouterr().err
