@@ -16,7 +16,7 @@ the recorder seeds its histories from the store at start, appends each ended min
 event loop, :meth:`DemandMinutes.ended`), and with ``forecast.mode`` shadow or on refits the
 forecasters in a thread once :data:`scaler.forecast.forecaster.DEFAULT_REFIT_S` has passed (off the
 fleet tick), and once a day chooses each model's forecaster by replayed dollars in a child process
-(:mod:`daemon.loops.forecast_chooser`). With ``shadow`` or ``on`` each ended minute is also an audit
+(:mod:`daemon.loops.forecast_chooser`). With ``shadow`` or ``on`` each ended minute is also one audit
 event ``forecast``: per model, the forecast the fleet tick last read against the rate measured over
 the minute.
 """
@@ -94,7 +94,6 @@ class DemandMinutes:
         except Exception as exc:  # noqa: BLE001 - keep serving: the minute stays unknown
             log.warning("demand history: minute %d not recorded: %s: %s", minute, type(exc).__name__, exc)
 
-
     async def ended(self, minute: int, rates: Mapping[str, float]) -> None:
         """An ended minute: into the fleet's histories (here, on the event loop), the store (in a
         thread), the forecast against it to the audit log, and a refit when one is due (in a thread)."""
@@ -105,12 +104,11 @@ class DemandMinutes:
         await asyncio.to_thread(self.write, minute, rates)
         if fc is None or cfg is None or cfg.forecast.mode == "off":
             return
-        for model, qps in rates.items():
-            f = fc.last.get(model)
-            audit.emit("forecast", f"{model} forecast {'-' if f is None else f'{f:.2f}'} q/s, measured {qps:.2f} q/s",
-                       f"{fc.chosen.get(model, 'reactive')} over a {fc.lead_s:.0f} s lead ({cfg.forecast.mode})",
-                       model=model, minute=minute, forecast_qps=f, measured_qps=round(qps, 4),
-                       forecaster=fc.chosen.get(model, "reactive"), lead_s=fc.lead_s, mode=cfg.forecast.mode)
+        audit.emit("forecast", "forecast / measured q/s: " + ", ".join(
+            f"{m} {'-' if fc.last.get(m) is None else f'{fc.last[m]:.2f}'} / {q:.2f}" for m, q in rates.items()),
+            f"over a {fc.lead_s:.0f} s lead ({cfg.forecast.mode})", minute=minute, lead_s=fc.lead_s,
+            mode=cfg.forecast.mode, models={m: {"forecast_qps": fc.last.get(m), "measured_qps": round(q, 4),
+                                                "forecaster": fc.chosen.get(m, "reactive")} for m, q in rates.items()})
         now = self.wall()
         if fc.refit_due(now):
             await refit_off_loop(fc, [m.name for m in cfg.models], now, cfg.forecast.forecasters)

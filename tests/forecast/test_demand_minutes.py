@@ -135,7 +135,7 @@ def test_ended_minutes_feed_the_fleet_histories_and_refit_off_the_loop(tmp_path:
         assert fc.histories["ncf"].at(601) == 2.5 and fc.histories["rm2"].at(601) == 0.0
         assert store.demand_history("ncf", 35 * 86400.0).at(601) == 2.5
         events = [r.audit for r in caplog.records if getattr(r, "audit", None)]
-        assert [(e["model"], e["forecast_qps"], e["measured_qps"]) for e in events] == [("ncf", 3.5, 2.5),
-                                                                                          ("rm2", None, 0.0)]
+        assert [e["summary"] for e in events] == ["forecast / measured q/s: ncf 3.50 / 2.50, rm2 - / 0.00"]
+        assert events[0]["models"]["ncf"] == {"forecast_qps": 3.5, "measured_qps": 2.5, "forecaster": "reactive"}
         # a history of a few minutes: the seasonal fit has a level but no day behind it; rm2 all 0
         assert fc.fitted_at == now[0] and set(fc.chosen) == {"ncf", "rm2"}
