@@ -245,3 +245,40 @@ def test_daemon_observes_boots_from_pending_to_registered() -> None:
     observe_boots(fc, [old, ManagedInstance("i-new", "g4dn.xlarge@us-east-1a", "running", launch_time=1000.0)],
                   frozenset({"i-old", "i-new"}), 1120.0)
     assert fc.boot.mean_s == {"g4dn.xlarge": 120.0} and fc.booting == set()
+
+
+def test_the_daemon_plans_for_its_forecast_on_the_wall_clock(tmp_path: Path) -> None:
+    """The daemon (fake cloud, no workers, no queries): its histories start from the state store
+    (epoch minutes), a refit off the loop, then its fleet tick plans for the forecast over the lead,
+    read at the wall clock (the tick's own clock is monotonic)."""
+    import time
+
+    from daemon.app import Daemon
+    from daemon.loops.demand_minutes import refit_off_loop
+    from scaler.cloud.fake import FakeCloud
+    from scaler.fleet.state import StateStore
+
+    raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
+    raw.update({"state_path": str(tmp_path / "s.db"), "forecast": {"mode": "on"},
+                "model_scaling": {"generate_variants": False}})
+    raw["dispatcher"]["listen"] = "127.0.0.1:0"
+    cfg = Config.model_validate(raw)
+    now_min = int(time.time() // 60)
+    minutes = np.arange(now_min - 8 * 1440, now_min)
+    with StateStore.open(tmp_path / "s.db") as s:     # 30 q/s every day from this minute on for an hour, else 3
+        s.record_demand("rm2", minutes, np.where(np.mod(minutes - now_min, 1440) < 60, 30.0, 3.0))
+
+    async def body() -> None:
+        d = Daemon(cfg, None, cloud=FakeCloud(cfg.cluster), listen="127.0.0.1:0", generate_variants=False)
+        await d.start()
+        try:
+            fc = d.status.forecast
+            assert fc.histories["rm2"].known == 8 * 1440
+            await refit_off_loop(fc, ["rm2"], time.time(), ["seasonal_naive"])
+            assert fc.chosen == {"rm2": "seasonal_naive"}
+            await d.fleet_tick("test")
+            assert fc.lead_s == 90.0 + 30.0 and fc.last["rm2"] == pytest.approx(30.0)
+            assert d.status.demand is not None and d.status.demand["rm2"].qps == pytest.approx(30.0)
+        finally:
+            await d.stop(grace=0.0)
+    asyncio.run(asyncio.wait_for(body(), timeout=120))
