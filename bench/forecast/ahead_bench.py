@@ -55,10 +55,12 @@ def day_rate(peak: float, width: float = WIDTH_H):  # type: ignore[no-untyped-de
     return rate_function(spec, DAY_S)
 
 
-def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9) -> Config:
+def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, headroom: float | None = None) -> Config:
     raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
     raw["cluster"] = f"ahead-{mode}"
     raw["state_path"] = f"/tmp/costscale-ahead-{mode}.db"
+    if headroom is not None:
+        raw["headroom"] = headroom
     raw["forecast"] = {"mode": mode, "quantile": quantile,
                        "boot_delay_s": {"gpu": boot_gpu, "inferentia": boot_gpu, "cpu": boot_cpu}}
     return Config.model_validate(raw)
@@ -114,6 +116,10 @@ def main() -> int:
     ap.add_argument("--boot-cpu", type=float, default=60.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/ahead-bench"))
     ap.add_argument("--quantile", type=float, default=0.9, help="forecast.quantile")
+    ap.add_argument("--headroom", type=float, default=None, help="the config's headroom for every run (default: "
+                    "the example's 0.1)")
+    ap.add_argument("--headroom-on", type=float, default=None, help="the config's headroom for the runs planning "
+                    "ahead only (default: --headroom)")
     ap.add_argument("--skip-shuffled", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -124,7 +130,7 @@ def main() -> int:
     write_history(hist, history_rows(args.peak, args.seed, False, args.width))
     shuf = args.out / "history-shuffled.csv"
     write_history(shuf, history_rows(args.peak, args.seed, True, args.width))
-    off = config("off", args.boot_gpu, args.boot_cpu)
+    off = config("off", args.boot_gpu, args.boot_cpu, headroom=args.headroom)
     wl = scored_workload(off, args.peak, args.seed, args.width)
     print(f"rm2, two-peak day 06:00-12:00 (peak {args.peak:g} q/s, width {args.width:g} h, {wl.arrivals.size:,} queries), boot gpu "
           f"{args.boot_gpu:g} s / cpu {args.boot_cpu:g} s, 7 days of history", flush=True)
@@ -132,7 +138,8 @@ def main() -> int:
     t0 = time.perf_counter()
     rows["hindsight"] = figures(run_baseline("hindsight", off, profiles, wl, dur, ReplaySpec(boot_s=boot)))
     rows["reactive (off)"] = figures(replay(off, profiles, wl, dur, ReplaySpec(boot_s=boot)))
-    on = config("on", args.boot_gpu, args.boot_cpu, args.quantile)
+    on = config("on", args.boot_gpu, args.boot_cpu, args.quantile,
+                args.headroom_on if args.headroom_on is not None else args.headroom)
     rows["ahead (on)"] = figures(replay(on, profiles, wl, dur, ReplaySpec(boot_s=boot, history=replay_history(str(hist), on))))
     if not args.skip_shuffled:
         rows["ahead (on), shuffled days"] = figures(replay(on, profiles, wl, dur, ReplaySpec(
