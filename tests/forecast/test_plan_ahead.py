@@ -279,6 +279,22 @@ def test_the_daemon_plans_for_its_forecast_on_the_wall_clock(tmp_path: Path) -> 
             await d.fleet_tick("test")
             assert fc.lead_s == 90.0 + 30.0 and fc.last["rm2"] == pytest.approx(30.0)
             assert d.status.demand is not None and d.status.demand["rm2"].qps == pytest.approx(30.0)
+            assert d.status_feed is not None and d.status_feed.forecast is not None
+            assert d.status_feed.forecast() is fc       # what /metrics reads (daemon.observe.forecast_metrics)
         finally:
             await d.stop(grace=0.0)
     asyncio.run(asyncio.wait_for(body(), timeout=120))
+
+
+def test_metrics_show_the_forecast() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from daemon.observe.forecast_metrics import ForecastCollector
+    fc = ForecastState(last={"rm2": 41.25, "wnd": None}, chosen={"rm2": "seasonal_naive"}, lead_s=120.0, held_back=2)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(ForecastCollector(lambda: fc))
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for fam in text_string_to_metric_families(generate_latest(reg).decode()) for s in fam.samples}
+    assert got == {("costscale_forecast_queries_per_second", (("forecaster", "seasonal_naive"), ("model", "rm2"))): 41.25,
+                   ("costscale_forecast_lead_seconds", ()): 120.0, ("costscale_forecast_held_back_total", ()): 2.0}
