@@ -16,7 +16,7 @@ from daemon.observe import sdnotify
 from config.schema import Config
 from config.errors import UsageError
 from daemon.reload import reload_parts
-from daemon.loops.ticks import schedule_loops
+from daemon.loops.ticks import quiet_at_shutdown, schedule_loops
 from daemon.loops.fleet_upkeep import terminate_fleet
 from scaler.fleet.state import StateStore
 from dispatcher.latency_model import LatencyModel
@@ -29,25 +29,21 @@ from scaler.fleet.actuator import FleetActuator
 from scaler.cloud.provider import CloudError, CloudProvider
 from daemon.aws.wiring import AwsWiring, DaemonError, aws_error
 from daemon.aws.quotas import KnownQuotas
-from scaler.fleet import step as fleet_step
-from scaler.fleet import tick
-from scaler.fleet.step import plan_id_for
+from scaler.fleet import step as fleet_step, tick
 from scaler.fleet.tick import FleetPorts
 from sim.slo_check import slo_check
-from scaler.planner.joint_plan import JointPlan, ModelShare, declared_demands
+from scaler.planner.joint_plan import JointPlan, ModelShare
 from scaler.planner.replan import DemandView
 from variants.registry import VariantRegistry, registry_path_for
 from daemon.aws.cluster_token import with_cluster_token
-from daemon.profiling.model_profiles import generate_config_variants, models_dir, open_config_registry
+from daemon.profiling.model_profiles import generate_config_variants, load_profiles_for, models_dir, open_config_registry
 from daemon.profiling.probing import Prober
 from daemon.profiling.self_profiling import SelfProfiler, profile_sink
 from daemon.observe.metrics import MetricsServer, snapshot_on_loop, start_observing, stop_observing
 from daemon.observe.status_feed import LoopFacts, StatusFeed, build_feed, status_line
-from daemon.loops.ticks import quiet_at_shutdown
-from daemon.loops.demand_minutes import DemandMinutes, minute_rates
+from daemon.loops.demand_minutes import DailyChooser, DemandMinutes, minute_rates
 from daemon.observe.fleet_status import FleetStatus
-from daemon.profiling.model_profiles import load_profiles_for
-from daemon.loops.fleet_ports import DaemonAudit, DispatcherWorkers, FleetHook, ThreadedCloud
+from daemon.loops.fleet_ports import DaemonAudit, DeclaredDemands, DispatcherWorkers, FleetHook, ThreadedCloud
 from daemon.loops.pick_confirmer import PickConfirmer
 from daemon.aws.spot_wiring import FleetMarket, open_market
 
@@ -84,7 +80,7 @@ class Daemon:
         self.replica: ReplicaRole | None = None   # lease.replicas: heartbeat, demand, the lease retried (daemon.replicas.role)
         self.market: FleetMarket | None = None   # the fleet tick's market hooks: on-demand, or spot (issue #28)
         self.quotas = KnownQuotas()   # the vCPU quotas planned within: Service Quotas, the config's, refusals
-        self._declared: tuple[Config, dict[str, DemandView]] | None = None
+        self._declared = DeclaredDemands()   # each model's declared workload, sampled once per config
         # model loop (INFaaS §4.2): variant registry, placements, and the capacity hint it gives the
         # fleet planner (demand x hint); it never launches anything itself
         self._explicit_params = model_params
@@ -109,13 +105,6 @@ class Daemon:
         return self.status.capacity_hint
 
     # ---- wiring ----------------------------------------------------------------------------
-    def _declared_demand(self) -> dict[str, DemandView]:
-        """Each model's declared workload (once per config: sampling the mix is not free, and this runs each tick)."""
-        cfg = self.cfg
-        if self._declared is None or self._declared[0] is not cfg:
-            self._declared = (cfg, declared_demands(cfg))
-        return self._declared[1]
-
     async def _on_vm(self, decisions, unmet) -> None:  # type: ignore[no-untyped-def]
         """VM-autoscaler decisions -> capacity hint for the fleet planner; replan when it moved."""
         if self.status_feed is not None:
@@ -137,7 +126,8 @@ class Daemon:
         self._loop = asyncio.get_running_loop()
         try:
             self.store = StateStore.open(cfg.state_path)
-            self.minutes = DemandMinutes(self.store, cfg.forecast.retention_days)
+            self.minutes = DemandMinutes(self.store, cfg.forecast.retention_days, forecast=self.status.forecast,
+                                         cfg=lambda: self.cfg, chooser=DailyChooser(self.cfg_path))
         except UsageError:
             raise
         except Exception as exc:  # lock held or unwritable state path
@@ -233,7 +223,7 @@ class Daemon:
     def current_demand(self) -> dict[str, DemandView]:
         """Each model's demand the fleet plans for (:func:`scaler.fleet.step.planning_demand` over
         the model's own window, as the replay): one model's queries never count as another's."""
-        declared = self._declared_demand()
+        declared = self._declared(self.cfg)
         if self.dispatcher is None:
             return dict(declared)
         merged = self.replica.merged if self.replica is not None and self.replica.leading() else None
@@ -293,7 +283,7 @@ class Daemon:
         assert self.market is not None and self.cloud is not None
         return FleetPorts(clock=time.monotonic, cloud=ThreadedCloud(self.cloud), market=self.market,
                           workers=self._worker_view(), demand=self.current_demand, decide=self._decided,
-                          audit=self._audit, offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica),
+                          audit=self._audit, offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica), wall=time.time,
                           quota_refused=lambda slots, listed: self.quotas.lower(self.cfg, slots, listed) and self._requota())
 
     def _requota(self) -> bool:   # the known vCPU quotas moved (daemon.aws.quotas): the config planned with, spot's
@@ -322,12 +312,12 @@ class Daemon:
                 log.exception("model loop tick failed")
         done = self.minutes.due() if self.minutes is not None and self.dispatcher is not None and self.leading() else None
         if done is not None:   # a minute ended: each model's rate over it into the demand history
-            await asyncio.to_thread(self.minutes.write, done, minute_rates(self.cfg, self.dispatcher, self.replica))
+            await self.minutes.ended(done, minute_rates(self.cfg, self.dispatcher, self.replica))
         if self._stop.is_set() or self.cfg.pinned_pool or self._fleet_lock.locked():
             return
         # early replans follow a plan that was made; after a failed one, the fleet interval retries
         # (not every model tick: that looped on an unplannable config)
-        if tick.replan_early_due(self.cfg, self.status, time.monotonic(), self.current_demand):
+        if tick.replan_early_due(self.cfg, self.status, time.monotonic(), self.current_demand, time.time()):
             await self.fleet_tick("demand changed")
 
     @quiet_at_shutdown
@@ -369,7 +359,7 @@ class Daemon:
         the daemon holding the lease now owns the instances: no terminate intent is written)."""
         await self._sync_workers()   # (:func:`daemon.loops.fleet_upkeep.terminate_fleet`)
         left = fleet_left_to_others(self.replica) or (self.aws.left_running(self.status.instances) if self.aws else None)
-        await terminate_fleet(self.actuator, lambda: plan_id_for({}, self.status.generation + 1,
+        await terminate_fleet(self.actuator, lambda: fleet_step.plan_id_for({}, self.status.generation + 1,
                                                                  lease_generation(self.replica)), left)
 
     async def wait(self) -> None:

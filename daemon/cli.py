@@ -18,7 +18,7 @@ from config.errors import UsageError
 # modules under daemon/commands/ (simulate also registers capacity; models also registers offline)
 COMMANDS = ("init", "validate", "doctor", "plan", "simulate", "run", "demo", "worker", "variants", "models", "profile", "status", "replay", "accuracy",
             "pipeline", "history",
-            "bundle")
+            "bundle", "forecast")
 #: commands registered by a module of another name
 REGISTERED_BY = {"capacity": "simulate", "offline": "models"}
 

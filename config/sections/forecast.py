@@ -7,12 +7,13 @@ forecast:
   retention_days: 35           # the per-minute demand history kept in the state store
   forecasters: [seasonal_naive, ets]    # the candidates beside reacting (reactive is always one)
   boot_delay_s: {gpu: 90, cpu: 60}      # launch to first answer until measured: by type or hardware class
+  choose_days: 1               # the days of history replayed per candidate, daily, to choose each model's
+                               # forecaster by dollars (0: no replays; the first of forecasters)
 ```
 
 ``mode``: ``off`` plans on the measured demand, as before; ``shadow`` plans on it too and records
 what the forecast would have planned; ``on`` plans for the larger of the measured demand and the
-forecast over the lead. So far the daemon keeps the history and the forecasters exist
-(:mod:`scaler.forecast`); the fleet tick does not read them yet, so every mode plans as ``off``.
+forecast over the lead (:mod:`scaler.fleet.ahead`), retiring only what the reactive plan retires.
 
 YAML 1.1 reads a bare ``off`` and ``on`` as booleans: ``mode: off`` and ``mode: on`` are taken as
 written.
@@ -37,8 +38,8 @@ class ForecastSpec(Strict):
     """Planning ahead of demand (module docstring)."""
 
     mode: Literal["off", "shadow", "on"] = Field(
-        "off", description="off: plan on measured demand; shadow: also record what the forecast would plan; "
-                           "on: plan for the larger of the two (not built yet: every mode plans as off)")
+        "off", description="off: plan on measured demand; shadow: also record the forecast against it; "
+                           "on: plan for the larger of the two")
     quantile: Annotated[float, Field(ge=0.5, lt=1.0)] = Field(
         0.9, description="the upper quantile of the rate over the lead that a forecast gives")
     retention_days: Annotated[int, Field(ge=1, le=400)] = Field(
@@ -49,6 +50,9 @@ class ForecastSpec(Strict):
     boot_delay_s: dict[str, BootSeconds] = Field(
         default_factory=lambda: {"gpu": 90.0, "inferentia": 90.0, "cpu": 60.0},
         description="launch to first answer, by instance type or hardware class, until measured")
+    choose_days: Annotated[int, Field(ge=0, le=7)] = Field(
+        1, description="days of history replayed per candidate once a day to choose each model's forecaster by "
+                       "dollars (0: none; the first of forecasters)")
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -70,7 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "as instance_types[].allow_estimates does; the report names them")
     add_quota_flag(p)
     p.add_argument("--history", metavar="CSV", help="each model's demand before the trace, timestamp,model,qps "
-                   "(negative seconds before its start; README \"Forecasting\"): parsed, not yet planned from")
+                   "(negative seconds before its start; README \"Forecasting\"): planned from with forecast.mode on")
+    p.add_argument("--forecast", choices=("off", "shadow", "on"), help="forecast.mode for this replay (default: the config's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="draw the timeline")
     p.set_defaults(func=run_replay)
@@ -255,6 +256,8 @@ def run_replay(args: argparse.Namespace) -> int:
             raise UsageError(f"{cmd}: --{flag.replace('_', '-')} must be >= 0")
     r = resolve(args, cmd)      # an unknown --model: one line
     cfg = with_estimates_allowed(r.cfg) if args.estimates else r.cfg
+    if args.forecast is not None:     # a what-if over forecast.mode (issue #39)
+        cfg = cfg.model_copy(update={"forecast": cfg.forecast.model_copy(update={"mode": args.forecast})})
     only = r.model if args.model else None
     for line in not_replayed(cfg):
         print(f"costscale: warning: {cmd}: {line}", file=sys.stderr)
@@ -283,7 +286,7 @@ def run_replay(args: argparse.Namespace) -> int:
         out = report(run, with_timeline=bool(args.plot))
         out["source"] = source
         out["estimated"] = replay_estimates(cfg, r.profiles, run.targets)
-        if spec.history is not None:     # what --history held: measured minutes per series, none planned from yet
+        if spec.history is not None:     # what --history held: measured minutes per series
             out["history_minutes"] = {m: h.known for m, h in sorted(spec.history.items())}
         if args.baselines:
             planner = PoolPlanner(cfg, r.profiles, slo_check)

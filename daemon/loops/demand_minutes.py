@@ -10,16 +10,29 @@ replica's published rate summed: ``scaler.replicas.demand.merge_demand``, over t
 horizon), so the history is the cluster's demand, as the holder plans for it. The minute the daemon
 started in was not watched whole and is not recorded; a minute no tick saw (a stopped daemon) stays
 unknown, never zero (:mod:`scaler.forecast.history`).
+
+Planning ahead (issue #39 deliverable 3): given the fleet's :class:`scaler.forecast.state.ForecastState`,
+the recorder seeds its histories from the store at start, appends each ended minute to them (on the
+event loop, :meth:`DemandMinutes.ended`), and with ``forecast.mode`` shadow or on refits the
+forecasters in a thread once :data:`scaler.forecast.forecaster.DEFAULT_REFIT_S` has passed (off the
+fleet tick), and once a day chooses each model's forecaster by replayed dollars in a child process
+(:mod:`daemon.loops.forecast_chooser`). With ``shadow`` or ``on`` each ended minute is also one audit
+event ``forecast``: per model, the forecast the fleet tick last read against the rate measured over
+the minute.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Callable, Mapping, Protocol
 
 from config.schema import Config
+from daemon.loops.forecast_chooser import DailyChooser
+from daemon.observe import audit
 from scaler.fleet.state import StateStore
 from scaler.forecast.history import MINUTE_S, minute_of
+from scaler.forecast.state import ForecastState, choose, fits_for
 
 log = logging.getLogger("costscale.history")
 
@@ -52,10 +65,16 @@ def minute_rates(cfg: Config, dispatcher: Windows, replica: Replica | None) -> d
 class DemandMinutes:
     """Which minute to record next, and the write (module docstring)."""
 
-    def __init__(self, store: StateStore, retention_days: int, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: StateStore, retention_days: int, wall: Callable[[], float] = time.time,
+                 forecast: ForecastState | None = None, cfg: Callable[[], Config] | None = None,
+                 chooser: DailyChooser | None = None) -> None:
         self.store, self.wall = store, wall
         self.retention_min = int(retention_days) * 1440
         self.last = minute_of(wall())       # the minute it started in: not watched whole
+        self.forecast, self.cfg, self.chooser = forecast, cfg, chooser
+        if forecast is not None and cfg is not None:   # the fleet's histories start from the store's
+            for m in cfg().models:
+                forecast.histories[m.name] = store.demand_history(m.name, self.retention_min * 60.0)
 
     def due(self) -> int | None:
         """The minute that ended since the last call that returned one (None: none yet)."""
@@ -75,5 +94,39 @@ class DemandMinutes:
         except Exception as exc:  # noqa: BLE001 - keep serving: the minute stays unknown
             log.warning("demand history: minute %d not recorded: %s: %s", minute, type(exc).__name__, exc)
 
+    async def ended(self, minute: int, rates: Mapping[str, float]) -> None:
+        """An ended minute: into the fleet's histories (here, on the event loop), the store (in a
+        thread), the forecast against it to the audit log, and a refit when one is due (in a thread)."""
+        fc, cfg = self.forecast, self.cfg() if self.cfg is not None else None
+        if fc is not None:
+            for model, qps in rates.items():
+                fc.record(model, minute, qps, self.retention_min * 60.0)
+        await asyncio.to_thread(self.write, minute, rates)
+        if fc is None or cfg is None or cfg.forecast.mode == "off":
+            return
+        audit.emit("forecast", "forecast / measured q/s: " + ", ".join(
+            f"{m} {'-' if fc.last.get(m) is None else f'{fc.last[m]:.2f}'} / {q:.2f}" for m, q in rates.items()),
+            f"over a {fc.lead_s:.0f} s lead ({cfg.forecast.mode})", minute=minute, lead_s=fc.lead_s,
+            mode=cfg.forecast.mode, models={m: {"forecast_qps": fc.last.get(m), "measured_qps": round(q, 4),
+                                                "forecaster": fc.chosen.get(m, "reactive")} for m, q in rates.items()})
+        now = self.wall()
+        if fc.refit_due(now):
+            await refit_off_loop(fc, [m.name for m in cfg.models], now, cfg.forecast.forecasters)
+        if self.chooser is not None:    # once a day, in a child process (daemon.loops.forecast_chooser)
+            self.chooser.maybe_start(cfg, fc, now)
 
-__all__ = ["DemandMinutes", "PRUNE_EVERY_MIN", "minute_rates"]
+
+async def refit_off_loop(fc: ForecastState, models: list[str], now: float, forecasters: list[str]) -> None:
+    """:func:`scaler.forecast.state.refit` with the fits computed in a thread (0.86 s for 50 models x
+    35 days, BENCHMARKS "forecast-refit"): the histories only grow between minutes, on the loop."""
+    chosen = {m: choose(fc.histories.get(m), now, forecasters, fc.picked.get(m)) for m in models}
+    try:
+        fits = await asyncio.to_thread(fits_for, fc.histories, chosen, now)
+    except Exception as exc:  # noqa: BLE001 - keep planning on the old fits; the next minute retries
+        log.warning("forecast refit failed: %s: %s", type(exc).__name__, exc)
+        return
+    fc.chosen, fc.fits, fc.fitted_at = chosen, fits, now
+    fc.clear_cache()
+
+
+__all__ = ["DailyChooser", "DemandMinutes", "refit_off_loop", "PRUNE_EVERY_MIN", "minute_rates"]

@@ -19,7 +19,9 @@ from dispatcher.server import Dispatcher
 from scaler.cloud.provider import CloudProvider, ManagedInstance
 from scaler.fleet.reports import ReconcileReport
 from scaler.fleet.tick import EventKind, TickResult
-from scaler.planner.joint_plan import JointPlan
+from scaler.forecast.state import ForecastState
+from scaler.planner.joint_plan import JointPlan, declared_demands
+from scaler.planner.replan import DemandView
 
 log = logging.getLogger("costscale")
 
@@ -100,6 +102,7 @@ class DispatcherWorkers:
         models, which model each instance serves; the typed list to the hook."""
         self.status.instances = listed
         if self.dispatcher is not None:
+            observe_boots(self.status.forecast, listed, frozenset(self._d().workers), time.time())
             self.dispatcher.set_cloud_view(listed)   # by slot: Status counts each market
             if self.models > 1:   # each model's queries go to the workers planned for it
                 serves = assignment()
@@ -107,6 +110,22 @@ class DispatcherWorkers:
                                                else serves)   # pipeline rounds' moves hold
         if self.on_fleet_change is not None:
             await self.on_fleet_change(typed)
+
+
+def observe_boots(fc: ForecastState, listed: list[ManagedInstance], registered: frozenset[str], now: float) -> None:
+    """Each instance seen pending (launched, its worker not registered) and then registered: its boot
+    (now - launch time) into the measured boot delays of its type (the forecast's lead, issue #39).
+    Seen at the worker syncs, so up to one sync late; an instance first seen running (adopted at a
+    start or a takeover) is not counted."""
+    live = {i.instance_id: i for i in listed if i.live}
+    for iid in list(fc.booting):
+        inst = live.get(iid)
+        if inst is None:
+            fc.booting.discard(iid)
+        elif iid in registered:
+            fc.booting.discard(iid)
+            fc.boot = fc.boot.observe(inst.instance_type.split("@")[0], now - inst.launch_time)
+    fc.booting.update(iid for iid, i in live.items() if i.state == "pending" and iid not in registered)
 
 
 class DaemonAudit:
@@ -155,4 +174,17 @@ class DaemonAudit:
             log.error("reconcile failed", exc_info=exc)
 
 
-__all__ = ["DaemonAudit", "DispatcherWorkers", "FLEET_EVENTS_KEPT", "FleetHook", "ThreadedCloud", "UNPARK_TIMEOUT_S"]
+__all__ = ["DaemonAudit", "DispatcherWorkers", "FLEET_EVENTS_KEPT", "FleetHook", "ThreadedCloud", "observe_boots", "UNPARK_TIMEOUT_S"]
+
+
+class DeclaredDemands:
+    """Each model's declared workload (:func:`scaler.planner.joint_plan.declared_demands`), once per
+    config: sampling the batch mix is not free, and the daemon asks for it every tick."""
+
+    def __init__(self) -> None:
+        self._for: tuple[Config, dict[str, DemandView]] | None = None
+
+    def __call__(self, cfg: Config) -> dict[str, DemandView]:
+        if self._for is None or self._for[0] is not cfg:
+            self._for = (cfg, declared_demands(cfg))
+        return self._for[1]

@@ -31,6 +31,9 @@ costscale_model_short_queries_per_second{model}  gauge  the last plan's shortfal
 costscale_model_planned_capacity_queries_per_second{model}  gauge  the upper bound of its planned workers
 costscale_workers                          gauge    registered workers
 =========================================  =======  ==============================================
+
+and the forecast's (:mod:`daemon.observe.forecast_metrics`): ``costscale_forecast_queries_per_second``,
+``costscale_forecast_lead_seconds``, ``costscale_forecast_held_back_total``.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from prometheus_client.registry import Collector
 from config.hostport import split_hostport
 from dispatcher.outcomes import LATENCY_BUCKETS_S
 from dispatcher.proto import costscale_pb2 as pb
+from daemon.observe.forecast_metrics import ForecastCollector
 from daemon.observe.status_feed import StatusFeed
 from dispatcher.api.status import INSTANCE_STATES
 
@@ -238,6 +242,8 @@ def start_observing(feed: StatusFeed, scheduler: AsyncIOScheduler, listen: str |
     metrics = None
     if listen:
         metrics = MetricsServer(snapshot, types)
+        if feed.forecast is not None:     # the fleet's forecasts (issue #39, daemon.observe.forecast_metrics)
+            metrics.registry.register(ForecastCollector(feed.forecast))
         metrics.start(listen)
     return metrics
 

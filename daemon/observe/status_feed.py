@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from scaler.planner.joint_plan import JointPlan
     from scaler.planner.replan import DemandView
     from scaler.fleet.state import StateStore
+    from scaler.forecast.state import ForecastState
 
 #: how often the feed samples the spend and looks for new decisions (s)
 OBSERVE_S = 1.0
@@ -77,6 +78,8 @@ class StatusFeed:
         self.watchers = tuple(watchers)
         self.loop_facts = facts
         self.cost_per_hour = cost_per_hour
+        #: the fleet's forecasts for /metrics (issue #39; set by :func:`build_feed`)
+        self.forecast: Callable[[], ForecastState] | None = None
 
     # -- the log, as the loops push to it ----------------------------------------------------------
     @property
@@ -152,6 +155,7 @@ def build_feed(cfg: Callable[[], Config], *, fleet: Callable[[], FleetStatus],
     if model_loop is not None:
         watchers.append(ModelWatch(log_, model_loop, solver, d.variant_model if d is not None else None))
     feed = StatusFeed(log_, spend, plans, watchers, facts, d.cost_per_hour if d is not None else None)
+    feed.forecast = lambda: fleet().forecast     # /metrics shows it (daemon.observe.forecast_metrics)
     if d is not None:   # the dispatcher's Status reads the feed
         d.status_source = feed.facts
     return feed

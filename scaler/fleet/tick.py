@@ -5,7 +5,10 @@
 It decides the order of a tick's steps; the decisions themselves are :mod:`scaler.fleet.step`'s:
 
 1. the demand to plan for, per model (:func:`scaler.fleet.step.stabilized_demands` over the
-   port's planning demand, :func:`planning_demands`);
+   port's planning demand, :func:`planning_demands`), raised to the forecast over the lead with
+   ``forecast.mode: on`` (:func:`scaler.fleet.ahead.ahead_demands`; the scale-in window keeps the
+   measured values, and a plan for the raised demand that would retire an instance the reactive
+   plan keeps gives way to the reactive plan, :func:`scaler.fleet.ahead.keeps_measured`);
 2. whether a plan is due (:func:`scaler.fleet.step.plan_due`; a reason other than the interval
    always plans); if so the decide port (the planner, or a baseline's ``rule`` every tick), the
    models whose demand did not move keeping their shares; else the target held;
@@ -37,6 +40,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Literal, Mapping, Protoc
 
 from config.errors import UsageError
 from config.schema import Config
+from scaler.fleet import ahead as fleet_ahead
 from scaler.fleet import step as fleet_step
 from scaler.fleet.reports import ApplyReport, ReconcileReport
 from scaler.planner.base_aux import PlanError
@@ -46,6 +50,7 @@ from scaler.planner.joint_plan import JointPlan, ModelShare
 from scaler.fleet.parking import ParkState
 from scaler.planner.replan import DemandView
 from scaler.fleet.market_hooks import MarketHooks
+from scaler.forecast.state import ForecastState
 
 T = TypeVar("T")
 
@@ -73,6 +78,7 @@ class FleetState:
     plans_made: int = 0                               # the planner's plans (a baseline's rule: none)
     plans_applied: int = 0                            # ticks that applied a target
     last_error: str | None = None
+    forecast: ForecastState = field(default_factory=ForecastState)   # histories, fits, boot delays (issue #39)
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,10 @@ class TickResult:
     demand: Mapping[str, DemandView]
     report: ApplyReport
     changed: bool       # the target moved
+    #: each model's forecast over the lead (q/s; None: none), shadow and on; the measured demand is ``demand``
+    #: (shadow) or ``measured``
+    forecast: Mapping[str, float | None] = field(default_factory=dict)
+    measured: Mapping[str, DemandView] | None = None     # the reactive demand, when a forecast raised it
 
 
 class WindowView(Protocol):
@@ -163,6 +173,7 @@ class FleetPorts:
     #: launches of these slots were refused for the vCPU quota, the instances listed after: True when
     #: the known quota was lowered (the daemon's ``daemon.aws.quotas``, the replay's), to decide again
     quota_refused: Callable[[list[str], list[ManagedInstance]], bool] | None = None
+    wall: Callable[[], float] | None = None   # the demand history's clock (daemon: epoch; None: ``clock``)
 
 
 def planning_demands(declared: Mapping[str, DemandView], snapshot: Callable[[str], WindowView],
@@ -185,6 +196,10 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
         now = ports.clock()
         demand, state.history = fleet_step.stabilized_demands(state.history, now, ports.demand(),
                                                               cfg.intervals.scale_in_s)
+        measured, ahead = demand, {}
+        if cfg.forecast.mode != "off" and ports.rule is None:   # the scale-in window keeps measured values
+            demand, ahead = fleet_ahead.ahead_demands(cfg, state.forecast, measured, (ports.wall or ports.clock)(),
+                                                      state.capacity_hint)
         moved = market.plan_key() != state.unavailable_planned
         fresh = reason != "interval" or fleet_step.plan_due(cfg, state.demand, state.planned_at, demand, now, moved)
         if ports.rule is not None:
@@ -192,6 +207,8 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
         elif fresh:   # with several models, those whose demand did not move keep their workers
             keep = fleet_step.unmoved_shares(cfg, reason, state.plan, state.demand, state.planned_at, demand, now, moved)
             target, plan = await ports.decide(demand, keep)
+            if fleet_ahead.raised(measured, demand) and fleet_ahead.retires(target, state.target):
+                target, plan = await _measured_floor(cfg, state, ports, reason, now, moved, measured, target, plan)
             demand = fleet_step.planned_demands(keep, state.demand, demand)
             state.plans_made += 1
         else:   # nothing the plan rests on moved: converge the pool to it
@@ -213,7 +230,8 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
         state.last_error = None
         if plan is not None:
             ports.workers.set_base_types(plan)    # each model's own C_j
-        result = TickResult(reason, target, plan, demand, report, changed)  # type: ignore[arg-type]
+        result = TickResult(reason, target, plan, demand, report, changed, ahead,  # type: ignore[arg-type]
+                            measured if measured is not demand else None)
         ports.audit.applied(result)
     except (UsageError, PlanError) as exc:   # no pool fits: the next interval retries
         state.planned_at, state.last_error = None, str(exc)
@@ -225,6 +243,23 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
         result = None
     await sync_workers(cfg, state, ports.cloud, market.typed, ports.workers, ports.audit)
     return result
+
+
+async def _measured_floor(cfg: Config, state: FleetState, ports: FleetPorts, reason: str, now: float, moved: bool,
+                          measured: dict[str, DemandView], target: dict[str, int],
+                          plan: JointPlan | None) -> Decision:
+    """A plan for a forecast that retires some held instance: kept only when the reactive plan at
+    this instant would retire it too (:func:`scaler.fleet.ahead.keeps_measured`), else the reactive
+    plan (the forecast held back until demand moves again)."""
+    if reason == "interval" and not fleet_step.plan_due(cfg, state.demand, state.planned_at, measured, now, moved):
+        reactive, reactive_plan = state.target, state.plan     # the reactive tick would hold its target
+    else:
+        keep = fleet_step.unmoved_shares(cfg, reason, state.plan, state.demand, state.planned_at, measured, now, moved)
+        reactive, reactive_plan = await ports.decide(measured, keep)
+    if fleet_ahead.keeps_measured(target, state.target, reactive):
+        return target, plan
+    state.forecast.held_back += 1
+    return reactive, reactive_plan
 
 
 async def _apply(cfg: Config, state: FleetState, ports: FleetPorts, target: dict[str, int],
@@ -299,12 +334,18 @@ def hint_replan_due(cfg: Config, state: FleetState) -> bool:
     return fleet_step.hint_replan(cfg, state.capacity_hint, state.hint_planned)
 
 
-def replan_early_due(cfg: Config, state: FleetState, now: float, demand: Callable[[], dict[str, DemandView]]) -> bool:
+def replan_early_due(cfg: Config, state: FleetState, now: float, demand: Callable[[], dict[str, DemandView]],
+                     wall: float | None = None) -> bool:
     """The model tick's check: a tick now when any model's demand moved since the last plan that was
-    made (:func:`scaler.fleet.step.replan_early`; none after a failed one, none for a pinned pool)."""
+    made (:func:`scaler.fleet.step.replan_early`; none after a failed one, none for a pinned pool);
+    with ``forecast.mode: on``, the demand raised to the forecast as the tick raises it (``wall``: the
+    history's clock now, default ``now``)."""
     if cfg.pinned_pool or state.demand is None:
         return False
     now_demand, _ = fleet_step.stabilized_demands(state.history, now, demand(), cfg.intervals.scale_in_s)
+    if cfg.forecast.mode == "on":
+        now_demand, _ = fleet_ahead.ahead_demands(cfg, state.forecast, now_demand, now if wall is None else wall,
+                                                  state.capacity_hint)
     return fleet_step.replan_early(cfg, state.demand, now_demand)
 
 

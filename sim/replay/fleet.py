@@ -46,7 +46,9 @@ from scaler.fleet.market_hooks import MarketHooks
 from scaler.fleet.state import StateStore
 from sim.clock import VirtualClock
 from sim.pick_eval import confirmed_plan
+from scaler.forecast.history import DemandHistory
 from sim.replay.accuracy import ReplayAccuracyRound
+from sim.replay.forecasting import ReplayForecast
 from sim.replay.infaas import ReplayInfaas
 from sim.replay.models import ReplayModelLoop
 from sim.replay.query_loop import QueryLoop
@@ -193,7 +195,8 @@ class ReplayFleet:
                  boot_by_type: dict[str, float], slo_check: SloCheck, windows: Mapping[str, DemandWindow],
                  loops: Callable[[ReplayFleet], ReplayLoops],
                  on_target: OnTarget | None = None, decide_fn: DecideFn | None = None,
-                 baseline_accuracy: bool = False, warm_start: bool = False) -> None:
+                 baseline_accuracy: bool = False, warm_start: bool = False,
+                 history: Mapping[str, DemandHistory] | None = None) -> None:
         self.cfg, self.profiles, self.clock, self.slo_check = cfg, profiles, clock, slo_check
         self.cloud = FakeCloud(cfg.cluster, clock=clock.now, boot_by_type=boot_by_type, quota_check=quota_check(cfg))
         if warm_start:   # the first plan's pool is up at 0, as a daemon that has been running
@@ -207,6 +210,9 @@ class ReplayFleet:
         self.windows = dict(windows)     # each model's arrivals (its query loop records them)
         self.declared = declared_demands(cfg)
         self.fleet_state = FleetState()
+        #: the demand history and the forecasts (issue #39; ``forecast.mode: off``: idle)
+        self.forecast = ReplayForecast(cfg, self.fleet_state.forecast, self.windows, history if decide_fn is None else None)
+        self.forecast.enabled = self.forecast.enabled and decide_fn is None
         self.decisions = Decisions()
         self.audit = ReplayAudit(self.decisions, clock, on_target)
         self.errors = self.audit.errors
@@ -292,6 +298,7 @@ class ReplayFleet:
     # ---- the ticks -------------------------------------------------------------------------------
     def fleet_tick(self, reason: str = "interval") -> None:
         """``Daemon.fleet_tick``: :func:`scaler.fleet.tick.fleet_tick` over the replay's ports."""
+        self.forecast.upkeep(self.clock.now(), self.workers.boots)
         run_now(fleet_tick.fleet_tick(self.cfg, self.fleet_state, self.ports, reason))
 
     def sync_workers(self) -> None:
@@ -309,6 +316,7 @@ class ReplayFleet:
                 for r in self.accuracy_rounds.values():
                     r.tick(self.clock.now())
             return
+        self.forecast.upkeep(self.clock.now(), self.workers.boots)
         if self.model_loops:
             now = self.clock.now()
             shares = self.shares()

@@ -2,7 +2,8 @@
 when several) and the allowable capacity of the pool, each model's share of queries within its SLO
 when several, $/hr against the budget, p99 against the QoS target, launches and
 retirements marked, and an application's served accuracy per minute with its variant swaps (issue
-#25). matplotlib (the ``bench`` extra) is imported only here.
+#25); with ``forecast.mode`` shadow or on, each model's forecast over the lead per minute (issue #39),
+shaded down to the rate measured over that minute. matplotlib (the ``bench`` extra) is imported only here.
 """
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ def plot_replay(run: Any, out: dict[str, Any], path: str) -> None:
     cap = [c if c is not None else float("nan") for c in tl["capacity_qps"]]
     ax1.step(hours, cap, where="post", color="tab:gray", lw=1, ls="--",
              label="each model's planned capacity, summed (q/s)" if several else "pool's allowable capacity (q/s)")
+    for k, (m, pairs) in enumerate((getattr(run, "forecast_minutes", None) or {}).items()):
+        if not any(f is not None for f, _ in pairs):
+            continue
+        hrs = [i / 60.0 for i in range(len(pairs) + 1)]      # minute i is [i, i + 1) minutes from 0
+        fc = [f if f is not None else float("nan") for f, _ in pairs]
+        ax1.step(hrs, fc + fc[-1:], where="post", color="tab:purple", lw=0.9, alpha=0.8,
+                 label=f"{m} forecast over the lead (q{round(100 * run.cfg.forecast.quantile)}, q/s)")
+        ax1.fill_between(hrs[:-1], [q for _, q in pairs], fc, step="post", color="tab:purple", alpha=0.12)
     for t, _, n in run.launches:
         ax1.axvline(t / 3600.0, color="tab:red", alpha=0.25, lw=0.8)
     for t, n in run.terminations:

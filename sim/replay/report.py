@@ -179,6 +179,8 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
         out["pipelines"] = run.pipelines
     if getattr(run, "quota_refusals", None) is not None:     # vCPU quotas (issue #38, sim.replay.fleet.quota_check)
         out["quota_refusals"] = run.quota_refusals
+    if getattr(run, "forecast", None) is not None:     # forecast.mode shadow or on (issue #39)
+        out["forecast"] = dict(run.forecast)
     if getattr(run, "spot", None) is not None:     # spot markets (issue #28, sim.replay.spot)
         out["spot"] = dict(run.spot)
     if with_timeline:

@@ -101,7 +101,7 @@ class ReplaySpec:
     spot_prices: Mapping[str, Mapping[str, float]] | None = None
     spot_price_steps: tuple[SpotPriceStep, ...] = ()
     #: each model's (and pipeline's) per-minute demand before the trace (``--history``, issue #39), on the
-    #: replay's clock (negative minutes); parsed and handed over, not yet planned from
+    #: replay's clock (negative minutes); planned from with ``forecast.mode`` shadow or on (sim.replay.forecasting)
     history: Mapping[str, DemandHistory] | None = None
 
 
@@ -143,6 +143,8 @@ class ReplayRun:
     #: with vCPU quotas (``quotas`` or ``--quota``): launches the cloud refused with VcpuLimitExceeded
     #: (the planner keeps every pool within the quotas, so 0; sim.replay.fleet.quota_check)
     quota_refusals: int | None = None
+    forecast: dict | None = None  # type: ignore[type-arg]   # shadow/on: forecast against measured (sim.replay.forecasting)
+    forecast_minutes: dict[str, list[tuple[float | None, float]]] = field(default_factory=dict)   # per minute, --plot
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -298,7 +300,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
     kw: dict[str, Any] = dict(boot_by_type=boot_delays(cfg, spec.boot_s), slo_check=slo_check, windows=windows,
                               loops=loops_for(cfg, profiles, lanes, pipes, spec.load_s, timeline.schedule, decide_fn),
                               on_target=on_target, decide_fn=decide_fn, baseline_accuracy=accuracy_round,
-                              warm_start=spec.warm_start)
+                              warm_start=spec.warm_start, history=spec.history)
     fleet = (SpotReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, market=market,
                              policy=spot_policy, **kw) if market.enabled else
              ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, **kw))
@@ -364,7 +366,8 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                          accuracy_plans={m: list(r.plans) for m, r in (fleet.accuracy_rounds or {}).items()},
                          pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {},
                          spot=spot.report(lanes, ledger, duration_s) if spot is not None else None,
-                         quota_refusals=fleet.cloud.quota_refusals if fleet.cloud.quota_check is not None else None)
+                         quota_refusals=fleet.cloud.quota_refusals if fleet.cloud.quota_check is not None else None,
+                         forecast=fleet.forecast.summary(), forecast_minutes=fleet.forecast.scored)
     finally:
         fleet.close()
         if tmp is not None:

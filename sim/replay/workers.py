@@ -54,6 +54,9 @@ class ReplayWorkers:
         #: instance -> model overrides a pipeline round set (sim.replay.pipeline_round), kept over the
         #: fleet's own assignment while the instance lives
         self.pins: dict[str, str] = {}
+        #: (type, launch to registration, s) of each worker that booted, for the forecast's lead (issue #39)
+        self.boots: list[tuple[str, float]] = []
+        self._launched: dict[str, float] = {}
 
     def _model_of(self, iid: str) -> str | None:
         """The model the instance serves: its assignment (one model: that one); None before it has
@@ -86,6 +89,8 @@ class ReplayWorkers:
             return
         self._joining.add(iid)
         load = 0.0 if inst.launch_time <= self.warm_until else self.load_s
+        if load:
+            self._launched[iid] = inst.launch_time
         at = max(self.running_at(inst) + load, self.clock.now())
         self.schedule(at, lambda: self._join(iid))
 
@@ -99,6 +104,9 @@ class ReplayWorkers:
             return
         parked = iid in self.parked_ids
         self.joined[iid] = m
+        launched = self._launched.pop(iid, None)
+        if launched is not None:
+            self.boots.append((itype.split("@")[0], self.clock.now() - launched))
         self.lanes[m].add_worker(iid, itype, self.clock.now(), draining=parked)
         if parked:
             self._holding.add(iid)

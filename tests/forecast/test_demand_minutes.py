@@ -112,3 +112,30 @@ def test_the_daemons_model_tick_records_the_minute_that_ended(tmp_path: Path) ->
             await d.stop(grace=0.0)
 
     asyncio.run(scenario())
+
+
+def test_ended_minutes_feed_the_fleet_histories_and_refit_off_the_loop(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Planning ahead (issue #39): the fleet's histories start from the store, each ended minute is
+    appended to them and stored, a refit runs when due, and shadow/on log the forecast against the
+    measured rate as an audit event."""
+    import asyncio
+    import logging
+
+    from scaler.forecast.state import ForecastState
+    cfg = CFG.model_copy(update={"forecast": CFG.forecast.model_copy(update={"mode": "shadow"})})
+    now = [602 * 60 + 1.0]
+    fc = ForecastState()
+    with StateStore.open(tmp_path / "s.db") as store:
+        store.record_demand("ncf", [590, 591], [1.0, 2.0])
+        rec = DemandMinutes(store, 35, wall=lambda: now[0], forecast=fc, cfg=lambda: cfg)
+        assert fc.histories["ncf"].known == 2 and fc.histories["rm2"].known == 0
+        fc.last = {"ncf": 3.5}
+        with caplog.at_level(logging.INFO, logger="costscale.audit"):
+            asyncio.run(rec.ended(601, {"ncf": 2.5, "rm2": 0.0}))
+        assert fc.histories["ncf"].at(601) == 2.5 and fc.histories["rm2"].at(601) == 0.0
+        assert store.demand_history("ncf", 35 * 86400.0).at(601) == 2.5
+        events = [r.audit for r in caplog.records if getattr(r, "audit", None)]
+        assert [e["summary"] for e in events] == ["forecast / measured q/s: ncf 3.50 / 2.50, rm2 - / 0.00"]
+        assert events[0]["models"]["ncf"] == {"forecast_qps": 3.5, "measured_qps": 2.5, "forecaster": "reactive"}
+        # a history of a few minutes: the seasonal fit has a level but no day behind it; rm2 all 0
+        assert fc.fitted_at == now[0] and set(fc.chosen) == {"ncf", "rm2"}

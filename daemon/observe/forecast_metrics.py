@@ -1,0 +1,50 @@
+"""The forecast on ``/metrics`` (issue #39: "status, metrics and the audit log show forecast against
+actual"), beside ``costscale_demand_queries_per_second{model}`` (the rate measured over the last
+minute):
+
+=============================================  =======  ==========================================
+metric                                         type     what
+=============================================  =======  ==========================================
+costscale_forecast_queries_per_second{model,forecaster}  gauge  the upper quantile of the rate over
+                                                        the lead the last fleet tick read (shadow, on;
+                                                        a model without a forecast has no sample)
+costscale_forecast_lead_seconds                gauge    that lead (slowest type's boot + a fleet tick)
+costscale_forecast_held_back_total             counter  plans for a forecast not taken: they retired
+                                                        what the reactive plan keeps
+=============================================  =======  ==========================================
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from scaler.forecast.state import REACTIVE, ForecastState
+
+
+def forecast_families(fc: ForecastState) -> Iterator[Metric]:
+    g = GaugeMetricFamily("costscale_forecast_queries_per_second",
+                          "upper quantile of the rate over the lead, as the last fleet tick read it",
+                          labels=["model", "forecaster"])
+    for m, f in sorted(fc.last.items()):
+        if f is not None:
+            g.add_metric([m, fc.chosen.get(m, REACTIVE)], float(f))
+    yield g
+    yield GaugeMetricFamily("costscale_forecast_lead_seconds", "the forecast's lead", value=float(fc.lead_s))
+    yield CounterMetricFamily("costscale_forecast_held_back", "plans for a forecast not taken",
+                              value=float(fc.held_back))
+
+
+class ForecastCollector(Collector):
+    """A scrape's forecast families from the fleet state (read from the scrape's thread: a dict copy
+    of floats, set whole by the fleet tick)."""
+
+    def __init__(self, forecast: Callable[[], ForecastState]) -> None:
+        self.forecast = forecast
+
+    def collect(self) -> Iterator[Metric]:
+        yield from forecast_families(self.forecast())
+
+
+__all__ = ["ForecastCollector", "forecast_families"]

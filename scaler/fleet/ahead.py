@@ -1,0 +1,80 @@
+"""Plan ahead, retire by what was measured (issue #39 deliverable 3; pure): the fleet tick's step
+between the reactive demand (:func:`scaler.fleet.step.stabilized_demands`) and the plan.
+
+- The **lead** (:func:`forecast_lead`): the longest of the allowed types' boot delays (measured per
+  type, :class:`scaler.forecast.lead.BootDelays`; the config's ``forecast.boot_delay_s`` until then)
+  plus one fleet tick: a launch decided now serves after that, so the forecast covers it.
+- **The demand** (:func:`ahead_demands`): each model's forecast over the lead
+  (:meth:`scaler.forecast.state.ForecastState.predict`, the model's capacity hint applied as to its
+  measured demand). ``mode: on`` plans for ``max(reactive, forecast)``; ``shadow`` and ``off`` plan
+  on the reactive demand (``shadow`` keeps the forecast to show it against what was measured).
+- **Scale-in stays on the measured window** (:func:`keeps_measured`): the scale-in window holds
+  measured values only (the raise never enters it), and a plan for the raised demand is taken only
+  when it retires no instance the reactive plan would keep at the same instant: for every type,
+  ``target[t] >= min(held[t], reactive[t])``. Otherwise the tick plans reactively (AWS EC2
+  predictive scaling never scales in on a forecast either:
+  https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-predictive-scaling.html).
+
+The budget and the joint plan are untouched: the raise only feeds the decide port.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from config.schema import Config
+from scaler.forecast.lead import BootDelays, configured_boot_s, lead_s
+from scaler.forecast.state import ForecastState
+from scaler.planner.replan import DemandView
+
+
+def forecast_lead(cfg: Config, boot: BootDelays) -> float:
+    """The forecast's lead: the slowest allowed type's boot delay plus one fleet tick (module docstring)."""
+    cat = cfg.catalog()
+    fleet_s = cfg.intervals.fleet_s
+    if not cat:
+        return float(fleet_s) + 60.0
+    return max(lead_s(boot, t, configured_boot_s(cfg.forecast.boot_delay_s, t, it.hardware), fleet_s)
+               for t, it in cat.items())
+
+
+def ahead_demands(cfg: Config, fc: ForecastState, demand: Mapping[str, DemandView], wall: float,
+                  hints: Mapping[str, float]) -> tuple[dict[str, DemandView], dict[str, float | None]]:
+    """The demand to plan for and each model's forecast over the lead (q/s, the capacity hint applied;
+    None: none). ``off``: ``demand`` as given and no forecast read; ``shadow``: ``demand`` as given;
+    ``on``: each model's ``max(reactive, forecast)``. ``fc.last`` and ``fc.lead_s`` keep what was read."""
+    mode = cfg.forecast.mode
+    if mode == "off":
+        return dict(demand), {}
+    lead = forecast_lead(cfg, fc.boot)
+    q = cfg.forecast.quantile
+    ahead: dict[str, float | None] = {}
+    for m in demand:
+        f = fc.predict(m, wall, lead, q)
+        ahead[m] = None if f is None else f * hints.get(m, 1.0)
+    fc.last, fc.lead_s = dict(ahead), lead
+    if mode != "on":
+        return dict(demand), ahead
+    out = {}
+    for m, d in demand.items():
+        f = ahead.get(m)
+        out[m] = DemandView(f, d.mix, d.measured) if f is not None and f > d.qps else d
+    return out, ahead
+
+
+def raised(reactive: Mapping[str, DemandView], planned: Mapping[str, DemandView]) -> bool:
+    """Some model's demand was raised by its forecast."""
+    return any(planned[m].qps > d.qps for m, d in reactive.items() if m in planned)
+
+
+def retires(target: Mapping[str, int], held: Mapping[str, int]) -> bool:
+    """``target`` holds fewer of some type than ``held``."""
+    return any(target.get(t, 0) < n for t, n in held.items())
+
+
+def keeps_measured(target: Mapping[str, int], held: Mapping[str, int], reactive: Mapping[str, int]) -> bool:
+    """``target`` retires no instance the reactive target would keep: every type at least
+    ``min(held, reactive)``."""
+    return all(target.get(t, 0) >= min(n, reactive.get(t, 0)) for t, n in held.items())
+
+
+__all__ = ["ahead_demands", "forecast_lead", "keeps_measured", "raised", "retires"]

@@ -1,0 +1,110 @@
+"""What the fleet keeps of the forecasts between ticks (issue #39 deliverable 3; pure): each series'
+demand history, each model's chosen forecaster and its fit, the boot delays measured, and the last
+forecast per model (what ``shadow`` shows against what was measured).
+
+The fit is the slow half of a forecaster (:mod:`scaler.forecast.forecaster`): :func:`refit` runs it
+off the fleet tick (the daemon: in a thread once an hour, ``daemon.loops.demand_minutes``; the replay:
+in line every :data:`scaler.forecast.forecaster.DEFAULT_REFIT_S` of virtual time), the tick only
+calls :meth:`ForecastState.predict` (a few milliseconds for 50 models, BENCHMARKS "forecast-refit").
+
+Which forecaster a model plans with (``chosen``): the chooser's pick when it has made one
+(``chosen_by``: "replay"), else the first of ``forecast.forecasters``; and ``reactive`` (no forecast)
+whenever the model's daily shape is known not to repeat (:func:`scaler.forecast.repeat.shape_repeats`
+False: a week of days whose hourly profiles do not correlate with the day before), so a traffic
+without a daily shape plans exactly as the reactive loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from scaler.forecast.forecaster import DEFAULT_REFIT_S, Fit
+from scaler.forecast.history import DemandHistory, minute_of
+from scaler.forecast.lead import BootDelays
+from scaler.forecast.registry import make_forecaster
+from scaler.forecast.repeat import shape_repeats
+
+#: no forecast: the fleet plans on what it measured
+REACTIVE = "reactive"
+
+
+@dataclass
+class ForecastState:
+    """The forecasts' part of the fleet state (module docstring)."""
+
+    histories: dict[str, DemandHistory] = field(default_factory=dict)
+    fits: dict[str, Fit] = field(default_factory=dict)            # model -> the chosen forecaster's fit
+    chosen: dict[str, str] = field(default_factory=dict)           # model -> forecaster name (default: reactive)
+    picked: dict[str, str] = field(default_factory=dict)           # model -> the chooser's pick (by replayed dollars)
+    boot: BootDelays = field(default_factory=BootDelays)
+    fitted_at: float | None = None                                 # the last refit (history clock)
+    last: dict[str, float | None] = field(default_factory=dict)    # model -> the last tick's forecast (q/s)
+    lead_s: float = 0.0                                            # the last tick's lead
+    held_back: int = 0     # plans for a forecast given up: they retired what the reactive plan keeps
+    booting: set[str] = field(default_factory=set)   # instances seen before their worker registered (daemon)
+    _cache: dict[str, tuple[int, float, float | None]] = field(default_factory=dict, repr=False)
+
+    def record(self, series: str, minute: int, qps: float, retention_s: float) -> None:
+        """``series``' measured rate of ``minute`` (a new series gets a history of ``retention_s``)."""
+        h = self.histories.get(series)
+        if h is None:
+            h = self.histories[series] = DemandHistory(retention_s)
+        h.record_minutes(np.array([minute], dtype=np.int64), np.array([max(0.0, float(qps))]))
+        self._cache.pop(series, None)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def refit_due(self, now: float, every_s: float = DEFAULT_REFIT_S) -> bool:
+        return self.fitted_at is None or now - self.fitted_at >= every_s
+
+    def predict(self, model: str, now: float, lead_s: float, quantile: float) -> float | None:
+        """The chosen forecaster's upper ``quantile`` of ``model``'s rate over ``[now, now + lead_s)``
+        (None: reactive, no fit, or nothing to say); one computation per model, minute and lead."""
+        fit = self.fits.get(model)
+        h = self.histories.get(model)
+        if fit is None or h is None:
+            return None
+        key = minute_of(now)
+        got = self._cache.get(model)
+        if got is not None and got[0] == key and got[1] == lead_s:
+            return got[2]
+        value = fit.predict(h, now, lead_s, quantile)
+        self._cache[model] = (key, lead_s, value)
+        return value
+
+
+def choose(history: DemandHistory | None, now: float, forecasters: Sequence[str], picked: str | None) -> str:
+    """The forecaster a model plans with (module docstring): reactive without a history or when its
+    daily shape does not repeat; else the chooser's pick, else the first configured."""
+    if history is None or not history.known or shape_repeats(history, now) is False:
+        return REACTIVE
+    if picked is not None:
+        return picked
+    return forecasters[0] if forecasters else REACTIVE
+
+
+def fits_for(histories: Mapping[str, DemandHistory], chosen: Mapping[str, str], now: float) -> dict[str, Fit]:
+    """Each model's chosen forecaster fitted at ``now`` (the slow half; none for reactive)."""
+    out: dict[str, Fit] = {}
+    for m, name in chosen.items():
+        h = histories.get(m)
+        if name == REACTIVE or h is None:
+            continue
+        fit = make_forecaster(name).fit(h, now)
+        if fit is not None:
+            out[m] = fit
+    return out
+
+
+def refit(state: ForecastState, models: Sequence[str], now: float, forecasters: Sequence[str]) -> None:
+    """Choose and fit every model's forecaster at ``now`` (:func:`choose`, :func:`fits_for`), in place."""
+    chosen = {m: choose(state.histories.get(m), now, forecasters, state.picked.get(m)) for m in models}
+    fits = fits_for(state.histories, chosen, now)
+    state.chosen, state.fits, state.fitted_at = chosen, fits, now
+    state.clear_cache()
+
+
+__all__ = ["REACTIVE", "ForecastState", "choose", "fits_for", "refit"]
