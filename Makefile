@@ -34,8 +34,10 @@ system-packages:
 	    { $$SUDO apt-get update >/dev/null 2>&1 && $$SUDO apt-get install -y --no-install-recommends nginx-light >/dev/null 2>&1; } ) \
 	  || echo "warning: could not install nginx-light; the nginx test will be skipped"; }
 
+# pytest-xdist: one worker per core (at most 4), a test file's tests on one worker (its fixtures,
+# moto server and cached wheelhouse are per file): 1645 tests in 8 min on 2 cores, against 13.7 serially.
 test: $(STAMP) system-packages
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile $(ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/planner/plan_bench.py
