@@ -83,12 +83,15 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
             "queries": dict(sorted(m.queries.items())), "served": int(m.queries.get("OK", 0)),
             "slo_violations": m.slo_violations, "workers": m.workers,
             "planned": {"demand_qps": round(m.planned_qps, 4), "capacity_qps": round(m.capacity_qps, 4),
-                        "short_qps": round(m.short_qps, 4)} if m.planned else None}
+                        "short_qps": round(m.short_qps, 4)} if m.planned else None,
+            "forecast": {"qps": round(m.forecast_qps, 4), "forecaster": m.forecaster}
+            if m.HasField("forecast_qps") else None}
     counts: dict[str, dict[str, int]] = {}
     for c in r.decision_counts:
         counts.setdefault(c.loop, {})[c.kind] = c.count
     return {
         "cluster": r.cluster, "daemon": r.daemon,
+        "forecast": {"mode": r.forecast_mode, "lead_s": round(r.forecast_lead_s, 1)} if r.forecast_mode else None,
         "budget_per_hour": r.budget_per_hour, "pool_cost_per_hour": round(r.cost_per_hour, 6),
         "spent_usd_today": round(r.spent_usd_today, 6), "spent_usd_total": round(r.spent_usd_total, 6),
         "instances": instances, "pool": dict(sorted(r.pool.items())),
@@ -184,6 +187,11 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
         short = "-" if m.get("planned") is None else f"{m['planned']['short_qps']:.1f}"
         out.append(f"  {name:20}{d:>26}{a:>30}{'-' if acc is None else f'{acc:.3f}':>13}"
                    f"{m.get('workers', 0):>9}{short:>11}")
+    ahead = {n: m["forecast"] for n, m in s["models"].items() if m.get("forecast")}
+    if s.get("forecast") and s["forecast"]["mode"] != "off":
+        fc = s["forecast"]
+        out.append(f"  forecast ({fc['mode']}, over {fc['lead_s']:.0f} s): " + (", ".join(
+            f"{n} {f['qps']:.1f} q/s ({f['forecaster']})" for n, f in ahead.items()) or "none yet (reactive)"))
     for p in s["profiling"]:
         pool = p["conservative_pool"]
         meanwhile = (f"served on a conservative pool {pool_text(pool) or '(empty)'} "

@@ -78,8 +78,9 @@ class StatusFeed:
         self.watchers = tuple(watchers)
         self.loop_facts = facts
         self.cost_per_hour = cost_per_hour
-        #: the fleet's forecasts for /metrics (issue #39; set by :func:`build_feed`)
+        #: the fleet's forecasts for /metrics and Status, and forecast.mode (issue #39; set by :func:`build_feed`)
         self.forecast: Callable[[], ForecastState] | None = None
+        self.forecast_mode: Callable[[], str] = lambda: ""
 
     # -- the log, as the loops push to it ----------------------------------------------------------
     @property
@@ -121,7 +122,15 @@ class StatusFeed:
                           capacity_hint=max(f.capacity_hint().values(), default=1.0),  # the highest model's
                           planned={m: (s.demand_qps, s.capacity_qps, s.short_qps)    # each model's, last plan
                                    for m, s in plan.models.items()} if plan else {},
-                          profiling=f.profiling(), replica=f.replica())
+                          profiling=f.profiling(), replica=f.replica(), **self._forecast_facts())
+
+    def _forecast_facts(self) -> dict[str, Any]:
+        """forecast.mode, the lead and each model's last forecast with its forecaster (none: reactive)."""
+        fc = self.forecast() if self.forecast is not None else None
+        if fc is None:
+            return {}
+        return {"forecast_mode": self.forecast_mode(), "forecast_lead_s": fc.lead_s,
+                "forecasts": {m: (q, fc.chosen.get(m, "")) for m, q in fc.last.items() if q is not None}}
 
     # -- watching the loops ------------------------------------------------------------------------
     def observe(self, sample: bool = True) -> None:
@@ -155,7 +164,8 @@ def build_feed(cfg: Callable[[], Config], *, fleet: Callable[[], FleetStatus],
     if model_loop is not None:
         watchers.append(ModelWatch(log_, model_loop, solver, d.variant_model if d is not None else None))
     feed = StatusFeed(log_, spend, plans, watchers, facts, d.cost_per_hour if d is not None else None)
-    feed.forecast = lambda: fleet().forecast     # /metrics shows it (daemon.observe.forecast_metrics)
+    feed.forecast = lambda: fleet().forecast     # /metrics and Status show it (daemon.observe.forecast_metrics)
+    feed.forecast_mode = lambda: cfg().forecast.mode
     if d is not None:   # the dispatcher's Status reads the feed
         d.status_source = feed.facts
     return feed

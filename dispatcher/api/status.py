@@ -98,6 +98,10 @@ class FleetFacts:
     #: per model, from the last fleet plan: (demand planned for, capacity planned, short) in q/s
     planned: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
     replica: ReplicaFacts | None = None
+    #: forecast.mode, the lead, and per model (forecast q/s, forecaster) where one is made (issue #39)
+    forecast_mode: str = ""
+    forecast_lead_s: float = 0.0
+    forecasts: Mapping[str, tuple[float, str]] = field(default_factory=dict)
 
 
 def worker_state(w: WorkerState) -> str:
@@ -198,6 +202,8 @@ def _model_status(outcomes: OutcomeLedger, registry: WorkerRegistry, name: str, 
     if facts is not None and name in facts.planned:
         ms.planned = True
         ms.planned_qps, ms.capacity_qps, ms.short_qps = facts.planned[name]
+    if facts is not None and name in facts.forecasts:
+        ms.forecast_qps, ms.forecaster = facts.forecasts[name]
     for w in outcomes.windows(name, now):
         mw = ms.windows.add(seconds=w.seconds, demand_qps=w.demand_qps, queries=w.queries, slo_met=w.slo_met)
         if w.attainment is not None:
@@ -243,6 +249,7 @@ def build_status_reply(*, cfg: Config, now: float, registry: WorkerRegistry, pla
         reply.capacity_hint = facts.capacity_hint
         reply.last_error = facts.last_error
         reply.last_error_at_unix = facts.last_error_at_unix
+        reply.forecast_mode, reply.forecast_lead_s = facts.forecast_mode, facts.forecast_lead_s
         for x in facts.decisions[-DECISIONS_SHOWN:]:
             reply.decisions.add(at_unix=x.at_unix, loop=x.loop, kind=x.kind, summary=x.summary, reason=x.reason)
         for (loop, kind), n in sorted(facts.decision_counts.items()):

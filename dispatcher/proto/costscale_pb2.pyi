@@ -199,7 +199,7 @@ class ModelWindow(_message.Message):
     def __init__(self, seconds: _Optional[int] = ..., demand_qps: _Optional[float] = ..., queries: _Optional[int] = ..., slo_met: _Optional[int] = ..., attainment: _Optional[float] = ..., served_accuracy: _Optional[float] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("name", "windows", "queries", "slo_violations", "workers", "planned", "planned_qps", "capacity_qps", "short_qps")
+    __slots__ = ("name", "windows", "queries", "slo_violations", "workers", "planned", "planned_qps", "capacity_qps", "short_qps", "forecast_qps", "forecaster")
     class QueriesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +216,8 @@ class ModelStatus(_message.Message):
     PLANNED_QPS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_QPS_FIELD_NUMBER: _ClassVar[int]
     SHORT_QPS_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_QPS_FIELD_NUMBER: _ClassVar[int]
+    FORECASTER_FIELD_NUMBER: _ClassVar[int]
     name: str
     windows: _containers.RepeatedCompositeFieldContainer[ModelWindow]
     queries: _containers.ScalarMap[str, int]
@@ -225,7 +227,9 @@ class ModelStatus(_message.Message):
     planned_qps: float
     capacity_qps: float
     short_qps: float
-    def __init__(self, name: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[ModelWindow, _Mapping]]] = ..., queries: _Optional[_Mapping[str, int]] = ..., slo_violations: _Optional[int] = ..., workers: _Optional[int] = ..., planned: _Optional[bool] = ..., planned_qps: _Optional[float] = ..., capacity_qps: _Optional[float] = ..., short_qps: _Optional[float] = ...) -> None: ...
+    forecast_qps: float
+    forecaster: str
+    def __init__(self, name: _Optional[str] = ..., windows: _Optional[_Iterable[_Union[ModelWindow, _Mapping]]] = ..., queries: _Optional[_Mapping[str, int]] = ..., slo_violations: _Optional[int] = ..., workers: _Optional[int] = ..., planned: _Optional[bool] = ..., planned_qps: _Optional[float] = ..., capacity_qps: _Optional[float] = ..., short_qps: _Optional[float] = ..., forecast_qps: _Optional[float] = ..., forecaster: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
     __slots__ = ("instance_id", "instance_type", "state", "variants", "utilization", "served", "model")
@@ -293,7 +297,7 @@ class ProfilingStatus(_message.Message):
     def __init__(self, model: _Optional[str] = ..., conservative_pool: _Optional[_Mapping[str, int]] = ..., reason: _Optional[str] = ..., types_left: _Optional[_Iterable[str]] = ..., probing: _Optional[bool] = ..., on_conservative_pool: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon", "profiling", "cost_per_hour_by_market", "replica")
+    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon", "profiling", "cost_per_hour_by_market", "replica", "forecast_mode", "forecast_lead_s")
     class PoolEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +338,8 @@ class StatusReply(_message.Message):
     PROFILING_FIELD_NUMBER: _ClassVar[int]
     COST_PER_HOUR_BY_MARKET_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_MODE_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_LEAD_S_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     budget_per_hour: float
     cost_per_hour: float
@@ -360,7 +366,9 @@ class StatusReply(_message.Message):
     profiling: _containers.RepeatedCompositeFieldContainer[ProfilingStatus]
     cost_per_hour_by_market: _containers.ScalarMap[str, float]
     replica: ReplicaStatus
-    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ..., profiling: _Optional[_Iterable[_Union[ProfilingStatus, _Mapping]]] = ..., cost_per_hour_by_market: _Optional[_Mapping[str, float]] = ..., replica: _Optional[_Union[ReplicaStatus, _Mapping]] = ...) -> None: ...
+    forecast_mode: str
+    forecast_lead_s: float
+    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ..., profiling: _Optional[_Iterable[_Union[ProfilingStatus, _Mapping]]] = ..., cost_per_hour_by_market: _Optional[_Mapping[str, float]] = ..., replica: _Optional[_Union[ReplicaStatus, _Mapping]] = ..., forecast_mode: _Optional[str] = ..., forecast_lead_s: _Optional[float] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
     __slots__ = ("id", "lease_holder", "live", "owners", "releasing", "forwarding_to", "owners_version")
