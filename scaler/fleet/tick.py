@@ -219,6 +219,8 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
             ports.quota_refused(list(report.quota_refused), await ports.cloud.list_managed())
         if lowered or market.replan_now(plan, target):   # a quota lowered; InsufficientCapacity: replan now
             target, plan = await ports.decide(demand, None)
+            if fleet_ahead.raised(measured, demand) and fleet_ahead.retires(target, state.target):
+                target, plan = await _measured_floor_now(state, ports, measured, target, plan)
             state.generation += 1
             report = await _apply(cfg, state, ports, target, plan)
         changed = target != state.target
@@ -256,6 +258,17 @@ async def _measured_floor(cfg: Config, state: FleetState, ports: FleetPorts, rea
     else:
         keep = fleet_step.unmoved_shares(cfg, reason, state.plan, state.demand, state.planned_at, measured, now, moved)
         reactive, reactive_plan = await ports.decide(measured, keep)
+    if fleet_ahead.keeps_measured(target, state.target, reactive):
+        return target, plan
+    state.forecast.held_back += 1
+    return reactive, reactive_plan
+
+
+async def _measured_floor_now(state: FleetState, ports: FleetPorts, measured: dict[str, DemandView],
+                              target: dict[str, int], plan: JointPlan | None) -> Decision:
+    """:func:`_measured_floor` for the replan after an apply (a type out of capacity, a quota
+    lowered): the reactive plan decided now, as that replan would have been without a forecast."""
+    reactive, reactive_plan = await ports.decide(measured, None)
     if fleet_ahead.keeps_measured(target, state.target, reactive):
         return target, plan
     state.forecast.held_back += 1

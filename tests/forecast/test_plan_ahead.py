@@ -128,15 +128,30 @@ async def _in_line(fn, *args):  # type: ignore[no-untyped-def]
     return fn(*args)
 
 
-def ports_for(qps: float, pools: dict[float, dict[str, int]], draw, audit: _Audit) -> FleetPorts:  # type: ignore[no-untyped-def]
-    """The tick's ports: the measured demand ``qps``; a planner that gives each demand a pool drawn once."""
+class _ReplanOnce(MarketHooks):
+    """A market whose first apply runs a type out of capacity: the tick decides again at once."""
+
+    def __init__(self) -> None:
+        super().__init__(_Actuator())
+        self.asked = 0
+
+    def replan_now(self, plan, target) -> bool:  # type: ignore[no-untyped-def]
+        self.asked += 1
+        return self.asked == 1
+
+
+def ports_for(qps: float, pools: dict[float, dict[str, int]], draw, audit: _Audit,  # type: ignore[no-untyped-def]
+              replan: bool = False) -> FleetPorts:
+    """The tick's ports: the measured demand ``qps``; a planner that gives each demand a pool drawn once
+    (``replan``: the market asks for a second decision after the first apply, as on InsufficientCapacity)."""
     async def decide(demand, keep):  # type: ignore[no-untyped-def]
         q = round(demand["rm2"].qps, 6)
         if q not in pools:
             pools[q] = draw(st.fixed_dictionaries({t: st.integers(0, 6) for t in TYPES}))
         return {t: n for t, n in pools[q].items() if n}, None
     mix = MIX
-    return FleetPorts(clock=lambda: 1000.0, cloud=_Cloud(), market=MarketHooks(_Actuator()), workers=_Workers(),
+    return FleetPorts(clock=lambda: 1000.0, cloud=_Cloud(), market=_ReplanOnce() if replan else MarketHooks(_Actuator()),
+                      workers=_Workers(),
                       demand=lambda: {"rm2": DemandView(qps, mix, True)}, decide=decide, audit=audit,
                       offload=_in_line, wall=lambda: 5000.0)
 
@@ -148,8 +163,11 @@ def run(coro):  # type: ignore[no-untyped-def]
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(held=st.fixed_dictionaries({t: st.integers(0, 6) for t in TYPES}),
        measured=st.floats(0.0, 200.0), forecast=st.one_of(st.none(), st.floats(0.0, 400.0)),
-       planned=st.floats(0.0, 200.0), data=st.data())
-def test_mode_on_never_retires_what_the_reactive_tick_keeps(held, measured, forecast, planned, data) -> None:  # type: ignore[no-untyped-def]
+       planned=st.floats(0.0, 200.0), replan=st.booleans(), data=st.data())
+def test_mode_on_never_retires_what_the_reactive_tick_keeps(held, measured, forecast, planned, replan,  # type: ignore[no-untyped-def]
+                                                           data) -> None:
+    """Also through the replan after an apply (a type out of capacity): that second decision is held
+    to the measured floor too."""
     state = FleetState()
     state.target = {t: n for t, n in held.items() if n}
     state.demand = {"rm2": DemandView(planned, MIX, True)}
@@ -159,8 +177,8 @@ def test_mode_on_never_retires_what_the_reactive_tick_keeps(held, measured, fore
     pools: dict[float, dict[str, int]] = {}
     off_state, on_state = copy.deepcopy(state), copy.deepcopy(state)
     a_off, a_on = _Audit(), _Audit()
-    run(fleet_tick(cfg_for("off"), off_state, ports_for(measured, pools, data.draw, a_off)))
-    run(fleet_tick(cfg_for("on"), on_state, ports_for(measured, pools, data.draw, a_on)))
+    run(fleet_tick(cfg_for("off"), off_state, ports_for(measured, pools, data.draw, a_off, replan)))
+    run(fleet_tick(cfg_for("on"), on_state, ports_for(measured, pools, data.draw, a_on, replan)))
     reactive, on = a_off.results[0].target, a_on.results[0].target
     for t, n in state.target.items():
         assert on.get(t, 0) >= min(n, reactive.get(t, 0)), (t, state.target, reactive, on)
