@@ -1,0 +1,132 @@
+"""The state store forgets its closed history past the retention, never an open intent, never the
+plan in force or what names a live instance (issue #40: whatever grows with time gets a bound)."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from config.sections.retention import StateRetentionSpec
+from daemon.loops.fleet_upkeep import DAY_S, StorePruner, schedule_pruning
+from scaler.fleet.retention import PruneReport
+from scaler.fleet.state import StateStore
+
+CUT = 1000.0   # everything changed before this is old
+
+
+def _intent(store: StateStore, token: str, plan: str, status: str, at: float, ids: tuple[str, ...] = (),
+            kind: str = "launch", seq: int = 0) -> None:
+    store.record_intent(token, kind, plan, "m5.large", max(len(ids), 1), seq, at, instance_ids=ids)
+    if status != "planned":
+        store.set_intent_status(token, status, at)
+
+
+def _history(store: StateStore) -> None:
+    """Old and new rows of every kind; the comments say which the prune may take."""
+    store.record_plan("old", {"m5.large": 2}, 1.0, 100.0)                 # goes, with its 3 intents
+    _intent(store, "old-0", "old", "done", 200.0, ("i-a", "i-b"))
+    _intent(store, "old-1", "old", "failed", 300.0, seq=1)
+    _intent(store, "old-t", "old", "done", 300.0, ("i-a",), kind="terminate", seq=-1)
+    store.record_plan("open", {"m5.large": 1}, 1.0, 100.0)                # kept: an open intent
+    _intent(store, "open-0", "open", "done", 100.0, ("i-c",))
+    _intent(store, "open-1", "open", "sent", 150.0, seq=1)
+    store.record_plan("live", {"m5.large": 1}, 1.0, 100.0)                # kept: names a live instance
+    _intent(store, "live-0", "live", "done", 100.0, ("i-live",))
+    store.record_plan("touched", {"m5.large": 1}, 1.0, 100.0)             # kept: an intent changed since
+    _intent(store, "touched-0", "touched", "done", 100.0)
+    store.set_intent_status("touched-0", "done", 2000.0)
+    store.record_plan("new", {"m5.large": 3}, 1.0, 2000.0)                # kept: recent
+    _intent(store, "reco-old", "reconcile:stuck", "done", 300.0, ("i-gone",), kind="terminate")   # goes
+    _intent(store, "reco-open", "reconcile:stuck", "planned", 100.0, ("i-x",), kind="terminate")  # kept: open
+    _intent(store, "reco-new", "reconcile:stuck", "done", 2000.0, ("i-y",), kind="terminate")     # kept: recent
+    store.upsert_instance("i-gone", "m5.large", "running", "x", 50.0, 50.0)
+    store.mark_gone("i-gone", 300.0)                                      # goes
+    store.upsert_instance("i-gone-new", "m5.large", "running", "x", 50.0, 50.0)
+    store.mark_gone("i-gone-new", 2000.0)                                 # kept: recent
+    store.upsert_instance("i-live", "m5.large", "running", "live-0", 50.0, 100.0)   # kept: live
+    store.mark_unavailable("c5.large", 500.0, "capacity")                 # goes: ended long ago
+    store.mark_unavailable("c5.xlarge", 5000.0, "capacity")               # kept
+    store.record_plan("latest", {"m5.large": 2}, 1.0, 50.0)               # kept: the plan in force
+    _intent(store, "latest-0", "latest", "done", 60.0, ("i-z",))
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = StateStore.open(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+def test_prune_forgets_exactly_the_closed_history_past_the_cutoff(store: StateStore) -> None:
+    _history(store)
+    assert store.row_counts() == {"plans": 6, "intents": 11, "instances": 3, "unavailable": 2, "demand_minutes": 0}
+    rep = store.prune(CUT, 10_000)
+    assert rep == PruneReport(plans=1, intents=4, instances=1, unavailable=1)
+    assert store.row_counts() == {"plans": 5, "intents": 7, "instances": 2, "unavailable": 1, "demand_minutes": 0}
+    assert store.get_intent("old-0") is None and store.get_intent("reco-old") is None
+    kept = {i.client_token for i in store.intents()}
+    assert kept == {"open-0", "open-1", "live-0", "touched-0", "reco-open", "reco-new", "latest-0"}
+    assert store.latest_plan().plan_id == "latest"
+    assert store.next_seq("latest") == 1 and store.next_seq("open") == 2
+    assert store.prune(CUT, 10_000) == PruneReport()    # nothing more to forget
+
+
+def test_open_intents_are_never_forgotten_however_old(store: StateStore) -> None:
+    store.record_plan("p", {"m5.large": 1}, 1.0, 1.0)
+    _intent(store, "p-planned", "p", "planned", 1.0)
+    _intent(store, "p-sent", "p", "sent", 1.0, seq=1)
+    store.record_plan("q", {"m5.large": 2}, 1.0, 1.0)
+    assert store.prune(1e12, 10_000) == PruneReport()
+    assert [i.client_token for i in store.open_intents()] == ["p-planned", "p-sent"]
+    store.set_intent_status("p-planned", "rolled_back", 2.0)
+    store.set_intent_status("p-sent", "done", 2.0)
+    assert store.prune(1e12, 10_000) == PruneReport(plans=1, intents=2)
+
+
+def test_each_run_forgets_at_most_max_rows_and_the_next_runs_take_the_rest(store: StateStore) -> None:
+    for k in range(10):   # 10 superseded plans of 2 intents each: 30 rows that may go
+        store.record_plan(f"p{k}", {"m5.large": k + 1}, 1.0, float(k))
+        _intent(store, f"p{k}-0", f"p{k}", "done", float(k))
+        _intent(store, f"p{k}-1", f"p{k}", "failed", float(k), seq=1)
+    store.record_plan("latest", {"m5.large": 1}, 1.0, 5.0)
+    for k in range(4):
+        store.upsert_instance(f"i-{k}", "m5.large", "running", None, 0.0, 0.0)
+        store.mark_gone(f"i-{k}", 1.0)
+    runs = []
+    while (rep := store.prune(CUT, 7)).rows:
+        runs.append(rep.rows)
+    # a plan goes whole (3 rows): two fit in 7, the gone instances fill what is left
+    assert runs == [7, 7, 7, 7, 6]
+    assert store.row_counts()["plans"] == 1 and store.row_counts()["intents"] == 0
+    assert store.row_counts()["instances"] == 0
+
+
+def test_the_pruner_job_uses_the_configured_days_and_is_scheduled_every_every_s(store: StateStore) -> None:
+    spec = StateRetentionSpec(days=7, every_s=120, max_rows=100)
+    now = 30 * DAY_S
+    store.record_plan("old", {"m5.large": 1}, 1.0, now - 8 * DAY_S)       # past 7 days: goes
+    store.record_plan("week", {"m5.large": 2}, 1.0, now - 6 * DAY_S)      # within: kept
+    store.record_plan("latest", {"m5.large": 3}, 1.0, now)
+    pruner = StorePruner(store, lambda: spec, wall=lambda: now)
+    assert asyncio.run(pruner.run()) == PruneReport(plans=1)
+    assert store.row_counts()["plans"] == 2
+
+    class Jobs:
+        def __init__(self) -> None:
+            self.added: list[tuple[str, float]] = []
+
+        def add_job(self, func, trigger, *, seconds, id, **kw) -> None:   # noqa: A002 - APScheduler's name
+            self.added.append((id, seconds, trigger))
+
+    jobs = Jobs()
+    schedule_pruning(jobs, store, lambda: spec)   # type: ignore[arg-type]
+    assert jobs.added == [("prune", 120, "interval")]
+
+
+def test_a_failed_prune_is_one_warning_and_the_next_run_tries_again(store: StateStore, caplog) -> None:
+    spec = StateRetentionSpec()
+    pruner = StorePruner(store, lambda: spec, wall=lambda: 1e9)
+    store.close()
+    assert asyncio.run(pruner.run()) is None
+    assert [r.getMessage().split(":")[0:2] for r in caplog.records] == [["state store", " prune failed"]]
