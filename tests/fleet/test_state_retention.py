@@ -3,14 +3,22 @@ plan in force or what names a live instance (issue #40: whatever grows with time
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
 
+from config.errors import ConfigError
+from config.schema import load_config
 from config.sections.retention import StateRetentionSpec
+from daemon.app import Daemon
 from daemon.loops.fleet_upkeep import DAY_S, StorePruner, schedule_pruning
 from scaler.fleet.retention import PruneReport
+from scaler.cloud.fake import FakeCloud
 from scaler.fleet.state import StateStore
+from tests.config.test_config_checks import BASE
+from tests.daemon.test_status import daemon_config
+from tests.dispatch_helpers import run
 
 CUT = 1000.0   # everything changed before this is old
 
@@ -130,3 +138,50 @@ def test_a_failed_prune_is_one_warning_and_the_next_run_tries_again(store: State
     store.close()
     assert asyncio.run(pruner.run()) is None
     assert [r.getMessage().split(":")[0:2] for r in caplog.records] == [["state store", " prune failed"]]
+
+
+def test_a_running_daemon_prunes_its_store_with_the_prune_job(tmp_path: Path) -> None:
+    """The daemon's ``prune`` job on its own store: the history of an earlier run, 10 days old, goes;
+    the plan in force and the intents of its live instances stay."""
+    cfg = daemon_config(tmp_path)
+    old = time.time() - 10 * DAY_S
+    with StateStore.open(cfg.state_path) as s:
+        for k in range(2):
+            s.record_plan(f"g{k}-earlier", {"r5n.large": k + 1}, 1.0, old)
+            _intent(s, f"earlier-{k}", f"g{k}-earlier", "done", old, (f"i-earlier{k}",))
+            s.upsert_instance(f"i-earlier{k}", "r5n.large", "running", None, old, old)
+            s.mark_gone(f"i-earlier{k}", old)
+
+    async def body() -> tuple[dict[str, int], PruneReport | None, dict[str, int], float]:
+        d = Daemon(cfg, None, cloud=FakeCloud("ops"), listen="127.0.0.1:0", generate_variants=False)
+        await d.start()
+        try:
+            await d.fleet_tick("test")
+            assert d.store is not None and d._scheduler is not None
+            job = d._scheduler.get_job("prune")
+            before = d.store.row_counts()
+            rep = await job.func()
+            return before, rep, d.store.row_counts(), job.trigger.interval.total_seconds()
+        finally:
+            await d.stop(grace=0.0)
+
+    before, rep, after, every = run(body, timeout=60)
+    assert every == 3600.0          # state_retention.every_s's default
+    assert rep == PruneReport(plans=2, intents=2, instances=2)
+    assert {k: before[k] - after[k] for k in before} == {"plans": 2, "intents": 2, "instances": 2, "unavailable": 0,
+                                                         "demand_minutes": 0}
+    assert after["plans"] == 1 and after["intents"] == 3 and after["instances"] == 3   # the pinned pool's
+
+
+@pytest.mark.parametrize("extra, line", [
+    ("state_retention:\n  days: 0.5\n", "line 15: state_retention.days: Input should be greater than or equal to 1"),
+    ("state_retention:\n  max_rows: 0\n", "line 15: state_retention.max_rows: Input should be greater than or equal to 1"),
+    ("audit_log:\n  max_bytes: 10\n", "line 14: audit_log.path: required field is missing"),
+    ("audit_log:\n  path: a.log\n  backups: 0\n", "line 16: audit_log.backups: Input should be greater than or equal to 1"),
+])
+def test_bad_retention_settings_are_one_line(tmp_path: Path, extra: str, line: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + extra)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert e.value.lines == [f"{path}: {line}"]
