@@ -29,7 +29,7 @@ from scaler.cloud.provider import ManagedInstance
 log = logging.getLogger("costscale")
 
 
-async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False, audit_file: AuditFile | None = None) -> int:
+async def _run(cfg: Config, cfg_path: Path, audit_file: AuditFile, local_workers: bool = False) -> int:
     runner: LocalRunner | None = None
 
     async def follow(instances: list) -> None:   # the embedded default: a local worker per running instance
@@ -41,7 +41,7 @@ async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False, audit_f
     loop.add_signal_handler(signal.SIGTERM, daemon.request_stop)
     loop.add_signal_handler(signal.SIGINT, daemon.request_stop)
     # SIGHUP: the config reloaded, then the audit file reopened (logrotate moved it: daemon.observe.audit_file)
-    loop.add_signal_handler(signal.SIGHUP, on_hangup(daemon.reload, audit_file or AuditFile(), lambda: daemon.cfg.audit_log))
+    loop.add_signal_handler(signal.SIGHUP, on_hangup(daemon.reload, audit_file, lambda: daemon.cfg.audit_log))
     try:
         await daemon.start()
     except BaseException:
@@ -97,14 +97,14 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")
+    audit_file = AuditFile()
+    audit_file.start(cfg.audit_log)   # the audit events' own file (0600), when the config names one (exit 2 when it cannot)
     # credentials, a DryRun launch, the image: its one line and exit 1 on a verdict (a start refused
     # later leaves one line too, so what passed is logged at DEBUG; no answer at all: the start names it)
     for finding in preflight(cfg):
         log.log(logging.WARNING if finding.status == "warn" else logging.DEBUG, "pre-flight: %s", finding.line())
-    audit_file = AuditFile()
-    audit_file.start(cfg.audit_log)   # the audit events' own file (0600), when the config names one
     try:
-        return asyncio.run(_run(cfg, Path(cfg_path), local_workers, audit_file))
+        return asyncio.run(_run(cfg, Path(cfg_path), audit_file, local_workers))
     finally:
         audit_file.close()
 

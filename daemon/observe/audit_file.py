@@ -60,7 +60,8 @@ def open_handler(spec: AuditLogSpec) -> AuditFileHandler:
         Path(spec.path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         handler = AuditFileHandler(spec.path, maxBytes=spec.max_bytes, backupCount=spec.backups, encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"audit_log.path: cannot open {spec.path}: {exc.strerror or exc}") from None
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) != spec.path else ""
+        raise UsageError(f"audit_log.path: cannot open {spec.path}: {exc.strerror or exc}{where}") from None
     handler.setFormatter(JsonFormatter())
     return handler
 
