@@ -9,6 +9,8 @@ import logging
 import os
 import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,9 @@ from config.errors import UsageError
 from config.sections.retention import AuditLogSpec
 from daemon.observe import audit
 from daemon.observe.audit_file import AuditFile, on_hangup
+from tests.config.test_config_checks import BASE
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _events(path: Path) -> list[int]:
@@ -119,3 +124,15 @@ def test_a_file_that_cannot_be_opened_at_start_is_one_line(tmp_path: Path, audit
         audit_file.start(AuditLogSpec(path=str(blocker / "audit.log")))
     assert str(e.value).startswith(f"audit_log.path: cannot open {blocker / 'audit.log'}: ")
     assert "\n" not in str(e.value)
+
+
+def test_costscale_run_with_an_audit_path_it_cannot_open_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(BASE.replace("dispatcher:\n", f"state_path: {tmp_path / 'state.db'}\naudit_log:\n"
+                                                 f"  path: {tmp_path / 'file' / 'audit.log'}\ndispatcher:\n"))
+    r = subprocess.run([sys.executable, "-m", "daemon.cli", "run", str(cfg)], capture_output=True, text=True,
+                       timeout=120, cwd=REPO)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [f"costscale: audit_log.path: cannot open {tmp_path / 'file' / 'audit.log'}: "
+                                     f"File exists ({tmp_path / 'file'})"]
