@@ -9,7 +9,8 @@ run, :mod:`daemon.loops.store_upkeep`):
    reconcile repairs after a crash), none changed at or after the cutoff, and none names an instance the
    store still knows as live. A plan and its intents go together because ``StateStore.next_seq`` numbers
    a plan's next launch from its intents: dropping some of a plan's intents could hand out a sequence
-   number, and so a ClientToken, that was used before.
+   number, and so a ClientToken, that was used before. A plan with more intents than one run may take
+   loses them over several runs, its last-numbered intent (its ``next_seq``) last, with the plan.
 2. **An intent of no recorded plan** (``reconcile:...`` terminations: their tokens hash the instance
    ids, not a sequence), closed, unchanged since before the cutoff, naming no live instance.
 3. **An instance gone** (terminated) and last seen before the cutoff.
@@ -75,7 +76,13 @@ def prune_history(conn: sqlite3.Connection, before: float, max_rows: int) -> Pru
     conn.execute("BEGIN IMMEDIATE")
     try:
         for plan_id, n in _prunable_plans(conn, before, left):
-            if n + 1 > left:
+            if n + 1 > left:     # more than this run may take: a part of its intents, the last-numbered kept
+                intents += conn.execute(
+                    "DELETE FROM intents WHERE client_token IN (SELECT client_token FROM intents WHERE plan_id = ? "
+                    "AND client_token != (SELECT client_token FROM intents WHERE plan_id = ? "
+                    "ORDER BY seq DESC, client_token LIMIT 1) ORDER BY seq, client_token LIMIT ?)",
+                    (plan_id, plan_id, left)).rowcount
+                left = max_rows - plans - intents
                 break
             intents += conn.execute("DELETE FROM intents WHERE plan_id = ?", (plan_id,)).rowcount
             plans += conn.execute("DELETE FROM plans WHERE plan_id = ?", (plan_id,)).rowcount

@@ -122,7 +122,7 @@ def test_the_pruner_job_uses_the_configured_days_and_is_scheduled_every_every_s(
 
     class Jobs:
         def __init__(self) -> None:
-            self.added: list[tuple[str, float]] = []
+            self.added: list[tuple[str, float, str]] = []
 
         def add_job(self, func, trigger, *, seconds, id, **kw) -> None:   # noqa: A002 - APScheduler's name
             self.added.append((id, seconds, trigger))
@@ -185,3 +185,20 @@ def test_bad_retention_settings_are_one_line(tmp_path: Path, extra: str, line: s
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert e.value.lines == [f"{path}: {line}"]
+
+
+def test_a_plan_larger_than_a_run_goes_over_several_its_next_seq_kept_until_the_end(store: StateStore) -> None:
+    store.record_plan("big", {"m5.large": 9}, 1.0, 1.0)
+    for k in range(9):
+        _intent(store, f"big-{k}", "big", "done", 1.0, seq=k)
+    _intent(store, "big-t", "big", "done", 1.0, kind="terminate", seq=-1)
+    store.record_plan("older-first", {"m5.large": 1}, 1.0, 1.0)   # recorded after: pruned after "big"
+    store.record_plan("latest", {"m5.large": 2}, 1.0, 5.0)
+    runs, next_seqs = [], []
+    while (rep := store.prune(CUT, 4)).rows:
+        runs.append((rep.plans, rep.intents))
+        next_seqs.append(store.next_seq("big"))
+    # 10 intents + the plan: 4, 4, then the last 2 with the plan (and the next plan in the room left)
+    assert runs == [(0, 4), (0, 4), (2, 2)]
+    assert next_seqs == [9, 9, 0]
+    assert [i.client_token for i in store.intents()] == [] and store.latest_plan().plan_id == "latest"
