@@ -32,6 +32,7 @@ from config.sections.launch import LaunchSpec, LaunchTemplateRef, launch_problem
 from config.sections.forecast import ForecastSpec
 from config.sections.lease import LeaseSpec
 from config.sections.quotas import QuotasSpec
+from config.sections.retention import AuditLogSpec, StateRetentionSpec
 from config.sections.loops import IntervalsSpec, ModelScalingSpec
 from config.sections.pipelines import PipelineSpec, check_models
 from config.sections.spot import Market, SpotSpec, check_spot
@@ -159,6 +160,8 @@ class Config(Strict):
     on_shutdown: Literal["keep", "terminate"] = "keep"
     log_format: Literal["text", "json"] = Field(
         "text", description="json: one JSON object per log line, audit events with their fields (costscale run)")
+    audit_log: AuditLogSpec | None = Field(None, description="the audit events also in a file (config.sections.retention)")
+    state_retention: StateRetentionSpec = Field(StateRetentionSpec(), description="what the state store forgets")
     aws: AwsSpec = AwsSpec()
     lease: LeaseSpec = LeaseSpec()
     quotas: QuotasSpec | None = Field(None, description="running-vCPU quotas per family, on-demand and spot "

@@ -17,7 +17,7 @@ from config.schema import Config
 from config.errors import UsageError
 from daemon.reload import reload_parts
 from daemon.loops.ticks import quiet_at_shutdown, schedule_loops
-from daemon.loops.fleet_upkeep import terminate_fleet
+from daemon.loops.fleet_upkeep import schedule_pruning, terminate_fleet
 from scaler.fleet.state import StateStore
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
@@ -175,6 +175,7 @@ class Daemon:
         if self.aws is not None:   # lease renewal; a lost lease stops the daemon
             self.aws.schedule(self._scheduler, self.request_stop)
         self.quotas.schedule(self._scheduler, lambda: self.cfg, lambda: self._requota() and self._tick_soon("vCPU quotas"))
+        schedule_pruning(self._scheduler, self.store, lambda: self.cfg.state_retention)   # closed history forgotten
         if self.replica is not None:
             self.replica.schedule(self._scheduler)
         self.status_feed = build_feed(   # costscale status: each part given what it reads

@@ -1,5 +1,6 @@
 """The daemon process (``costscale run``): logging, signals (SIGTERM/SIGINT stop, SIGHUP reloads),
-start and stop around :class:`daemon.app.Daemon`. A daemon that cannot start closes what it
+start and stop around :class:`daemon.app.Daemon`, the audit events' own file (``audit_log``,
+reopened on SIGHUP: :mod:`daemon.observe.audit_file`). A daemon that cannot start closes what it
 opened and leaves one line: exit 2 for a config error, 1 for the environment. When the config's
 EC2 is an emulator on this host (``aws.endpoint_url`` on loopback: the embedded default) and
 ``--local-workers`` is given, a local worker process stands for each running instance, as in
@@ -20,6 +21,7 @@ from config.errors import UsageError
 from daemon.app import Daemon
 from daemon.doctor.checks import preflight
 from daemon.observe.audit import configure_logging
+from daemon.observe.audit_file import AuditFile, on_hangup
 from daemon.local.embedded import on_this_host
 from daemon.local.runner import LocalRunner
 from scaler.cloud.provider import ManagedInstance
@@ -27,7 +29,7 @@ from scaler.cloud.provider import ManagedInstance
 log = logging.getLogger("costscale")
 
 
-async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
+async def _run(cfg: Config, cfg_path: Path, audit_file: AuditFile, local_workers: bool = False) -> int:
     runner: LocalRunner | None = None
 
     async def follow(instances: list) -> None:   # the embedded default: a local worker per running instance
@@ -38,7 +40,8 @@ async def _run(cfg: Config, cfg_path: Path, local_workers: bool = False) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, daemon.request_stop)
     loop.add_signal_handler(signal.SIGINT, daemon.request_stop)
-    loop.add_signal_handler(signal.SIGHUP, daemon.reload)
+    # SIGHUP: the config reloaded, then the audit file reopened (logrotate moved it: daemon.observe.audit_file)
+    loop.add_signal_handler(signal.SIGHUP, on_hangup(daemon.reload, audit_file, lambda: daemon.cfg.audit_log))
     try:
         await daemon.start()
     except BaseException:
@@ -94,11 +97,16 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")
+    audit_file = AuditFile()
+    audit_file.start(cfg.audit_log)   # the audit events' own file (0600), when the config names one (exit 2 when it cannot)
     # credentials, a DryRun launch, the image: its one line and exit 1 on a verdict (a start refused
     # later leaves one line too, so what passed is logged at DEBUG; no answer at all: the start names it)
     for finding in preflight(cfg):
         log.log(logging.WARNING if finding.status == "warn" else logging.DEBUG, "pre-flight: %s", finding.line())
-    return asyncio.run(_run(cfg, Path(cfg_path), local_workers))
+    try:
+        return asyncio.run(_run(cfg, Path(cfg_path), audit_file, local_workers))
+    finally:
+        audit_file.close()
 
 
 async def start_with_local_workers(cfg: Config, models: list[tuple[str, str, str]],

@@ -103,6 +103,7 @@ RESTART_ONLY: dict[str, tuple[str, ...] | None] = {
     "dispatcher": None,
     "metrics": ("listen", "public"),
     "lease": None,          # the lease, its table and the replica role are taken at start (daemon.aws.wiring, daemon.replicas.role)
+    "state_retention": ("every_s",),   # the prune job's interval (daemon.loops.fleet_upkeep.schedule_pruning)
 }
 
 

@@ -152,7 +152,8 @@ class WorkerRegistry:
 
     def set_cloud_view(self, instances: Iterable[ManagedInstance]) -> None:
         """The managed instances as the cloud lists them now (the daemon calls this after each
-        listing): live ones may register; a registered worker that is no longer live is forgotten
+        listing): live ones may register, those listed shutting down or terminated no longer; a
+        registered worker that is no longer live is forgotten
         (its in-flight query re-dispatched); parked marks of instances gone are dropped."""
         instances = list(instances)
         live = {i.instance_id: base_type(i.instance_type) for i in instances if i.live}   # a spot slot: its type
@@ -161,6 +162,9 @@ class WorkerRegistry:
         self.cloud_pending = {i.instance_id for i in instances if i.state == "pending"}
         for iid, itype in live.items():
             self.allow_instance(iid, itype)
+        for i in instances:     # listed terminated: never to register (the allowances stay the live ones')
+            if not i.live and i.instance_id not in live:
+                self._allowed.pop(i.instance_id, None)
         for iid in list(self.workers):
             if iid not in live:
                 self.forget_instance(iid)

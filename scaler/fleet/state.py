@@ -5,7 +5,8 @@ written *before* the EC2 call, keyed by its deterministic ClientToken: planned â
 failed | rolled_back), ``instances`` (what costscale has seen of its managed instances) and
 ``unavailable`` (instance types with a capacity error, until a cooldown expires) and ``demand_minutes``
 (each model's and pipeline's arrival rate per minute, :mod:`scaler.forecast.history`, pruned to the
-``forecast.retention_days``; issue #39).
+``forecast.retention_days``; issue #39). The closed history older than ``state_retention.days`` is
+forgotten by :meth:`StateStore.prune` (:mod:`scaler.fleet.retention`; never an open intent).
 
 Schema changes are additive: each table is created ``IF NOT EXISTS`` when a store opens, so a store
 written by an older costscale gains the new tables (empty) at its next open.
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from config.errors import UsageError
+from scaler.fleet.retention import PruneReport, prune_history, row_counts
 from scaler.forecast.history import DemandHistory
 
 INTENT_KINDS = ("launch", "terminate")
@@ -315,6 +317,17 @@ class StateStore:
     def prune_demand(self, before_minute: int) -> int:
         """Forget every series' minutes before ``before_minute``; returns the rows deleted."""
         return int(self._x("DELETE FROM demand_minutes WHERE minute < ?", (int(before_minute),)).rowcount)
+
+    # -- retention (issue #40) ---------------------------------------------------------------
+    def prune(self, before: float, max_rows: int) -> PruneReport:
+        """Forget the closed history older than ``before``, at most ``max_rows`` rows
+        (:func:`scaler.fleet.retention.prune_history`)."""
+        with self._mu:
+            return prune_history(self._conn, before, max_rows)
+
+    def row_counts(self) -> dict[str, int]:
+        with self._mu:
+            return row_counts(self._conn)
 
     def demand_series(self) -> list[str]:
         return [r[0] for r in self._qa("SELECT DISTINCT series FROM demand_minutes ORDER BY series")]

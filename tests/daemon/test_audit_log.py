@@ -1,12 +1,14 @@
 """The audit log: ``log_format: json`` (or ``costscale run --log-format json``) writes one JSON
 object per line, and a decision is an event with what it takes to reconstruct the spend: the plan with its rule and
 demand, each launch and termination with instance ids, type, intent id and the pool's $/hr after.
-Against moto in server mode on 127.0.0.1."""
+With ``audit_log`` the same events go to
+their own file, which a SIGHUP reopens after logrotate moved it. Against moto in server mode on 127.0.0.1."""
 from __future__ import annotations
 
 import json
 from itertools import accumulate
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -42,6 +44,8 @@ intervals:
 state_path: {tmp_path / "state.db"}
 on_shutdown: terminate
 log_format: json
+audit_log:
+  path: {tmp_path / "audit" / "audit.log"}
 pinned_pool:
   r5n.large: 2
 aws:
@@ -54,6 +58,13 @@ aws:
     try:
         deadline = time.monotonic() + 60      # a hang guard, not a measurement
         while time.monotonic() < deadline and log.read_text().count('"event": "launch"') < 2:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+        # logrotate: the audit file moved, then SIGHUP (a reload): the events after go to a new file
+        audit_file = tmp_path / "audit" / "audit.log"
+        audit_file.rename(tmp_path / "audit" / "audit.log.1")
+        proc.send_signal(signal.SIGHUP)
+        while time.monotonic() < deadline and '"message": "reloaded ' not in log.read_text():
             assert proc.poll() is None, log.read_text()[-3000:]
             time.sleep(0.1)
     finally:
@@ -79,3 +90,10 @@ aws:
     assert sorted(i for e in term for i in e["instance_ids"]) == sorted(launched)
     assert term[-1]["cost_per_hour_after"] == 0.0 and term[-1]["intent"]
     assert term[-1]["reason"] == "on_shutdown: terminate"
+    # the audit file holds the same events: those before the move in the moved file, the shutdown's after
+    moved, fresh = ([json.loads(ln) for ln in (tmp_path / "audit" / n).read_text().splitlines()]
+                    for n in ("audit.log.1", "audit.log"))
+    assert [e["event"] for e in moved + fresh] == [e["event"] for e in events]
+    assert {e["event"] for e in moved} >= {"plan", "launch"} and "terminate" not in {e["event"] for e in moved}
+    assert [e for e in fresh if e["event"] == "terminate"] == term
+    assert all(stat.S_IMODE((tmp_path / "audit" / n).stat().st_mode) == 0o600 for n in ("audit.log.1", "audit.log"))

@@ -124,3 +124,14 @@ def test_a_reload_keeps_the_lease_section_until_a_restart(tmp_path: Path, caplog
     assert d.cfg.budget_per_hour == 3.0 and d.cfg.lease == before.lease
     assert _restart_lines(caplog) == ["reload: lease.ttl_s, lease.replicas, lease.unready_s changed: restart to apply "
                                       "(the running values are kept)"]
+
+
+def test_a_reload_applies_the_retention_now_and_its_prune_interval_at_a_restart(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d, path = _daemon(tmp_path)
+    path.write_text(_text(tmp_path / "state.db") + "state_retention:\n  days: 3\n  every_s: 60\n  max_rows: 50\n")
+    with caplog.at_level(logging.INFO):
+        assert d.reload() is True
+    assert (d.cfg.state_retention.days, d.cfg.state_retention.every_s, d.cfg.state_retention.max_rows) == (3, 3600, 50)
+    assert _restart_lines(caplog) == ["reload: state_retention.every_s changed: restart to apply "
+                                      "(the running values are kept)"]
