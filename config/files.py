@@ -23,6 +23,20 @@ def replace_atomic(path: Path, write: Callable[[Path], None], suffix: str = ".tm
         tmp.unlink(missing_ok=True)
 
 
+def unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a user's file could not be read, in the words of every command's one-line error
+    (``PATH: no such file``): the config, a history CSV, a trace."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not a UTF-8 text file"
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return f"cannot read ({exc.strerror or exc})"
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (:func:`replace_atomic`)."""
     replace_atomic(path, lambda tmp: tmp.write_bytes(data))

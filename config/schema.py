@@ -26,6 +26,7 @@ from config.sections.batch_dist import parse_batch_dist
 from config.catalog import InstanceType, load_catalog
 from config.sections.dispatcher import DispatcherSpec, MetricsSpec
 from config.errors import ConfigError
+from config.files import unreadable
 from config.families import shipped as shipped_families
 from config.fields import Name, Strict
 from config.sections.launch import LaunchSpec, LaunchTemplateRef, launch_problems
@@ -337,16 +338,8 @@ def load_config(path: str | Path) -> Config:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: is a directory, not a YAML file") from None
-    except PermissionError:
-        raise ConfigError(f"{p}: permission denied") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: {unreadable(exc)}") from None
     cfg = parse_config_text(text, str(p))
     if cfg.profiles and not Path(cfg.profiles).is_absolute():
         # a relative profile CSV is relative to the config file (as every command reads it)

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from config.sections.batch_dist import DEFAULT_MAX_BATCH, BatchDist
+from config.files import unreadable
 from scaler.planner.batch_mix import sample_batches
 
 
@@ -140,10 +141,8 @@ def read_trace_csv(path: str | Path) -> TraceRows:
                 names.append(row["model"])
                 sizes.append(b)
                 lines.append(lineno)
-    except OSError as exc:
-        raise ValueError(f"{p}: cannot read trace ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{p}: not a UTF-8 text file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{p}: cannot read trace: {unreadable(exc)}") from None
     return TraceRows(np.asarray(times, dtype=float), names, np.asarray(sizes, dtype=np.int64),
                      np.asarray(lines, dtype=np.int64))
 

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Iterator
 
 from config.errors import UsageError
+from config.files import unreadable
 from config.schema import Config, load_config
 from daemon.commands.common.progress import Progress
 from scaler.fleet.state import StateStore
@@ -66,16 +67,8 @@ def _lines(path: str, bar: Progress | None, cmd: str = "history import") -> Iter
                     shown += 1
                     bar.step(path)
                 yield line
-    except FileNotFoundError:
-        raise UsageError(f"{cmd}: {path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{cmd}: {path}: is a directory") from None
-    except PermissionError:
-        raise UsageError(f"{cmd}: {path}: permission denied") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{cmd}: {path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise UsageError(f"{cmd}: {path}: cannot read ({exc.strerror or exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{cmd}: {path}: {unreadable(exc)}") from None
 
 
 def run_import(args: argparse.Namespace) -> int:
