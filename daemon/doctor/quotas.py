@@ -9,7 +9,7 @@ headroom hold the planned peak of every quota the config's types touch? Reads on
   without the cluster's filter: the account's other instances draw on the same quotas), its vCPUs
   (the catalog's, else its CpuOptions), counted per family and market (``InstanceLifecycle`` spot).
 * **The planned peak** of a family in a market: the most vCPUs the budget buys there, one type of the
-  family at the budget (``floor(budget / price) x vCPUs``, the on-demand price; the best type). Not
+  family at the budget (``scaler.planner.quota.budget_peaks``: ``floor(budget / price) x vCPUs``). Not
   the pool ``costscale plan`` picks: that pick rests on the demand and the profiles, which move, and
   the daemon plans again as they do; the budget is the pool's only fixed bound, so a quota whose
   headroom holds what the budget buys never binds, and one that does not is the quota to raise.
@@ -22,16 +22,14 @@ not bought; the line names the quota code to raise and to what), or when a quota
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from config.budget import BUDGET_EPS
 from config.quota_families import quota_code, quota_family, quota_title
 from config.schema import Config
 from daemon.doctor.report import Clients, Finding, failure
 from scaler.cloud.aws_client import DENIED_CODES
 from scaler.cloud.service_quotas import GET_ACTION, read_quotas
-from scaler.planner.quota import quota_markets, wanted_quotas
+from scaler.planner.quota import budget_peaks, quota_markets, wanted_quotas
 
 Key = tuple[str, str]
 
@@ -61,25 +59,6 @@ def in_use(cfg: Config, ec2: Any) -> dict[Key, int]:
     return out
 
 
-def planned_peak(cfg: Config) -> dict[Key, tuple[int, str]]:
-    """(vCPUs, the pool) of the most each (market, family) quota may be asked for at the budget
-    (module docstring)."""
-    catalog = cfg.catalog()
-    fallback_od = cfg.spot is not None and cfg.spot.fallback == "on_demand"
-    out: dict[Key, tuple[int, str]] = {}
-    for market, family in wanted_quotas(cfg):
-        best = (0, "")
-        for t in cfg.instance_types:
-            runs = t.market != "spot" or fallback_od if market == "on_demand" else t.market != "on_demand"
-            if quota_family(t.type) != family or not runs:
-                continue
-            it = catalog[t.type]
-            n = math.floor(cfg.budget_per_hour / it.price_per_hour + BUDGET_EPS) if it.price_per_hour > 0 else 0
-            best = max(best, (n * int(it.vcpu), f"{n} x {t.type}"))
-        out[(market, family)] = best
-    return out
-
-
 def check_quotas(cfg: Config, clients: Clients) -> Finding:
     """Service Quotas headroom for the planned peak (module docstring)."""
     wanted = wanted_quotas(cfg)
@@ -91,7 +70,7 @@ def check_quotas(cfg: Config, clients: Clients) -> Finding:
         used, unused = {}, f"; the instances running not listed ({code or msg})"
     else:
         unused = ""
-    peak = planned_peak(cfg)
+    peak = budget_peaks(cfg)
     fails: list[Finding] = []
     warns: list[Finding] = []
     for family, markets in sorted(quota_markets(cfg).items()):
@@ -135,4 +114,4 @@ def check_quotas(cfg: Config, clients: Clients) -> Finding:
     return Finding("ok", "quotas", f"vCPU headroom holds the budget's peak: {'; '.join(parts)}{unused}")
 
 
-__all__ = ["check_quotas", "in_use", "planned_peak"]
+__all__ = ["check_quotas", "in_use"]

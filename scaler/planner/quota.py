@@ -20,11 +20,13 @@ its cost and bound and the top pools are the same either way (tests/planner/test
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from config.budget import BUDGET_EPS
 from config.quota_families import FAMILY_TITLES, SPOT_TITLES, quota_family
 from scaler.cloud.slots import base_type, market_of
 
@@ -107,19 +109,39 @@ def cap_bounds(bounds: Mapping[str, tuple[int, int | None]], types: Sequence[str
     return out
 
 
+def type_markets(cfg: Any, market: str) -> set[str]:
+    """The quota markets a configured type of ``market`` (on_demand, spot, both) may run in:
+    on-demand unless spot-only (or with ``spot.fallback: on_demand`` anyway), spot unless on-demand-only."""
+    fallback_od = cfg.spot is not None and cfg.spot.fallback == "on_demand"
+    return ({"on_demand"} if market != "spot" or fallback_od else set()) | ({"spot"} if market != "on_demand" else set())
+
+
 def quota_markets(cfg: Any) -> dict[str, set[str]]:
     """Each quota family the configured types belong to, and the markets they may run in there
-    (on-demand: a type not spot-only, or any with ``spot.fallback: on_demand``; spot: a type not
-    on-demand-only)."""
-    fallback_od = cfg.spot is not None and cfg.spot.fallback == "on_demand"
+    (:func:`type_markets`)."""
     markets: dict[str, set[str]] = {}
     for t in cfg.instance_types:
-        f = quota_family(t.type)
-        if t.market != "spot" or fallback_od:
-            markets.setdefault(f, set()).add("on_demand")
-        if t.market != "on_demand":
-            markets.setdefault(f, set()).add("spot")
+        markets.setdefault(quota_family(t.type), set()).update(type_markets(cfg, t.market))
     return markets
+
+
+def budget_peaks(cfg: Any) -> dict[tuple[str, str], tuple[int, str]]:
+    """(vCPUs, the pool) of the most each (market, family) quota the types touch may be asked for at
+    the budget: one type of the family alone, ``floor(budget / on-demand price) x vCPUs``, the best
+    type. The budget is the pool's only fixed bound (the pick moves with demand and profiles), so a
+    quota whose headroom holds this never binds (``costscale doctor``'s quota check; pure)."""
+    catalog = cfg.catalog()
+    out: dict[tuple[str, str], tuple[int, str]] = {}
+    for market, family in wanted_quotas(cfg):
+        best = (0, "")
+        for t in cfg.instance_types:
+            if quota_family(t.type) != family or market not in type_markets(cfg, t.market):
+                continue
+            it = catalog[t.type]
+            n = math.floor(cfg.budget_per_hour / it.price_per_hour + BUDGET_EPS) if it.price_per_hour > 0 else 0
+            best = max(best, (n * int(it.vcpu), f"{n} x {t.type}"))
+        out[(market, family)] = best
+    return out
 
 
 def wanted_quotas(cfg: Any) -> list[tuple[str, str]]:
@@ -218,5 +240,5 @@ def binding_quotas(best_pool: Mapping[str, int], quota: VcpuQuota | None) -> lis
             for f in sorted(used) if f in quota.limits and used[f] > quota.limits[f]]
 
 
-__all__ = ["QuotaBind", "VcpuQuota", "binding_quotas", "cap_bounds", "lowered_quotas", "quota_for", "quota_markets",
+__all__ = ["QuotaBind", "VcpuQuota", "binding_quotas", "budget_peaks", "cap_bounds", "type_markets", "lowered_quotas", "quota_for", "quota_markets",
            "wanted_quotas"]
