@@ -106,12 +106,11 @@ class KnownQuotas:
 
     def describe(self) -> str:
         """One line: every quota known, and where it comes from."""
-        over = self.override
-        named = {("on_demand", f): n for f, n in (over.on_demand if over else {}).items()}
-        named |= {("spot", f): n for f, n in (over.spot if over else {}).items()}
-        limits = {**self.read, **named}
-        for k, n in self.lowered.items():
-            limits[k] = min(limits.get(k, n), n)
+        over, merged = self.override, merged_quotas(self.override, self.read, self.lowered)
+        named = {("on_demand", f) for f in (over.on_demand if over else {})} | \
+            {("spot", f) for f in (over.spot if over else {})}
+        limits = {("on_demand", f): n for f, n in (merged.on_demand if merged else {}).items()}
+        limits |= {("spot", f): n for f, n in (merged.spot if merged else {}).items()}
 
         def why(k: Key) -> str:
             if k in self.lowered and self.lowered[k] == limits[k]:
