@@ -285,7 +285,8 @@ class Daemon:
         return FleetPorts(clock=time.monotonic, cloud=ThreadedCloud(self.cloud), market=self.market,
                           workers=self._worker_view(), demand=self.current_demand, decide=self._decided,
                           audit=self._audit, offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica), wall=time.time,
-                          quota_refused=lambda slots, listed: self.quotas.lower(self.cfg, slots, listed) and self._requota())
+                          quota_refused=lambda slots, listed: self.quotas.lower(self.cfg, slots, listed) and self._requota(),
+                          shadow_decide=lambda d: asyncio.to_thread(lambda: self.decide(dict(d))[0]))
 
     def _requota(self) -> bool:   # the known vCPU quotas moved (daemon.aws.quotas): the config planned with, spot's
         self.cfg = self.quotas.applied(self.cfg)

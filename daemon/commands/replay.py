@@ -369,6 +369,14 @@ def _print(o: dict[str, Any]) -> None:
               + "; ".join(f"{t} ({basis})" for t, basis in per.items()))
     print("  decisions " + ", ".join(f"{k} {v}" for k, v in o["decisions"].items())
           + f"; plans {o['plans']}; wall {o['wall_s']:.1f} s")
+    for m, f in (o.get("forecast") or {}).items():
+        cov = "-" if f["covered"] is None else f"{100 * f['covered']:.1f} %"
+        print(f"  forecast {m} ({f['mode']}, {f['forecaster']}, {f['lead_s']:.0f} s lead): {f['minutes_forecast']} of "
+              f"{f['minutes']} minutes forecast, {cov} of them at or below it; {f['held_back']} plan(s) held back")
+    sh = o.get("forecast_shadow")
+    if sh:
+        print(f"  shadow: planning ahead would have planned ${sh['ahead_planned_usd']:.4f} against "
+              f"${sh['planned_usd']:.4f} planned ({sh['ahead_extra_pct']:+.2f} %)")
     sp = o.get("spot")
     if sp:
         print(f"  spot: {100 * sp['spot_share']:.1f} % of instance-hours, {sp['preemptions']} preemption(s), "

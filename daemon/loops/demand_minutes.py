@@ -108,7 +108,9 @@ class DemandMinutes:
             f"{m} {'-' if fc.last.get(m) is None else f'{fc.last[m]:.2f}'} / {q:.2f}" for m, q in rates.items()),
             f"over a {fc.lead_s:.0f} s lead ({cfg.forecast.mode})", minute=minute, lead_s=fc.lead_s,
             mode=cfg.forecast.mode, models={m: {"forecast_qps": fc.last.get(m), "measured_qps": round(q, 4),
-                                                "forecaster": fc.chosen.get(m, "reactive")} for m, q in rates.items()})
+                                                "forecaster": fc.chosen.get(m, "reactive")} for m, q in rates.items()},
+            shadow_usd_per_hr={"ahead": fc.shadow.would_usd_per_hr, "applied": fc.shadow.applied_usd_per_hr}
+            if fc.shadow.would_usd_per_hr is not None else None)
         now = self.wall()
         if fc.refit_due(now):
             await refit_off_loop(fc, [m.name for m in cfg.models], now, cfg.forecast.forecasters)

@@ -11,6 +11,11 @@ costscale_forecast_queries_per_second{model,forecaster}  gauge  the upper quanti
 costscale_forecast_lead_seconds                gauge    that lead (slowest type's boot + a fleet tick)
 costscale_forecast_held_back_total             counter  plans for a forecast not taken: they retired
                                                         what the reactive plan keeps
+costscale_forecast_shadow_dollars_per_hour{pool}  gauge  ``shadow``: the $/hr of the pool planning ahead
+                                                        would hold (``pool="ahead"``) and of the one
+                                                        applied (``pool="applied"``), as the last
+                                                        planning tick priced them
+costscale_forecast_shadow_dollars_total{pool}  counter  those pools' planned dollars summed over time
 =============================================  =======  ==========================================
 """
 from __future__ import annotations
@@ -34,6 +39,18 @@ def forecast_families(fc: ForecastState) -> Iterator[Metric]:
     yield GaugeMetricFamily("costscale_forecast_lead_seconds", "the forecast's lead", value=float(fc.lead_s))
     yield CounterMetricFamily("costscale_forecast_held_back", "plans for a forecast not taken",
                               value=float(fc.held_back))
+    led = fc.shadow
+    if led.would_usd_per_hr is not None and led.applied_usd_per_hr is not None:
+        g = GaugeMetricFamily("costscale_forecast_shadow_dollars_per_hour",
+                              "shadow: $/hr of the pool planning ahead would hold, and of the one applied", labels=["pool"])
+        g.add_metric(["ahead"], led.would_usd_per_hr)
+        g.add_metric(["applied"], led.applied_usd_per_hr)
+        yield g
+        c = CounterMetricFamily("costscale_forecast_shadow_dollars", "shadow: those pools' planned dollars over time",
+                                labels=["pool"])
+        c.add_metric(["ahead"], led.would_usd)
+        c.add_metric(["applied"], led.applied_usd)
+        yield c
 
 
 class ForecastCollector(Collector):

@@ -16,10 +16,15 @@ between the reactive demand (:func:`scaler.fleet.step.stabilized_demands`) and t
   https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-predictive-scaling.html).
 
 The budget and the joint plan are untouched: the raise only feeds the decide port.
+
+- **Shadow's price** (:func:`shadow_price`): with ``mode: shadow`` a tick that plans decides once more
+  for the raised demand (the plan ``on`` would have asked for, never applied) and keeps that pool's
+  $/hr beside the applied pool's (:class:`scaler.forecast.state.ShadowLedger`): what planning ahead
+  would have cost, per hour and summed over time, before a user turns it on.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Awaitable, Callable, Mapping
 
 from config.schema import Config
 from scaler.forecast.lead import BootDelays, configured_boot_s, lead_s
@@ -54,11 +59,32 @@ def ahead_demands(cfg: Config, fc: ForecastState, demand: Mapping[str, DemandVie
     fc.last, fc.lead_s = dict(ahead), lead
     if mode != "on":
         return dict(demand), ahead
+    return raised_view(demand, ahead), ahead
+
+
+def raised_view(demand: Mapping[str, DemandView], ahead: Mapping[str, float | None]) -> dict[str, DemandView]:
+    """Each model's ``max(reactive, forecast)`` (its mix and measured flag kept)."""
     out = {}
     for m, d in demand.items():
         f = ahead.get(m)
         out[m] = DemandView(f, d.mix, d.measured) if f is not None and f > d.qps else d
-    return out, ahead
+    return out
+
+
+def pool_usd(target: Mapping[str, int], price: Callable[[str], float]) -> float:
+    """A pool's $/hr at ``price``."""
+    return float(sum(n * price(t) for t, n in target.items() if n > 0))
+
+
+async def shadow_price(measured: Mapping[str, DemandView], ahead: Mapping[str, float | None],
+                       applied: Mapping[str, int],
+                       decide: Callable[[Mapping[str, DemandView]], Awaitable[Mapping[str, int]]],
+                       price: Callable[[str], float]) -> tuple[float, float]:
+    """(the pool ``on`` would have planned, its $/hr; the applied pool's $/hr): the raised demand decided
+    once more when a forecast raised some model's, else the applied pool itself (module docstring)."""
+    would = raised_view(measured, ahead)
+    target = await decide(would) if raised(measured, would) else applied
+    return pool_usd(target, price), pool_usd(applied, price)
 
 
 def raised(reactive: Mapping[str, DemandView], planned: Mapping[str, DemandView]) -> bool:
@@ -77,4 +103,5 @@ def keeps_measured(target: Mapping[str, int], held: Mapping[str, int], reactive:
     return all(target.get(t, 0) >= min(n, reactive.get(t, 0)) for t, n in held.items())
 
 
-__all__ = ["ahead_demands", "forecast_lead", "keeps_measured", "raised", "retires"]
+__all__ = ["ahead_demands", "forecast_lead", "keeps_measured", "pool_usd", "raised", "raised_view", "retires",
+           "shadow_price"]

@@ -31,6 +31,32 @@ REACTIVE = "reactive"
 
 
 @dataclass
+class ShadowLedger:
+    """``mode: shadow``'s price of planning ahead (``scaler.fleet.ahead.shadow_price``): the pool the
+    forecast would have planned and the pool applied, each in $/hr as the last planning tick priced
+    them, and each integrated over time (piecewise constant between ticks, on the fleet's clock).
+    Planned pools, not bills: an instance still booting counts from the tick that asked for it."""
+
+    would_usd_per_hr: float | None = None
+    applied_usd_per_hr: float | None = None
+    would_usd: float = 0.0
+    applied_usd: float = 0.0
+    since: float | None = None
+
+    def note(self, now: float, would: float, applied: float) -> None:
+        """A planning tick at ``now`` priced both pools: the time since the last one is summed at the old prices."""
+        self.advance(now)
+        self.would_usd_per_hr, self.applied_usd_per_hr = would, applied
+
+    def advance(self, now: float) -> None:
+        if self.since is not None and self.would_usd_per_hr is not None and self.applied_usd_per_hr is not None:
+            hours = max(0.0, now - self.since) / 3600.0
+            self.would_usd += self.would_usd_per_hr * hours
+            self.applied_usd += self.applied_usd_per_hr * hours
+        self.since = now
+
+
+@dataclass
 class ForecastState:
     """The forecasts' part of the fleet state (module docstring)."""
 
@@ -44,6 +70,7 @@ class ForecastState:
     lead_s: float = 0.0                                            # the last tick's lead
     held_back: int = 0     # plans for a forecast given up: they retired what the reactive plan keeps
     booting: set[str] = field(default_factory=set)   # instances seen before their worker registered (daemon)
+    shadow: ShadowLedger = field(default_factory=ShadowLedger)   # mode shadow: what planning ahead would cost
     _cache: dict[str, tuple[int, float, float | None]] = field(default_factory=dict, repr=False)
 
     def record(self, series: str, minute: int, qps: float, retention_s: float) -> None:
@@ -107,4 +134,4 @@ def refit(state: ForecastState, models: Sequence[str], now: float, forecasters: 
     state.clear_cache()
 
 
-__all__ = ["REACTIVE", "ForecastState", "choose", "fits_for", "refit"]
+__all__ = ["REACTIVE", "ForecastState", "ShadowLedger", "choose", "fits_for", "refit"]

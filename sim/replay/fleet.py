@@ -231,7 +231,8 @@ class ReplayFleet:
         self.accuracy_rounds = built.accuracy_rounds
         self.ports = FleetPorts(clock=clock.now, cloud=_Listing(self.cloud), market=self.hooks, workers=self.workers,
                                 demand=self.current_demand, decide=self._decided, audit=self.audit,
-                                offload=_in_line, rule=decide_fn, quota_refused=self._quota_refused)
+                                offload=_in_line, rule=decide_fn, quota_refused=self._quota_refused,
+                                shadow_decide=self._shadow_decided)
 
     def _quota_refused(self, refused: list[str], listed: list[ManagedInstance]) -> bool:
         """A launch refused for the vCPU quota (the cloud's ``quota_check``): as the daemon
@@ -290,6 +291,14 @@ class ReplayFleet:
         for c in todo:
             self.confirmed.put(c.key, confirmed_plan(c))
         return once()
+
+    async def _shadow_decided(self, demand: Mapping[str, DemandView]) -> dict[str, int]:
+        """``forecast.mode: shadow``'s price (``scaler.fleet.tick``): the pool the planner picks for
+        ``demand``, as the daemon's ``decide`` (no pick confirmed for it, nothing kept)."""
+        current = self.shares() if self.fleet_state.plan is not None else None
+        cfg, unavailable = self.hooks.deciding(self.cfg)
+        return fleet_step.fleet_target(cfg, self.profiles, demand, slo_check=self.slo_check, unavailable=unavailable,
+                                       current=current, confirmed=self.confirmed)[0]
 
     async def _decided(self, demand: Mapping[str, DemandView],
                        keep: Mapping[str, ModelShare] | None) -> tuple[dict[str, int], JointPlan | None]:

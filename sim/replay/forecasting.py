@@ -69,6 +69,17 @@ class ReplayForecast:
             refit(self.state, self.models, now, self.cfg.forecast.forecasters)
 
 
+    def shadow_summary(self, end: float) -> dict[str, float] | None:
+        """``mode: shadow``: the planned dollars of the pools applied and of those planning ahead would
+        have asked for (:class:`scaler.forecast.state.ShadowLedger`, summed to ``end``; None otherwise)."""
+        if not self.enabled or self.cfg.forecast.mode != "shadow":
+            return None
+        led = self.state.shadow
+        led.advance(end)
+        extra = led.would_usd - led.applied_usd
+        return {"planned_usd": round(led.applied_usd, 6), "ahead_planned_usd": round(led.would_usd, 6),
+                "ahead_extra_pct": round(100.0 * extra / led.applied_usd, 3) if led.applied_usd > 0 else 0.0}
+
     def summary(self) -> dict[str, dict[str, float | int | str | None]] | None:
         """The forecast against what was measured, per model (``--json`` ``forecast``; None when off):
         the minutes with a forecast, the share of them measured at or below it (its upper quantile

@@ -181,6 +181,8 @@ def report(run: Any, *, with_timeline: bool = False) -> dict[str, Any]:
         out["quota_refusals"] = run.quota_refusals
     if getattr(run, "forecast", None) is not None:     # forecast.mode shadow or on (issue #39)
         out["forecast"] = dict(run.forecast)
+    if getattr(run, "forecast_shadow", None) is not None:    # shadow: what planning ahead would have planned
+        out["forecast_shadow"] = dict(run.forecast_shadow)
     if getattr(run, "spot", None) is not None:     # spot markets (issue #28, sim.replay.spot)
         out["spot"] = dict(run.spot)
     if with_timeline:

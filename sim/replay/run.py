@@ -145,6 +145,8 @@ class ReplayRun:
     quota_refusals: int | None = None
     forecast: dict | None = None  # type: ignore[type-arg]   # shadow/on: forecast against measured (sim.replay.forecasting)
     forecast_minutes: dict[str, list[tuple[float | None, float]]] = field(default_factory=dict)   # per minute, --plot
+    #: shadow: the pools planning ahead would have asked for against those applied, in planned dollars
+    forecast_shadow: dict | None = None  # type: ignore[type-arg]
 
     @property
     def models(self) -> list[ModelSpec]:
@@ -367,7 +369,8 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
                          pipelines=_with_rounds(pipes.summary(), fleet.pipeline_rounds) if pipes is not None else {},
                          spot=spot.report(lanes, ledger, duration_s) if spot is not None else None,
                          quota_refusals=fleet.cloud.quota_refusals if fleet.cloud.quota_check is not None else None,
-                         forecast=fleet.forecast.summary(), forecast_minutes=fleet.forecast.scored)
+                         forecast=fleet.forecast.summary(), forecast_minutes=fleet.forecast.scored,
+                         forecast_shadow=fleet.forecast.shadow_summary(duration_s))
     finally:
         fleet.close()
         if tmp is not None:

@@ -316,3 +316,21 @@ def test_metrics_show_the_forecast() -> None:
            for fam in text_string_to_metric_families(generate_latest(reg).decode()) for s in fam.samples}
     assert got == {("costscale_forecast_queries_per_second", (("forecaster", "seasonal_naive"), ("model", "rm2"))): 41.25,
                    ("costscale_forecast_lead_seconds", ()): 120.0, ("costscale_forecast_held_back_total", ()): 2.0}
+
+
+def test_metrics_show_shadows_price() -> None:
+    """``shadow`` priced: the pool planning ahead would hold against the one applied, per hour and summed."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from daemon.observe.forecast_metrics import ForecastCollector
+    fc = ForecastState(lead_s=120.0)
+    fc.shadow.note(0.0, 1.578, 1.052)
+    fc.shadow.note(1800.0, 1.052, 1.052)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(ForecastCollector(lambda: fc))
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for fam in text_string_to_metric_families(generate_latest(reg).decode()) for s in fam.samples}
+    assert got[("costscale_forecast_shadow_dollars_per_hour", (("pool", "ahead"),))] == 1.052
+    assert got[("costscale_forecast_shadow_dollars_total", (("pool", "ahead"),))] == 1.578 / 2
+    assert got[("costscale_forecast_shadow_dollars_total", (("pool", "applied"),))] == 1.052 / 2

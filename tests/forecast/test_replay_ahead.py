@@ -57,12 +57,15 @@ def first_launch_for_the_step(r) -> float:  # type: ignore[no-untyped-def]
 def test_off_and_shadow_are_the_reactive_replay(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
     off = report(run("off", tmp_path, profiles, step_history()))
     shadow = report(run("shadow", tmp_path, profiles, step_history()))
-    rec = shadow.pop("forecast")
+    rec, priced = shadow.pop("forecast"), shadow.pop("forecast_shadow")
     for k in ("wall_s",):
         off.pop(k), shadow.pop(k)
     assert shadow == off and "forecast" not in off
     assert rec["rm2"]["forecaster"] == "seasonal_naive" and rec["rm2"]["minutes"] == 19   # the last ends with the run
     assert rec["rm2"]["minutes_forecast"] == 19 and rec["rm2"]["lead_s"] == 120.0
+    # shadow's price: the pool planning ahead would have held from before the step, in planned dollars
+    # (the step's pool from 120 s earlier: 0.17 % more planned dollars over the 20 minutes)
+    assert priced == {"planned_usd": 0.273715, "ahead_planned_usd": 0.27417, "ahead_extra_pct": 0.166}
 
 
 def test_on_launches_before_a_rise_the_history_knows(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
