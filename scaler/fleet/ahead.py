@@ -50,7 +50,12 @@ def ahead_demands(cfg: Config, fc: ForecastState, demand: Mapping[str, DemandVie
     mode = cfg.forecast.mode
     if mode == "off":
         return dict(demand), {}
-    lead = forecast_lead(cfg, fc.boot)
+    memo = fc.lead_memo
+    if memo is not None and memo[0] is cfg and memo[1] is fc.boot:
+        lead = memo[2]
+    else:   # the same config and boot delays give the same lead: computed once for them
+        lead = forecast_lead(cfg, fc.boot)
+        fc.lead_memo = (cfg, fc.boot, lead)
     q = cfg.forecast.quantile
     ahead: dict[str, float | None] = {}
     for m in demand:

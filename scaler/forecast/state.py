@@ -72,6 +72,9 @@ class ForecastState:
     booting: set[str] = field(default_factory=set)   # instances seen before their worker registered (daemon)
     shadow: ShadowLedger = field(default_factory=ShadowLedger)   # mode shadow: what planning ahead would cost
     _cache: dict[str, tuple[int, float, float | None]] = field(default_factory=dict, repr=False)
+    #: the lead last computed, with the config and boot delays it is for (``scaler.fleet.ahead.forecast_lead``
+    #: reads the catalog: every model tick's early-replan check asks for it)
+    lead_memo: tuple[object, object, float] | None = field(default=None, repr=False, compare=False)
 
     def record(self, series: str, minute: int, qps: float, retention_s: float) -> None:
         """``series``' measured rate of ``minute`` (a new series gets a history of ``retention_s``)."""
