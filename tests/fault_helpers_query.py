@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -230,3 +231,78 @@ class RecordingLeaseTable:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+# -- a link that can be cut ------------------------------------------------------------------------
+
+class CuttableProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``target`` (HOST:PORT). :meth:`cut` closes every open
+    connection and refuses new ones (accepted, then closed at once: the client sees a dropped
+    connection, as from an endpoint gone), :meth:`heal` lets them through again."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.down = False
+        self._socks: set[socket.socket] = set()
+        self._mu = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        with self._mu:
+            self.down = True
+            socks, self._socks = self._socks, set()
+        for s in socks:
+            _close(s)
+
+    def heal(self) -> None:
+        with self._mu:
+            self.down = False
+
+    def close(self) -> None:
+        self.cut()
+        _close(self._listener)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._mu:
+                if self.down:
+                    _close(conn)
+                    continue
+            try:
+                up = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _close(conn)
+                continue
+            up.settimeout(None)
+            with self._mu:
+                self._socks |= {conn, up}
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        _close(a)
+        _close(b)
+
+
+def _close(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    s.close()
