@@ -283,6 +283,10 @@ class CuttableProxy:
                 continue
             up.settimeout(None)
             with self._mu:
+                if self.down:            # cut while this one was being connected: not through
+                    _close(conn)
+                    _close(up)
+                    continue
                 self._socks |= {conn, up}
             for a, b in ((conn, up), (up, conn)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
