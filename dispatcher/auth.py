@@ -95,7 +95,8 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
     async def refuse(request_or_iterator, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    # the body is not read (not parsed: a malformed one is refused UNAUTHENTICATED as any other, issue #40)
+    kw = {"request_deserializer": None, "response_serializer": handler.response_serializer}
     if handler.request_streaming and handler.response_streaming:
         return grpc.stream_stream_rpc_method_handler(refuse, **kw)
     if handler.request_streaming:

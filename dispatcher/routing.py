@@ -15,6 +15,10 @@ rows of the outputs, and a failed call settles each of them as it would settle o
 
 A query whose worker dies (RPC UNAVAILABLE/CANCELLED) goes back to the head of the queue, at most
 ``max_retries`` times (what each call's outcome means for its queries: :mod:`dispatcher.call_outcome`).
+A call that runs ``stall_factor`` x its predicted time (at least ``stall_floor_s``) has its worker
+probed (Health, ``stall_probe_timeout_s``): a worker that stopped answering without dying (SIGSTOP)
+is removed and the call's queries re-dispatched then, within their SLO, not when the health loop
+drops it (issue #40); a live worker that is only slow keeps its call.
 Measured service times feed the latency model in batches (``observe_batch``, ``observe_delay_s``)
 and the model loop's samples.
 
@@ -52,8 +56,8 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.policy import Policy, WorkerView
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import SC, Query, QueryBook
-from dispatcher.runtime import (CONTRACT_LOG_INTERVAL_S, HEAD_SCAN, OBSERVE_BATCH, OBSERVE_DELAY_S, MatchTunables,
-                                RoundTrigger, Runtime)
+from dispatcher.runtime import (CONTRACT_LOG_INTERVAL_S, HEAD_SCAN, OBSERVE_BATCH, OBSERVE_DELAY_S, STALL_FACTOR,
+                                STALL_FLOOR_S, STALL_PROBE_TIMEOUT_S, MatchTunables, RoundTrigger, Runtime)
 from dispatcher.workers.registry import WorkerRegistry, WorkerState
 
 log = logging.getLogger("costscale")
@@ -92,6 +96,9 @@ class RoutingRound:
         self._caught: tuple[Query, WorkerState, int] | None = None
         self.observe_batch = OBSERVE_BATCH
         self.observe_delay_s = OBSERVE_DELAY_S
+        self.stall_factor = STALL_FACTOR
+        self.stall_floor_s = STALL_FLOOR_S
+        self.stall_probe_timeout_s = STALL_PROBE_TIMEOUT_S
         #: matches a policy returned that break its contract (the query stayed queued), since start
         self.contract_broken = 0
         self._contract_logged_at: float | None = None   # when the last such line was logged
@@ -319,6 +326,8 @@ class RoutingRound:
         code: grpc.StatusCode | None = None
         details = ""
         reply: pb.InferReply | None = None
+        stall_s = max(self.stall_floor_s, self.stall_factor * (w.busy_until - q.dispatched_at))
+        timer = self._watch_stall(w, call, stall_s)
         try:
             reply = await w.client.infer(req, q.deadline - self.rt.clock())
         except asyncio.CancelledError:
@@ -330,12 +339,37 @@ class RoutingRound:
             code, details = exc.code(), exc.details() or ""
         except Exception as exc:  # noqa: BLE001 - any client failure is a worker failure
             code, details = SC.UNKNOWN, repr(exc)
+        finally:
+            if timer is not None:
+                timer.cancel()
         now = self.rt.clock()
         self.release(w, q.query_id)
         if reply is not None:
             settle_answered(self.book, self.registry, self.placement, self._observe, q, w, members, batch, reply, now)
         else:
             settle_failed(self.book, self.registry, self.placement, self.accuracy, w, members, code, details)
+
+    def _watch_stall(self, w: WorkerState, call: tuple[list, list], after_s: float) -> asyncio.TimerHandle | None:
+        """Probe ``w`` once ``call`` has run ``after_s`` seconds (and again every ``after_s`` while a
+        live worker still runs it)."""
+        loop = self.rt.loop
+        if loop is None:
+            return None
+        return loop.call_later(after_s, lambda: self.rt.spawn(self._probe_stalled(w, call, after_s)))
+
+    async def _probe_stalled(self, w: WorkerState, call: tuple[list, list], after_s: float) -> None:
+        """``w``'s call ``call`` runs long: no Health reply within ``stall_probe_timeout_s`` removes
+        ``w`` (its call's queries go back to the head of the queue; it registers again once it
+        answers, ``worker.rejoin``)."""
+        if w.call is not call or w.removed:
+            return
+        if await self.registry.answers(w, self.stall_probe_timeout_s):
+            if w.call is call and not w.removed:
+                self._watch_stall(w, call, after_s)   # only slow: watched again (the call's own timer is gone)
+            return
+        if w.call is call and not w.removed:
+            self.registry.remove_worker(w, f"stopped answering: a call ran {after_s:.2f} s and Health got no reply "
+                                           f"within {self.stall_probe_timeout_s:g} s")
 
     def _observe(self, model: str, instance_type: str, batch: int, service_ms: float) -> None:
         """Feed a measured service time to the latency model, in batches of ``observe_batch`` (or

@@ -31,6 +31,15 @@ OBSERVE_BATCH = 32
 OBSERVE_DELAY_S = 0.05
 #: s: a policy breaking its contract is logged at most once per this (with the count since)
 CONTRACT_LOG_INTERVAL_S = 60.0
+#: a worker call running this many times its predicted time (and at least STALL_FLOOR_S) has the
+#: worker probed: a worker that stopped answering without dying (SIGSTOP, a hung host) keeps its TCP
+#: connection open, so nothing else would free its queries before the health loop drops it (2-3 s)
+STALL_FACTOR = 3.0
+#: s: the least a call runs before its worker is probed (a fast model's calls are a few ms)
+STALL_FLOOR_S = 0.25
+#: s: a stalled call's worker that gives no Health reply within this is removed, its call's queries
+#: re-dispatched at once (a live worker answers Health on its event loop while it computes)
+STALL_PROBE_TIMEOUT_S = 0.5
 
 
 class Runtime:
@@ -112,4 +121,4 @@ class MatchTunables:
 
 
 __all__ = ["CONTRACT_LOG_INTERVAL_S", "HEAD_SCAN", "MatchTunables", "OBSERVE_BATCH", "OBSERVE_DELAY_S", "OVERHEAD_EWMA",
-           "RoundTrigger", "Runtime"]
+           "RoundTrigger", "Runtime", "STALL_FACTOR", "STALL_FLOOR_S", "STALL_PROBE_TIMEOUT_S"]

@@ -68,6 +68,7 @@ from dispatcher.queries import QueryBook
 from dispatcher.routing import RoutingRound
 from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
 from dispatcher.forwarding import Forwarder
+from dispatcher.api.malformed import MalformedIsInvalidArgument
 from dispatcher.api.servicers import _ControlServicer, _InferenceServicer
 from dispatcher.api.status import (FleetFacts, build_status_reply, pool_cost_per_hour, record_outcome, record_pipeline,
                                slot_pool)
@@ -233,11 +234,14 @@ class Dispatcher:
     # -- lifecycle ---------------------------------------------------------------------------------
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """Client authentication by bearer token (``dispatcher.auth_token_file``) on the Inference and
-        OIP services (:mod:`dispatcher.auth`); none without one."""
+        OIP services (:mod:`dispatcher.auth`; none without one), then a malformed body answered
+        INVALID_ARGUMENT (:mod:`dispatcher.api.malformed`)."""
         path = self.cfg.dispatcher.auth_token_file
+        typed = MalformedIsInvalidArgument()     # after authentication: an unauthenticated body is never parsed
         if not path:
-            return []
-        return [BearerTokenInterceptor(read_token(path, "dispatcher.auth_token_file"), (SERVICE_NAME, OIP_SERVICE_NAME))]
+            return [typed]
+        return [BearerTokenInterceptor(read_token(path, "dispatcher.auth_token_file"), (SERVICE_NAME, OIP_SERVICE_NAME)),
+                typed]
 
     async def start(self, listen: str | None = None) -> int:
         """Listen on ``listen`` (default ``dispatcher.listen``); ConfigError (one line, exit 2) when

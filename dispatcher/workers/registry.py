@@ -297,6 +297,14 @@ class WorkerRegistry:
             if ws:
                 await asyncio.gather(*(self._check(w) for w in ws), return_exceptions=True)
 
+    async def answers(self, w: WorkerState, timeout: float) -> bool:
+        """Whether ``w`` gives a Health reply within ``timeout`` s (the routing round's stall probe)."""
+        try:
+            await w.client.health(timeout)
+            return True
+        except Exception:  # noqa: BLE001 - no reply, whatever the reason
+            return False
+
     async def _check(self, w: WorkerState) -> None:
         try:
             asked = self.rt.clock()

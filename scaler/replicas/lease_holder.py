@@ -11,10 +11,11 @@ DynamoDB; anything with ``get`` and a conditional ``write``):
 * ``valid()``: held, not lost, and the local deadline (:class:`LocalDeadline`) not passed:
   ttl x (1 - CLOCK_SAFETY) after the last write that landed, on the monotonic clock (the share
   given up covers clock skew between hosts: another host takes over by its own wall clock);
+  ``check()``, the fence's question, also wants ttl x ``ACT_RESERVE`` left for the act itself;
 * ``release()`` on a clean stop: the item expires now, its generation kept.
 
 ``FencedCloud`` wraps the daemon's ``CloudProvider``: every launch and terminate first asks the
-lease (renewing it on the spot when its deadline has passed) and is refused with ``Fenced`` when
+lease (renewing it on the spot when less than its act reserve is left) and is refused with ``Fenced`` when
 the daemon does not own the cluster; listing is not fenced. Each launched instance is tagged with
 the lease generation it was launched under. A call that began before a loss finishes: EC2 has no
 conditional writes, and the new owner adopts what it finds by the cluster tag.
@@ -32,6 +33,13 @@ from scaler.replicas.lease_decision import Claimant, Lease, LeaseDecision, Lease
 
 #: share of the ttl a holder gives up: it stops acting this much before the lease's expiry
 CLOCK_SAFETY = 0.2
+#: share of the ttl an act (a launch, a terminate) needs left on the local deadline when it starts:
+#: with less (a renewal job late, DynamoDB unreachable) the fence renews first and refuses the act
+#: when that renewal does not land, so an act that takes a while (EC2 answers in seconds) still ends
+#: before the lease can expire by the table's clock (issue #40: one began 0.15 s before the deadline
+#: and ended after the expiry). Renewals every ttl/3 leave at least ttl x (0.8 - 1/3) = 0.47 ttl, more
+#: than this: in steady state the fence adds no write
+ACT_RESERVE = 0.4
 WRITE_ATTEMPTS = 3   # read-decide-write rounds lost to other writers before giving up
 GENERATION_TAG = "costscale:lease-generation"   # on each launched instance: the lease it was launched under
 
@@ -158,14 +166,17 @@ class ClusterLease:
                 + (f": {self.renew_error}" if self.renew_error else ""))
 
     def check(self) -> str | None:
-        """None when the daemon may act on its fleet now (renewing first when the deadline has
-        passed), else why not."""
-        if not self.valid() and self.held is not None and self.lost is None:
+        """None when the daemon may act on its fleet now: held, not lost, and at least
+        ``ttl x ACT_RESERVE`` left on the local deadline (renewing first when less is left), else
+        why not."""
+        def ready() -> bool:
+            return self.valid() and self.deadline.at - self.monotonic() >= self.ttl_s * ACT_RESERVE
+        if not ready() and self.held is not None and self.lost is None:
             try:
                 self.renew()
             except (LeaseLost, CloudError):
                 pass
-        return None if self.valid() else self.why_not()
+        return None if ready() else self.why_not()
 
     def release(self) -> None:
         """Give the lease back (clean stop): the item expires now; raises LeaseLost if it was
