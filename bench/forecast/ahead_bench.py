@@ -55,8 +55,13 @@ def day_rate(peak: float, width: float = WIDTH_H):  # type: ignore[no-untyped-de
     return rate_function(spec, DAY_S)
 
 
-def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, headroom: float | None = None) -> Config:
+def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, headroom: float | None = None,
+           scale_in_s: float | None = None, park_s: float | None = None) -> Config:
     raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
+    if scale_in_s is not None:
+        raw.setdefault("intervals", {})["scale_in_s"] = scale_in_s
+    if park_s is not None:
+        raw.setdefault("model_scaling", {})["vm_park_s"] = park_s
     raw["cluster"] = f"ahead-{mode}"
     raw["state_path"] = f"/tmp/costscale-ahead-{mode}.db"
     if headroom is not None:
@@ -120,6 +125,10 @@ def main() -> int:
                     "the example's 0.1)")
     ap.add_argument("--headroom-on", type=float, default=None, help="the config's headroom for the runs planning "
                     "ahead only (default: --headroom)")
+    ap.add_argument("--scale-in", type=float, default=None, help="intervals.scale_in_s for every run")
+    ap.add_argument("--park", type=float, default=None, help="model_scaling.vm_park_s for every run")
+    ap.add_argument("--scale-in-on", type=float, default=None, help="intervals.scale_in_s for the runs planning ahead")
+    ap.add_argument("--park-on", type=float, default=None, help="model_scaling.vm_park_s for the runs planning ahead")
     ap.add_argument("--skip-shuffled", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -130,7 +139,8 @@ def main() -> int:
     write_history(hist, history_rows(args.peak, args.seed, False, args.width))
     shuf = args.out / "history-shuffled.csv"
     write_history(shuf, history_rows(args.peak, args.seed, True, args.width))
-    off = config("off", args.boot_gpu, args.boot_cpu, headroom=args.headroom)
+    off = config("off", args.boot_gpu, args.boot_cpu, headroom=args.headroom, scale_in_s=args.scale_in,
+                 park_s=args.park)
     wl = scored_workload(off, args.peak, args.seed, args.width)
     print(f"rm2, two-peak day 06:00-12:00 (peak {args.peak:g} q/s, width {args.width:g} h, {wl.arrivals.size:,} queries), boot gpu "
           f"{args.boot_gpu:g} s / cpu {args.boot_cpu:g} s, 7 days of history", flush=True)
@@ -139,7 +149,9 @@ def main() -> int:
     rows["hindsight"] = figures(run_baseline("hindsight", off, profiles, wl, dur, ReplaySpec(boot_s=boot)))
     rows["reactive (off)"] = figures(replay(off, profiles, wl, dur, ReplaySpec(boot_s=boot)))
     on = config("on", args.boot_gpu, args.boot_cpu, args.quantile,
-                args.headroom_on if args.headroom_on is not None else args.headroom)
+                args.headroom_on if args.headroom_on is not None else args.headroom,
+                args.scale_in_on if args.scale_in_on is not None else args.scale_in,
+                args.park_on if args.park_on is not None else args.park)
     rows["ahead (on)"] = figures(replay(on, profiles, wl, dur, ReplaySpec(boot_s=boot, history=replay_history(str(hist), on))))
     if not args.skip_shuffled:
         rows["ahead (on), shuffled days"] = figures(replay(on, profiles, wl, dur, ReplaySpec(
