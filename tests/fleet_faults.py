@@ -125,7 +125,10 @@ class Ledger:
     failed_ticks: list[tuple[float, str]] = field(default_factory=list)   # (virtual t, the tick's error)
     recovered_after_s: float | None = None
     ticks: int = 0
-
+    audit_missing: list[str] = field(default_factory=list)   # done intents the audit log never told
+    audit_twice: list[str] = field(default_factory=list)     # told more than once
+    spent_usd: float = 0.0            # the status feed's spend since the start
+    elapsed_s: float = 0.0            # monotonic seconds the run took
 
 @contextmanager
 def virtual_backoff(add: Callable[[float], None], seed: int) -> Iterator[None]:
@@ -162,14 +165,17 @@ def live_pool(ec2: Any) -> tuple[dict[str, int], list[dict[str, Any]]]:
 class FleetRig:
     """One seeded run of the daemon's fleet loop under a fault (module docstring).
 
-    ``on_time(t)``: called as the virtual clock moves (at every EC2 attempt and tick), to start and
-    end the fault; ``ec2_down``: the endpoint refuses every connection inside that window."""
+    The fault, on the virtual clock: ``ec2_down``, the endpoint refuses every connection inside the
+    window; ``store_full``, the store's disk full inside it (:meth:`_disk`); ``wall_step`` (at,
+    seconds), the wall clock stepped once at that virtual time."""
 
     def __init__(self, endpoint: str, tmp: Path, seed: int, ticks: int, *, ec2_down: Window | None = None,
-                 store_full: Window | None = None, on_time: Callable[["FleetRig", float], None] | None = None) -> None:
+                 store_full: Window | None = None, wall_step: tuple[float, float] | None = None) -> None:
         self.endpoint, self.seed, self.ticks = endpoint, seed, ticks
         self.targets = seeded_targets(seed, ticks)
-        self.ec2_down, self.store_full, self.on_time = ec2_down, store_full, on_time
+        self.ec2_down, self.store_full, self.wall_step = ec2_down, store_full, wall_step
+        self.wall = SteppedWall()
+        self.audited: list[str] = []            # the intents the audit log told, in order
         self._full_pages: int | None = None     # the store's max_page_count while its disk is full
         self.t = 0.0
         self.tick_no = 0
@@ -188,8 +194,8 @@ class FleetRig:
         self.t += dt
         if self.store_full is not None and self.daemon is not None:
             self._disk(self.t in self.store_full)
-        if self.on_time is not None:
-            self.on_time(self, self.t)
+        if self.wall_step is not None and self.t >= self.wall_step[0] and not self.wall.stepped:
+            self.wall.step(self.wall_step[1])
 
     def _disk(self, full: bool) -> None:
         """The state store's disk full: SQLite's ``max_page_count`` set to the pages the store has
@@ -263,10 +269,15 @@ class FleetRig:
         assert d._scheduler is not None
         d._scheduler.pause()     # the rig drives the fleet loop on its virtual clock
         self.daemon = d
+        # the clocks the daemon took from time.time when its modules were imported (default
+        # arguments): the actuator's (the store's times) and the status feed's (decisions, spend)
+        d.actuator.clock.wall = self.wall
+        d.status_feed.log.clock = d.status_feed.clock = self.wall
 
     async def tick(self) -> None:
         d = self.daemon
         await d.fleet_tick("fault bench")
+        d.status_feed.observe()     # the status feed's job (every second) sees the tick's intents
         err = d.status.last_error
         if err is not None:
             self.ledger.failed_ticks.append((self.t, err))
@@ -274,6 +285,9 @@ class FleetRig:
     async def run(self, fault_end: float) -> Ledger:
         """Every tick of the schedule, then ticks on the last target until the pool holds it (at
         most :data:`EXTRA_TICKS` more); recovery is measured from ``fault_end``."""
+        import time
+
+        began = time.monotonic()
         await self.start()
         try:
             ok = False
@@ -292,8 +306,16 @@ class FleetRig:
             self.finish()
         finally:
             await self.daemon.stop(grace=0.0)
+        self.ledger.elapsed_s = time.monotonic() - began
+        self.ledger.spent_usd = self.daemon.status_feed.spend.total
         self.ledger.integrity = integrity(self.state)
         self.ledger.ticks = self.tick_no + 1
+        with sqlite3.connect(f"file:{self.state}?mode=ro", uri=True) as ro:
+            done = [r[0] for r in ro.execute("SELECT client_token FROM intents WHERE status='done'")]
+        ro.close()
+        told = {t: self.audited.count(t) for t in set(self.audited)}
+        self.ledger.audit_missing = sorted(t for t in done if t not in told)
+        self.ledger.audit_twice = sorted(t for t, n in told.items() if n > 1)
         return self.ledger
 
     def _target(self) -> dict[str, int]:
@@ -314,6 +336,38 @@ class FleetRig:
         self.ledger.pool_ok = pool == self._target()
 
 
+class SteppedWall:
+    """The wall clock, stepped once by :meth:`step` (``time.time`` is this while :func:`run_seed`
+    runs with a step)."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.real = time.time
+        self.offset = 0.0
+        self.stepped = False
+
+    def __call__(self) -> float:
+        return self.real() + self.offset
+
+    def step(self, seconds: float) -> None:
+        self.offset += seconds
+        self.stepped = True
+
+
+class AuditTokens(logging.Handler):
+    """The intent of every launch and terminate the audit log tells."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        data = getattr(record, "audit", None)
+        if isinstance(data, dict) and data.get("event") in ("launch", "terminate"):
+            self.into.append(str(data.get("intent")))
+
+
 def integrity(path: Path) -> str:
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as ro:
         out = str(ro.execute("PRAGMA integrity_check").fetchone()[0])
@@ -323,9 +377,23 @@ def integrity(path: Path) -> str:
 
 def run_seed(endpoint: str, tmp: Path, seed: int, ticks: int, fault_end: float, **kw: Any) -> Ledger:
     """One seeded run (the virtual backoff on for its length)."""
+    import time
+
     rig = FleetRig(endpoint, tmp, seed, ticks, **kw)
-    with virtual_backoff(rig.advance, seed):
-        return asyncio.run(rig.run(fault_end))
+    audit = logging.getLogger("costscale.audit")
+    handler = AuditTokens(rig.audited)
+    audit.addHandler(handler)
+    level = audit.level
+    audit.setLevel(logging.INFO)
+    real = time.time
+    time.time = rig.wall    # type: ignore[assignment]   # (runtime reads of the wall clock)
+    try:
+        with virtual_backoff(rig.advance, seed):
+            return asyncio.run(rig.run(fault_end))
+    finally:
+        time.time = real    # type: ignore[assignment]
+        audit.removeHandler(handler)
+        audit.setLevel(level)
 
 
 def quiet_logs() -> None:
