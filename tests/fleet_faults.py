@@ -17,7 +17,7 @@ moto (a botocore ``before-send`` handler registered after the fault injector, so
 attempts that are sent):
 
 * **budget**: the cluster's pending and running instances (listed by a separate client) plus the
-  launch ≤ the budget, else an excursion;
+  launch ≤ the budget, else an excursion (and at the end every plan the store recorded within it);
 * **write-ahead intent**: the launch's ClientToken is an intent of the store in status ``sent``
   (read through a separate read-only SQLite connection), else a launch without intent;
 * **no duplicate**: no ClientToken reaches moto twice (moto does not honour ClientToken, so a
@@ -31,9 +31,11 @@ with the pool equal to it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import sqlite3
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,7 +264,7 @@ class FleetRig:
         d = Daemon(self.cfg, None, cloud=cloud, listen="127.0.0.1:0", generate_variants=False)
 
         async def decide(demand: Any, keep: Any = None) -> tuple[dict[str, int], None]:
-            return dict(self.targets[min(self.tick_no, len(self.targets) - 1)]), None
+            return self._target(), None
 
         d._decided = decide
         await d.start()
@@ -285,8 +287,6 @@ class FleetRig:
     async def run(self, fault_end: float) -> Ledger:
         """Every tick of the schedule, then ticks on the last target until the pool holds it (at
         most :data:`EXTRA_TICKS` more); recovery is measured from ``fault_end``."""
-        import time
-
         began = time.monotonic()
         await self.start()
         try:
@@ -312,7 +312,11 @@ class FleetRig:
         self.ledger.ticks = self.tick_no + 1
         with sqlite3.connect(f"file:{self.state}?mode=ro", uri=True) as ro:
             done = [r[0] for r in ro.execute("SELECT client_token FROM intents WHERE status='done'")]
+            plans = [json.loads(r[0]) for r in ro.execute("SELECT target FROM plans")]
         ro.close()
+        for target in plans:      # planned $/hr: every plan recorded within the budget too
+            if pool_cost(target) > BUDGET + EPS:
+                self.ledger.excursions.append((-1.0, pool_cost(target)))
         told = {t: self.audited.count(t) for t in set(self.audited)}
         self.ledger.audit_missing = sorted(t for t in done if t not in told)
         self.ledger.audit_twice = sorted(t for t, n in told.items() if n > 1)
@@ -341,8 +345,6 @@ class SteppedWall:
     runs with a step)."""
 
     def __init__(self) -> None:
-        import time
-
         self.real = time.time
         self.offset = 0.0
         self.stepped = False
@@ -377,8 +379,6 @@ def integrity(path: Path) -> str:
 
 def run_seed(endpoint: str, tmp: Path, seed: int, ticks: int, fault_end: float, **kw: Any) -> Ledger:
     """One seeded run (the virtual backoff on for its length)."""
-    import time
-
     rig = FleetRig(endpoint, tmp, seed, ticks, **kw)
     audit = logging.getLogger("costscale.audit")
     handler = AuditTokens(rig.audited)
@@ -394,8 +394,3 @@ def run_seed(endpoint: str, tmp: Path, seed: int, ticks: int, fault_end: float, 
         time.time = real    # type: ignore[assignment]
         audit.removeHandler(handler)
         audit.setLevel(level)
-
-
-def quiet_logs() -> None:
-    """The bench's log: warnings and errors only."""
-    logging.getLogger("costscale").setLevel(logging.WARNING)
