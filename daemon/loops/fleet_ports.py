@@ -135,6 +135,7 @@ class DaemonAudit:
     def __init__(self, cfg: Callable[[], Config], profiles: Callable[[], ProfileTable], status: FleetStatus,
                  events: list[tuple[float, str, str]]) -> None:
         self.cfg, self.profiles, self.status, self.events = cfg, profiles, status, events
+        self._failing: str | None = None   # the expected error the ticks keep meeting, logged once
 
     def event(self, kind: EventKind, instance_id: str, target: Mapping[str, int]) -> None:
         """(monotonic time, kind, instance id), newest last; a termination is the intents' to tell."""
@@ -148,6 +149,9 @@ class DaemonAudit:
 
     def applied(self, result: TickResult) -> None:
         cfg, plan = self.cfg(), result.plan
+        if self._failing is not None:
+            log.info("fleet: ticks apply again (they failed: %s)", self._failing)
+            self._failing = None
         self.status.estimated = plan_estimates(cfg, self.profiles(), plan)
         log.info("%s", tick_line(result.reason, dict(result.demand), result.target, plan, bool(cfg.pinned_pool),
                                  result.report.summary(), self.status.estimated))
@@ -156,8 +160,10 @@ class DaemonAudit:
                         ", ".join(f"{m} {q:.1f} q/s" for m, q in plan.short.items()))
 
     def failed(self, error: str, expected: bool) -> None:
-        if expected:   # no pool fits: one line; the next interval retries
-            log.error("fleet: %s", error)
+        if expected:   # no pool fits, EC2 down, the store full: one line, not again while it lasts
+            if error != self._failing:
+                log.error("fleet: %s", error)
+            self._failing = error
         else:
             log.exception("fleet tick failed")
 

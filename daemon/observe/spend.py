@@ -2,7 +2,12 @@
 second's sample holds until the next). "Today" is since 00:00 UTC (as AWS bills) and is kept across
 restarts in ``<state_path>.spend.json`` (0600), where the pool's last $/hr also goes: the time the
 daemon was down is counted at that price (a stopped daemon keeps its instances unless
-``on_shutdown: terminate``, after which the last price is 0)."""
+``on_shutdown: terminate``, after which the last price is 0).
+
+The time between two samples is measured on the monotonic clock when the caller gives it (the
+status feed does): a step of the wall clock (NTP, a resumed VM) neither adds the step's length at
+the pool's price (stepped forward) nor drops the interval (stepped back). The wall clock says only
+which UTC day a dollar falls on and what the spend file records."""
 from __future__ import annotations
 
 import json
@@ -36,6 +41,7 @@ class SpendMeter:
         self.today = 0.0
         self.total = 0.0
         self._last: tuple[float, float] | None = None   # (time, $/hr then)
+        self._last_mono: float | None = None             # the monotonic time of that sample
         self._saved_at = now
         self._load(now)
 
@@ -56,19 +62,22 @@ class SpendMeter:
         if last_cost > 0 and now > gap_from:
             self.today += last_cost * (now - gap_from) / 3600.0
 
-    def sample(self, now: float, cost_per_hour: float) -> None:
-        """The pool costs ``cost_per_hour`` from ``now`` on; what it cost since the last sample is added."""
+    def sample(self, now: float, cost_per_hour: float, monotonic: float | None = None) -> None:
+        """The pool costs ``cost_per_hour`` from ``now`` on; what it cost since the last sample is added
+        (``monotonic``: the monotonic clock now, which times the interval; module docstring)."""
         if self._last is not None:
             t0, c0 = self._last
-            spent = c0 * max(now - t0, 0.0) / 3600.0
+            m0 = self._last_mono
+            elapsed = max((monotonic - m0) if monotonic is not None and m0 is not None else now - t0, 0.0)
+            spent = c0 * elapsed / 3600.0
             self.total += spent
             day = utc_day(now)
             if day != self.day:    # a new UTC day: only the part since midnight counts for it
                 self.day = day
-                self.today = c0 * max(now - max(day_start(now), t0), 0.0) / 3600.0
+                self.today = c0 * max(now - max(day_start(now), now - elapsed), 0.0) / 3600.0
             else:
                 self.today += spent
-        self._last = (now, cost_per_hour)
+        self._last, self._last_mono = (now, cost_per_hour), monotonic
         if now - self._saved_at >= SAVE_S:
             self.save(now)
 

@@ -73,6 +73,7 @@ class StatusFeed:
                  facts: LoopFacts, cost_per_hour: Callable[[], float] | None = None) -> None:
         self.log = log
         self.clock = log.clock
+        self.monotonic = time.monotonic     # times the spend between samples (daemon.observe.spend)
         self.spend = spend
         self.plans = plans
         self.watchers = tuple(watchers)
@@ -135,7 +136,7 @@ class StatusFeed:
     # -- watching the loops ------------------------------------------------------------------------
     def observe(self, sample: bool = True) -> None:
         if sample and self.cost_per_hour is not None:
-            self.spend.sample(self.clock(), self.cost_per_hour())
+            self.spend.sample(self.clock(), self.cost_per_hour(), self.monotonic())
         for w in self.watchers:
             w.observe()
 

@@ -37,6 +37,7 @@ from scaler.fleet.reports import ApplyReport, ReconcileReport
 from scaler.cloud.provider import (CloudConfigError, CloudError, CloudProvider, InsufficientCapacity, ManagedInstance,
                                    Throttled, VcpuLimitExceeded)
 from scaler.fleet.state import StateStore
+from scaler.fleet.store_clock import NeverBack
 from scaler.fleet.transitions import Step, _retire_order, client_token, plan_transition
 
 
@@ -93,7 +94,7 @@ class FleetActuator:
         self.store = store
         self.catalog = dict(catalog)
         self.budget = float(budget)
-        self.clock = clock
+        self.clock = NeverBack(clock)   # the store's times never go back (scaler.fleet.store_clock)
         self.drain = drain
         self.pending_timeout_s = pending_timeout_s
         self.capacity_cooldown_s = capacity_cooldown_s

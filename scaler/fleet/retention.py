@@ -103,7 +103,8 @@ def prune_history(conn: sqlite3.Connection, before: float, max_rows: int) -> Pru
                              "WHERE until < ? ORDER BY until LIMIT ?)", (before, left)).rowcount if left > 0 else 0
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:   # (a full disk may have rolled it back already)
+            conn.execute("ROLLBACK")
         raise
     return PruneReport(plans=plans, intents=intents, instances=gone, unavailable=ended)
 

@@ -21,6 +21,11 @@ last commits may be lost, and then the instances launched meanwhile are still fo
 cluster and intent tags and adopted by reconciliation (a replanned launch that reuses the lost
 sequence number also reuses its token, so it finds them instead of launching again).
 
+A full disk (SQLite's SQLITE_FULL, "database or disk is full") is :class:`StoreFull`, one line
+naming the store: the write that failed did not happen (SQLite rolls the statement back), so an
+intent that could not be recorded is never followed by its cloud call, and the store stays whole;
+the next write after space returns goes through.
+
 This is an adapter (I/O); times are passed in by the caller, never read here.
 """
 from __future__ import annotations
@@ -30,9 +35,10 @@ import json
 import os
 import sqlite3
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from config.errors import UsageError
 from scaler.fleet.retention import PruneReport, prune_history, row_counts
@@ -91,6 +97,23 @@ CREATE TABLE IF NOT EXISTS demand_minutes (
 
 class StateLocked(UsageError):
     """Another daemon holds this state store (one daemon per cluster)."""
+
+
+class StoreFull(UsageError):
+    """The state store's disk is full: the write was refused (and rolled back). A UsageError, so
+    the fleet tick, the reconcile round and the start report it in one line (the operator frees
+    space; the next tick retries)."""
+
+
+@contextmanager
+def _full_as_one_line(path: str) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorname", "") != "SQLITE_FULL":
+            raise
+        raise StoreFull(f"state store {path}: {exc}: nothing is launched or terminated until its intent "
+                        "can be recorded") from None
 
 
 @dataclass(frozen=True)
@@ -183,7 +206,7 @@ class StateStore:
 
     # -- helpers -----------------------------------------------------------------------------
     def _x(self, sql: str, args: Iterable[Any] = ()) -> sqlite3.Cursor:
-        with self._mu:
+        with self._mu, _full_as_one_line(self.path):
             return self._conn.execute(sql, tuple(args))
 
     def _q1(self, sql: str, args: Iterable[Any] = ()) -> sqlite3.Row | None:
@@ -303,14 +326,15 @@ class StateStore:
         """Each ``minutes[i]``'s rate ``rates[i]`` of ``series`` (a minute recorded again takes the new
         rate), in one transaction; returns the rows written."""
         rows = [(series, int(m), float(q)) for m, q in zip(minutes, rates)]
-        with self._mu:
+        with self._mu, _full_as_one_line(self.path):
             self._conn.execute("BEGIN")
             try:
                 self._conn.executemany("INSERT INTO demand_minutes(series, minute, qps) VALUES (?,?,?) "
                                        "ON CONFLICT(series, minute) DO UPDATE SET qps=excluded.qps", rows)
                 self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:   # (SQLITE_FULL may have rolled it back already)
+                    self._conn.execute("ROLLBACK")
                 raise
         return len(rows)
 
@@ -322,7 +346,7 @@ class StateStore:
     def prune(self, before: float, max_rows: int) -> PruneReport:
         """Forget the closed history older than ``before``, at most ``max_rows`` rows
         (:func:`scaler.fleet.retention.prune_history`)."""
-        with self._mu:
+        with self._mu, _full_as_one_line(self.path):
             return prune_history(self._conn, before, max_rows)
 
     def row_counts(self) -> dict[str, int]:

@@ -20,7 +20,8 @@ It decides the order of a tick's steps; the decisions themselves are :mod:`scale
 6. InsufficientCapacity (spot: no zone left), or a launch over the vCPU quota (the known quota
    lowered by the ``quota_refused`` port): decide and apply once more at once;
 7. the result recorded in the state and told to the audit port; on an error the state says so and
-   the next interval plans again;
+   the next interval plans again (an expected one, in one line: no pool fits, EC2 unreachable or
+   refusing after botocore's retries, the state store's disk full);
 8. the workers synced with the cloud (:func:`sync_workers`): who may register, which model each
    live instance serves (:func:`scaler.fleet.step.worker_models`).
 
@@ -45,7 +46,7 @@ from scaler.fleet import step as fleet_step
 from scaler.fleet.reports import ApplyReport, ReconcileReport
 from scaler.planner.base_aux import PlanError
 from scaler.planner.batch_mix import BatchMix
-from scaler.cloud.provider import ManagedInstance
+from scaler.cloud.provider import CloudError, ManagedInstance
 from scaler.planner.joint_plan import JointPlan, ModelShare
 from scaler.fleet.parking import ParkState
 from scaler.planner.replan import DemandView
@@ -239,7 +240,7 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
         result = TickResult(reason, target, plan, demand, report, changed, ahead,  # type: ignore[arg-type]
                             measured if measured is not demand else None)
         ports.audit.applied(result)
-    except (UsageError, PlanError) as exc:   # no pool fits: the next interval retries
+    except (UsageError, PlanError, CloudError) as exc:   # no pool fits, EC2 down, a full store: the next tick retries
         state.planned_at, state.last_error = None, str(exc)
         ports.audit.failed(state.last_error, True)
         result = None
