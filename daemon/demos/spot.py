@@ -206,7 +206,8 @@ def summary_line(o: dict[str, Any]) -> str:
     rep = ", ".join(f"{r['id']} ({r['market']} in {r['zone']})" for r in o["replacements"]) or "none"
     return (f"spot demo: {len(o['launched'])} spot workers in {', '.join(sorted({x['zone'] for x in o['launched']}))}; "
             f"notice for {o['victim']['id']} in {o['victim']['zone']} -> replacement {rep} "
-            f"{o['notice_to_replacement_s']:.1f} s after it{_how_soon(o)}; drained {o['drained_before_reclaim_s']:.1f} s before the "
+            f"{o['notice_to_replacement_s']:.1f} s after it{_how_soon(o)}; "
+            f"drained {o['drained_before_reclaim_s']:.1f} s before the "
             f"reclaim; {o['answered']}/{o['sent']} queries answered"
             + (" exactly once" if o["answered_once"] else " (NOT each exactly once)")
             + f", {o['errors']} errors, {o['redispatched']} re-run"
