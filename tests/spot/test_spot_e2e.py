@@ -48,8 +48,8 @@ def test_spot_interruption_drains_replaces_in_another_zone_and_loses_no_query(mo
     # The seconds depend on the machine's load: bounded by the configuration, twice over (poll + tick).
     assert o["imds_reads_of_the_notice"] == 1
     assert o["ticks_before_the_replacement"] == 0
-    assert 0 <= o["notice_read_s"] <= o["notice_to_launch_s"] <= o["notice_to_replacement_s"]
-    assert o["notice_to_replacement_s"] <= 2 * (POLL_S + o["fleet_s"])
+    assert 0 <= o["notice_read_s"] <= o["notice_to_launch_s"]       # (EC2 may list it before the event is kept)
+    assert max(o["notice_to_launch_s"], o["notice_to_replacement_s"]) <= 2 * (POLL_S + o["fleet_s"])
     assert o["answered_once"] and o["errors"] == 0 and o["answered"] == o["sent"] > 0
     assert o["on_victim_after_drain"] == 0
 
