@@ -54,8 +54,8 @@ def test_live_and_replay_agree(capsys, tmp_path: Path) -> None:  # type: ignore[
 def test_the_replay_side_of_the_benchmark_trace(tmp_path: Path) -> None:
     """BENCHMARKS.md "live-vs-replay" runs the 3-minute step-and-burst trace (bench/replay/live_vs_replay_bench.py,
     3.5 minutes of real time for the live side). On it the two sides do NOT give the same targets: the
-    first three agree, then the replay reaches r5n.large x4 at 85 s (live 108 s) and plans the burst
-    as t3.xlarge x2, then g4dn.xlarge x2 (live: t3.xlarge x3). The replay's side is deterministic, so
+    first four pools agree in order (the fourth, r5n.large x4, at 85 s here, 108 s live), then the
+    replay plans the burst as t3.xlarge x2, then g4dn.xlarge x2 (live: t3.xlarge x3). The replay's side is deterministic, so
     the benchmark's replay row is held here exactly (0.7 s); the live row stays the benchmark's."""
     from daemon.demos.demo_config import DEMO_MODEL
     from sim.workload import load_trace_csv
