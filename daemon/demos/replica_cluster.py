@@ -67,6 +67,7 @@ pinned_pool:
   {pool_type}: {pool_n}
 dispatcher:
   listen: 127.0.0.1:{port}
+  on_deadline: {on_deadline}
 intervals:
   fleet_s: {fleet_s}
   model_s: 1
@@ -97,6 +98,7 @@ class ClusterSpec:
     ttl_s: float = 6.0
     fleet_s: float = 2.0
     unready_s: float = 5.0    # a stopping replica's NOT_SERVING time (``lease.unready_s``)
+    on_deadline: str = "drop"  # ``dispatcher.on_deadline``: best_effort refuses no query for its SLO
 
     @property
     def pool(self) -> dict[str, int]:
@@ -106,7 +108,7 @@ class ClusterSpec:
         return REPLICA_CONFIG.format(cluster=self.cluster, replica_id=replica_id, budget=self.budget, pool_type=self.pool_type,
                                      pool_n=self.pool_n, ami=self.ami, port=port, fleet_s=f"{self.fleet_s:g}",
                                      state=state, ttl=f"{self.ttl_s:g}", endpoint=self.endpoint,
-                                     unready=f"{self.unready_s:g}")
+                                     unready=f"{self.unready_s:g}", on_deadline=self.on_deadline)
 
 
 @dataclass

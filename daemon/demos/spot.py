@@ -60,6 +60,38 @@ async def _wait(cond: Callable[[], bool], limit_s: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
+class TickCount:
+    """How many fleet ticks the daemon had applied when the fleet loop took the notice (under the
+    fleet lock: :meth:`scaler.spot.fleet.SpotFleet.notice`) and when each instance was launched
+    (the fleet tick's audit port), read at those instants by wrapping the two calls."""
+
+    def __init__(self, daemon: Any) -> None:
+        self.at_notice: dict[str, int] = {}
+        self.at_launch: dict[str, int] = {}
+        spot, audit = daemon.market.spot, daemon._audit
+        notice, event = spot.notice, audit.event
+
+        def noticed(instance_id: str, *a: Any, **k: Any) -> float:
+            self.at_notice.setdefault(instance_id, daemon.status.plans_applied)
+            return float(notice(instance_id, *a, **k))
+
+        def evented(kind: str, instance_id: str, *a: Any, **k: Any) -> None:
+            if kind == "launch":
+                self.at_launch.setdefault(instance_id, daemon.status.plans_applied)
+            event(kind, instance_id, *a, **k)
+        setattr(spot, "notice", noticed)
+        setattr(audit, "event", evented)
+
+    def between(self, victim: str, launched: list[str]) -> int | None:
+        """Fleet ticks completed after the notice was taken and before the replacement's launch:
+        0 when the first tick after the notice launched it (a tick under way when the notice came
+        holds the fleet lock, so it ends before the notice is taken)."""
+        at = [self.at_launch[i] for i in launched if i in self.at_launch]
+        if victim not in self.at_notice or not at:
+            return None
+        return min(at) - self.at_notice[victim]
+
+
 async def spot_scenario(endpoint: str, state_dir: Path, qps: float = 3.0, notice_s: float = 15.0,
                         seed: int = 28) -> dict[str, Any]:
     """Run the scenario (module docstring) against moto at ``endpoint``; returns its figures."""
@@ -123,8 +155,9 @@ async def spot_scenario(endpoint: str, state_dir: Path, qps: float = 3.0, notice
             load = asyncio.create_task(send_load(pbg.InferenceStub(ch)))
             await _wait(lambda: any(w == victim for _, _, w, _ in replies), 30, "a query on the victim")
             noticed_at, reclaim_at = time.monotonic(), time.time() + notice_s
-            imds.interrupt(victim, reclaim_at)
             spot = daemon.market.spot if daemon.market is not None else None
+            ticks = TickCount(daemon)
+            imds.interrupt(victim, reclaim_at)
             await _wait(lambda: spot is not None and victim in spot.state.doomed, 20, "the notice at the fleet loop")
             told_s = time.monotonic() - noticed_at
             await _wait(lambda: len(described(ec2, cfg.cluster)) > len(first), 20, "the replacement launch")
@@ -140,6 +173,15 @@ async def spot_scenario(endpoint: str, state_dir: Path, qps: float = 3.0, notice
             sent = await load
         await _wait(lambda: len(replies) >= sent, 30, "every reply")
         new = {iid: i for iid, i in described(ec2, cfg.cluster).items() if iid not in first}
+        launched_at = min((t for t, kind, iid in daemon.fleet_events if kind == "launch" and iid in new), default=None)
+        read = imds.served.get((victim, "spot/instance-action"), [])
+        out.update({
+            "imds_reads_of_the_notice": len(read),
+            "notice_read_s": round(read[0] - noticed_at, 2) if read else None,
+            "notice_to_launch_s": None if launched_at is None else round(launched_at - noticed_at, 2),
+            "ticks_before_the_replacement": ticks.between(victim, sorted(new)),
+            "fleet_s": cfg.intervals.fleet_s,
+        })
         out.update({
             "victim": {"id": victim, "zone": zones[victim]},
             "replacements": [{"id": iid, "zone": i["Placement"]["AvailabilityZone"],
@@ -164,11 +206,21 @@ def summary_line(o: dict[str, Any]) -> str:
     rep = ", ".join(f"{r['id']} ({r['market']} in {r['zone']})" for r in o["replacements"]) or "none"
     return (f"spot demo: {len(o['launched'])} spot workers in {', '.join(sorted({x['zone'] for x in o['launched']}))}; "
             f"notice for {o['victim']['id']} in {o['victim']['zone']} -> replacement {rep} "
-            f"{o['notice_to_replacement_s']:.1f} s after it; drained {o['drained_before_reclaim_s']:.1f} s before the "
+            f"{o['notice_to_replacement_s']:.1f} s after it{_how_soon(o)}; "
+            f"drained {o['drained_before_reclaim_s']:.1f} s before the "
             f"reclaim; {o['answered']}/{o['sent']} queries answered"
             + (" exactly once" if o["answered_once"] else " (NOT each exactly once)")
             + f", {o['errors']} errors, {o['redispatched']} re-run"
             + (f"; status: pool {o['status']['cost_per_hour']:g} $/hr billed" if "status" in o else ""))
+
+
+def _how_soon(o: dict[str, Any]) -> str:
+    """Where the replacement's delay went: the worker's IMDS poll, then the fleet tick."""
+    if o.get("notice_read_s") is None or o.get("notice_to_launch_s") is None:
+        return ""
+    first = " by the first fleet tick after it" if o.get("ticks_before_the_replacement") == 0 else ""
+    return (f" (read at the worker's IMDS poll {o['notice_read_s']:.1f} s after it, launched{first} "
+            f"{o['notice_to_launch_s']:.1f} s after it)")
 
 
 async def run_spot_demo(qps: float = 3.0, notice_s: float = 15.0, seed: int = 28, as_json: bool = False) -> int:
@@ -185,4 +237,5 @@ async def run_spot_demo(qps: float = 3.0, notice_s: float = 15.0, seed: int = 28
     return 0 if ok else 1
 
 
-__all__ = ["SPOT_TYPE", "ZONES", "described", "run_spot_demo", "spot_demo_config", "spot_scenario", "summary_line"]
+__all__ = ["SPOT_TYPE", "TickCount", "ZONES", "described", "run_spot_demo", "spot_demo_config", "spot_scenario",
+           "summary_line"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -20,6 +21,8 @@ class LocalImds:
         self.puts = 0
         self.unauthorized = 0
         self.asked: dict[str, int] = {}                  # instance id -> GETs
+        #: (instance id, path) -> monotonic times a set document was served (a worker read its notice)
+        self.served: dict[tuple[str, str], list[float]] = {}
         imds = self
 
         class H(BaseHTTPRequestHandler):
@@ -51,7 +54,10 @@ class LocalImds:
                     return self._send(401)
                 iid, rest = self._split()
                 imds.asked[iid] = imds.asked.get(iid, 0) + 1
-                doc = imds.docs.get((iid, rest.removeprefix("meta-data/")))
+                key = (iid, rest.removeprefix("meta-data/"))
+                doc = imds.docs.get(key)
+                if doc is not None:
+                    imds.served.setdefault(key, []).append(time.monotonic())
                 self._send(404) if doc is None else self._send(200, doc)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)

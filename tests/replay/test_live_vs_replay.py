@@ -42,6 +42,33 @@ def test_live_and_replay_agree(capsys, tmp_path: Path) -> None:  # type: ignore[
     print(f"live ${live['cost_usd']:.6f} {100 * live['slo_attainment']:.2f} % targets "
           f"{[t['pool'] for t in live['targets']]}; replay ${rep['cost_usd']:.6f} "
           f"{100 * rep['slo_attainment']:.2f} % targets {[t.target for t in run.targets]}")
+    # the replay side is deterministic: its figures exactly
+    assert [(t.at_s, t.target) for t in run.targets] == [(0.0, {"g4dn.xlarge": 1, "r5n.large": 2}),
+                                                         (28.0, {"g4dn.xlarge": 1, "r5n.large": 3})]
+    assert rep["cost_usd"] == pytest.approx(0.009916, abs=1e-6) and rep["slo_attainment"] == 1.0
     assert rep["cost_usd"] == pytest.approx(live["cost_usd"], rel=0.10)
     assert abs(rep["slo_attainment"] - live["slo_attainment"]) <= 0.02
     assert [t.target for t in run.targets] == [t["pool"] for t in live["targets"]]
+
+
+def test_the_replay_side_of_the_benchmark_trace(tmp_path: Path) -> None:
+    """BENCHMARKS.md "live-vs-replay" runs the 3-minute step-and-burst trace (bench/replay/live_vs_replay_bench.py,
+    3.5 minutes of real time for the live side). On it the two sides do NOT give the same targets: the
+    first four pools agree in order (the fourth, r5n.large x4, at 85 s here, 108 s live), then the
+    replay plans the burst as t3.xlarge x2, then g4dn.xlarge x2 (live: t3.xlarge x3). The replay's side is deterministic, so
+    the benchmark's replay row is held here exactly (0.7 s); the live row stays the benchmark's."""
+    from daemon.demos.demo_config import DEMO_MODEL
+    from sim.workload import load_trace_csv
+
+    wl = load_trace_csv(Path(__file__).resolve().parents[2] / "examples" / "traces" / "step-burst-3min.csv",
+                        DEMO_MODEL)
+    run = replay_like_demo(wl, tmp_path)
+    rep = report(run)
+    assert len(wl) == 2965
+    assert [(round(t.at_s), t.target) for t in run.targets] == [
+        (0, {"g4dn.xlarge": 1, "r5n.large": 1}), (62, {"g4dn.xlarge": 1, "r5n.large": 2}),
+        (68, {"g4dn.xlarge": 1, "r5n.large": 3}), (85, {"g4dn.xlarge": 1, "r5n.large": 4}),
+        (148, {"g4dn.xlarge": 1, "r5n.large": 4, "t3.xlarge": 2}),
+        (152, {"g4dn.xlarge": 2, "r5n.large": 4, "t3.xlarge": 1})]
+    assert rep["cost_usd"] == pytest.approx(0.053479, abs=1e-6)
+    assert round(100 * rep["slo_attainment"], 2) == 99.49

@@ -36,6 +36,7 @@ import pytest
 from config.pids import pid_alive
 from daemon.demos.replica_cluster import (BudgetSampler, ClusterSpec, ReplicaProcess, fleet_worker_pids, live_instances,
                                     serves, start_local_fleet, start_replica, stop_processes)
+from scaler.replicas.lease_decision import Lease, renew_interval_s
 from scaler.replicas.lease_table import DynamoLeaseTable, make_dynamodb_client
 from tests.conftest import free_port
 
@@ -44,12 +45,18 @@ pytestmark = pytest.mark.slow
 CLUSTER = "ha-e2e"
 BUDGET = 1.0
 TTL_S = 6.0
+#: the replicas' fleet interval (2 s)
+FLEET_S = ClusterSpec.fleet_s
 
 
 def _spec(endpoint: str, ami: str) -> ClusterSpec:
     """rm2 on 2 x r5n.large pinned within 1 $/hr, lease ttl 6 s, fleet ticks every 2 s
-    (``daemon.demos.replica_cluster``, shared with ``costscale demo --replicas``)."""
-    return ClusterSpec(cluster=CLUSTER, endpoint=endpoint, ami=ami, budget=BUDGET, ttl_s=TTL_S)
+    (``daemon.demos.replica_cluster``, shared with ``costscale demo --replicas``), and
+    ``on_deadline: best_effort``: the SLO policy refuses no query behind the backlog a failover
+    leaves (how many it would refuse depends on the machine's load; the demo's test keeps ``drop``
+    and bounds them), so every query must end answered."""
+    return ClusterSpec(cluster=CLUSTER, endpoint=endpoint, ami=ami, budget=BUDGET, ttl_s=TTL_S,
+                       on_deadline="best_effort")
 
 
 def _live(ec2: Any) -> list[tuple[str, str]]:
@@ -94,8 +101,8 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path) -> None:
         assert "starting as a standby replica" in b.log_text()
         workers = fleet_worker_pids(tmp_path)
 
-        outcomes, t_kill, t_lease = asyncio.run(_load_and_kill(a.proc, target, options, table, b.pid))
-        took = t_lease - t_kill
+        outcomes, t_kill, t_lease, kill_wall, leases = asyncio.run(_load_and_kill(a.proc, target, options, table,
+                                                                                  a.pid, b.pid))
         after_kill = _live(ec2)
         survived = [p for p in workers if pid_alive(p, zombie_alive=False)]
         owners = asyncio.run(_replica_status(pb_port))
@@ -106,7 +113,7 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path) -> None:
             time.sleep(0.2)
         replaced_s = time.monotonic() - t_lost
         final = _live(ec2)
-        b_text = b.log_text()
+        b_text, b_pid = b.log_text(), b.pid
     finally:
         sampler.stop.set()
         _stop(a, b, fleet=fleet)
@@ -115,15 +122,32 @@ def _kill_scenario(moto_endpoint: str, tmp_path: Path) -> None:
     retried = [o for o in outcomes if o.tries > 1]
     failed = [o for o in outcomes if o.tries == 0]
     gap = max((o.t_end - t_kill for o in retried), default=0.0)
+    in_flight = [o for o in outcomes if o.t_start < t_kill < o.t_end]
+    old_lease, new_lease = leases
+    took = new_lease.since - kill_wall if new_lease is not None else t_lease - t_kill
     print("replicas e2e (round_robin): "
           f"{len(outcomes)} queries, "
           f"{first_try} answered at the first try, {len(retried)} after retrying UNAVAILABLE "
           f"({len(retried) / len(outcomes):.1%}; the last answered {gap:.1f} s after the kill), {len(failed)} failed "
-          f"{[o.code for o in failed]}; lease taken {took:.2f} s after the kill (ttl {TTL_S:g} s); a lost instance "
+          f"{[o.code for o in failed]}; {len(in_flight)} in flight at the kill; lease taken {took:.2f} s after the "
+          f"kill, {new_lease.since - old_lease.expires_at if new_lease else float('nan'):.2f} s after the dead "
+          f"holder's lease expired (ttl {TTL_S:g} s); a lost instance "
           f"replaced in {replaced_s:.1f} s; peak {sampler.peak:.3f} of {BUDGET} $/hr over {len(sampler.samples)} samples")
     assert failed == [] and len(answered) == len(outcomes)   # retrying on UNAVAILABLE, every query answered once
     assert all(c == "UNAVAILABLE" for o in retried for c in o.retried_codes)
-    assert took <= TTL_S + 5.0
+    # at the first try: every query but those in flight at the kill (the killed replica's calls fail
+    # UNAVAILABLE; the standby holds the queries it forwarded to the dead owner: never failed)
+    assert all(o.t_start < t_kill for o in retried), [(o.t_start - t_kill, o.retried_codes) for o in retried]
+    assert first_try == len(outcomes) - len(retried) and len(retried) <= len(in_flight)
+    # the lease (README "High availability"): the standby takes it only once the dead holder's lease
+    # expired (exact: a conditional write on the item it read), that at most one ttl after the kill
+    # (its last renewal was before it), and tries every renewal interval (ttl / 3): taken within
+    # ttl + ttl / 3 of the kill, with one fleet interval of slack for the scheduler on a loaded machine
+    assert old_lease is not None and old_lease.pid == a.pid and new_lease is not None and new_lease.pid == b_pid
+    assert new_lease.generation == old_lease.generation + 1
+    assert old_lease.expires_at <= new_lease.since
+    assert old_lease.expires_at - kill_wall <= TTL_S
+    assert took <= TTL_S + renew_interval_s(TTL_S) + FLEET_S
     assert "reconciled at takeover" in b_text and "fleet (lease taken)" in b_text
     assert "moving their workers without the lease holder" in b_text or "connected i-" in b_text
     assert after_kill == first                                   # adopted: no orphan, no duplicate
@@ -151,14 +175,17 @@ class Outcome:
     tries: int = 0
     code: str = ""
     retried_codes: list[str] = field(default_factory=list)
+    t_start: float = 0.0
     t_end: float = 0.0
 
 
 async def _load_and_kill(a: subprocess.Popen[bytes], target: str, options: list[tuple[str, str]],
-                         table: DynamoLeaseTable, b_pid: int) -> tuple[list[Outcome], float, float]:
+                         table: DynamoLeaseTable, a_pid: int, b_pid: int
+                         ) -> tuple[list[Outcome], float, float, float, tuple[Lease | None, Lease | None]]:
     """Poisson load at 8 q/s for 16 s to ``target`` (round_robin over both replicas, or a balancer),
-    each query retried on UNAVAILABLE (every 0.25 s, within 20 s); SIGKILL the holder at 5 s; the
-    time the standby's lease item lands."""
+    each query retried on UNAVAILABLE (every 0.25 s, within 20 s); SIGKILL the holder at 5 s (no
+    query sent until it is dead); the time the standby's lease item lands (monotonic), the kill's
+    wall time, and the lease items: the dead holder's last and the standby's."""
     from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     rng = np.random.default_rng(27)
@@ -167,8 +194,8 @@ async def _load_and_kill(a: subprocess.Popen[bytes], target: str, options: list[
     async with grpc.aio.insecure_channel(target, options=options) as ch:
         stub = pbg.InferenceStub(ch)
 
-        async def one(i: int) -> None:
-            o = Outcome()
+        async def one(i: int, t_start: float) -> None:
+            o = Outcome(t_start=t_start)
             outcomes.append(o)
             batch = int(rng.integers(1, 50))
             end = time.monotonic() + 20.0
@@ -189,15 +216,22 @@ async def _load_and_kill(a: subprocess.Popen[bytes], target: str, options: list[
         tasks: list[asyncio.Task[None]] = []
         t0 = time.monotonic()
         i = 0
+        old: Lease | None = None
+        kill_wall = 0.0
         while time.monotonic() - t0 < 16.0:
             if not t_kill and time.monotonic() - t0 >= 5.0:
+                before = await asyncio.to_thread(table.get, CLUSTER)
                 a.send_signal(signal.SIGKILL)
-                t_kill = time.monotonic()
+                while pid_alive(a.pid, zombie_alive=False):   # dead, its sockets closed, before the next query
+                    time.sleep(0.001)                         # (not reaped: to the standby its pid still runs,
+                t_kill, kill_wall = time.monotonic(), time.time()   # as a holder on another host would)
+                after = await asyncio.to_thread(table.get, CLUSTER)   # its last renewal (it renews no more)
+                old = after if after is not None and after.pid == a_pid else before
             if t_kill and not t_lease:
                 item = await asyncio.to_thread(table.get, CLUSTER)
                 if item is not None and item.pid == b_pid and item.generation == 2:
                     t_lease = time.monotonic()
-            tasks.append(asyncio.create_task(one(i)))
+            tasks.append(asyncio.create_task(one(i, time.monotonic())))
             i += 1
             await asyncio.sleep(float(rng.exponential(1 / 8.0)))
         await asyncio.gather(*tasks)
@@ -207,7 +241,9 @@ async def _load_and_kill(a: subprocess.Popen[bytes], target: str, options: list[
                 t_lease = time.monotonic()
             await asyncio.sleep(0.1)
     assert len(outcomes) == i
-    return outcomes, t_kill, t_lease or float("inf")
+    new = await asyncio.to_thread(table.get, CLUSTER)
+    return outcomes, t_kill, t_lease or float("inf"), kill_wall, (old, new if new is not None and new.pid == b_pid
+                                                                  else None)
 
 
 #: a client's round_robin over the replicas that leaves a replica out while its health is NOT_SERVING

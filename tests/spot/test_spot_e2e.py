@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from daemon.demos.spot import spot_scenario, summary_line
+from worker.spot_watch import POLL_S
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +42,14 @@ def test_spot_interruption_drains_replaces_in_another_zone_and_loses_no_query(mo
     r = o["replacements"][0]
     assert r["zone"] != o["victim"]["zone"] or r["market"] == "on-demand", o
     assert o["drained_before_reclaim_s"] > 0                             # drained before EC2 took it
+    # the replacement's delay (README "Spot", demo): the worker reads the notice at its next IMDS poll
+    # (every POLL_S = 5 s) and tells the dispatcher at that first read (the notice served once); the
+    # first fleet tick after the fleet loop has it launches the replacement (none completes before it).
+    # The seconds depend on the machine's load: bounded by the configuration, twice over (poll + tick).
+    assert o["imds_reads_of_the_notice"] == 1
+    assert o["ticks_before_the_replacement"] == 0
+    assert 0 <= o["notice_read_s"] <= o["notice_to_launch_s"]       # (EC2 may list it before the event is kept)
+    assert max(o["notice_to_launch_s"], o["notice_to_replacement_s"]) <= 2 * (POLL_S + o["fleet_s"])
     assert o["answered_once"] and o["errors"] == 0 and o["answered"] == o["sent"] > 0
     assert o["on_victim_after_drain"] == 0
 
