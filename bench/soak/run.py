@@ -174,6 +174,7 @@ class Soak:
         pending: set[asyncio.Task[None]] = set()
 
         async def one(i: int) -> None:
+            t_sent = time.monotonic()
             try:
                 reply = await stub.Submit(pb.SubmitRequest(model="rm2", batch_size=s.batch,
                                                            idempotency_key=f"soak-{s.seed}-{i}"), timeout=10.0)
@@ -181,8 +182,8 @@ class Soak:
             except grpc.aio.AioRpcError as exc:
                 self.res.outcomes[exc.code().name] += 1
                 if exc.code().name not in TYPED and len(self.res.untyped) < 50:
-                    self.res.untyped.append(f"t={time.monotonic() - start:.1f}s query {i}: {exc.code().name} "
-                                            f"{exc.details()!r}")
+                    self.res.untyped.append(f"t={t_sent - start:.1f}s query {i}: {exc.code().name} "
+                                            f"{exc.details()!r} after {time.monotonic() - t_sent:.2f} s")
 
         start = time.monotonic()
         next_t = 0.0
