@@ -132,13 +132,21 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
 # ---- /proc ---------------------------------------------------------------------------------------
 
 def proc_sample(pid: int) -> dict[str, float]:
-    """RSS (MiB), threads, open fds and CPU seconds (user + system) of ``pid``."""
+    """RSS (MiB), threads (and how many of each name), open fds and CPU seconds (user + system) of ``pid``."""
     status = Path(f"/proc/{pid}/status").read_text()
     rss_kb = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))   # type: ignore[union-attr]
     threads = int(re.search(r"Threads:\s+(\d+)", status).group(1))   # type: ignore[union-attr]
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(stat[11]) + int(stat[12])) / CLK_TCK
-    return {"rss_mib": rss_kb / 1024.0, "threads": threads, "fds": len(os.listdir(f"/proc/{pid}/fd")), "cpu_s": cpu}
+    names: dict[str, int] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):   # which threads: Python's, gRPC's event engine, ...
+        try:
+            name = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+        except OSError:
+            continue
+        names[name] = names.get(name, 0) + 1
+    return {"rss_mib": rss_kb / 1024.0, "threads": threads, "fds": len(os.listdir(f"/proc/{pid}/fd")), "cpu_s": cpu,
+            "thread_names": names}
 
 
 def children(pid: int) -> dict[int, str]:
