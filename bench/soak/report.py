@@ -11,12 +11,13 @@ SERIES = (("rss_mib", "daemon RSS (MiB)"), ("threads", "threads"), ("fds", "open
           ("tasks", "asyncio tasks"), ("channels", "gRPC channels to workers"), ("series", "/metrics series"),
           ("store_bytes", "state store db+WAL (bytes)"), ("store_rows", "state store rows"),
           ("audit_bytes", "audit log, all files (bytes)"))
-#: must not grow after warm-up beyond what the live pool explains (threads, fds, channels: their max;
-#: asyncio tasks: their floor, the tasks beside the queries in flight, each of which is a task or two;
-#: /metrics series: bounded by the config, not by time: an outcome code or a variant placed on a type
-#: seen for the first time adds one)
+#: must not grow after warm-up: threads, fds, worker channels and asyncio tasks judged by their floor (the
+#: least of the last tenth of samples against the least of the first tenth: a leak raises it, while a
+#: scrape's thread, a restarted worker's channel and fds for a moment, and the tasks of the queries in
+#: flight, a task or two each, come and go); /metrics series by their max (bounded by the config, not
+#: by time: an outcome code or a variant placed on a type seen for the first time adds one)
 FLAT = ("threads", "fds", "tasks", "channels", "series")
-FLOOR = ("tasks",)
+FLOOR = ("threads", "fds", "tasks", "channels")
 
 
 def with_rows(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -48,11 +49,11 @@ def growth(samples: Sequence[dict[str, Any]], warmup_s: float) -> dict[str, dict
 def verdict(res: dict[str, Any], g: dict[str, dict[str, float]], rss_growth: float, flat_slack: dict[str, float],
             rss_floor: bool = False) -> list[str]:
     """What broke the soak's bounds: the invariants (``res['violations']``), RSS grown over
-    ``rss_growth`` (a ratio: 0.05 is 5 %), a flat series whose max after warm-up is over its start by
-    more than ``flat_slack[key]`` (what the live pool's turnover explains: a worker restarting holds a
-    channel and fds for a moment). ``rss_floor``: RSS judged by its floor (the least of the last tenth
-    over the least of the first tenth), for a short run whose RSS swings by a tenth around a reload
-    (a new EC2 client's service model parsed, then freed) while a leak would raise its floor."""
+    ``rss_growth`` (a ratio: 0.05 is 5 %: the mean of the last tenth of samples over the first tenth
+    after warm-up), a :data:`FLAT` series risen after warm-up by more than ``flat_slack[key]``.
+    ``rss_floor``: RSS judged by its floor instead (the least of the last tenth over the least of the
+    first tenth), for a short run whose RSS swings by up to a tenth around its reloads and pool changes,
+    while a leak would raise the floor."""
     bad = list(res["violations"])
     rss = g.get("rss_mib")
     ratio = (rss["floor_end"] / rss["floor_start"] if rss_floor else rss["ratio"]) if rss else 1.0

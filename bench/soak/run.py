@@ -34,6 +34,9 @@ from bench.soak import observe, procs
 #: the answers a query may end with besides OK: typed refusals of the dispatcher (no worker in time,
 #: nothing to serve it, overload); anything else (UNKNOWN, INTERNAL, ...) is an invariant broken
 TYPED = frozenset({"DEADLINE_EXCEEDED", "UNAVAILABLE", "RESOURCE_EXHAUSTED"})
+#: after a reload lowered the budget, the pool may cost up to the one before this long (s): the surplus
+#: drains (``daemon.app.DRAIN_TIMEOUT_S``, 30 s) before it is terminated
+BUDGET_GRACE_S = 45.0
 
 
 @dataclass
@@ -103,6 +106,8 @@ class Soak:
         self._unknown: dict[str, int] = {}     # instance id -> consecutive samples EC2 had it and the store not
         self._intent_counts: dict[str, int] = {}
         self._odd = 0
+        self._zombies: set[int] = set()
+        self._budgets: list[tuple[float, float]] = [(0.0, spec.budget)]   # (s into the run, budget written)
 
     # ---- the run ---------------------------------------------------------------------------------
     def run(self) -> SoakResult:
@@ -218,6 +223,7 @@ class Soak:
                 next_hup += s.hup_every_s
                 procs.daemon_config(self.cfg, s, self.cluster, self.endpoint, self.ami,
                                     s.budget_low if low else s.budget, s.reload_pinned if low else None)
+                self._budgets.append((el, s.budget_low if low else s.budget))
                 low = not low
                 os.kill(self.pid, signal.SIGHUP)
                 self.res.reloads += 1
@@ -266,19 +272,26 @@ class Soak:
                   "sent": self.res.sent, "answered": sum(self.res.outcomes.values()),
                   "daemon_queries": sum(m["queries"].values()), "cost_per_hour": status.cost_per_hour,
                   "budget_per_hour": status.budget_per_hour, "workers": status.workers,
-                  "pool": sum(status.pool.values()), "zombies": sum(1 for v in kids.values() if v == "Z"),
+                  "pool": sum(status.pool.values()), "zombies": sorted(p for p, v in kids.items() if v == "Z"),
                   "now_v": status.now_unix}
         sample["violations"] = self.check(sample, insts, known, t)
         return sample
 
     def check(self, sample: dict[str, Any], insts: list[dict[str, str]], known: set[str], t: float) -> list[str]:
-        """The invariants at one sample: the budget per Status, no orphan (an instance EC2 runs that the
+        """The invariants at one sample: the budget (the pool's $/hr per Status within the budget the
+        config says, and within the one before for ``BUDGET_GRACE_S`` after a reload lowered it: the
+        surplus drains first), Status showing the budget written (once a reload had time to apply), no orphan (an instance EC2 runs that the
         store has not known for two samples in a row), no duplicate launch (more instances under one
         ClientToken than its intent asked for), no query ended without a typed status, the store and
         the audit log within their configured bounds."""
         s, bad = self.spec, []
-        if sample["cost_per_hour"] > sample["budget_per_hour"] + 1e-9:
-            bad.append(f"budget exceeded: {sample['cost_per_hour']:.4f} > {sample['budget_per_hour']:.4f} $/hr")
+        b = self._budgets    # each reload within the grace leaves the budget it replaced allowed
+        allowed = max([b[-1][1]] + [b[i - 1][1] for i in range(1, len(b)) if b[i][0] >= t - BUDGET_GRACE_S])
+        sample["budget_set"] = self._budgets[-1][1]
+        if sample["cost_per_hour"] > allowed + 1e-9:
+            bad.append(f"budget exceeded: {sample['cost_per_hour']:.4f} > {allowed:.4f} $/hr")
+        if self._budgets[-1][0] < t - BUDGET_GRACE_S and abs(sample["budget_per_hour"] - sample["budget_set"]) > 1e-9:
+            bad.append(f"Status shows the budget {sample['budget_per_hour']:g} $/hr, the config {sample['budget_set']:g}")
         live = {i["id"] for i in insts if i["state"] in ("pending", "running")}
         self._unknown = {i: self._unknown.get(i, 0) + 1 for i in live - known}
         orphans = sorted(i for i, n in self._unknown.items() if n >= 2)
@@ -298,8 +311,10 @@ class Soak:
         if sample["audit_bytes"] > bound or sample["audit_files"] > s.audit_backups + 1 \
                 or sample["audit_largest"] > s.audit_max_bytes:
             bad.append(f"audit log over its bound: {sample['audit_files']} files, {sample['audit_bytes']} bytes")
-        if sample["zombies"]:
-            bad.append(f"{sample['zombies']} worker processes not reaped")
+        unreaped = set(sample["zombies"]) & self._zombies   # a killed worker is a zombie until the runner's next sync
+        self._zombies = set(sample["zombies"])
+        if unreaped:
+            bad.append(f"worker processes not reaped over two samples: {sorted(unreaped)}")
         return bad
 
 
