@@ -38,10 +38,11 @@ def scrape(port: int) -> dict[str, Any]:
 
 
 def store_sample(path: Path, now_v: float, retention_days: float, slack_s: float, demand_days: int) -> dict[str, Any]:
-    """The store's size (db + WAL, bytes), rows per table, and ``beyond``: the closed rows the pruner
-    (:func:`scaler.fleet.retention.prune_history`, on a copy) would still forget at a cutoff ``slack_s``
-    older than ``retention_days`` before the daemon's ``now_v``, plus the demand minutes older than
-    ``demand_days`` and ``slack_s`` (0 when the store is within its configured bounds)."""
+    """The store's size (db + WAL, bytes), rows per table, and ``beyond``: the rows (``table:key``) the
+    pruner (:func:`scaler.fleet.retention.prune_history`, on a copy) would still forget at a cutoff
+    ``slack_s`` older than ``retention_days`` before the daemon's ``now_v``, and the demand minutes older
+    than ``demand_days`` and ``slack_s``. A row may appear here for one sample: a plan recorded long ago
+    becomes prunable only when a newer one supersedes it; kept over two samples, the pruner missed it."""
     size = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
@@ -51,12 +52,21 @@ def store_sample(path: Path, now_v: float, retention_days: float, slack_s: float
         src.close()
     try:
         rows = row_counts(copy)
-        old_minutes = int(copy.execute("SELECT COUNT(*) FROM demand_minutes WHERE minute < ?",
-                                       ((now_v - demand_days * DAY_S - slack_s) / 60.0,)).fetchone()[0])
-        late = prune_history(copy, now_v - retention_days * DAY_S - slack_s, 1_000_000)
+        before = _keys(copy)
+        old = {f"demand_minutes:{r[0]}:{r[1]}" for r in copy.execute(
+            "SELECT series, minute FROM demand_minutes WHERE minute < ?", ((now_v - demand_days * DAY_S - slack_s) / 60.0,))}
+        prune_history(copy, now_v - retention_days * DAY_S - slack_s, 1_000_000)
+        beyond = sorted((before - _keys(copy)) | old)
     finally:
         copy.close()
-    return {"size": size, "rows": rows, "beyond": late.rows + old_minutes}
+    return {"size": size, "rows": rows, "beyond": beyond}
+
+
+def _keys(conn: sqlite3.Connection) -> set[str]:
+    """Every row of the pruned tables, by table and key."""
+    return {f"{t}:{r[0]}" for t, k in (("plans", "plan_id"), ("intents", "client_token"), ("instances", "instance_id"),
+                                        ("unavailable", "instance_type"))
+            for r in conn.execute(f"SELECT {k} FROM {t}")}
 
 
 def audit_sample(path: Path) -> dict[str, int]:

@@ -107,6 +107,7 @@ class Soak:
         self._intent_counts: dict[str, int] = {}
         self._odd = 0
         self._zombies: set[int] = set()
+        self._beyond: set[str] = set()
         self._budgets: list[tuple[float, float]] = [(0.0, spec.budget)]   # (s into the run, budget written)
 
     # ---- the run ---------------------------------------------------------------------------------
@@ -129,7 +130,7 @@ class Soak:
             insts = observe.ec2_instances(self.ec2, self.cluster)
             self.res.launched = len(insts)
             self.res.live_after = [i["id"] for i in insts if i["state"] in ("pending", "running")]
-            self.res.workers_left = [p for p, st in self._workers_seen.items() if _alive(p)]
+            self.res.workers_left = [p for p, st in self._workers_seen.items() if _alive(p) and _started(p) == st]
         finally:
             if daemon is not None and daemon.poll() is None:
                 procs.stop(daemon, 30)
@@ -152,7 +153,7 @@ class Soak:
         from dispatcher.proto import costscale_pb2_grpc as pbg
 
         s = self.spec
-        self._workers_seen: dict[int, str] = {}
+        self._workers_seen: dict[int, str] = {}   # pid -> its start time (a pid is reused on a busy host)
         stop = asyncio.Event()
         async with grpc.aio.insecure_channel(target) as ch:
             stub = pbg.InferenceStub(ch)
@@ -256,7 +257,7 @@ class Soak:
         kids = procs.children(self.pid)
         for pid in kids:
             if pid not in self._workers_seen and _is_worker(pid):
-                self._workers_seen[pid] = "worker"
+                self._workers_seen[pid] = _started(pid)
         slack = 3 * s.prune_every_s * s.speed + 2 * s.sample_every_s * s.speed
         st = await asyncio.to_thread(observe.store_sample, self.dir / "state.db", status.now_unix, s.retention_days,
                                      slack, s.demand_days)
@@ -267,17 +268,18 @@ class Soak:
         sample = {"t": round(t, 2), **p, "tasks": m.get("asyncio_tasks"), "channels": m.get("grpc_worker_channels"),
                   "series": m["series"], "fleet_ticks": m["ticks"].get("fleet_run", 0),
                   "fleet_skipped": m["ticks"].get("fleet_skipped", 0), "model_ticks": m["ticks"].get("model_run", 0),
-                  "store_bytes": st["size"], "rows": st["rows"], "store_beyond": st["beyond"],
+                  "store_bytes": st["size"], "rows": st["rows"], "store_beyond": len(st["beyond"]),
                   "audit_bytes": audit["bytes"], "audit_files": audit["files"], "audit_largest": audit["largest"],
                   "sent": self.res.sent, "answered": sum(self.res.outcomes.values()),
                   "daemon_queries": sum(m["queries"].values()), "cost_per_hour": status.cost_per_hour,
                   "budget_per_hour": status.budget_per_hour, "workers": status.workers,
                   "pool": sum(status.pool.values()), "zombies": sorted(p for p, v in kids.items() if v == "Z"),
                   "now_v": status.now_unix}
-        sample["violations"] = self.check(sample, insts, known, t)
+        sample["violations"] = self.check(sample, insts, known, t, set(st["beyond"]))
         return sample
 
-    def check(self, sample: dict[str, Any], insts: list[dict[str, str]], known: set[str], t: float) -> list[str]:
+    def check(self, sample: dict[str, Any], insts: list[dict[str, str]], known: set[str], t: float,
+              beyond: set[str] = frozenset()) -> list[str]:   # type: ignore[assignment]
         """The invariants at one sample: the budget (the pool's $/hr per Status within the budget the
         config says, and within the one before for ``BUDGET_GRACE_S`` after a reload lowered it: the
         surplus drains first), Status showing the budget written (once a reload had time to apply), no orphan (an instance EC2 runs that the
@@ -305,8 +307,11 @@ class Soak:
         if odd > self._odd:   # (each one once: at the first sample after it ended)
             bad.append(f"{odd - self._odd} queries ended without a typed status: {self.res.untyped[self._odd:odd]}")
             self._odd = odd
-        if sample["store_beyond"]:
-            bad.append(f"state store: {sample['store_beyond']} rows kept beyond state_retention / forecast.retention_days")
+        kept = beyond & self._beyond     # kept over two samples: the pruner (every prune_every_s) missed them
+        self._beyond = set(beyond)
+        if kept:
+            bad.append(f"state store: {len(kept)} rows kept beyond state_retention / forecast.retention_days: "
+                       f"{sorted(kept)[:5]}")
         bound = s.audit_max_bytes * (s.audit_backups + 1)
         if sample["audit_bytes"] > bound or sample["audit_files"] > s.audit_backups + 1 \
                 or sample["audit_largest"] > s.audit_max_bytes:
@@ -323,6 +328,14 @@ def _is_worker(pid: int) -> bool:
         return b"worker" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+
+
+def _started(pid: int) -> str:
+    """``pid``'s start time (clock ticks since boot; "" when gone): with the pid, which process it is."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 def _alive(pid: int) -> bool:
