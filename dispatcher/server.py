@@ -175,9 +175,11 @@ class Dispatcher:
         return self.base_type
 
     def reload(self, cfg: Config) -> None:
-        """A reloaded config (SIGHUP): the prices the model loop and Status use (the rest of the
-        dispatcher section is read only at start, ``config.sections.security.RESTART_ONLY``)."""
+        """A reloaded config (SIGHUP): the prices the model loop and Status use, and the budget Status
+        shows (it showed the budget at start after a reload changed it: the soak, issue #40); the rest of
+        the dispatcher section is read only at start (``config.sections.security.RESTART_ONLY``)."""
         self.set_catalog(cfg.catalog())
+        self.cfg = self.cfg.model_copy(update={"budget_per_hour": cfg.budget_per_hour})
 
     def set_catalog(self, catalog: Mapping[str, InstanceType]) -> None:
         """The allowed instance types and their prices (at start and on a config reload)."""

@@ -36,7 +36,9 @@ from scaler.forecast.state import ForecastState, choose, fits_for
 
 log = logging.getLogger("costscale.history")
 
-#: prune the store's history on the minutes that start an hour
+#: prune the store's history once an hour: at the first minute written in each hour after the one the
+#: daemon first wrote in (not only on a minute that starts an hour: a daemon stopped or held up across
+#: that minute, or its clock stepped, skipped it and kept every minute until the next such one)
 PRUNE_EVERY_MIN = 60
 
 
@@ -71,6 +73,7 @@ class DemandMinutes:
         self.store, self.wall = store, wall
         self.retention_min = int(retention_days) * 1440
         self.last = minute_of(wall())       # the minute it started in: not watched whole
+        self.hour: int | None = None        # the hour (minute // PRUNE_EVERY_MIN) written in last
         self.forecast, self.cfg, self.chooser = forecast, cfg, chooser
         if forecast is not None and cfg is not None:   # the fleet's histories start from the store's
             for m in cfg().models:
@@ -85,12 +88,14 @@ class DemandMinutes:
         return done
 
     def write(self, minute: int, rates: Mapping[str, float]) -> None:
-        """Each model's rate of ``minute`` into the store; on the hour, the minutes past the retention pruned."""
+        """Each model's rate of ``minute`` into the store; once an hour, the minutes past the retention pruned."""
         try:
             for model, qps in rates.items():
                 self.store.record_demand(model, [minute], [max(0.0, qps)])
-            if minute % PRUNE_EVERY_MIN == 0:
+            hour = minute // PRUNE_EVERY_MIN
+            if self.hour is not None and hour != self.hour:
                 self.store.prune_demand(minute - self.retention_min + 1)
+            self.hour = hour
         except Exception as exc:  # noqa: BLE001 - keep serving: the minute stays unknown
             log.warning("demand history: minute %d not recorded: %s: %s", minute, type(exc).__name__, exc)
 

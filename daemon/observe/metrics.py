@@ -33,7 +33,9 @@ costscale_workers                          gauge    registered workers
 =========================================  =======  ==============================================
 
 and the forecast's (:mod:`daemon.observe.forecast_metrics`): ``costscale_forecast_queries_per_second``,
-``costscale_forecast_lead_seconds``, ``costscale_forecast_held_back_total``.
+``costscale_forecast_lead_seconds``, ``costscale_forecast_held_back_total``; and the runtime's
+(:mod:`daemon.observe.runtime_metrics`, what the soak bench watches): ``costscale_asyncio_tasks``,
+``costscale_grpc_worker_channels``, ``costscale_loop_ticks_total``.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ from config.hostport import split_hostport
 from dispatcher.outcomes import LATENCY_BUCKETS_S
 from dispatcher.proto import costscale_pb2 as pb
 from daemon.observe.forecast_metrics import ForecastCollector
+from daemon.observe.runtime_metrics import RuntimeCollector, TickCounter, tasks_on_loop
 from daemon.observe.status_feed import StatusFeed
 from dispatcher.api.status import INSTANCE_STATES
 
@@ -244,6 +247,9 @@ def start_observing(feed: StatusFeed, scheduler: AsyncIOScheduler, listen: str |
         metrics = MetricsServer(snapshot, types)
         if feed.forecast is not None:     # the fleet's forecasts (issue #39, daemon.observe.forecast_metrics)
             metrics.registry.register(ForecastCollector(feed.forecast))
+        ticks = TickCounter()             # tasks, worker channels, ticks (issue #40, daemon.observe.runtime_metrics)
+        ticks.attach(scheduler)
+        metrics.registry.register(RuntimeCollector(tasks_on_loop(asyncio.get_running_loop()), ticks))
         metrics.start(listen)
     return metrics
 

@@ -35,6 +35,9 @@ class WorkerClient:
     credentials (``dispatcher.worker_tls``), and the cluster token, when there is one, as a bearer
     token on every call (a worker started with a token refuses calls without it)."""
 
+    #: channels opened and not closed yet, in this process (the daemon's /metrics shows it: issue #40's soak)
+    open_channels = 0
+
     def __init__(self, address: str, security: WorkerChannelSecurity = PLAINTEXT,
                  token: "str | TokenRing | None" = None) -> None:
         self.address = address
@@ -47,6 +50,7 @@ class WorkerClient:
         self._ring = as_ring(token) if token else None      # the cluster token as it rotates
         self._sent: tuple[str, tuple[tuple[str, str], ...]] | None = None   # (token, its metadata), built once
         self.closed = False
+        WorkerClient.open_channels += 1
 
     @property
     def _metadata(self) -> tuple[tuple[str, str], ...] | None:
@@ -73,4 +77,5 @@ class WorkerClient:
     async def close(self) -> None:
         if not self.closed:
             self.closed = True
+            WorkerClient.open_channels -= 1
             await self._channel.close(grace=None)

@@ -74,6 +74,21 @@ def test_the_store_is_pruned_on_the_hour(tmp_path: Path) -> None:
         assert store.demand_history("ncf", 1e9).first_minute == 3060 - 1440 + 1 + 9   # 1630: the first kept that is held
 
 
+def test_the_store_is_pruned_in_an_hour_whose_first_minute_no_tick_saw(tmp_path: Path) -> None:
+    """A daemon held up across minute 3060 (or stopped, or its clock stepped) prunes at the next minute it
+    writes in that hour: the soak bench's daemon, whose model tick sees one minute in two, kept every
+    minute of its history until a tick happened to see one that started an hour (issue #40)."""
+    with StateStore.open(tmp_path / "s.db") as store:
+        rec = DemandMinutes(store, 1, wall=lambda: 0.0)
+        store.record_demand("ncf", range(0, 3000, 10), [1.0] * 300)
+        rec.write(3059, {"ncf": 1.0})
+        rec.write(3061, {"ncf": 1.0})                                   # 3060 unseen
+        assert store.demand_history("ncf", 1e9).first_minute == 3061 - 1440 + 1 + 8   # 1630
+        store.record_demand("ncf", [1000], [1.0])
+        rec.write(3119, {"ncf": 1.0})                                   # same hour: no second prune
+        assert store.demand_history("ncf", 1e9).first_minute == 1000
+
+
 def test_the_rates_are_the_last_minutes_or_the_replicas_merged() -> None:
     d = Dispatcher({"ncf": 4.0, "rm2": 1.5})
     assert minute_rates(CFG, d, None) == {"ncf": 4.0, "rm2": 1.5}

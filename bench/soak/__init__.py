@@ -1,0 +1,1 @@
+"""The soak bench's parts (``bench/soak_bench.py``, ``tests/soak/test_soak.py``)."""
