@@ -314,11 +314,11 @@ class RoutingRound:
             return
         members, inputs = call
         batch = sum(m.batch for m, _ in members)
-        req = pb.InferRequest(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=batch,
-                              inputs=inputs)
+        req = pb.InferCall(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=batch,
+                           inputs=inputs)
         code: grpc.StatusCode | None = None
         details = ""
-        reply: pb.InferReply | None = None
+        reply: pb.InferResult | pb.InferReply | None = None
         try:
             reply = await w.client.infer(req, q.deadline - self.rt.clock())
         except asyncio.CancelledError:

@@ -1,7 +1,9 @@
 """Client side of the ``Worker`` service: one persistent grpc.aio channel per worker.
 
 The dispatcher calls ``Infer`` (one query at a time per worker, Kairos §6), ``Health``, and
-``LoadVariant``/``UnloadVariant`` (the model loop's placements). Errors
+``LoadVariant``/``UnloadVariant`` (the model loop's placements). ``Infer`` goes over one
+``InferStream`` per worker (:mod:`dispatcher.workers.infer_stream`, issue #41), or unary where the
+worker does not offer it (or ``streams`` is off). Errors
 surface as ``grpc.aio.AioRpcError``; :func:`is_worker_failure` says which codes mean the worker is
 gone (its query is then re-dispatched elsewhere).
 """
@@ -12,6 +14,7 @@ import grpc
 from dispatcher.auth import TokenRing, as_ring, bearer_metadata
 from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.workers.infer_stream import InferStream, StreamUnsupported
 
 # codes after which we consider the worker dead (connection refused / reset / server shut down)
 WORKER_FAILURE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN})
@@ -26,6 +29,10 @@ _OPTIONS = [
 ]
 
 
+def _serialize(m: "pb.InferCall | pb.InferRequest") -> bytes:
+    return m.SerializeToString()
+
+
 def is_worker_failure(code: grpc.StatusCode | None) -> bool:
     return code in WORKER_FAILURE_CODES
 
@@ -33,10 +40,11 @@ def is_worker_failure(code: grpc.StatusCode | None) -> bool:
 class WorkerClient:
     """A persistent channel to one worker at ``address`` (HOST:PORT): TLS when ``security`` has
     credentials (``dispatcher.worker_tls``), and the cluster token, when there is one, as a bearer
-    token on every call (a worker started with a token refuses calls without it)."""
+    token on every call (a worker started with a token refuses calls without it). ``streams``: Infer
+    over the worker's InferStream while it offers one (False: always unary)."""
 
     def __init__(self, address: str, security: WorkerChannelSecurity = PLAINTEXT,
-                 token: "str | TokenRing | None" = None) -> None:
+                 token: "str | TokenRing | None" = None, streams: bool = True) -> None:
         self.address = address
         options = _OPTIONS + list(security.options())
         if security.credentials is not None:
@@ -47,6 +55,11 @@ class WorkerClient:
         self._ring = as_ring(token) if token else None      # the cluster token as it rotates
         self._sent: tuple[str, tuple[tuple[str, str], ...]] | None = None   # (token, its metadata), built once
         self.closed = False
+        self.streams = streams              # False once the worker answered UNIMPLEMENTED
+        self._stream: InferStream | None = None
+        # unary Infer of a message that may be an InferCall (InferRequest's fields, same numbers)
+        self._unary_infer = self._channel.unary_unary(
+            "/costscale.v1.Worker/Infer", request_serializer=_serialize, response_deserializer=pb.InferReply.FromString)
 
     @property
     def _metadata(self) -> tuple[tuple[str, str], ...] | None:
@@ -58,8 +71,33 @@ class WorkerClient:
             self._sent = (token, bearer_metadata(token))
         return self._sent[1]
 
-    async def infer(self, request: pb.InferRequest, timeout: float) -> pb.InferReply:
-        return await self._stub.Infer(request, timeout=max(timeout, 0.001), metadata=self._metadata)
+    async def infer(self, request: "pb.InferCall | pb.InferRequest", timeout: float) -> "pb.InferResult | pb.InferReply":
+        """One worker call: on the stream (an InferResult) or unary (an InferReply), the same fields."""
+        timeout = max(timeout, 0.001)
+        md = self._metadata
+        if self.streams:
+            if not isinstance(request, pb.InferCall):
+                request = pb.InferCall.FromString(request.SerializeToString())
+            try:
+                return await self._open_stream(md).call(request, timeout)
+            except StreamUnsupported:
+                self.streams = False      # the worker has no stream: unary from now on
+        return await self._unary_infer(request, timeout=timeout, metadata=md)
+
+    def _open_stream(self, md: tuple[tuple[str, str], ...] | None) -> InferStream:
+        """The stream for calls presenting ``md``: a new one when there is none, it ended, or the
+        token changed (the old one finishes its calls and closes: the token is checked at open)."""
+        s = self._stream
+        if s is not None and not s.ended and s.metadata is md:
+            return s
+        if s is not None and not s.ended:
+            s.retire()
+        s = self._stream = InferStream(self._channel, md, self._stream_ended)
+        return s
+
+    def _stream_ended(self, s: InferStream) -> None:
+        if self._stream is s:
+            self._stream = None
 
     async def health(self, timeout: float) -> pb.HealthReply:
         return await self._stub.Health(pb.HealthRequest(), timeout=max(timeout, 0.001), metadata=self._metadata)
@@ -73,4 +111,6 @@ class WorkerClient:
     async def close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self._stream is not None:
+                self._stream.close()
             await self._channel.close(grace=None)
