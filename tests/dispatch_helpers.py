@@ -10,7 +10,7 @@ import grpc
 
 from config.schema import Config
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from worker.infer_stream import InferRefused, serve_infer_stream
+from dispatcher.call_stream import Refused, serve_calls
 
 
 def run(coro_fn: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
@@ -42,7 +42,7 @@ class SleepWorker(pbg.WorkerServicer):
         self.by_path["unary"] += 1
         try:
             return await self._infer(request, pb.InferReply)
-        except InferRefused as exc:
+        except Refused as exc:
             await context.abort(exc.code, exc.message)
             raise
 
@@ -58,7 +58,7 @@ class SleepWorker(pbg.WorkerServicer):
                 return await self._infer(call, pb.InferResult)
             reply = await self.Infer(call, _StreamCallContext())   # type: ignore[arg-type]
             return pb.InferResult.FromString(reply.SerializeToString())
-        await serve_infer_stream(context, one)
+        await serve_calls(context, one, pb.InferResult)
 
     async def _infer(self, request: Any, reply: Any) -> Any:
         self.in_flight += 1
@@ -69,7 +69,7 @@ class SleepWorker(pbg.WorkerServicer):
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             if self.fail_code is not None:
-                raise InferRefused(self.fail_code, "injected failure")
+                raise Refused(self.fail_code, "injected failure")
             self.completed.append(request.query_id)
             return reply(service_ms=1000.0 * self.delay_s, compute_ms=0.0, provider="none",
                          variant=request.variant or request.model,
@@ -95,7 +95,7 @@ class _StreamCallContext:
     """What a subclass's ``Infer`` sees of a stream call: its abort ends that call with the code."""
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        raise InferRefused(code, details)
+        raise Refused(code, details)
 
 
 @dataclass

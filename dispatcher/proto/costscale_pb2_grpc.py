@@ -81,7 +81,8 @@ class InferenceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SubmitStream(self, request_iterator, context):
-        """many queries on one stream, each answered by call_id, in any order (issue #41)
+        """many queries on one stream, each answered by call_id, in any order (issue #41); the dispatcher
+        sends its initial metadata when it accepts the stream (a client writes after it)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -517,7 +518,8 @@ class WorkerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def InferStream(self, request_iterator, context):
-        """the dispatcher's one stream per worker: calls and results matched by call_id (issue #41)
+        """the dispatcher's one stream per worker: calls and results matched by call_id (issue #41); the
+        worker sends its initial metadata when it accepts the stream (the dispatcher writes after it)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -2,7 +2,7 @@
 
 The dispatcher calls ``Infer`` (one query at a time per worker, Kairos §6), ``Health``, and
 ``LoadVariant``/``UnloadVariant`` (the model loop's placements). ``Infer`` goes over one
-``InferStream`` per worker (:mod:`dispatcher.workers.infer_stream`, issue #41), or unary where the
+``InferStream`` per worker (:mod:`dispatcher.call_stream`, issue #41), or unary where the
 worker does not offer it (or ``streams`` is off). Errors
 surface as ``grpc.aio.AioRpcError``; :func:`is_worker_failure` says which codes mean the worker is
 gone (its query is then re-dispatched elsewhere).
@@ -14,7 +14,7 @@ import grpc
 from dispatcher.auth import TokenRing, as_ring, bearer_metadata
 from dispatcher.credentials import PLAINTEXT, WorkerChannelSecurity
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-from dispatcher.workers.infer_stream import InferStream, StreamUnsupported
+from dispatcher.call_stream import INFER_STREAM, CallStream, StreamUnsupported
 
 # codes after which we consider the worker dead (connection refused / reset / server shut down)
 WORKER_FAILURE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN})
@@ -56,7 +56,7 @@ class WorkerClient:
         self._sent: tuple[str, tuple[tuple[str, str], ...]] | None = None   # (token, its metadata), built once
         self.closed = False
         self.streams = streams              # False once the worker answered UNIMPLEMENTED
-        self._stream: InferStream | None = None
+        self._stream: CallStream | None = None
         # unary Infer of a message that may be an InferCall (InferRequest's fields, same numbers)
         self._unary_infer = self._channel.unary_unary(
             "/costscale.v1.Worker/Infer", request_serializer=_serialize, response_deserializer=pb.InferReply.FromString)
@@ -84,7 +84,7 @@ class WorkerClient:
                 self.streams = False      # the worker has no stream: unary from now on
         return await self._unary_infer(request, timeout=timeout, metadata=md)
 
-    def _open_stream(self, md: tuple[tuple[str, str], ...] | None) -> InferStream:
+    def _open_stream(self, md: tuple[tuple[str, str], ...] | None) -> CallStream:
         """The stream for calls presenting ``md``: a new one when there is none, it ended, or the
         token changed (the old one finishes its calls and closes: the token is checked at open)."""
         s = self._stream
@@ -92,10 +92,10 @@ class WorkerClient:
             return s
         if s is not None and not s.ended:
             s.retire()
-        s = self._stream = InferStream(self._channel, md, self._stream_ended)
+        s = self._stream = CallStream(self._channel, INFER_STREAM, pb.InferCall, pb.InferResult, md, self._stream_ended)
         return s
 
-    def _stream_ended(self, s: InferStream) -> None:
+    def _stream_ended(self, s: CallStream) -> None:
         if self._stream is s:
             self._stream = None
 
