@@ -18,9 +18,9 @@ stream answers UNIMPLEMENTED: the pending calls end with :class:`StreamUnsupport
 caller sends them, and every later call, unary.
 
 The serving side is :func:`serve_calls` (the worker's InferStream, the dispatcher's SubmitStream):
-it sends its initial metadata at once (the caller writes only after it, or after the refusal that
-comes instead: grpc/grpc#36066 ends a write to a refused stream INTERNAL half of the time); each
-call runs as its own task (as a unary call does), within its ``timeout_ms`` (DEADLINE_EXCEEDED
+it sends :data:`ACCEPTED` as its initial metadata at once, and the caller writes only after it (a
+refusal comes instead: grpc/grpc#36066 ends a write to a refused stream INTERNAL half of the time);
+each call runs as its own task (as a unary call does), within its ``timeout_ms`` (DEADLINE_EXCEEDED
 after it), until a ``cancel`` message for its id ends it without a result; a call refused with
 :class:`Refused` gets a result with that code, what a unary call would have ended with. When the
 caller half-closes the stream, the calls still running finish and the stream ends OK; when the
@@ -38,6 +38,8 @@ from typing import Any, Awaitable, Callable
 import grpc
 from google.protobuf.message import Message
 
+#: the initial metadata a peer accepting a stream sends (before it, the caller writes nothing)
+ACCEPTED = ("x-costscale-stream", "accepted")
 #: the worker's stream of calls (InferCall -> InferResult)
 INFER_STREAM = "/costscale.v1.Worker/InferStream"
 #: the dispatcher's stream of queries (SubmitCall -> SubmitResult)
@@ -89,8 +91,10 @@ class CallStream:
         self.ended = False
         self.unknown = 0                 # results for calls nobody waits for (dropped)
         self._retired = False            # no new calls: half-closed once its pending calls are answered
-        self._open = False               # the peer accepted the stream (its initial metadata came)
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        loop = asyncio.get_running_loop()
+        #: True once the peer accepted the stream (its initial metadata says so), False when it ended first
+        self._accepted: asyncio.Future[bool] = loop.create_future()
+        self._reader = loop.create_task(self._read())
 
     @property
     def pending(self) -> int:
@@ -125,21 +129,18 @@ class CallStream:
         return res
 
     async def _write(self, msg: Message) -> None:
+        """Send ``msg`` once the peer accepted the stream. Nothing is sent to a stream that ended or
+        was refused (UNIMPLEMENTED, UNAUTHENTICATED): the reader ends the call with the stream's
+        status (a write to a refused stream may end it INTERNAL instead, grpc/grpc#36066), or its
+        timer does."""
         try:
             async with self._write_lock:
-                if not self._open:
-                    # the peer's initial metadata, or its refusal (UNIMPLEMENTED, UNAUTHENTICATED), before the
-                    # first write: a write to a refused stream may end it INTERNAL instead (grpc/grpc#36066)
-                    await self._call.wait_for_connection()
-                    self._open = True
-                await self._call.write(msg)
+                if await self._accepted:
+                    await self._call.write(msg)
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - the stream is over: its reader ends the pending calls with its status
-            await self._reader_done()
-
-    async def _reader_done(self) -> None:
-        await asyncio.shield(self._reader)
+        except Exception:  # noqa: BLE001 - the stream is over: the reader ends the pending calls with its status
+            self._call.cancel()
 
     def _expire(self, cid: int) -> None:
         fut = self._pending.pop(cid, None)
@@ -162,6 +163,9 @@ class CallStream:
     async def _read(self) -> None:
         code, details = grpc.StatusCode.UNAVAILABLE, "stream closed"
         try:
+            md = await self._call.initial_metadata()
+            if not self._accepted.done():
+                self._accepted.set_result(any(k == ACCEPTED[0] for k, _ in md))
             while True:
                 res = await self._call.read()
                 if res is grpc.aio.EOF:
@@ -182,7 +186,11 @@ class CallStream:
         self._end(code, details)
 
     def _end(self, code: grpc.StatusCode, details: str) -> None:
+        if self.ended:
+            return
         self.ended = True
+        if not self._accepted.done():
+            self._accepted.set_result(False)
         pending, self._pending = self._pending, {}
         n = len(pending)
         for fut in pending.values():
@@ -214,6 +222,8 @@ class CallStream:
     def close(self) -> None:
         """End the stream now (the channel closes): pending calls end CANCELLED."""
         self._call.cancel()
+        self._reader.cancel()
+        self._end(grpc.StatusCode.CANCELLED, "channel closed")
 
 
 async def serve_calls(context: grpc.aio.ServicerContext, run_one: Callable[[Any], Awaitable[Any]],
@@ -247,7 +257,7 @@ async def serve_calls(context: grpc.aio.ServicerContext, run_one: Callable[[Any]
         except Exception:  # noqa: BLE001 - the stream is over: nobody to answer
             pass
 
-    await context.send_initial_metadata(())     # the stream is accepted: the caller may write
+    await context.send_initial_metadata((ACCEPTED,))     # the stream is accepted: the caller may write
     try:
         while True:
             call = await context.read()
@@ -266,4 +276,4 @@ async def serve_calls(context: grpc.aio.ServicerContext, run_one: Callable[[Any]
             t.cancel()
 
 
-__all__ = ["Refused", "serve_calls", "CallStream", "INFER_STREAM", "SUBMIT_STREAM", "StreamUnsupported", "rpc_error", "status_code"]
+__all__ = ["ACCEPTED", "Refused", "serve_calls", "CallStream", "INFER_STREAM", "SUBMIT_STREAM", "StreamUnsupported", "rpc_error", "status_code"]

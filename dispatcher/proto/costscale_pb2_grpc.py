@@ -82,7 +82,8 @@ class InferenceServicer:
 
     def SubmitStream(self, request_iterator, context):
         """many queries on one stream, each answered by call_id, in any order (issue #41); the dispatcher
-        sends its initial metadata when it accepts the stream (a client writes after it)
+        sends the initial metadata "x-costscale-stream: accepted" when it accepts the stream (a client
+        writes after it)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -519,7 +520,8 @@ class WorkerServicer:
 
     def InferStream(self, request_iterator, context):
         """the dispatcher's one stream per worker: calls and results matched by call_id (issue #41); the
-        worker sends its initial metadata when it accepts the stream (the dispatcher writes after it)
+        worker sends the initial metadata "x-costscale-stream: accepted" when it accepts the stream (the
+        dispatcher writes after it)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -14,7 +14,7 @@ import pytest
 from config.profiles import load_profiles_csv
 from dispatcher import auth
 from dispatcher.auth import BearerTokenInterceptor
-from dispatcher.call_stream import INFER_STREAM
+from dispatcher.call_stream import ACCEPTED, INFER_STREAM
 from dispatcher.latency_model import LatencyModel
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
@@ -38,7 +38,7 @@ class ScriptedWorker(pbg.WorkerServicer):
         self.cancels: list[int] = []
 
     async def InferStream(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.send_initial_metadata(())      # the stream's protocol: accepted at once
+        await context.send_initial_metadata((ACCEPTED,))     # the stream's protocol: accepted at once
         while len(self.calls) < self.expect:
             self.calls.append(await context.read())
         reader = asyncio.create_task(self._cancels(context))
