@@ -238,7 +238,10 @@ async def serve_calls(context: grpc.aio.ServicerContext, run_one: Callable[[Any]
     async def one(call: Any) -> None:
         cid = call.call_id
         try:
-            async with asyncio.timeout(call.timeout_ms / 1000.0 if call.timeout_ms > 0 else None):
+            if call.timeout_ms > 0:
+                async with asyncio.timeout(call.timeout_ms / 1000.0):
+                    res = await run_one(call)
+            else:      # no deadline: no timer either
                 res = await run_one(call)
         except Refused as exc:
             res = result_type(code=exc.code.value[0], message=exc.message)

@@ -153,13 +153,14 @@ async def load_main(target: str, seconds: float, concurrency: int, *, round_robi
     cpu = time.process_time() - cpu0
     if marks:
         print(MARK_END, flush=True)
-    await ch.close()
     a = np.array(lat) * 1000
     out: dict[str, Any] = {"qps": len(lat) / el, "p50_ms": float(np.percentile(a, 50)),
                            "p99_ms": float(np.percentile(a, 99)), "errors": errors}
     if marks:
         out.update(queries=len(lat), seconds=el, cpu_s=cpu)
-    print(json.dumps(out), flush=True)
+    print(json.dumps(out), flush=True)   # before the channel closes: a crash there loses no figure
+    await client.close()
+    await ch.close()
 
 
 def main() -> None:
