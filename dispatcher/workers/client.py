@@ -9,6 +9,8 @@ gone (its query is then re-dispatched elsewhere).
 """
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from dispatcher.auth import TokenRing, as_ring, bearer_metadata
@@ -78,10 +80,12 @@ class WorkerClient:
         if self.streams:
             if not isinstance(request, pb.InferCall):
                 request = pb.InferCall.FromString(request.SerializeToString())
+            t0 = time.monotonic()
             try:
                 return await self._open_stream(md).call(request, timeout)
             except StreamUnsupported:
-                self.streams = False      # the worker has no stream: unary from now on
+                self.streams = False      # the worker has no stream: unary from now on, within what is left
+                timeout = max(timeout - (time.monotonic() - t0), 0.001)
         return await self._unary_infer(request, timeout=timeout, metadata=md)
 
     def _open_stream(self, md: tuple[tuple[str, str], ...] | None) -> CallStream:
