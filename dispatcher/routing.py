@@ -97,6 +97,7 @@ class RoutingRound:
         self._contract_logged_at: float | None = None   # when the last such line was logged
         self._contract_unlogged = 0                     # broken matches since that line
         self._pending_obs: list[tuple[str, str, int, float]] = []
+        self._views: dict[str, WorkerView] = {}          # each worker's last view (_view)
         self._obs_timer: asyncio.TimerHandle | None = None
         trigger.attach(self.round)
 
@@ -140,8 +141,8 @@ class RoutingRound:
         workers = self.registry.workers
         broken, breaker = 0, self.policy
         for gkey, gqs in groups.items():
-            gw = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle and w.instance_id not in taken)
-                  for w in live if self.eligible(w, gkey)]
+            view = self._view
+            gw = [view(w, w.idle and w.instance_id not in taken) for w in live if self.eligible(w, gkey)]
             if not any(x.idle for x in gw):
                 continue
             policy = self.policy_for(gqs[0].model.name) if self.policy_for is not None else self.policy
@@ -160,6 +161,16 @@ class RoutingRound:
                 self._dispatch(q, w, now, reserved)
         if broken:
             self._contract_breaks(broken, now, breaker)
+
+    def _view(self, w: WorkerState, idle: bool) -> WorkerView:
+        """``w`` as the policy sees it: the view built at an earlier round while it still holds (views
+        are immutable; most workers do not change between two rounds, and a round sees every one)."""
+        v = self._views.get(w.instance_id)
+        if v is None or v.idle is not idle or v.busy_until != w.busy_until or v.instance_type != w.instance_type:
+            if len(self._views) > 2 * len(self.registry.workers) + 64:     # workers that left
+                self._views.clear()
+            v = self._views[w.instance_id] = WorkerView(w.instance_id, w.instance_type, w.busy_until, idle)
+        return v
 
     def _contract_breaks(self, n: int, now: float, policy: Policy) -> None:
         """``n`` matches of this round broke the policy's contract: counted, and logged with the
