@@ -15,8 +15,8 @@ rows of the outputs, and a failed call settles each of them as it would settle o
 
 A query whose worker dies (RPC UNAVAILABLE/CANCELLED) goes back to the head of the queue, at most
 ``max_retries`` times (what each call's outcome means for its queries: :mod:`dispatcher.call_outcome`).
-A call that runs ``stall_factor`` x its predicted time (at least ``stall_floor_s``) has its worker
-probed (Health, ``stall_probe_timeout_s``): a worker that stopped answering without dying (SIGSTOP)
+A call that runs 3x its predicted time (at least 0.25 s) has its worker
+probed (Health, 0.5 s; :mod:`dispatcher.stall_watch`): a worker that stopped answering without dying (SIGSTOP)
 is removed and the call's queries re-dispatched then, within their SLO, not when the health loop
 drops it (issue #40); a live worker that is only slow keeps its call.
 Measured service times feed the latency model in batches (``observe_batch``, ``observe_delay_s``)
@@ -56,8 +56,9 @@ from dispatcher.latency_model import LatencyModel
 from dispatcher.policy import Policy, WorkerView
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.queries import SC, Query, QueryBook
-from dispatcher.runtime import (CONTRACT_LOG_INTERVAL_S, HEAD_SCAN, OBSERVE_BATCH, OBSERVE_DELAY_S, STALL_FACTOR,
-                                STALL_FLOOR_S, STALL_PROBE_TIMEOUT_S, MatchTunables, RoundTrigger, Runtime)
+from dispatcher.runtime import (CONTRACT_LOG_INTERVAL_S, HEAD_SCAN, OBSERVE_BATCH, OBSERVE_DELAY_S, MatchTunables,
+                                RoundTrigger, Runtime)
+from dispatcher.stall_watch import StallWatch
 from dispatcher.workers.registry import WorkerRegistry, WorkerState
 
 log = logging.getLogger("costscale")
@@ -96,14 +97,13 @@ class RoutingRound:
         self._caught: tuple[Query, WorkerState, int] | None = None
         self.observe_batch = OBSERVE_BATCH
         self.observe_delay_s = OBSERVE_DELAY_S
-        self.stall_factor = STALL_FACTOR
-        self.stall_floor_s = STALL_FLOOR_S
-        self.stall_probe_timeout_s = STALL_PROBE_TIMEOUT_S
+        self.stall = StallWatch(rt, registry)    # a stopped worker's call (dispatcher.stall_watch)
         #: matches a policy returned that break its contract (the query stayed queued), since start
         self.contract_broken = 0
         self._contract_logged_at: float | None = None   # when the last such line was logged
         self._contract_unlogged = 0                     # broken matches since that line
         self._pending_obs: list[tuple[str, str, int, float]] = []
+        self._views: dict[str, WorkerView] = {}          # each worker's last view (_view)
         self._obs_timer: asyncio.TimerHandle | None = None
         trigger.attach(self.round)
 
@@ -147,8 +147,8 @@ class RoutingRound:
         workers = self.registry.workers
         broken, breaker = 0, self.policy
         for gkey, gqs in groups.items():
-            gw = [WorkerView(w.instance_id, w.instance_type, w.busy_until, w.idle and w.instance_id not in taken)
-                  for w in live if self.eligible(w, gkey)]
+            view = self._view
+            gw = [view(w, w.idle and w.instance_id not in taken) for w in live if self.eligible(w, gkey)]
             if not any(x.idle for x in gw):
                 continue
             policy = self.policy_for(gqs[0].model.name) if self.policy_for is not None else self.policy
@@ -167,6 +167,16 @@ class RoutingRound:
                 self._dispatch(q, w, now, reserved)
         if broken:
             self._contract_breaks(broken, now, breaker)
+
+    def _view(self, w: WorkerState, idle: bool) -> WorkerView:
+        """``w`` as the policy sees it: the view built at an earlier round while it still holds (views
+        are immutable; most workers do not change between two rounds, and a round sees every one)."""
+        v = self._views.get(w.instance_id)
+        if v is None or v.idle is not idle or v.busy_until != w.busy_until or v.instance_type != w.instance_type:
+            if len(self._views) > 2 * len(self.registry.workers) + 64:     # workers that left
+                self._views.clear()
+            v = self._views[w.instance_id] = WorkerView(w.instance_id, w.instance_type, w.busy_until, idle)
+        return v
 
     def _contract_breaks(self, n: int, now: float, policy: Policy) -> None:
         """``n`` matches of this round broke the policy's contract: counted, and logged with the
@@ -321,13 +331,12 @@ class RoutingRound:
             return
         members, inputs = call
         batch = sum(m.batch for m, _ in members)
-        req = pb.InferRequest(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=batch,
-                              inputs=inputs)
+        req = pb.InferCall(query_id=q.query_id, model=q.model.name, variant=q.variant, batch_size=batch,
+                           inputs=inputs)
         code: grpc.StatusCode | None = None
         details = ""
-        reply: pb.InferReply | None = None
-        stall_s = max(self.stall_floor_s, self.stall_factor * (w.busy_until - q.dispatched_at))
-        timer = self._watch_stall(w, call, stall_s)
+        reply: pb.InferResult | pb.InferReply | None = None
+        timer = self.stall.watch(w, call, w.busy_until - q.dispatched_at)
         try:
             reply = await w.client.infer(req, q.deadline - self.rt.clock())
         except asyncio.CancelledError:
@@ -348,28 +357,6 @@ class RoutingRound:
             settle_answered(self.book, self.registry, self.placement, self._observe, q, w, members, batch, reply, now)
         else:
             settle_failed(self.book, self.registry, self.placement, self.accuracy, w, members, code, details)
-
-    def _watch_stall(self, w: WorkerState, call: tuple[list, list], after_s: float) -> asyncio.TimerHandle | None:
-        """Probe ``w`` once ``call`` has run ``after_s`` seconds (and again every ``after_s`` while a
-        live worker still runs it)."""
-        loop = self.rt.loop
-        if loop is None:
-            return None
-        return loop.call_later(after_s, lambda: self.rt.spawn(self._probe_stalled(w, call, after_s)))
-
-    async def _probe_stalled(self, w: WorkerState, call: tuple[list, list], after_s: float) -> None:
-        """``w``'s call ``call`` runs long: no Health reply within ``stall_probe_timeout_s`` removes
-        ``w`` (its call's queries go back to the head of the queue; it registers again once it
-        answers, ``worker.rejoin``)."""
-        if w.call is not call or w.removed:
-            return
-        if await self.registry.answers(w, self.stall_probe_timeout_s):
-            if w.call is call and not w.removed:
-                self._watch_stall(w, call, after_s)   # only slow: watched again (the call's own timer is gone)
-            return
-        if w.call is call and not w.removed:
-            self.registry.remove_worker(w, f"stopped answering: a call ran {after_s:.2f} s and Health got no reply "
-                                           f"within {self.stall_probe_timeout_s:g} s")
 
     def _observe(self, model: str, instance_type: str, batch: int, service_ms: float) -> None:
         """Feed a measured service time to the latency model, in batches of ``observe_batch`` (or

@@ -209,7 +209,7 @@ class Dispatcher:
 
     def _connect(self, address: str) -> WorkerClient:
         """A channel to the worker at ``address``, with the dispatcher's TLS and cluster token."""
-        return WorkerClient(address, self.worker_security, self._token)
+        return WorkerClient(address, self.worker_security, self._token, streams=self.cfg.dispatcher.worker_streams)
 
     def register(self, req: pb.RegisterWorkerRequest) -> pb.RegisterWorkerReply:
         """A worker's RegisterWorker (:meth:`dispatcher.workers.registry.WorkerRegistry.register`)."""

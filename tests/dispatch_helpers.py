@@ -10,6 +10,7 @@ import grpc
 
 from config.schema import Config
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+from dispatcher.call_stream import Refused, serve_calls
 
 
 def run(coro_fn: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
@@ -20,20 +21,46 @@ def run(coro_fn: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
 
 
 class SleepWorker(pbg.WorkerServicer):
-    """Answers Infer after ``delay_s`` (no compute); records what it served."""
+    """Answers Infer after ``delay_s`` (no compute); records what it served. ``stream`` False: it
+    offers no InferStream (UNIMPLEMENTED, as a worker from before issue #41)."""
 
-    def __init__(self, instance_id: str, instance_type: str, delay_s: float = 0.0, fail_code: grpc.StatusCode | None = None) -> None:
+    def __init__(self, instance_id: str, instance_type: str, delay_s: float = 0.0, fail_code: grpc.StatusCode | None = None,
+                 stream: bool = True) -> None:
         self.instance_id = instance_id
         self.instance_type = instance_type
         self.delay_s = delay_s
         self.fail_code = fail_code
+        self.stream = stream
         self.hold: asyncio.Event | None = None
         self.in_flight = 0
         self.max_in_flight = 0
         self.completed: list[str] = []
         self.variant_ops: list[tuple[str, str]] = []   # ("load" | "unload", variant)
+        self.by_path = {"unary": 0, "stream": 0}       # Infer calls by how they came
 
     async def Infer(self, request: pb.InferRequest, context: grpc.aio.ServicerContext) -> pb.InferReply:
+        self.by_path["unary"] += 1
+        try:
+            return await self._infer(request, pb.InferReply)
+        except Refused as exc:
+            await context.abort(exc.code, exc.message)
+            raise
+
+    async def InferStream(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        if not self.stream:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+        own = type(self).Infer is SleepWorker.Infer       # a subclass's Infer answers its stream calls too
+
+        async def one(call: pb.InferCall) -> pb.InferResult:
+            self.by_path["stream"] += 1
+            if own:
+                return await self._infer(call, pb.InferResult)
+            reply = await self.Infer(call, _StreamCallContext())   # type: ignore[arg-type]
+            return pb.InferResult.FromString(reply.SerializeToString())
+        await serve_calls(context, one, pb.InferResult)
+
+    async def _infer(self, request: Any, reply: Any) -> Any:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -42,12 +69,12 @@ class SleepWorker(pbg.WorkerServicer):
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             if self.fail_code is not None:
-                await context.abort(self.fail_code, "injected failure")
+                raise Refused(self.fail_code, "injected failure")
             self.completed.append(request.query_id)
-            return pb.InferReply(service_ms=1000.0 * self.delay_s, compute_ms=0.0, provider="none",
-                                 variant=request.variant or request.model,
-                                 outputs=[pb.Tensor(name="y", shape=[request.batch_size], dtype="float32",
-                                                    data=b"\0" * 4 * request.batch_size)])
+            return reply(service_ms=1000.0 * self.delay_s, compute_ms=0.0, provider="none",
+                         variant=request.variant or request.model,
+                         outputs=[pb.Tensor(name="y", shape=[request.batch_size], dtype="float32",
+                                            data=b"\0" * 4 * request.batch_size)])
         finally:
             self.in_flight -= 1
 
@@ -62,6 +89,13 @@ class SleepWorker(pbg.WorkerServicer):
     async def Health(self, request: pb.HealthRequest, context: grpc.aio.ServicerContext) -> pb.HealthReply:
         return pb.HealthReply(instance_id=self.instance_id, instance_type=self.instance_type, executor="emulated",
                               emulated=True, in_flight=self.in_flight, served=len(self.completed))
+
+
+class _StreamCallContext:
+    """What a subclass's ``Infer`` sees of a stream call: its abort ends that call with the code."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise Refused(code, details)
 
 
 @dataclass

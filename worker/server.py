@@ -3,7 +3,7 @@
 INFaaS §3.2 "Workers": a worker executes the queries the controller assigns to it through the
 hardware executor of its machine, and loads/unloads variants on request (model-level scaling,
 INFaaS §4.2.1). Kairos §5.1 assumes one query in service per instance at a time: a second
-concurrent ``Infer`` waits on an ``asyncio.Lock``.
+concurrent ``Infer`` waits on an ``asyncio.Lock`` (calls on ``InferStream`` too: :mod:`dispatcher.call_stream`).
 
 Hardware emulation (DESIGN "Where it runs"): with a latency profile, each query's service time is
 padded to ``max(compute, profile latency)`` (:func:`config.emulation.padded_service_ms`), so a
@@ -47,6 +47,7 @@ from variants.runtime.builtin_models import input_signature, resolve_model
 from config.emulation import padding_ms
 from variants.runtime.executor import CPU, Executor, Hardware, choose_executor_kind, choose_providers
 from variants.runtime.onnx_executor import OnnxExecutor
+from dispatcher.call_stream import Refused, serve_calls
 from worker.options import WorkerOptions
 from worker.rejoin import Hearing, keep_registered
 from worker.loaded import LoadedVariant, query_inputs, resolve_variant
@@ -258,19 +259,29 @@ class WorkerServer(pbg.WorkerServicer):
         return query_inputs(self._variants[name].signature, request, self._rng)
 
     async def Infer(self, request: pb.InferRequest, context: grpc.aio.ServicerContext) -> pb.InferReply:
+        try:
+            return await self._infer(request, pb.InferReply)   # type: ignore[return-value]
+        except Refused as exc:
+            await context.abort(exc.code, exc.message)
+
+    async def InferStream(self, request_iterator: object, context: grpc.aio.ServicerContext) -> None:
+        await serve_calls(context, lambda call: self._infer(call, pb.InferResult), pb.InferResult)  # type: ignore[arg-type,return-value]
+
+    async def _infer(self, request: pb.InferRequest | pb.InferCall, reply: type) -> pb.InferReply | pb.InferResult:
+        """One query (``reply``: the message type to answer with); Refused: the status it ends with."""
         self.in_flight += 1
         try:
             try:
                 name = self._resolve(request.model, request.variant)
                 inputs, batch = self._inputs(name, request)
             except KeyError as exc:
-                await context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+                raise Refused(grpc.StatusCode.NOT_FOUND, str(exc.args[0])) from None
             except ValueError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
             assert self._lock is not None
             async with self._lock:  # one query at a time (Kairos §5.1)
                 if name not in self._variants:   # unloaded while this query waited for the lock
-                    await context.abort(grpc.StatusCode.NOT_FOUND, f"variant {name!r} is not loaded (unloaded)")
+                    raise Refused(grpc.StatusCode.NOT_FOUND, f"variant {name!r} is not loaded (unloaded)")
                 t0 = time.perf_counter()
                 self.executing += 1
                 self.max_executing = max(self.max_executing, self.executing)
@@ -281,7 +292,7 @@ class WorkerServer(pbg.WorkerServicer):
                         bad_input = isinstance(exc, (ValueError, KeyError)) or type(exc).__name__ in ("InvalidArgument", "Fail")
                         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                         code = grpc.StatusCode.INVALID_ARGUMENT if bad_input else grpc.StatusCode.INTERNAL
-                        await context.abort(code, f"variant {name}: {msg}")
+                        raise Refused(code, f"variant {name}: {msg}") from None
                     t1 = time.perf_counter()
                     compute_ms = (t1 - t0) * 1000.0
                     loaded = self._variants[name]
@@ -295,7 +306,7 @@ class WorkerServer(pbg.WorkerServicer):
                     self.executing -= 1
                 self.history.append((t0, t2))
                 self.served += 1
-            return pb.InferReply(
+            return reply(
                 outputs=[array_to_tensor(k, v) for k, v in outputs.items()],
                 service_ms=(t2 - t0) * 1000.0, compute_ms=compute_ms,
                 provider=self._provider_of(name), variant=name)

@@ -54,8 +54,9 @@ _BATCHES = 4096
 
 
 # ---- the dispatcher ------------------------------------------------------------------------------
-def bench_config() -> Config:
-    """rm2 (QoS 1000 ms, max batch 1000) on :data:`TYPES`, best effort, a queue that never refuses."""
+def bench_config(worker_streams: bool = True) -> Config:
+    """rm2 (QoS 1000 ms, max batch 1000) on :data:`TYPES`, best effort, a queue that never refuses;
+    ``worker_streams`` False: one unary Infer per worker call (the path before issue #41)."""
     from config.schema import Config
 
     return Config.model_validate({
@@ -63,18 +64,19 @@ def bench_config() -> Config:
         "models": [{"name": "rm2", "qos_ms": 1000, "max_batch": 1000}],
         "instance_types": [{"type": t} for t in TYPES],
         "launch": {"ami_id": "ami-0123456789abcdef0"},
-        "dispatcher": {"listen": "127.0.0.1:0", "on_deadline": "best_effort", "queue_limit": 100000},
+        "dispatcher": {"listen": "127.0.0.1:0", "on_deadline": "best_effort", "queue_limit": 100000,
+                       "worker_streams": worker_streams},
     })
 
 
-def make_dispatcher(start: str = "bench") -> Dispatcher:
+def make_dispatcher(start: str = "bench", worker_streams: bool = True) -> Dispatcher:
     """A dispatcher on :func:`bench_config` with the profile latency model, built the way ``start``
     (one of :data:`DISPATCHER_STARTS`) says."""
     from config.profiles import load_profiles_csv
     from dispatcher.latency_model import LatencyModel
     from dispatcher.server import Dispatcher
 
-    cfg = bench_config()
+    cfg = bench_config(worker_streams)
     predictor = LatencyModel.from_profiles(load_profiles_csv())
     if start == "bench":
         return Dispatcher(cfg, predictor)
@@ -86,9 +88,9 @@ def make_dispatcher(start: str = "bench") -> Dispatcher:
     return Dispatcher(cfg, predictor, registry=open_config_registry(cfg), models_dir=models_dir(cfg))
 
 
-async def dispatcher_main(workers: Sequence[Sequence[str]], start: str) -> None:
+async def dispatcher_main(workers: Sequence[Sequence[str]], start: str, worker_streams: bool = True) -> None:
     """The ``dispatcher`` role: a dispatcher owning ``workers`` ((id, type, address) each)."""
-    d = make_dispatcher(start)
+    d = make_dispatcher(start, worker_streams)
     port = await d.start("127.0.0.1:0")
     for iid, itype, address in workers:
         d.add_worker_direct(iid, itype, address)
@@ -110,15 +112,18 @@ async def workers_main(count: int) -> None:
 
 
 async def load_main(target: str, seconds: float, concurrency: int, *, round_robin: bool = False,
-                    marks: bool = False) -> None:
-    """The ``load`` role (see the module docstring)."""
+                    marks: bool = False, stream: bool = False) -> None:
+    """The ``load`` role (see the module docstring); ``stream``: every query on one SubmitStream
+    (``dispatcher.api.client.InferenceClient.stream``), not a unary Submit each."""
     import grpc
 
-    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
+    from dispatcher.api.client import InferenceClient
+    from dispatcher.proto import costscale_pb2 as pb
 
     options = [("grpc.service_config", ROUND_ROBIN_SERVICE_CONFIG)] if round_robin else []
     ch = grpc.aio.insecure_channel(target, options=options)
-    stub = pbg.InferenceStub(ch)
+    client = InferenceClient(ch)
+    send = client.stream if stream else client.submit
     rng = np.random.default_rng(1)
     batches = rng.integers(1, 1001, _BATCHES).tolist()
     lat: list[float] = []
@@ -131,7 +136,7 @@ async def load_main(target: str, seconds: float, concurrency: int, *, round_robi
             i = next(counter)
             t0 = time.perf_counter()
             try:
-                await stub.Submit(pb.SubmitRequest(model="rm2", batch_size=batches[i % _BATCHES]), timeout=10)
+                await send(pb.SubmitRequest(model="rm2", batch_size=batches[i % _BATCHES]), timeout=10)
                 lat.append(time.perf_counter() - t0)
             except grpc.aio.AioRpcError:
                 errors += 1
@@ -148,13 +153,14 @@ async def load_main(target: str, seconds: float, concurrency: int, *, round_robi
     cpu = time.process_time() - cpu0
     if marks:
         print(MARK_END, flush=True)
-    await ch.close()
     a = np.array(lat) * 1000
     out: dict[str, Any] = {"qps": len(lat) / el, "p50_ms": float(np.percentile(a, 50)),
                            "p99_ms": float(np.percentile(a, 99)), "errors": errors}
     if marks:
         out.update(queries=len(lat), seconds=el, cpu_s=cpu)
-    print(json.dumps(out), flush=True)
+    print(json.dumps(out), flush=True)   # before the channel closes: a crash there loses no figure
+    await client.close()
+    await ch.close()
 
 
 def main() -> None:
@@ -166,15 +172,19 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16, help="(load) Submits in flight")
     ap.add_argument("--round-robin", action="store_true", help="(load) gRPC round_robin over the target's addresses")
     ap.add_argument("--marks", action="store_true", help="(load) mark the measured window, report the client's CPU")
+    ap.add_argument("--stream", action="store_true", help="(load) every query on one SubmitStream, not unary Submits")
+    ap.add_argument("--unary-workers", action="store_true",
+                    help="(dispatcher) one unary Infer per worker call (dispatcher.worker_streams: false)")
     ap.add_argument("--owned", default="[]", help="(dispatcher) JSON list of [id, type, address]")
     ap.add_argument("--start", default="bench", choices=DISPATCHER_STARTS, help="(dispatcher) how it is built")
     a = ap.parse_args()
     if a.role == "workers":
         asyncio.run(workers_main(a.workers))
     elif a.role == "load":
-        asyncio.run(load_main(a.target, a.seconds, a.concurrency, round_robin=a.round_robin, marks=a.marks))
+        asyncio.run(load_main(a.target, a.seconds, a.concurrency, round_robin=a.round_robin, marks=a.marks,
+                              stream=a.stream))
     else:
-        asyncio.run(dispatcher_main(json.loads(a.owned), a.start))
+        asyncio.run(dispatcher_main(json.loads(a.owned), a.start, not a.unary_workers))
 
 
 if __name__ == "__main__":

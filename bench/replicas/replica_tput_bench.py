@@ -101,15 +101,17 @@ def owned_by(workers: Sequence[tuple[str, str, str]], replicas: Sequence[str]) -
 
 
 def one_run(owned: dict[str, Owned], workers_pid: int, seconds: float, concurrency: int,
-            start: str) -> dict[str, float]:
-    """One measured window of the client against one dispatcher process per entry of ``owned``."""
-    ds = [_spawn("--role", "dispatcher", "--start", start, "--owned", json.dumps(o)) for o in owned.values()]
+            start: str, dispatcher_args: Sequence[str] = (), client_args: Sequence[str] = ()) -> dict[str, float]:
+    """One measured window of the client against one dispatcher process per entry of ``owned``
+    (``dispatcher_args``, ``client_args``: more of ``bench/dispatch/_loopback.py``'s flags for each)."""
+    ds = [_spawn("--role", "dispatcher", "--start", start, "--owned", json.dumps(o), *dispatcher_args)
+          for o in owned.values()]
     client = None
     try:
         ports = [json.loads(_line(d))["port"] for d in ds]
         target = "ipv4:" + ",".join(f"127.0.0.1:{p}" for p in ports)
         client = _spawn("--role", "load", "--target", target, "--seconds", str(seconds), "--concurrency",
-                        str(concurrency), "--round-robin", "--marks")
+                        str(concurrency), "--round-robin", "--marks", *client_args)
         pids = [d.pid for d in ds]
         while _line(client) != _loopback.MARK_START:
             pass

@@ -33,6 +33,9 @@ class DispatcherSpec(Strict):
         "none", description="work_conserving: queries waiting for the same variant join a dispatched one in one "
                             "worker call while the batch fits every one's SLO (dispatcher.batch_join)")
     max_payload_bytes: Annotated[int, Field(ge=1)] = 4 * 1024 * 1024
+    worker_streams: bool = Field(
+        True, description="worker calls over one InferStream per worker (a worker without one: unary); "
+                          "false: one unary Infer per call, as before issue #41")
     advertise: str | None = Field(None, description="HOST:PORT workers use to reach the dispatcher (default: listen)")
     worker_port: Annotated[int, Field(ge=1, le=65535)] = 50052
     cluster_token: str | None = Field(None, description="shared secret workers present when they register")

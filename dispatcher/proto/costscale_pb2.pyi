@@ -402,6 +402,30 @@ class ReplicaStatus(_message.Message):
     owners_version: int
     def __init__(self, id: _Optional[str] = ..., lease_holder: _Optional[bool] = ..., live: _Optional[_Iterable[str]] = ..., owners: _Optional[_Mapping[str, str]] = ..., releasing: _Optional[_Mapping[str, str]] = ..., forwarding_to: _Optional[str] = ..., owners_version: _Optional[int] = ...) -> None: ...
 
+class SubmitCall(_message.Message):
+    __slots__ = ("call_id", "request", "timeout_ms", "cancel")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    request: SubmitRequest
+    timeout_ms: float
+    cancel: bool
+    def __init__(self, call_id: _Optional[int] = ..., request: _Optional[_Union[SubmitRequest, _Mapping]] = ..., timeout_ms: _Optional[float] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class SubmitResult(_message.Message):
+    __slots__ = ("call_id", "reply", "code", "message")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    reply: SubmitReply
+    code: int
+    message: str
+    def __init__(self, call_id: _Optional[int] = ..., reply: _Optional[_Union[SubmitReply, _Mapping]] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class RegisterWorkerRequest(_message.Message):
     __slots__ = ("instance_id", "instance_type", "address", "token", "providers", "executor", "costscale_version", "protocol_version")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -527,3 +551,43 @@ class VariantReply(_message.Message):
     message: str
     load_ms: float
     def __init__(self, ok: _Optional[bool] = ..., message: _Optional[str] = ..., load_ms: _Optional[float] = ...) -> None: ...
+
+class InferCall(_message.Message):
+    __slots__ = ("query_id", "model", "variant", "batch_size", "inputs", "call_id", "timeout_ms", "cancel")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    model: str
+    variant: str
+    batch_size: int
+    inputs: _containers.RepeatedCompositeFieldContainer[Tensor]
+    call_id: int
+    timeout_ms: float
+    cancel: bool
+    def __init__(self, query_id: _Optional[str] = ..., model: _Optional[str] = ..., variant: _Optional[str] = ..., batch_size: _Optional[int] = ..., inputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., call_id: _Optional[int] = ..., timeout_ms: _Optional[float] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class InferResult(_message.Message):
+    __slots__ = ("outputs", "service_ms", "compute_ms", "provider", "variant", "call_id", "code", "message")
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_MS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_MS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    outputs: _containers.RepeatedCompositeFieldContainer[Tensor]
+    service_ms: float
+    compute_ms: float
+    provider: str
+    variant: str
+    call_id: int
+    code: int
+    message: str
+    def __init__(self, outputs: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., service_ms: _Optional[float] = ..., compute_ms: _Optional[float] = ..., provider: _Optional[str] = ..., variant: _Optional[str] = ..., call_id: _Optional[int] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...

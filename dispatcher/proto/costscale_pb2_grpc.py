@@ -39,6 +39,11 @@ class InferenceStub:
                 request_serializer=costscale__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=costscale__pb2.SubmitReply.FromString,
                 _registered_method=True)
+        self.SubmitStream = channel.stream_stream(
+                '/costscale.v1.Inference/SubmitStream',
+                request_serializer=costscale__pb2.SubmitCall.SerializeToString,
+                response_deserializer=costscale__pb2.SubmitResult.FromString,
+                _registered_method=True)
         self.RegisterModel = channel.unary_unary(
                 '/costscale.v1.Inference/RegisterModel',
                 request_serializer=costscale__pb2.RegisterModelRequest.SerializeToString,
@@ -71,6 +76,15 @@ class InferenceServicer:
 
     def Submit(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitStream(self, request_iterator, context):
+        """many queries on one stream, each answered by call_id, in any order (issue #41); the dispatcher
+        sends the initial metadata "x-costscale-stream: accepted" when it accepts the stream (a client
+        writes after it)
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -112,6 +126,11 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.Submit,
                     request_deserializer=costscale__pb2.SubmitRequest.FromString,
                     response_serializer=costscale__pb2.SubmitReply.SerializeToString,
+            ),
+            'SubmitStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SubmitStream,
+                    request_deserializer=costscale__pb2.SubmitCall.FromString,
+                    response_serializer=costscale__pb2.SubmitResult.SerializeToString,
             ),
             'RegisterModel': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterModel,
@@ -166,6 +185,33 @@ class Inference:
             '/costscale.v1.Inference/Submit',
             costscale__pb2.SubmitRequest.SerializeToString,
             costscale__pb2.SubmitReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/costscale.v1.Inference/SubmitStream',
+            costscale__pb2.SubmitCall.SerializeToString,
+            costscale__pb2.SubmitResult.FromString,
             options,
             channel_credentials,
             insecure,
@@ -441,6 +487,11 @@ class WorkerStub:
                 request_serializer=costscale__pb2.InferRequest.SerializeToString,
                 response_deserializer=costscale__pb2.InferReply.FromString,
                 _registered_method=True)
+        self.InferStream = channel.stream_stream(
+                '/costscale.v1.Worker/InferStream',
+                request_serializer=costscale__pb2.InferCall.SerializeToString,
+                response_deserializer=costscale__pb2.InferResult.FromString,
+                _registered_method=True)
         self.Health = channel.unary_unary(
                 '/costscale.v1.Worker/Health',
                 request_serializer=costscale__pb2.HealthRequest.SerializeToString,
@@ -463,6 +514,15 @@ class WorkerServicer:
 
     def Infer(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InferStream(self, request_iterator, context):
+        """the dispatcher's one stream per worker: calls and results matched by call_id (issue #41); the
+        worker sends the initial metadata "x-costscale-stream: accepted" when it accepts the stream (the
+        dispatcher writes after it)
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -492,6 +552,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Infer,
                     request_deserializer=costscale__pb2.InferRequest.FromString,
                     response_serializer=costscale__pb2.InferReply.SerializeToString,
+            ),
+            'InferStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.InferStream,
+                    request_deserializer=costscale__pb2.InferCall.FromString,
+                    response_serializer=costscale__pb2.InferResult.SerializeToString,
             ),
             'Health': grpc.unary_unary_rpc_method_handler(
                     servicer.Health,
@@ -536,6 +601,33 @@ class Worker:
             '/costscale.v1.Worker/Infer',
             costscale__pb2.InferRequest.SerializeToString,
             costscale__pb2.InferReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InferStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/costscale.v1.Worker/InferStream',
+            costscale__pb2.InferCall.SerializeToString,
+            costscale__pb2.InferResult.FromString,
             options,
             channel_credentials,
             insecure,
