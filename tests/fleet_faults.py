@@ -38,13 +38,17 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import apscheduler.executors.base as apscheduler_executors
+import apscheduler.schedulers.base as apscheduler_schedulers
 import boto3
 
 from config.catalog import load_catalog
 from config.schema import parse_config_text
+from daemon.loops import ticks as daemon_ticks
 from scaler.cloud.provider import CLUSTER_TAG, INTENT_TAG
 from tests.aws_faults import ANY, Faults, refused
 
@@ -387,10 +391,27 @@ def run_seed(endpoint: str, tmp: Path, seed: int, ticks: int, fault_end: float, 
     audit.setLevel(logging.INFO)
     real = time.time
     time.time = rig.wall    # type: ignore[assignment]   # (runtime reads of the wall clock)
+    # APScheduler's clock (``datetime.now`` in its scheduler and executor, and as the daemon's
+    # ``WallSteps`` reads it) stepped with it, as a real step moves both
+    wall = rig.wall
+
+    class SteppedNow(datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
+            return datetime.now(tz) + timedelta(seconds=wall.offset)
+    modules = (apscheduler_executors, apscheduler_schedulers, daemon_ticks)
+    saved = [m.datetime for m in modules]
+    for m in modules:
+        m.datetime = SteppedNow    # type: ignore[attr-defined]
     try:
         with virtual_backoff(rig.advance, seed):
             return asyncio.run(rig.run(fault_end))
     finally:
         time.time = real    # type: ignore[assignment]
+        # a module first imported during the run may have bound ``time.time`` (a default argument):
+        # from now on that is the real clock again (test_dynamo_down's leases, run after it in one process)
+        rig.wall.offset = 0.0
+        for m, d in zip(modules, saved):
+            m.datetime = d    # type: ignore[attr-defined]
         audit.removeHandler(handler)
         audit.setLevel(level)

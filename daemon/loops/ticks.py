@@ -9,7 +9,7 @@ import asyncio
 import functools
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Awaitable, Callable, Protocol
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
@@ -42,13 +42,16 @@ class WallSteps:
     daemon killed); stepped forward, every job is due at once and a run may be dropped as missed.
 
     This holds ``wall() - monotonic()`` on the event loop's own (monotonic) timer every
-    :data:`WALL_CHECK_S`. On a jump beyond :data:`WALL_STEP_S` each job's next run time moves by the
+    :data:`WALL_CHECK_S` (the wall clock as APScheduler reads it, ``datetime.now``: a process whose
+    ``time.time`` is replaced, as the soak bench's sped-up daemon, steps nothing here). On a jump
+    beyond :data:`WALL_STEP_S` each job's next run time moves by the
     jump, so it keeps the monotonic wait it had, unless the scheduler already ran the job on the new
     clock (its next run changed since the last check and lies within one interval of now), and never
     beyond one interval from now. One line names the step."""
 
     def __init__(self, scheduler: BaseScheduler, loop: asyncio.AbstractEventLoop,
-                 wall: Callable[[], float] = lambda: time.time(), monotonic: Callable[[], float] = time.monotonic) -> None:
+                 wall: Callable[[], float] = lambda: datetime.now(timezone.utc).timestamp(),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.scheduler, self.loop, self.wall, self.monotonic = scheduler, loop, wall, monotonic
         self.offset = wall() - monotonic()
         self.steps: list[float] = []
