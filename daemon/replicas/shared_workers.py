@@ -17,6 +17,10 @@
 * **Forwarding** (deliverable 2c): while it holds no worker, the dispatcher's
   ``dispatcher.forwarding.Forwarder`` sends each Submit to the owning replicas ``forward_targets``
   names (by their heartbeat addresses), in turn; else it admits queries itself.
+* **A crashed owner** (issue #40): a forwarding hop to an owning replica failed and that replica's
+  process is proven gone (``scaler.replicas.membership.crashed_here``: this host, its pid exited, its
+  port refusing): its heartbeat item is deleted at once (:meth:`ReplicaWorkers.forget_crashed`), as
+  its clean stop would have, so the next round moves its workers without waiting out the ttl.
 * **The heartbeat's deadline**: when it passes with no newer beat, every worker is dropped at once
   (:meth:`ReplicaWorkers.expire`), before the holder, by its clock, sees the heartbeat expire and
   grants them to others (``scaler.replicas.heartbeat``).
@@ -36,7 +40,7 @@ from scaler.cloud.provider import CloudError
 from scaler.replicas.handoff import Published
 from scaler.replicas.heartbeat import ReplicaHeartbeat
 from scaler.replicas.cluster_scan import ClusterItems, read_cluster
-from scaler.replicas.membership import REPLICA_TTL_S, Beat
+from scaler.replicas.membership import REPLICA_TTL_S, Beat, crashed_here
 from scaler.replicas.owners_round import OwnersRound, OwnersTable, owners_round
 from scaler.replicas.owning_replicas import owning_replicas
 from scaler.replicas.apply_owners import (OwnedWorkers, WorkerItem, apply_owners, base_workers, forward_targets,
@@ -119,6 +123,7 @@ class ReplicaWorkers:
         self.last_round: OwnersRound | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.expiry: dict[str, float] = {}      # live replicas' heartbeat expiry (epoch s) by address
+        self.beats: dict[str, Beat] = {}         # live replicas' heartbeats by address (forget_crashed)
         self.published: Published | None = None  # the owners read last (status)
         self.live: dict[str, str] = {}           # the live replicas read last: id -> address (status)
         self._failed_seen = 0                   # the forwarder's failed hops already answered by a beat
@@ -149,6 +154,7 @@ class ReplicaWorkers:
     def seen(self, items: ClusterItems) -> tuple[Published | None, list[WorkerItem], dict[str, str]]:
         """What :meth:`apply` takes from the cluster's items read at one Scan; the live replicas'
         heartbeat expiry kept for :meth:`rescue_in_s`."""
+        self.beats = {b.address: b for b in items.beats if not b.expired(items.at) and b.replica != self.me}
         self.expiry = {b.address: b.expires_at for b in items.beats if not b.expired(items.at)}
         return (items.owners[0] if items.owners is not None else None), list(items.workers), items.live_addresses()
 
@@ -162,6 +168,18 @@ class ReplicaWorkers:
         self._failed_seen = fwd.failed
         ats = [self.expiry[t] for t in fwd.targets if t in self.expiry]
         return None if not ats else max(0.0, min(ats) - self.clock()) + 0.05
+
+    def forget_crashed(self, address: str, host: str, alive: Callable[[int], bool],
+                       listening: Callable[[str], bool]) -> Beat | None:
+        """The heartbeat of the replica at ``address`` (as read last), deleted when its process is
+        proven gone (``crashed_here``; blocking I/O, conditional on its process): the next owners
+        round, the holder's or a standby's :meth:`rescue_round`, moves its workers at once."""
+        beat = self.beats.get(address)
+        if beat is None or not crashed_here(beat, host, alive, listening) or not self.heartbeat.table.forget(beat):
+            return None
+        self.beats.pop(address, None)
+        self.expiry.pop(address, None)
+        return beat
 
     def apply(self, published: Published | None, items: list[WorkerItem],
               live: Mapping[str, str] | None = None) -> OwnedWorkers:
