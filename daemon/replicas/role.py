@@ -56,7 +56,7 @@ from scaler.replicas.lease_decision import LeaseHeld, holder_text, renew_interva
 from scaler.fleet.step import steady_horizon
 from scaler.replicas.demand import ModelWindow, MergedDemand, ReplicaDemand, merge_demand, window_of
 from scaler.replicas.heartbeat import ReplicaHeartbeat
-from scaler.replicas.membership import REPLICA_TTL_S, Replica, live_replicas, owner_pid
+from scaler.replicas.membership import REPLICA_TTL_S, Beat, Replica, live_replicas, owner_pid
 from scaler.replicas.cluster_scan import ClusterItems, read_cluster
 from scaler.replicas.replica_table import DynamoReplicaTable
 from scaler.replicas.worker_table import DynamoWorkerTable
@@ -247,8 +247,7 @@ class ReplicaRole:
 
         async def check() -> None:
             try:
-                gone = await asyncio.to_thread(workers.forget_crashed, address, self.me.host, _pid_running,
-                                               _listening)
+                gone = await asyncio.to_thread(self._forget_crashed, workers, address)
                 if gone is not None:
                     log.warning("replica %s: replica %s (pid %s) is gone: its heartbeat deleted, its workers move now",
                                 self.me.replica, gone.replica, owner_pid(gone))
@@ -260,6 +259,16 @@ class ReplicaRole:
         task = asyncio.get_running_loop().create_task(check())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _forget_crashed(self, workers: ReplicaWorkers, address: str) -> Beat | None:
+        """``ReplicaWorkers.forget_crashed`` (blocking I/O); when the crashed replica held the
+        cluster lease (its process is the lease item's), ``ReplicaWorkers.holder_crashed``."""
+        gone = workers.forget_crashed(address, self.me.host, _pid_running, _listening)
+        if gone is not None:
+            held = self.lease.table.get(self.me.cluster)
+            if held is not None and held.owner == gone.owner:
+                workers.holder_crashed(round(self.clock(), 3))
+        return gone
 
     async def _beat(self) -> None:
         try:

@@ -69,3 +69,33 @@ def test_a_crashed_sole_owners_workers_move_before_its_heartbeat_expires(moto_en
     assert rnd.published.owner == {"i-c0": "b", "i-c1": "b"} and rnd.published.version == first.published.version + 1
     b.round()
     assert sorted(b.held.workers) == ["i-c0", "i-c1"] and clock() - T0 == 0.5
+    # the replacement a launched registers; a held the lease, so b deals it until a new holder publishes
+    clock.t += 1.0
+    a.rw.record("i-c2", C, "10.0.2.2:50052")
+    b.round()
+    assert b.rw.rescue_round(clock()) is None                 # b owns the rest: not orphaned, holder not known gone
+    b.rw.holder_crashed(clock())
+    rnd = b.rw.rescue_round(clock())
+    assert rnd is not None and rnd.wrote and rnd.published.owner == {"i-c0": "b", "i-c1": "b", "i-c2": "b"}
+    b.round()
+    assert sorted(b.held.workers) == ["i-c0", "i-c1", "i-c2"]
+    a.rw.record("i-c3", C, "10.0.2.3:50052")
+    assert b.rw.holder_round(generation=5, now=clock()).wrote  # a new holder published: the rescue ends
+    b.round()
+    assert b.rw.rescue_round(clock()) is None and b.rw.holder_gone is None
+
+
+def test_the_standby_deals_for_a_crashed_holder_two_ttls_at_most(moto_endpoint: str) -> None:
+    clock = Clock()
+    b = Node("b", moto_endpoint, clock)
+    b.rw.base_type = lambda: None
+    b.hb.beat(applied=0)
+    b.rw.record("i-c0", C, "10.0.2.0:50052")
+    b.rw.holder_round(generation=4, now=clock())
+    b.round()
+    b.rw.holder_crashed(clock())
+    assert b.rw.holder_gone == (4, T0 + 12.0)
+    clock.t += 12.5
+    b.hb.beat(applied=b.rw.applied)
+    b.rw.record("i-c1", C, "10.0.2.1:50052")
+    assert b.rw.rescue_round(clock()) is None                 # 12 s on: the new holder deals it
