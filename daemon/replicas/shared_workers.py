@@ -259,9 +259,10 @@ class ReplicaWorkers:
     def rescue_round(self, now: float, items: ClusterItems | None = None) -> OwnersRound | None:
         """A standby's round (blocking I/O), run only while workers are owned but no owner is
         live (``scaler.replicas.apply_owners.owners_orphaned``: the owning replicas died, the lease
-        holder among them), or the lease holder crashed (:meth:`holder_crashed`): the owners round as the holder runs it, with no replica put first
-        (the live owners stay, then id order) and under the generation of the published owners,
-        so a new lease holder's next write still wins. The workers of the dead owners move
+        holder among them), or the lease holder crashed (:meth:`holder_crashed`): the owners round
+        as the holder runs it, with no replica put first (the live owners stay, then id order)
+        and under the generation of the published owners, so a new lease holder's next write
+        still wins. The workers of the dead owners move
         ``REPLICA_TTL_S`` after their last beat, not a lease ttl later; the handoff argument is
         the holder's (a dead owner stopped using its workers before its heartbeat expired, by
         this replica's clock too), and the write is conditional on the version read, so two
