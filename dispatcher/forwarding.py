@@ -74,6 +74,8 @@ class Forwarder:
         self.forwarded = 0          # answered by the target (a reply or its typed status)
         self.failed = 0             # hops that failed (the target gone): the query held and tried again
         self.held = 0               # queries held at least once (a failed hop, or no live owner)
+        #: told the target of each failed hop (``daemon.replicas.role``: is that replica's process gone?)
+        self.on_hop_failed: Callable[[str], None] | None = None
         #: counts a query this replica forwards or holds in its demand windows (``Dispatcher.record_arrival``)
         self.on_arrival: Callable[[pb.SubmitRequest], bool] | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -141,6 +143,8 @@ class Forwarder:
         except grpc.aio.AioRpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN):
                 self.failed += 1
+                if self.on_hop_failed is not None:
+                    self.on_hop_failed(target)
                 raise _HopFailed(f"forwarded to replica {target}: {exc.details()}") from None
             self.forwarded += 1
             await context.abort(exc.code(), exc.details() or exc.code().name)

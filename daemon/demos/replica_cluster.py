@@ -187,8 +187,16 @@ def stop_processes(*procs: subprocess.Popen[bytes] | None, grace_s: float = 60.0
 def nginx_config(d: Path, port: int, upstream: list[int]) -> str:
     """nginx in the foreground on 127.0.0.1:``port``: HTTP/2 cleartext, ``grpc_pass`` to an upstream
     of the replicas (its default ``grpc_next_upstream error timeout`` tries the next replica when
-    one refuses the connection); ``upstream.log``: one line per request, the replicas tried."""
-    servers = "".join(f"    server 127.0.0.1:{p};\n" for p in upstream)
+    one refuses the connection); ``upstream.log``: one line per request, the replicas tried.
+
+    ``max_fails=0``: nginx never marks a replica unavailable. With its default (``max_fails=1
+    fail_timeout=10s``) one refused connect takes a replica out for 10 s; a standby refused once
+    (a worker registering before it listened, or a respawned replica's port) and the holder killed
+    within those 10 s left nginx with no live upstream, answering every query 502 ("no live
+    upstreams", UNAVAILABLE to the client) until the mark expired: the 467 failed attempts at the
+    first kill point of ``bench/replicas/replica_failover_bench.py`` (issue #40). A refused connect
+    on loopback costs microseconds, so trying a dead replica on every query costs nothing."""
+    servers = "".join(f"    server 127.0.0.1:{p} max_fails=0;\n" for p in upstream)
     temp = " ".join(f"{k}_temp_path {d / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     return f"""daemon off;
 worker_processes 1;

@@ -42,6 +42,7 @@ import socket
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
+from config.pids import pid_alive
 from config.schema import Config
 from config.sections.security import is_loopback
 from daemon.aws.wiring import DaemonError
@@ -55,7 +56,7 @@ from scaler.replicas.lease_decision import LeaseHeld, holder_text, renew_interva
 from scaler.fleet.step import steady_horizon
 from scaler.replicas.demand import ModelWindow, MergedDemand, ReplicaDemand, merge_demand, window_of
 from scaler.replicas.heartbeat import ReplicaHeartbeat
-from scaler.replicas.membership import REPLICA_TTL_S, Replica, live_replicas
+from scaler.replicas.membership import REPLICA_TTL_S, Beat, Replica, live_replicas, owner_pid
 from scaler.replicas.cluster_scan import ClusterItems, read_cluster
 from scaler.replicas.replica_table import DynamoReplicaTable
 from scaler.replicas.worker_table import DynamoWorkerTable
@@ -63,6 +64,23 @@ from scaler.replicas.worker_table import DynamoWorkerTable
 log = logging.getLogger("costscale")
 
 Windows = Callable[[], Mapping[str, ModelWindow]]
+
+
+def _pid_running(pid: int) -> bool:
+    return pid_alive(pid, zombie_alive=False)     # an exited child not reaped yet holds no socket
+
+
+def _listening(address: str) -> bool:
+    """Something accepts connections at ``address`` (host:port); only a refused connect says no
+    (a timeout or another error proves nothing)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return True
+    except ConnectionRefusedError:
+        return False
+    except (OSError, ValueError):
+        return True
 
 
 def replica_address(listen: str, port: int) -> str:
@@ -152,6 +170,7 @@ class ReplicaRole:
         self.workers: ReplicaWorkers | None = None   # the workers shared by owners (share_workers)
         self._beating = asyncio.Lock()                # a scheduled beat and a rescue beat never overlap
         self._rescue: asyncio.TimerHandle | None = None
+        self._suspects: set[str] = set()              # replica addresses being checked (suspect)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def share_workers(self, cfg: Config, client: Any, dispatcher: Any) -> None:
@@ -166,6 +185,7 @@ class ReplicaRole:
         dispatcher.forwarder = self.workers.forwarder
         if dispatcher.forwarder is not None:    # the queries it forwards count in its own demand window
             dispatcher.forwarder.on_arrival = dispatcher.record_arrival
+            dispatcher.forwarder.on_hop_failed = self.suspect
 
     def leading(self) -> bool:
         """This replica holds the cluster lease (it runs the fleet loop)."""
@@ -213,6 +233,42 @@ class ReplicaRole:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             self._rescue = asyncio.get_running_loop().call_later(due, fire)
+
+    def suspect(self, address: str) -> None:
+        """A forwarded query's hop to the replica at ``address`` failed (``Forwarder.on_hop_failed``,
+        on the loop): when its process is proven gone (``ReplicaWorkers.forget_crashed``) its
+        heartbeat is deleted and this replica beats at once, so its workers move now instead of
+        when its heartbeat expires (up to the replica ttl, 6 s: issue #40). One check per address
+        at a time."""
+        if self.workers is None or address in self._suspects:
+            return
+        self._suspects.add(address)
+        workers = self.workers
+
+        async def check() -> None:
+            try:
+                gone = await asyncio.to_thread(self._forget_crashed, workers, address)
+                if gone is not None:
+                    log.warning("replica %s: replica %s (pid %s) is gone: its heartbeat deleted, its workers move now",
+                                self.me.replica, gone.replica, owner_pid(gone))
+                    await self.beat()
+            except CloudError as exc:
+                log.warning("replica %s: replica at %s not checked (%s)", self.me.replica, address, exc)
+            finally:
+                self._suspects.discard(address)
+        task = asyncio.get_running_loop().create_task(check())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _forget_crashed(self, workers: ReplicaWorkers, address: str) -> Beat | None:
+        """``ReplicaWorkers.forget_crashed`` (blocking I/O); when the crashed replica held the
+        cluster lease (its process is the lease item's), ``ReplicaWorkers.holder_crashed``."""
+        gone = workers.forget_crashed(address, self.me.host, _pid_running, _listening)
+        if gone is not None:
+            held = self.lease.table.get(self.me.cluster)
+            if held is not None and held.owner == gone.owner:
+                workers.holder_crashed(round(self.clock(), 3))
+        return gone
 
     async def _beat(self) -> None:
         try:

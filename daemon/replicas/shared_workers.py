@@ -17,6 +17,13 @@
 * **Forwarding** (deliverable 2c): while it holds no worker, the dispatcher's
   ``dispatcher.forwarding.Forwarder`` sends each Submit to the owning replicas ``forward_targets``
   names (by their heartbeat addresses), in turn; else it admits queries itself.
+* **A crashed owner** (issue #40): a forwarding hop to an owning replica failed and that replica's
+  process is proven gone (``scaler.replicas.membership.crashed_here``: this host, its pid exited, its
+  port refusing): its heartbeat item is deleted at once (:meth:`ReplicaWorkers.forget_crashed`), as
+  its clean stop would have, so the next round moves its workers without waiting out the ttl.
+  When it held the cluster lease, the standby also deals the workers that register meanwhile (a
+  replacement the dead holder launched), for two replica ttls or until a new holder publishes
+  (:meth:`ReplicaWorkers.holder_crashed`, :meth:`ReplicaWorkers.rescue_round`).
 * **The heartbeat's deadline**: when it passes with no newer beat, every worker is dropped at once
   (:meth:`ReplicaWorkers.expire`), before the holder, by its clock, sees the heartbeat expire and
   grants them to others (``scaler.replicas.heartbeat``).
@@ -36,7 +43,7 @@ from scaler.cloud.provider import CloudError
 from scaler.replicas.handoff import Published
 from scaler.replicas.heartbeat import ReplicaHeartbeat
 from scaler.replicas.cluster_scan import ClusterItems, read_cluster
-from scaler.replicas.membership import REPLICA_TTL_S, Beat
+from scaler.replicas.membership import REPLICA_TTL_S, Beat, crashed_here
 from scaler.replicas.owners_round import OwnersRound, OwnersTable, owners_round
 from scaler.replicas.owning_replicas import owning_replicas
 from scaler.replicas.apply_owners import (OwnedWorkers, WorkerItem, apply_owners, base_workers, forward_targets,
@@ -119,6 +126,9 @@ class ReplicaWorkers:
         self.last_round: OwnersRound | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.expiry: dict[str, float] = {}      # live replicas' heartbeat expiry (epoch s) by address
+        self.beats: dict[str, Beat] = {}         # live replicas' heartbeats by address (forget_crashed)
+        self.generation: int | None = None        # the lease generation of the owners read last
+        self.holder_gone: tuple[int, float] | None = None   # (that generation, until): its holder crashed
         self.published: Published | None = None  # the owners read last (status)
         self.live: dict[str, str] = {}           # the live replicas read last: id -> address (status)
         self._failed_seen = 0                   # the forwarder's failed hops already answered by a beat
@@ -149,7 +159,9 @@ class ReplicaWorkers:
     def seen(self, items: ClusterItems) -> tuple[Published | None, list[WorkerItem], dict[str, str]]:
         """What :meth:`apply` takes from the cluster's items read at one Scan; the live replicas'
         heartbeat expiry kept for :meth:`rescue_in_s`."""
+        self.beats = {b.address: b for b in items.beats if not b.expired(items.at) and b.replica != self.me}
         self.expiry = {b.address: b.expires_at for b in items.beats if not b.expired(items.at)}
+        self.generation = items.owners[1] if items.owners is not None else None
         return (items.owners[0] if items.owners is not None else None), list(items.workers), items.live_addresses()
 
     def rescue_in_s(self) -> float | None:
@@ -162,6 +174,25 @@ class ReplicaWorkers:
         self._failed_seen = fwd.failed
         ats = [self.expiry[t] for t in fwd.targets if t in self.expiry]
         return None if not ats else max(0.0, min(ats) - self.clock()) + 0.05
+
+    def forget_crashed(self, address: str, host: str, alive: Callable[[int], bool],
+                       listening: Callable[[str], bool]) -> Beat | None:
+        """The heartbeat of the replica at ``address`` (as read last), deleted when its process is
+        proven gone (``crashed_here``; blocking I/O, conditional on its process): the next owners
+        round, the holder's or a standby's :meth:`rescue_round`, moves its workers at once."""
+        beat = self.beats.get(address)
+        if beat is None or not crashed_here(beat, host, alive, listening) or not self.heartbeat.table.forget(beat):
+            return None
+        self.beats.pop(address, None)
+        self.expiry.pop(address, None)
+        return beat
+
+    def holder_crashed(self, now: float) -> None:
+        """The crashed replica :meth:`forget_crashed` named held the cluster lease: until a new
+        holder publishes (another generation), for at most two replica ttls, this replica's
+        :meth:`rescue_round` deals the workers that register meanwhile."""
+        if self.generation is not None:
+            self.holder_gone = (self.generation, now + 2 * REPLICA_TTL_S)
 
     def apply(self, published: Published | None, items: list[WorkerItem],
               live: Mapping[str, str] | None = None) -> OwnedWorkers:
@@ -228,9 +259,10 @@ class ReplicaWorkers:
     def rescue_round(self, now: float, items: ClusterItems | None = None) -> OwnersRound | None:
         """A standby's round (blocking I/O), run only while workers are owned but no owner is
         live (``scaler.replicas.apply_owners.owners_orphaned``: the owning replicas died, the lease
-        holder among them): the owners round as the holder runs it, with no replica put first
-        (the live owners stay, then id order) and under the generation of the published owners,
-        so a new lease holder's next write still wins. The workers of the dead owners move
+        holder among them), or the lease holder crashed (:meth:`holder_crashed`): the owners round
+        as the holder runs it, with no replica put first (the live owners stay, then id order)
+        and under the generation of the published owners, so a new lease holder's next write
+        still wins. The workers of the dead owners move
         ``REPLICA_TTL_S`` after their last beat, not a lease ttl later; the handoff argument is
         the holder's (a dead owner stopped using its workers before its heartbeat expired, by
         this replica's clock too), and the write is conditional on the version read, so two
@@ -240,9 +272,11 @@ class ReplicaWorkers:
             return None
         published, generation = held
         beats = self.owners.beats() if items is None else items.beats
-        if not owners_orphaned(published, {b.replica for b in beats if not b.expired(now)}):
-            return None
-        log.warning("replica %s: no owning replica is live: moving their workers without the lease holder", self.me)
+        if owners_orphaned(published, {b.replica for b in beats if not b.expired(now)}):
+            log.warning("replica %s: no owning replica is live: moving their workers without the lease holder", self.me)
+        elif self.holder_gone is None or self.holder_gone[0] != generation or now > self.holder_gone[1]:
+            self.holder_gone = None
+            return None     # else: the lease holder crashed; new workers are dealt until a new one publishes
         return self.holder_round(generation, now, holder=None, items=items)
 
 

@@ -14,12 +14,14 @@ in the shape of ``scaler.replicas.lease_decision.decide``:
   two processes with one id would both take that replica's workers);
 * every write is conditional on the item as read (``BeatDecision.expect``), so of two processes
   racing for one replica id one wins;
-* :func:`live_replicas`: the replica ids whose items have not expired at ``now``.
+* :func:`live_replicas`: the replica ids whose items have not expired at ``now``;
+* :func:`crashed_here`: proof that a replica's process is gone, so its item may be deleted before
+  it expires (issue #40: the dead owner's workers move at once, not a ttl later).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Literal
+from typing import Callable, Iterable, Literal
 
 from config.errors import UsageError
 from scaler.replicas.lease_decision import utc
@@ -99,6 +101,26 @@ def applied_versions(beats: Iterable[Beat], now: float) -> dict[str, int]:
     return {b.replica: b.applied for b in beats if not b.expired(now)}
 
 
+def owner_pid(beat: Beat) -> int | None:
+    """The pid of the process beating ``beat`` (its ``owner`` is ``host:pid:nonce``,
+    ``daemon.aws.wiring.claimant``), None when it names none."""
+    parts = beat.owner.rsplit(":", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def crashed_here(beat: Beat, host: str, alive: Callable[[int], bool], listening: Callable[[str], bool]) -> bool:
+    """Proof that the process beating ``beat`` is gone, so that it sends no query to any worker
+    and its heartbeat item may be deleted before it expires (what its clean stop does): it ran on
+    this ``host``, its pid no longer runs (``alive``: a zombie counts as gone, it holds no socket)
+    and its address refuses connections (``listening``: a process of another pid namespace under the
+    same host name still listens there). A replica on another host is never proven gone: its
+    heartbeat expires (a refused connect alone is no proof: a loopback address names this host's
+    own ports, and a stopping replica closes its port once its queries ended but beats on)."""
+    pid = owner_pid(beat)
+    return (beat.host == host and pid is not None and bool(beat.address) and not alive(pid)
+            and not listening(beat.address))
+
+
 def taken_line(item: Beat, table: str) -> str:
     """Why a replica may not start: the process that beats under its id."""
     return (f"replica {item.replica} of cluster {item.cluster} is already running (host {item.host}, since "
@@ -106,5 +128,5 @@ def taken_line(item: Beat, table: str) -> str:
             "dispatcher another replica id, or wait until that heartbeat expires")
 
 
-__all__ = ["REPLICA_TTL_S", "Beat", "BeatDecision", "Replica", "ReplicaIdTaken", "applied_versions", "decide_beat",
-           "live_replicas", "taken_line"]
+__all__ = ["REPLICA_TTL_S", "Beat", "BeatDecision", "Replica", "ReplicaIdTaken", "applied_versions", "crashed_here",
+           "decide_beat", "live_replicas", "owner_pid", "taken_line"]

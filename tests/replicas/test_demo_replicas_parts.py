@@ -106,7 +106,8 @@ def test_nginx_config_names_every_replica_once() -> None:
 
     text = nginx_config(Path("/tmp/x"), 9000, [9001, 9002, 9003])
     assert [line.strip() for line in text.splitlines() if line.strip().startswith("server 127")] == [
-        "server 127.0.0.1:9001;", "server 127.0.0.1:9002;", "server 127.0.0.1:9003;"]
+        "server 127.0.0.1:9001 max_fails=0;", "server 127.0.0.1:9002 max_fails=0;",
+        "server 127.0.0.1:9003 max_fails=0;"]   # never marked down: a refused connect once left no live upstream
     assert "listen 127.0.0.1:9000 http2;" in text and "grpc_pass grpc://costscale;" in text
 
 

@@ -45,6 +45,7 @@ def test_each_query_starts_one_target_further_and_a_dead_one_is_skipped() -> Non
         ts = await _server(target, live_port)
         f = Forwarder()
         f.targets = (f"127.0.0.1:{dead_port}", f"127.0.0.1:{live_port}")
+        f.on_hop_failed = told.append    # the role checks whether that replica's process is gone
         fs = await _server(_InferenceServicer(Api(f)), fport)   # type: ignore[arg-type]
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{fport}") as ch:
@@ -54,9 +55,11 @@ def test_each_query_starts_one_target_further_and_a_dead_one_is_skipped() -> Non
             await ts.stop(0)
             await f.close()
         return out, target, f
+    told: list[str] = []
     out, target, f = asyncio.run(one_dead())
     assert out.instance_id == "from-target" and len(target.seen) == 1
     assert f.failed == 1 and f.held == 0 and f.forwarded == 1        # the other owner at once, not held
+    assert told == [f.targets[0]]                                     # the dead one named, once
 
 
 def test_no_live_owner_only_while_every_owner_is_dead_and_nothing_is_held_or_given() -> None:

@@ -1,0 +1,101 @@
+"""A crashed owning replica's workers move at once, not a heartbeat ttl later (issue #40): the proof
+that its process is gone (``scaler.replicas.membership.crashed_here``, pure) and a standby deleting
+its heartbeat, then moving its workers, half a second after its last beat (the ttl is 6 s), on moto's
+DynamoDB with a virtual clock (``daemon.replicas.shared_workers.ReplicaWorkers.forget_crashed``)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scaler.replicas.membership import Beat, crashed_here, owner_pid
+from tests.replicas.test_replica_workers import C, T0, Clock, Node
+
+
+def _gone(pid: int) -> bool:
+    return False
+
+
+def _running(pid: int) -> bool:
+    return True
+
+
+def _refusing(address: str) -> bool:
+    return False
+
+
+def _listens(address: str) -> bool:
+    return True
+
+
+def test_a_replica_is_proven_gone_only_on_this_host_with_its_pid_exited_and_its_port_refusing() -> None:
+    b = Beat("c", "a", "h:4242:ab12", "h", "127.0.0.1:9", T0, T0 + 6)
+    assert owner_pid(b) == 4242 and owner_pid(replace(b, owner="own-a")) is None
+    assert crashed_here(b, "h", _gone, _refusing)
+    assert not crashed_here(b, "other", _gone, _refusing)      # another host: its heartbeat expires
+    assert not crashed_here(b, "h", _running, _refusing)       # stopping: port closed, still beating
+    assert not crashed_here(b, "h", _gone, _listens)           # another pid namespace listens there
+    assert not crashed_here(replace(b, owner="own-a"), "h", _gone, _refusing)   # no pid to check
+    assert not crashed_here(replace(b, address=""), "h", _gone, _refusing)
+
+
+def test_a_crashed_sole_owners_workers_move_before_its_heartbeat_expires(moto_endpoint: str) -> None:
+    """a owns both workers and crashes 0.5 s after its last beat: while its process runs (or its
+    port answers) nothing moves; once proven gone, b deletes its heartbeat and b's rescue round
+    gives b every worker at T0 + 0.5 s, 5.5 s before a's heartbeat would have expired."""
+    clock = Clock()
+    a, b = Node("a", moto_endpoint, clock), Node("b", moto_endpoint, clock)
+    a.hb.me = replace(a.hb.me, owner="h:4242:n0")             # host:pid:nonce, as daemon.aws.wiring names it
+    for n in (a, b):
+        n.rw.base_type = lambda: None                         # no base workers: a single owner
+        n.hb.beat(applied=0)
+    for i in range(2):
+        a.rw.record(f"i-c{i}", C, f"10.0.2.{i}:50052")
+    first = a.rw.holder_round(generation=4, now=clock())
+    assert set(first.published.owner.values()) == {"a"}
+    for n in (a, b):
+        n.round()
+    assert sorted(a.held.workers) == ["i-c0", "i-c1"] and not b.held.workers
+    clock.t += 0.5                                             # a dies; b's hop to a:1 fails
+    b.round()
+    assert b.rw.forget_crashed("a:1", "h", _running, _refusing) is None   # its pid runs: no proof
+    assert b.rw.forget_crashed("a:1", "h", _gone, _listens) is None       # its port answers: no proof
+    assert b.rw.forget_crashed("a:1", "elsewhere", _gone, _refusing) is None
+    assert b.table.beat_item("a") is not None and b.rw.rescue_round(clock()) is None
+    gone = b.rw.forget_crashed("a:1", "h", _gone, _refusing)
+    assert gone is not None and gone.replica == "a" and b.table.beat_item("a") is None
+    assert b.rw.forget_crashed("a:1", "h", _gone, _refusing) is None      # once
+    b.hb.beat(applied=b.rw.applied)
+    rnd = b.rw.rescue_round(clock())
+    assert rnd is not None and rnd.wrote and rnd.live == ("b",)
+    assert rnd.published.owner == {"i-c0": "b", "i-c1": "b"} and rnd.published.version == first.published.version + 1
+    b.round()
+    assert sorted(b.held.workers) == ["i-c0", "i-c1"] and clock() - T0 == 0.5
+    # the replacement a launched registers; a held the lease, so b deals it until a new holder publishes
+    clock.t += 1.0
+    a.rw.record("i-c2", C, "10.0.2.2:50052")
+    b.round()
+    assert b.rw.rescue_round(clock()) is None                 # b owns the rest: not orphaned, holder not known gone
+    b.rw.holder_crashed(clock())
+    rnd = b.rw.rescue_round(clock())
+    assert rnd is not None and rnd.wrote and rnd.published.owner == {"i-c0": "b", "i-c1": "b", "i-c2": "b"}
+    b.round()
+    assert sorted(b.held.workers) == ["i-c0", "i-c1", "i-c2"]
+    a.rw.record("i-c3", C, "10.0.2.3:50052")
+    assert b.rw.holder_round(generation=5, now=clock()).wrote  # a new holder published: the rescue ends
+    b.round()
+    assert b.rw.rescue_round(clock()) is None and b.rw.holder_gone is None
+
+
+def test_the_standby_deals_for_a_crashed_holder_two_ttls_at_most(moto_endpoint: str) -> None:
+    clock = Clock()
+    b = Node("b", moto_endpoint, clock)
+    b.rw.base_type = lambda: None
+    b.hb.beat(applied=0)
+    b.rw.record("i-c0", C, "10.0.2.0:50052")
+    b.rw.holder_round(generation=4, now=clock())
+    b.round()
+    b.rw.holder_crashed(clock())
+    assert b.rw.holder_gone == (4, T0 + 12.0)
+    clock.t += 12.5
+    b.hb.beat(applied=b.rw.applied)
+    b.rw.record("i-c1", C, "10.0.2.1:50052")
+    assert b.rw.rescue_round(clock()) is None                 # 12 s on: the new holder deals it
