@@ -212,7 +212,9 @@ class LatencyModel:
 
     # -- prediction ------------------------------------------------------------------------------
     def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
-        tab = self.table(model, instance_type)
+        tab = self._tables.get((model, instance_type))     # table()'s cache, read inline (a hot path)
+        if tab is None:
+            tab = self.table(model, instance_type)
         b = math.ceil(batch_size)
         if 0 <= b < len(tab):
             return float(tab[b])

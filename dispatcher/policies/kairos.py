@@ -43,6 +43,9 @@ PENALTY_FACTOR = 10.0
 #: 20 × 20 in some 50 µs); larger ones by the exact class matching (dispatcher/policies/class_match.py),
 #: which gives the same optimum. Where the two cross: BENCHMARKS.md "match-scale".
 DENSE_MAX_PAIRS = 20_000
+#: dense rounds with at most this many pairs build their cost matrix on Python floats
+#: (:meth:`KairosPolicy._small_cost`): a replay's rounds are mostly a few queries on a few workers
+SMALL_PAIRS = 200
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,12 @@ class KairosPolicy:
         return PairCosts(S, C, mx.remaining_ms(workers, now), tix, per_q[:, 1], per_q[:, 2:3] * C, np.zeros(m))
 
     def match(self, queue: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]:
-        if not queue or not workers or not any(w.idle for w in workers):
+        if not queue:
+            return []
+        for w in workers:           # any idle worker (none: nothing to dispatch)
+            if w.idle:
+                break
+        else:
             return []
         if len(queue) == 1:
             return self._match_one(queue[0], workers, now)
@@ -125,11 +133,36 @@ class KairosPolicy:
         """The round solved on the dense m × n matrix with ``linear_sum_assignment`` (Kairos §5.1 as
         the paper states it; the fast path for small rounds and the reference of the class matching):
         ``q`` as given, no bounding of the view."""
-        cost, allowed = self._restrict(self._terms(q, workers, now))
+        if len(q) * len(workers) <= SMALL_PAIRS and type(self)._restrict is KairosPolicy._restrict:
+            cost, allowed = np.array(self._small_cost(q, workers, now), dtype=float), None
+        else:
+            cost, allowed = self._restrict(self._terms(q, workers, now))
         rows, cols = linear_sum_assignment(cost)
         return [Assignment(q[i].query_id, workers[j].worker_id)
                 for i, j in zip(rows.tolist(), cols.tolist())
                 if workers[j].idle and (allowed is None or allowed[i, j])]
+
+    def _small_cost(self, q: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[list[float]]:
+        """:meth:`cost_matrix`'s cost as rows of Python floats, for a round of at most
+        :data:`SMALL_PAIRS` pairs: element for element the same arithmetic (the predictions read
+        one at a time, as :meth:`_best_one` does), without the dozen small numpy calls that cost
+        more than the round itself at that size."""
+        predict, xi, pf = self.predictor.predict_ms, self.xi, self.penalty_factor
+        big = q[0]                                      # the largest waiting query (the first on ties)
+        for x in q:
+            if x.batch_size > big.batch_size:
+                big = x
+        base_ms = predict(big.model, self.base_type, big.batch_size)
+        types, tix = mx.type_index(workers)
+        C = [base_ms / max(predict(big.model, t, big.batch_size), 1e-12) for t in types]
+        cols = [(k, C[k], mx.busy_ms(w, now)) for k, w in zip(tix.tolist(), workers)]
+        out = []
+        for x in q:
+            slack = xi * x.qos_ms - 1000.0 * (now - x.arrival)
+            penalty = pf * x.qos_ms
+            s = [predict(x.model, t, x.batch_size) for t in types]
+            out.append([penalty * c if (L := s[k] + b) > slack else L * c for k, c, b in cols])
+        return out
 
     def _dense_is_faster(self, m: int, n: int) -> bool:
         """Whether an m × n round goes to the dense solve: at most :data:`DENSE_MAX_PAIRS` pairs."""
@@ -170,14 +203,19 @@ class KairosPolicy:
         slack = self.xi * q.qos_ms - 1000.0 * (now - q.arrival)
         penalty = self.penalty_factor * q.qos_ms
         by_type: dict[str, float] = {}
+        coef: dict[str, float] = {}     # C per type, base_ms / max(s, 1e-12), once per type
         best, best_j, on_time, on_time_j = float("inf"), -1, float("inf"), -1
         for j, w in enumerate(workers):
-            s = by_type.get(w.instance_type)
+            t = w.instance_type
+            s = by_type.get(t)
             if s is None:
-                s = by_type[w.instance_type] = predict(q.model, w.instance_type, q.batch_size)
-            L = s + mx.busy_ms(w, now)
+                s = by_type[t] = predict(q.model, t, q.batch_size)
+                c = coef[t] = base_ms / max(s, 1e-12)
+            else:
+                c = coef[t]
+            L = s if w.idle else s + max(1000.0 * (w.busy_until - now), mx.BUSY_MIN_MS)   # + mx.busy_ms
             late = L > slack
-            cost = (base_ms / max(s, 1e-12)) * (penalty if late else L)
+            cost = c * (penalty if late else L)
             if cost < best or best_j < 0:
                 best, best_j = cost, j
             if not late and (cost < on_time or on_time_j < 0):

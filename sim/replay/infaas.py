@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from config.profiles import ProfileTable
 from dispatcher import modelless as ml
@@ -42,6 +42,20 @@ from variants.infaas.state_machine import StateKey, VariantState
 
 #: ``dispatcher.workers.registry.Workers.utilization_horizon_s``: getVariant's "least-utilized" looks this far back
 UTILIZATION_HORIZON_S = 2.0
+
+
+def _routing_load(intervals: Iterable[tuple[float, float]], now: float, lo: float, busy_until: float | None,
+                  waiting_ms: float) -> float:
+    """:func:`dispatcher.modelless.routing_load` over :data:`UTILIZATION_HORIZON_S` (``lo``: ``now``
+    less it), one worker: the same float operations in the same order, without a call per interval
+    (it runs for every worker at every arrival: the INFaaS replay's hottest loop)."""
+    busy = 0.0
+    for s, e in intervals:          # busy += max(0.0, min(e, now) - max(s, lo)), as busy_fraction
+        x = (e if e < now else now) - (s if s > lo else lo)
+        busy += x if x > 0.0 else 0.0
+    frac = min(1.0, busy / (UTILIZATION_HORIZON_S * 1))
+    ahead = max(busy_until - now, 0.0) if busy_until is not None else 0.0
+    return frac + (ahead + waiting_ms / 1000.0) / UTILIZATION_HORIZON_S
 
 
 class ReplayInfaas:
@@ -65,6 +79,7 @@ class ReplayInfaas:
         self.metas = [ml.VariantMeta(v, v, ANY_HARDWARE, acc, lane.times.max_batch, load_s * 1000.0)
                       for v, acc in app.variants]
         self._grid: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {}
+        self._hosting: dict[str, frozenset[str]] = {}     # variant -> frozenset((variant,)), made once
         lane.get_variant = self.pin
         lane.busy = {}
 
@@ -95,15 +110,21 @@ class ReplayInfaas:
         hosts = collections.Counter(w.variant for w in lane.workers.values()
                                     if not (w.draining or w.leaving) and w.variant in waiting)
         out = {}
+        shares: dict[tuple[str, str], float] = {}
         for wid, w in lane.workers.items():
             dq = busy.get(wid)
             if dq:
                 while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
                     dq.popleft()
             ivs = () if not dq else (dq if dq[-1][1] <= now else itertools.islice(dq, len(dq) - 1))
-            share = (ml.waiting_share_ms((w.variant,), waiting, hosts, lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
-                     if waiting and w.variant else 0.0)
-            out[wid] = ml.routing_load(ivs, now, UTILIZATION_HORIZON_S, w.busy_until if w.query >= 0 else None, share)
+            share = 0.0
+            if waiting and w.variant:   # ml.waiting_share_ms for its one variant, once per (variant, type)
+                key = (w.variant, w.itype)
+                share = shares.get(key)  # type: ignore[assignment]
+                if share is None:
+                    share = shares[key] = ml.waiting_share_ms((w.variant,), waiting, hosts,
+                                                              lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
+            out[wid] = _routing_load(ivs, now, lo, w.busy_until if w.query >= 0 else None, share)
         return out
 
     def pin(self, batch: int, slo_ms: float = 0.0) -> str:
@@ -113,8 +134,10 @@ class ReplayInfaas:
         lane = self.lane
         now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
         util = self._utilization(now)
+        one, none = self._hosting, frozenset()
         workers = [ml.RouteWorker(wid, self.hardware.get(w.itype, "cpu"), w.itype, util[wid],
-                                  frozenset((w.variant,)) if w.variant and wid not in self.loading else frozenset())
+                                  (one.get(w.variant) or one.setdefault(w.variant, frozenset((w.variant,))))
+                                  if w.variant and wid not in self.loading else none)
                    for wid, w in lane.workers.items() if not (w.draining or w.leaving)]
         try:
             r = ml.route(Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch)), self.metas,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from config.profiles import load_profiles_csv
 from config.schema import load_config
@@ -27,6 +28,19 @@ def _off():  # type: ignore[no-untyped-def]
     cfg = load_config(EXAMPLE)
     acc = cfg.model_scaling.accuracy_scaling.model_copy(update={"enabled": False})
     return cfg.model_copy(update={"model_scaling": cfg.model_scaling.model_copy(update={"accuracy_scaling": acc})})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-3.0, 3.0), st.floats(0.0, 0.7)), max_size=12), st.floats(0.0, 2.0),
+       st.one_of(st.none(), st.floats(0.0, 4.0)), st.floats(0.0, 900.0))
+def test_the_replays_load_is_routing_load_bit_for_bit(ivs: list[tuple[float, float]], now: float,
+                                                      busy_until: float | None, waiting: float) -> None:
+    """The replay's own loop (issue #39, replay speed) adds the same floats in the same order."""
+    from sim.replay.infaas import UTILIZATION_HORIZON_S, _routing_load
+    calls = [(s, s + d) for s, d in sorted(ivs)]
+    lo = now - UTILIZATION_HORIZON_S
+    assert _routing_load(calls, now, lo, busy_until, waiting) == ml.routing_load(
+        calls, now, UTILIZATION_HORIZON_S, busy_until, waiting)
 
 
 def test_the_load_getvariant_ranks_by_counts_the_call_under_way() -> None:
