@@ -5,7 +5,8 @@ public web-server trace, after 7 days of history from the days before it; costsc
 one run, with boot delays of 90 s (GPU) / 60 s (CPU) and of 300 s (a worker installing itself).
 
     PYTHONPATH=. .venv/bin/python bench/forecast/real_traffic_bench.py [--day 24] [--peak 40] [--seed 1]
-        [--boots 90/60,300/300] [--quantile 0.9] [--headroom H] [--headroom-on H] [--start-hour 0 --hours 24]
+        [--boots 90/60,300/300] [--quantile 0.9] [--headroom H] [--headroom-on H] [--forecaster ets]
+        [--smooth 1] [--start-hour 0 --hours 24]
 
 The trace: ``traces/nasa-http-jul95.csv.gz``, every HTTP request to the NASA Kennedy Space Center WWW server,
 1995-07-01 to 1995-07-28 EDT, per minute (27 days; provenance and terms in ``traces/make_nasa_jul95.py``). Day
@@ -121,7 +122,8 @@ def scored_workload(cfg: Config, rate: np.ndarray, seed: int) -> Workload:
     return Workload(arr, batches)
 
 
-def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, headroom: float | None = None) -> Config:
+def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, headroom: float | None = None,
+           forecaster: str | None = None) -> Config:
     raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
     raw["cluster"] = f"realtraffic-{mode}"
     raw["state_path"] = f"/tmp/costscale-realtraffic-{mode}.db"
@@ -129,6 +131,8 @@ def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, h
         raw["headroom"] = headroom
     raw["forecast"] = {"mode": mode, "quantile": quantile,
                        "boot_delay_s": {"gpu": boot_gpu, "inferentia": boot_gpu, "cpu": boot_cpu}}
+    if forecaster is not None:
+        raw["forecast"]["forecasters"] = [forecaster]
     return Config.model_validate(raw)
 
 
@@ -137,7 +141,8 @@ def figures(run) -> dict:  # type: ignore[no-untyped-def, type-arg]
     fc = (r.get("forecast") or {}).get("rm2", {})
     return {"usd": float(r["cost_usd"]), "att": float(r["slo_attainment"]), "plans": int(r["plans"]),
             "launches": int(r["decisions"]["launch"]), "wall_s": float(run.wall_s),
-            "held_back": fc.get("held_back", "-"), "covered": fc.get("covered", "-")}
+            "held_back": fc.get("held_back", "-"), "covered": fc.get("covered", "-"),
+            "forecaster": fc.get("forecaster", "-")}
 
 
 def boot_sets(text: str) -> list[tuple[float, float]]:
@@ -152,11 +157,12 @@ def boot_sets(text: str) -> list[tuple[float, float]]:
 
 
 def print_table(rows: dict, hind: float) -> None:  # type: ignore[type-arg]
-    print("| run | $ | ÷ hindsight | attainment | plans | launches | forecast held back | minutes ≤ forecast | wall s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| run | $ | ÷ hindsight | attainment | plans | launches | forecaster | forecast held back | minutes ≤ forecast "
+          "| wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, f in rows.items():
         print(f"| {name} | {f['usd']:.4f} | {f['usd'] / hind:.3f} | {100 * f['att']:.2f} % | {f['plans']} | "
-              f"{f['launches']} | {f['held_back']} | {f['covered']} | {f['wall_s']:.1f} |", flush=True)
+              f"{f['launches']} | {f['forecaster']} | {f['held_back']} | {f['covered']} | {f['wall_s']:.1f} |", flush=True)
 
 
 def goal_lines(hind: dict, reac: dict, ahead: dict) -> list[str]:  # type: ignore[type-arg]
@@ -188,6 +194,8 @@ def main() -> int:
                     "the example's 0.1)")
     ap.add_argument("--headroom-on", type=float, default=None, help="the config's headroom for the runs planning "
                     "ahead only (default: --headroom)")
+    ap.add_argument("--forecaster", choices=("seasonal_naive", "ets"), default=None, help="forecast.forecasters: this "
+                    "one only (default: the config's, whose first, seasonal_naive, plans: the replay runs no chooser)")
     args = ap.parse_args()
     t0_epoch, raw = load_trace(args.trace)
     qps = smoothed(raw, args.smooth)
@@ -212,7 +220,7 @@ def main() -> int:
     wl = scored_workload(hind_cfg, rate, args.seed)
     print(f"rm2, day {args.day} {args.start_hour:g} h + {args.hours:g} h, scale x{scale:.4g} (busiest minute "
           f"{rate.max():.1f} q/s, mean {rate.mean():.1f} q/s, {wl.arrivals.size:,} queries), smooth {args.smooth} min, "
-          f"quantile {args.quantile:g}, headroom {args.headroom if args.headroom is not None else 'example'} / on "
+          f"{args.forecaster or 'seasonal_naive'}, quantile {args.quantile:g}, headroom {args.headroom if args.headroom is not None else 'example'} / on "
           f"{args.headroom_on if args.headroom_on is not None else 'same'}", flush=True)
     profiles = load_profiles_csv(None)
     t0 = time.perf_counter()
@@ -221,7 +229,8 @@ def main() -> int:
     for gpu, cpu in args.boots:
         boot = {"gpu": gpu, "inferentia": gpu, "cpu": cpu}
         off = config("off", gpu, cpu, headroom=args.headroom)
-        on = config("on", gpu, cpu, args.quantile, args.headroom_on if args.headroom_on is not None else args.headroom)
+        on = config("on", gpu, cpu, args.quantile, args.headroom_on if args.headroom_on is not None else args.headroom,
+                    args.forecaster)
         rows = {"hindsight": hind, "reactive (off)": figures(replay(off, profiles, wl, dur, ReplaySpec(boot_s=boot)))}
         rows["ahead (on)"] = figures(replay(on, profiles, wl, dur, ReplaySpec(boot_s=boot,
                                                                               history=replay_history(str(hist), on))))
