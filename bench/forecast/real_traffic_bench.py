@@ -197,7 +197,10 @@ def main() -> int:
     ap.add_argument("--forecaster", choices=("seasonal_naive", "ets"), default=None, help="forecast.forecasters: this "
                     "one only (default: the config's, whose first, seasonal_naive, plans: the replay runs no chooser)")
     args = ap.parse_args()
-    t0_epoch, raw = load_trace(args.trace)
+    try:
+        t0_epoch, raw = load_trace(args.trace)
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        ap.error(f"--trace {args.trace}: {exc}")
     qps = smoothed(raw, args.smooth)
     n_days = qps.size // DAY_MIN
     first, span = int(round(args.start_hour * 60)), int(round(args.hours * 60))
