@@ -133,3 +133,14 @@ def botocore_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", record)
     return delays
+
+
+#: test files that run long while using little CPU (a daemon under light load for minutes): collected
+#: first, so pytest-xdist's ``--dist loadfile`` starts them beside the rest, not after it
+IDLE_LONG = ("tests/soak/",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    first = [i for i in items if i.nodeid.startswith(IDLE_LONG)]
+    if first:
+        items[:] = first + [i for i in items if not i.nodeid.startswith(IDLE_LONG)]
