@@ -278,27 +278,26 @@ class ReplayFleet:
         """As the daemon's; a max_throughput pick is confirmed in line (``sim.pick_eval.confirmed_plan``,
         the function the daemon's confirmer runs in the background): the replay holds the confirmed
         pool from the first plan, the daemon a second or two after it."""
-        def once() -> tuple[dict[str, int], JointPlan | None]:
-            current = self.shares() if self.fleet_state.plan is not None else None
-            cfg, unavailable = self.hooks.deciding(self.cfg)
-            return fleet_step.fleet_target(cfg, self.profiles, demand, slo_check=self.slo_check,
-                                           unavailable=unavailable, current=current,
-                                           confirmed=self.confirmed, keep=keep)
-        pool, plan = once()
+        pool, plan = self._target(demand, keep)
         todo = [p.confirm for p in (plan.plans if plan is not None else []) if p.confirm is not None]
         if not todo:
             return pool, plan
         for c in todo:
             self.confirmed.put(c.key, confirmed_plan(c))
-        return once()
+        return self._target(demand, keep)
+
+    def _target(self, demand: Mapping[str, DemandView],
+                keep: Mapping[str, ModelShare] | None) -> tuple[dict[str, int], JointPlan | None]:
+        """:func:`scaler.fleet.step.fleet_target` at the market's prices over the pools held now."""
+        current = self.shares() if self.fleet_state.plan is not None else None
+        cfg, unavailable = self.hooks.deciding(self.cfg)
+        return fleet_step.fleet_target(cfg, self.profiles, demand, slo_check=self.slo_check, unavailable=unavailable,
+                                       current=current, confirmed=self.confirmed, keep=keep)
 
     async def _shadow_decided(self, demand: Mapping[str, DemandView]) -> dict[str, int]:
         """``forecast.mode: shadow``'s price (``scaler.fleet.tick``): the pool the planner picks for
         ``demand``, as the daemon's ``decide`` (no pick confirmed for it, nothing kept)."""
-        current = self.shares() if self.fleet_state.plan is not None else None
-        cfg, unavailable = self.hooks.deciding(self.cfg)
-        return fleet_step.fleet_target(cfg, self.profiles, demand, slo_check=self.slo_check, unavailable=unavailable,
-                                       current=current, confirmed=self.confirmed)[0]
+        return self._target(demand, None)[0]
 
     async def _decided(self, demand: Mapping[str, DemandView],
                        keep: Mapping[str, ModelShare] | None) -> tuple[dict[str, int], JointPlan | None]:
