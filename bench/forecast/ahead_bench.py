@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from config.profiles import load_profiles_csv  # noqa: E402
+from bench.forecast._config import forecast_config  # noqa: E402
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from scaler.planner.batch_mix import sample_batches  # noqa: E402
@@ -38,7 +38,6 @@ from sim.replay.report import report  # noqa: E402
 from sim.replay.run import ReplaySpec, replay  # noqa: E402
 from sim.workload import Workload, poisson_arrivals  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 DAY_S = 86400.0
 #: the scored window: 06:00 to 12:00
 START_S, HOURS = 6 * 3600.0, 6.0
@@ -57,18 +56,8 @@ def day_rate(peak: float, width: float = WIDTH_H):  # type: ignore[no-untyped-de
 
 def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, headroom: float | None = None,
            scale_in_s: float | None = None, park_s: float | None = None) -> Config:
-    raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
-    if scale_in_s is not None:
-        raw.setdefault("intervals", {})["scale_in_s"] = scale_in_s
-    if park_s is not None:
-        raw.setdefault("model_scaling", {})["vm_park_s"] = park_s
-    raw["cluster"] = f"ahead-{mode}"
-    raw["state_path"] = f"/tmp/costscale-ahead-{mode}.db"
-    if headroom is not None:
-        raw["headroom"] = headroom
-    raw["forecast"] = {"mode": mode, "quantile": quantile,
-                       "boot_delay_s": {"gpu": boot_gpu, "inferentia": boot_gpu, "cpu": boot_cpu}}
-    return Config.model_validate(raw)
+    return forecast_config("replay-rm2.yaml", "ahead", mode, boot_gpu=boot_gpu, boot_cpu=boot_cpu, quantile=quantile,
+                           headroom=headroom, scale_in_s=scale_in_s, park_s=park_s)
 
 
 def scored_workload(cfg: Config, peak: float, seed: int, width: float = WIDTH_H) -> Workload:

@@ -20,26 +20,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from config.profiles import load_profiles_csv  # noqa: E402
+from bench.forecast._config import forecast_config  # noqa: E402
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from sim.patterns import parse_pattern, pattern_workload  # noqa: E402
 from sim.replay.report import report  # noqa: E402
 from sim.replay.run import ReplaySpec, replay  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 BURST = "macroburst:low=6,high=24,low_s=600,high_s=300"
 DUR = 1800.0
 DAY_S = 86400.0
 
 
 def config(mode: str) -> Config:
-    raw = yaml.safe_load((ROOT / "examples" / "replay-accuracy.yaml").read_text())
-    raw["state_path"] = f"/tmp/costscale-burst-{mode}.db"
-    raw["forecast"] = {"mode": mode}
-    return Config.model_validate(raw)
+    return forecast_config("replay-accuracy.yaml", "burst", mode, keep_cluster=True)
 
 
 def write_history(path: Path, seed: int = 1) -> None:

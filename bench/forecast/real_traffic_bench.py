@@ -34,9 +34,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from config.profiles import load_profiles_csv  # noqa: E402
+from bench.forecast._config import forecast_config  # noqa: E402
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from scaler.planner.batch_mix import sample_batches  # noqa: E402
@@ -45,7 +45,6 @@ from sim.replay.report import report  # noqa: E402
 from sim.replay.run import ReplaySpec, replay  # noqa: E402
 from sim.workload import Workload, poisson_arrivals  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 TRACE = Path(__file__).resolve().parent / "traces" / "nasa-http-jul95.csv.gz"
 DAY_MIN = 1440
 HISTORY_DAYS = 7
@@ -124,16 +123,9 @@ def scored_workload(cfg: Config, rate: np.ndarray, seed: int) -> Workload:
 
 def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, headroom: float | None = None,
            forecaster: str | None = None) -> Config:
-    raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
-    raw["cluster"] = f"realtraffic-{mode}"
-    raw["state_path"] = f"/tmp/costscale-realtraffic-{mode}.db"
-    if headroom is not None:
-        raw["headroom"] = headroom
-    raw["forecast"] = {"mode": mode, "quantile": quantile,
-                       "boot_delay_s": {"gpu": boot_gpu, "inferentia": boot_gpu, "cpu": boot_cpu}}
-    if forecaster is not None:
-        raw["forecast"]["forecasters"] = [forecaster]
-    return Config.model_validate(raw)
+    return forecast_config("replay-rm2.yaml", "realtraffic", mode, boot_gpu=boot_gpu, boot_cpu=boot_cpu,
+                           quantile=quantile, headroom=headroom,
+                           forecasters=[forecaster] if forecaster is not None else None)
 
 
 def figures(run) -> dict:  # type: ignore[no-untyped-def, type-arg]

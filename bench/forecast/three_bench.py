@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from ahead_bench import DAY_S, HISTORY_DAYS, START_S  # noqa: E402
 from config.profiles import load_profiles_csv  # noqa: E402
+from bench.forecast._config import forecast_config  # noqa: E402
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from scaler.planner.batch_mix import sample_batches  # noqa: E402
@@ -38,7 +38,6 @@ from sim.replay.report import report  # noqa: E402
 from sim.replay.run import ReplaySpec, replay  # noqa: E402
 from sim.workload import Workload, poisson_arrivals  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 #: model -> (peak q/s, first peak h, second peak h)
 DAYS = {"rm2": (40.0, 8.0, 11.0), "wnd": (120.0, 7.0, 10.0), "dien": (25.0, 9.0, 12.0)}
 WIDTH_H = 0.75
@@ -52,14 +51,8 @@ def model_rate(model: str):  # type: ignore[no-untyped-def]
 
 
 def config(mode: str, boot_gpu: float, boot_cpu: float, only: str | None = None, quantile: float = 0.9) -> Config:
-    raw = yaml.safe_load((ROOT / "examples" / "replay-three.yaml").read_text())
-    raw["cluster"] = f"three-ahead-{mode}"
-    raw["state_path"] = f"/tmp/costscale-three-ahead-{mode}.db"
-    if only is not None:
-        raw["models"] = [m for m in raw["models"] if m["name"] == only]
-    raw["forecast"] = {"mode": mode, "quantile": quantile,
-                       "boot_delay_s": {"gpu": boot_gpu, "inferentia": boot_gpu, "cpu": boot_cpu}}
-    return Config.model_validate(raw)
+    return forecast_config("replay-three.yaml", "three-ahead", mode, boot_gpu=boot_gpu, boot_cpu=boot_cpu,
+                           quantile=quantile, models=[only] if only is not None else None)
 
 
 def scored(cfg: Config, model: str, seed: int, hours: float) -> Workload:
