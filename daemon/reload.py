@@ -19,6 +19,7 @@ from config.sections.security import restart_only_changes
 from daemon.observe import sdnotify
 from daemon.aws.cluster_token import with_cluster_token
 from daemon.loops.ticks import reschedule
+from daemon.processes.this_process import for_this_process
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.base import BaseScheduler
@@ -36,7 +37,7 @@ def reloaded_config(running: Config, path: str | Path, listen: str | None, aws: 
     TLS and token files are not read again. UsageError (one line) when it is refused:
     invalid, failing a check (at the region's cached prices too), or naming another cluster or
     state_path."""
-    new = load_config(path)
+    new = for_this_process(load_config(path))   # dispatcher.processes: this process's part, as at start
     if new.cluster != running.cluster or new.state_path != running.state_path:
         raise ConfigError("cluster and state_path cannot change while running")
     # the generated token's file named as at start (so it is no "change"), not written: restart-only

@@ -125,6 +125,7 @@ class Dispatcher:
         #: how worker channels are dialled (dispatcher.worker_tls), read at start
         self.worker_security: WorkerChannelSecurity = PLAINTEXT
         self._server: grpc.aio.Server | None = None
+        self.private_port: int | None = None   # dispatcher.processes > 1: this process's own port
         self._health: health.aio.HealthServicer | None = None
         # the parts, each given what it uses (the policy's tunables: one source, passed to the policy built here)
         self.rt = Runtime(clock)
@@ -262,9 +263,10 @@ class Dispatcher:
             token = self._read_token()
             self._token = TokenRing(token) if token else None
         limit = self.cfg.dispatcher.max_payload_bytes + 1024 * 1024
+        shared = spec.processes != 1     # dispatcher.processes: the port shared by this host's processes
         server = grpc.aio.server(interceptors=interceptors, options=[("grpc.max_receive_message_length", limit),
                                           ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                                          ("grpc.so_reuseport", 0)])
+                                          ("grpc.so_reuseport", int(shared))])
         pbg.add_InferenceServicer_to_server(_InferenceServicer(self), server)
         pbg.add_ControlServicer_to_server(_ControlServicer(
             self.register, lambda req: self.worker_registry.spot_notice(req, self._token)), server)
@@ -279,6 +281,10 @@ class Dispatcher:
                 else server.add_insecure_port(address))
         if port == 0:
             raise OSError(f"cannot listen on {address}")
+        if shared:   # this process's own port, where the others forward to it (daemon.processes.split)
+            own = f"{address.rpartition(':')[0]}:0"
+            self.private_port = (server.add_secure_port(own, credentials) if credentials is not None
+                                 else server.add_insecure_port(own))
         await server.start()
         self._server = server
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)

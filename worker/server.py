@@ -11,9 +11,8 @@ local process can stand for the instance type it was launched as; a model the pr
 know at all is padded to its compute time times the type's emulation factor (the rule
 ``costscale profile --local`` derives its estimates with).
 
-Also serves grpc health checking (``grpc.health.v1``) and, given a dispatcher address, registers
-with ``Control.RegisterWorker`` (retrying until the dispatcher answers; a refusal is final), and
-again whenever no dispatcher has called it for ``rejoin_after_s`` (:mod:`worker.rejoin`).
+Also serves grpc health checking (``grpc.health.v1``) and, given a dispatcher address, registers with ``Control.RegisterWorker``
+(retried until the dispatcher answers; a refusal is final), again when none called it for ``rejoin_after_s`` (:mod:`worker.rejoin`).
 
 This module decides the service's lifecycle and answers its RPCs; how it registers is
 :mod:`worker.registration`, which loaded variant a query runs on :mod:`worker.loaded`, and what its
@@ -106,6 +105,7 @@ class WorkerServer(pbg.WorkerServicer):
         self.port: int | None = None
         self.served = 0
         self.in_flight = 0
+        self.peak_in_flight = 0   # more than 1: two calls held at once (two dispatchers, or one breaking Kairos's rule)
         self.executing = 0
         self.max_executing = 0
         #: (start, end) perf_counter seconds of recent queries, in service order
@@ -270,6 +270,7 @@ class WorkerServer(pbg.WorkerServicer):
     async def _infer(self, request: pb.InferRequest | pb.InferCall, reply: type) -> pb.InferReply | pb.InferResult:
         """One query (``reply``: the message type to answer with); Refused: the status it ends with."""
         self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
             try:
                 name = self._resolve(request.model, request.variant)
@@ -317,7 +318,7 @@ class WorkerServer(pbg.WorkerServicer):
         return pb.HealthReply(
             instance_id=self.opts.instance_id, instance_type=self.opts.instance_type,
             providers=self.executor.providers, executor=self.executor.kind, emulated=self.emulated,
-            in_flight=self.in_flight, loaded_variants=sorted(self._variants), served=self.served)
+            in_flight=self.in_flight, peak_in_flight=self.peak_in_flight, loaded_variants=sorted(self._variants), served=self.served)
 
     async def LoadVariant(self, request: pb.VariantRequest, context: grpc.aio.ServicerContext) -> pb.VariantReply:
         name = request.variant or request.model

@@ -36,6 +36,10 @@ class DispatcherSpec(Strict):
     worker_streams: bool = Field(
         True, description="worker calls over one InferStream per worker (a worker without one: unary); "
                           "false: one unary Infer per call, as before issue #41")
+    processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
+        1, description="dispatcher processes on this host, all on listen's port (SO_REUSEPORT), replicas of one "
+                       "host sharing the workers (config.processes); auto: one per core; more than 1 needs the lease "
+                       "table (DynamoDB), as lease.replicas does")
     advertise: str | None = Field(None, description="HOST:PORT workers use to reach the dispatcher (default: listen)")
     worker_port: Annotated[int, Field(ge=1, le=65535)] = 50052
     cluster_token: str | None = Field(None, description="shared secret workers present when they register")

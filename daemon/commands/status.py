@@ -120,6 +120,17 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     }
 
 
+def hosts_of(live: list[str]) -> dict[str, list[str]]:
+    """The hosts that run several processes (``dispatcher.processes``: replica ids ``pI@HOST:PORT``,
+    ``daemon.processes.split``), each with its live processes in order."""
+    out: dict[str, list[str]] = {}
+    for rid in live:
+        proc, at, host = rid.partition("@")
+        if at and proc[:1] == "p" and proc[1:].isdigit():
+            out.setdefault(host, []).append(proc)
+    return {h: sorted(ps, key=lambda p: int(p[1:])) for h, ps in sorted(out.items())}
+
+
 def replica_lines(s: dict[str, Any]) -> list[str]:
     """Which replica this is and which replica owns which worker (dispatcher replicas only)."""
     r = s.get("replica")
@@ -128,6 +139,8 @@ def replica_lines(s: dict[str, Any]) -> list[str]:
     role = "lease holder (runs the fleet loop)" if r["lease_holder"] else "standby"
     how = f"forwards its queries to {r['forwarding_to']}" if r["forwarding_to"] else "serves its queries itself"
     out = [f"replica  {r['id']}: {role}; {how}; live: {', '.join(r['live']) or '-'}; owners version {r['owners_version']}"]
+    for host, procs in hosts_of(r["live"]).items():   # dispatcher.processes: one host, several processes
+        out.append(f"host     {host}: {len(procs)} dispatcher process{'es' * (len(procs) > 1)} ({', '.join(procs)})")
     by: dict[str, list[str]] = {}
     for iid, owner in r["owners"].items():
         by.setdefault(owner, []).append(iid)

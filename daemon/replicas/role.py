@@ -113,7 +113,8 @@ async def start_replica(cfg: Config, lease: ClusterLease | None, client: Any, li
     no lease: a cloud handed in). With a dispatcher, its workers follow the published owners."""
     if not cfg.lease.replicas or lease is None:
         return None
-    role = ReplicaRole(cfg, lease, client, replica_address(listen, port), windows, on_lead)
+    own = getattr(dispatcher, "private_port", None)   # dispatcher.processes > 1: the shared port reaches any of them
+    role = ReplicaRole(cfg, lease, client, replica_address(listen, own or port), windows, on_lead)
     if dispatcher is not None:
         role.share_workers(cfg, client, dispatcher)
     await role.start()

@@ -509,7 +509,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthReply(_message.Message):
-    __slots__ = ("instance_id", "instance_type", "providers", "executor", "emulated", "in_flight", "loaded_variants", "served")
+    __slots__ = ("instance_id", "instance_type", "providers", "executor", "emulated", "in_flight", "loaded_variants", "served", "peak_in_flight")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PROVIDERS_FIELD_NUMBER: _ClassVar[int]
@@ -518,6 +518,7 @@ class HealthReply(_message.Message):
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     LOADED_VARIANTS_FIELD_NUMBER: _ClassVar[int]
     SERVED_FIELD_NUMBER: _ClassVar[int]
+    PEAK_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     instance_type: str
     providers: _containers.RepeatedScalarFieldContainer[str]
@@ -526,7 +527,8 @@ class HealthReply(_message.Message):
     in_flight: int
     loaded_variants: _containers.RepeatedScalarFieldContainer[str]
     served: int
-    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., providers: _Optional[_Iterable[str]] = ..., executor: _Optional[str] = ..., emulated: _Optional[bool] = ..., in_flight: _Optional[int] = ..., loaded_variants: _Optional[_Iterable[str]] = ..., served: _Optional[int] = ...) -> None: ...
+    peak_in_flight: int
+    def __init__(self, instance_id: _Optional[str] = ..., instance_type: _Optional[str] = ..., providers: _Optional[_Iterable[str]] = ..., executor: _Optional[str] = ..., emulated: _Optional[bool] = ..., in_flight: _Optional[int] = ..., loaded_variants: _Optional[_Iterable[str]] = ..., served: _Optional[int] = ..., peak_in_flight: _Optional[int] = ...) -> None: ...
 
 class VariantRequest(_message.Message):
     __slots__ = ("model", "variant", "onnx", "onnx_path", "speed_factor")

@@ -203,6 +203,8 @@ def test_one_query_at_a_time(padded: tuple[WorkerServer, pbg.WorkerStub]) -> Non
     for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
         assert e0 <= s1, "two queries were in service at once"
     assert ws.served == 4 and ws.in_flight == 0
+    # four calls sent together were held at once (queued on the lock): what double-booking would show
+    assert stub.Health(pb.HealthRequest()).peak_in_flight == ws.peak_in_flight > 1
 
 
 def test_health_checking_service(worker: tuple[WorkerServer, pbg.WorkerStub]) -> None:
