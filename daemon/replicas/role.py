@@ -248,11 +248,13 @@ class ReplicaRole:
 
         async def check() -> None:
             try:
-                gone = await asyncio.to_thread(self._forget_crashed, workers, address)
+                gone, held_lease = await asyncio.to_thread(self._forget_crashed, workers, address)
                 if gone is not None:
                     log.warning("replica %s: replica %s (pid %s) is gone: its heartbeat deleted, its workers move now",
                                 self.me.replica, gone.replica, owner_pid(gone))
                     await self.beat()
+                    if held_lease:   # its lease is free at once (a dead process of this host): take it now
+                        await self.try_lead()
             except CloudError as exc:
                 log.warning("replica %s: replica at %s not checked (%s)", self.me.replica, address, exc)
             finally:
@@ -261,15 +263,17 @@ class ReplicaRole:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _forget_crashed(self, workers: ReplicaWorkers, address: str) -> Beat | None:
-        """``ReplicaWorkers.forget_crashed`` (blocking I/O); when the crashed replica held the
-        cluster lease (its process is the lease item's), ``ReplicaWorkers.holder_crashed``."""
+    def _forget_crashed(self, workers: ReplicaWorkers, address: str) -> tuple[Beat | None, bool]:
+        """``ReplicaWorkers.forget_crashed`` (blocking I/O), and whether the crashed replica held the
+        cluster lease (its process is the lease item's): then ``ReplicaWorkers.holder_crashed``."""
         gone = workers.forget_crashed(address, self.me.host, _pid_running, _listening)
-        if gone is not None:
-            held = self.lease.table.get(self.me.cluster)
-            if held is not None and held.owner == gone.owner:
-                workers.holder_crashed(round(self.clock(), 3))
-        return gone
+        if gone is None:
+            return None, False
+        held = self.lease.table.get(self.me.cluster)
+        holder = held is not None and held.owner == gone.owner
+        if holder:
+            workers.holder_crashed(round(self.clock(), 3))
+        return gone, holder
 
     async def _beat(self) -> None:
         try:

@@ -4,7 +4,9 @@ its heartbeat, then moving its workers, half a second after its last beat (the t
 DynamoDB with a virtual clock (``daemon.replicas.shared_workers.ReplicaWorkers.forget_crashed``)."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 
 from scaler.replicas.membership import Beat, crashed_here, owner_pid
 from tests.replicas.test_replica_workers import C, T0, Clock, Node
@@ -99,3 +101,71 @@ def test_the_standby_deals_for_a_crashed_holder_two_ttls_at_most(moto_endpoint: 
     b.hb.beat(applied=b.rw.applied)
     b.rw.record("i-c1", C, "10.0.2.1:50052")
     assert b.rw.rescue_round(clock()) is None                 # 12 s on: the new holder deals it
+
+
+def test_a_standby_takes_the_lease_at_once_when_the_crashed_replica_held_it(moto_endpoint: str) -> None:
+    """The holder's process proven gone on this host at a failed hop: the standby takes its lease
+    then (generation + 1, the dead holder's lease 6 s from expiring) and runs the fleet loop's
+    takeover, not at its next lease retry or the ttl (issue #40, the 12 q/s failover points)."""
+    import asyncio
+
+    from tests.replicas.test_replicas import _two_roles
+
+    holder, standby, _ = _two_roles(moto_endpoint)
+    first = holder.lease.held
+    assert first is not None and first.pid == 1
+    led: list[int] = []
+
+    async def on_lead() -> None:
+        led.append(standby.lease_generation() or 0)
+
+    async def no_beat() -> None:
+        return None
+
+    standby.on_lead, standby.beat = on_lead, no_beat   # type: ignore[method-assign]
+    dead = Beat("ha", "10.0.0.1:5", first.owner, "h", "10.0.0.1:5", T0, T0 + 6)
+    dealt: list[float] = []
+
+    class Crashed:     # the part of ReplicaWorkers a failed hop asks: the holder's process proven gone
+        def forget_crashed(self, address: str, host: str, alive: object, listening: object) -> Beat | None:
+            return dead if address == dead.address else None
+
+        def holder_crashed(self, now: float) -> None:
+            dealt.append(now)
+
+    standby.workers = Crashed()                                  # type: ignore[assignment]
+
+    async def hop_failed(alive_after: bool) -> None:
+        standby.lease.alive = lambda pid: alive_after or pid != 1   # pid 1: the holder's
+        standby.suspect("10.0.0.1:5")
+        while standby._tasks:
+            await asyncio.gather(*list(standby._tasks))
+
+    asyncio.run(hop_failed(alive_after=True))   # its pid still runs (the lease item's): nothing taken
+    assert not standby.leading() and led == [] and len(dealt) == 1
+    asyncio.run(hop_failed(alive_after=False))
+    assert standby.leading() and led == [first.generation + 1] and len(dealt) == 2
+    taken = standby.lease.held
+    assert taken is not None and taken.since < first.expires_at   # before the dead holder's lease expired
+
+
+def test_a_holder_exited_but_not_reaped_holds_no_lease() -> None:
+    """A zombie (exited, its parent has not waited for it yet) acts no more: on this host its lease
+    is free at once, as a dead process's (``scaler.replicas.lease_holder``'s default check)."""
+    import subprocess
+    import sys
+    import time
+
+    from config.pids import pid_alive
+    from scaler.replicas.lease_holder import _running
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        end = time.monotonic() + 30
+        while Path(f"/proc/{child.pid}/stat").read_text().split()[2] != "Z":   # not reaped: no wait() yet
+            assert time.monotonic() < end
+            time.sleep(0.01)
+        assert pid_alive(child.pid) and not _running(child.pid)
+    finally:
+        child.wait()
+    assert _running(os.getpid())
