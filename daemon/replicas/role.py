@@ -319,8 +319,17 @@ class ReplicaRole:
         log.info("replica %s took the lease of cluster %s (generation %d)%s: running the fleet loop",
                  self.me.replica, self.me.cluster, held.generation,
                  f"; its last holder ({holder_text(prev)}) is gone" if prev else "")
+        if prev is not None and prev.host == self.me.host:   # taken from a dead process of this host:
+            self._suspect_owner(prev.owner)                    # its workers move now too, not at its beat's expiry
         await self.beat()       # the merged demand before the first tick
         await self.on_lead()
+
+    def _suspect_owner(self, owner: str) -> None:
+        """:meth:`suspect` the replica whose heartbeat names process ``owner``, if one does."""
+        beats = self.workers.beats.values() if self.workers is not None else ()
+        address = next((b.address for b in beats if b.owner == owner and b.address), None)
+        if address is not None:
+            self.suspect(address)
 
     def schedule(self, scheduler: Any) -> None:
         scheduler.add_job(self.beat, "interval", seconds=self.heartbeat.ttl_s / 3, max_instances=1, coalesce=True,
