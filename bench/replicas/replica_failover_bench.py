@@ -164,9 +164,12 @@ def section(rs: list[PointResult], s: dict[str, Any], cmd: str, balancer: str, w
         f"{s['unavailable_attempts_pct_median']} %, within 1 % at {s['points_unavailable_within_1pct']}/{n} points.",
         "",
         "The workers run apart from the replicas (`daemon.local.fleet`, standing for workers on their instances) and "
-        "the pool has one owner (2 base-type workers): the standby forwards to the holder, holds its queries from the "
-        "kill until the holder's heartbeat expires and its workers move (about 6 s), then serves them best effort. "
-        "The SLO refusals come from the backlog this leaves, with half the pool gone at the `launch` points.",
+        "the pool has one owner (2 base-type workers): the standby forwards to the holder and holds its queries from "
+        "the kill until the holder's workers move, then serves them best effort. The replicas share this host, so "
+        "the holder's death is proven at once (its pid exited, its port refusing: a failed forwarding hop or the "
+        "standby's lease retry), and the standby takes the lease and the workers then; across hosts they wait for "
+        "the heartbeat and the lease to expire (about 6 s). The SLO refusals come from the backlog a failover "
+        "leaves, with half the pool gone at the `launch` points.",
     ])
 
 
