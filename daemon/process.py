@@ -26,7 +26,7 @@ from daemon.local.embedded import on_this_host
 from daemon.local.runner import LocalRunner
 from daemon.aws.cluster_token import with_cluster_token
 from daemon.processes.split import process_count
-from daemon.processes.this_process import for_this_process, this_slot
+from daemon.processes.this_process import for_this_process, tag_lines, this_slot
 from daemon.processes.supervisor import supervise
 from scaler.cloud.provider import ManagedInstance
 
@@ -110,6 +110,9 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
         args = ["--log-level", log_level] + (["--log-format", log_format] if log_format else [])
         return supervise(str(cfg_path), process_count(cfg), args)
     cfg = for_this_process(cfg)    # one of them: its own files, replica id and port (daemon.processes.split)
+    slot = this_slot()
+    if slot is not None:           # its lines tagged pI: several processes share one journal
+        tag_lines(f"p{slot[0]}")
     audit_file = AuditFile()
     audit_file.start(cfg.audit_log)   # the audit events' own file (0600), when the config names one (exit 2 when it cannot)
     # credentials, a DryRun launch, the image: its one line and exit 1 on a verdict (a start refused

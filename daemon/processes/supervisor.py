@@ -191,8 +191,9 @@ class Supervisor:
             self._sock.close()
         if failed is not None:
             return failed
-        last = [c.codes[-1] for c in self.children if c.codes]
-        return next((code if code > 0 else 1 for code in last if code != 0), 0)   # killed by a signal: 1
+        # a process ended by the SIGTERM it was sent (still starting: no handler yet) stopped as asked
+        last = [c.codes[-1] for c in self.children if c.codes and c.codes[-1] != -signal.SIGTERM]
+        return next((code if code > 0 else 1 for code in last if code != 0), 0)   # killed by another signal: 1
 
     def stop(self) -> None:
         if not self.stopping:

@@ -3,6 +3,7 @@
 and again at each reload (``daemon.reload``), so a reloaded file is split exactly as at start."""
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from typing import Mapping
@@ -36,4 +37,24 @@ def for_this_process(cfg: Config, env: Mapping[str, str] | None = None) -> Confi
     return process_config(cfg, slot[0], slot[1], socket.gethostname(), token)
 
 
-__all__ = ["for_this_process", "this_slot"]
+class _Tag(logging.Filter):
+    """Every line this process logs starts with its tag (``p1: ...``)."""
+
+    def __init__(self, tag: str) -> None:
+        super().__init__()
+        self.tag = tag
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "process_tag", None):
+            record.process_tag = self.tag
+            record.msg = f"{self.tag}: {record.msg}"
+        return True
+
+
+def tag_lines(tag: str) -> None:
+    """Tag the lines of every handler of the root logger (``daemon.observe.audit.configure_logging``'s)."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_Tag(tag))
+
+
+__all__ = ["for_this_process", "tag_lines", "this_slot"]

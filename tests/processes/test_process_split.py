@@ -257,3 +257,14 @@ def test_local_workers_with_several_processes_is_refused_in_one_line(tmp_path: P
     assert main(["run", str(path), "--local-workers"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--local-workers with dispatcher.processes > 1" in err[0]
+
+
+def test_each_process_tags_its_lines() -> None:
+    import logging
+
+    from daemon.processes.this_process import _Tag
+
+    rec = logging.LogRecord("costscale", logging.INFO, __file__, 1, "fleet (interval): %s", ("no change",), None)
+    tag = _Tag("p1")
+    assert tag.filter(rec) and tag.filter(rec)            # a second handler does not tag it twice
+    assert rec.getMessage() == "p1: fleet (interval): no change"
