@@ -40,6 +40,7 @@ from config.sections.dispatcher import DispatcherSpec
 from dispatcher import modelless as ml
 from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.latency_model import LatencyModel
+from dispatcher.overload import CoreBacklog
 from dispatcher.workers.placement import VariantPlacement
 from dispatcher.policies import infeasible
 from dispatcher.policy import QueryView, WorkerView
@@ -63,7 +64,8 @@ class Admission:
 
     def __init__(self, spec: DispatcherSpec, rt: Runtime, trigger: RoundTrigger, book: QueryBook,
                  registry: WorkerRegistry, placement: VariantPlacement, accuracy: AccuracyRouting,
-                 routing: RoutingRound, predictor: LatencyModel, tunables: MatchTunables) -> None:
+                 routing: RoutingRound, predictor: LatencyModel, tunables: MatchTunables,
+                 backlog: CoreBacklog | None = None) -> None:
         self.spec = spec
         self.rt = rt
         self.trigger = trigger
@@ -74,6 +76,8 @@ class Admission:
         self.routing = routing
         self.predictor = predictor
         self.tunables = tunables
+        #: the calls gRPC holds for a handler: while too many wait, a query is refused at once (dispatcher.overload)
+        self.backlog = backlog
         self.window = DemandWindow()
         #: per model (after routing): the model loop sizes each model's variant instances from its own load
         self.model_windows: dict[str, DemandWindow] = {}
@@ -210,6 +214,9 @@ class Admission:
             prior = book.recall(key)
             if prior is not None:
                 return await asyncio.shield(prior.future)
+        overloaded = self.backlog.refusal() if self.backlog is not None else None
+        if overloaded is not None:
+            return book.reject(SC.RESOURCE_EXHAUSTED, overloaded)
         v = self.validate(r)
         if isinstance(v[0], grpc.StatusCode):
             return book.reject(v[0], v[1])  # type: ignore[arg-type]

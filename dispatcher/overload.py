@@ -1,0 +1,145 @@
+"""Overload: a query the dispatcher cannot take in time is refused at once, typed and counted,
+before gRPC's core cancels it unseen (issue #40: the soak's 0.33 % CANCELLED).
+
+Where that CANCELLED came from. gRPC Python's asyncio server takes calls from gRPC's core one at a
+time per method (``grpc._cython`` ``AioServer``: request a call, await it, start its handler, request
+the next), and each take costs the event loop a few of its iterations. Offered more than that, the
+core holds the calls that arrive in its pending queue (``src/core/server/server.cc``,
+``RealRequestMatcher::MatchOrQueue``). Past ``grpc.server.max_pending_requests`` calls waiting
+(default 1000) it drops new ones at random, and past ``grpc.server.max_pending_requests_hard_limit``
+(default 3000) every one (``pending_backlog_protector_``, random early detection): it ends them
+CANCELLED (``FailCallCreation`` -> ``KillZombie``), 0.1-0.3 ms after they arrive, before any handler
+runs, so the dispatcher neither answers them with a status of its own nor counts them.
+``maximum_concurrent_rpcs`` does not help: the asyncio server enforces it by taking no call from the
+core while that many run, so the excess waits in the same queue.
+
+What this module does instead. :class:`CoreBacklog` knows how many calls wait in that queue:
+channelz's counts for the dispatcher's server (calls started less calls succeeded and failed: every
+call the core holds, those a handler has taken included) less the calls a handler holds (counted
+by this interceptor, the first of the port: from the moment the server takes a call until the task
+serving it ends). While more than ``dispatcher.overload_pending_calls`` wait, :class:`dispatcher.admission.Admission`
+refuses each query it takes with RESOURCE_EXHAUSTED at once (counted, as every outcome, in
+``costscale_queries_total``): a refusal costs the loop a fraction of a served query, so the server
+takes calls faster than they arrive and the queue drains long before the core's own limit, which
+``dispatcher.max_pending_calls`` sets (both of the core's limits: no random drop below it).
+
+Channelz is read through ``grpc._cython.cygrpc`` (what the ``grpcio-channelz`` service itself
+calls), at most every ``sample_s``: where it is missing or off (``grpc.enable_channelz`` 0) the
+backlog reads 0 and nothing is refused for it (the log says so once).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+import grpc
+
+log = logging.getLogger(__name__)
+
+#: how often the core's counts are read at most (s): a read costs about 0.1 ms
+SAMPLE_S = 0.005
+
+
+def _cygrpc() -> Any:
+    try:
+        from grpc._cython import cygrpc
+    except ImportError:          # pragma: no cover - every grpcio wheel has it
+        return None
+    return cygrpc if hasattr(cygrpc, "channelz_get_server") else None
+
+
+def server_ids() -> set[int]:
+    """The channelz ids of this process's gRPC servers (empty when channelz cannot be read)."""
+    cz = _cygrpc()
+    if cz is None:
+        return set()
+    ids: set[int] = set()
+    start = 0
+    while True:
+        page = json.loads(cz.channelz_get_servers(start))
+        got = [int(s["ref"]["serverId"]) for s in page.get("server", [])]
+        ids.update(got)
+        if page.get("end", True) or not got:
+            return ids
+        start = max(got) + 1
+
+
+def server_options(max_pending_calls: int) -> list[tuple[str, int]]:
+    """The core's pending-call limits, both at ``max_pending_calls`` (no random drop below it)."""
+    return [("grpc.server.max_pending_requests", max_pending_calls),
+            ("grpc.server.max_pending_requests_hard_limit", max_pending_calls)]
+
+
+class CoreBacklog(grpc.aio.ServerInterceptor):
+    """Calls gRPC's core holds that no handler has taken yet (see the module docstring), and the
+    refusal of a query while more than ``limit`` wait."""
+
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic, sample_s: float = SAMPLE_S) -> None:
+        self.limit = limit
+        self.clock = clock
+        self.sample_s = sample_s
+        #: calls a handler holds: taken from the core, their task not ended
+        self.taken = 0
+        #: queries refused for the backlog
+        self.refused = 0
+        #: the most calls seen waiting at once
+        self.peak = 0
+        self._server_id: int | None = None
+        self._read_at = float("-inf")
+        self._pending = 0
+
+    def track(self, known_before: set[int]) -> None:
+        """Follow the one server created since ``known_before`` (:func:`server_ids` read just before
+        it was built); none or several: nothing is followed, and the log says so once."""
+        new = server_ids() - known_before
+        if len(new) == 1:
+            self._server_id = new.pop()
+        else:
+            log.warning("overload: cannot read gRPC's pending calls (channelz: %s new servers); "
+                        "dispatcher.overload_pending_calls is not applied", len(new))
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+                                details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        task = asyncio.current_task()
+        if task is not None:         # the task serving this call: it ends once its status is sent
+            self.taken += 1
+            task.add_done_callback(self._ended)
+        return await continuation(details)
+
+    def _ended(self, _task: asyncio.Task[Any]) -> None:
+        self.taken -= 1
+
+    def pending(self) -> int:
+        """Calls waiting in the core for a handler, read at most every ``sample_s``."""
+        now = self.clock()
+        if self._server_id is None or now - self._read_at < self.sample_s:
+            return self._pending
+        self._read_at = now
+        cz = _cygrpc()
+        try:
+            data = json.loads(cz.channelz_get_server(self._server_id))["server"]["data"]
+        except Exception as exc:  # noqa: BLE001 - the server gone, or channelz changed: stop reading it
+            log.warning("overload: channelz stopped answering (%s); dispatcher.overload_pending_calls no longer applied",
+                        exc)
+            self._server_id = None
+            self._pending = 0
+            return 0
+        held = int(data.get("callsStarted", 0)) - int(data.get("callsSucceeded", 0)) - int(data.get("callsFailed", 0))
+        self._pending = max(0, held - self.taken)
+        self.peak = max(self.peak, self._pending)
+        return self._pending
+
+    def refusal(self) -> str | None:
+        """Why a query taken now is refused (RESOURCE_EXHAUSTED), or None: it is not."""
+        n = self.pending()
+        if n <= self.limit:
+            return None
+        self.refused += 1
+        return (f"dispatcher overloaded: {n} calls wait in gRPC for a handler (dispatcher.overload_pending_calls "
+                f"{self.limit}); retry later or on another replica")
+
+
+__all__ = ["SAMPLE_S", "CoreBacklog", "server_ids", "server_options"]
