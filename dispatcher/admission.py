@@ -12,7 +12,8 @@ While instances are pending or registered workers are loading, queries wait as b
 
 Guarantees: every accepted query ends with a result or a typed gRPC error -- DEADLINE_EXCEEDED
 (cannot meet its SLO in ``drop`` mode, or its overall deadline ``query_timeout_s`` passed),
-RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (its workers kept failing after ``max_retries``
+RESOURCE_EXHAUSTED (queue full; or overloaded: too many calls wait in gRPC for a handler, or they wait
+past half the query's SLO, :mod:`dispatcher.overload`), UNAVAILABLE (its workers kept failing after ``max_retries``
 re-dispatches, or the dispatcher stopped), INVALID_ARGUMENT (malformed). The query book
 (:mod:`dispatcher.queries`) holds the admitted queries and ends each one, at its overall deadline
 at the latest, so nothing hangs.
@@ -214,13 +215,15 @@ class Admission:
             prior = book.recall(key)
             if prior is not None:
                 return await asyncio.shield(prior.future)
-        overloaded = self.backlog.refusal() if self.backlog is not None else None
-        if overloaded is not None:
-            return book.reject(SC.RESOURCE_EXHAUSTED, overloaded)
         v = self.validate(r)
         if isinstance(v[0], grpc.StatusCode):
             return book.reject(v[0], v[1])  # type: ignore[arg-type]
         m, batch, qos, variant, choice = v  # type: ignore[misc]
+        if self.backlog is not None:        # gRPC holds too many calls, or holds them past the SLO (dispatcher.overload)
+            droppable = self.spec.on_deadline == "drop" and not best_effort
+            overloaded = self.backlog.refusal(qos / 1000.0 if droppable else None)
+            if overloaded is not None:
+                return book.reject(SC.RESOURCE_EXHAUSTED, overloaded)
         if book.waiting_count() >= self.spec.queue_limit:
             return book.reject(SC.RESOURCE_EXHAUSTED, f"queue full ({self.spec.queue_limit} waiting)")
         now = self.rt.clock()

@@ -15,13 +15,20 @@ core while that many run, so the excess waits in the same queue.
 
 What this module does instead. :class:`CoreBacklog` knows how many calls wait in that queue:
 channelz's counts for the dispatcher's server (calls started less calls succeeded and failed: every
-call the core holds, those a handler has taken included) less the calls a handler holds (counted
-by this interceptor, the first of the port: from the moment the server takes a call until the task
-serving it ends). While more than ``dispatcher.overload_pending_calls`` wait, :class:`dispatcher.admission.Admission`
-refuses each query it takes with RESOURCE_EXHAUSTED at once (counted, as every outcome, in
-``costscale_queries_total``): a refusal costs the loop a fraction of a served query, so the server
-takes calls faster than they arrive and the queue drains long before the core's own limit, which
-``dispatcher.max_pending_calls`` sets (both of the core's limits: no random drop below it).
+call the core holds) less the calls a handler holds (counted by this interceptor, the first of the
+port: from the moment the server takes a call until the task serving it ends), and about how long
+they wait (that count over the rate the server took calls at while calls waited: Little's law).
+:class:`dispatcher.admission.Admission` refuses a query it takes with RESOURCE_EXHAUSTED
+"dispatcher overloaded" at once, counted as every outcome (``costscale_queries_total``), while
+more than ``dispatcher.overload_pending_calls`` calls wait (default 1000, the core's own soft
+limit), or, for a query its SLO may drop (``on_deadline: drop``), while they wait longer than half
+its SLO (a query taken then is answered late; the SLO rule of :mod:`dispatcher.routing` sees only
+its wait inside the dispatcher). A refusal costs the loop less than a served query, so the server
+takes calls faster than they arrive and the queue drains before the core's own limit, which
+``dispatcher.max_pending_calls`` sets (both of the core's limits, default 3000: no random drop
+below it). Offered more than the dispatcher can even refuse (bench/faults/overload_bench.py: about
+1.2-1.7 times what it serves), the queue still grows to that limit and the core cancels past it:
+run more dispatcher capacity (replicas) than the offered rate needs.
 
 Channelz is read through ``grpc._cython.cygrpc`` (what the ``grpcio-channelz`` service itself
 calls), at most every ``sample_s``: where it is missing or off (``grpc.enable_channelz`` 0) the
@@ -41,6 +48,10 @@ log = logging.getLogger(__name__)
 
 #: how often the core's counts are read at most (s): a read costs about 0.1 ms
 SAMPLE_S = 0.005
+#: the span over which the rate the server takes calls at is measured, while calls wait (s)
+RATE_WINDOW_S = 0.02
+#: a query is refused when calls wait longer than this share of its SLO in gRPC (``on_deadline: drop``)
+SLO_SHARE = 0.5
 
 
 def _cygrpc() -> Any:
@@ -83,6 +94,8 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
         self.sample_s = sample_s
         #: calls a handler holds: taken from the core, their task not ended
         self.taken = 0
+        #: calls taken since the start
+        self.taken_total = 0
         #: queries refused for the backlog
         self.refused = 0
         #: the most calls seen waiting at once
@@ -90,6 +103,9 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
         self._server_id: int | None = None
         self._read_at = float("-inf")
         self._pending = 0
+        #: calls taken per second while calls waited (smoothed); 0: not measured yet
+        self._rate = 0.0
+        self._mark = (float("-inf"), 0)   # (time, taken_total) at the start of the rate's window
 
     def track(self, known_before: set[int]) -> None:
         """Follow the one server created since ``known_before`` (:func:`server_ids` read just before
@@ -106,6 +122,7 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
         task = asyncio.current_task()
         if task is not None:         # the task serving this call: it ends once its status is sent
             self.taken += 1
+            self.taken_total += 1
             task.add_done_callback(self._ended)
         return await continuation(details)
 
@@ -128,18 +145,38 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
             self._pending = 0
             return 0
         held = int(data.get("callsStarted", 0)) - int(data.get("callsSucceeded", 0)) - int(data.get("callsFailed", 0))
+        waited = self._pending > 0
         self._pending = max(0, held - self.taken)
         self.peak = max(self.peak, self._pending)
+        t0, n0 = self._mark
+        if not waited:                       # calls wait from now on (or still none): the window starts here
+            self._mark = (now, self.taken_total)
+        elif now - t0 >= RATE_WINDOW_S:      # calls waited through the window: the server took them as fast as it can
+            rate = (self.taken_total - n0) / (now - t0)
+            self._rate = rate if self._rate <= 0 else 0.5 * (self._rate + rate)
+            self._mark = (now, self.taken_total)
         return self._pending
 
-    def refusal(self) -> str | None:
-        """Why a query taken now is refused (RESOURCE_EXHAUSTED), or None: it is not."""
+    def wait_s(self) -> float:
+        """About how long a call arriving now waits in the core for a handler (s): the calls waiting
+        over the rate the server took calls at while calls waited (Little's law); 0 before that
+        rate is measured."""
         n = self.pending()
-        if n <= self.limit:
+        return n / self._rate if n and self._rate > 0 else 0.0
+
+    def refusal(self, slo_s: float | None = None) -> str | None:
+        """Why a query taken now is refused (RESOURCE_EXHAUSTED), or None: it is not. Refused while
+        more than ``limit`` calls wait, or, given its SLO ``slo_s`` (a query its SLO may drop), while
+        they wait longer than :data:`SLO_SHARE` of it (a query taken then is served late)."""
+        n = self.pending()
+        if n > self.limit:
+            why = f"{n} calls wait in gRPC for a handler (dispatcher.overload_pending_calls {self.limit})"
+        elif slo_s is not None and n and (w := self.wait_s()) > SLO_SHARE * slo_s:
+            why = f"calls wait about {1000 * w:.0f} ms in gRPC for a handler, over half its {1000 * slo_s:g} ms SLO"
+        else:
             return None
         self.refused += 1
-        return (f"dispatcher overloaded: {n} calls wait in gRPC for a handler (dispatcher.overload_pending_calls "
-                f"{self.limit}); retry later or on another replica")
+        return f"dispatcher overloaded: {why}; retry later or on another replica"
 
 
-__all__ = ["SAMPLE_S", "CoreBacklog", "server_ids", "server_options"]
+__all__ = ["RATE_WINDOW_S", "SAMPLE_S", "SLO_SHARE", "CoreBacklog", "server_ids", "server_options"]

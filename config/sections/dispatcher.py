@@ -53,8 +53,9 @@ class DispatcherSpec(Strict):
         None, description="clients of Inference and OIP send this file's token as 'authorization: Bearer <token>'")
     worker_tls: WorkerTlsSpec | None = Field(None, description="TLS on the channels to the workers")
     overload_pending_calls: Annotated[int, Field(ge=1)] = Field(
-        200, description="while more calls than this wait in gRPC for a handler (the event loop saturated), each "
-                         "query is refused RESOURCE_EXHAUSTED at once, counted (dispatcher.overload)")
+        1000, description="while more calls than this wait in gRPC for a handler (the event loop saturated), or "
+                          "(on_deadline: drop) they wait past half a query's SLO, each query is refused "
+                          "RESOURCE_EXHAUSTED at once, counted (dispatcher.overload)")
     max_pending_calls: Annotated[int, Field(ge=1)] = Field(
         3000, description="calls gRPC's core holds for a handler at most; past it the core cancels new ones "
                           "unseen (grpc.server.max_pending_requests and its hard limit)")
