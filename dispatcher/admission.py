@@ -65,8 +65,7 @@ class Admission:
 
     def __init__(self, spec: DispatcherSpec, rt: Runtime, trigger: RoundTrigger, book: QueryBook,
                  registry: WorkerRegistry, placement: VariantPlacement, accuracy: AccuracyRouting,
-                 routing: RoutingRound, predictor: LatencyModel, tunables: MatchTunables,
-                 backlog: CoreBacklog | None = None) -> None:
+                 routing: RoutingRound, predictor: LatencyModel, tunables: MatchTunables) -> None:
         self.spec = spec
         self.rt = rt
         self.trigger = trigger
@@ -77,8 +76,9 @@ class Admission:
         self.routing = routing
         self.predictor = predictor
         self.tunables = tunables
-        #: the calls gRPC holds for a handler: while too many wait, a query is refused at once (dispatcher.overload)
-        self.backlog = backlog
+        #: the calls gRPC holds for a handler (the server's first interceptor): while too many wait, or wait
+        #: too long, a query is refused at once (dispatcher.overload); None: never (a bench's "before")
+        self.backlog: CoreBacklog | None = CoreBacklog(spec.overload_pending_calls, rt.clock)
         self.window = DemandWindow()
         #: per model (after routing): the model loop sizes each model's variant instances from its own load
         self.model_windows: dict[str, DemandWindow] = {}
@@ -219,7 +219,7 @@ class Admission:
         if isinstance(v[0], grpc.StatusCode):
             return book.reject(v[0], v[1])  # type: ignore[arg-type]
         m, batch, qos, variant, choice = v  # type: ignore[misc]
-        if self.backlog is not None:        # gRPC holds too many calls, or holds them past the SLO (dispatcher.overload)
+        if self.backlog is not None:   # gRPC holds too many calls, or holds them past the SLO (dispatcher.overload)
             droppable = self.spec.on_deadline == "drop" and not best_effort
             overloaded = self.backlog.refusal(qos / 1000.0 if droppable else None)
             if overloaded is not None:

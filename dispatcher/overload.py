@@ -107,18 +107,22 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
         self._rate = 0.0
         self._mark = (float("-inf"), 0)   # (time, taken_total) at the start of the rate's window
 
-    def track(self, known_before: set[int]) -> None:
-        """Follow the one server created since ``known_before`` (:func:`server_ids` read just before
-        it was built); none or several: nothing is followed, and the log says so once."""
-        new = server_ids() - known_before
+    def follow(self, build: Callable[[], grpc.aio.Server]) -> grpc.aio.Server:
+        """The server ``build`` makes, whose calls this reads from now on: the one channelz server
+        that is new after it (none or several: nothing is read, and the log says so once)."""
+        known = server_ids()
+        server = build()
+        new = server_ids() - known
         if len(new) == 1:
             self._server_id = new.pop()
         else:
             log.warning("overload: cannot read gRPC's pending calls (channelz: %s new servers); "
                         "dispatcher.overload_pending_calls is not applied", len(new))
+        return server
 
-    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-                                details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+    async def intercept_service(
+            self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+            details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         task = asyncio.current_task()
         if task is not None:         # the task serving this call: it ends once its status is sent
             self.taken += 1
@@ -139,8 +143,8 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
         try:
             data = json.loads(cz.channelz_get_server(self._server_id))["server"]["data"]
         except Exception as exc:  # noqa: BLE001 - the server gone, or channelz changed: stop reading it
-            log.warning("overload: channelz stopped answering (%s); dispatcher.overload_pending_calls no longer applied",
-                        exc)
+            log.warning("overload: channelz stopped answering (%s); dispatcher.overload_pending_calls "
+                        "no longer applied", exc)
             self._server_id = None
             self._pending = 0
             return 0

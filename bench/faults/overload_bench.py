@@ -84,13 +84,14 @@ async def dispatcher_main(workers: Sequence[Sequence[str]], hog: float, mode: st
     if mode == "before":          # gRPC's defaults (1000 pending, random drops up to 3000), no refusal for a backlog
         server_module.server_options = lambda _n: []
     d = server_module.Dispatcher(overload_config(len(workers), limit), LatencyModel.from_profiles(load_profiles_csv()))
+    backlog = d.admission.backlog
+    port = await d.start("127.0.0.1:0")
     if mode == "before":
         d.admission.backlog = None    # nothing refused for the calls gRPC holds; still read for the peak below
-    port = await d.start("127.0.0.1:0")
     for iid, itype, address in workers:
         d.add_worker_direct(iid, itype, address)
     hogging = asyncio.ensure_future(_hog(hog)) if hog > 0 else None
-    peak = asyncio.ensure_future(_watch(d.backlog))
+    peak = asyncio.ensure_future(_watch(backlog))
     print(json.dumps({"port": port}), flush=True)
     cpu0, wall0 = time.process_time(), time.monotonic()
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -101,7 +102,7 @@ async def dispatcher_main(workers: Sequence[Sequence[str]], hog: float, mode: st
     codes: collections.Counter[str] = collections.Counter()
     for m in d.outcomes.models.values():
         codes.update(m.queries)
-    stats = {**d.stats(), "backlog_peak": d.backlog.peak}
+    stats = {**d.stats(), "backlog_peak": backlog.peak}
     await d.stop(1.0)
     print(json.dumps({"codes": dict(codes), "stats": stats, "cpu_share": cpu_share}), flush=True)
 
@@ -134,6 +135,7 @@ async def load_main(target: str, rate: float, seconds: float, timeout: float, se
 
         for i in range(20):                       # warm: the channel, the workers' streams
             await one(-1 - i, 1)
+        warm = dict(codes)
         codes.clear(), details.clear(), took.clear()
         pending: set[asyncio.Task[None]] = set()
         start, next_t, sent = time.monotonic(), 0.0, 0
@@ -149,7 +151,7 @@ async def load_main(target: str, rate: float, seconds: float, timeout: float, se
         if pending:
             await asyncio.wait(pending)
     in_slo = sum(1 for t in took.get("OK", []) if t <= QOS_MS / 1000.0)
-    print(json.dumps({"sent": sent, "offered_qps": sent / seconds, "codes": dict(codes), "ok_in_slo": in_slo,
+    print(json.dumps({"sent": sent, "offered_qps": sent / seconds, "codes": dict(codes), "ok_in_slo": in_slo, "warm": warm,
                       "details": {c: dict(v.most_common(4)) for c, v in details.items()},
                       "took_s": {c: [round(float(np.min(v)), 4), round(float(np.median(v)), 4),
                                      round(float(np.max(v)), 4)] for c, v in took.items()}}), flush=True)
@@ -190,11 +192,11 @@ def one_run(mode: str, rate: float, seconds: float, hog: float, timeout: float, 
         for p in (dp, wp):
             if p is not None and p.poll() is None:
                 p.communicate(timeout=PART_TIMEOUT_S)
-    warm = 20                                      # the client's warm-up queries, counted by the dispatcher too
     daemon_codes = collections.Counter(daemon["codes"])
-    daemon_codes["OK"] -= warm
+    daemon_codes.subtract(client["warm"])          # the client's warm-up queries, counted by the dispatcher too
     return {"mode": mode, "rate": rate, "hog": hog, "timeout_s": timeout, "seconds": seconds, "client": client,
-            "daemon_codes": {c: n for c, n in daemon_codes.items() if n}, "daemon_stats": daemon["stats"], "daemon_cpu_share": daemon["cpu_share"],
+            "daemon_codes": {c: n for c, n in daemon_codes.items() if n}, "daemon_stats": daemon["stats"],
+            "daemon_cpu_share": daemon["cpu_share"],
             "uncounted": client["sent"] - sum(daemon_codes.values())}
 
 

@@ -31,6 +31,8 @@ OVERLOADED = "dispatcher overloaded: "
 async def _burst() -> None:
     d = Dispatcher(make_config(), LatencyModel.from_profiles(load_profiles_csv()))
     port = await d.start("127.0.0.1:0")
+    backlog = d.admission.backlog
+    assert backlog is not None
     workers = [await start_worker(f"i-{k}", "c5n.2xlarge", 0.002) for k in range(2)]
     for k, w in enumerate(workers):
         d.add_worker_direct(f"i-{k}", "c5n.2xlarge", w.address)
@@ -54,21 +56,21 @@ async def _burst() -> None:
 
     try:
         assert [await one(f"warm-{i}") for i in range(10)] == ["OK"] * 10
-        assert d.backlog.refused == 0
+        assert backlog.refused == 0
         await asyncio.gather(*(one(f"burst-{i}") for i in range(BURST)))
         assert untyped == [], collections.Counter(untyped)  # never CANCELLED, never a status not costscale's
-        print(dict(codes), "peak", d.backlog.peak)
-        assert codes["RESOURCE_EXHAUSTED"] == d.backlog.refused > 0
+        print(dict(codes), "peak", backlog.peak)
+        assert codes["RESOURCE_EXHAUSTED"] == backlog.refused > 0
         assert codes["OK"] > 10
         ledger: collections.Counter[str] = collections.Counter()
         for m in d.outcomes.models.values():
             ledger.update(m.queries)
         assert ledger == codes and sum(codes.values()) == BURST + 10      # counted once each, as the client saw it
-        assert d.stats()["rejected_RESOURCE_EXHAUSTED"] == d.backlog.refused
+        assert d.stats()["rejected_RESOURCE_EXHAUSTED"] == backlog.refused
         served = [q for w in workers for q in w.servicer.completed]
         assert len(served) == len(set(served)) == codes["OK"]            # every answer served once, no refusal served
-        assert d.backlog.peak > d.cfg.dispatcher.overload_pending_calls
-        while d.backlog.pending() > 0 or d.backlog.taken > 0:            # the backlog drains
+        assert backlog.peak > d.cfg.dispatcher.overload_pending_calls
+        while backlog.pending() > 0 or backlog.taken > 0:            # the backlog drains
             await asyncio.sleep(0.01)
         assert [await one(f"after-{i}") for i in range(10)] == ["OK"] * 10
     finally:
