@@ -21,14 +21,14 @@ they wait (that count over the rate the server took calls at while calls waited:
 :class:`dispatcher.admission.Admission` refuses a query it takes with RESOURCE_EXHAUSTED
 "dispatcher overloaded" at once, counted as every outcome (``costscale_queries_total``), while
 more than ``dispatcher.overload_pending_calls`` calls wait (default 1000, the core's own soft
-limit), or, for a query its SLO may drop (``on_deadline: drop``), while they wait longer than half
-its SLO (a query taken then is answered late; the SLO rule of :mod:`dispatcher.routing` sees only
+limit), or, for a query its SLO may drop (``on_deadline: drop``), while 64 or more wait longer than
+half its SLO (a query taken then is answered late; the SLO rule of :mod:`dispatcher.routing` sees only
 its wait inside the dispatcher). A refusal costs the loop less than a served query, so the server
 takes calls faster than they arrive and the queue drains before the core's own limit, which
 ``dispatcher.max_pending_calls`` sets (both of the core's limits, default 3000: no random drop
-below it). Offered more than the dispatcher can even refuse (bench/faults/overload_bench.py: about
-1.2-1.7 times what it serves), the queue still grows to that limit and the core cancels past it:
-run more dispatcher capacity (replicas) than the offered rate needs.
+below it). Offered more than the dispatcher can even refuse (a refusal still pays gRPC's per-call
+cost: ``bench/faults/overload_bench.py``), the queue still grows to that limit and the core cancels
+past it: run more dispatcher capacity (processes, replicas) than the offered rate needs.
 
 Channelz is read through ``grpc._cython.cygrpc`` (what the ``grpcio-channelz`` service itself
 calls), at most every ``sample_s``: where it is missing or off (``grpc.enable_channelz`` 0) the
@@ -52,6 +52,9 @@ SAMPLE_S = 0.005
 RATE_WINDOW_S = 0.02
 #: a query is refused when calls wait longer than this share of its SLO in gRPC (``on_deadline: drop``)
 SLO_SHARE = 0.5
+#: ... and at least this many wait: fewer are calls in transit, or a burst the server clears in tens of
+#: ms, and while the server is not kept busy the rate it takes calls at understates what it can take
+WAIT_FLOOR_CALLS = 64
 
 
 def _cygrpc() -> Any:
@@ -133,22 +136,30 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
     def _ended(self, _task: asyncio.Task[Any]) -> None:
         self.taken -= 1
 
-    def pending(self) -> int:
-        """Calls waiting in the core for a handler, read at most every ``sample_s``."""
-        now = self.clock()
-        if self._server_id is None or now - self._read_at < self.sample_s:
-            return self._pending
-        self._read_at = now
-        cz = _cygrpc()
+    def held(self) -> int | None:
+        """Every call the core holds for the server followed (channelz: started less succeeded and
+        failed), or None when it cannot be read (none followed; channelz gone: not read again)."""
+        if self._server_id is None:
+            return None
         try:
-            data = json.loads(cz.channelz_get_server(self._server_id))["server"]["data"]
+            data = json.loads(_cygrpc().channelz_get_server(self._server_id))["server"]["data"]
         except Exception as exc:  # noqa: BLE001 - the server gone, or channelz changed: stop reading it
             log.warning("overload: channelz stopped answering (%s); dispatcher.overload_pending_calls "
                         "no longer applied", exc)
             self._server_id = None
+            return None
+        return int(data.get("callsStarted", 0)) - int(data.get("callsSucceeded", 0)) - int(data.get("callsFailed", 0))
+
+    def pending(self) -> int:
+        """Calls waiting in the core for a handler, read at most every ``sample_s``."""
+        now = self.clock()
+        if now - self._read_at < self.sample_s:
+            return self._pending
+        self._read_at = now
+        held = self.held()
+        if held is None:
             self._pending = 0
             return 0
-        held = int(data.get("callsStarted", 0)) - int(data.get("callsSucceeded", 0)) - int(data.get("callsFailed", 0))
         waited = self._pending > 0
         self._pending = max(0, held - self.taken)
         self.peak = max(self.peak, self._pending)
@@ -171,11 +182,12 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
     def refusal(self, slo_s: float | None = None) -> str | None:
         """Why a query taken now is refused (RESOURCE_EXHAUSTED), or None: it is not. Refused while
         more than ``limit`` calls wait, or, given its SLO ``slo_s`` (a query its SLO may drop), while
-        they wait longer than :data:`SLO_SHARE` of it (a query taken then is served late)."""
+        at least :data:`WAIT_FLOOR_CALLS` wait longer than :data:`SLO_SHARE` of it (a query taken then
+        is served late)."""
         n = self.pending()
         if n > self.limit:
             why = f"{n} calls wait in gRPC for a handler (dispatcher.overload_pending_calls {self.limit})"
-        elif slo_s is not None and n and (w := self.wait_s()) > SLO_SHARE * slo_s:
+        elif slo_s is not None and n >= WAIT_FLOOR_CALLS and (w := self.wait_s()) > SLO_SHARE * slo_s:
             why = f"calls wait about {1000 * w:.0f} ms in gRPC for a handler, over half its {1000 * slo_s:g} ms SLO"
         else:
             return None
@@ -183,4 +195,4 @@ class CoreBacklog(grpc.aio.ServerInterceptor):
         return f"dispatcher overloaded: {why}; retry later or on another replica"
 
 
-__all__ = ["RATE_WINDOW_S", "SAMPLE_S", "SLO_SHARE", "CoreBacklog", "server_ids", "server_options"]
+__all__ = ["RATE_WINDOW_S", "SAMPLE_S", "SLO_SHARE", "WAIT_FLOOR_CALLS", "CoreBacklog", "server_ids", "server_options"]

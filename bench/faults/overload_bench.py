@@ -10,9 +10,14 @@ the soak sends them). ``--hog F`` stands for a contended host (the soak's 2 core
 15-23): a task in the dispatcher's event loop burns F of every 10 ms, so the loop saturates at a
 rate one client process can offer.
 
-Usage: ``python bench/faults/overload_bench.py [--rate 900] [--seconds 8] [--hog 0.6] [--timeout 10]
-[--json]``; prints the client's and the dispatcher's counts by code, the refusals' details and how
-long each code took at the client. One run takes about ``--seconds`` + 5 s.
+Each run's dispatcher is either ``before`` (as before the fix: gRPC's own pending-call limits, 1000
+soft / 3000 hard, and nothing refused for calls waiting in gRPC) or ``after`` (as configured:
+``dispatcher.overload``), alternating in one invocation so both see the same host.
+
+Usage: ``python bench/faults/overload_bench.py [--modes before,after] [--rounds 1] [--rate 1500]
+[--seconds 6] [--hog 0.6] [--timeout 10] [--limit N] [--json]``; prints, per run, the client's and
+the dispatcher's counts by code, the refusals' details, how long each code took at the client, the
+answers within the SLO and the most calls seen waiting in gRPC. A run takes about ``--seconds`` + 5 s.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import pytest
 from config.errors import ConfigError
 from config.profiles import load_profiles_csv
 from dispatcher.latency_model import LatencyModel
+from dispatcher.overload import CoreBacklog
 from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 from dispatcher.server import Dispatcher
 from config.schema import parse_config_text
@@ -96,3 +97,40 @@ dispatcher: {overload_pending_calls: 3000, max_pending_calls: 3000}
 """
     with pytest.raises(ConfigError, match=r"overload_pending_calls \(3000\) must be below max_pending_calls \(3000\)"):
         parse_config_text(text)
+
+
+class _Core(CoreBacklog):
+    """The rule on a fake core: ``core`` calls held, a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now, self.core = 0.0, 0
+        super().__init__(1000, clock=lambda: self.now)
+
+    def held(self) -> int | None:
+        return self.core
+
+    def at(self, t: float, core: int, taken_total: int) -> CoreBacklog:
+        self.now, self.core, self.taken_total = t, core, taken_total
+        return self
+
+
+def test_the_rule_refuses_on_a_standing_queue_never_on_calls_in_transit() -> None:
+    b = _Core()
+    slo = 0.350
+    # a few calls in transit while the server takes what comes at 100/s: not a queue, even for a 5 ms SLO
+    for k in range(10):
+        assert b.at(0.02 * k, 3, 2 * k).refusal(0.005) is None
+    assert b.wait_s() == pytest.approx(3 / 100.0)
+    # a standing queue of 500 while the server takes 1000/s: about 0.5 s of wait, over half a 350 ms SLO
+    for k in range(10, 20):
+        b.at(0.02 * k, 500, 20 + 20 * (k - 10)).pending()
+    assert 0.4 < b.wait_s() < 0.6
+    assert b.refusal(None) is None                       # best effort: only the count refuses
+    why = b.refusal(slo)
+    assert why is not None and why.startswith("dispatcher overloaded: calls wait about ")
+    assert why.endswith(" ms in gRPC for a handler, over half its 350 ms SLO; retry later or on another replica")
+    b.at(0.5, 1500, 400)
+    assert b.refusal(None) == ("dispatcher overloaded: 1500 calls wait in gRPC for a handler "
+                               "(dispatcher.overload_pending_calls 1000); retry later or on another replica")
+    assert (b.refused, b.peak) == (2, 1500)
+    assert b.at(0.6, 0, 1900).refusal(slo) is None and b.pending() == 0   # drained
