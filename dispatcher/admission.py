@@ -77,8 +77,8 @@ class Admission:
         self.predictor = predictor
         self.tunables = tunables
         #: the calls gRPC holds for a handler (the server's first interceptor): while too many wait, or wait
-        #: too long, a query is refused at once (dispatcher.overload); None: never (a bench's "before")
-        self.backlog: CoreBacklog | None = CoreBacklog(spec.overload_pending_calls, rt.clock)
+        #: too long, a query is refused at once (dispatcher.overload)
+        self.backlog = CoreBacklog(spec.overload_pending_calls, rt.clock)
         self.window = DemandWindow()
         #: per model (after routing): the model loop sizes each model's variant instances from its own load
         self.model_windows: dict[str, DemandWindow] = {}
@@ -219,11 +219,10 @@ class Admission:
         if isinstance(v[0], grpc.StatusCode):
             return book.reject(v[0], v[1])  # type: ignore[arg-type]
         m, batch, qos, variant, choice = v  # type: ignore[misc]
-        if self.backlog is not None:   # gRPC holds too many calls, or holds them past the SLO (dispatcher.overload)
-            droppable = self.spec.on_deadline == "drop" and not best_effort
-            overloaded = self.backlog.refusal(qos / 1000.0 if droppable else None)
-            if overloaded is not None:
-                return book.reject(SC.RESOURCE_EXHAUSTED, overloaded)
+        # gRPC holds too many calls, or holds them past the SLO (dispatcher.overload)
+        overloaded = self.backlog.refusal(qos / 1000.0 if self.spec.on_deadline == "drop" and not best_effort else None)
+        if overloaded is not None:
+            return book.reject(SC.RESOURCE_EXHAUSTED, overloaded)
         if book.waiting_count() >= self.spec.queue_limit:
             return book.reject(SC.RESOURCE_EXHAUSTED, f"queue full ({self.spec.queue_limit} waiting)")
         now = self.rt.clock()

@@ -91,8 +91,8 @@ async def dispatcher_main(workers: Sequence[Sequence[str]], hog: float, mode: st
     d = server_module.Dispatcher(overload_config(len(workers), limit), LatencyModel.from_profiles(load_profiles_csv()))
     backlog = d.admission.backlog
     port = await d.start("127.0.0.1:0")
-    if mode == "before":
-        d.admission.backlog = None    # nothing refused for the calls gRPC holds; still read for the peak below
+    if mode == "before":              # nothing refused for the calls gRPC holds; still read for the peak below
+        backlog.refusal = lambda slo_s=None: None  # type: ignore[method-assign]
     for iid, itype, address in workers:
         d.add_worker_direct(iid, itype, address)
     hogging = asyncio.ensure_future(_hog(hog)) if hog > 0 else None

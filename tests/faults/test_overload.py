@@ -33,7 +33,6 @@ async def _burst() -> None:
     d = Dispatcher(make_config(), LatencyModel.from_profiles(load_profiles_csv()))
     port = await d.start("127.0.0.1:0")
     backlog = d.admission.backlog
-    assert backlog is not None
     workers = [await start_worker(f"i-{k}", "c5n.2xlarge", 0.002) for k in range(2)]
     for k, w in enumerate(workers):
         d.add_worker_direct(f"i-{k}", "c5n.2xlarge", w.address)
