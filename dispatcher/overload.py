@@ -88,8 +88,9 @@ def server_options(max_pending_calls: int) -> list[tuple[str, int]]:
 
 
 class CoreBacklog(grpc.aio.ServerInterceptor):
-    """Calls gRPC's core holds that no handler has taken yet (see the module docstring), and the
-    refusal of a query while more than ``limit`` wait."""
+    """Calls gRPC's core holds that no handler has taken yet and about how long they wait (see the
+    module docstring), and the refusal of a query while more than ``limit`` wait or they wait too long
+    for its SLO (:meth:`refusal`)."""
 
     def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic, sample_s: float = SAMPLE_S) -> None:
         self.limit = limit
