@@ -12,7 +12,8 @@ While instances are pending or registered workers are loading, queries wait as b
 
 Guarantees: every accepted query ends with a result or a typed gRPC error -- DEADLINE_EXCEEDED
 (cannot meet its SLO in ``drop`` mode, or its overall deadline ``query_timeout_s`` passed),
-RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (its workers kept failing after ``max_retries``
+RESOURCE_EXHAUSTED (queue full; or overloaded: too many calls wait in gRPC for a handler, or they wait
+past half the query's SLO, :mod:`dispatcher.overload`), UNAVAILABLE (its workers kept failing after ``max_retries``
 re-dispatches, or the dispatcher stopped), INVALID_ARGUMENT (malformed). The query book
 (:mod:`dispatcher.queries`) holds the admitted queries and ends each one, at its overall deadline
 at the latest, so nothing hangs.
@@ -40,6 +41,7 @@ from config.sections.dispatcher import DispatcherSpec
 from dispatcher import modelless as ml
 from dispatcher.accuracy.routing import AccuracyRouting
 from dispatcher.latency_model import LatencyModel
+from dispatcher.overload import CoreBacklog
 from dispatcher.workers.placement import VariantPlacement
 from dispatcher.policies import infeasible
 from dispatcher.policy import QueryView, WorkerView
@@ -74,6 +76,9 @@ class Admission:
         self.routing = routing
         self.predictor = predictor
         self.tunables = tunables
+        #: the calls gRPC holds for a handler (the server's first interceptor): while too many wait, or wait
+        #: too long, a query is refused at once (dispatcher.overload)
+        self.backlog = CoreBacklog(spec.overload_pending_calls, rt.clock)
         self.window = DemandWindow()
         #: per model (after routing): the model loop sizes each model's variant instances from its own load
         self.model_windows: dict[str, DemandWindow] = {}
@@ -214,6 +219,10 @@ class Admission:
         if isinstance(v[0], grpc.StatusCode):
             return book.reject(v[0], v[1])  # type: ignore[arg-type]
         m, batch, qos, variant, choice = v  # type: ignore[misc]
+        # gRPC holds too many calls, or holds them past the SLO (dispatcher.overload)
+        overloaded = self.backlog.refusal(qos / 1000.0 if self.spec.on_deadline == "drop" and not best_effort else None)
+        if overloaded is not None:
+            return book.reject(SC.RESOURCE_EXHAUSTED, overloaded)
         if book.waiting_count() >= self.spec.queue_limit:
             return book.reject(SC.RESOURCE_EXHAUSTED, f"queue full ({self.spec.queue_limit} waiting)")
         now = self.rt.clock()

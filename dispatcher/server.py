@@ -58,6 +58,7 @@ from dispatcher.object_store import ObjectStore, S3Objects
 from dispatcher.offline import OfflineJobs
 from dispatcher.api.oip_servicer import SERVICE_NAME as OIP_SERVICE_NAME, OipServicer
 from dispatcher.outcomes import OutcomeLedger
+from dispatcher.overload import server_options
 from dispatcher.part_names import forward_part_names
 from dispatcher.pipeline_exec import PipelineRunner
 from dispatcher.workers.placement import VariantPlacement
@@ -236,15 +237,15 @@ class Dispatcher:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
-        """Client authentication by bearer token (``dispatcher.auth_token_file``) on the Inference and
-        OIP services (:mod:`dispatcher.auth`; none without one), then a malformed body answered
-        INVALID_ARGUMENT (:mod:`dispatcher.api.malformed`)."""
+        """Every call counted (:mod:`dispatcher.overload`), client authentication by bearer token
+        (``dispatcher.auth_token_file``) on the Inference and OIP services (:mod:`dispatcher.auth`; none
+        without one), then a malformed body answered INVALID_ARGUMENT (:mod:`dispatcher.api.malformed`)."""
         path = self.cfg.dispatcher.auth_token_file
         typed = MalformedIsInvalidArgument()     # after authentication: an unauthenticated body is never parsed
         if not path:
-            return [typed]
-        return [BearerTokenInterceptor(read_token(path, "dispatcher.auth_token_file"), (SERVICE_NAME, OIP_SERVICE_NAME)),
-                typed]
+            return [self.admission.backlog, typed]
+        return [self.admission.backlog, BearerTokenInterceptor(read_token(path, "dispatcher.auth_token_file"),
+                                                               (SERVICE_NAME, OIP_SERVICE_NAME)), typed]
 
     async def start(self, listen: str | None = None) -> int:
         """Listen on ``listen`` (default ``dispatcher.listen``); ConfigError (one line, exit 2) when
@@ -264,9 +265,9 @@ class Dispatcher:
             self._token = TokenRing(token) if token else None
         limit = self.cfg.dispatcher.max_payload_bytes + 1024 * 1024
         shared = spec.processes != 1     # dispatcher.processes: the port shared by this host's processes
-        server = grpc.aio.server(interceptors=interceptors, options=[("grpc.max_receive_message_length", limit),
-                                          ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                                          ("grpc.so_reuseport", int(shared))])
+        server = self.admission.backlog.follow(lambda: grpc.aio.server(interceptors=interceptors, options=[
+            ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.so_reuseport", int(shared)), *server_options(spec.max_pending_calls)]))
         pbg.add_InferenceServicer_to_server(_InferenceServicer(self), server)
         pbg.add_ControlServicer_to_server(_ControlServicer(
             self.register, lambda req: self.worker_registry.spot_notice(req, self._token)), server)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from config.fields import Strict
 from config.hostport import split_hostport
@@ -52,11 +52,25 @@ class DispatcherSpec(Strict):
     auth_token_file: str | None = Field(
         None, description="clients of Inference and OIP send this file's token as 'authorization: Bearer <token>'")
     worker_tls: WorkerTlsSpec | None = Field(None, description="TLS on the channels to the workers")
+    overload_pending_calls: Annotated[int, Field(ge=1)] = Field(
+        1000, description="while more calls than this wait in gRPC for a handler (the event loop saturated), or "
+                          "(on_deadline: drop) they wait past half a query's SLO, each query is refused "
+                          "RESOURCE_EXHAUSTED at once, counted (dispatcher.overload)")
+    max_pending_calls: Annotated[int, Field(ge=1)] = Field(
+        3000, description="calls gRPC's core holds for a handler at most; past it the core cancels new ones "
+                          "unseen (grpc.server.max_pending_requests and its hard limit)")
 
     @field_validator("listen", "advertise")
     @classmethod
     def _hostport(cls, v: str | None) -> str | None:
         return _optional_hostport(v, "must be HOST:PORT")
+
+    @model_validator(mode="after")
+    def _shed_before_the_core(self) -> DispatcherSpec:
+        if self.overload_pending_calls >= self.max_pending_calls:
+            raise ValueError(f"overload_pending_calls ({self.overload_pending_calls}) must be below max_pending_calls "
+                             f"({self.max_pending_calls}): past that gRPC cancels calls the dispatcher never sees")
+        return self
 
     @field_validator("cluster_token")
     @classmethod
