@@ -47,6 +47,9 @@ CALIBRATION_MIN = WEEK_MIN
 MIN_RESIDUALS = 60
 #: the two seasons, in minutes
 SEASONS = (DAY_MIN, WEEK_MIN)
+#: the window lengths a fit calibrates at once (a lead up to 7 minutes: a 300 s boot plus a fleet tick); a
+#: longer one is calibrated on first use
+FITTED_WINDOWS_MIN = 8
 #: the margin of a lead longer than this many minutes is calibrated on windows this long (memory: a week of
 #: windows times their minutes)
 MAX_WINDOW_MIN = 60
@@ -89,14 +92,21 @@ def residuals(history: DemandHistory, origin: int, span: int = CALIBRATION_MIN, 
     (each ending before ``origin``; sorted): the measured peak minute of minutes ``t .. t + window - 1``
     minus the peak of their points made at ``t`` (the levels read at ``t``), vectorised. ``window`` 1: the
     one-step residual of each minute."""
+    return residuals_by_window(history, origin, window, span)[window]
+
+
+def residuals_by_window(history: DemandHistory, origin: int, longest: int,
+                        span: int = CALIBRATION_MIN) -> dict[int, np.ndarray]:
+    """:func:`residuals` for every window of 1 .. ``longest`` minutes at once (one pass: each window's
+    running peak; no minute at or after ``origin`` is read)."""
     w = LEVEL_WINDOW_MIN
     base = origin - span - w - WEEK_MIN
-    x = history.rates(base, origin)
-    starts = np.arange(origin - span, origin - window + 1) - base     # indices of each window's first minute
-    cells = starts[:, None] + np.arange(window)[None, :]               # each window's minutes
+    x = np.concatenate([history.rates(base, origin), np.full(longest - 1, np.nan)])
+    starts = np.arange(origin - span, origin) - base           # indices of each window's first minute
+    cells = starts[:, None] + np.arange(longest)[None, :]      # its minutes
     seasonal = []
     for p in SEASONS:
-        a, b = x[p:], x[:-p]                                    # a[i] = x[i + p], b[i] = x[i]
+        a, b = x[p:origin - base], x[:origin - base - p]        # a[i] = x[i + p], b[i] = x[i]
         m = ~np.isnan(a) & ~np.isnan(b)
         sa = sliding_window_view(np.where(m, a, 0.0), w).sum(axis=1)
         sb = sliding_window_view(np.where(m, b, 0.0), w).sum(axis=1)
@@ -105,19 +115,21 @@ def residuals(history: DemandHistory, origin: int, span: int = CALIBRATION_MIN, 
         k = starts - w - p
         lev = _bounded(sa[k], sb[k], km[k])
         seasonal.append(x[cells - p] * lev[:, None])
-    points, measured = _combine(seasonal[0], seasonal[1]), x[cells]
-    seen = ~np.isnan(points).all(axis=1) & ~np.isnan(measured).all(axis=1)
-    if not seen.any():
-        return np.empty(0)
-    err = np.nanmax(measured[seen], axis=1) - np.nanmax(points[seen], axis=1)
-    return np.sort(err)
+    points = np.fmax.accumulate(_combine(seasonal[0], seasonal[1]), axis=1)   # NaN only while none is known
+    measured = np.fmax.accumulate(x[cells], axis=1)
+    out = {}
+    for n in range(1, longest + 1):
+        last = starts.size - n + 1          # the windows of n minutes that end before origin
+        err = measured[:last, n - 1] - points[:last, n - 1]
+        out[n] = np.sort(err[~np.isnan(err)])
+    return out
 
 
 @dataclass(frozen=True)
 class SeasonalFit:
     """The calibration at ``fitted_at``: its sorted one-minute residuals (empty: too few, no margin), and
-    the residuals of the lead's windows, computed on first use per window length over the minutes
-    before ``fitted_at`` (:func:`residuals`)."""
+    those of the lead's windows over the minutes before ``fitted_at`` (:func:`residuals_by_window`): up to
+    :data:`FITTED_WINDOWS_MIN` minutes from the fit (off the fleet tick), a longer one on first use."""
 
     fitted_at: float
     residuals: np.ndarray
@@ -158,11 +170,12 @@ class SeasonalNaive:
     def fit(self, history: DemandHistory, now: float) -> SeasonalFit | None:
         if not history.known:
             return None
-        return SeasonalFit(float(now), residuals(history, minute_of(now)))
+        by_window = residuals_by_window(history, minute_of(now), FITTED_WINDOWS_MIN)
+        return SeasonalFit(float(now), by_window.pop(1), by_window)
 
     def forecast(self, history: DemandHistory, now: float, lead_s: float, quantile: float) -> float | None:
         return fit_and_predict(self, history, now, lead_s, quantile)
 
 
-__all__ = ["CALIBRATION_MIN", "LEVEL_BOUNDS", "LEVEL_WINDOW_MIN", "MIN_RESIDUALS", "SeasonalFit", "SeasonalNaive",
-           "level", "point_path", "residuals"]
+__all__ = ["CALIBRATION_MIN", "FITTED_WINDOWS_MIN", "LEVEL_BOUNDS", "LEVEL_WINDOW_MIN", "MAX_WINDOW_MIN", "MIN_RESIDUALS",
+           "SeasonalFit", "SeasonalNaive", "level", "point_path", "residuals", "residuals_by_window"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from scaler.forecast.forecaster import Reactive, forecast_batch
 from scaler.forecast.history import DAY_MIN, WEEK_MIN, DemandHistory
-from scaler.forecast.seasonal import SeasonalNaive, level, point_path, residuals
+from scaler.forecast.seasonal import FITTED_WINDOWS_MIN, SeasonalNaive, level, point_path, residuals
 
 DAY_S = 86400.0
 PROFILE = 20.0 + 10.0 * np.sin(2 * np.pi * np.arange(DAY_MIN) / DAY_MIN)   # one day's sine, per minute
@@ -185,3 +185,17 @@ def test_the_margin_is_calibrated_on_the_leads_window() -> None:
         path = point_path(h, o, o, o + lead_min)
         assert fit.predict(h, now, lead_min * 60.0, 0.9) == pytest.approx(float(path.max()) + max(0.0, want))
     assert fit.margin(0.9, h, 5) < fit.margin(0.9)       # the peak of 5 points already stands above most minutes
+
+
+def test_the_fit_holds_each_windows_residuals_as_residuals_gives_them() -> None:
+    """One pass over the week for windows of 1 .. FITTED_WINDOWS_MIN minutes: the same arrays, holes and all."""
+    rng = np.random.default_rng(3)
+    n = 9 * DAY_MIN
+    x = rng.gamma(2.0, 5.0, n)
+    keep = rng.random(n) >= 0.3
+    h = DemandHistory.from_minutes(np.arange(n)[keep], x[keep])
+    fit = SeasonalNaive().fit(h, 9 * DAY_S - 17 * 60.0)
+    assert fit is not None and sorted(fit.windows) == list(range(2, FITTED_WINDOWS_MIN + 1))
+    o = 9 * DAY_MIN - 17
+    for k in range(1, FITTED_WINDOWS_MIN + 2):      # the last one past the fit's: computed on first use
+        assert np.array_equal(fit.window_residuals(h, k), residuals(h, o, window=k))
