@@ -11,10 +11,14 @@ For a minute ``t`` of the horizon, forecast at minute ``o`` (the one holding ``n
 - the point is the mean of the two where both are known, the one known otherwise, and unknown
   where neither is (a missing day falls back to the week, a missing week to the day; both missing:
   no forecast, the fleet reacts).
-- the forecast over the lead is the largest point of the horizon's minutes (those overlapping
-  ``[now, now + lead)``) plus the ``quantile`` of its residuals (measured minus point, one step ahead,
-  over the last :data:`CALIBRATION_MIN` minutes; at least :data:`MIN_RESIDUALS` of them, else no
-  margin), never below the point: the margin is clipped at 0.
+- the forecast over the lead is the largest point of the horizon's ``k`` minutes (those overlapping
+  ``[now, now + lead)``) plus the ``quantile`` of the residuals of ``k``-minute windows: each window's
+  measured peak minute minus the peak of its points made at its start, over the windows of the last
+  :data:`CALIBRATION_MIN` minutes (at least :data:`MIN_RESIDUALS` of them, else no margin; ``k`` at most
+  :data:`MAX_WINDOW_MIN`), never below the point: the margin is clipped at 0. The margin is calibrated on
+  the quantity forecast, the lead's peak minute: a one-minute residual's quantile on top of the peak of
+  ``k`` points counted the scatter twice (the peak of ``k`` noisy points already stands above most
+  minutes), and the fleet plans for the lead's peak. ``k = 1``: the one-step residual of each minute.
 
 On a series that repeats exactly (a daily profile tiled) the levels are exactly 1, the residuals
 exactly 0, and the forecast is yesterday's same minute, bit for bit.
@@ -25,7 +29,7 @@ Seasonal-naive is the standard benchmark of seasonal forecasting (Hyndman & Atha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -43,6 +47,12 @@ CALIBRATION_MIN = WEEK_MIN
 MIN_RESIDUALS = 60
 #: the two seasons, in minutes
 SEASONS = (DAY_MIN, WEEK_MIN)
+#: the window lengths a fit calibrates at once (a lead up to 7 minutes: a 300 s boot plus a fleet tick); a
+#: longer one is calibrated on first use
+FITTED_WINDOWS_MIN = 8
+#: the margin of a lead longer than this many minutes is calibrated on windows this long (memory: a week of
+#: windows times their minutes)
+MAX_WINDOW_MIN = 60
 
 
 def _bounded(cur: np.ndarray | float, ref: np.ndarray | float, known: np.ndarray | bool) -> np.ndarray:
@@ -77,48 +87,79 @@ def point_path(history: DemandHistory, origin: int, first: int, stop: int) -> np
     return _combine(day, week)
 
 
-def residuals(history: DemandHistory, origin: int, span: int = CALIBRATION_MIN) -> np.ndarray:
-    """Measured minus point, one step ahead, for the measured minutes of ``origin - span .. origin - 1``
-    (sorted): the point of minute ``t`` with the levels read at ``t`` (vectorised)."""
+def residuals(history: DemandHistory, origin: int, span: int = CALIBRATION_MIN, window: int = 1) -> np.ndarray:
+    """Measured minus point over ``window``-minute windows, for the windows of ``origin - span .. origin - 1``
+    (each ending before ``origin``; sorted): the measured peak minute of minutes ``t .. t + window - 1``
+    minus the peak of their points made at ``t`` (the levels read at ``t``), vectorised. ``window`` 1: the
+    one-step residual of each minute."""
+    return residuals_by_window(history, origin, window, span)[window]
+
+
+def residuals_by_window(history: DemandHistory, origin: int, longest: int,
+                        span: int = CALIBRATION_MIN) -> dict[int, np.ndarray]:
+    """:func:`residuals` for every window of 1 .. ``longest`` minutes at once (one pass: each window's
+    running peak; no minute at or after ``origin`` is read)."""
     w = LEVEL_WINDOW_MIN
     base = origin - span - w - WEEK_MIN
-    x = history.rates(base, origin)
-    targets = np.arange(origin - span, origin) - base           # indices of the minutes forecast
+    x = np.concatenate([history.rates(base, origin), np.full(longest - 1, np.nan)])
+    starts = np.arange(origin - span, origin) - base           # indices of each window's first minute
+    cells = starts[:, None] + np.arange(longest)[None, :]      # its minutes
     seasonal = []
     for p in SEASONS:
-        a, b = x[p:], x[:-p]                                    # a[i] = x[i + p], b[i] = x[i]
+        a, b = x[p:origin - base], x[:origin - base - p]        # a[i] = x[i + p], b[i] = x[i]
         m = ~np.isnan(a) & ~np.isnan(b)
         sa = sliding_window_view(np.where(m, a, 0.0), w).sum(axis=1)
         sb = sliding_window_view(np.where(m, b, 0.0), w).sum(axis=1)
         km = sliding_window_view(m, w).any(axis=1)
-        # the window ending before target t (minutes t - w .. t - 1) starts at a-index t - w - p
-        k = targets - w - p
+        # the window ending before minute t (minutes t - w .. t - 1) starts at a-index t - w - p
+        k = starts - w - p
         lev = _bounded(sa[k], sb[k], km[k])
-        seasonal.append(x[targets - p] * lev)
-    err = x[targets] - _combine(seasonal[0], seasonal[1])
-    return np.sort(err[~np.isnan(err)])
+        seasonal.append(x[cells - p] * lev[:, None])
+    points = np.fmax.accumulate(_combine(seasonal[0], seasonal[1]), axis=1)   # NaN only while none is known
+    measured = np.fmax.accumulate(x[cells], axis=1)
+    out = {}
+    for n in range(1, longest + 1):
+        last = starts.size - n + 1          # the windows of n minutes that end before origin
+        err = measured[:last, n - 1] - points[:last, n - 1]
+        out[n] = np.sort(err[~np.isnan(err)])
+    return out
 
 
 @dataclass(frozen=True)
 class SeasonalFit:
-    """The calibration at ``fitted_at``: its sorted residuals (empty: too few, no margin)."""
+    """The calibration at ``fitted_at``: its sorted one-minute residuals (empty: too few, no margin), and
+    those of the lead's windows over the minutes before ``fitted_at`` (:func:`residuals_by_window`): up to
+    :data:`FITTED_WINDOWS_MIN` minutes from the fit (off the fleet tick), a longer one on first use."""
 
     fitted_at: float
     residuals: np.ndarray
+    windows: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
-    def margin(self, quantile: float) -> float:
-        if self.residuals.size < MIN_RESIDUALS:
+    def window_residuals(self, history: DemandHistory, window: int) -> np.ndarray:
+        """The sorted residuals of ``window``-minute peaks as of ``fitted_at`` (1: :attr:`residuals`)."""
+        window = min(window, MAX_WINDOW_MIN)
+        if window <= 1:
+            return self.residuals
+        got = self.windows.get(window)
+        if got is None:
+            got = self.windows[window] = residuals(history, minute_of(self.fitted_at), window=window)
+        return got
+
+    def margin(self, quantile: float, history: DemandHistory | None = None, window: int = 1) -> float:
+        r = self.residuals if history is None else self.window_residuals(history, window)
+        if r.size < MIN_RESIDUALS:
             return 0.0
-        return max(0.0, float(np.quantile(self.residuals, quantile)))
+        return max(0.0, float(np.quantile(r, quantile)))
 
     def predict(self, history: DemandHistory, now: float, lead_s: float, quantile: float) -> float | None:
         check_request(lead_s, quantile)
         origin = minute_of(now)
         stop = min(int(math.ceil((now + lead_s) / MINUTE_S)), origin + DAY_MIN)   # yesterday is known up to now
-        path = point_path(history, origin, origin, max(stop, origin + 1))
+        stop = max(stop, origin + 1)
+        path = point_path(history, origin, origin, stop)
         if np.isnan(path).all():
             return None
-        return max(0.0, float(np.nanmax(path))) + self.margin(quantile)
+        return max(0.0, float(np.nanmax(path))) + self.margin(quantile, history, stop - origin)
 
 
 class SeasonalNaive:
@@ -129,11 +170,12 @@ class SeasonalNaive:
     def fit(self, history: DemandHistory, now: float) -> SeasonalFit | None:
         if not history.known:
             return None
-        return SeasonalFit(float(now), residuals(history, minute_of(now)))
+        by_window = residuals_by_window(history, minute_of(now), FITTED_WINDOWS_MIN)
+        return SeasonalFit(float(now), by_window.pop(1), by_window)
 
     def forecast(self, history: DemandHistory, now: float, lead_s: float, quantile: float) -> float | None:
         return fit_and_predict(self, history, now, lead_s, quantile)
 
 
-__all__ = ["CALIBRATION_MIN", "LEVEL_BOUNDS", "LEVEL_WINDOW_MIN", "MIN_RESIDUALS", "SeasonalFit", "SeasonalNaive",
-           "level", "point_path", "residuals"]
+__all__ = ["CALIBRATION_MIN", "FITTED_WINDOWS_MIN", "LEVEL_BOUNDS", "LEVEL_WINDOW_MIN", "MAX_WINDOW_MIN", "MIN_RESIDUALS",
+           "SeasonalFit", "SeasonalNaive", "level", "point_path", "residuals", "residuals_by_window"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from scaler.forecast.forecaster import Reactive, forecast_batch
 from scaler.forecast.history import DAY_MIN, WEEK_MIN, DemandHistory
-from scaler.forecast.seasonal import SeasonalNaive, level, point_path
+from scaler.forecast.seasonal import FITTED_WINDOWS_MIN, SeasonalNaive, level, point_path, residuals
 
 DAY_S = 86400.0
 PROFILE = 20.0 + 10.0 * np.sin(2 * np.pi * np.arange(DAY_MIN) / DAY_MIN)   # one day's sine, per minute
@@ -149,3 +149,53 @@ def test_the_upper_quantile_is_never_below_the_point(seed: int, holes: float, q:
     else:
         assert got is not None and got >= float(np.nanmax(path))
         assert SeasonalNaive().forecast(h, now, lead_min * 60.0, min(q + 0.005, 0.999)) >= got
+
+
+def three_busy_minutes() -> DemandHistory:
+    """10 q/s for 8 days, except the last three minutes before o = 8 days: 12, 15 and 11 q/s."""
+    x = np.full(8 * DAY_MIN, 10.0)
+    x[-3:] = (12.0, 15.0, 11.0)
+    return DemandHistory.from_minutes(np.arange(x.size), x)
+
+
+def test_the_residuals_of_a_window_are_its_peak_against_its_points_peak() -> None:
+    """By hand, at o = 8 days over the last 3 minutes (yesterday's and last week's are 10 q/s):
+    - one minute each: o-3: 12 - 10 = 2 (level 1); o-2: the hour before it holds the 12, level
+      (59 x 10 + 12) / 600, so 15 - 10 x 602/600; o-1: level 607/600, 11 - 10 x 607/600;
+    - two-minute windows (those ending before o): from o-3: max(12, 15) - max(10, 10) = 5; from o-2:
+      max(15, 11) - 10 x 602/600 (the level read at the window's start)."""
+    h, o = three_busy_minutes(), 8 * DAY_MIN
+    assert residuals(h, o, span=3).tolist() == pytest.approx(sorted([2.0, 15 - 10 * 602 / 600, 11 - 10 * 607 / 600]))
+    assert residuals(h, o, span=3, window=2).tolist() == pytest.approx([15 - 10 * 602 / 600, 5.0])
+    assert residuals(h, o, span=3, window=3).tolist() == pytest.approx([5.0])   # one window: max(12, 15, 11) - 10
+
+
+def test_the_margin_is_calibrated_on_the_leads_window() -> None:
+    """Over the lead's minutes the margin is the quantile of those windows' peak residuals, not of single
+    minutes' (noise N(0, 2) around a repeating day: a window's peak errs less than its worst minute)."""
+    rng = np.random.default_rng(7)
+    x = np.tile(PROFILE, 15) + rng.normal(0.0, 2.0, 15 * DAY_MIN)
+    h = DemandHistory.from_minutes(np.arange(x.size), np.clip(x, 0, None))
+    now = 15 * DAY_S
+    fit = SeasonalNaive().fit(h, now)
+    assert fit is not None
+    o = 15 * DAY_MIN
+    for lead_min in (1, 3, 5):
+        want = float(np.quantile(residuals(h, o, window=lead_min), 0.9))
+        path = point_path(h, o, o, o + lead_min)
+        assert fit.predict(h, now, lead_min * 60.0, 0.9) == pytest.approx(float(path.max()) + max(0.0, want))
+    assert fit.margin(0.9, h, 5) < fit.margin(0.9)       # the peak of 5 points already stands above most minutes
+
+
+def test_the_fit_holds_each_windows_residuals_as_residuals_gives_them() -> None:
+    """One pass over the week for windows of 1 .. FITTED_WINDOWS_MIN minutes: the same arrays, holes and all."""
+    rng = np.random.default_rng(3)
+    n = 9 * DAY_MIN
+    x = rng.gamma(2.0, 5.0, n)
+    keep = rng.random(n) >= 0.3
+    h = DemandHistory.from_minutes(np.arange(n)[keep], x[keep])
+    fit = SeasonalNaive().fit(h, 9 * DAY_S - 17 * 60.0)
+    assert fit is not None and sorted(fit.windows) == list(range(2, FITTED_WINDOWS_MIN + 1))
+    o = 9 * DAY_MIN - 17
+    for k in range(1, FITTED_WINDOWS_MIN + 2):      # the last one past the fit's: computed on first use
+        assert np.array_equal(fit.window_residuals(h, k), residuals(h, o, window=k))
