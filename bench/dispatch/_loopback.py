@@ -14,8 +14,11 @@ Each part runs as a process of its own through this file's ``--role`` (``workers
   replicas, DESIGN "Beyond one control host"); with ``--marks`` it prints :data:`MARK_START` and
   :data:`MARK_END` around the measured window (so a parent can read other processes' CPU there)
   and adds its own CPU seconds and query count to the JSON line.
+- ``proxy``: the plain round-robin proxy (``bench/dispatch/_rr_proxy.py``) in front of the
+  workers it is given (``--owned``), printing and stopping as the dispatcher role does.
 - ``dispatcher``: one :class:`dispatcher.server.Dispatcher` owning the workers it is given; prints
-  ``{"port": P}``, serves until its stdin closes, then prints what it served.
+  ``{"port": P}``, serves until its stdin closes, then prints what it served. ``--code-root``: the
+  dispatcher's code from another checkout (a before/after comparison in one run).
 """
 from __future__ import annotations
 
@@ -112,43 +115,74 @@ async def workers_main(count: int) -> None:
 
 
 async def load_main(target: str, seconds: float, concurrency: int, *, round_robin: bool = False,
-                    marks: bool = False, stream: bool = False) -> None:
+                    marks: bool = False, stream: bool = False, infer: bool = False, rate: float = 0.0) -> None:
     """The ``load`` role (see the module docstring); ``stream``: every query on one SubmitStream
-    (``dispatcher.api.client.InferenceClient.stream``), not a unary Submit each."""
+    (``dispatcher.api.client.InferenceClient.stream``), not a unary Submit each; ``infer``: a unary
+    ``Worker.Infer`` each (the target is a balancer in front of the workers themselves, nginx
+    ``grpc_pass``); ``rate`` > 0: open loop, Poisson arrivals at ``rate`` q/s (seeded), each query
+    sent when it arrives however many are in flight, ``concurrency`` unused."""
     import grpc
 
     from dispatcher.api.client import InferenceClient
-    from dispatcher.proto import costscale_pb2 as pb
+    from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
 
     options = [("grpc.service_config", ROUND_ROBIN_SERVICE_CONFIG)] if round_robin else []
     ch = grpc.aio.insecure_channel(target, options=options)
     client = InferenceClient(ch)
-    send = client.stream if stream else client.submit
+    if infer:
+        stub = pbg.WorkerStub(ch)
+
+        async def send(r: pb.SubmitRequest, timeout: float) -> Any:
+            return await stub.Infer(pb.InferRequest(query_id="x", model=r.model, batch_size=r.batch_size),
+                                    timeout=timeout)
+    else:
+        send = client.stream if stream else client.submit
     rng = np.random.default_rng(1)
     batches = rng.integers(1, 1001, _BATCHES).tolist()
     lat: list[float] = []
     errors = 0
     counter = itertools.count()
 
-    async def one(end: float) -> None:
+    async def query() -> None:
         nonlocal errors
-        while time.perf_counter() < end:
-            i = next(counter)
-            t0 = time.perf_counter()
-            try:
-                await send(pb.SubmitRequest(model="rm2", batch_size=batches[i % _BATCHES]), timeout=10)
-                lat.append(time.perf_counter() - t0)
-            except grpc.aio.AioRpcError:
-                errors += 1
+        i = next(counter)
+        t0 = time.perf_counter()
+        try:
+            await send(pb.SubmitRequest(model="rm2", batch_size=batches[i % _BATCHES]), timeout=10)
+            lat.append(time.perf_counter() - t0)
+        except grpc.aio.AioRpcError:
+            errors += 1
 
-    await asyncio.gather(*(one(time.perf_counter() + WARM_UP_S) for _ in range(concurrency)))   # warm-up
+    async def one(end: float) -> None:
+        while time.perf_counter() < end:
+            await query()
+
+    async def arrivals(end: float) -> None:
+        """Open loop: a query at each arrival of a seeded Poisson process at ``rate`` q/s until ``end``."""
+        gaps = np.random.default_rng(2)
+        sent: set[asyncio.Task] = set()
+        t = time.perf_counter()
+        while t < end:
+            wait = t - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            task = asyncio.create_task(query())
+            sent.add(task)
+            task.add_done_callback(sent.discard)
+            t += float(gaps.exponential(1.0 / rate))
+        await asyncio.gather(*sent)
+
+    def window(end: float) -> Any:
+        return arrivals(end) if rate > 0 else asyncio.gather(*(one(end) for _ in range(concurrency)))
+
+    await window(time.perf_counter() + WARM_UP_S)   # warm-up
     lat.clear()
     errors = 0
     if marks:
         print(MARK_START, flush=True)
     cpu0 = time.process_time()
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(t0 + seconds) for _ in range(concurrency)))
+    await window(t0 + seconds)
     el = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     if marks:
@@ -163,9 +197,22 @@ async def load_main(target: str, seconds: float, concurrency: int, *, round_robi
     await ch.close()
 
 
+async def proxy_main(addresses: Sequence[str], one_per_worker: bool) -> None:
+    """The ``proxy`` role: :class:`bench.dispatch._rr_proxy.RoundRobinProxy` in front of ``addresses``."""
+    from bench.dispatch._rr_proxy import RoundRobinProxy
+
+    proxy = RoundRobinProxy(list(addresses), one_per_worker)
+    server, port = await proxy.start()
+    print(json.dumps({"port": port}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)   # until the parent closes stdin
+    await server.stop(0)   # type: ignore[attr-defined]
+    await proxy.close()
+    print(json.dumps({"served": 0}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="a part of the loopback dispatcher benchmarks (bench/dispatch/_loopback.py)")
-    ap.add_argument("--role", required=True, choices=["workers", "load", "dispatcher"])
+    ap.add_argument("--role", required=True, choices=["workers", "load", "dispatcher", "proxy"])
     ap.add_argument("--workers", type=int, default=4, help="(workers) how many no-op workers to serve")
     ap.add_argument("--target", default="", help="(load) the gRPC target")
     ap.add_argument("--seconds", type=float, default=3.0, help="(load) the measured window")
@@ -173,16 +220,25 @@ def main() -> None:
     ap.add_argument("--round-robin", action="store_true", help="(load) gRPC round_robin over the target's addresses")
     ap.add_argument("--marks", action="store_true", help="(load) mark the measured window, report the client's CPU")
     ap.add_argument("--stream", action="store_true", help="(load) every query on one SubmitStream, not unary Submits")
+    ap.add_argument("--infer", action="store_true", help="(load) a unary Worker.Infer each (a balancer of the workers)")
+    ap.add_argument("--rate", type=float, default=0.0, help="(load) open loop: Poisson arrivals at this q/s")
+    ap.add_argument("--one-per-worker", action="store_true", help="(proxy) one query per worker at a time")
     ap.add_argument("--unary-workers", action="store_true",
                     help="(dispatcher) one unary Infer per worker call (dispatcher.worker_streams: false)")
-    ap.add_argument("--owned", default="[]", help="(dispatcher) JSON list of [id, type, address]")
+    ap.add_argument("--owned", default="[]", help="(dispatcher, proxy) JSON list of [id, type, address]")
     ap.add_argument("--start", default="bench", choices=DISPATCHER_STARTS, help="(dispatcher) how it is built")
+    ap.add_argument("--code-root", default="",
+                    help="(dispatcher) import the dispatcher from this checkout (another commit's code, same bench)")
     a = ap.parse_args()
+    if a.code_root:
+        sys.path.insert(0, str(Path(a.code_root).resolve()))
     if a.role == "workers":
         asyncio.run(workers_main(a.workers))
     elif a.role == "load":
         asyncio.run(load_main(a.target, a.seconds, a.concurrency, round_robin=a.round_robin, marks=a.marks,
-                              stream=a.stream))
+                              stream=a.stream, infer=a.infer, rate=a.rate))
+    elif a.role == "proxy":
+        asyncio.run(proxy_main([o[2] for o in json.loads(a.owned)], a.one_per_worker))
     else:
         asyncio.run(dispatcher_main(json.loads(a.owned), a.start, not a.unary_workers))
 

@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
-import itertools  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
@@ -31,6 +30,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench.dispatch._loopback import TYPES, load_main, make_dispatcher, workers_main  # noqa: E402
+from bench.dispatch._rr_proxy import RoundRobinProxy  # noqa: E402
 
 #: the no-op worker counts of the end-to-end rows: the original 4, and a pool whose matching
 #: rounds are no longer trivial
@@ -76,48 +76,6 @@ def decision_latency(m: int, n: int, reps: int) -> dict[str, float]:
 
 
 # ---- 2. end to end (the no-op workers and the client: bench/dispatch/_loopback.py) -----------------------
-class RoundRobinProxy:
-    """The baseline: Submit → next worker in turn, no queue, no policy, no limit per worker."""
-
-    def __init__(self, addresses: list[str], one_per_worker: bool = False) -> None:
-        from dispatcher.workers.client import WorkerClient
-
-        self.clients = [WorkerClient(a) for a in addresses]
-        self._rr = itertools.cycle(range(len(self.clients)))
-        self.one_per_worker = one_per_worker
-        self._idle: asyncio.Queue[int] = asyncio.Queue()
-        for k in range(len(self.clients)):
-            self._idle.put_nowait(k)
-
-    async def start(self) -> tuple[object, int]:
-        import grpc
-
-        from dispatcher.proto import costscale_pb2 as pb, costscale_pb2_grpc as pbg
-
-        proxy = self
-
-        class Servicer(pbg.InferenceServicer):
-            async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> pb.SubmitReply:
-                k = await proxy._idle.get() if proxy.one_per_worker else next(proxy._rr)
-                t0 = time.perf_counter()
-                try:
-                    r = await proxy.clients[k].infer(pb.InferRequest(query_id="x", model=request.model,
-                                                                     batch_size=request.batch_size, inputs=request.inputs), 10.0)
-                finally:
-                    if proxy.one_per_worker:
-                        proxy._idle.put_nowait(k)
-                ms = 1000 * (time.perf_counter() - t0)
-                return pb.SubmitReply(outputs=r.outputs, model=request.model, instance_id=f"i-{k}",
-                                      service_ms=r.service_ms, total_ms=ms, provider=r.provider)
-
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 5 * 1024 * 1024),
-                                          ("grpc.max_send_message_length", 64 * 1024 * 1024), ("grpc.so_reuseport", 0)])
-        pbg.add_InferenceServicer_to_server(Servicer(), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        return server, port
-
-
 async def _one_run(kind: str, addresses: list[str], seconds: float, concurrency: int) -> dict[str, float]:
     if kind == "dispatcher":
         d = make_dispatcher("bench")
@@ -135,8 +93,7 @@ async def _one_run(kind: str, addresses: list[str], seconds: float, concurrency:
         await d.stop(1.0)
     else:
         await server.stop(0)  # type: ignore[attr-defined]
-        for c in proxy.clients:
-            await c.close()
+        await proxy.close()
     return json.loads(out.decode().strip().splitlines()[-1])
 
 

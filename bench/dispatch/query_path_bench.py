@@ -15,7 +15,9 @@ The paths, alternating in one run, medians over ``--rounds``:
 - ``stream/stream``: both streams.
 
 Run: ``.venv/bin/python bench/dispatch/query_path_bench.py`` (``--quick``: one round of 1.5 s;
-``--no-write``: print the section, leave BENCHMARKS.md as it is).
+``--no-write``: print the section, leave BENCHMARKS.md as it is; ``--baseline CHECKOUT``: each path
+also with the dispatcher's code from another checkout, alternating in the same run, the before/after
+rows printed).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
+from typing import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -51,19 +54,54 @@ FIELDS = ("qps", "p50_ms", "p99_ms", "errors", "disp_ms_q", "client_ms_q", "work
           "other_cores")
 
 
-def measure(n: int, rounds: int, seconds: float, concurrency: int) -> dict[str, list[dict[str, float]]]:
+#: the label of a path measured with ``--baseline``'s code (its dispatcher from that checkout)
+BEFORE = " (before)"
+
+
+def measure(n: int, rounds: int, seconds: float, concurrency: int, paths: list[str] | None = None,
+            baseline: str = "") -> dict[str, list[dict[str, float]]]:
+    """``rounds`` alternating runs of each path (``paths``: those of :data:`PATHS` to run, default
+    all); ``baseline``: each also with the dispatcher's code from that checkout (labelled
+    :data:`BEFORE`), alternating with ours in the same run."""
     wp = _spawn("--role", "workers", "--workers", str(n))
     try:
         addresses = json.loads(_line(wp))
         workers = [(f"i-{k}", _loopback.TYPES[k % 4], a) for k, a in enumerate(addresses)]
         owned = owned_by(workers, ("r0",))
-        res: dict[str, list[dict[str, float]]] = {p: [] for p in PATHS}
+        runs = [(p, [*PATHS[p][0]], PATHS[p][1]) for p in (paths or PATHS)]
+        if baseline:
+            runs = [r for p, d, c in runs for r in ((p, d, c), (p + BEFORE, [*d, "--code-root", baseline], c))]
+        res: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in runs}
         for _ in range(rounds):
-            for path, (dargs, cargs) in PATHS.items():
-                res[path].append(one_run(owned, wp.pid, seconds, concurrency, "bench", dargs, cargs))
+            for label, dargs, cargs in runs:
+                res[label].append(_retried(lambda: one_run(owned, wp.pid, seconds, concurrency, "bench", dargs, cargs),
+                                           f"{n} workers, {label}"))
         return res
     finally:
         _close(wp)
+
+
+def _retried(window: Callable[[], dict[str, float]], what: str) -> dict[str, float]:
+    """``window()``, once more when its client ended without its figures (seen on the shared
+    machine: the client process gone, nothing on its stderr)."""
+    try:
+        return window()
+    except json.JSONDecodeError:
+        print(f"query_path_bench: {what}: the client gave no figures; measuring the window again", file=sys.stderr)
+        return window()
+
+
+def before_after(med: dict[int, dict[str, dict[str, float]]]) -> list[str]:
+    """The rows measured with ``--baseline``: our code against the baseline's, per path."""
+    lines = ["| workers | path | q/s before | q/s after | dispatcher CPU ms/query before | after | after / before |",
+             "|---|---|---|---|---|---|---|"]
+    for n, m in med.items():
+        for p in PATHS:
+            if p + BEFORE in m:
+                b, a = m[p + BEFORE], m[p]
+                lines.append(f"| {n} | {p} | {b['qps']:.0f} | {a['qps']:.0f} | {b['disp_ms_q']:.3f} | "
+                             f"{a['disp_ms_q']:.3f} | {a['disp_ms_q'] / b['disp_ms_q']:.2f}× |")
+    return lines
 
 
 def section(med: dict[int, dict[str, dict[str, float]]], rounds: int, seconds: float, command: str) -> list[str]:
@@ -115,14 +153,31 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--quick", action="store_true", help="one round of 1.5 s")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave BENCHMARKS.md as it is")
+    ap.add_argument("--baseline", default="", metavar="CHECKOUT",
+                    help="also run each path with the dispatcher's code from CHECKOUT (e.g. a worktree of main), "
+                         "alternating with ours; prints the before/after rows, writes nothing")
+    ap.add_argument("--workers", type=int, default=0, help="with --baseline: one pool size (default: 8 and 64)")
+    ap.add_argument("--paths", default="", help=f"comma-separated paths to run with --baseline (of {', '.join(PATHS)})")
     a = ap.parse_args()
     if a.rounds < 1 or not a.seconds > 0:
         ap.error("--rounds must be at least 1 and --seconds above 0")
+    paths = [p for p in a.paths.split(",") if p] or None
+    if (paths or a.workers) and not a.baseline:
+        ap.error("--paths and --workers go with --baseline (the section has every path and pool size)")
+    if a.workers < 0:
+        ap.error("--workers must be at least 1")
+    if paths and any(p not in PATHS for p in paths):
+        ap.error(f"--paths: each one of {', '.join(PATHS)}")
+    if a.baseline and not (Path(a.baseline) / "dispatcher" / "server.py").is_file():
+        ap.error(f"--baseline {a.baseline}: not a costscale checkout (no dispatcher/server.py)")
     rounds, seconds = (1, 1.5) if a.quick else (a.rounds, a.seconds)
     t0 = time.perf_counter()
     med = {n: {p: {f: float(np.median([r[f] for r in runs])) for f in FIELDS}
-               for p, runs in measure(n, rounds, seconds, CONCURRENCY_PER_4 * n // 4).items()}
-           for n in WORKER_COUNTS}
+               for p, runs in measure(n, rounds, seconds, CONCURRENCY_PER_4 * n // 4, paths, a.baseline).items()}
+           for n in ((a.workers,) if a.workers else WORKER_COUNTS)}
+    if a.baseline:
+        print("\n".join(before_after(med) + ["", f"({time.perf_counter() - t0:.0f} s in all.)"]))
+        return
     command = ".venv/bin/python bench/dispatch/query_path_bench.py" + (" --quick" if a.quick else "")
     lines = section(med, rounds, seconds, command) + ["", f"({time.perf_counter() - t0:.0f} s in all.)"]
     if not a.no_write:
