@@ -27,3 +27,22 @@ def test_a_baseline_adds_a_before_row_after_each_dispatcher_row() -> None:
     assert kinds_run("") == ["proxy", "proxy-1", "dispatcher", "dispatcher+stream", "nginx"]
     assert kinds_run("/some/checkout") == ["proxy", "proxy-1", "dispatcher", "dispatcher" + BEFORE, "dispatcher+stream",
                                            "dispatcher+stream" + BEFORE, "nginx"]
+
+
+def test_profile_bench_puts_each_sampled_stack_in_one_part() -> None:
+    """py-spy's raw stacks (root first): a library leaf first, else the first project part on the stack."""
+    from collections import Counter
+
+    from bench.dispatch.profile_bench import OTHER, part_of, shares
+
+    loop = "run_forever (asyncio/base_events.py:607);_run_once (asyncio/base_events.py:1922)"
+    assert part_of(loop + ";round (dispatcher/routing.py:120);match (dispatcher/policies/kairos.py:88)").startswith(
+        "matching round")
+    assert part_of(loop + ";submit (dispatcher/admission.py:200);SerializeToString (google/protobuf/message.py:1)") \
+        .startswith("protobuf")
+    assert part_of(loop + ";_run (asyncio/events.py:80)").startswith("the event loop")
+    assert part_of("_bootstrap_inner (threading.py:1045);run (threading.py:982)").startswith("threads besides")
+    assert part_of("main (bench.py:1)") == OTHER
+    others: Counter[str] = Counter()
+    got = shares([loop + ";round (dispatcher/routing.py:120) 7", "main (bench.py:1) 2", "garbage"], others)
+    assert sum(got.values()) == 9 and got[OTHER] == 2 and others == Counter({"main (bench.py:1)": 2})
