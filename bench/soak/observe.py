@@ -41,7 +41,7 @@ def store_sample(path: Path, now_v: float, retention_days: float, slack_s: float
     """The store's size (db + WAL, bytes), rows per table, and ``beyond``: the rows (``table:key``) the
     pruner (:func:`scaler.fleet.retention.prune_history`, on a copy) would still forget at a cutoff
     ``slack_s`` older than ``retention_days`` before the daemon's ``now_v``, and the demand minutes older
-    than ``demand_days`` and ``slack_s``. A row may appear here for one sample: a plan recorded long ago
+    than ``demand_days`` and ``slack_s``; ``demand_oldest``: the oldest demand minute held (None: none). A row may appear here for one sample: a plan recorded long ago
     becomes prunable only when a newer one supersedes it; kept over two samples, the pruner missed it."""
     size = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
@@ -55,11 +55,12 @@ def store_sample(path: Path, now_v: float, retention_days: float, slack_s: float
         before = _keys(copy)
         old = {f"demand_minutes:{r[0]}:{r[1]}" for r in copy.execute(
             "SELECT series, minute FROM demand_minutes WHERE minute < ?", ((now_v - demand_days * DAY_S - slack_s) / 60.0,))}
+        oldest = copy.execute("SELECT MIN(minute) FROM demand_minutes").fetchone()[0]
         prune_history(copy, now_v - retention_days * DAY_S - slack_s, 1_000_000)
         beyond = sorted((before - _keys(copy)) | old)
     finally:
         copy.close()
-    return {"size": size, "rows": rows, "beyond": beyond}
+    return {"size": size, "rows": rows, "beyond": beyond, "demand_oldest": oldest}
 
 
 def _keys(conn: sqlite3.Connection) -> set[str]:

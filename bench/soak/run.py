@@ -269,6 +269,7 @@ class Soak:
                   "series": m["series"], "fleet_ticks": m["ticks"].get("fleet_run", 0),
                   "fleet_skipped": m["ticks"].get("fleet_skipped", 0), "model_ticks": m["ticks"].get("model_run", 0),
                   "store_bytes": st["size"], "rows": st["rows"], "store_beyond": len(st["beyond"]),
+                  "demand_oldest": st["demand_oldest"],
                   "audit_bytes": audit["bytes"], "audit_files": audit["files"], "audit_largest": audit["largest"],
                   "sent": self.res.sent, "answered": sum(self.res.outcomes.values()),
                   "daemon_queries": sum(m["queries"].values()), "cost_per_hour": status.cost_per_hour,
