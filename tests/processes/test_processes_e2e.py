@@ -6,8 +6,8 @@ rm2 on 4 x r5n.large pinned, the workers apart from it (``daemon.local.fleet``) 
 the one port. Both processes bind that port (SO_REUSEPORT): 16 client connections are spread over
 them by the kernel. The workers are shared by the replica ownership (two owners of two base
 workers each), so every worker is matched by one process: each worker's own count of the calls it
-held at once (``HealthReply.peak_in_flight``) stays 1 while 320 queries run 32 at a time, and the
-workers served exactly the calls the two processes report.
+held at once (``HealthReply.peak_in_flight``) never passes 1 while 320 queries run 32 at a time, and
+the workers served exactly the calls the two processes report.
 """
 from __future__ import annotations
 
@@ -135,5 +135,8 @@ def test_two_processes_on_one_port_share_the_workers_without_double_booking(moto
     live = list(after[next(iter(own))].replica.live)
     assert hosts_of(live) == {"ctl": ["p0", "p1"]}
     # no double-booking: no worker ever held two calls at once; they served exactly what was matched
-    assert len(healths) == 4 and all(h.peak_in_flight == 1 for h in healths), [(h.instance_id, h.peak_in_flight) for h in healths]
+    # (a worker the matching never picked holds 0: Kairos may prefer its sibling at this load)
+    peaks = [(h.instance_id, h.peak_in_flight, h.served) for h in healths]
+    assert len(healths) == 4 and all(h.peak_in_flight <= 1 for h in healths), peaks
+    assert all((h.peak_in_flight == 1) == (h.served > 0) for h in healths), peaks
     assert sum(h.served for h in healths) == sum(s.served for s in after.values())
