@@ -23,3 +23,10 @@ def pid_alive(pid: int, *, zombie_alive: bool = True) -> bool:
             return fh.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def pid_running(pid: int) -> bool:
+    """A process with this pid still runs here: exists and has not exited (an exited child its parent has
+    not reaped yet, a zombie, acts no more: it holds no socket, no lease, serves no query)."""
+    return pid_alive(pid, zombie_alive=False)
+

@@ -25,7 +25,6 @@ from daemon.observe.audit_file import AuditFile, on_hangup
 from daemon.local.embedded import on_this_host
 from daemon.local.runner import LocalRunner
 from daemon.aws.cluster_token import with_cluster_token
-from daemon.processes.split import process_count
 from daemon.processes.this_process import for_this_process, tag_lines, this_slot
 from daemon.processes.supervisor import supervise
 from scaler.cloud.provider import ManagedInstance
@@ -101,17 +100,17 @@ def run_daemon(cfg_path: str | Path, log_level: str = "INFO", local_workers: boo
     if local_workers and not on_this_host(cfg):
         raise UsageError("run: --local-workers needs aws.endpoint_url on this host (an EC2 emulator such as "
                          "moto on 127.0.0.1): real instances run their own workers")
-    if this_slot() is None and process_count(cfg) > 1:   # the supervisor of N processes of this config
+    slot, count = this_slot(), cfg.dispatcher.process_count()
+    if slot is None and count > 1:   # the supervisor of N processes of this config
         if local_workers:
             raise UsageError("run: --local-workers with dispatcher.processes > 1: the processes share the workers, "
                              "which must outlive any one of them: run them apart, python -m daemon.local.fleet CONFIG "
                              "--dispatcher TARGET")
         with_cluster_token(cfg)    # a generated token written once, before the processes read it
         args = ["--log-level", log_level] + (["--log-format", log_format] if log_format else [])
-        return supervise(str(cfg_path), process_count(cfg), args)
-    cfg = for_this_process(cfg)    # one of them: its own files, replica id and port (daemon.processes.split)
-    slot = this_slot()
-    if slot is not None:           # its lines tagged pI: several processes share one journal
+        return supervise(str(cfg_path), count, args)
+    if slot is not None:           # one of them: its own files, replica id and port; its lines tagged pI
+        cfg = for_this_process(cfg)
         tag_lines(f"p{slot[0]}")
     audit_file = AuditFile()
     audit_file.start(cfg.audit_log)   # the audit events' own file (0600), when the config names one (exit 2 when it cannot)

@@ -264,7 +264,7 @@ class Dispatcher:
             token = self._read_token()
             self._token = TokenRing(token) if token else None
         limit = self.cfg.dispatcher.max_payload_bytes + 1024 * 1024
-        shared = spec.processes != 1     # dispatcher.processes: the port shared by this host's processes
+        shared = spec.process_count() > 1     # dispatcher.processes: the port shared by this host's processes
         server = self.admission.backlog.follow(lambda: grpc.aio.server(interceptors=interceptors, options=[
             ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", int(shared)), *server_options(spec.max_pending_calls)]))

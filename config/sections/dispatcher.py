@@ -5,6 +5,7 @@ the rules for who may talk to the daemon).
 """
 from __future__ import annotations
 
+import os
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -77,6 +78,12 @@ class DispatcherSpec(Strict):
     def _blank_is_none(cls, v: str | None) -> str | None:
         """A blank inline token is no token (beyond loopback one is then generated), never "" to compare."""
         return (v or "").strip() or None
+
+    def process_count(self, cpus: int | None = None) -> int:
+        """``processes`` as a number: ``auto`` is one per core (``cpus``, default ``os.cpu_count()``)."""
+        if self.processes == "auto":
+            return max(1, cpus if cpus is not None else (os.cpu_count() or 1))
+        return int(self.processes)
 
     def token(self) -> str | None:
         """The cluster token (from cluster_token_file when given); None when unset. An empty or

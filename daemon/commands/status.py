@@ -22,6 +22,7 @@ from typing import Any
 
 from config.hostport import hostport_arg
 from daemon.commands.common.client_flags import add_client_flags, call
+from daemon.processes.split import process_of
 from scaler.planner.pools import pool_text
 
 DEFAULT_DISPATCHER = "127.0.0.1:50051"
@@ -123,12 +124,12 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
 def hosts_of(live: list[str]) -> dict[str, list[str]]:
     """The hosts that run several processes (``dispatcher.processes``: replica ids ``pI@HOST:PORT``,
     ``daemon.processes.split``), each with its live processes in order."""
-    out: dict[str, list[str]] = {}
+    out: dict[str, list[int]] = {}
     for rid in live:
-        proc, at, host = rid.partition("@")
-        if at and proc[:1] == "p" and proc[1:].isdigit():
-            out.setdefault(host, []).append(proc)
-    return {h: sorted(ps, key=lambda p: int(p[1:])) for h, ps in sorted(out.items())}
+        got = process_of(rid)
+        if got is not None:
+            out.setdefault(got[1], []).append(got[0])
+    return {h: [f"p{i}" for i in sorted(ps)] for h, ps in sorted(out.items())}
 
 
 def replica_lines(s: dict[str, Any]) -> list[str]:

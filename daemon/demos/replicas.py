@@ -40,7 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from config.budget import BUDGET_EPS
-from config.pids import pid_alive
+from config.pids import pid_running
 from daemon.demos.failover_load import LoadRecord, steady_load
 from daemon.demos.kill_point import KillPoint, PointResult
 from daemon.demos.replica_cluster import (LEASE_TABLE, NGINX, BudgetSampler, ClusterSpec, ReplicaProcess, ec2_client,
@@ -287,7 +287,7 @@ async def replicas_scenario(endpoint: str, ami: str, root: Path, n: int = 2, dur
     pids = c.worker_pids()
     out = res.to_json()
     out.update(replicas=n, balancer=c.balancer_name, cluster=c.spec.cluster,
-               worker_processes=len(pids), workers_left_running=sum(1 for p in pids if pid_alive(p, zombie_alive=False)))
+               worker_processes=len(pids), workers_left_running=sum(1 for p in pids if pid_running(p)))
     return out
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from config.pids import pid_alive
+from config.pids import pid_running
 from scaler.cloud.provider import ManagedInstance
 
 log = logging.getLogger("costscale.local")
@@ -115,5 +115,5 @@ class LocalRunner:
             self.workers.clear()
 
     def alive_pids(self) -> list[int]:
-        return [pid for pid in self.started_pids if pid_alive(pid, zombie_alive=False)]   # a zombie: gone
+        return [pid for pid in self.started_pids if pid_running(pid)]   # a zombie: gone
 

@@ -21,22 +21,27 @@ that starts N ``costscale run`` processes, each given ``COSTSCALE_PROCESS=I/N``;
 """
 from __future__ import annotations
 
-import os
 from pathlib import PurePath
 
 from config.schema import Config
-from config.sections.security import is_loopback
+from daemon.replicas.naming import replica_address, replica_id
 
 #: the environment variable the supervisor gives each process: ``I/N``
 PROCESS_ENV = "COSTSCALE_PROCESS"
 
 
-def process_count(cfg: Config, cpus: int | None = None) -> int:
-    """``dispatcher.processes`` as a number: ``auto`` is one per core (``os.cpu_count()``)."""
-    n = cfg.dispatcher.processes
-    if n == "auto":
-        return max(1, cpus if cpus is not None else (os.cpu_count() or 1))
-    return int(n)
+def process_replica_id(index: int, base: str) -> str:
+    """Process ``index``'s replica id on the host whose replica id is ``base``: ``pI@BASE``."""
+    return f"p{index}@{base}"
+
+
+def process_of(replica: str) -> tuple[int, str] | None:
+    """(index, the host's id) of a process's replica id (:func:`process_replica_id`), or None for a
+    replica that is not one of several processes of a host."""
+    proc, at, base = replica.partition("@")
+    if at and proc[:1] == "p" and proc[1:].isdigit():
+        return int(proc[1:]), base
+    return None
 
 
 def parse_slot(text: str) -> tuple[int, int]:
@@ -64,14 +69,11 @@ def _port_plus(hostport: str, index: int) -> str:
 
 
 def base_replica_id(cfg: Config, host: str) -> str:
-    """The host's replica id before the process index: ``lease.replica_id``, else ``HOST:PORT`` of
-    ``dispatcher.listen`` (this host's name for a loopback or wildcard HOST)."""
-    if cfg.lease.replica_id:
-        return cfg.lease.replica_id
-    lhost, _, port = cfg.dispatcher.listen.rpartition(":")
-    if is_loopback(cfg.dispatcher.listen) or lhost in ("", "0.0.0.0", "[::]", "::"):
-        lhost = host
-    return f"{lhost}:{port}"
+    """The host's replica id before the process index: what one daemon on ``dispatcher.listen`` is
+    (``daemon.replicas.naming.replica_id``: ``lease.replica_id``, else HOST:PORT with this host's name for
+    a loopback or wildcard HOST)."""
+    port = int(cfg.dispatcher.listen.rpartition(":")[2])
+    return replica_id(cfg, replica_address(cfg.dispatcher.listen, port, host), host)
 
 
 def process_config(cfg: Config, index: int, count: int, host: str, token_file: str | None = None) -> Config:
@@ -83,7 +85,8 @@ def process_config(cfg: Config, index: int, count: int, host: str, token_file: s
         upd_d["cluster_token_file"] = token_file
     update: dict[str, object] = {
         "dispatcher": d.model_copy(update=upd_d),
-        "lease": lease.model_copy(update={"replicas": True, "replica_id": f"p{index}@{base_replica_id(cfg, host)}"}),
+        "lease": lease.model_copy(update={"replicas": True,
+                                          "replica_id": process_replica_id(index, base_replica_id(cfg, host))}),
         "state_path": suffixed(cfg.state_path, index),
     }
     if cfg.metrics.listen:
@@ -93,4 +96,5 @@ def process_config(cfg: Config, index: int, count: int, host: str, token_file: s
     return cfg.model_copy(update=update)
 
 
-__all__ = ["PROCESS_ENV", "base_replica_id", "parse_slot", "process_config", "process_count", "suffixed"]
+__all__ = ["PROCESS_ENV", "base_replica_id", "parse_slot", "process_config", "process_of",
+           "process_replica_id", "suffixed"]

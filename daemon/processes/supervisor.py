@@ -107,7 +107,7 @@ class Supervisor:
 
     def _drain_notify(self) -> None:
         """Read the processes' datagrams; a sender is known by the pid the kernel gives
-        (SO_PASSCRED), else by the datagram's order (any ping counts for every live process)."""
+        (SO_PASSCRED); a datagram from no process of ours is dropped."""
         while True:
             try:
                 data, anc, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
@@ -115,15 +115,13 @@ class Supervisor:
                 return
             pid = _sender_pid(anc)
             child = self._by_pid(pid) if pid else None
-            now = self.clock()
-            for line in data.decode(errors="replace").splitlines():
-                if child is None:
-                    continue
-                if line == "READY=1":
-                    child.ready = True
-                    child.last_ping = now
-                elif line == "WATCHDOG=1":
-                    child.last_ping = now
+            if child is None:
+                continue
+            lines = data.decode(errors="replace").splitlines()
+            if "READY=1" in lines:
+                child.ready = True
+            if "READY=1" in lines or "WATCHDOG=1" in lines:
+                child.last_ping = self.clock()
 
     def _tell_systemd(self) -> None:
         now = self.clock()
@@ -148,8 +146,7 @@ class Supervisor:
                       child.index, code)
             return code or 1
         now = self.clock()
-        child.delay_s = RESTART_FIRST_S if now - child.started >= RESTART_RESET_S else min(
-            RESTART_MAX_S, child.delay_s * 2 if child.codes[:-1] else RESTART_FIRST_S)
+        child.delay_s = restart_delay(child.delay_s, now - child.started, died_before=len(child.codes) > 1)
         child.restart_at = now + child.delay_s
         log.warning("dispatcher process %d exited with status %d; starting it again in %.0f s (the others serve)",
                     child.index, code, child.delay_s)
@@ -208,6 +205,15 @@ class Supervisor:
             self.stop()
 
 
+def restart_delay(last_s: float, ran_s: float, *, died_before: bool) -> float:
+    """How long a process that died waits before it starts again (s): :data:`RESTART_FIRST_S` the
+    first time or after it ran :data:`RESTART_RESET_S`; else twice its last wait, at most
+    :data:`RESTART_MAX_S`."""
+    if ran_s >= RESTART_RESET_S or not died_before:
+        return RESTART_FIRST_S
+    return min(RESTART_MAX_S, last_s * 2)
+
+
 def _sender_pid(ancillary: list[tuple[int, int, bytes]]) -> int | None:
     """The sending pid from SCM_CREDENTIALS (struct ucred: pid, uid, gid), or None."""
     for level, kind, data in ancillary:
@@ -221,4 +227,4 @@ def supervise(config: str, count: int, args: Sequence[str]) -> int:
     return Supervisor(config, count, args).run()
 
 
-__all__ = ["Child", "Supervisor", "supervise"]
+__all__ = ["Child", "Supervisor", "restart_delay", "supervise"]

@@ -42,10 +42,10 @@ import socket
 import time
 from typing import Any, Awaitable, Callable, Mapping
 
-from config.pids import pid_alive
+from config.pids import pid_running
 from config.schema import Config
-from config.sections.security import is_loopback
 from daemon.aws.wiring import DaemonError
+from daemon.replicas.naming import replica_address, replica_id
 from daemon.replicas.shared_workers import RegistryWorkers, ReplicaWorkers
 from dispatcher.forwarding import Forwarder
 from dispatcher.api.status import ReplicaFacts
@@ -66,10 +66,6 @@ log = logging.getLogger("costscale")
 Windows = Callable[[], Mapping[str, ModelWindow]]
 
 
-def _pid_running(pid: int) -> bool:
-    return pid_alive(pid, zombie_alive=False)     # an exited child not reaped yet holds no socket
-
-
 def _listening(address: str) -> bool:
     """Something accepts connections at ``address`` (host:port); only a refused connect says no
     (a timeout or another error proves nothing)."""
@@ -81,15 +77,6 @@ def _listening(address: str) -> bool:
         return False
     except (OSError, ValueError):
         return True
-
-
-def replica_address(listen: str, port: int) -> str:
-    """Where the other replicas reach this one: the listener's host (this host's name when it
-    listens on every address) and the port it got."""
-    host = listen.rpartition(":")[0]
-    if host in ("", "0.0.0.0", "[::]", "::"):
-        host = socket.gethostname()
-    return f"{host}:{port}"
 
 
 def model_windows(cfg: Config, dispatcher: Any) -> dict[str, ModelWindow]:
@@ -135,16 +122,6 @@ def fleet_left_to_others(role: "ReplicaRole | None") -> str | None:
         return (f"on_shutdown: terminate skipped: replica{'s' * (len(others) > 1)} {', '.join(others)} "
                 "live: the next to take the lease runs the fleet")
     return None
-
-
-def replica_id(cfg: Config, address: str, host: str) -> str:
-    """This replica's id: ``lease.replica_id``, else its address (:func:`replica_address`), with
-    this ``host``'s name in place of a loopback address: every host running the same config behind
-    a local proxy listens on the same 127.0.0.1:PORT, and the second one's heartbeat would be
-    refused as a live duplicate of the first's."""
-    if cfg.lease.replica_id:
-        return cfg.lease.replica_id
-    return f"{host}:{address.rpartition(':')[2]}" if is_loopback(address) else address
 
 
 class ReplicaRole:
@@ -266,7 +243,7 @@ class ReplicaRole:
     def _forget_crashed(self, workers: ReplicaWorkers, address: str) -> tuple[Beat | None, bool]:
         """``ReplicaWorkers.forget_crashed`` (blocking I/O), and whether the crashed replica held the
         cluster lease (its process is the lease item's): then ``ReplicaWorkers.holder_crashed``."""
-        gone = workers.forget_crashed(address, self.me.host, _pid_running, _listening)
+        gone = workers.forget_crashed(address, self.me.host, pid_running, _listening)
         if gone is None:
             return None, False
         held = self.lease.table.get(self.me.cluster)

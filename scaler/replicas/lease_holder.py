@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from config.errors import UsageError
-from config.pids import pid_alive
+from config.pids import pid_running
 from scaler.cloud.provider import CloudConfigError, CloudError, CloudProvider, ManagedInstance
 from scaler.replicas.lease_decision import Claimant, Lease, LeaseDecision, LeaseHeld, LeaseLost, decide, held_line, lost_line, released, utc
 
@@ -75,19 +75,13 @@ class Fenced(CloudConfigError, UsageError):
     it as one line."""
 
 
-def _running(pid: int) -> bool:
-    """A process of this host still runs: an exited child its parent has not reaped yet (a zombie)
-    acts no more, so its lease is free as a dead one's."""
-    return pid_alive(pid, zombie_alive=False)
-
-
 class ClusterLease:
     """The lease of ``me.cluster`` as this daemon holds it (thread-safe: the renewal job and the
     fence may renew at the same time)."""
 
     def __init__(self, table: LeaseTable, me: Claimant, ttl_s: float, *, table_name: str = "",
                  clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
-                 alive: Callable[[int], bool] = _running, on_lost: Callable[[LeaseLost], None] | None = None) -> None:
+                 alive: Callable[[int], bool] = pid_running, on_lost: Callable[[LeaseLost], None] | None = None) -> None:
         self.table = table
         self.me = me
         self.ttl_s = ttl_s

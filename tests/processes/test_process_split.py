@@ -20,7 +20,7 @@ import pytest
 from config.profiles import load_profiles_csv
 from config.schema import Config
 from daemon.commands.status import hosts_of, replica_lines
-from daemon.processes.split import base_replica_id, parse_slot, process_config, process_count, suffixed
+from daemon.processes.split import base_replica_id, parse_slot, process_config, suffixed
 from dispatcher.latency_model import LatencyModel
 from dispatcher.server import Dispatcher
 from tests.conftest import free_port
@@ -77,10 +77,10 @@ def test_suffixes_counts_and_slots() -> None:
     assert suffixed("/a/b/state.db", 4) == "/a/b/state.p4.db"
     assert suffixed("/a/b/state", 1) == "/a/b/state.p1"
     assert suffixed(":memory:", 3) == ":memory:"
-    assert process_count(_cfg()) == 1
+    assert _cfg().dispatcher.process_count() == 1
     auto = _cfg()
     auto = auto.model_copy(update={"dispatcher": auto.dispatcher.model_copy(update={"processes": "auto"})})
-    assert process_count(auto, cpus=8) == 8 and process_count(auto, cpus=0) == 1
+    assert auto.dispatcher.process_count(cpus=8) == 8 and auto.dispatcher.process_count(cpus=0) == 1
     assert parse_slot("1/2") == (1, 2)
     for bad in ("2/2", "-1/2", "x/2", "1"):
         with pytest.raises(ValueError):
@@ -209,6 +209,20 @@ def test_a_process_failing_at_start_ends_the_start_with_its_status(tmp_path: Pat
                 os.kill(int((tmp_path / "p0").read_text()), 0)
 
 
+def _two_process_yaml(tmp: Path) -> str:
+    """A config file's text: rm2 on the embedded cloud, ``dispatcher.processes: 2``, its store in ``tmp``."""
+    return textwrap.dedent(f"""\
+        cluster: test
+        budget_per_hour: 2.5
+        models: [{{name: rm2, qos_ms: 350, max_batch: 1000, profile: rm2}}]
+        instance_types: [{{type: r5n.large}}]
+        launch: {{ami_id: ami-0123456789abcdef0}}
+        dispatcher: {{listen: "127.0.0.1:50051", processes: 2}}
+        state_path: {tmp / 'state.db'}
+        aws: {{endpoint_url: "http://127.0.0.1:5000"}}
+        """)
+
+
 def test_a_process_reloads_its_own_part_of_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGHUP in process 1: the file read again is split as at start (its state path, replica id),
     so the reload is taken (a different state path would refuse it), the budget change applies."""
@@ -217,16 +231,7 @@ def test_a_process_reloads_its_own_part_of_the_config(tmp_path: Path, monkeypatc
     from daemon.reload import reloaded_config
 
     path = tmp_path / "c.yaml"
-    text = textwrap.dedent(f"""\
-        cluster: test
-        budget_per_hour: 2.5
-        models: [{{name: rm2, qos_ms: 350, max_batch: 1000, profile: rm2}}]
-        instance_types: [{{type: r5n.large}}]
-        launch: {{ami_id: ami-0123456789abcdef0}}
-        dispatcher: {{listen: "127.0.0.1:50051", processes: 2}}
-        state_path: {tmp_path / 'state.db'}
-        aws: {{endpoint_url: "http://127.0.0.1:5000"}}
-        """)
+    text = _two_process_yaml(tmp_path)
     path.write_text(text)
     monkeypatch.setenv("COSTSCALE_PROCESS", "1/2")
     running = for_this_process(load_config(path))
@@ -244,16 +249,7 @@ def test_local_workers_with_several_processes_is_refused_in_one_line(tmp_path: P
     from daemon.cli import main
 
     path = tmp_path / "c.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        cluster: test
-        budget_per_hour: 2.5
-        models: [{{name: rm2, qos_ms: 350, max_batch: 1000, profile: rm2}}]
-        instance_types: [{{type: r5n.large}}]
-        launch: {{ami_id: ami-0123456789abcdef0}}
-        dispatcher: {{listen: "127.0.0.1:50051", processes: 2}}
-        state_path: {tmp_path / 'state.db'}
-        aws: {{endpoint_url: "http://127.0.0.1:5000"}}
-        """))
+    path.write_text(_two_process_yaml(tmp_path))
     assert main(["run", str(path), "--local-workers"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--local-workers with dispatcher.processes > 1" in err[0]
@@ -268,3 +264,11 @@ def test_each_process_tags_its_lines() -> None:
     tag = _Tag("p1")
     assert tag.filter(rec) and tag.filter(rec)            # a second handler does not tag it twice
     assert rec.getMessage() == "p1: fleet (interval): no change"
+
+
+def test_a_dying_process_waits_1_s_then_twice_as_long_up_to_30_s_and_1_s_again_after_a_minute_up() -> None:
+    from daemon.processes.supervisor import restart_delay
+
+    assert restart_delay(1.0, 5.0, died_before=False) == 1.0
+    assert [restart_delay(d, 5.0, died_before=True) for d in (1.0, 2.0, 16.0, 30.0)] == [2.0, 4.0, 30.0, 30.0]
+    assert restart_delay(30.0, 60.0, died_before=True) == 1.0

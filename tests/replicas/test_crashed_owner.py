@@ -158,8 +158,7 @@ def test_a_holder_exited_but_not_reaped_holds_no_lease() -> None:
     import sys
     import time
 
-    from config.pids import pid_alive
-    from scaler.replicas.lease_holder import _running
+    from config.pids import pid_alive, pid_running as _running
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
@@ -171,6 +170,10 @@ def test_a_holder_exited_but_not_reaped_holds_no_lease() -> None:
     finally:
         child.wait()
     assert _running(os.getpid())
+    import inspect
+
+    from scaler.replicas.lease_holder import ClusterLease
+    assert inspect.signature(ClusterLease).parameters["alive"].default is _running   # the lease's own check
 
 
 def test_a_lease_taken_at_the_retry_from_a_dead_holder_of_this_host_moves_its_workers_too(moto_endpoint: str) -> None:
