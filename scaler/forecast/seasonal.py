@@ -140,10 +140,9 @@ class SeasonalFit:
         window = min(window, MAX_WINDOW_MIN)
         if window <= 1:
             return self.residuals
-        got = self.windows.get(window)
-        if got is None:
-            got = self.windows[window] = residuals(history, minute_of(self.fitted_at), window=window)
-        return got
+        if window not in self.windows:   # one pass gives every shorter window too: kept with it
+            self.windows.update(residuals_by_window(history, minute_of(self.fitted_at), window))
+        return self.windows[window]
 
     def margin(self, quantile: float, history: DemandHistory | None = None, window: int = 1) -> float:
         r = self.residuals if history is None else self.window_residuals(history, window)
