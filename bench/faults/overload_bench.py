@@ -37,6 +37,7 @@ from typing import Any, Sequence  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench.dispatch import _loopback  # noqa: E402
+from bench.replicas.replica_tput_bench import _line  # noqa: E402
 
 #: the dispatcher's model (the soak's: rm2 at a 350 ms SLO, its queries dropped when they cannot meet it)
 QOS_MS = 350.0
@@ -164,14 +165,6 @@ async def load_main(target: str, rate: float, seconds: float, timeout: float, se
 
 def _spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-
-def _line(p: subprocess.Popen[str]) -> str:
-    assert p.stdout is not None
-    line = p.stdout.readline()
-    if not line:
-        raise RuntimeError(f"bench part {p.args!r} ended early (exit {p.wait(PART_TIMEOUT_S)})")
-    return line.strip()
 
 
 def one_run(mode: str, rate: float, seconds: float, hog: float, timeout: float, workers: int, seed: int,

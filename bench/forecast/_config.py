@@ -2,6 +2,7 @@
 (bench only; ``ahead_bench``, ``three_bench``, ``real_traffic_bench``, ``burst_no_harm_bench``)."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Sequence
 
@@ -45,4 +46,19 @@ def forecast_config(example: str, name: str, mode: str, *, boot_gpu: float | Non
     return Config.model_validate(raw)
 
 
-__all__ = ["forecast_config"]
+def add_margin_args(ap: argparse.ArgumentParser) -> None:
+    """The planning margin's options the single-model benches share: ``--quantile``, ``--headroom``,
+    ``--headroom-on`` (read the last with :func:`headroom_on`)."""
+    ap.add_argument("--quantile", type=float, default=0.9, help="forecast.quantile")
+    ap.add_argument("--headroom", type=float, default=None, help="the config's headroom for every run (default: "
+                    "the example's 0.1)")
+    ap.add_argument("--headroom-on", type=float, default=None, help="the config's headroom for the runs planning "
+                    "ahead only (default: --headroom)")
+
+
+def headroom_on(args: argparse.Namespace) -> float | None:
+    """The headroom of the runs planning ahead: ``--headroom-on``, else ``--headroom``."""
+    return args.headroom_on if args.headroom_on is not None else args.headroom
+
+
+__all__ = ["add_margin_args", "forecast_config", "headroom_on"]

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from config.profiles import load_profiles_csv  # noqa: E402
-from bench.forecast._config import forecast_config  # noqa: E402
+from bench.forecast._config import add_margin_args, forecast_config, headroom_on  # noqa: E402
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from scaler.planner.batch_mix import sample_batches  # noqa: E402
@@ -109,11 +109,7 @@ def main() -> int:
     ap.add_argument("--boot-gpu", type=float, default=90.0)
     ap.add_argument("--boot-cpu", type=float, default=60.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/ahead-bench"))
-    ap.add_argument("--quantile", type=float, default=0.9, help="forecast.quantile")
-    ap.add_argument("--headroom", type=float, default=None, help="the config's headroom for every run (default: "
-                    "the example's 0.1)")
-    ap.add_argument("--headroom-on", type=float, default=None, help="the config's headroom for the runs planning "
-                    "ahead only (default: --headroom)")
+    add_margin_args(ap)
     ap.add_argument("--scale-in", type=float, default=None, help="intervals.scale_in_s for every run")
     ap.add_argument("--park", type=float, default=None, help="model_scaling.vm_park_s for every run")
     ap.add_argument("--scale-in-on", type=float, default=None, help="intervals.scale_in_s for the runs planning ahead")
@@ -138,7 +134,7 @@ def main() -> int:
     rows["hindsight"] = figures(run_baseline("hindsight", off, profiles, wl, dur, ReplaySpec(boot_s=boot)))
     rows["reactive (off)"] = figures(replay(off, profiles, wl, dur, ReplaySpec(boot_s=boot)))
     on = config("on", args.boot_gpu, args.boot_cpu, args.quantile,
-                args.headroom_on if args.headroom_on is not None else args.headroom,
+                headroom_on(args),
                 args.scale_in_on if args.scale_in_on is not None else args.scale_in,
                 args.park_on if args.park_on is not None else args.park)
     rows["ahead (on)"] = figures(replay(on, profiles, wl, dur, ReplaySpec(boot_s=boot, history=replay_history(str(hist), on))))

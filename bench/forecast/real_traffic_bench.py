@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from config.profiles import load_profiles_csv  # noqa: E402
-from bench.forecast._config import forecast_config  # noqa: E402
+from bench.forecast._config import add_margin_args, forecast_config, headroom_on  # noqa: E402
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from scaler.planner.batch_mix import sample_batches  # noqa: E402
@@ -181,11 +181,7 @@ def main() -> int:
     ap.add_argument("--start-hour", type=float, default=0.0, help="score from this hour of the day (shorter runs)")
     ap.add_argument("--hours", type=float, default=24.0, help="score this many hours (default the whole day)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/realtraffic-bench"))
-    ap.add_argument("--quantile", type=float, default=0.9, help="forecast.quantile")
-    ap.add_argument("--headroom", type=float, default=None, help="the config's headroom for every run (default: "
-                    "the example's 0.1)")
-    ap.add_argument("--headroom-on", type=float, default=None, help="the config's headroom for the runs planning "
-                    "ahead only (default: --headroom)")
+    add_margin_args(ap)
     ap.add_argument("--forecaster", choices=("seasonal_naive", "ets"), default=None, help="forecast.forecasters: this "
                     "one only (default: the config's, whose first, seasonal_naive, plans: the replay runs no chooser)")
     args = ap.parse_args()
@@ -224,7 +220,7 @@ def main() -> int:
     for gpu, cpu in args.boots:
         boot = {"gpu": gpu, "inferentia": gpu, "cpu": cpu}
         off = config("off", gpu, cpu, headroom=args.headroom)
-        on = config("on", gpu, cpu, args.quantile, args.headroom_on if args.headroom_on is not None else args.headroom,
+        on = config("on", gpu, cpu, args.quantile, headroom_on(args),
                     args.forecaster)
         rows = {"hindsight": hind, "reactive (off)": figures(replay(off, profiles, wl, dur, ReplaySpec(boot_s=boot)))}
         rows["ahead (on)"] = figures(replay(on, profiles, wl, dur, ReplaySpec(boot_s=boot,
