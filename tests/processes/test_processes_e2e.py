@@ -120,6 +120,12 @@ def test_two_processes_on_one_port_share_the_workers_without_double_booking(moto
         assert len(set(own.values())) == 2 and all(a.rpartition(":")[2] != str(port) for a in own.values())
         for rid, address in own.items():
             assert asyncio.run(serves(int(address.rpartition(":")[2]), 120)), logs()
+
+        def serve_own() -> bool:   # each matches on its own workers (not forwarding to its sibling)
+            st = [asyncio.run(_status(a)) for a in own.values()]
+            return all(s.replica.forwarding_to == "" and s.workers > 0 for s in st)
+
+        _wait(serve_own, "each process serving on workers of its own", logs)
         before = {rid: asyncio.run(_status(a)).served for rid, a in own.items()}
         codes = asyncio.run(_load(port))
         after = {rid: asyncio.run(_status(a)) for rid, a in own.items()}
