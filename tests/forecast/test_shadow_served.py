@@ -100,3 +100,25 @@ def test_the_daemons_forecast_event_carries_each_pools_capacity_and_share(tmp_pa
     ev = [r.audit for r in caplog.records if getattr(r, "audit", None)][0]
     assert ev["shadow_capacity_qps"] == {"applied": {"ncf": 2.0, "rm2": None}, "ahead": {"ncf": 3.0, "rm2": None}}
     assert ev["shadow_served_pct"] == {"applied": 80.0, "ahead": 100.0}    # 2 of 2.5 q/s; all of it
+
+
+def test_shadow_decides_again_when_the_demand_on_would_plan_for_moves() -> None:
+    """Between the ticks that plan, a forecast rise alone makes shadow decide for it (scaler.fleet.ahead.shadow_due):
+    the ahead pool is noted when ``on`` would have launched it, not at the next measured move."""
+    from scaler.fleet.ahead import shadow_due, shadow_note
+    from scaler.planner.batch_mix import mix_from_dist
+    from scaler.planner.replan import DemandView
+    fc = ForecastState()
+    mix = mix_from_dist(CFG.workload.batch_dist, max_batch=8)
+    measured = {"ncf": DemandView(10.0, mix, True), "rm2": DemandView(5.0, mix, True)}
+    assert shadow_due(CFG, fc, measured, {}, 0.0, False)                 # never decided: due
+    asked: list[float] = []
+
+    async def decide(d):  # type: ignore[no-untyped-def]
+        asked.append(d["ncf"].qps)
+        return {"r5n.large": 2}, None
+    asyncio.run(shadow_note(fc, 0.0, 0.0, measured, {"ncf": 10.2}, {"r5n.large": 1}, None, decide, lambda t: 0.149))
+    assert asked == [10.2] and fc.shadow.decided_at == 0.0
+    assert not shadow_due(CFG, fc, measured, {"ncf": 10.4}, 30.0, False)  # within the plan's band: not again
+    assert shadow_due(CFG, fc, measured, {"ncf": 14.0}, 30.0, False)      # the forecast rose: decide for it
+    assert shadow_due(CFG, fc, measured, {"ncf": 10.2}, 30.0, True)       # a type out of capacity: as a plan
