@@ -286,7 +286,7 @@ class Daemon:
                           workers=self._worker_view(), demand=self.current_demand, decide=self._decided,
                           audit=self._audit, offload=asyncio.to_thread, lease=lambda: lease_generation(self.replica), wall=time.time,
                           quota_refused=lambda slots, listed: self.quotas.lower(self.cfg, slots, listed) and self._requota(),
-                          shadow_decide=lambda d: asyncio.to_thread(lambda: self.decide(dict(d))[0]))
+                          shadow_decide=lambda d: asyncio.to_thread(self.decide, dict(d)))
 
     def _requota(self) -> bool:   # the known vCPU quotas moved (daemon.aws.quotas): the config planned with, spot's
         self.cfg = self.quotas.applied(self.cfg)

@@ -51,6 +51,7 @@ from config.sections.pipelines import PipelineSpec
 from config.schema import ModelSpec
 from dispatcher.policy import LatencyPredictor
 from dispatcher.proto import costscale_pb2 as pb
+from dispatcher.window import DemandWindow
 from variants.pipelines.routing import step_slo
 
 Outcome = Union[pb.SubmitReply, tuple[grpc.StatusCode, str]]
@@ -106,6 +107,9 @@ class PipelineRunner:
         self.fanout: dict[tuple[str, str, str], list[int]] = {}
         self.dropped_early = 0
         self.served = 0
+        #: each pipeline's queries where they enter (a valid one, before its first step): the pipeline's
+        #: demand series (``daemon.loops.demand_minutes``, issue #39); its steps count in their models' windows
+        self.windows: dict[str, DemandWindow] = {}
 
     def handles(self, r: pb.SubmitRequest) -> bool:
         return bool(r.application) and r.application in self.graphs and not r.model and not r.variant
@@ -148,6 +152,7 @@ class PipelineRunner:
         if not math.isfinite(slo):
             return SC.INVALID_ARGUMENT, f"latency_slo_ms must be a number, got {r.latency_slo_ms}"
         t0 = self.clock()
+        self.windows.setdefault(pipe.name, DemandWindow()).record(batch, t0)
         budgets = self._budgets(pipe, batch)
         out = await self._run(pipe, pipe.root, list(r.inputs), batch, t0, slo, budgets, r.idempotency_key, "0", None)
         if isinstance(out, tuple):

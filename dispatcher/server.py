@@ -343,12 +343,15 @@ class Dispatcher:
 
     # -- reporting ---------------------------------------------------------------------------------
     def window_snapshot(self, model: str | None = None, steady_s: float = STEADY_HORIZON_S) -> WindowSnapshot:
-        """The demand window of all queries, or of one model's (empty when it has had none); its
-        steady rate over the last ``steady_s`` seconds."""
+        """The demand window of all queries, or of one model's or pipeline's (empty when it has had
+        none); its steady rate over the last ``steady_s`` seconds."""
         a = self.admission
         if model is None:
             return a.window.snapshot(self.clock(), steady_s)
-        return a.model_windows.get(model, _EMPTY_WINDOW).snapshot(self.clock(), steady_s)
+        w = a.model_windows.get(model)
+        if w is None:
+            w = self.pipelines.windows.get(model, _EMPTY_WINDOW)
+        return w.snapshot(self.clock(), steady_s)
 
     def stats(self) -> dict[str, float | int]:
         book, workers = self.queries, self.worker_registry.workers

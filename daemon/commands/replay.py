@@ -30,6 +30,7 @@ from sim.patterns import parse_pattern, pattern_workload
 from sim.replay.run import DEFAULT_BOOT_S, Fault, ReplaySpec, replay
 from sim.replay.baselines import BASELINE_NAMES, PoolPlanner, baseline_names, run_baseline
 from sim.replay.report import report
+from sim.replay.forecasting import shadow_line
 from sim.slo_check import slo_check
 from sim.replay.spot_baselines import SPOT_BASELINES, figures, run_spot_baseline, spot_enabled
 from sim.replay.spot_trace import ANY_TYPE, SpotTrace, read_spot_trace
@@ -375,8 +376,7 @@ def _print(o: dict[str, Any]) -> None:
               f"{f['minutes']} minutes forecast, {cov} of them at or below it; {f['held_back']} plan(s) held back")
     sh = o.get("forecast_shadow")
     if sh:
-        print(f"  shadow: planning ahead would have planned ${sh['ahead_planned_usd']:.4f} against "
-              f"${sh['planned_usd']:.4f} planned ({sh['ahead_extra_pct']:+.2f} %)")
+        print("  " + shadow_line(sh))
     sp = o.get("spot")
     if sp:
         print(f"  spot: {100 * sp['spot_share']:.1f} % of instance-hours, {sp['preemptions']} preemption(s), "

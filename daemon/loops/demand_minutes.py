@@ -1,5 +1,5 @@
 """The daemon's part of the demand history (issue #39 deliverable 1): when a wall-clock minute has
-ended, each model's arrival rate over it goes into the state store (``StateStore.record_demand``,
+ended, each model's and each pipeline's arrival rate over it goes into the state store (``StateStore.record_demand``,
 table ``demand_minutes``), pruned to ``forecast.retention_days`` once an hour.
 
 The model tick (about every second) asks :meth:`DemandMinutes.due`; the first tick of a new minute
@@ -18,7 +18,10 @@ forecasters in a thread once :data:`scaler.forecast.forecaster.DEFAULT_REFIT_S` 
 fleet tick), and once a day chooses each model's forecaster by replayed dollars in a child process
 (:mod:`daemon.loops.forecast_chooser`). With ``shadow`` or ``on`` each ended minute is also one audit
 event ``forecast``: per model, the forecast the fleet tick last read against the rate measured over
-the minute.
+the minute; with ``shadow`` also each model's capacity in the applied pool and in the pool planning
+ahead would have held, and the share of arrivals each would have served within it so far
+(:mod:`scaler.forecast.served`). A pipeline's series is recorded (its queries counted where they
+enter) but not forecast: its tasks' models are, each from its own series.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from daemon.loops.forecast_chooser import DailyChooser
 from daemon.observe import audit
 from scaler.fleet.state import StateStore
 from scaler.forecast.history import MINUTE_S, minute_of
+from scaler.forecast.served import POOLS
 from scaler.forecast.state import ForecastState, choose, fits_for
 
 log = logging.getLogger("costscale.history")
@@ -54,13 +58,20 @@ class Replica(Protocol):
     def leading(self) -> bool: ...
 
 
+def series_names(cfg: Config) -> list[str]:
+    """The series the history holds: each model's, then each pipeline's (its queries at its entry)."""
+    return [m.name for m in cfg.models] + [p.name for p in cfg.pipelines]
+
+
 def minute_rates(cfg: Config, dispatcher: Windows, replica: Replica | None) -> dict[str, float]:
-    """Each model's arrival rate over the last minute: this daemon's window, or the replicas' merged one."""
+    """Each model's and pipeline's arrival rate over the last minute: this daemon's window, or the
+    replicas' merged one (a pipeline's window counts its queries where they enter,
+    ``dispatcher.pipeline_exec.PipelineRunner.windows``; replicas publish it beside the models')."""
     merged = replica.merged if replica is not None and replica.leading() else None
     out = {}
-    for m in cfg.models:
-        w = merged.windows.get(m.name) if merged is not None else None
-        out[m.name] = float((w if w is not None else dispatcher.window_snapshot(m.name, steady_s=MINUTE_S)).steady_qps)
+    for name in series_names(cfg):
+        w = merged.windows.get(name) if merged is not None else None
+        out[name] = float((w if w is not None else dispatcher.window_snapshot(name, steady_s=MINUTE_S)).steady_qps)
     return out
 
 
@@ -76,8 +87,8 @@ class DemandMinutes:
         self.hour: int | None = None        # the hour (minute // PRUNE_EVERY_MIN) written in last
         self.forecast, self.cfg, self.chooser = forecast, cfg, chooser
         if forecast is not None and cfg is not None:   # the fleet's histories start from the store's
-            for m in cfg().models:
-                forecast.histories[m.name] = store.demand_history(m.name, self.retention_min * 60.0)
+            for name in series_names(cfg()):
+                forecast.histories[name] = store.demand_history(name, self.retention_min * 60.0)
 
     def due(self) -> int | None:
         """The minute that ended since the last call that returned one (None: none yet)."""
@@ -88,7 +99,7 @@ class DemandMinutes:
         return done
 
     def write(self, minute: int, rates: Mapping[str, float]) -> None:
-        """Each model's rate of ``minute`` into the store; once an hour, the minutes past the retention pruned."""
+        """Each series' rate of ``minute`` into the store; once an hour, the minutes past the retention pruned."""
         try:
             for model, qps in rates.items():
                 self.store.record_demand(model, [minute], [max(0.0, qps)])
@@ -109,13 +120,21 @@ class DemandMinutes:
         await asyncio.to_thread(self.write, minute, rates)
         if fc is None or cfg is None or cfg.forecast.mode == "off":
             return
+        rates = {m.name: rates[m.name] for m in cfg.models if m.name in rates}    # the pipelines' are not forecast
+        served = fc.served
+        if cfg.forecast.mode == "shadow":     # what each pool would have served, by capacity (scaler.forecast.served)
+            served.minute(minute, rates, max(0.0, fc.lead_s - cfg.intervals.fleet_s))
         audit.emit("forecast", "forecast / measured q/s: " + ", ".join(
             f"{m} {'-' if fc.last.get(m) is None else f'{fc.last[m]:.2f}'} / {q:.2f}" for m, q in rates.items()),
             f"over a {fc.lead_s:.0f} s lead ({cfg.forecast.mode})", minute=minute, lead_s=fc.lead_s,
             mode=cfg.forecast.mode, models={m: {"forecast_qps": fc.last.get(m), "measured_qps": round(q, 4),
                                                 "forecaster": fc.chosen.get(m, "reactive")} for m, q in rates.items()},
             shadow_usd_per_hr={"ahead": fc.shadow.would_usd_per_hr, "applied": fc.shadow.applied_usd_per_hr}
-            if fc.shadow.would_usd_per_hr is not None else None)
+            if fc.shadow.would_usd_per_hr is not None else None,
+            shadow_capacity_qps={p: {m: served.last[p].get(m) for m in rates} for p in POOLS}
+            if cfg.forecast.mode == "shadow" else None,
+            shadow_served_pct={p: None if served.share(p) is None else round(100.0 * served.share(p), 4)  # type: ignore[operator]
+                               for p in POOLS} if cfg.forecast.mode == "shadow" else None)
         now = self.wall()
         if fc.refit_due(now):
             await refit_off_loop(fc, [m.name for m in cfg.models], now, cfg.forecast.forecasters)
@@ -136,4 +155,4 @@ async def refit_off_loop(fc: ForecastState, models: list[str], now: float, forec
     fc.clear_cache()
 
 
-__all__ = ["DailyChooser", "DemandMinutes", "refit_off_loop", "PRUNE_EVERY_MIN", "minute_rates"]
+__all__ = ["DailyChooser", "DemandMinutes", "refit_off_loop", "PRUNE_EVERY_MIN", "minute_rates", "series_names"]

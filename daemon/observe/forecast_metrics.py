@@ -16,6 +16,14 @@ costscale_forecast_shadow_dollars_per_hour{pool}  gauge  ``shadow``: the $/hr of
                                                         applied (``pool="applied"``), as the last
                                                         planning tick priced them
 costscale_forecast_shadow_dollars_total{pool}  counter  those pools' planned dollars summed over time
+costscale_forecast_shadow_arrived_queries_total{pool}  counter  ``shadow``'s capacity estimate
+                                                        (:mod:`scaler.forecast.served`): the queries
+                                                        measured in the minutes counted for the pool
+costscale_forecast_shadow_within_capacity_queries_total{pool}  counter  of those, the ones within the
+                                                        pool's capacity in force (per model and minute,
+                                                        min(arrivals, capacity)); the ratio of the two
+                                                        is the estimated share served within SLO
+costscale_forecast_shadow_served_ratio{pool}   gauge    that ratio since the daemon started
 =============================================  =======  ==========================================
 """
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scaler.forecast.served import POOLS
 from scaler.forecast.state import REACTIVE, ForecastState
 
 
@@ -51,6 +60,30 @@ def forecast_families(fc: ForecastState) -> Iterator[Metric]:
         c.add_metric(["ahead"], led.would_usd)
         c.add_metric(["applied"], led.applied_usd)
         yield c
+    yield from served_families(fc)
+
+
+def served_families(fc: ForecastState) -> Iterator[Metric]:
+    """``shadow``'s capacity estimate of what each pool would have served (none until a minute is counted)."""
+    sv = fc.served
+    if not any(sv.sums[p] for p in POOLS):
+        return
+    arrived = CounterMetricFamily("costscale_forecast_shadow_arrived_queries",
+                                  "shadow: queries measured in the minutes counted for each pool", labels=["pool"])
+    within = CounterMetricFamily("costscale_forecast_shadow_within_capacity_queries",
+                                 "shadow: of those, within the pool's capacity (capacity estimate)", labels=["pool"])
+    ratio = GaugeMetricFamily("costscale_forecast_shadow_served_ratio",
+                              "shadow: estimated share of arrivals served within SLO, by capacity", labels=["pool"])
+    for p in POOLS:
+        a, w = sv.totals(p)
+        arrived.add_metric([p], a)
+        within.add_metric([p], w)
+        share = sv.share(p)
+        if share is not None:
+            ratio.add_metric([p], share)
+    yield arrived
+    yield within
+    yield ratio
 
 
 class ForecastCollector(Collector):
@@ -64,4 +97,4 @@ class ForecastCollector(Collector):
         yield from forecast_families(self.forecast())
 
 
-__all__ = ["ForecastCollector", "forecast_families"]
+__all__ = ["ForecastCollector", "forecast_families", "served_families"]

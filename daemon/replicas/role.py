@@ -80,11 +80,12 @@ def _listening(address: str) -> bool:
 
 
 def model_windows(cfg: Config, dispatcher: Any) -> dict[str, ModelWindow]:
-    """This replica's demand window of each model, as it publishes them."""
+    """This replica's demand window of each model and pipeline (its queries at entry), as it publishes them."""
     if dispatcher is None:
         return {}
     steady = steady_horizon(cfg)
-    return {m.name: window_of(dispatcher.window_snapshot(m.name, steady_s=steady)) for m in cfg.models}
+    return {n: window_of(dispatcher.window_snapshot(n, steady_s=steady))
+            for n in [m.name for m in cfg.models] + [p.name for p in cfg.pipelines]}
 
 
 def lease_generation(role: "ReplicaRole | None") -> int | None:

@@ -17,19 +17,35 @@ between the reactive demand (:func:`scaler.fleet.step.stabilized_demands`) and t
 
 The budget and the joint plan are untouched: the raise only feeds the decide port.
 
-- **Shadow's price** (:func:`shadow_price`): with ``mode: shadow`` a tick that plans decides once more
+- **Shadow's price** (:func:`shadow_price`): with ``mode: shadow`` a tick that plans (or would plan
+  under ``on``, :func:`shadow_due`) decides once more
   for the raised demand (the plan ``on`` would have asked for, never applied) and keeps that pool's
   $/hr beside the applied pool's (:class:`scaler.forecast.state.ShadowLedger`): what planning ahead
-  would have cost, per hour and summed over time, before a user turns it on.
+  would have cost, per hour and summed over time, before a user turns it on; and each model's
+  capacity in both pools, for the estimate of what each would have served
+  (:mod:`scaler.forecast.served`).
 """
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
 
 from config.schema import Config
 from scaler.forecast.lead import BootDelays, configured_boot_s, lead_s
+from scaler.forecast.served import plan_capacities
 from scaler.forecast.state import ForecastState
+from scaler.fleet.step import plan_due
 from scaler.planner.replan import DemandView
+
+
+@dataclass(frozen=True)
+class ShadowPrice:
+    """:func:`shadow_price`'s answer: each pool's $/hr and each model's capacity in it (q/s; None: no plan)."""
+
+    would_usd_per_hr: float
+    applied_usd_per_hr: float
+    would_capacity: dict[str, float] | None = None
+    applied_capacity: dict[str, float] | None = None
 
 
 def forecast_lead(cfg: Config, boot: BootDelays) -> float:
@@ -83,13 +99,42 @@ def pool_usd(target: Mapping[str, int], price: Callable[[str], float]) -> float:
 
 async def shadow_price(measured: Mapping[str, DemandView], ahead: Mapping[str, float | None],
                        applied: Mapping[str, int],
-                       decide: Callable[[Mapping[str, DemandView]], Awaitable[Mapping[str, int]]],
-                       price: Callable[[str], float]) -> tuple[float, float]:
-    """(the pool ``on`` would have planned, its $/hr; the applied pool's $/hr): the raised demand decided
-    once more when a forecast raised some model's, else the applied pool itself (module docstring)."""
+                       decide: Callable[[Mapping[str, DemandView]], Awaitable[tuple[Mapping[str, int], Any]]],
+                       price: Callable[[str], float], applied_plan: Any = None) -> ShadowPrice:
+    """The pool ``on`` would have planned and the applied pool, priced and with each model's capacity
+    (:func:`scaler.forecast.served.plan_capacities`): the raised demand decided once more when a
+    forecast raised some model's, else the applied pool itself (module docstring)."""
     would = raised_view(measured, ahead)
-    target = await decide(would) if raised(measured, would) else applied
-    return pool_usd(target, price), pool_usd(applied, price)
+    applied_caps = plan_capacities(applied_plan)
+    if raised(measured, would):
+        target, plan = await decide(would)
+        caps = plan_capacities(plan)
+    else:
+        target, caps = applied, applied_caps
+    return ShadowPrice(pool_usd(target, price), pool_usd(applied, price), caps, applied_caps)
+
+
+def shadow_due(cfg: Config, fc: ForecastState, measured: Mapping[str, DemandView], ahead: Mapping[str, float | None],
+               now: float, moved: bool) -> bool:
+    """Between the ticks that plan, shadow decides again when the demand ``on`` would plan for moved as
+    :func:`scaler.fleet.step.plan_due` reads it (a forecast rise before the measured one: the pool
+    planning ahead would have launched then), so the ahead pool is priced and its capacity noted when
+    ``on`` would have planned it."""
+    led = fc.shadow
+    return plan_due(cfg, led.demand, led.decided_at, raised_view(measured, ahead), now, moved)  # type: ignore[arg-type]
+
+
+async def shadow_note(fc: ForecastState, now: float, wall: float, measured: Mapping[str, DemandView],
+                      ahead: Mapping[str, float | None], applied: Mapping[str, int], applied_plan: Any,
+                      decide: Callable[[Mapping[str, DemandView]], Awaitable[tuple[Mapping[str, int], Any]]],
+                      price: Callable[[str], float]) -> None:
+    """:func:`shadow_price` kept: both pools' $/hr in the dollar ledger (fleet clock ``now``), each model's
+    capacity in the served ledger (history clock ``wall``, :mod:`scaler.forecast.served`), and the
+    demand decided for (:func:`shadow_due`)."""
+    got = await shadow_price(measured, ahead, applied, decide, price, applied_plan)
+    fc.shadow.note(now, got.would_usd_per_hr, got.applied_usd_per_hr)
+    fc.shadow.demand, fc.shadow.decided_at = raised_view(measured, ahead), now
+    fc.served.note(wall, {"ahead": got.would_capacity, "applied": got.applied_capacity}, list(measured))
 
 
 def raised(reactive: Mapping[str, DemandView], planned: Mapping[str, DemandView]) -> bool:
@@ -109,4 +154,4 @@ def keeps_measured(target: Mapping[str, int], held: Mapping[str, int], reactive:
 
 
 __all__ = ["ahead_demands", "forecast_lead", "keeps_measured", "pool_usd", "raised", "raised_view", "retires",
-           "shadow_price"]
+           "ShadowPrice", "shadow_due", "shadow_note", "shadow_price"]

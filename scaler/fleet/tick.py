@@ -175,8 +175,8 @@ class FleetPorts:
     #: the known quota was lowered (the daemon's ``daemon.aws.quotas``, the replay's), to decide again
     quota_refused: Callable[[list[str], list[ManagedInstance]], bool] | None = None
     wall: Callable[[], float] | None = None   # the demand history's clock (daemon: epoch; None: ``clock``)
-    #: the planner without side effects, for ``forecast.mode: shadow``'s price (None: not priced)
-    shadow_decide: Callable[[Mapping[str, DemandView]], Awaitable[Mapping[str, int]]] | None = None
+    #: the planner without side effects, for ``forecast.mode: shadow``'s price (None: not priced): (target, plan)
+    shadow_decide: Callable[[Mapping[str, DemandView]], Awaitable[Decision]] | None = None
 
 
 def planning_demands(declared: Mapping[str, DemandView], snapshot: Callable[[str], WindowView],
@@ -231,7 +231,8 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
         if fresh:
             state.planned_at, state.unavailable_planned = now, market.plan_key()
         state.hint_planned = dict(state.capacity_hint)
-        if fresh and cfg.forecast.mode == "shadow" and ports.rule is None:
+        if cfg.forecast.mode == "shadow" and ports.rule is None and \
+                (fresh or fleet_ahead.shadow_due(cfg, state.forecast, measured, ahead, now, moved)):
             await _shadow(state, ports, now, measured, ahead, target)
         state.plans_applied += 1
         state.last_error = None
@@ -255,15 +256,15 @@ async def fleet_tick(cfg: Config, state: FleetState, ports: FleetPorts, reason: 
 async def _shadow(state: FleetState, ports: FleetPorts, now: float, measured: Mapping[str, DemandView],
                   ahead: Mapping[str, float | None], applied: Mapping[str, int]) -> None:
     """``mode: shadow``: the pool planning ahead would have asked for, priced beside the one applied
-    (:func:`scaler.fleet.ahead.shadow_price`); a raised demand no pool fits is left unpriced."""
+    (:func:`scaler.fleet.ahead.shadow_price`), each model's capacity in both noted for the served
+    estimate (:mod:`scaler.forecast.served`); a raised demand no pool fits is left unpriced."""
     if ports.shadow_decide is None:
         return
     try:
-        would, held = await fleet_ahead.shadow_price(measured, ahead, applied, ports.shadow_decide,
-                                                     ports.market.type_price)
+        await fleet_ahead.shadow_note(state.forecast, now, (ports.wall or ports.clock)(), measured, ahead, applied,
+                                      state.plan, ports.shadow_decide, ports.market.type_price)
     except (UsageError, PlanError):
         return
-    state.forecast.shadow.note(now, would, held)
 
 
 async def _measured_floor(cfg: Config, state: FleetState, ports: FleetPorts, reason: str, now: float, moved: bool,

@@ -25,6 +25,7 @@ from scaler.forecast.history import DemandHistory, minute_of
 from scaler.forecast.lead import BootDelays
 from scaler.forecast.registry import make_forecaster
 from scaler.forecast.repeat import shape_repeats
+from scaler.forecast.served import ServedLedger
 
 #: no forecast: the fleet plans on what it measured
 REACTIVE = "reactive"
@@ -42,6 +43,8 @@ class ShadowLedger:
     would_usd: float = 0.0
     applied_usd: float = 0.0
     since: float | None = None
+    demand: object = None                 # the raised demand last decided for (scaler.fleet.ahead.shadow_due)
+    decided_at: float | None = None       # ... and when (fleet clock)
 
     def note(self, now: float, would: float, applied: float) -> None:
         """A planning tick at ``now`` priced both pools: the time since the last one is summed at the old prices."""
@@ -71,6 +74,7 @@ class ForecastState:
     held_back: int = 0     # plans for a forecast given up: they retired what the reactive plan keeps
     booting: set[str] = field(default_factory=set)   # instances seen before their worker registered (daemon)
     shadow: ShadowLedger = field(default_factory=ShadowLedger)   # mode shadow: what planning ahead would cost
+    served: ServedLedger = field(default_factory=ServedLedger)   # ... and serve, by capacity (scaler.forecast.served)
     _cache: dict[str, tuple[int, float, float | None]] = field(default_factory=dict, repr=False)
     #: the lead last computed, with the config and boot delays it is for (``scaler.fleet.ahead.forecast_lead``
     #: reads the catalog: every model tick's early-replan check asks for it)

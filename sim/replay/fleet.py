@@ -55,6 +55,7 @@ from sim.replay.query_loop import QueryLoop
 from sim.replay.pipeline_round import ReplayPipelineRound, pipeline_rounds
 from sim.replay.pipelines import PipelineReplay
 from sim.replay.workers import Decisions, ReplayWorkers, Schedule
+from sim.workload import Workload
 from sim.replay.variant_lane import VariantLoop
 from variants.infaas.capacity_hint import next_capacity_hint
 from variants.infaas.model_decision import model_params_for
@@ -196,7 +197,8 @@ class ReplayFleet:
                  loops: Callable[[ReplayFleet], ReplayLoops],
                  on_target: OnTarget | None = None, decide_fn: DecideFn | None = None,
                  baseline_accuracy: bool = False, warm_start: bool = False,
-                 history: Mapping[str, DemandHistory] | None = None) -> None:
+                 history: Mapping[str, DemandHistory] | None = None,
+                 pipeline_loads: Mapping[str, Workload] | None = None) -> None:
         self.cfg, self.profiles, self.clock, self.slo_check = cfg, profiles, clock, slo_check
         self.cloud = FakeCloud(cfg.cluster, clock=clock.now, boot_by_type=boot_by_type, quota_check=quota_check(cfg))
         if warm_start:   # the first plan's pool is up at 0, as a daemon that has been running
@@ -211,7 +213,8 @@ class ReplayFleet:
         self.declared = declared_demands(cfg)
         self.fleet_state = FleetState()
         #: the demand history and the forecasts (issue #39; ``forecast.mode: off``: idle)
-        self.forecast = ReplayForecast(cfg, self.fleet_state.forecast, self.windows, history if decide_fn is None else None)
+        self.forecast = ReplayForecast(cfg, self.fleet_state.forecast, self.windows, history if decide_fn is None else None,
+                                       pipeline_loads)
         self.forecast.enabled = self.forecast.enabled and decide_fn is None
         self.decisions = Decisions()
         self.audit = ReplayAudit(self.decisions, clock, on_target)
@@ -294,10 +297,10 @@ class ReplayFleet:
         return fleet_step.fleet_target(cfg, self.profiles, demand, slo_check=self.slo_check, unavailable=unavailable,
                                        current=current, confirmed=self.confirmed, keep=keep)
 
-    async def _shadow_decided(self, demand: Mapping[str, DemandView]) -> dict[str, int]:
-        """``forecast.mode: shadow``'s price (``scaler.fleet.tick``): the pool the planner picks for
-        ``demand``, as the daemon's ``decide`` (no pick confirmed for it, nothing kept)."""
-        return self._target(demand, None)[0]
+    async def _shadow_decided(self, demand: Mapping[str, DemandView]) -> tuple[dict[str, int], JointPlan | None]:
+        """``forecast.mode: shadow``'s price (``scaler.fleet.tick``): the pool and plan the planner picks
+        for ``demand``, as the daemon's ``decide`` (no pick confirmed for it, nothing kept)."""
+        return self._target(demand, None)
 
     async def _decided(self, demand: Mapping[str, DemandView],
                        keep: Mapping[str, ModelShare] | None) -> tuple[dict[str, int], JointPlan | None]:

@@ -302,7 +302,7 @@ def replay(cfg: Config, profiles: ProfileTable, workload: Workload | Mapping[str
     kw: dict[str, Any] = dict(boot_by_type=boot_delays(cfg, spec.boot_s), slo_check=slo_check, windows=windows,
                               loops=loops_for(cfg, profiles, lanes, pipes, spec.load_s, timeline.schedule, decide_fn),
                               on_target=on_target, decide_fn=decide_fn, baseline_accuracy=accuracy_round,
-                              warm_start=spec.warm_start, history=spec.history)
+                              warm_start=spec.warm_start, history=spec.history, pipeline_loads=pipeline_loads)
     fleet = (SpotReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, market=market,
                              policy=spot_policy, **kw) if market.enabled else
              ReplayFleet(cfg, profiles, clock, Path(tmp.name) if tmp else state_dir, **kw))

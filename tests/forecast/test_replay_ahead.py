@@ -64,8 +64,15 @@ def test_off_and_shadow_are_the_reactive_replay(tmp_path: Path, profiles) -> Non
     assert rec["rm2"]["forecaster"] == "seasonal_naive" and rec["rm2"]["minutes"] == 19   # the last ends with the run
     assert rec["rm2"]["minutes_forecast"] == 19 and rec["rm2"]["lead_s"] == 120.0
     # shadow's price: the pool planning ahead would have held from before the step, in planned dollars
-    # (the step's pool from 120 s earlier: 0.17 % more planned dollars over the 20 minutes)
-    assert priced == {"planned_usd": 0.273715, "ahead_planned_usd": 0.27417, "ahead_extra_pct": 0.166}
+    # (decided at 540 s, the first tick whose 120 s lead covers the step: 3.9 % more planned dollars
+    # over the 20 minutes); and what each pool would have served by capacity (scaler.forecast.served):
+    # minutes 0-1 are before the first pool booted (left out); in minute 10 (29.4 q/s) the applied
+    # pool still holds its 15.2 q/s (the step's pool, asked for at 602 s, boots 90 s), the ahead one
+    # serves it all (54.4 q/s from 630 s, 34.6 q/s over the minute)
+    assert priced == {"planned_usd": 0.273715, "ahead_planned_usd": 0.284434, "ahead_extra_pct": 3.916,
+                      "applied_served_pct": 95.4102, "ahead_served_pct": 100.0,
+                      "served_minutes": {"applied": 17, "ahead": 17},
+                      "served_by_model": {"rm2": {"applied": 95.4102, "ahead": 100.0}}}
 
 
 def test_on_launches_before_a_rise_the_history_knows(tmp_path: Path, profiles) -> None:  # type: ignore[no-untyped-def]
