@@ -39,3 +39,15 @@ def test_the_two_peak_day_figures(tmp_path: Path) -> None:
     assert reactive == (5.8069, 99.59) and round(reactive[0] / hind[0], 3) == 1.075
     assert ahead == (5.6915, 99.54) and round(ahead[0] / hind[0], 3) == 1.053
     assert shuffled == reactive
+
+
+def test_a_perfect_forecast_under_the_examples_rules_costs_more_than_the_goal() -> None:
+    """README "What it does on the example": on this config no forecaster reaches 1.03x hindsight,
+    since a perfect one pays the 10 % headroom (1.034x) and the 300 s scale-in hold (1.046x)."""
+    on = bench.config("on", 90, 60)
+    pf = bench.perfect_forecast(on, load_profiles_csv(None), bench.scored_workload(on, 40.0, 1), DUR)
+    assert round(pf["hindsight_pools_usd"], 4) == 5.4034
+    assert (round(pf["headroom"], 3), round(pf["headroom_and_hold"], 3)) == (1.034, 1.046)
+    half = bench.perfect_forecast(bench.config("on", 90, 60, headroom=0.05), load_profiles_csv(None),
+                                  bench.scored_workload(on, 40.0, 1), DUR)
+    assert (round(half["headroom"], 3), round(half["headroom_and_hold"], 3)) == (1.014, 1.025)
