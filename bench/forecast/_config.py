@@ -1,5 +1,6 @@
 """The forecast benchmarks' configs: a shipped example with its ``forecast`` section set for one run
-(bench only; ``ahead_bench``, ``three_bench``, ``real_traffic_bench``, ``burst_no_harm_bench``)."""
+(bench only; ``ahead_bench``, ``three_bench``, ``real_traffic_bench``, ``burst_no_harm_bench``), and
+what a perfect forecast could cost under a config's rules (``perfect_forecast``)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,12 @@ from typing import Sequence
 
 import yaml
 
+from config.profiles import ProfileTable
 from config.schema import Config
+from scaler.planner.pools import pool_cost
+from sim.replay.baselines import HINDSIGHT_WINDOW_S, PoolPlanner, minute_peaks
+from sim.slo_check import slo_check
+from sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,3 +68,31 @@ def headroom_on(args: argparse.Namespace) -> float | None:
 
 
 __all__ = ["add_margin_args", "forecast_config", "headroom_on"]
+
+
+def perfect_forecast(cfg: Config, profiles: ProfileTable, wl: Workload, dur: float) -> dict[str, float]:
+    """What a perfect forecast could cost under ``cfg``'s rules, as multiples of the hindsight pools:
+    each 5-minute window's cheapest pool for its peak minute (hindsight's, priced per window, no
+    replay), then that peak with the config's ``headroom`` on it, then also held for
+    ``intervals.scale_in_s`` after it (a window's pool covers the peaks of the windows the hold
+    reaches back over). Planning ahead cannot retire before the measured hold (the acceptance
+    property) and plans with the headroom, so the last figure is about the least any forecaster
+    reaches on this config. One model (the config's first)."""
+    pk, per = minute_peaks(wl.arrivals, dur), int(HINDSIGHT_WINDOW_S // 60)
+    peaks = [float(pk[k:k + per].max()) for k in range(0, pk.size, per)]
+    planner, prices = PoolPlanner(cfg, profiles, slo_check), cfg.prices(allowed_only=True)
+    back = int(round(cfg.intervals.scale_in_s / HINDSIGHT_WINDOW_S))
+
+    def usd(rates: list[float]) -> float:
+        return sum(pool_cost(planner.pool("min_cost", {cfg.models[0].name: r}), prices) * HINDSIGHT_WINDOW_S / 3600.0 for r in rates)
+    base = usd(peaks)
+    h = 1.0 + cfg.headroom
+    held = [max(peaks[max(0, i - back):i + 1]) for i in range(len(peaks))]
+    return {"hindsight_pools_usd": base, "headroom": usd([p * h for p in peaks]) / base,
+            "headroom_and_hold": usd([p * h for p in held]) / base}
+
+
+def perfect_forecast_line(cfg: Config, pf: dict[str, float]) -> str:
+    return (f"a perfect forecast under this config's rules (hindsight's pools priced per window, "
+            f"${pf['hindsight_pools_usd']:.4f}): with headroom {cfg.headroom:g} {pf['headroom']:.3f}x, and held "
+            f"{cfg.intervals.scale_in_s:g} s after each peak {pf['headroom_and_hold']:.3f}x")

@@ -28,16 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from config.profiles import load_profiles_csv  # noqa: E402
-from bench.forecast._config import add_margin_args, forecast_config, headroom_on  # noqa: E402
+from bench.forecast._config import add_margin_args, forecast_config, headroom_on, perfect_forecast, perfect_forecast_line  # noqa: E402
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from scaler.planner.batch_mix import sample_batches  # noqa: E402
 from sim.patterns import parse_pattern, rate_function  # noqa: E402
-from scaler.planner.pools import pool_cost  # noqa: E402
-from sim.replay.baselines import HINDSIGHT_WINDOW_S, PoolPlanner, minute_peaks, run_baseline  # noqa: E402
+from sim.replay.baselines import run_baseline  # noqa: E402
 from sim.replay.report import report  # noqa: E402
 from sim.replay.run import ReplaySpec, replay  # noqa: E402
-from sim.slo_check import slo_check  # noqa: E402
 from sim.workload import Workload, poisson_arrivals  # noqa: E402
 
 DAY_S = 86400.0
@@ -95,28 +93,6 @@ def write_history(path: Path, rows: list[tuple[int, float]]) -> None:
             w.writerow([ts, "rm2", f"{q:.6g}"])
 
 
-def perfect_forecast(cfg: Config, profiles, wl: Workload, dur: float) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """What a perfect forecast could cost under ``cfg``'s rules, as multiples of the hindsight pools:
-    each 5-minute window's cheapest pool for its peak minute (hindsight's, priced per window, no
-    replay), then that peak with the config's ``headroom`` on it, then also held for
-    ``intervals.scale_in_s`` after it (a window's pool covers the peaks of the windows the hold
-    reaches back over). Planning ahead cannot retire before the measured hold (the acceptance
-    property) and plans with the headroom, so the last figure is about the least any forecaster
-    reaches on this config."""
-    pk, per = minute_peaks(wl.arrivals, dur), int(HINDSIGHT_WINDOW_S // 60)
-    peaks = [float(pk[k:k + per].max()) for k in range(0, pk.size, per)]
-    planner, prices = PoolPlanner(cfg, profiles, slo_check), cfg.prices(allowed_only=True)
-    back = int(round(cfg.intervals.scale_in_s / HINDSIGHT_WINDOW_S))
-
-    def usd(rates: list[float]) -> float:
-        return sum(pool_cost(planner.pool("min_cost", {"rm2": r}), prices) * HINDSIGHT_WINDOW_S / 3600.0 for r in rates)
-    base = usd(peaks)
-    h = 1.0 + cfg.headroom
-    held = [max(peaks[max(0, i - back):i + 1]) for i in range(len(peaks))]
-    return {"hindsight_pools_usd": base, "headroom": usd([p * h for p in peaks]) / base,
-            "headroom_and_hold": usd([p * h for p in held]) / base}
-
-
 def figures(run) -> dict:  # type: ignore[no-untyped-def, type-arg]
     r = report(run)
     return {"usd": float(r["cost_usd"]), "att": float(r["slo_attainment"]), "plans": int(r["plans"]),
@@ -166,10 +142,7 @@ def main() -> int:
         rows["ahead (on), shuffled days"] = figures(replay(on, profiles, wl, dur, ReplaySpec(
             boot_s=boot, history=replay_history(str(shuf), on))))
     hind = rows["hindsight"]["usd"]
-    pf = perfect_forecast(on, profiles, wl, dur)
-    print(f"a perfect forecast under this config's rules (hindsight's pools priced per window, ${pf['hindsight_pools_usd']:.4f}): "
-          f"with headroom {on.headroom:g} {pf['headroom']:.3f}x, and held {on.intervals.scale_in_s:g} s after each peak "
-          f"{pf['headroom_and_hold']:.3f}x")
+    print(perfect_forecast_line(on, perfect_forecast(on, profiles, wl, dur)))
     print("| run | $ | ÷ hindsight | attainment | plans | launches | forecast held back | minutes ≤ forecast | wall s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, f in rows.items():

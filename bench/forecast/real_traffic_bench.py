@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from config.profiles import load_profiles_csv  # noqa: E402
-from bench.forecast._config import add_margin_args, forecast_config, headroom_on  # noqa: E402
+from bench.forecast._config import (add_margin_args, forecast_config, headroom_on, perfect_forecast,  # noqa: E402
+                                    perfect_forecast_line)
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from scaler.planner.batch_mix import sample_batches  # noqa: E402
@@ -217,6 +218,8 @@ def main() -> int:
     t0 = time.perf_counter()
     hind = figures(run_baseline("hindsight", hind_cfg, profiles, wl, dur, ReplaySpec()))   # no boot delay: once
     print(f"hindsight ${hind['usd']:.4f} at {100 * hind['att']:.2f} % ({hind['wall_s']:.0f} s)", flush=True)
+    rules = config("on", 90, 60, args.quantile, headroom_on(args), args.forecaster)   # the boots do not enter it
+    print(perfect_forecast_line(rules, perfect_forecast(rules, profiles, wl, dur)), flush=True)
     for gpu, cpu in args.boots:
         boot = {"gpu": gpu, "inferentia": gpu, "cpu": cpu}
         off = config("off", gpu, cpu, headroom=args.headroom)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.forecast import ahead_bench as bench
+from bench.forecast._config import perfect_forecast
 from config.profiles import load_profiles_csv
 from daemon.commands.history import replay_history
 from sim.replay.baselines import run_baseline
@@ -45,9 +46,9 @@ def test_a_perfect_forecast_under_the_examples_rules_costs_more_than_the_goal() 
     """README "What it does on the example": on this config no forecaster reaches 1.03x hindsight,
     since a perfect one pays the 10 % headroom (1.034x) and the 300 s scale-in hold (1.046x)."""
     on = bench.config("on", 90, 60)
-    pf = bench.perfect_forecast(on, load_profiles_csv(None), bench.scored_workload(on, 40.0, 1), DUR)
+    pf = perfect_forecast(on, load_profiles_csv(None), bench.scored_workload(on, 40.0, 1), DUR)
     assert round(pf["hindsight_pools_usd"], 4) == 5.4034
     assert (round(pf["headroom"], 3), round(pf["headroom_and_hold"], 3)) == (1.034, 1.046)
-    half = bench.perfect_forecast(bench.config("on", 90, 60, headroom=0.05), load_profiles_csv(None),
+    half = perfect_forecast(bench.config("on", 90, 60, headroom=0.05), load_profiles_csv(None),
                                   bench.scored_workload(on, 40.0, 1), DUR)
     assert (round(half["headroom"], 3), round(half["headroom_and_hold"], 3)) == (1.014, 1.025)

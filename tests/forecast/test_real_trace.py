@@ -60,3 +60,17 @@ def test_queries_fall_only_in_the_minutes_with_a_rate() -> None:
     assert wl.arrivals.size == wl.batches.size > 0
     minutes = set((wl.arrivals // 60).astype(int).tolist())
     assert minutes <= {1, 3} and 1 in minutes
+
+
+def test_a_perfect_forecast_of_the_scored_day_costs_1_078x_hindsight(trace: tuple[int, np.ndarray]) -> None:
+    """README "On real traffic": under the example's 10 % headroom and 300 s scale-in hold a perfect
+    forecast of 25 July costs 1.034x / 1.078x hindsight's pools, so the goal's 1.02x is out of reach there
+    and reacting (1.085x) is within 0.7 % of it."""
+    from bench.forecast._config import perfect_forecast
+    from config.profiles import load_profiles_csv
+    _, qps = trace
+    cfg = bench.config("on", 90, 60)
+    rate = bench.scale_for(qps, 24, 40.0) * bench.days_of(qps)[24]
+    pf = perfect_forecast(cfg, load_profiles_csv(None), bench.scored_workload(cfg, rate, 1), 86400.0)
+    assert round(pf["hindsight_pools_usd"], 4) == 18.7951
+    assert (round(pf["headroom"], 3), round(pf["headroom_and_hold"], 3)) == (1.034, 1.078)
