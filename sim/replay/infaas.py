@@ -80,6 +80,8 @@ class ReplayInfaas:
                       for v, acc in app.variants]
         self._grid: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {}
         self._hosting: dict[str, frozenset[str]] = {}     # variant -> frozenset((variant,)), made once
+        self._routers: dict[frozenset[str], ml.Router] = {}      # hardware classes -> getVariant's metadata
+        self._requests: dict[tuple[float, int], Request] = {}    # (slo_ms, batch) -> the request
         lane.get_variant = self.pin
         lane.busy = {}
 
@@ -135,13 +137,21 @@ class ReplayInfaas:
         now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
         util = self._utilization(now)
         one, none = self._hosting, frozenset()
-        workers = [ml.RouteWorker(wid, self.hardware.get(w.itype, "cpu"), w.itype, util[wid],
+        hw = self.hardware
+        workers = [ml.RouteWorker(wid, hw.get(w.itype, "cpu"), w.itype, util[wid],
                                   (one.get(w.variant) or one.setdefault(w.variant, frozenset((w.variant,))))
                                   if w.variant and wid not in self.loading else none)
                    for wid, w in lane.workers.items() if not (w.draining or w.leaving)]
+        hws = frozenset(ml.route_hardware(self.metas, workers))
+        router = self._routers.get(hws)
+        if router is None:         # the variants' metadata on these hardware classes, built once
+            router = self._routers[hws] = ml.Router(self.metas, hws, self.grid)
+        key = (slo_ms, batch)
+        req = self._requests.get(key)
+        if req is None:
+            req = self._requests[key] = Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch))
         try:
-            r = ml.route(Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch)), self.metas,
-                         workers, self.grid, self.states)
+            r = router.route(req, workers, self.states)
         except ml.RouteError:
             return lane.app.top          # live: the query is refused; here it waits for the top variant
         if r.needs_load and r.worker is not None and r.worker not in self.loading:

@@ -94,12 +94,13 @@ def test_getvariant_pins_each_query_to_the_least_loaded_workers_variant() -> Non
 
 def test_the_replay_calls_the_daemons_getvariant_and_model_loop(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Accuracy scaling off, the replay of an application routes every query through
-    ``dispatcher.modelless.route`` (the admission's getVariant) and runs
+    ``dispatcher.modelless.Router.route`` (the admission's getVariant, ``modelless.route``, is one
+    built per query) and runs
     ``variants.infaas.model_decision.decide`` (the daemon's ModelLoop round) every model tick."""
     import sim.replay.infaas as ri
 
     calls = {"route": 0, "decide": 0}
-    real_route, real_decide = ml.route, model_decision.decide
+    real_route, real_decide = ml.Router.route, model_decision.decide
 
     def route(*a, **k):  # type: ignore[no-untyped-def]
         calls["route"] += 1
@@ -108,7 +109,7 @@ def test_the_replay_calls_the_daemons_getvariant_and_model_loop(monkeypatch) -> 
     def decide(*a, **k):  # type: ignore[no-untyped-def]
         calls["decide"] += 1
         return real_decide(*a, **k)
-    monkeypatch.setattr(ml, "route", route)
+    monkeypatch.setattr(ml.Router, "route", route)
     monkeypatch.setattr(ri, "decide", decide)
     cfg = _off()
     arr = np.sort(np.random.default_rng(3).uniform(0.0, 120.0, 600))
