@@ -164,14 +164,16 @@ class Router:
         hw_of, states = self.hw_of, states or {}
         st: dict[StateKey, VariantState] = {}
         loads: dict[str, RouteWorker] = {}
-        active, inactive = VariantState.ACTIVE, VariantState.INACTIVE
+        active, inactive, keys = VariantState.ACTIVE, VariantState.INACTIVE, self._keys
         for w in workers:
-            loads[w.worker] = w
+            wid = w.worker
+            loads[wid] = w
             for name in w.loaded:
                 if name not in hw_of:
                     continue
-                state = states.get((name, w.worker), active)
-                st[(self._key(name, w.hardware), w.worker)] = active if state is inactive else state
+                state = states.get((name, wid), active)
+                key = keys.get((name, w.hardware)) or self._key(name, w.hardware)
+                st[(key, wid)] = active if state is inactive else state
         sv, first = self.servable(request)
         unique = len(loads) == len(workers)       # worker ids: each once (else as the lists did)
 
