@@ -177,6 +177,8 @@ class ReplayInfaas:
         key = (slo_ms, batch)
         req = self._requests.get(key)
         if req is None:
+            if len(self._requests) >= ml.Router.MAX_REQUESTS:     # a pipeline step's budgets: each its own
+                self._requests.clear()
             req = self._requests[key] = Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch))
         try:
             r = router.route(req, workers, self.states)
