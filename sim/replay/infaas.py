@@ -153,7 +153,8 @@ class ReplayInfaas:
                 if share is None:
                     share = shares[key] = ml.waiting_share_ms((w.variant,), waiting, hosts,
                                                               lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
-            load = _routing_load(dq or none, now, lo, wid not in unordered, w.busy_until if w.query >= 0 else None, share)
+            load = _routing_load(dq or none, now, lo, wid not in unordered,
+                                 w.busy_until if w.query >= 0 else None, share)
             hw_loaded = static.get((w.itype, w.variant))
             if hw_loaded is None:
                 hw_loaded = static[(w.itype, w.variant)] = (self.hardware.get(w.itype, "cpu"),

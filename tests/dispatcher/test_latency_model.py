@@ -111,8 +111,8 @@ def test_fallback_type_follows_every_observation_of_the_model() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["g4dn.xlarge", "c5n.2xlarge", "t3.xlarge"]), st.sampled_from([1, 3, 8, 40, 300]),
-                          st.floats(1.0, 500.0)), max_size=40))
+@given(st.lists(st.tuples(st.sampled_from(["g4dn.xlarge", "c5n.2xlarge", "t3.xlarge"]),
+                          st.sampled_from([1, 3, 8, 40, 300]), st.floats(1.0, 500.0)), max_size=40))
 def test_predict_ms_reads_the_table_as_it_is_after_every_observation(obs: list[tuple[str, int, float]]) -> None:
     """predict_ms reads a Python list kept beside each cached table (issue #39, replay speed): after
     any observations (a profiled pair's table patched in place, a fallback's dropped) it returns
