@@ -102,6 +102,9 @@ class LatencyModel:
         self.profiles = ProfileTable()
         self._obs: dict[tuple[str, str], _PairStats] = {}
         self._tables: dict[tuple[str, str], np.ndarray] = {}
+        #: :attr:`_tables` as Python lists, for :meth:`predict_ms` (a hot path: a list reads a float
+        #: faster than an array); kept as the tables are: dropped with them, patched with them
+        self._lists: dict[tuple[str, str], list[float]] = {}
         self._types_by_model: dict[str, set[str]] = {}
         #: per model: (types...) -> (N+1) × k stacked tables, N = the shortest table's top batch
         self._stacks: dict[str, dict[tuple[str, ...], np.ndarray]] = {}
@@ -125,6 +128,7 @@ class LatencyModel:
         for model, itype in table.profiles:
             self._types_by_model.setdefault(model, set()).add(itype)
         self._tables.clear()
+        self._lists.clear()
         self._stacks.clear()
         self._fallback_built.clear()
         self._priors.clear()
@@ -175,6 +179,7 @@ class LatencyModel:
         stale = [k for k in self._fallback_built if k[0] == model and k != key]
         for k in stale:
             self._tables.pop(k, None)
+            self._lists.pop(k, None)
             self._fallback_built.discard(k)
         st.add(float(batch), float(ms))
         profiled = self.profiles.has(model, instance_type)
@@ -196,6 +201,9 @@ class LatencyModel:
             if full and lo <= hi:                # (below that, the table there is the profile still)
                 v = self._bucket_rule(st, k, self._prior(model, instance_type)[lo: hi + 1])
                 tab[lo: hi + 1] = v
+                lst = self._lists.get(key)
+                if lst is not None:
+                    lst[lo: hi + 1] = tab[lo: hi + 1].tolist()
                 for types, stack in list((stacks or {}).items()):
                     if instance_type not in types:
                         continue
@@ -207,18 +215,19 @@ class LatencyModel:
                 self._stacks.pop(model, None)
         else:
             self._tables.pop(key, None)
+            self._lists.pop(key, None)
             self._fallback_built.discard(key)
             self._stacks.pop(model, None)
 
     # -- prediction ------------------------------------------------------------------------------
     def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
-        tab = self._tables.get((model, instance_type))     # table()'s cache, read inline (a hot path)
-        if tab is None:
-            tab = self.table(model, instance_type)
+        lst = self._lists.get((model, instance_type))      # table()'s cache as a list (a hot path)
+        if lst is None:
+            lst = self._lists[(model, instance_type)] = self.table(model, instance_type).tolist()
         b = math.ceil(batch_size)
-        if 0 <= b < len(tab):
-            return float(tab[b])
-        return float(self._lookup(tab, np.asarray([batch_size], dtype=float))[0])
+        if 0 <= b < len(lst):
+            return lst[b]
+        return float(self._lookup(self.table(model, instance_type), np.asarray([batch_size], dtype=float))[0])
 
     def predict_many(self, model: str, instance_type: str, batch_sizes: np.ndarray) -> np.ndarray:
         return self._lookup(self.table(model, instance_type), batch_sizes)

@@ -16,11 +16,11 @@ No I/O, no clock reads: times and loads come in as arguments.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from variants.runtime.executor import ANY_HARDWARE
 from variants.naming import SEP, base_name, expand_name
-from variants.infaas.selection import Choice, NoVariant, Request, VariantInfo, WorkerLoad, get_variant, meets
+from variants.infaas.selection import Choice, NoVariant, Request, Servable, VariantInfo, choose, meets
 from variants.infaas.state_machine import StateKey, VariantState
 
 #: INFaaS §5: offline jobs are paused while online utilization is at or above 40 %.
@@ -40,9 +40,8 @@ class VariantMeta:
     speed_factor: float = 1.0  # latency relative to its model's base variant (local profiles)
 
 
-@dataclass(frozen=True)
-class RouteWorker:
-    """A live worker as routing sees it."""
+class RouteWorker(NamedTuple):
+    """A live worker as routing sees it (a named tuple: one is built per worker per query)."""
 
     worker: str
     hardware: str
@@ -104,65 +103,128 @@ def variant_infos(variants: Sequence[VariantMeta], hardware_classes: Iterable[st
     return out
 
 
+def route_hardware(variants: Sequence[VariantMeta], workers: Sequence[RouteWorker]) -> set[str]:
+    """The hardware classes :func:`route` expands ``any`` variants to: the workers' (none: the
+    variants' own, else cpu)."""
+    return ({w.hardware for w in workers} or {v.hardware for v in variants if v.hardware != ANY_HARDWARE}
+            or {"cpu"})
+
+
 def route(request: Request, variants: Sequence[VariantMeta], workers: Sequence[RouteWorker],
           grid: LatencyGrid, states: Mapping[StateKey, VariantState] | None = None) -> Route:
     """getVariant (INFaaS §4.1) for one query. ``states`` holds the state machine's view of loaded
     instances; a loaded instance without a state counts as Active. Raises :class:`RouteError`."""
-    if not variants:
-        what = f"model {request.model!r}" if request.model else "the application"
-        raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
-    hws = {w.hardware for w in workers}
-    infos = variant_infos(variants, hws or {v.hardware for v in variants if v.hardware != ANY_HARDWARE} or {"cpu"}, grid)
-    hw_of = {v.name: v.hardware for v in variants}
-    st: dict[StateKey, VariantState] = {}
-    loads: dict[str, WorkerLoad] = {}
-    for w in workers:
-        loads[w.worker] = WorkerLoad(w.worker, w.hardware, w.utilization)
-        for name in w.loaded:
-            if name not in hw_of:
-                continue
-            key_name = expand_name(name, w.hardware) if hw_of[name] == ANY_HARDWARE else name
-            state = (states or {}).get((name, w.worker), VariantState.ACTIVE)
-            st[(key_name, w.worker)] = VariantState.ACTIVE if state is VariantState.INACTIVE else state
-    servable = [i for i in infos if meets(request, i)]
+    return Router(variants, route_hardware(variants, workers), grid).route(request, workers, states)
 
-    def queue_on_busy() -> Route | None:
-        # queue on the least-utilized loaded instance that meets the query (the model loop scales)
-        busy = [(w.utilization, w.worker, key[0]) for key, state in st.items() for w in workers
-                if key[1] == w.worker and any(i.name == key[0] for i in servable)]
-        if not busy:
-            return None
-        util, worker, name = min(busy)
-        info = next(i for i in servable if i.name == name)
-        return Route(base_name(name), worker, False, info.latency_at(request.batch))
 
-    try:
-        c: Choice = get_variant(request, infos, st, loads)
-    except NoVariant as exc:
-        if servable and not workers:
-            # nothing to run on yet: queue for the best variant, capacity may arrive
-            best = min(servable, key=lambda i: (i.latency_at(request.batch), i.name))
-            return Route(base_name(best.name), None, True, best.latency_at(request.batch))
-        fallback = queue_on_busy()   # every instance that meets it is Overloaded or Interfered
-        if fallback is not None:
-            return fallback
-        closest = base_name(exc.closest) if exc.closest else None
-        code = "NOT_FOUND" if closest is None else ("UNAVAILABLE" if servable else "INVALID_ARGUMENT")
-        msg = str(exc)
-        for i in infos:  # report plain variant names to the user
-            if SEP in i.name:
-                msg = msg.replace(i.name, base_name(i.name))
-        raise RouteError(code, msg, closest) from None
-    if c.needs_load and c.worker is not None:
-        # a worker runs one query at a time: a second variant of the same model on a worker that
-        # already holds one adds no capacity, only load time. Load on demand only into a worker
-        # that holds none; otherwise queue on a loaded instance and leave scaling to the model loop
-        held = next((w.loaded for w in workers if w.worker == c.worker), frozenset())
-        if any(name in hw_of for name in held):
-            fallback = queue_on_busy()
+class Router:
+    """:func:`route` with its per-variant work done once: the selection metadata of ``variants`` on
+    ``hardware_classes`` (:func:`variant_infos`) and, per distinct request, the variants meeting it
+    (:class:`variants.infaas.selection.Servable`). A caller routing many queries over the same
+    variants and hardware classes (the replay's getVariant) keeps one; ``grid`` must not change
+    under it."""
+
+    #: distinct requests whose servable variants are kept (then forgotten all at once)
+    MAX_REQUESTS = 4096
+
+    def __init__(self, variants: Sequence[VariantMeta], hardware_classes: Iterable[str], grid: LatencyGrid) -> None:
+        self.variants = tuple(variants)
+        self.infos = variant_infos(self.variants, hardware_classes, grid)
+        self.hw_of = {v.name: v.hardware for v in self.variants}
+        self._servable: dict[Request, tuple[Servable, dict[str, VariantInfo]]] = {}
+        self._keys: dict[tuple[str, str], str] = {}
+
+    def servable(self, request: Request) -> tuple[Servable, dict[str, VariantInfo]]:
+        """The variants that meet ``request``, and the first of each name."""
+        got = self._servable.get(request)
+        if got is None:
+            ok = [i for i in self.infos if meets(request, i)]
+            first: dict[str, VariantInfo] = {}
+            for i in ok:
+                first.setdefault(i.name, i)
+            if len(self._servable) >= self.MAX_REQUESTS:
+                self._servable.clear()
+            got = self._servable[request] = (Servable.of(request, ok), first)
+        return got
+
+    def _key(self, name: str, hardware: str) -> str:
+        """The state map's name of ``name`` loaded on a ``hardware`` worker (``name@hw`` for an ``any`` variant)."""
+        k = self._keys.get((name, hardware))
+        if k is None:
+            k = self._keys[(name, hardware)] = (expand_name(name, hardware) if self.hw_of[name] == ANY_HARDWARE
+                                                else name)
+        return k
+
+    def route(self, request: Request, workers: Sequence[RouteWorker],
+              states: Mapping[StateKey, VariantState] | None = None) -> Route:
+        """:func:`route` for one query over ``workers``."""
+        if not self.variants:
+            what = f"model {request.model!r}" if request.model else "the application"
+            raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
+        hw_of, states = self.hw_of, states or {}
+        st: dict[StateKey, VariantState] = {}
+        loads: dict[str, RouteWorker] = {}
+        active, inactive, keys = VariantState.ACTIVE, VariantState.INACTIVE, self._keys
+        for w in workers:
+            wid = w.worker
+            loads[wid] = w
+            for name in w.loaded:
+                if name not in hw_of:
+                    continue
+                state = states.get((name, wid), active)
+                key = keys.get((name, w.hardware)) or self._key(name, w.hardware)
+                st[(key, wid)] = active if state is inactive else state
+        sv, first = self.servable(request)
+        unique = len(loads) == len(workers)       # worker ids: each once (else as the lists did)
+
+        def queue_on_busy() -> Route | None:
+            # queue on the least-utilized loaded instance that meets the query (the model loop scales)
+            best: tuple[float, str, str] | None = None
+            if unique:
+                for key in st:
+                    if key[0] in first:
+                        w = loads[key[1]]
+                        t = (w.utilization, w.worker, key[0])
+                        if best is None or t < best:
+                            best = t
+            else:
+                busy = [(w.utilization, w.worker, key[0]) for key in st for w in workers
+                        if key[1] == w.worker and key[0] in first]
+                best = min(busy) if busy else None
+            if best is None:
+                return None
+            util, worker, name = best
+            return Route(base_name(name), worker, False, first[name].latency_at(request.batch))
+
+        try:
+            c: Choice = choose(request, self.infos, sv, st, loads)
+        except NoVariant as exc:
+            servable = sv.ok
+            if servable and not workers:
+                # nothing to run on yet: queue for the best variant, capacity may arrive
+                best = min(servable, key=lambda i: (i.latency_at(request.batch), i.name))
+                return Route(base_name(best.name), None, True, best.latency_at(request.batch))
+            fallback = queue_on_busy()   # every instance that meets it is Overloaded or Interfered
             if fallback is not None:
                 return fallback
-    return Route(base_name(c.variant), c.worker, c.needs_load, c.expected_ms)
+            closest = base_name(exc.closest) if exc.closest else None
+            code = "NOT_FOUND" if closest is None else ("UNAVAILABLE" if servable else "INVALID_ARGUMENT")
+            msg = str(exc)
+            for i in self.infos:  # report plain variant names to the user
+                if SEP in i.name:
+                    msg = msg.replace(i.name, base_name(i.name))
+            raise RouteError(code, msg, closest) from None
+        if c.needs_load and c.worker is not None:
+            # a worker runs one query at a time: a second variant of the same model on a worker that
+            # already holds one adds no capacity, only load time. Load on demand only into a worker
+            # that holds none; otherwise queue on a loaded instance and leave scaling to the model loop
+            held = (loads[c.worker].loaded if unique and c.worker in loads
+                    else next((w.loaded for w in workers if w.worker == c.worker), frozenset()))
+            if any(name in hw_of for name in held):
+                fallback = queue_on_busy()
+                if fallback is not None:
+                    return fallback
+        return Route(base_name(c.variant), c.worker, c.needs_load, c.expected_ms)
 
 
 # -- offline jobs ------------------------------------------------------------------------------------

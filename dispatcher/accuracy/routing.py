@@ -23,7 +23,6 @@ the round trigger's ``kick``, the clock and the matching's tunables (ξ).
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -159,7 +158,7 @@ class AccuracyRouting:
         p = self.variants
         m = p.models.get(p.variant_meta[variant].model, q.model)
         q.variant, q.model = variant, m
-        q.view = dataclasses.replace(q.view, model=m.profile_name)
+        q.view = q.view._replace(model=m.profile_name)
 
 
 __all__ = ["AccuracyRouting"]

@@ -26,9 +26,11 @@ replaces it. Workers register hosting the most accurate variant, as the fleet pl
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import math
-from typing import Callable, Iterable, Mapping
+import operator
+from typing import Callable, Mapping, Sequence
 
 from config.profiles import ProfileTable
 from dispatcher import modelless as ml
@@ -44,18 +46,36 @@ from variants.infaas.state_machine import StateKey, VariantState
 UTILIZATION_HORIZON_S = 2.0
 
 
-def _routing_load(intervals: Iterable[tuple[float, float]], now: float, lo: float, busy_until: float | None,
-                  waiting_ms: float) -> float:
+def _routing_load(dq: Sequence[tuple[float, float, float]], now: float, lo: float, ordered: bool,
+                  busy_until: float | None, waiting_ms: float) -> float:
     """:func:`dispatcher.modelless.routing_load` over :data:`UTILIZATION_HORIZON_S` (``lo``: ``now``
-    less it), one worker: the same float operations in the same order, without a call per interval
-    (it runs for every worker at every arrival: the INFaaS replay's hottest loop)."""
+    less it) for one worker whose calls are ``dq``: (start, end, end - start), the last left out
+    while under way (its end after ``now``). The same float
+    operations in the same order, without a call per interval (it runs for every worker at every
+    arrival: the INFaaS replay's hottest loop). When its calls ran one after the other
+    (``ordered``: each started at or after the one before it ended), the first ended at or after
+    ``lo`` (as the lane prunes them) and the last counted by ``now``, every call after the first lies
+    inside the window and adds its own ``end - start``: those are added left to right, as the loop
+    adds them, by :func:`functools.reduce` over the stored durations."""
+    n = len(dq) if dq and dq[-1][1] <= now else len(dq) - 1
     busy = 0.0
-    for s, e in intervals:          # busy += max(0.0, min(e, now) - max(s, lo)), as busy_fraction
+    if n > 0 and ordered and dq[0][1] >= lo and dq[n - 1][1] <= now:    # every call after the first inside
+        s, e, _ = dq[0]
         x = (e if e < now else now) - (s if s > lo else lo)
-        busy += x if x > 0.0 else 0.0
-    frac = min(1.0, busy / (UTILIZATION_HORIZON_S * 1))
-    ahead = max(busy_until - now, 0.0) if busy_until is not None else 0.0
-    return frac + (ahead + waiting_ms / 1000.0) / UTILIZATION_HORIZON_S
+        busy = _fold(_add, map(_DURATION, itertools.islice(dq, 1, n)), x if x > 0.0 else 0.0)
+    elif n > 0:
+        for s, e, _ in itertools.islice(dq, n):   # busy += max(0.0, min(e, now) - max(s, lo)), as busy_fraction
+            x = (e if e < now else now) - (s if s > lo else lo)
+            busy += x if x > 0.0 else 0.0
+    frac = busy / (UTILIZATION_HORIZON_S * 1)                    # min(1.0, frac); max(ahead, 0.0)
+    ahead = 0.0 if busy_until is None or 0.0 > (d := busy_until - now) else d
+    return (frac if frac < 1.0 else 1.0) + (ahead + waiting_ms / 1000.0) / UTILIZATION_HORIZON_S
+
+
+_DURATION = operator.itemgetter(2)
+_fold, _add = functools.reduce, operator.add
+_NONE: frozenset[str] = frozenset()
+_MODEL = operator.attrgetter("model")
 
 
 class ReplayInfaas:
@@ -79,7 +99,10 @@ class ReplayInfaas:
         self.metas = [ml.VariantMeta(v, v, ANY_HARDWARE, acc, lane.times.max_batch, load_s * 1000.0)
                       for v, acc in app.variants]
         self._grid: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {}
-        self._hosting: dict[str, frozenset[str]] = {}     # variant -> frozenset((variant,)), made once
+        #: (instance type, variant) -> (its hardware class, frozenset((variant,))), made once
+        self._static: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
+        self._routers: dict[frozenset[str], ml.Router] = {}      # hardware classes -> getVariant's metadata
+        self._requests: dict[tuple[float, int], Request] = {}    # (slo_ms, batch) -> the request
         lane.get_variant = self.pin
         lane.busy = {}
 
@@ -98,33 +121,47 @@ class ReplayInfaas:
             self._grid[(variant, hw)] = got
         return got
 
-    def _utilization(self, now: float) -> dict[str, float]:
-        """What admission ranks the workers by (:func:`dispatcher.modelless.routing_load`): the busy
-        fraction over the last :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a
-        call's interval is recorded when it completes), plus its call under way's predicted rest and
-        its share of the queries waiting for its variant (``Admission.route_workers``)."""
+    def _route_workers(self, now: float) -> list[ml.RouteWorker]:
+        """The lane's live workers as admission hands them to getVariant (``Admission.route_workers``):
+        what each hosts (nothing while a load is in flight) and its load, what admission ranks them
+        by (:func:`dispatcher.modelless.routing_load`): the busy fraction over the last
+        :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a call's interval is recorded
+        when it completes), plus its call under way's predicted rest and its share of the queries
+        waiting for its variant; the same float operations in the same order, inline (it runs for
+        every worker at every arrival: the INFaaS replay's hottest loop)."""
         lane = self.lane
         busy = lane.busy or {}
+        unordered = lane.busy_unordered
         lo = now - UTILIZATION_HORIZON_S
-        waiting = collections.Counter(v.model for v in itertools.chain(lane._retry.values(), lane._queue.values()))
+        waiting = collections.Counter(map(_MODEL, itertools.chain(lane._retry.values(), lane._queue.values())))
         hosts = collections.Counter(w.variant for w in lane.workers.values()
-                                    if not (w.draining or w.leaving) and w.variant in waiting)
-        out = {}
+                                    if not (w.draining or w.leaving) and w.variant in waiting) if waiting else None
         shares: dict[tuple[str, str], float] = {}
+        static, loading, new, none = self._static, self.loading, tuple.__new__, ()
+        out = []
         for wid, w in lane.workers.items():
+            if w.draining or w.leaving:
+                continue
             dq = busy.get(wid)
             if dq:
                 while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
                     dq.popleft()
-            ivs = () if not dq else (dq if dq[-1][1] <= now else itertools.islice(dq, len(dq) - 1))
             share = 0.0
-            if waiting and w.variant:   # ml.waiting_share_ms for its one variant, once per (variant, type)
+            if hosts is not None and w.variant:   # ml.waiting_share_ms for its one variant, once per (variant, type)
                 key = (w.variant, w.itype)
                 share = shares.get(key)  # type: ignore[assignment]
                 if share is None:
                     share = shares[key] = ml.waiting_share_ms((w.variant,), waiting, hosts,
                                                               lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
-            out[wid] = _routing_load(ivs, now, lo, w.busy_until if w.query >= 0 else None, share)
+            load = _routing_load(dq or none, now, lo, wid not in unordered,
+                                 w.busy_until if w.query >= 0 else None, share)
+            hw_loaded = static.get((w.itype, w.variant))
+            if hw_loaded is None:
+                hw_loaded = static[(w.itype, w.variant)] = (self.hardware.get(w.itype, "cpu"),
+                                                            frozenset((w.variant,)) if w.variant else frozenset())
+            # an ml.RouteWorker, built as its named tuple's __new__ does (it runs for every worker at every arrival)
+            out.append(new(ml.RouteWorker, (wid, hw_loaded[0], w.itype, load,
+                                            hw_loaded[1] if wid not in loading else _NONE)))
         return out
 
     def pin(self, batch: int, slo_ms: float = 0.0) -> str:
@@ -133,15 +170,19 @@ class ReplayInfaas:
         ``load_s`` later."""
         lane = self.lane
         now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
-        util = self._utilization(now)
-        one, none = self._hosting, frozenset()
-        workers = [ml.RouteWorker(wid, self.hardware.get(w.itype, "cpu"), w.itype, util[wid],
-                                  (one.get(w.variant) or one.setdefault(w.variant, frozenset((w.variant,))))
-                                  if w.variant and wid not in self.loading else none)
-                   for wid, w in lane.workers.items() if not (w.draining or w.leaving)]
+        workers = self._route_workers(now)
+        hws = frozenset(ml.route_hardware(self.metas, workers))
+        router = self._routers.get(hws)
+        if router is None:         # the variants' metadata on these hardware classes, built once
+            router = self._routers[hws] = ml.Router(self.metas, hws, self.grid)
+        key = (slo_ms, batch)
+        req = self._requests.get(key)
+        if req is None:
+            if len(self._requests) >= ml.Router.MAX_REQUESTS:     # a pipeline step's budgets: each its own
+                self._requests.clear()
+            req = self._requests[key] = Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch))
         try:
-            r = ml.route(Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch)), self.metas,
-                         workers, self.grid, self.states)
+            r = router.route(req, workers, self.states)
         except ml.RouteError:
             return lane.app.top          # live: the query is refused; here it waits for the top variant
         if r.needs_load and r.worker is not None and r.worker not in self.loading:

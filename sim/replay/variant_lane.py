@@ -69,8 +69,11 @@ class VariantLoop(QueryLoop):
         #: getVariant (INFaaS §4.1) at admission, accuracy scaling off (:mod:`sim.replay.infaas`):
         #: (batch, the query's own latency SLO in ms, 0: none) -> the variant; None: the most accurate
         self.get_variant: Callable[[int, float], str] | None = None
-        #: worker -> its calls' (start, end), kept while getVariant runs (``WorkerState.busy`` live)
-        self.busy: dict[str, collections.deque[tuple[float, float]]] | None = None
+        #: worker -> its calls' (start, end, end - start), kept while getVariant runs (``WorkerState.busy`` live)
+        self.busy: dict[str, collections.deque[tuple[float, float, float]]] | None = None
+        #: workers with a call that started before the one before it ended, or ended before it started
+        #: (never, one call at a time: getVariant then sums their intervals one by one, not by duration)
+        self.busy_unordered: set[str] = set()
 
     # -- variants ------------------------------------------------------------------------------
     def _pin(self, q: int) -> int:
@@ -186,7 +189,11 @@ class VariantLoop(QueryLoop):
             self.qvariant[x] = self.vindex[w.variant]
         s = self.vtimes[w.variant].actual_s(w.itype, q, rows)
         if self.busy is not None:        # getVariant reads each worker's recent service intervals
-            self.busy.setdefault(w.wid, collections.deque(maxlen=BUSY_INTERVALS)).append((w.started, w.started + s))
+            dq = self.busy.setdefault(w.wid, collections.deque(maxlen=BUSY_INTERVALS))
+            start, end = w.started, w.started + s
+            if end < start or (dq and start < dq[-1][1]):
+                self.busy_unordered.add(w.wid)
+            dq.append((start, end, end - start))
         return s
 
     def trim(self, n: int) -> None:

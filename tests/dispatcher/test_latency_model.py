@@ -108,3 +108,25 @@ def test_fallback_type_follows_every_observation_of_the_model() -> None:
     for b in (1, 5, 10, 20, 35, 500):
         assert lm.predict_ms("m", "u", b) == fresh.predict_ms("m", "u", b)
     assert lm.predict_ms("m", "u", 20) == pytest.approx(100.0)   # not the first observation's 2000
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["g4dn.xlarge", "c5n.2xlarge", "t3.xlarge"]),
+                          st.sampled_from([1, 3, 8, 40, 300]), st.floats(1.0, 500.0)), max_size=40))
+def test_predict_ms_reads_the_table_as_it_is_after_every_observation(obs: list[tuple[str, int, float]]) -> None:
+    """predict_ms reads a Python list kept beside each cached table (issue #39, replay speed): after
+    any observations (a profiled pair's table patched in place, a fallback's dropped) it returns
+    exactly the table's float."""
+    lm = LatencyModel.from_profiles(load_profiles_csv())
+    types = ["g4dn.xlarge", "c5n.2xlarge", "t3.xlarge"]
+    for model in ("rm2", "unprofiled"):
+        for t in types:
+            lm.predict_ms(model, t, 1)                 # lists cached before the observations
+    for t, b, ms in obs:
+        for model in ("rm2", "unprofiled"):
+            lm.observe(model, t, b, ms)
+            for t2 in types:
+                tab = lm.table(model, t2)
+                for bb in (1, b, 7, 64, 256, 5000):
+                    want = float(tab[bb]) if bb < len(tab) else float(lm.predict_many(model, t2, np.array([bb]))[0])
+                    assert lm.predict_ms(model, t2, bb) == want

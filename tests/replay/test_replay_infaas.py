@@ -30,17 +30,34 @@ def _off():  # type: ignore[no-untyped-def]
     return cfg.model_copy(update={"model_scaling": cfg.model_scaling.model_copy(update={"accuracy_scaling": acc})})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.floats(-3.0, 3.0), st.floats(0.0, 0.7)), max_size=12), st.floats(0.0, 2.0),
-       st.one_of(st.none(), st.floats(0.0, 4.0)), st.floats(0.0, 900.0))
+       st.one_of(st.none(), st.floats(0.0, 4.0)), st.floats(0.0, 900.0), st.booleans())
 def test_the_replays_load_is_routing_load_bit_for_bit(ivs: list[tuple[float, float]], now: float,
-                                                      busy_until: float | None, waiting: float) -> None:
-    """The replay's own loop (issue #39, replay speed) adds the same floats in the same order."""
+                                                      busy_until: float | None, waiting: float,
+                                                      one_after_another: bool) -> None:
+    """The replay's own sum (issue #39, replay speed) adds the same floats in the same order as
+    ``routing_load`` over the calls a worker finished: its calls pruned as the lane prunes them,
+    the last left out while under way; summed by duration when the calls ran one after the other
+    (as a worker runs them: each from a gap after the last one's end), else one by one."""
     from sim.replay.infaas import UTILIZATION_HORIZON_S, _routing_load
-    calls = [(s, s + d) for s, d in sorted(ivs)]
+    if one_after_another:          # (gap, duration) pairs: a worker's calls, one at a time
+        calls, t = [], -3.0
+        for gap, d in ivs:
+            calls.append((t + abs(gap) / 3.0, t + abs(gap) / 3.0 + d))
+            t = calls[-1][1]
+    else:
+        calls = [(s, s + d) for s, d in sorted(ivs)]
     lo = now - UTILIZATION_HORIZON_S
-    assert _routing_load(calls, now, lo, busy_until, waiting) == ml.routing_load(
-        calls, now, UTILIZATION_HORIZON_S, busy_until, waiting)
+    ordered = all(e >= s for s, e in calls) and all(b[0] >= a[1] for a, b in zip(calls, calls[1:]))
+    assert ordered or not one_after_another
+    dq = [(s, e, e - s) for s, e in calls]
+    while dq and dq[0][1] < lo:                                   # as the lane prunes
+        dq.pop(0)
+    finished = dq if not dq or dq[-1][1] <= now else dq[:-1]      # the last one under way
+    want = ml.routing_load([(s, e) for s, e, _ in finished], now, UTILIZATION_HORIZON_S, busy_until, waiting)
+    assert _routing_load(dq, now, lo, ordered, busy_until, waiting) == want
+    assert _routing_load(dq, now, lo, False, busy_until, waiting) == want
 
 
 def test_the_load_getvariant_ranks_by_counts_the_call_under_way() -> None:
@@ -94,12 +111,13 @@ def test_getvariant_pins_each_query_to_the_least_loaded_workers_variant() -> Non
 
 def test_the_replay_calls_the_daemons_getvariant_and_model_loop(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Accuracy scaling off, the replay of an application routes every query through
-    ``dispatcher.modelless.route`` (the admission's getVariant) and runs
+    ``dispatcher.modelless.Router.route`` (the admission's getVariant, ``modelless.route``, is one
+    built per query) and runs
     ``variants.infaas.model_decision.decide`` (the daemon's ModelLoop round) every model tick."""
     import sim.replay.infaas as ri
 
     calls = {"route": 0, "decide": 0}
-    real_route, real_decide = ml.route, model_decision.decide
+    real_route, real_decide = ml.Router.route, model_decision.decide
 
     def route(*a, **k):  # type: ignore[no-untyped-def]
         calls["route"] += 1
@@ -108,7 +126,7 @@ def test_the_replay_calls_the_daemons_getvariant_and_model_loop(monkeypatch) -> 
     def decide(*a, **k):  # type: ignore[no-untyped-def]
         calls["decide"] += 1
         return real_decide(*a, **k)
-    monkeypatch.setattr(ml, "route", route)
+    monkeypatch.setattr(ml.Router, "route", route)
     monkeypatch.setattr(ri, "decide", decide)
     cfg = _off()
     arr = np.sort(np.random.default_rng(3).uniform(0.0, 120.0, 600))

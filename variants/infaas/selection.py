@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from variants.infaas.state_machine import StateKey, VariantState
 
@@ -50,6 +50,17 @@ class Request:
     latency_slo_ms: float = math.inf
     min_accuracy: float = 0.0
     batch: int = 1
+
+
+class Load(Protocol):
+    """A worker's load as getVariant reads it (:class:`WorkerLoad`, or the dispatcher's route workers)."""
+
+    @property
+    def worker(self) -> str: ...
+    @property
+    def hardware(self) -> str: ...
+    @property
+    def utilization(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -116,42 +127,69 @@ def get_variant(
     request: Request,
     variants: Sequence[VariantInfo],
     states: Mapping[StateKey, VariantState],
-    loads: Mapping[str, WorkerLoad],
+    loads: Mapping[str, Load],
 ) -> Choice:
     """INFaaS getVariant (§4.1). ``states`` maps (variant, worker) -> state (missing: Inactive);
     ``loads`` maps worker id -> its utilization and hardware. Ties break by name (deterministic)."""
     ok = [v for v in variants if meets(request, v)]
-    by_name = {v.name: v for v in ok}
+    return choose(request, variants, Servable.of(request, ok), states, loads)
 
+
+@dataclass(frozen=True)
+class Servable:
+    """The variants that meet one request, with what getVariant reads of them at its batch: built
+    once per (request, variants) by a caller that routes many queries alike
+    (:class:`dispatcher.modelless.Router`)."""
+
+    ok: tuple[VariantInfo, ...]
+    latency: Mapping[str, float]                   # name -> latency at the batch (the last of a name)
+    totals: tuple[tuple[float, VariantInfo], ...]  # (load + inference latency, variant), in ``ok``'s order
+    nan: bool = False                              # a total is NaN
+
+    @staticmethod
+    def of(request: Request, ok: Sequence[VariantInfo]) -> "Servable":
+        """``ok``: the variants that meet ``request`` (:func:`meets`), in the caller's order."""
+        lat = [v.latency_at(request.batch) for v in ok]
+        totals = tuple((v.load_latency_ms + x, v) for v, x in zip(ok, lat))
+        return Servable(tuple(ok), {v.name: x for v, x in zip(ok, lat)}, totals, any(t != t for t, _ in totals))
+
+
+def choose(request: Request, variants: Sequence[VariantInfo], servable: Servable,
+           states: Mapping[StateKey, VariantState], loads: Mapping[str, Load]) -> Choice:
+    """:func:`get_variant` given the variants that meet ``request`` (``servable``): the least of
+    the same tuples, taken in one pass each instead of built into lists."""
+    ok, lat = servable.ok, servable.latency
     # 1. Active instances: least-loaded worker, then fastest variant.
-    active: list[tuple[float, float, str, str]] = []
-    for (vname, worker), st in states.items():
-        v = by_name.get(vname)
-        if v is None or st is not VariantState.ACTIVE or worker not in loads:
+    best: tuple[float, float, str, str] | None = None
+    active = VariantState.ACTIVE
+    for key, st in states.items():
+        if st is not active:
             continue
-        active.append((loads[worker].utilization, v.latency_at(request.batch), vname, worker))
-    if active:
-        util, lat, vname, worker = min(active)
-        return Choice(vname, worker, needs_load=False, expected_ms=lat)
+        ms = lat.get(key[0])
+        if ms is None:
+            continue
+        w = loads.get(key[1])
+        if w is None:
+            continue
+        t = (w.utilization, ms, key[0], key[1])
+        if best is None or t < best:
+            best = t
+    if best is not None:
+        return Choice(best[2], best[3], needs_load=False, expected_ms=best[1])
 
     # 2. Inactive: lowest loading + inference latency, then least-utilized worker of its hardware.
-    inactive: list[tuple[float, float, str, str]] = []
-    for v in ok:
-        total = v.load_latency_ms + v.latency_at(request.batch)
-        for w in loads.values():
-            if w.hardware == v.hardware and states.get((v.name, w.worker), VariantState.INACTIVE) is VariantState.INACTIVE:
-                inactive.append((total, w.utilization, v.name, w.worker))
-    if inactive:
-        total, util, vname, worker = min(inactive)
+    got = _least_inactive(servable, states, loads)
+    if got is not None:
+        total, util, vname, worker = got
         return Choice(vname, worker, needs_load=True, expected_ms=total)
 
     # 3. Nothing servable: name the closest variant.
     if ok:
-        best = min(ok, key=lambda v: (v.latency_at(request.batch), v.name))
+        near = min(ok, key=lambda v: (v.latency_at(request.batch), v.name))
         raise NoVariant(
             f"no worker can serve a variant meeting {_describe(request)} now "
-            f"(all instances of {', '.join(sorted(by_name))} are overloaded, interfered or lack a "
-            f"{best.hardware} worker); closest: {best.name}", closest=best.name)
+            f"(all instances of {', '.join(sorted(lat))} are overloaded, interfered or lack a "
+            f"{near.hardware} worker); closest: {near.name}", closest=near.name)
     candidates = [(misses(request, v), v.name, v) for v in variants]
     candidates = [c for c in candidates if math.isfinite(c[0])]
     what = f"model {request.model}" if request.model else "the application"
@@ -162,3 +200,35 @@ def get_variant(
         f"no variant of {what} meets {_describe(request)}; closest: {v.name} "
         f"(latency {v.latency_at(request.batch):g} ms, accuracy {v.accuracy:g}, max batch {v.max_batch})",
         closest=v.name)
+
+
+def _least_inactive(servable: Servable, states: Mapping[StateKey, VariantState],
+                    loads: Mapping[str, Load]) -> tuple[float, float, str, str] | None:
+    """The least (load + inference ms, utilization, variant, worker) over the variants' Inactive
+    instances: each variant on each worker of its hardware that does not hold it. Workers are taken
+    by (utilization, id), so each variant's first such worker is its least; a variant whose total
+    is above the best so far is passed over (its every tuple is greater). With a NaN total or
+    utilization (no order: the first NaN tuple would stay least) every pair is compared in the
+    order a flat minimum over the list takes them."""
+    inactive = VariantState.INACTIVE
+    best: tuple[float, float, str, str] | None = None
+    totals = servable.totals
+    if servable.nan or any(w.utilization != w.utilization for w in loads.values()):
+        for total, v in totals:
+            for w in loads.values():
+                if w.hardware == v.hardware and states.get((v.name, w.worker), inactive) is inactive:
+                    t = (total, w.utilization, v.name, w.worker)
+                    if best is None or t < best:
+                        best = t
+        return best
+    ranked = sorted(((w.utilization, w.worker, w.hardware) for w in loads.values()))
+    for total, v in totals:
+        if best is not None and total > best[0]:
+            continue
+        for util, wid, hw in ranked:
+            if hw == v.hardware and states.get((v.name, wid), inactive) is inactive:
+                t = (total, util, v.name, wid)
+                if best is None or t < best:
+                    best = t
+                break
+    return best
