@@ -219,7 +219,9 @@ def test_replay_and_daemon_call_the_same_fleet_tick(tmp_path: Path, profiles, mo
     callers = {str(f.relative_to(root)) for pkg in ("daemon", "sim", "scaler", "dispatcher", "variants")
                for f in (root / pkg).rglob("*.py")
                if re.search(r"\b(" + "|".join(steps) + r")\(", f.read_text())}
-    assert callers <= {"scaler/fleet/step.py", "scaler/fleet/tick.py", "daemon/app.py", "sim/replay/fleet.py"}, callers
+    # (ahead.py: shadow asks plan_due whether `on` would plan now, for the demand it would plan for; not a tick)
+    assert callers <= {"scaler/fleet/step.py", "scaler/fleet/tick.py", "daemon/app.py", "sim/replay/fleet.py",
+                       "scaler/fleet/ahead.py"}, callers
     for src in ("daemon/app.py", "sim/replay/fleet.py"):   # shares for decide/Status only, never a tick's step
         text = (root / src).read_text()
         assert not re.search(r"\b(" + "|".join(s for s in steps if s != "model_shares") + r")\(", text), src
