@@ -21,8 +21,11 @@ def config(tmp_path: Path) -> Path:
     return f
 
 
-def test_a_repeating_day_forecasts_yesterday(config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_repeating_day_forecasts_yesterday(config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     now_min = int(time.time() // 60)
+    fixed = now_min * 60.0 + 1.0          # the command's clock held in this minute (a minute may end meanwhile)
+    monkeypatch.setattr(time, "time", lambda: fixed)
     minutes = np.arange(now_min - 8 * 1440, now_min)
     rates = 10.0 + 5.0 * np.sin(2 * np.pi * (minutes % 1440) / 1440)       # a day that repeats exactly
     with StateStore.open(tmp_path / "state.db") as s:
@@ -32,7 +35,8 @@ def test_a_repeating_day_forecasts_yesterday(config: Path, tmp_path: Path, capsy
     assert out[0].startswith("forecast.mode off, quantile 0.9, candidates seasonal_naive, ets (reactive always)")
     assert out[1].startswith("ncf: 11,520 minutes held; daily shape repeats (day-to-day correlation 1.00, 0.6 needed); "
                              "plans with seasonal_naive; lead now ")
-    hour0 = rates[(minutes >= now_min - 1440) & (minutes < now_min - 1440 + 60)].max()   # yesterday's next hour
+    # yesterday's next hour: the 61 minutes the hour from 1 s into this minute overlaps (the last by 1 s)
+    hour0 = rates[(minutes >= now_min - 1440) & (minutes <= now_min - 1440 + 60)].max()
     assert out[2].endswith(f"q90 {hour0:.2f} q/s") and len(out) == 4
 
 
