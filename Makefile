@@ -35,7 +35,7 @@ system-packages:
 	  || echo "warning: could not install nginx-light; tests/replicas/test_demo_replicas.py will fail without it"; }
 
 # pytest-xdist: 4 workers whatever the cores (most long tests wait on processes and sockets, not the
-# CPU: on 2 cores 4 workers finish the 1742 tests in 6:31, one per core in 9:30), a test file's tests on
+# CPU: on 2 cores 4 workers finish the 1761 tests in 6:47-7:10, one per core in 9:30), a test file's tests on
 # one worker (its fixtures, moto server and cached wheelhouse are per file).
 test: $(STAMP) system-packages
 	$(PY) -m pytest -q -n 4 --dist loadfile $(ARGS)
