@@ -26,7 +26,7 @@ from config.files import unreadable
 from config.schema import Config, load_config
 from daemon.commands.common.progress import Progress
 from scaler.fleet.state import StateStore
-from scaler.forecast.history import DemandHistory, minute_of
+from scaler.forecast.history import DemandHistory, minute_of, series_names
 from scaler.forecast.history_csv import parse_history_csv
 
 #: the config costscale run reads under systemd (systemd/costscale.service)
@@ -48,11 +48,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("--model", metavar="M", help="only this model or pipeline")
     show.add_argument("--config", default=DEFAULT_CONFIG, metavar="CONFIG", help=f"(default {DEFAULT_CONFIG})")
     show.set_defaults(func=run_show)
-
-
-def series_names(cfg: Config) -> list[str]:
-    """What a history row may name: the config's models and pipelines."""
-    return [m.name for m in cfg.models] + [p.name for p in cfg.pipelines]
 
 
 def _lines(path: str, bar: Progress | None, cmd: str = "history import") -> Iterator[str]:

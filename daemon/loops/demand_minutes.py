@@ -34,7 +34,7 @@ from config.schema import Config
 from daemon.loops.forecast_chooser import DailyChooser
 from daemon.observe import audit
 from scaler.fleet.state import StateStore
-from scaler.forecast.history import MINUTE_S, minute_of
+from scaler.forecast.history import MINUTE_S, minute_of, series_names
 from scaler.forecast.served import POOLS
 from scaler.forecast.state import ForecastState, choose, fits_for
 
@@ -56,11 +56,6 @@ class Replica(Protocol):
     merged: Any
 
     def leading(self) -> bool: ...
-
-
-def series_names(cfg: Config) -> list[str]:
-    """The series the history holds: each model's, then each pipeline's (its queries at its entry)."""
-    return [m.name for m in cfg.models] + [p.name for p in cfg.pipelines]
 
 
 def minute_rates(cfg: Config, dispatcher: Windows, replica: Replica | None) -> dict[str, float]:
@@ -155,4 +150,4 @@ async def refit_off_loop(fc: ForecastState, models: list[str], now: float, forec
     fc.clear_cache()
 
 
-__all__ = ["DailyChooser", "DemandMinutes", "refit_off_loop", "PRUNE_EVERY_MIN", "minute_rates", "series_names"]
+__all__ = ["DailyChooser", "DemandMinutes", "refit_off_loop", "PRUNE_EVERY_MIN", "minute_rates"]

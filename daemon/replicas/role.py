@@ -54,6 +54,7 @@ from scaler.replicas.lease_holder import ClusterLease
 from scaler.replicas.demand_table import DynamoDemandTable
 from scaler.replicas.lease_decision import LeaseHeld, holder_text, renew_interval_s
 from scaler.fleet.step import steady_horizon
+from scaler.forecast.history import series_names
 from scaler.replicas.demand import ModelWindow, MergedDemand, ReplicaDemand, merge_demand, window_of
 from scaler.replicas.heartbeat import ReplicaHeartbeat
 from scaler.replicas.membership import REPLICA_TTL_S, Beat, Replica, live_replicas, owner_pid
@@ -84,8 +85,7 @@ def model_windows(cfg: Config, dispatcher: Any) -> dict[str, ModelWindow]:
     if dispatcher is None:
         return {}
     steady = steady_horizon(cfg)
-    return {n: window_of(dispatcher.window_snapshot(n, steady_s=steady))
-            for n in [m.name for m in cfg.models] + [p.name for p in cfg.pipelines]}
+    return {n: window_of(dispatcher.window_snapshot(n, steady_s=steady)) for n in series_names(cfg)}
 
 
 def lease_generation(role: "ReplicaRole | None") -> int | None:

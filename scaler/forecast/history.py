@@ -20,9 +20,12 @@ CSV parser fills it (:mod:`scaler.forecast.history_csv`).
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from config.schema import Config
 
 #: seconds per minute of history
 MINUTE_S = 60
@@ -31,6 +34,12 @@ DAY_MIN = 1440
 WEEK_MIN = 7 * DAY_MIN
 #: what a history keeps by default: 35 days (issue #39: "bounded, e.g. 35 days, pruned")
 DEFAULT_RETENTION_S = 35 * 86400.0
+
+
+def series_names(cfg: "Config") -> list[str]:
+    """The series a history holds and a history row may name: each model's, then each pipeline's
+    (its queries where they enter; its steps count in their models' series)."""
+    return [m.name for m in cfg.models] + [p.name for p in cfg.pipelines]
 
 
 def minute_of(t_s: float) -> int:
@@ -181,4 +190,5 @@ class DemandHistory:
 Histories = Mapping[str, DemandHistory]
 
 
-__all__ = ["DAY_MIN", "DEFAULT_RETENTION_S", "DemandHistory", "Histories", "MINUTE_S", "WEEK_MIN", "minute_of"]
+__all__ = ["DAY_MIN", "DEFAULT_RETENTION_S", "DemandHistory", "Histories", "MINUTE_S", "WEEK_MIN", "minute_of",
+           "series_names"]

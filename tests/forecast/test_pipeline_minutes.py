@@ -13,7 +13,8 @@ import numpy as np
 
 from config.profiles import load_profiles_csv
 from config.schema import Config, load_config
-from daemon.loops.demand_minutes import DemandMinutes, minute_rates, series_names
+from daemon.loops.demand_minutes import DemandMinutes, minute_rates
+from scaler.forecast.history import series_names
 from dispatcher.proto import costscale_pb2 as pb
 from dispatcher.window import DemandWindow
 from scaler.fleet.state import StateStore
