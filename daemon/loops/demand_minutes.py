@@ -118,7 +118,7 @@ class DemandMinutes:
         rates = {m.name: rates[m.name] for m in cfg.models if m.name in rates}    # the pipelines' are not forecast
         served = fc.served
         if cfg.forecast.mode == "shadow":     # what each pool would have served, by capacity (scaler.forecast.served)
-            served.minute(minute, rates, max(0.0, fc.lead_s - cfg.intervals.fleet_s))
+            fc.served_minute(minute, rates, cfg.intervals.fleet_s)
         audit.emit("forecast", "forecast / measured q/s: " + ", ".join(
             f"{m} {'-' if fc.last.get(m) is None else f'{fc.last[m]:.2f}'} / {q:.2f}" for m, q in rates.items()),
             f"over a {fc.lead_s:.0f} s lead ({cfg.forecast.mode})", minute=minute, lead_s=fc.lead_s,
@@ -128,8 +128,7 @@ class DemandMinutes:
             if fc.shadow.would_usd_per_hr is not None else None,
             shadow_capacity_qps={p: {m: served.last[p].get(m) for m in rates} for p in POOLS}
             if cfg.forecast.mode == "shadow" else None,
-            shadow_served_pct={p: None if served.share(p) is None else round(100.0 * served.share(p), 4)  # type: ignore[operator]
-                               for p in POOLS} if cfg.forecast.mode == "shadow" else None)
+            shadow_served_pct={p: served.percent(p) for p in POOLS} if cfg.forecast.mode == "shadow" else None)
         now = self.wall()
         if fc.refit_due(now):
             await refit_off_loop(fc, [m.name for m in cfg.models], now, cfg.forecast.forecasters)

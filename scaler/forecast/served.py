@@ -128,6 +128,11 @@ class ServedLedger:
         arrived = sum(s.arrived for s in got)
         return sum(s.within for s in got) / arrived if arrived > 0 else None
 
+    def percent(self, pool: str, model: str | None = None) -> float | None:
+        """:meth:`share` in percent, to 4 decimals, as the audit event and the replay report it."""
+        x = self.share(pool, model)
+        return None if x is None else round(100.0 * x, 4)
+
     def totals(self, pool: str) -> tuple[float, float]:
         """(queries arrived, queries within capacity) of ``pool`` over the minutes counted (rates x 60 s)."""
         got = self.sums[pool].values()

@@ -94,6 +94,12 @@ class ForecastState:
     def refit_due(self, now: float, every_s: float = DEFAULT_REFIT_S) -> bool:
         return self.fitted_at is None or now - self.fitted_at >= every_s
 
+    def served_minute(self, minute: int, rates: Mapping[str, float], fleet_s: float) -> None:
+        """``mode: shadow``: an ended minute's measured rates into the served estimate
+        (:meth:`scaler.forecast.served.ServedLedger.minute`), a rise in capacity counted one boot
+        delay late: the lead less the fleet tick in it (``scaler.fleet.ahead.forecast_lead``)."""
+        self.served.minute(minute, rates, max(0.0, self.lead_s - fleet_s))
+
     def predict(self, model: str, now: float, lead_s: float, quantile: float) -> float | None:
         """The chosen forecaster's upper ``quantile`` of ``model``'s rate over ``[now, now + lead_s)``
         (None: reactive, no fit, or nothing to say); one computation per model, minute and lead."""

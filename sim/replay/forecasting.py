@@ -75,8 +75,8 @@ class ReplayForecast:
             for p, qps in self._entry_rates(now).items():
                 self.state.record(p, done, qps, self.retention_s)
             if self.cfg.forecast.mode == "shadow":
-                self.state.served.minute(done, {m: self.scored[m][-1][1] for m in self.models},
-                                         max(0.0, self.state.lead_s - self.cfg.intervals.fleet_s))
+                self.state.served_minute(done, {m: self.scored[m][-1][1] for m in self.models},
+                                         self.cfg.intervals.fleet_s)
             self.last = done
         if boots:
             b = self.state.boot
@@ -110,14 +110,11 @@ class ReplayForecast:
         led, sv = self.state.shadow, self.state.served
         led.advance(end)
         extra = led.would_usd - led.applied_usd
-
-        def pct(x: float | None) -> float | None:
-            return None if x is None else round(100.0 * x, 4)
         return {"planned_usd": round(led.applied_usd, 6), "ahead_planned_usd": round(led.would_usd, 6),
                 "ahead_extra_pct": round(100.0 * extra / led.applied_usd, 3) if led.applied_usd > 0 else 0.0,
-                "applied_served_pct": pct(sv.share("applied")), "ahead_served_pct": pct(sv.share("ahead")),
+                "applied_served_pct": sv.percent("applied"), "ahead_served_pct": sv.percent("ahead"),
                 "served_minutes": {p: sum(s.minutes for s in sv.sums[p].values()) for p in POOLS},
-                "served_by_model": {m: {p: pct(sv.share(p, m)) for p in POOLS} for m in self.models}}
+                "served_by_model": {m: {p: sv.percent(p, m) for p in POOLS} for m in self.models}}
 
     def summary(self) -> dict[str, dict[str, float | int | str | None]] | None:
         """The forecast against what was measured, per model (``--json`` ``forecast``; None when off):
