@@ -178,9 +178,7 @@ class LatencyModel:
         # with data, this one included): their cached tables are stale after any observation
         stale = [k for k in self._fallback_built if k[0] == model and k != key]
         for k in stale:
-            self._tables.pop(k, None)
-            self._lists.pop(k, None)
-            self._fallback_built.discard(k)
+            self._forget_table(k)
         st.add(float(batch), float(ms))
         profiled = self.profiles.has(model, instance_type)
         if profiled:
@@ -214,10 +212,14 @@ class LatencyModel:
             if stale and stacks:
                 self._stacks.pop(model, None)
         else:
-            self._tables.pop(key, None)
-            self._lists.pop(key, None)
-            self._fallback_built.discard(key)
+            self._forget_table(key)
             self._stacks.pop(model, None)
+
+    def _forget_table(self, key: tuple[str, str]) -> None:
+        """Drop a pair's cached table (and its list): :meth:`table` builds it again on its next use."""
+        self._tables.pop(key, None)
+        self._lists.pop(key, None)
+        self._fallback_built.discard(key)
 
     # -- prediction ------------------------------------------------------------------------------
     def predict_ms(self, model: str, instance_type: str, batch_size: float) -> float:
