@@ -157,7 +157,7 @@ class Router:
 
     def route(self, request: Request, workers: Sequence[RouteWorker],
               states: Mapping[StateKey, VariantState] | None = None) -> Route:
-        """:func:`route` for one query over ``workers``."""
+        """:func:`route` for one query over ``workers`` (each worker id once: the registry's keys)."""
         if not self.variants:
             what = f"model {request.model!r}" if request.model else "the application"
             raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
@@ -175,22 +175,16 @@ class Router:
                 key = keys.get((name, w.hardware)) or self._key(name, w.hardware)
                 st[(key, wid)] = active if state is inactive else state
         sv, first = self.servable(request)
-        unique = len(loads) == len(workers)       # worker ids: each once (else as the lists did)
 
         def queue_on_busy() -> Route | None:
             # queue on the least-utilized loaded instance that meets the query (the model loop scales)
             best: tuple[float, str, str] | None = None
-            if unique:
-                for key in st:
-                    if key[0] in first:
-                        w = loads[key[1]]
-                        t = (w.utilization, w.worker, key[0])
-                        if best is None or t < best:
-                            best = t
-            else:
-                busy = [(w.utilization, w.worker, key[0]) for key in st for w in workers
-                        if key[1] == w.worker and key[0] in first]
-                best = min(busy) if busy else None
+            for key in st:
+                if key[0] in first:
+                    w = loads[key[1]]
+                    t = (w.utilization, w.worker, key[0])
+                    if best is None or t < best:
+                        best = t
             if best is None:
                 return None
             util, worker, name = best
@@ -218,8 +212,7 @@ class Router:
             # a worker runs one query at a time: a second variant of the same model on a worker that
             # already holds one adds no capacity, only load time. Load on demand only into a worker
             # that holds none; otherwise queue on a loaded instance and leave scaling to the model loop
-            held = (loads[c.worker].loaded if unique and c.worker in loads
-                    else next((w.loaded for w in workers if w.worker == c.worker), frozenset()))
+            held = loads[c.worker].loaded if c.worker in loads else frozenset()
             if any(name in hw_of for name in held):
                 fallback = queue_on_busy()
                 if fallback is not None:

