@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.forecast.step_day import run, step_history  # noqa: E402
 from bench.forecast.ahead_bench import (HOURS, WIDTH_H, config, history_rows, scored_workload,  # noqa: E402
                                         write_history)
 from config.profiles import load_profiles_csv  # noqa: E402
@@ -35,7 +36,6 @@ from sim.replay.run import ReplaySpec, replay  # noqa: E402
 
 
 def step_runs(profiles) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    from tests.forecast.test_replay_ahead import run, step_history
     with tempfile.TemporaryDirectory() as tmp:
         return {m: run(m, Path(tmp), profiles, step_history()) for m in ("shadow", "on")}
 

@@ -5,48 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-import yaml
 
+from bench.forecast.step_day import DURATION_S, ROOT, STEP_S, run, step_history
 from config.profiles import load_profiles_csv
-from config.schema import Config
-from scaler.forecast.history import DemandHistory
-from sim.patterns import parse_pattern, pattern_workload
 from sim.replay.report import report
-from sim.replay.run import ReplaySpec, replay
-
-ROOT = Path(__file__).resolve().parents[2]
-#: the trace: 5 q/s, then 30 q/s from 10 minutes on, 20 minutes in all; the history: 7 days of it
-STEP_S, DURATION_S, LOW, HIGH = 600.0, 1200.0, 5.0, 30.0
-
-
-def cfg_for(mode: str, tmp_path: Path) -> Config:
-    raw = yaml.safe_load((ROOT / "examples" / "replay-rm2.yaml").read_text())
-    raw["state_path"] = str(tmp_path / f"{mode}.db")
-    raw["forecast"] = {"mode": mode}
-    raw["workload"]["expected_qps"] = LOW
-    return Config.model_validate(raw)
 
 
 @pytest.fixture(scope="module")
 def profiles():  # type: ignore[no-untyped-def]
     return load_profiles_csv(None)
-
-
-def step_history() -> dict[str, DemandHistory]:
-    """Each of the 7 days before the trace steps from 5 to 30 q/s at the same minute as the trace."""
-    minutes = np.arange(-7 * 1440, 0)
-    rates = np.where(np.mod(minutes, 1440) >= STEP_S // 60, HIGH, LOW)
-    rates[np.mod(minutes, 1440) >= DURATION_S // 60] = LOW
-    return {"rm2": DemandHistory.from_minutes(minutes, rates)}
-
-
-def run(mode: str, tmp_path: Path, profiles, history=None):  # type: ignore[no-untyped-def]
-    cfg = cfg_for(mode, tmp_path)
-    spec = parse_pattern(f"step:low={LOW:g},high={HIGH:g},at_s={STEP_S:g}")
-    wl = pattern_workload(spec, DURATION_S, cfg.workload.batch_dist, seed=3, max_batch=cfg.models[0].max_batch)
-    return replay(cfg, profiles, wl, DURATION_S, ReplaySpec(history=history))
 
 
 def first_launch_for_the_step(r) -> float:  # type: ignore[no-untyped-def]
