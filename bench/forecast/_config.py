@@ -67,9 +67,6 @@ def headroom_on(args: argparse.Namespace) -> float | None:
     return args.headroom_on if args.headroom_on is not None else args.headroom
 
 
-__all__ = ["add_margin_args", "forecast_config", "headroom_on"]
-
-
 def perfect_forecast(cfg: Config, profiles: ProfileTable, wl: Workload, dur: float) -> dict[str, float]:
     """What a perfect forecast could cost under ``cfg``'s rules, as multiples of the hindsight pools:
     each 5-minute window's cheapest pool for its peak minute (hindsight's, priced per window, no
@@ -77,14 +74,18 @@ def perfect_forecast(cfg: Config, profiles: ProfileTable, wl: Workload, dur: flo
     ``intervals.scale_in_s`` after it (a window's pool covers the peaks of the windows the hold
     reaches back over). Planning ahead cannot retire before the measured hold (the acceptance
     property) and plans with the headroom, so the last figure is about the least any forecaster
-    reaches on this config. One model (the config's first)."""
+    reaches on this config. The hold is counted in whole windows (``scale_in_s`` rounded to 300 s).
+    One model: ``wl`` is its workload (ValueError for a config of several)."""
+    if len(cfg.models) != 1:
+        raise ValueError(f"perfect_forecast prices one model's pools; the config has {len(cfg.models)}")
+    model = cfg.models[0].name
     pk, per = minute_peaks(wl.arrivals, dur), int(HINDSIGHT_WINDOW_S // 60)
     peaks = [float(pk[k:k + per].max()) for k in range(0, pk.size, per)]
     planner, prices = PoolPlanner(cfg, profiles, slo_check), cfg.prices(allowed_only=True)
     back = int(round(cfg.intervals.scale_in_s / HINDSIGHT_WINDOW_S))
 
     def usd(rates: list[float]) -> float:
-        return sum(pool_cost(planner.pool("min_cost", {cfg.models[0].name: r}), prices) * HINDSIGHT_WINDOW_S / 3600.0 for r in rates)
+        return sum(pool_cost(planner.pool("min_cost", {model: r}), prices) * HINDSIGHT_WINDOW_S / 3600.0 for r in rates)
     base = usd(peaks)
     h = 1.0 + cfg.headroom
     held = [max(peaks[max(0, i - back):i + 1]) for i in range(len(peaks))]
@@ -96,3 +97,6 @@ def perfect_forecast_line(cfg: Config, pf: dict[str, float]) -> str:
     return (f"a perfect forecast under this config's rules (hindsight's pools priced per window, "
             f"${pf['hindsight_pools_usd']:.4f}): with headroom {cfg.headroom:g} {pf['headroom']:.3f}x, and held "
             f"{cfg.intervals.scale_in_s:g} s after each peak {pf['headroom_and_hold']:.3f}x")
+
+
+__all__ = ["add_margin_args", "forecast_config", "headroom_on", "perfect_forecast", "perfect_forecast_line"]
