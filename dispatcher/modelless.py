@@ -131,20 +131,16 @@ class Router:
         self.variants = tuple(variants)
         self.infos = variant_infos(self.variants, hardware_classes, grid)
         self.hw_of = {v.name: v.hardware for v in self.variants}
-        self._servable: dict[Request, tuple[Servable, dict[str, VariantInfo]]] = {}
+        self._servable: dict[Request, Servable] = {}
         self._keys: dict[tuple[str, str], str] = {}
 
-    def servable(self, request: Request) -> tuple[Servable, dict[str, VariantInfo]]:
-        """The variants that meet ``request``, and the first of each name."""
+    def servable(self, request: Request) -> Servable:
+        """The variants that meet ``request`` (their names are unique: a variant, or ``name@hw`` of an ``any`` one)."""
         got = self._servable.get(request)
         if got is None:
-            ok = [i for i in self.infos if meets(request, i)]
-            first: dict[str, VariantInfo] = {}
-            for i in ok:
-                first.setdefault(i.name, i)
             if len(self._servable) >= self.MAX_REQUESTS:
                 self._servable.clear()
-            got = self._servable[request] = (Servable.of(request, ok), first)
+            got = self._servable[request] = Servable.of(request, [i for i in self.infos if meets(request, i)])
         return got
 
     def _key(self, name: str, hardware: str) -> str:
@@ -174,13 +170,14 @@ class Router:
                 state = states.get((name, wid), active)
                 key = keys.get((name, w.hardware)) or self._key(name, w.hardware)
                 st[(key, wid)] = active if state is inactive else state
-        sv, first = self.servable(request)
+        sv = self.servable(request)
+        lat = sv.latency                       # name -> latency at the request's batch
 
         def queue_on_busy() -> Route | None:
             # queue on the least-utilized loaded instance that meets the query (the model loop scales)
             best: tuple[float, str, str] | None = None
             for key in st:
-                if key[0] in first:
+                if key[0] in lat:
                     w = loads[key[1]]
                     t = (w.utilization, w.worker, key[0])
                     if best is None or t < best:
@@ -188,7 +185,7 @@ class Router:
             if best is None:
                 return None
             util, worker, name = best
-            return Route(base_name(name), worker, False, first[name].latency_at(request.batch))
+            return Route(base_name(name), worker, False, lat[name])
 
         try:
             c: Choice = choose(request, self.infos, sv, st, loads)
