@@ -142,9 +142,11 @@ class Admission:
             # model-less query (INFaaS §4.1 getVariant): pick the variant and where it runs
             req = VariantRequest(model=r.model or None, latency_slo_ms=slo if slo > 0 else float("inf"),
                                  min_accuracy=acc, batch=batch)
-            metas = [p.variant_meta[n] for n in p.variants_for(r.application, r.model)]
+            names = p.variants_for(r.application, r.model)
+            workers = self.route_workers()
+            hardware = frozenset(ml.route_hardware([p.variant_meta[n] for n in names], workers))
             try:
-                choice = ml.route(req, metas, self.route_workers(), p.grid, p.variant_states)  # type: ignore[arg-type]
+                choice = p.router(names, hardware).route(req, workers, p.variant_states)  # type: ignore[arg-type]
             except ml.RouteError as exc:
                 return getattr(SC, exc.code, SC.INVALID_ARGUMENT), str(exc)
             variant = choice.variant

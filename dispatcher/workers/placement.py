@@ -12,7 +12,7 @@ and unpark; a parked worker is loaded only by unpark.
 :class:`VariantPlacement` is a part of :class:`dispatcher.server.Dispatcher` (``d.placement``; the
 Dispatcher forwards its public methods and state under the names the daemon and the tests use).
 Owns: ``models``, ``apps``, ``cfg_models``, ``registry``, ``models_dir``, ``variant_meta``,
-``variant_path``, ``app_models``, ``grid_cache``, ``variant_states``, ``loading``, ``load_ops``,
+``variant_path``, ``app_models``, ``grid_cache``, ``routers``, ``variant_states``, ``loading``, ``load_ops``,
 ``unload_ops``. Takes: the worker registry (its workers, read only), the latency model, the catalog,
 the :class:`dispatcher.runtime.Runtime` (clock, tasks), the round trigger (a variant loaded or
 unloaded changes where queries may go) and the object store (RegisterModel's files).
@@ -94,6 +94,7 @@ class VariantPlacement:
         self.variant_path: dict[str, str] = {}
         self.app_models: dict[str, list[str]] = {}
         self.grid_cache: dict[tuple[str, str], tuple[tuple[int, float], ...]] = {}
+        self.routers: dict[tuple[tuple[str, ...], frozenset[str]], ml.Router] = {}
         self.variant_states: dict[tuple[str, str], object] = {}   # (variant, worker) -> VariantState
         self.loading: dict[tuple[str, str], asyncio.Task] = {}
         self.load_ops = 0
@@ -104,6 +105,7 @@ class VariantPlacement:
     def refresh_variants(self) -> None:
         """Reload what routing knows from the registry (after a registration or a generation)."""
         self.grid_cache.clear()
+        self.routers.clear()
         if self.registry is None:
             return
         metas: dict[str, ml.VariantMeta] = {}
@@ -181,6 +183,23 @@ class VariantPlacement:
             else:
                 got = tuple((b, self.variant_ms(variant, t, float(b))) for b in ml.grid_batches(m.max_batch))
             self.grid_cache[key] = got
+        return got
+
+    #: (variants, hardware classes) sets whose getVariant router is kept (then forgotten all at once)
+    MAX_ROUTERS = 256
+
+    def router(self, names: Sequence[str], hardware: frozenset[str]) -> ml.Router:
+        """getVariant over the variants ``names`` expanded to ``hardware`` (:func:`ml.route_hardware`),
+        its per-variant metadata built once and kept until the registry changes (:meth:`refresh_variants`
+        clears it with the grid it was built on): :func:`ml.route` without rebuilding it per query. A
+        router whose variants' metadata is no longer the registry's (replaced since) is rebuilt."""
+        key = (tuple(names), hardware)
+        metas = [self.variant_meta[n] for n in key[0]]
+        got = self.routers.get(key)
+        if got is None or any(a is not b for a, b in zip(got.variants, metas)):
+            if len(self.routers) >= self.MAX_ROUTERS:
+                self.routers.clear()
+            got = self.routers[key] = ml.Router(metas, hardware, self.grid)
         return got
 
     def loaded_on(self, w: WorkerState) -> set[str]:

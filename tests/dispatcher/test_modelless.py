@@ -4,6 +4,7 @@ Submit by application) against a real in-process worker."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -289,3 +290,38 @@ def test_an_applications_floor_holds_for_queries_that_ask_for_less(tmp_path: Pat
             return v[3]  # type: ignore[return-value]
         assert asyncio.run(run()) == want, floor
         reg.close()
+
+
+def test_admission_keeps_one_router_per_variant_set_until_the_registry_changes(tmp_path: Path) -> None:
+    """The live getVariant builds its per-variant metadata once (``VariantPlacement.router``), not per
+    query: two queries of one application share one router, whose choice is :func:`ml.route`'s on
+    the same view; a registration (``refresh_variants``) forgets it, and a variant whose metadata
+    was replaced gets a new one."""
+    d, reg = _vision(tmp_path, _cfg(tmp_path))
+
+    async def run() -> None:
+        _hosting(d, {"i-1": {"other"}, "i-2": {"other-fp32-cpu"}})
+        d.queries.queue["q0"] = SimpleNamespace(variant="other")  # type: ignore[assignment]
+        first = d.admission.validate(pb.SubmitRequest(application="vision", batch_size=1))
+        assert len(d.placement.routers) == 1
+        router = next(iter(d.placement.routers.values()))
+        second = d.admission.validate(pb.SubmitRequest(application="vision", batch_size=4))
+        assert next(iter(d.placement.routers.values())) is router and len(d.placement.routers) == 1
+        names = d.placement.variants_for("vision", "")
+        for got, batch in ((first, 1), (second, 4)):
+            want = ml.route(Request(None, math.inf, 0.0, batch), [d._variant_meta[n] for n in names],
+                            d.admission.route_workers(), d.placement.grid, d.variant_states)
+            assert (got[3], got[4].worker) == (want.variant, want.worker) == ("other-fp32-cpu", "i-2")
+        d.placement.refresh_variants()
+        assert d.placement.routers == {}
+        d.admission.validate(pb.SubmitRequest(application="vision", batch_size=1))
+        rebuilt = next(iter(d.placement.routers.values()))
+        assert rebuilt is not router
+        old = d.placement.variant_meta["other-fp32-cpu"]
+        d.placement.variant_meta["other-fp32-cpu"] = dataclasses.replace(old, accuracy=0.5)
+        assert d.placement.router(names, frozenset({"cpu"})) is not rebuilt
+        d.queries.queue.clear()
+        for w in d.workers.values():
+            await w.client.close()
+    asyncio.run(run())
+    reg.close()
