@@ -64,6 +64,31 @@ def _iso(t: float) -> str | None:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds") if t > 0 else None
 
 
+def _shadow(sh) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """``forecast.mode: shadow``'s comparison: planned $/hr and dollars of the ahead and applied pools,
+    and their served-within-SLO estimate by capacity (None: no minute counted yet)."""
+    return {"ahead_usd_per_hr": round(sh.ahead_usd_per_hr, 6), "applied_usd_per_hr": round(sh.applied_usd_per_hr, 6),
+            "ahead_usd": round(sh.ahead_usd, 6), "applied_usd": round(sh.applied_usd, 6),
+            "ahead_served_pct": sh.ahead_served_pct if sh.HasField("ahead_served_pct") else None,
+            "applied_served_pct": sh.applied_served_pct if sh.HasField("applied_served_pct") else None}
+
+
+def shadow_line(sh: dict[str, Any]) -> str:
+    """The status line of ``mode: shadow``'s comparison, e.g. ``shadow: planning ahead would hold $2.412/hr
+    against $2.196/hr applied ($0.5021 against $0.4830 so far, +3.95 %); served within SLO by capacity
+    (estimate): ahead 100.00 %, applied 95.41 %``."""
+    extra = (f", {100.0 * (sh['ahead_usd'] / sh['applied_usd'] - 1.0):+.2f} %" if sh["applied_usd"] > 0 else "")
+    served = ("; served within SLO by capacity (estimate): "
+              f"ahead {_pct_or_dash(sh['ahead_served_pct'])}, applied {_pct_or_dash(sh['applied_served_pct'])}")
+    return (f"  shadow: planning ahead would hold ${sh['ahead_usd_per_hr']:.3f}/hr against "
+            f"${sh['applied_usd_per_hr']:.3f}/hr applied (${sh['ahead_usd']:.4f} against ${sh['applied_usd']:.4f} "
+            f"so far{extra}){served}")
+
+
+def _pct_or_dash(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} %"
+
+
 def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """The ``--json`` object."""
     instances: dict[str, dict[str, int]] = {}
@@ -92,7 +117,9 @@ def status_dict(r) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         counts.setdefault(c.loop, {})[c.kind] = c.count
     return {
         "cluster": r.cluster, "daemon": r.daemon,
-        "forecast": {"mode": r.forecast_mode, "lead_s": round(r.forecast_lead_s, 1)} if r.forecast_mode else None,
+        "forecast": {"mode": r.forecast_mode, "lead_s": round(r.forecast_lead_s, 1),
+                     "shadow": _shadow(r.forecast_shadow) if r.HasField("forecast_shadow") else None}
+        if r.forecast_mode else None,
         "budget_per_hour": r.budget_per_hour, "pool_cost_per_hour": round(r.cost_per_hour, 6),
         "spent_usd_today": round(r.spent_usd_today, 6), "spent_usd_total": round(r.spent_usd_total, 6),
         "instances": instances, "pool": dict(sorted(r.pool.items())),
@@ -206,6 +233,8 @@ def render(s: dict[str, Any], target: str, now: float) -> str:
         fc = s["forecast"]
         out.append(f"  forecast ({fc['mode']}, over {fc['lead_s']:.0f} s): " + (", ".join(
             f"{n} {f['qps']:.1f} q/s ({f['forecaster']})" for n, f in ahead.items()) or "none yet (reactive)"))
+        if fc.get("shadow"):
+            out.append(shadow_line(fc["shadow"]))
     for p in s["profiling"]:
         pool = p["conservative_pool"]
         meanwhile = (f"served on a conservative pool {pool_text(pool) or '(empty)'} "

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from daemon.observe.decision_log import DecisionLog, PlanDecisions
 from daemon.observe.spend import SpendMeter
 from daemon.observe.status_watchers import FleetErrors, IntentWatch, ModelWatch, ParkWatch, Watcher, billed_at
-from dispatcher.api.status import Decision, FleetFacts, Profiling, ReplicaFacts
+from dispatcher.api.status import Decision, FleetFacts, Profiling, ReplicaFacts, ShadowFacts
 from scaler.planner.pools import pool_text
 
 if TYPE_CHECKING:
@@ -130,8 +130,13 @@ class StatusFeed:
         fc = self.forecast() if self.forecast is not None else None
         if fc is None:
             return {}
+        led = fc.shadow
+        shadow = (ShadowFacts(led.would_usd_per_hr, led.applied_usd_per_hr, led.would_usd, led.applied_usd,
+                              fc.served.percent("ahead"), fc.served.percent("applied"))
+                  if led.would_usd_per_hr is not None and led.applied_usd_per_hr is not None else None)
         return {"forecast_mode": self.forecast_mode(), "forecast_lead_s": fc.lead_s,
-                "forecasts": {m: (q, fc.chosen.get(m, "")) for m, q in fc.last.items() if q is not None}}
+                "forecasts": {m: (q, fc.chosen.get(m, "")) for m, q in fc.last.items() if q is not None},
+                "shadow": shadow}
 
     # -- watching the loops ------------------------------------------------------------------------
     def observe(self, sample: bool = True) -> None:

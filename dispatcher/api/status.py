@@ -84,6 +84,20 @@ class ReplicaFacts:
 
 
 @dataclass(frozen=True)
+class ShadowFacts:
+    """``forecast.mode: shadow``'s comparison (issue #39): the planned $/hr of the pool planning ahead
+    would hold and of the one applied, their planned dollars so far, and what each would serve within
+    SLO by capacity, in percent (None: no minute counted yet)."""
+
+    ahead_usd_per_hr: float
+    applied_usd_per_hr: float
+    ahead_usd: float
+    applied_usd: float
+    ahead_served_pct: float | None
+    applied_served_pct: float | None
+
+
+@dataclass(frozen=True)
 class FleetFacts:
     """What only the daemon knows: money spent, decisions, errors (``daemon.observe.status_feed``)."""
 
@@ -102,6 +116,23 @@ class FleetFacts:
     forecast_mode: str = ""
     forecast_lead_s: float = 0.0
     forecasts: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+    shadow: ShadowFacts | None = None
+
+
+def set_forecast(reply: pb.StatusReply, facts: FleetFacts) -> None:
+    """The reply's forecast fields from the daemon's facts: the mode, the lead and, in ``shadow``, the
+    comparison of the ahead pool with the applied one (:class:`ShadowFacts`)."""
+    reply.forecast_mode, reply.forecast_lead_s = facts.forecast_mode, facts.forecast_lead_s
+    sh = facts.shadow
+    if sh is None:
+        return
+    out = reply.forecast_shadow
+    out.ahead_usd_per_hr, out.applied_usd_per_hr = sh.ahead_usd_per_hr, sh.applied_usd_per_hr
+    out.ahead_usd, out.applied_usd = sh.ahead_usd, sh.applied_usd
+    if sh.ahead_served_pct is not None:
+        out.ahead_served_pct = sh.ahead_served_pct
+    if sh.applied_served_pct is not None:
+        out.applied_served_pct = sh.applied_served_pct
 
 
 def worker_state(w: WorkerState) -> str:
@@ -249,7 +280,7 @@ def build_status_reply(*, cfg: Config, now: float, registry: WorkerRegistry, pla
         reply.capacity_hint = facts.capacity_hint
         reply.last_error = facts.last_error
         reply.last_error_at_unix = facts.last_error_at_unix
-        reply.forecast_mode, reply.forecast_lead_s = facts.forecast_mode, facts.forecast_lead_s
+        set_forecast(reply, facts)
         for x in facts.decisions[-DECISIONS_SHOWN:]:
             reply.decisions.add(at_unix=x.at_unix, loop=x.loop, kind=x.kind, summary=x.summary, reason=x.reason)
         for (loop, kind), n in sorted(facts.decision_counts.items()):

@@ -297,7 +297,7 @@ class ProfilingStatus(_message.Message):
     def __init__(self, model: _Optional[str] = ..., conservative_pool: _Optional[_Mapping[str, int]] = ..., reason: _Optional[str] = ..., types_left: _Optional[_Iterable[str]] = ..., probing: _Optional[bool] = ..., on_conservative_pool: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon", "profiling", "cost_per_hour_by_market", "replica", "forecast_mode", "forecast_lead_s")
+    __slots__ = ("cluster", "budget_per_hour", "cost_per_hour", "pool", "queued", "served", "rejected", "arrival_qps", "workers", "parked", "instances", "spent_usd_today", "spent_usd_total", "models", "worker_list", "decisions", "decision_counts", "last_error", "last_error_at_unix", "in_flight", "capacity_hint", "now_unix", "daemon", "profiling", "cost_per_hour_by_market", "replica", "forecast_mode", "forecast_lead_s", "forecast_shadow")
     class PoolEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +340,7 @@ class StatusReply(_message.Message):
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     FORECAST_MODE_FIELD_NUMBER: _ClassVar[int]
     FORECAST_LEAD_S_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_SHADOW_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     budget_per_hour: float
     cost_per_hour: float
@@ -368,7 +369,24 @@ class StatusReply(_message.Message):
     replica: ReplicaStatus
     forecast_mode: str
     forecast_lead_s: float
-    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ..., profiling: _Optional[_Iterable[_Union[ProfilingStatus, _Mapping]]] = ..., cost_per_hour_by_market: _Optional[_Mapping[str, float]] = ..., replica: _Optional[_Union[ReplicaStatus, _Mapping]] = ..., forecast_mode: _Optional[str] = ..., forecast_lead_s: _Optional[float] = ...) -> None: ...
+    forecast_shadow: ForecastShadow
+    def __init__(self, cluster: _Optional[str] = ..., budget_per_hour: _Optional[float] = ..., cost_per_hour: _Optional[float] = ..., pool: _Optional[_Mapping[str, int]] = ..., queued: _Optional[int] = ..., served: _Optional[int] = ..., rejected: _Optional[int] = ..., arrival_qps: _Optional[float] = ..., workers: _Optional[int] = ..., parked: _Optional[int] = ..., instances: _Optional[_Iterable[_Union[InstanceCount, _Mapping]]] = ..., spent_usd_today: _Optional[float] = ..., spent_usd_total: _Optional[float] = ..., models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ..., worker_list: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., decision_counts: _Optional[_Iterable[_Union[DecisionCount, _Mapping]]] = ..., last_error: _Optional[str] = ..., last_error_at_unix: _Optional[float] = ..., in_flight: _Optional[int] = ..., capacity_hint: _Optional[float] = ..., now_unix: _Optional[float] = ..., daemon: _Optional[bool] = ..., profiling: _Optional[_Iterable[_Union[ProfilingStatus, _Mapping]]] = ..., cost_per_hour_by_market: _Optional[_Mapping[str, float]] = ..., replica: _Optional[_Union[ReplicaStatus, _Mapping]] = ..., forecast_mode: _Optional[str] = ..., forecast_lead_s: _Optional[float] = ..., forecast_shadow: _Optional[_Union[ForecastShadow, _Mapping]] = ...) -> None: ...
+
+class ForecastShadow(_message.Message):
+    __slots__ = ("ahead_usd_per_hr", "applied_usd_per_hr", "ahead_usd", "applied_usd", "ahead_served_pct", "applied_served_pct")
+    AHEAD_USD_PER_HR_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_USD_PER_HR_FIELD_NUMBER: _ClassVar[int]
+    AHEAD_USD_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_USD_FIELD_NUMBER: _ClassVar[int]
+    AHEAD_SERVED_PCT_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_SERVED_PCT_FIELD_NUMBER: _ClassVar[int]
+    ahead_usd_per_hr: float
+    applied_usd_per_hr: float
+    ahead_usd: float
+    applied_usd: float
+    ahead_served_pct: float
+    applied_served_pct: float
+    def __init__(self, ahead_usd_per_hr: _Optional[float] = ..., applied_usd_per_hr: _Optional[float] = ..., ahead_usd: _Optional[float] = ..., applied_usd: _Optional[float] = ..., ahead_served_pct: _Optional[float] = ..., applied_served_pct: _Optional[float] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
     __slots__ = ("id", "lease_holder", "live", "owners", "releasing", "forwarding_to", "owners_version")
