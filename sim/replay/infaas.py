@@ -44,6 +44,8 @@ from variants.infaas.state_machine import StateKey, VariantState
 
 #: ``dispatcher.workers.registry.Workers.utilization_horizon_s``: getVariant's "least-utilized" looks this far back
 UTILIZATION_HORIZON_S = 2.0
+#: getVariant's state maps kept (per worker set and loaded sets, until the model loop's next states)
+STATE_MAPS = 64
 
 
 def _routing_load(dq: Sequence[tuple[float, float, float]], now: float, lo: float, ordered: bool,
@@ -103,6 +105,8 @@ class ReplayInfaas:
         self._static: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
         self._routers: dict[frozenset[str], ml.Router] = {}      # hardware classes -> getVariant's metadata
         self._requests: dict[tuple[float, int], Request] = {}    # (slo_ms, batch) -> the request
+        #: (hardware classes, the workers' ids and loaded sets) -> getVariant's state map over self.states
+        self._state_maps: dict[tuple[frozenset[str], tuple[object, ...]], dict[StateKey, VariantState]] = {}
         lane.get_variant = self.pin
         lane.busy = {}
 
@@ -121,14 +125,17 @@ class ReplayInfaas:
             self._grid[(variant, hw)] = got
         return got
 
-    def _route_workers(self, now: float) -> list[ml.RouteWorker]:
+    def _route_workers(self, now: float) -> tuple[list[ml.RouteWorker], tuple[object, ...]]:
         """The lane's live workers as admission hands them to getVariant (``Admission.route_workers``):
         what each hosts (nothing while a load is in flight) and its load, what admission ranks them
         by (:func:`dispatcher.modelless.routing_load`): the busy fraction over the last
         :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a call's interval is recorded
         when it completes), plus its call under way's predicted rest and its share of the queries
         waiting for its variant; the same float operations in the same order, inline (it runs for
-        every worker at every arrival: the INFaaS replay's hottest loop)."""
+        every worker at every arrival: the INFaaS replay's hottest loop): :func:`_routing_load`'s
+        summing by duration written out for a worker whose calls ran one after another, that
+        function for any other. Beside them, what getVariant's state map depends on from the
+        workers (each one's id and loaded set, in order), which :meth:`pin` keys it by."""
         lane = self.lane
         busy = lane.busy or {}
         unordered = lane.busy_unordered
@@ -138,7 +145,9 @@ class ReplayInfaas:
                                     if not (w.draining or w.leaving) and w.variant in waiting) if waiting else None
         shares: dict[tuple[str, str], float] = {}
         static, loading, new, none = self._static, self.loading, tuple.__new__, ()
-        out = []
+        fold, add, islice, duration = _fold, _add, itertools.islice, _DURATION
+        out: list[ml.RouteWorker] = []
+        sig: list[object] = []
         for wid, w in lane.workers.items():
             if w.draining or w.leaving:
                 continue
@@ -153,24 +162,42 @@ class ReplayInfaas:
                 if share is None:
                     share = shares[key] = ml.waiting_share_ms((w.variant,), waiting, hosts,
                                                               lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
-            load = _routing_load(dq or none, now, lo, wid not in unordered,
-                                 w.busy_until if w.query >= 0 else None, share)
+            if not dq:                                   # _routing_load with no calls: busy 0
+                ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
+                load = 0.0 + (ahead + share / 1000.0) / UTILIZATION_HORIZON_S
+            elif wid in unordered:
+                load = _routing_load(dq, now, lo, False, w.busy_until if w.query >= 0 else None, share)
+            else:                                        # _routing_load's ordered branch, written out
+                n = len(dq) if dq[-1][1] <= now else len(dq) - 1
+                if n > 0 and dq[0][1] >= lo and dq[n - 1][1] <= now:
+                    s, e, _ = dq[0]
+                    x = (e if e < now else now) - (s if s > lo else lo)
+                    x = x if x > 0.0 else 0.0
+                    ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
+                    y = (ahead + share / 1000.0) / UTILIZATION_HORIZON_S
+                    frac = fold(add, map(duration, islice(dq, 1, n)), x) / UTILIZATION_HORIZON_S
+                    load = (frac if frac < 1.0 else 1.0) + y
+                else:
+                    load = _routing_load(dq, now, lo, True, w.busy_until if w.query >= 0 else None, share)
             hw_loaded = static.get((w.itype, w.variant))
             if hw_loaded is None:
                 hw_loaded = static[(w.itype, w.variant)] = (self.hardware.get(w.itype, "cpu"),
                                                             frozenset((w.variant,)) if w.variant else frozenset())
+            loaded = hw_loaded[1] if wid not in loading else _NONE
             # an ml.RouteWorker, built as its named tuple's __new__ does (it runs for every worker at every arrival)
-            out.append(new(ml.RouteWorker, (wid, hw_loaded[0], w.itype, load,
-                                            hw_loaded[1] if wid not in loading else _NONE)))
-        return out
+            out.append(new(ml.RouteWorker, (wid, hw_loaded[0], w.itype, load, loaded)))
+            sig.append(wid)
+            sig.append(loaded)
+        return out, tuple(sig)
 
     def pin(self, batch: int, slo_ms: float = 0.0) -> str:
         """getVariant for one query of ``batch`` asking for ``slo_ms`` (a pipeline step's own budget,
         as ``PipelineRunner`` sends it in ``latency_slo_ms``; 0: none); a load it starts is applied
-        ``load_s`` later."""
+        ``load_s`` later. The state map (:meth:`dispatcher.modelless.Router.state_map`) is kept per
+        router and workers' ids and loaded sets until the model loop's next states."""
         lane = self.lane
         now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
-        workers = self._route_workers(now)
+        workers, sig = self._route_workers(now)
         hws = frozenset(ml.route_hardware(self.metas, workers))
         router = self._routers.get(hws)
         if router is None:         # the variants' metadata on these hardware classes, built once
@@ -181,8 +208,14 @@ class ReplayInfaas:
             if len(self._requests) >= ml.Router.MAX_REQUESTS:     # a pipeline step's budgets: each its own
                 self._requests.clear()
             req = self._requests[key] = Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch))
+        st_key = (hws, sig)
+        st = self._state_maps.get(st_key)
+        if st is None:
+            if len(self._state_maps) >= STATE_MAPS:
+                self._state_maps.clear()
+            st = self._state_maps[st_key] = router.state_map(workers, self.states)
         try:
-            r = router.route(req, workers, self.states)
+            r = router.route(req, workers, self.states, st)
         except ml.RouteError:
             return lane.app.top          # live: the query is refused; here it waits for the top variant
         if r.needs_load and r.worker is not None and r.worker not in self.loading:
@@ -234,6 +267,7 @@ class ReplayInfaas:
         self.last_at = now
         decision, self.state = decide(inputs, self.state, self.params)
         self.states = dict(decision.states)
+        self._state_maps.clear()                   # kept for the states of the last round only
         for p in decision.placements:
             if p.action == "load" and p.worker in self.lane.workers and p.worker not in self.loading:
                 self._load(p.worker, p.variant, now)

@@ -1,0 +1,107 @@
+"""getVariant's fast path in the replay (issue #39, replay speed) against the path it replaced:
+:meth:`sim.replay.infaas.ReplayInfaas._route_workers` (the ordered workers' loads summed inline) must
+give the workers and loads that the previous version below gives, float for float, at every
+arrival of a replay of the resnet family under INFaaS; and the state map the replay keeps per
+worker set (:meth:`dispatcher.modelless.Router.state_map`, until the model loop's next states) must
+be the one ``Router.route`` builds, with the same route. The previous version is kept verbatim."""
+from __future__ import annotations
+
+import collections
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from config.profiles import load_profiles_csv
+from config.schema import load_config
+from dispatcher import modelless as ml
+from sim.replay import infaas as ri
+from sim.replay.infaas import UTILIZATION_HORIZON_S, ReplayInfaas, _routing_load
+from sim.replay.run import ReplaySpec, replay
+from sim.workload import Workload
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "replay-accuracy.yaml"
+_NONE: frozenset[str] = frozenset()
+_MODEL = ri._MODEL
+
+
+# -- the reference: _route_workers before the inline sums, verbatim -------------------------------
+
+def reference_route_workers(self: ReplayInfaas, now: float) -> list[ml.RouteWorker]:
+    lane = self.lane
+    busy = lane.busy or {}
+    unordered = lane.busy_unordered
+    lo = now - UTILIZATION_HORIZON_S
+    waiting = collections.Counter(map(_MODEL, itertools.chain(lane._retry.values(), lane._queue.values())))
+    hosts = collections.Counter(w.variant for w in lane.workers.values()
+                                if not (w.draining or w.leaving) and w.variant in waiting) if waiting else None
+    shares: dict[tuple[str, str], float] = {}
+    static, loading, new, none = self._static, self.loading, tuple.__new__, ()
+    out = []
+    for wid, w in lane.workers.items():
+        if w.draining or w.leaving:
+            continue
+        dq = busy.get(wid)
+        if dq:
+            while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
+                dq.popleft()
+        share = 0.0
+        if hosts is not None and w.variant:   # ml.waiting_share_ms for its one variant, once per (variant, type)
+            key = (w.variant, w.itype)
+            share = shares.get(key)  # type: ignore[assignment]
+            if share is None:
+                share = shares[key] = ml.waiting_share_ms((w.variant,), waiting, hosts,
+                                                          lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
+        load = _routing_load(dq or none, now, lo, wid not in unordered,
+                             w.busy_until if w.query >= 0 else None, share)
+        hw_loaded = static.get((w.itype, w.variant))
+        if hw_loaded is None:
+            hw_loaded = static[(w.itype, w.variant)] = (self.hardware.get(w.itype, "cpu"),
+                                                        frozenset((w.variant,)) if w.variant else frozenset())
+        # an ml.RouteWorker, built as its named tuple's __new__ does (it runs for every worker at every arrival)
+        out.append(new(ml.RouteWorker, (wid, hw_loaded[0], w.itype, load,
+                                        hw_loaded[1] if wid not in loading else _NONE)))
+    return out
+
+
+# -- the check --------------------------------------------------------------------------------------
+
+def _family(rate: float, seconds: float, seed: int):  # type: ignore[no-untyped-def]
+    cfg = load_config(EXAMPLE)
+    acc = cfg.model_scaling.accuracy_scaling.model_copy(update={"enabled": False})
+    cfg = cfg.model_copy(update={"model_scaling": cfg.model_scaling.model_copy(update={"accuracy_scaling": acc})})
+    rng = np.random.default_rng(seed)
+    arr = np.sort(rng.uniform(0.0, seconds, int(rate * seconds)))
+    return cfg, Workload(arr, rng.choice([1, 1, 1, 2, 4], arr.size).astype(np.int64))
+
+
+@pytest.mark.parametrize("rate,seed", [(40.0, 1), (120.0, 2)])
+def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPatch, rate: float, seed: int) -> None:
+    seen = collections.Counter()
+    fast_rw, fast_route = ReplayInfaas._route_workers, ml.Router.route
+
+    def route_workers(self: ReplayInfaas, now: float) -> tuple[list[ml.RouteWorker], tuple[object, ...]]:
+        want = reference_route_workers(self, now)            # prunes the calls as the fast path does
+        got, sig = fast_rw(self, now)
+        assert [(*w[:3], w[3].hex(), w[4]) for w in got] == [(*w[:3], w[3].hex(), w[4]) for w in want]
+        assert [type(w) for w in got] == [ml.RouteWorker] * len(want)
+        assert sig == tuple(itertools.chain.from_iterable((w.worker, w.loaded) for w in want))
+        seen["arrivals"] += 1
+        seen["loaded"] += sum(1 for w in want if w.utilization > 0.0)
+        return got, sig
+
+    def route(self: ml.Router, request, workers, states=None, st=None):  # type: ignore[no-untyped-def]
+        assert st is not None and st == self.state_map(workers, states)
+        assert list(st) == list(self.state_map(workers, states))          # the same order, too
+        want = fast_route(self, request, workers, states)
+        assert fast_route(self, request, workers, states, st) == want
+        seen["inactive"] += sum(1 for s in st.values() if s is not ri.VariantState.ACTIVE)
+        return want
+
+    monkeypatch.setattr(ReplayInfaas, "_route_workers", route_workers)
+    monkeypatch.setattr(ml.Router, "route", route)
+    cfg, wl = _family(rate, 90.0, seed)
+    replay(cfg, load_profiles_csv(None), wl, 90.0, ReplaySpec())
+    assert seen["arrivals"] == len(wl.arrivals) and seen["loaded"] > 2 * len(wl.arrivals)
+    assert seen["inactive"] > len(wl.arrivals)            # the model loop's states reach the kept maps
