@@ -10,7 +10,6 @@ import collections
 import itertools
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from config.profiles import load_profiles_csv
@@ -18,8 +17,8 @@ from config.schema import load_config
 from dispatcher import modelless as ml
 from sim.replay import infaas as ri
 from sim.replay.infaas import UTILIZATION_HORIZON_S, ReplayInfaas, _routing_load
+from sim.patterns import parse_pattern, pattern_workload
 from sim.replay.run import ReplaySpec, replay
-from sim.workload import Workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "replay-accuracy.yaml"
 _NONE: frozenset[str] = frozenset()
@@ -67,29 +66,36 @@ def reference_route_workers(self: ReplayInfaas, now: float) -> list[ml.RouteWork
 
 # -- the check --------------------------------------------------------------------------------------
 
-def _family(rate: float, seconds: float, seed: int):  # type: ignore[no-untyped-def]
+def _family(pattern: str, seconds: float, seed: int):  # type: ignore[no-untyped-def]
     cfg = load_config(EXAMPLE)
     acc = cfg.model_scaling.accuracy_scaling.model_copy(update={"enabled": False})
     cfg = cfg.model_copy(update={"model_scaling": cfg.model_scaling.model_copy(update={"accuracy_scaling": acc})})
-    rng = np.random.default_rng(seed)
-    arr = np.sort(rng.uniform(0.0, seconds, int(rate * seconds)))
-    return cfg, Workload(arr, rng.choice([1, 1, 1, 2, 4], arr.size).astype(np.int64))
+    return cfg, pattern_workload(parse_pattern(pattern), seconds, cfg.workload.batch_dist, seed=seed,
+                                 max_batch=cfg.models[0].max_batch)
 
 
-@pytest.mark.parametrize("rate,seed", [(40.0, 1), (120.0, 2)])
-def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPatch, rate: float, seed: int) -> None:
-    seen = collections.Counter()
+@pytest.mark.parametrize("pattern,seed", [("macroburst:low=20,high=150,low_s=40,high_s=20", 3),
+                                          ("macroburst:low=60,high=120,low_s=30,high_s=30", 4)])
+def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPatch, pattern: str, seed: int) -> None:
+    """Bursts: workers come and go, getVariant and the model loop load variants, queries wait."""
+    seen: collections.Counter[str] = collections.Counter()
+    last: list[object] = [None]
     fast_rw, fast_route = ReplayInfaas._route_workers, ml.Router.route
 
-    def route_workers(self: ReplayInfaas, now: float) -> tuple[list[ml.RouteWorker], tuple[object, ...]]:
+    def route_workers(self: ReplayInfaas, now: float):  # type: ignore[no-untyped-def]
         want = reference_route_workers(self, now)            # prunes the calls as the fast path does
-        got, sig = fast_rw(self, now)
+        got, roster = fast_rw(self, now)
         assert [(*w[:3], w[3].hex(), w[4]) for w in got] == [(*w[:3], w[3].hex(), w[4]) for w in want]
         assert [type(w) for w in got] == [ml.RouteWorker] * len(want)
-        assert sig == tuple(itertools.chain.from_iterable((w.worker, w.loaded) for w in want))
+        assert roster.sig == tuple(itertools.chain.from_iterable((w.worker, w.loaded) for w in want))
+        assert roster.hws == frozenset(ml.route_hardware(self.metas, want))
+        assert roster.router is self._routers[roster.hws]
         seen["arrivals"] += 1
+        seen["rosters"] += roster is not last[0]
+        seen["loads"] = self._loading_n
+        last[0] = roster
         seen["loaded"] += sum(1 for w in want if w.utilization > 0.0)
-        return got, sig
+        return got, roster
 
     def route(self: ml.Router, request, workers, states=None, st=None):  # type: ignore[no-untyped-def]
         assert st is not None and st == self.state_map(workers, states)
@@ -101,7 +107,8 @@ def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(ReplayInfaas, "_route_workers", route_workers)
     monkeypatch.setattr(ml.Router, "route", route)
-    cfg, wl = _family(rate, 90.0, seed)
-    replay(cfg, load_profiles_csv(None), wl, 90.0, ReplaySpec())
+    cfg, wl = _family(pattern, 120.0, seed)
+    replay(cfg, load_profiles_csv(None), wl, 120.0, ReplaySpec())
     assert seen["arrivals"] == len(wl.arrivals) and seen["loaded"] > 2 * len(wl.arrivals)
+    assert seen["rosters"] > 3 and seen["loads"] > 0     # workers came, changed variant or loaded
     assert seen["inactive"] > len(wl.arrivals)            # the model loop's states reach the kept maps
