@@ -36,7 +36,7 @@ from dispatcher.policy import Assignment, LatencyPredictor, QueryView, WorkerVie
 #: predictions are read one at a time, which a larger round does faster with ``predict_grid``
 MAX_PREDICTIONS = 256
 
-_min_rows = np.minimum.reduce
+_min_rows, _max_of, _count = np.minimum.reduce, np.maximum.reduce, np.count_nonzero
 _add_outer = np.add.outer
 
 
@@ -45,9 +45,8 @@ def strict_matrix(predictor: LatencyPredictor, base_type: str, xi: float, q: Seq
     """(the masked cost the assignment minimises, the on-time pairs): ``KairosStrictPolicy._restrict(
     _terms(q, workers, now))`` element for element (see the module docstring); None when every
     query is hopeless or the round has more than :data:`MAX_PREDICTIONS` predictions."""
-    tmap: dict[str, int] = {}
-    tix = [tmap.setdefault(w.instance_type, len(tmap)) for w in workers]
-    if len(q) * len(tmap) > MAX_PREDICTIONS:
+    types = list(dict.fromkeys([w.instance_type for w in workers]))     # first-seen order, as type_index
+    if len(q) * len(types) > MAX_PREDICTIONS:
         return None
     predict = predictor.predict_ms
     big = q[0]                                     # the largest waiting query (the first on ties)
@@ -56,24 +55,25 @@ def strict_matrix(predictor: LatencyPredictor, base_type: str, xi: float, q: Seq
             big = x
     base_ms = predict(big.model, base_type, big.batch_size)
     sl = np.array([xi * x.qos_ms - 1000.0 * (now - x.arrival) for x in q], dtype=float)
-    b = np.array([0.0 if w.idle else max(1000.0 * (w.busy_until - now), BUSY_MIN_MS) for w in workers],
-                 dtype=float)
-    if len(tmap) == 1:
-        t = workers[0].instance_type
+    # _matrix.busy_ms: max(r, BUSY_MIN_MS) is r unless BUSY_MIN_MS > r (a NaN r stays)
+    b = np.array([0.0 if w.idle else (BUSY_MIN_MS if BUSY_MIN_MS > (r := 1000.0 * (w.busy_until - now)) else r)
+                  for w in workers], dtype=float)
+    if len(types) == 1:
+        t = types[0]
         c: float | np.ndarray = base_ms / max(predict(big.model, t, big.batch_size), 1e-12)
         L = _add_outer(np.array([predict(x.model, t, x.batch_size) for x in q], dtype=float), b)
     else:
-        types = list(tmap)
+        tix = [types.index(w.instance_type) for w in workers]
         c = np.array([base_ms / max(predict(big.model, t, big.batch_size), 1e-12) for t in types], dtype=float)[tix]
         L = np.array([[predict(x.model, t, x.batch_size) for t in types] for x in q], dtype=float)[:, tix]
         L += b
     fastest = _min_rows(L - b, 1)                      # service on the fastest type, as L − busy
-    if (fastest > sl).all():                           # every query hopeless: the general path
+    if _count(fastest > sl) == len(q):                 # every query hopeless: the general path
         return None
     on = L <= sl[:, None]                              # Eq. 5 holds (with ξ)
     cost = L * c
     cost += np.maximum(sl - fastest, 0.0)[:, None]     # the laxity, on every pair (late ones are masked)
-    top = float(np.max(cost, where=on, initial=0.0))
+    top = float(_max_of(cost, axis=None, initial=0.0, where=on))     # np.max(cost, where=on, initial=0.0)
     return np.where(on, cost, 1.0 + min(L.shape) * top), on
 
 
