@@ -17,7 +17,11 @@ from config.schema import load_config
 from dispatcher import modelless as ml
 from sim.replay import infaas as ri
 from sim.replay.infaas import UTILIZATION_HORIZON_S, ReplayInfaas, _routing_load
+from dispatcher.policy import QueryView, WorkerView
 from sim.patterns import parse_pattern, pattern_workload
+from sim.replay.matching_round import MatchingRound
+from sim.replay.report import report
+from sim.replay.variant_lane import VariantLoop
 from sim.replay.run import ReplaySpec, replay
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "replay-accuracy.yaml"
@@ -112,3 +116,39 @@ def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPa
     assert seen["arrivals"] == len(wl.arrivals) and seen["loaded"] > 2 * len(wl.arrivals)
     assert seen["rosters"] > 3 and seen["loads"] > 0     # workers came, changed variant or loaded
     assert seen["inactive"] > len(wl.arrivals)            # the model loop's states reach the kept maps
+
+
+def reference_match(self: VariantLoop, qs: list[QueryView], views: list[WorkerView], now: float) -> None:
+    """``VariantLoop._match`` before it skipped the groups no idle worker hosts, verbatim."""
+    if self.late:          # every worker holds every variant: one group
+        MatchingRound._match(self, qs, views, now)
+        return
+    groups: dict[str, list[QueryView]] = {}
+    for v in qs:
+        groups.setdefault(v.model, []).append(v)
+    live = self._live or []
+    for variant, gqs in groups.items():
+        mine = [w for w in live if w.variant == variant]
+        if any(w.idle for w in mine):
+            MatchingRound._match(self, gqs, self._views(mine), now)
+
+
+def _outcome(cfg, wl) -> tuple:  # type: ignore[no-untyped-def]
+    run = replay(cfg, load_profiles_csv(None), wl, 120.0, ReplaySpec())
+    lanes = tuple((name, lane.outcome.tobytes(), getattr(lane, "qvariant", lane.outcome).tobytes(), lane.calls)
+                  for name, lane in run.lanes.items())
+    rep = report(run)
+    return lanes, rep["cost_usd"], rep["slo_attainment"], rep["plans"], len(run.targets)
+
+
+@pytest.mark.parametrize("accuracy", [False, True])
+def test_the_matching_rounds_skip_only_groups_with_no_idle_worker(monkeypatch: pytest.MonkeyPatch,
+                                                                   accuracy: bool) -> None:
+    """The application's rounds, INFaaS (accuracy scaling off) and accuracy-planned: the same
+    outcomes, variants, calls, dollars and plans as with the previous ``_match``."""
+    cfg, wl = _family("macroburst:low=20,high=150,low_s=40,high_s=20", 120.0, 5)
+    if accuracy:
+        cfg = load_config(EXAMPLE)
+    got = _outcome(cfg, wl)
+    monkeypatch.setattr(VariantLoop, "_match", reference_match)
+    assert _outcome(cfg, wl) == got
