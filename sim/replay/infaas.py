@@ -30,6 +30,7 @@ import functools
 import itertools
 import math
 import operator
+import sys
 from typing import Callable, Mapping, Sequence
 
 from config.profiles import ProfileTable
@@ -75,6 +76,16 @@ def _routing_load(dq: Sequence[tuple[float, float, float]], now: float, lo: floa
 
 _DURATION = operator.itemgetter(2)
 _fold, _add = functools.reduce, operator.add
+
+
+def _reduce_sum(xs: Sequence[float], start: float) -> float:
+    """``start`` + each of ``xs`` left to right, one rounding per addition."""
+    return _fold(_add, xs, start)
+
+
+#: the left-to-right sum :func:`_routing_load` folds: ``sum`` adds floats in a C double one by one
+#: up to Python 3.11; from 3.12 it compensates the rounding (a different float), so the fold there
+_left_sum: Callable[[Sequence[float], float], float] = sum if sys.version_info < (3, 12) else _reduce_sum
 _NONE: frozenset[str] = frozenset()
 _MODEL = operator.attrgetter("model")
 
@@ -122,6 +133,8 @@ class ReplayInfaas:
         self._routers: dict[frozenset[str], ml.Router] = {}      # hardware classes -> getVariant's metadata
         self._requests: dict[tuple[float, int], Request] = {}    # (slo_ms, batch) -> the request
         self._kept: _Roster | None = None          # the roster of the last arrival
+        #: worker -> (its first call in the window, the calls counted, the later ones' durations)
+        self._tails: dict[str, tuple[tuple[float, float, float], int, tuple[float, ...]]] = {}
         self._loading_n = 0                          # loads started and done, so far
         self._states_n = 0                           # model loop rounds, so far (each sets self.states)
         lane.get_variant = self.pin
@@ -187,7 +200,7 @@ class ReplayInfaas:
         hosts = roster.hosts if waiting else None    # read only for the variants waiting
         shares: dict[tuple[str, str], float] = {}
         new = tuple.__new__
-        fold, add, islice, duration = _fold, _add, itertools.islice, _DURATION
+        left_sum, islice, duration, tails = _left_sum, itertools.islice, _DURATION, self._tails
         out: list[ml.RouteWorker] = []
         for wid, w, variant, hw, itype, loaded, skey in roster.recs:
             if w.variant is not variant:          # hosts another variant now: the roster again
@@ -211,9 +224,12 @@ class ReplayInfaas:
             else:                                        # _routing_load's ordered branch, written out
                 n = len(dq) if dq[-1][1] <= now else len(dq) - 1
                 if n > 0 and dq[0][1] >= lo and dq[n - 1][1] <= now:
-                    s, e, _ = dq[0]
+                    s, e, _ = first = dq[0]
                     x = (e if e < now else now) - (s if s > lo else lo)
-                    frac = fold(add, map(duration, islice(dq, 1, n)), x if x > 0.0 else 0.0) / UTILIZATION_HORIZON_S
+                    tail = tails.get(wid)         # the later calls' durations, kept while they stay
+                    if tail is None or tail[0] is not first or tail[1] != n:
+                        tail = tails[wid] = (first, n, tuple(map(duration, islice(dq, 1, n))))
+                    frac = left_sum(tail[2], x if x > 0.0 else 0.0) / UTILIZATION_HORIZON_S
                     ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
                     load = (frac if frac < 1.0 else 1.0) + (ahead + share / 1000.0) / UTILIZATION_HORIZON_S
                 else:

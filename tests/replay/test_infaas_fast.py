@@ -152,3 +152,18 @@ def test_the_matching_rounds_skip_only_groups_with_no_idle_worker(monkeypatch: p
     got = _outcome(cfg, wl)
     monkeypatch.setattr(VariantLoop, "_match", reference_match)
     assert _outcome(cfg, wl) == got
+
+
+def test_the_left_sum_is_the_fold_bit_for_bit() -> None:
+    """``_left_sum`` (``sum`` up to Python 3.11) adds as ``functools.reduce(operator.add, ...)``:
+    one rounding per addition, left to right, on seeded sums of durations that round."""
+    import functools
+    import operator
+    import random
+
+    rng = random.Random(39)
+    for _ in range(20_000):
+        xs = tuple(rng.choice([rng.random(), rng.uniform(0.0, 0.3), 0.1, 0.2, 1e-17, 3e15 * rng.random()])
+                   for _ in range(rng.randint(0, 30)))
+        start = rng.choice([0.0, rng.random(), 0.1, 1e-17])
+        assert ri._left_sum(xs, start).hex() == functools.reduce(operator.add, xs, start).hex()
