@@ -199,7 +199,7 @@ class ReplayInfaas:
         waiting = collections.Counter(map(_MODEL, itertools.chain(lane._retry.values(), lane._queue.values())))
         hosts = roster.hosts if waiting else None    # read only for the variants waiting
         shares: dict[tuple[str, str], float] = {}
-        new = tuple.__new__
+        new, rw, h = tuple.__new__, ml.RouteWorker, UTILIZATION_HORIZON_S
         left_sum, islice, duration, tails = _left_sum, itertools.islice, _DURATION, self._tails
         out: list[ml.RouteWorker] = []
         for wid, w, variant, hw, itype, loaded, skey in roster.recs:
@@ -207,7 +207,7 @@ class ReplayInfaas:
                 self._kept = None
                 return self._route_workers(now)
             dq = busy.get(wid)
-            if dq:
+            if dq and dq[0][1] < lo:
                 while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
                     dq.popleft()
             share = 0.0
@@ -218,7 +218,7 @@ class ReplayInfaas:
                                                                lambda v, t=itype: lane.vtimes[v].pred_ms(t)[1])
             if not dq:                                   # _routing_load with no calls: busy 0
                 ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
-                load = 0.0 + (ahead + share / 1000.0) / UTILIZATION_HORIZON_S
+                load = 0.0 + (ahead + share / 1000.0) / h
             elif wid in unordered:
                 load = _routing_load(dq, now, lo, False, w.busy_until if w.query >= 0 else None, share)
             else:                                        # _routing_load's ordered branch, written out
@@ -229,13 +229,13 @@ class ReplayInfaas:
                     tail = tails.get(wid)         # the later calls' durations, kept while they stay
                     if tail is None or tail[0] is not first or tail[1] != n:
                         tail = tails[wid] = (first, n, tuple(map(duration, islice(dq, 1, n))))
-                    frac = left_sum(tail[2], x if x > 0.0 else 0.0) / UTILIZATION_HORIZON_S
+                    frac = left_sum(tail[2], x if x > 0.0 else 0.0) / h
                     ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
-                    load = (frac if frac < 1.0 else 1.0) + (ahead + share / 1000.0) / UTILIZATION_HORIZON_S
+                    load = (frac if frac < 1.0 else 1.0) + (ahead + share / 1000.0) / h
                 else:
                     load = _routing_load(dq, now, lo, True, w.busy_until if w.query >= 0 else None, share)
             # an ml.RouteWorker, built as its named tuple's __new__ does (it runs for every worker at every arrival)
-            out.append(new(ml.RouteWorker, (wid, hw, itype, load, loaded)))
+            out.append(new(rw, (wid, hw, itype, load, loaded)))
         return out, roster
 
     def pin(self, batch: int, slo_ms: float = 0.0) -> str:
