@@ -151,25 +151,37 @@ class Router:
                                                 else name)
         return k
 
-    def route(self, request: Request, workers: Sequence[RouteWorker],
-              states: Mapping[StateKey, VariantState] | None = None) -> Route:
-        """:func:`route` for one query over ``workers`` (each worker id once: the registry's keys)."""
-        if not self.variants:
-            what = f"model {request.model!r}" if request.model else "the application"
-            raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
+    def state_map(self, workers: Sequence[RouteWorker],
+                  states: Mapping[StateKey, VariantState] | None = None) -> dict[StateKey, VariantState]:
+        """The instances getVariant chooses among: (name as the state map keys it, worker) -> its
+        state for each registered variant loaded on ``workers`` (no state: Active; Inactive: Active,
+        it is loaded). It depends only on each worker's id, hardware and loaded set and on
+        ``states``: a caller that knows none of them changed may keep it for :meth:`route`'s ``st``."""
         hw_of, states = self.hw_of, states or {}
         st: dict[StateKey, VariantState] = {}
-        loads: dict[str, RouteWorker] = {}
         active, inactive, keys = VariantState.ACTIVE, VariantState.INACTIVE, self._keys
         for w in workers:
             wid = w.worker
-            loads[wid] = w
             for name in w.loaded:
                 if name not in hw_of:
                     continue
                 state = states.get((name, wid), active)
                 key = keys.get((name, w.hardware)) or self._key(name, w.hardware)
                 st[(key, wid)] = active if state is inactive else state
+        return st
+
+    def route(self, request: Request, workers: Sequence[RouteWorker],
+              states: Mapping[StateKey, VariantState] | None = None,
+              st: Mapping[StateKey, VariantState] | None = None) -> Route:
+        """:func:`route` for one query over ``workers`` (each worker id once: the registry's keys);
+        ``st``: :meth:`state_map` of these workers and ``states``, when the caller kept it."""
+        if not self.variants:
+            what = f"model {request.model!r}" if request.model else "the application"
+            raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
+        if st is None:
+            st = self.state_map(workers, states)
+        loads = {w.worker: w for w in workers}
+        hw_of = self.hw_of
         sv = self.servable(request)
         lat = sv.latency                       # name -> latency at the request's batch
 

@@ -6,6 +6,8 @@ S is filled with one ``predict_grid`` call per model present (or, for a predicto
 """
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Sequence
 
 import numpy as np
@@ -74,7 +76,8 @@ def busy_ms(w: WorkerView, now: float) -> float:
 def earliest(queue: Sequence[QueryView], k: int) -> list[QueryView]:
     """The ``k`` earliest arrivals, in arrival order (stable)."""
     if len(queue) <= k:
-        if all(a.arrival <= b.arrival for a, b in zip(queue, queue[1:])):
+        arr = [q.arrival for q in queue]
+        if all(map(operator.le, arr, itertools.islice(arr, 1, None))):      # already in arrival order
             return list(queue)
         return sorted(queue, key=_arrival)
     arr = arrivals_of(queue)

@@ -50,6 +50,7 @@ from dispatcher.policies.class_match import match_classes
 from dispatcher.policies.kairos import KairosPolicy, RoundTerms
 from dispatcher.policies.on_time_flow import match_on_time
 from dispatcher.policies.pair_costs import PairCosts, max_on_time_cost
+from dispatcher.policies.strict_dense import strict_round
 from dispatcher.policy import Assignment, QueryView, WorkerView
 
 
@@ -82,6 +83,18 @@ class KairosStrictPolicy(KairosPolicy):
     def _dense_is_faster(self, m: int, n: int) -> bool:
         """Whether an m × n round goes to the dense solve (the measured thresholds above)."""
         return m * n <= (STRICT_DENSE_MAX_PAIRS_SATURATED if m >= n else STRICT_DENSE_MAX_PAIRS_WIDE)
+
+    def match_dense(self, q: Sequence[QueryView], workers: Sequence[WorkerView], now: float) -> list[Assignment]:
+        """The dense round (:meth:`KairosPolicy.match_dense` over :meth:`_restrict`), built in a few
+        numpy calls by :func:`dispatcher.policies.strict_dense.strict_round` where it can be (the
+        same matrix, element for element; not when a subclass changes the cost or the laxity weight
+        is not 1)."""
+        if LAXITY_WEIGHT == 1.0 and type(self)._restrict is KairosStrictPolicy._restrict \
+                and type(self)._terms is KairosPolicy._terms and type(self).pair_costs is KairosPolicy.pair_costs:
+            got = strict_round(self.predictor, self.base_type, self.xi, q, workers, now)
+            if got is not None:
+                return got
+        return super().match_dense(q, workers, now)
 
     def _large_round(self, pc: PairCosts, on_time_only: bool) -> tuple[np.ndarray, np.ndarray] | None:
         """The on-time pairs by the min-cost flow (late pairs are never dispatched, so they are not

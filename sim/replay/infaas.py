@@ -30,11 +30,13 @@ import functools
 import itertools
 import math
 import operator
+import sys
 from typing import Callable, Mapping, Sequence
 
 from config.profiles import ProfileTable
 from dispatcher import modelless as ml
 from dispatcher.window import DemandWindow
+from sim.replay.matching_round import LoopWorker
 from sim.replay.variant_lane import VariantLoop
 from variants.runtime.executor import ANY_HARDWARE
 from variants.infaas.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, VariantCandidate,
@@ -74,8 +76,35 @@ def _routing_load(dq: Sequence[tuple[float, float, float]], now: float, lo: floa
 
 _DURATION = operator.itemgetter(2)
 _fold, _add = functools.reduce, operator.add
+
+
+def _reduce_sum(xs: Sequence[float], start: float) -> float:
+    """``start`` + each of ``xs`` left to right, one rounding per addition."""
+    return _fold(_add, xs, start)
+
+
+#: the left-to-right sum :func:`_routing_load` folds: ``sum`` adds floats in a C double one by one
+#: up to Python 3.11; from 3.12 it compensates the rounding (a different float), so the fold there
+_left_sum: Callable[[Sequence[float], float], float] = sum if sys.version_info < (3, 12) else _reduce_sum
 _NONE: frozenset[str] = frozenset()
 _MODEL = operator.attrgetter("model")
+
+
+class _Roster:
+    """The live workers as getVariant sees them, less their loads (:meth:`ReplayInfaas._roster`):
+    per worker (id, the lane's worker, its variant, hardware class, type, loaded set, (variant,
+    type)); ``sig`` each one's id and loaded set in order; the hardware classes and their router;
+    how many host each variant; the state map over them (``st``) and the model loop round it is of."""
+
+    __slots__ = ("live", "loading", "recs", "sig", "hws", "router", "hosts", "st", "states_n")
+
+    def __init__(self, live: list[LoopWorker], loading: int, recs: list[tuple[str, LoopWorker, str, str, str,
+                 frozenset[str], tuple[str, str]]], sig: tuple[object, ...], hws: frozenset[str], router: ml.Router,
+                 hosts: collections.Counter[str]) -> None:
+        self.live, self.loading, self.recs, self.sig, self.hws = live, loading, recs, sig, hws
+        self.router, self.hosts = router, hosts
+        self.st: dict[StateKey, VariantState] | None = None
+        self.states_n = -1
 
 
 class ReplayInfaas:
@@ -103,6 +132,11 @@ class ReplayInfaas:
         self._static: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
         self._routers: dict[frozenset[str], ml.Router] = {}      # hardware classes -> getVariant's metadata
         self._requests: dict[tuple[float, int], Request] = {}    # (slo_ms, batch) -> the request
+        self._kept: _Roster | None = None          # the roster of the last arrival
+        #: worker -> (its first call in the window, the calls counted, the later ones' durations)
+        self._tails: dict[str, tuple[tuple[float, float, float], int, tuple[float, ...]]] = {}
+        self._loading_n = 0                          # loads started and done, so far
+        self._states_n = 0                           # model loop rounds, so far (each sets self.states)
         lane.get_variant = self.pin
         lane.busy = {}
 
@@ -121,68 +155,110 @@ class ReplayInfaas:
             self._grid[(variant, hw)] = got
         return got
 
-    def _route_workers(self, now: float) -> list[ml.RouteWorker]:
+    def _roster(self) -> "_Roster":
+        """The lane's live workers as getVariant sees them, less their loads (:class:`_Roster`),
+        built again when the lane's live list (rebuilt on any change to its workers or what they
+        host), a worker's variant or the loads in flight changed."""
+        lane = self.lane
+        live = lane._live if lane._live is not None else lane._refresh_live()
+        got = self._kept
+        if got is not None and got.live is live and got.loading == self._loading_n:
+            return got
+        static, loading, recs, sig = self._static, self.loading, [], []
+        for w in live:
+            hw_loaded = static.get((w.itype, w.variant))
+            if hw_loaded is None:
+                hw_loaded = static[(w.itype, w.variant)] = (self.hardware.get(w.itype, "cpu"),
+                                                            frozenset((w.variant,)) if w.variant else frozenset())
+            loaded = hw_loaded[1] if w.wid not in loading else _NONE
+            recs.append((w.wid, w, w.variant, hw_loaded[0], w.itype, loaded, (w.variant, w.itype)))
+            sig += (w.wid, loaded)
+        hws = frozenset({r[3] for r in recs} or ml.route_hardware(self.metas, ()))
+        router = self._routers.get(hws)
+        if router is None:         # the variants' metadata on these hardware classes, built once
+            router = self._routers[hws] = ml.Router(self.metas, hws, self.grid)
+        got = self._kept = _Roster(live, self._loading_n, recs, tuple(sig), hws, router,
+                                   collections.Counter(w.variant for w in live))
+        return got
+
+    def _route_workers(self, now: float) -> tuple[list[ml.RouteWorker], "_Roster"]:
         """The lane's live workers as admission hands them to getVariant (``Admission.route_workers``):
         what each hosts (nothing while a load is in flight) and its load, what admission ranks them
         by (:func:`dispatcher.modelless.routing_load`): the busy fraction over the last
         :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a call's interval is recorded
         when it completes), plus its call under way's predicted rest and its share of the queries
         waiting for its variant; the same float operations in the same order, inline (it runs for
-        every worker at every arrival: the INFaaS replay's hottest loop)."""
+        every worker at every arrival: the INFaaS replay's hottest loop): :func:`_routing_load`'s
+        summing by duration written out for a worker whose calls ran one after another, that
+        function for any other. Beside them, their :class:`_Roster`."""
         lane = self.lane
+        roster = self._roster()
         busy = lane.busy or {}
         unordered = lane.busy_unordered
         lo = now - UTILIZATION_HORIZON_S
         waiting = collections.Counter(map(_MODEL, itertools.chain(lane._retry.values(), lane._queue.values())))
-        hosts = collections.Counter(w.variant for w in lane.workers.values()
-                                    if not (w.draining or w.leaving) and w.variant in waiting) if waiting else None
+        hosts = roster.hosts if waiting else None    # read only for the variants waiting
         shares: dict[tuple[str, str], float] = {}
-        static, loading, new, none = self._static, self.loading, tuple.__new__, ()
-        out = []
-        for wid, w in lane.workers.items():
-            if w.draining or w.leaving:
-                continue
+        new, rw, h = tuple.__new__, ml.RouteWorker, UTILIZATION_HORIZON_S
+        left_sum, islice, duration, tails = _left_sum, itertools.islice, _DURATION, self._tails
+        out: list[ml.RouteWorker] = []
+        for wid, w, variant, hw, itype, loaded, skey in roster.recs:
+            if w.variant is not variant:          # hosts another variant now: the roster again
+                self._kept = None
+                return self._route_workers(now)
             dq = busy.get(wid)
-            if dq:
+            if dq and dq[0][1] < lo:
                 while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
                     dq.popleft()
             share = 0.0
-            if hosts is not None and w.variant:   # ml.waiting_share_ms for its one variant, once per (variant, type)
-                key = (w.variant, w.itype)
-                share = shares.get(key)  # type: ignore[assignment]
+            if hosts is not None and variant:   # ml.waiting_share_ms for its one variant, once per (variant, type)
+                share = shares.get(skey)  # type: ignore[assignment]
                 if share is None:
-                    share = shares[key] = ml.waiting_share_ms((w.variant,), waiting, hosts,
-                                                              lambda v, t=w.itype: lane.vtimes[v].pred_ms(t)[1])
-            load = _routing_load(dq or none, now, lo, wid not in unordered,
-                                 w.busy_until if w.query >= 0 else None, share)
-            hw_loaded = static.get((w.itype, w.variant))
-            if hw_loaded is None:
-                hw_loaded = static[(w.itype, w.variant)] = (self.hardware.get(w.itype, "cpu"),
-                                                            frozenset((w.variant,)) if w.variant else frozenset())
+                    share = shares[skey] = ml.waiting_share_ms((variant,), waiting, hosts,
+                                                               lambda v, t=itype: lane.vtimes[v].pred_ms(t)[1])
+            if not dq:                                   # _routing_load with no calls: busy 0
+                ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
+                load = 0.0 + (ahead + share / 1000.0) / h
+            elif wid in unordered:
+                load = _routing_load(dq, now, lo, False, w.busy_until if w.query >= 0 else None, share)
+            else:                                        # _routing_load's ordered branch, written out
+                n = len(dq) if dq[-1][1] <= now else len(dq) - 1
+                if n > 0 and dq[0][1] >= lo and dq[n - 1][1] <= now:
+                    s, e, _ = first = dq[0]
+                    x = (e if e < now else now) - (s if s > lo else lo)
+                    tail = tails.get(wid)         # the later calls' durations, kept while they stay
+                    if tail is None or tail[0] is not first or tail[1] != n:
+                        tail = tails[wid] = (first, n, tuple(map(duration, islice(dq, 1, n))))
+                    frac = left_sum(tail[2], x if x > 0.0 else 0.0) / h
+                    ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
+                    load = (frac if frac < 1.0 else 1.0) + (ahead + share / 1000.0) / h
+                else:
+                    load = _routing_load(dq, now, lo, True, w.busy_until if w.query >= 0 else None, share)
             # an ml.RouteWorker, built as its named tuple's __new__ does (it runs for every worker at every arrival)
-            out.append(new(ml.RouteWorker, (wid, hw_loaded[0], w.itype, load,
-                                            hw_loaded[1] if wid not in loading else _NONE)))
-        return out
+            out.append(new(rw, (wid, hw, itype, load, loaded)))
+        return out, roster
 
     def pin(self, batch: int, slo_ms: float = 0.0) -> str:
         """getVariant for one query of ``batch`` asking for ``slo_ms`` (a pipeline step's own budget,
         as ``PipelineRunner`` sends it in ``latency_slo_ms``; 0: none); a load it starts is applied
-        ``load_s`` later."""
+        ``load_s`` later. The state map (:meth:`dispatcher.modelless.Router.state_map`) is kept with
+        the roster until the model loop's next states."""
         lane = self.lane
         now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
-        workers = self._route_workers(now)
-        hws = frozenset(ml.route_hardware(self.metas, workers))
-        router = self._routers.get(hws)
-        if router is None:         # the variants' metadata on these hardware classes, built once
-            router = self._routers[hws] = ml.Router(self.metas, hws, self.grid)
+        workers, roster = self._route_workers(now)
+        router = roster.router
         key = (slo_ms, batch)
         req = self._requests.get(key)
         if req is None:
             if len(self._requests) >= ml.Router.MAX_REQUESTS:     # a pipeline step's budgets: each its own
                 self._requests.clear()
             req = self._requests[key] = Request(None, slo_ms if slo_ms > 0 else math.inf, self.min_accuracy, int(batch))
+        st = roster.st
+        if st is None or roster.states_n != self._states_n:
+            st = roster.st = router.state_map(workers, self.states)
+            roster.states_n = self._states_n
         try:
-            r = router.route(req, workers, self.states)
+            r = router.route(req, workers, self.states, st)
         except ml.RouteError:
             return lane.app.top          # live: the query is refused; here it waits for the top variant
         if r.needs_load and r.worker is not None and r.worker not in self.loading:
@@ -192,9 +268,11 @@ class ReplayInfaas:
 
     def _load(self, wid: str, variant: str, now: float) -> None:
         self.loading.add(wid)
+        self._loading_n += 1
 
         def done() -> None:
             self.loading.discard(wid)
+            self._loading_n += 1
             self.lane.host(wid, variant, self.now())
 
         self.schedule(now + self.load_s, done)
@@ -234,6 +312,7 @@ class ReplayInfaas:
         self.last_at = now
         decision, self.state = decide(inputs, self.state, self.params)
         self.states = dict(decision.states)
+        self._states_n += 1                         # the state maps kept are of the last states
         for p in decision.placements:
             if p.action == "load" and p.worker in self.lane.workers and p.worker not in self.loading:
                 self._load(p.worker, p.variant, now)

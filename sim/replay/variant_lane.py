@@ -153,14 +153,17 @@ class VariantLoop(QueryLoop):
         if self.late:          # every worker holds every variant: one group
             super()._match(qs, views, now)
             return
+        live = self._live or []
+        # only a group whose variant an idle worker hosts is matched (a group's match dispatches
+        # onto its own workers only, so which are idle is known before the first); in the order
+        # the groups' first queries come
+        idle = {w.variant for w in live if w.idle}
         groups: dict[str, list[QueryView]] = {}
         for v in qs:
-            groups.setdefault(v.model, []).append(v)
-        live = self._live or []
+            if v.model in idle:
+                groups.setdefault(v.model, []).append(v)
         for variant, gqs in groups.items():
-            mine = [w for w in live if w.variant == variant]
-            if any(w.idle for w in mine):
-                super()._match(gqs, self._views(mine), now)
+            super()._match(gqs, self._views([w for w in live if w.variant == variant]), now)
 
     def _call_for(self, head: QueryView, w: LoopWorker, now: float, reserved: set[str]) -> list[int]:
         """SlackFit mode (``AccuracyRouting.bind``, which takes precedence over joining as
