@@ -52,7 +52,7 @@ from dispatcher.routing import RoutingRound
 from dispatcher.runtime import MatchTunables, RoundTrigger, Runtime
 from dispatcher.window import DemandWindow
 from dispatcher.workers.registry import WorkerRegistry
-from variants.infaas.selection import Request as VariantRequest
+from variants.infaas.selection import Request as VariantRequest, Utilization
 
 #: an offline chunk has no latency SLO (ms): it is never dropped for one
 OFFLINE_QOS_MS = 1e9
@@ -143,10 +143,10 @@ class Admission:
             req = VariantRequest(model=r.model or None, latency_slo_ms=slo if slo > 0 else float("inf"),
                                  min_accuracy=acc, batch=batch)
             names = p.variants_for(r.application, r.model)
-            workers = self.route_workers()
+            workers, util = self.lazy_route_workers()
             hardware = frozenset(ml.route_hardware([p.variant_meta[n] for n in names], workers))
             try:
-                choice = p.router(names, hardware).route(req, workers, p.variant_states)  # type: ignore[arg-type]
+                choice = p.router(names, hardware).route(req, workers, p.variant_states, util=util)  # type: ignore[arg-type]
             except ml.RouteError as exc:
                 return getattr(SC, exc.code, SC.INVALID_ARGUMENT), str(exc)
             variant = choice.variant
@@ -156,20 +156,34 @@ class Admission:
     def route_workers(self) -> list[ml.RouteWorker]:
         """The live workers as getVariant sees them, each with its load (:func:`ml.routing_load`: recent
         busy time, the call under way, its share of the queries waiting for its variants)."""
+        workers, util = self.lazy_route_workers()
+        return [w._replace(utilization=util(w.worker)) for w in workers]
+
+    def lazy_route_workers(self) -> tuple[list[ml.RouteWorker], Utilization]:
+        """:meth:`route_workers` with each load computed when getVariant first asks for it
+        (``Router.route``'s ``util``: most queries rank only the workers holding an Active instance
+        that serves them) and kept; the workers' own ``utilization`` is NaN. The function reads the
+        clock, the registry and the queue as they are now: use it within this query's routing."""
         now = self.rt.clock()
         p = self.placement
         live = [(w, frozenset(p.loaded_on(w))) for w in self.registry.workers.values() if not w.draining and not w.removed]
         waiting = collections.Counter(q.variant for q in self.book.waiting() if q.variant)
         hosts = collections.Counter(v for _, vs in live for v in vs if v in waiting)
         horizon = self.registry.utilization_horizon_s
-        out = []
-        for w, vs in live:
-            share = (ml.waiting_share_ms(vs, waiting, hosts, lambda v, t=w.instance_type:
-                                         p.variant_ms(v, t, 1.0) if v in p.variant_meta else 0.0)
-                     if waiting else 0.0)
-            out.append(ml.RouteWorker(w.instance_id, w.hardware, w.instance_type,
-                                      ml.routing_load(w.busy, now, horizon, None if w.idle else w.busy_until, share), vs))
-        return out
+        by_id = {w.instance_id: (w, vs) for w, vs in live}
+        got: dict[str, float] = {}
+
+        def util(wid: str) -> float:
+            load = got.get(wid)
+            if load is None:
+                w, vs = by_id[wid]
+                share = (ml.waiting_share_ms(vs, waiting, hosts, lambda v, t=w.instance_type:
+                                             p.variant_ms(v, t, 1.0) if v in p.variant_meta else 0.0)
+                         if waiting else 0.0)
+                load = got[wid] = ml.routing_load(w.busy, now, horizon, None if w.idle else w.busy_until, share)
+            return load
+
+        return [ml.RouteWorker(w.instance_id, w.hardware, w.instance_type, math.nan, vs) for w, vs in live], util
 
     def start_load(self, choice: ml.Route | None) -> None:
         """Load the routed variant on its worker when getVariant chose an Inactive one."""

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from variants.runtime.executor import ANY_HARDWARE
 from variants.naming import SEP, base_name, expand_name
-from variants.infaas.selection import Choice, NoVariant, Request, Servable, VariantInfo, choose, meets
+from variants.infaas.selection import Choice, NoVariant, Request, Servable, Utilization, VariantInfo, choose, meets
 from variants.infaas.state_machine import StateKey, VariantState
 
 #: INFaaS §5: offline jobs are paused while online utilization is at or above 40 %.
@@ -46,7 +46,8 @@ class RouteWorker(NamedTuple):
     worker: str
     hardware: str
     instance_type: str
-    utilization: float                 # its load, :func:`routing_load` (0..1 busy, more when committed ahead)
+    utilization: float                 # its load, :func:`routing_load` (0..1 busy, more when committed ahead);
+    #                                    NaN when the caller gives loads lazily (:meth:`Router.route`'s ``util``)
     loaded: frozenset[str]             # variant names loaded on it
 
 
@@ -172,15 +173,20 @@ class Router:
 
     def route(self, request: Request, workers: Sequence[RouteWorker],
               states: Mapping[StateKey, VariantState] | None = None,
-              st: Mapping[StateKey, VariantState] | None = None) -> Route:
+              st: Mapping[StateKey, VariantState] | None = None, util: Utilization | None = None) -> Route:
         """:func:`route` for one query over ``workers`` (each worker id once: the registry's keys);
-        ``st``: :meth:`state_map` of these workers and ``states``, when the caller kept it."""
+        ``st``: :meth:`state_map` of these workers and ``states``, when the caller kept it; ``util``:
+        each worker's load by id, computed only for the workers getVariant ranks
+        (:func:`variants.infaas.selection.choose`; the workers' ``utilization`` is then not read)
+        and kept by the caller once computed (a worker may be asked twice)."""
         if not self.variants:
             what = f"model {request.model!r}" if request.model else "the application"
             raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
         if st is None:
             st = self.state_map(workers, states)
         loads = {w.worker: w for w in workers}
+        if util is None:
+            util = _utilization(loads)
         hw_of = self.hw_of
         sv = self.servable(request)
         lat = sv.latency                       # name -> latency at the request's batch
@@ -191,16 +197,16 @@ class Router:
             for key in st:
                 if key[0] in lat:
                     w = loads[key[1]]
-                    t = (w.utilization, w.worker, key[0])
+                    t = (util(w.worker), w.worker, key[0])
                     if best is None or t < best:
                         best = t
             if best is None:
                 return None
-            util, worker, name = best
+            _, worker, name = best
             return Route(base_name(name), worker, False, lat[name])
 
         try:
-            c: Choice = choose(request, self.infos, sv, st, loads)
+            c: Choice = choose(request, self.infos, sv, st, loads, util)
         except NoVariant as exc:
             servable = sv.ok
             if servable and not workers:
@@ -227,6 +233,11 @@ class Router:
                 if fallback is not None:
                     return fallback
         return Route(base_name(c.variant), c.worker, c.needs_load, c.expected_ms)
+
+
+def _utilization(loads: Mapping[str, RouteWorker]) -> Utilization:
+    """The route workers' own utilization by id."""
+    return lambda wid: loads[wid].utilization
 
 
 # -- offline jobs ------------------------------------------------------------------------------------

@@ -93,18 +93,27 @@ _MODEL = operator.attrgetter("model")
 class _Roster:
     """The live workers as getVariant sees them, less their loads (:meth:`ReplayInfaas._roster`):
     per worker (id, the lane's worker, its variant, hardware class, type, loaded set, (variant,
-    type)); ``sig`` each one's id and loaded set in order; the hardware classes and their router;
-    how many host each variant; the state map over them (``st``) and the model loop round it is of."""
+    type)) in ``recs`` and by id in ``by_id``; ``variants`` each one's variant, in order; ``workers``
+    their route workers, utilization NaN (given by :meth:`ReplayInfaas._route_workers`' load function);
+    ``sig`` each one's id and loaded set in order; the hardware classes and their router; how many
+    host each variant; the state map over them (``st``) and the model loop round it is of."""
 
-    __slots__ = ("live", "loading", "recs", "sig", "hws", "router", "hosts", "st", "states_n")
+    __slots__ = ("live", "loading", "recs", "by_id", "variants", "workers", "sig", "hws", "router", "hosts", "st",
+                 "states_n")
 
     def __init__(self, live: list[LoopWorker], loading: int, recs: list[tuple[str, LoopWorker, str, str, str,
                  frozenset[str], tuple[str, str]]], sig: tuple[object, ...], hws: frozenset[str], router: ml.Router,
                  hosts: collections.Counter[str]) -> None:
         self.live, self.loading, self.recs, self.sig, self.hws = live, loading, recs, sig, hws
+        self.by_id = {r[0]: r for r in recs}
+        self.variants = [r[2] for r in recs]
+        self.workers = [ml.RouteWorker(r[0], r[3], r[4], math.nan, r[5]) for r in recs]
         self.router, self.hosts = router, hosts
         self.st: dict[StateKey, VariantState] | None = None
         self.states_n = -1
+
+
+_VARIANT = operator.attrgetter("variant")
 
 
 class ReplayInfaas:
@@ -181,40 +190,51 @@ class ReplayInfaas:
                                    collections.Counter(w.variant for w in live))
         return got
 
-    def _route_workers(self, now: float) -> tuple[list[ml.RouteWorker], "_Roster"]:
-        """The lane's live workers as admission hands them to getVariant (``Admission.route_workers``):
-        what each hosts (nothing while a load is in flight) and its load, what admission ranks them
-        by (:func:`dispatcher.modelless.routing_load`): the busy fraction over the last
-        :data:`UTILIZATION_HORIZON_S` of the calls each finished (live, a call's interval is recorded
+    def _route_workers(self, now: float) -> tuple[list[ml.RouteWorker], "_Roster", Callable[[str], float]]:
+        """The lane's live workers as admission hands them to getVariant (``Admission.route_workers``),
+        what each hosts (nothing while a load is in flight), with their :class:`_Roster`, and the
+        function that gives a worker's load by id, what admission ranks them by
+        (:func:`dispatcher.modelless.routing_load`), computed when getVariant first asks for it
+        (``Router.route``'s ``util``; most arrivals rank only the workers holding an Active servable
+        instance) and kept for the arrival: the busy fraction over the last
+        :data:`UTILIZATION_HORIZON_S` of the calls it finished (live, a call's interval is recorded
         when it completes), plus its call under way's predicted rest and its share of the queries
-        waiting for its variant; the same float operations in the same order, inline (it runs for
-        every worker at every arrival: the INFaaS replay's hottest loop): :func:`_routing_load`'s
-        summing by duration written out for a worker whose calls ran one after another, that
-        function for any other. Beside them, their :class:`_Roster`."""
+        waiting for its variant; the same float operations in the same order, inline:
+        :func:`_routing_load`'s summing by duration written out for a worker whose calls ran one
+        after another, that function for any other. Every worker's calls are pruned here, at each
+        arrival, as before (the loads read none but the window's)."""
         lane = self.lane
         roster = self._roster()
+        if list(map(_VARIANT, roster.live)) != roster.variants:     # a worker hosts another variant now
+            self._kept = None
+            roster = self._roster()
         busy = lane.busy or {}
-        unordered = lane.busy_unordered
         lo = now - UTILIZATION_HORIZON_S
-        waiting = collections.Counter(map(_MODEL, itertools.chain(lane._retry.values(), lane._queue.values())))
-        hosts = roster.hosts if waiting else None    # read only for the variants waiting
-        shares: dict[tuple[str, str], float] = {}
-        new, rw, h = tuple.__new__, ml.RouteWorker, UTILIZATION_HORIZON_S
-        left_sum, islice, duration, tails = _left_sum, itertools.islice, _DURATION, self._tails
-        out: list[ml.RouteWorker] = []
-        for wid, w, variant, hw, itype, loaded, skey in roster.recs:
-            if w.variant is not variant:          # hosts another variant now: the roster again
-                self._kept = None
-                return self._route_workers(now)
-            dq = busy.get(wid)
+        for dq in map(busy.get, roster.by_id):
             if dq and dq[0][1] < lo:
                 while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
                     dq.popleft()
+        unordered = lane.busy_unordered
+        retry, queue = lane._retry, lane._queue
+        waiting = (collections.Counter(map(_MODEL, itertools.chain(retry.values(), queue.values())))
+                   if retry or queue else None)
+        hosts = roster.hosts if waiting else None    # read only for the variants waiting
+        shares: dict[tuple[str, str], float] = {}
+        h, by_id, tails, left_sum, islice, duration = UTILIZATION_HORIZON_S, roster.by_id, self._tails, _left_sum, \
+            itertools.islice, _DURATION
+        got: dict[str, float] = {}
+
+        def util(wid: str) -> float:
+            load = got.get(wid)
+            if load is not None:
+                return load
+            _, w, variant, _, itype, _, skey = by_id[wid]
+            dq = busy.get(wid)
             share = 0.0
             if hosts is not None and variant:   # ml.waiting_share_ms for its one variant, once per (variant, type)
                 share = shares.get(skey)  # type: ignore[assignment]
                 if share is None:
-                    share = shares[skey] = ml.waiting_share_ms((variant,), waiting, hosts,
+                    share = shares[skey] = ml.waiting_share_ms((variant,), waiting, hosts,  # type: ignore[arg-type]
                                                                lambda v, t=itype: lane.vtimes[v].pred_ms(t)[1])
             if not dq:                                   # _routing_load with no calls: busy 0
                 ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
@@ -234,9 +254,10 @@ class ReplayInfaas:
                     load = (frac if frac < 1.0 else 1.0) + (ahead + share / 1000.0) / h
                 else:
                     load = _routing_load(dq, now, lo, True, w.busy_until if w.query >= 0 else None, share)
-            # an ml.RouteWorker, built as its named tuple's __new__ does (it runs for every worker at every arrival)
-            out.append(new(rw, (wid, hw, itype, load, loaded)))
-        return out, roster
+            got[wid] = load
+            return load
+
+        return roster.workers, roster, util
 
     def pin(self, batch: int, slo_ms: float = 0.0) -> str:
         """getVariant for one query of ``batch`` asking for ``slo_ms`` (a pipeline step's own budget,
@@ -245,7 +266,7 @@ class ReplayInfaas:
         the roster until the model loop's next states."""
         lane = self.lane
         now = lane.now                   # the arrival's time (the fleet's clock moves at its ticks)
-        workers, roster = self._route_workers(now)
+        workers, roster, util = self._route_workers(now)
         router = roster.router
         key = (slo_ms, batch)
         req = self._requests.get(key)
@@ -258,7 +279,7 @@ class ReplayInfaas:
             st = roster.st = router.state_map(workers, self.states)
             roster.states_n = self._states_n
         try:
-            r = router.route(req, workers, self.states, st)
+            r = router.route(req, workers, self.states, st, util)
         except ml.RouteError:
             return lane.app.top          # live: the query is refused; here it waits for the top variant
         if r.needs_load and r.worker is not None and r.worker not in self.loading:

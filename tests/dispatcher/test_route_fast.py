@@ -204,3 +204,75 @@ def test_get_variant_equals_the_reference_on_random_cases() -> None:
         assert _outcome(lambda: get_variant(req, infos, states, loads)) == want
         kinds.add(want[0] if want[0] == "error" else "needs_load=True" in want[1])
     assert kinds == {"error", False, True}
+
+
+# -- the loads asked for lazily (Router.route's and choose's ``util``) --------------------------------
+
+class _Asked:
+    """A worker's load by id, as a caller computing them lazily gives it: kept once computed; the
+    workers it was asked for, in order."""
+
+    def __init__(self, loads: Mapping[str, float]) -> None:
+        self.loads, self.asked, self.got = loads, [], {}   # type: ignore[var-annotated]
+
+    def __call__(self, wid: str) -> float:
+        self.asked.append(wid)
+        if wid not in self.got:
+            self.got[wid] = self.loads[wid]
+        return self.got[wid]  # type: ignore[no-any-return]
+
+
+def test_route_with_lazy_loads_equals_the_reference_on_random_cases() -> None:
+    """The workers' own utilization NaN, each load given by ``util`` when getVariant asks: the
+    reference's route over every load, exception for exception; with an Active instance that serves
+    the query, only the workers holding one are asked."""
+    rng = random.Random(3939)
+    seen, asked, total = set(), 0, 0
+    for _ in range(4000):
+        req, metas, workers, states = _case(rng)
+        grid = _grid_for(rng)
+        st = states if rng.random() < 0.8 else None
+        want = _outcome(lambda: reference_route(req, metas, workers, grid, st))
+        router = ml.Router(metas, ml.route_hardware(metas, workers), grid)
+        blank = [w._replace(utilization=math.nan) for w in workers]
+        util = _Asked({w.worker: w.utilization for w in workers})
+        assert _outcome(lambda: router.route(req, blank, st, util=util)) == want
+        kept = router.state_map(blank, st)
+        lat = router.servable(req).latency
+        active = {k[1] for k, s in kept.items() if s is VariantState.ACTIVE and k[0] in lat}
+        if active:                        # step 1 ranks only the workers holding a servable Active instance
+            assert set(util.asked) == active
+        asked, total = asked + len(util.got), total + len(workers)
+        seen.add((want[0] if want[0] == "error" else (("needs_load=True" in want[1]), ("worker=None" in want[1])),
+                  bool(active)))
+    assert asked < 0.8 * total
+    assert {(k, a) for k, a in seen if k == (False, False)} == {((False, False), True), ((False, False), False)}
+    assert {k for k, _ in seen} == {"error", (False, False), (True, False), (True, True)}
+
+
+def test_choose_with_lazy_loads_equals_the_reference_on_random_cases() -> None:
+    """:func:`variants.infaas.selection.choose` given ``util`` (the loads' own utilization NaN) returns
+    what the reference getVariant returns over the loads, ties and NaN loads included."""
+    from variants.infaas.selection import Servable, choose
+    rng = random.Random(2539)
+    kinds = set()
+    for _ in range(4000):
+        infos = [VariantInfo(rng.choice(NAMES), rng.choice(["m", "k"]), rng.choice(HWS),
+                             rng.choice([10.0, 20.0, 50.0] + ([float("nan")] if rng.random() < 0.05 else [])),
+                             rng.choice([0.7, 0.8, 0.9]), rng.choice([4, 8]), rng.choice([0.0, 100.0, 110.0]),
+                             ((1, 5.0), (4, 10.0)) if rng.random() < 0.5 else ())
+                 for _ in range(rng.randint(0, 5))]
+        ids = [f"w{i}" for i in range(rng.randint(0, 6))]
+        utils = [0.0, 0.2, 0.2, 0.7] + ([float("nan")] if rng.random() < 0.1 else [])
+        loads = {w: WorkerLoad(w if rng.random() < 0.95 else "w0", rng.choice(HWS), rng.choice(utils)) for w in ids}
+        states = {(i.name, w): rng.choice(STATES) for i in infos for w in ids + ["gone"] if rng.random() < 0.3}
+        req = Request(rng.choice([None, "m"]), rng.choice([math.inf, 15.0, 60.0]), rng.choice([0.0, 0.75]),
+                      rng.choice([1, 4, 8]))
+        want = _outcome(lambda: reference_get_variant(req, infos, states, loads))
+        blank = {k: WorkerLoad(w.worker, w.hardware, math.nan) for k, w in loads.items()}
+        util = _Asked({k: w.utilization for k, w in loads.items()})
+        sv = Servable.of(req, [i for i in infos if meets(req, i)])
+        assert _outcome(lambda: choose(req, infos, sv, states, blank, util)) == want
+        assert _outcome(lambda: choose(req, infos, sv, states, loads)) == want
+        kinds.add(want[0] if want[0] == "error" else "needs_load=True" in want[1])
+    assert kinds == {"error", False, True}

@@ -1,7 +1,8 @@
 """getVariant's fast path in the replay (issue #39, replay speed) against the path it replaced:
 :meth:`sim.replay.infaas.ReplayInfaas._route_workers` (the ordered workers' loads summed inline) must
 give the workers and loads that the previous version below gives, float for float, at every
-arrival of a replay of the resnet family under INFaaS; and the state map the replay keeps per
+arrival of a replay of the resnet family under INFaaS (each load computed when getVariant asks for it, the
+route the one over every load computed first); and the state map the replay keeps per
 worker set (:meth:`dispatcher.modelless.Router.state_map`, until the model loop's next states) must
 be the one ``Router.route`` builds, with the same route. The previous version is kept verbatim."""
 from __future__ import annotations
@@ -85,11 +86,13 @@ def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPa
     seen: collections.Counter[str] = collections.Counter()
     last: list[object] = [None]
     fast_rw, fast_route = ReplayInfaas._route_workers, ml.Router.route
+    arrival: list[object] = []
 
     def route_workers(self: ReplayInfaas, now: float):  # type: ignore[no-untyped-def]
         want = reference_route_workers(self, now)            # prunes the calls as the fast path does
-        got, roster = fast_rw(self, now)
-        assert [(*w[:3], w[3].hex(), w[4]) for w in got] == [(*w[:3], w[3].hex(), w[4]) for w in want]
+        got, roster, util = fast_rw(self, now)
+        assert [(*w[:3], w[4]) for w in got] == [(*w[:3], w[4]) for w in want]
+        assert all(w[3] != w[3] for w in got)                # the loads come from util, when asked
         assert [type(w) for w in got] == [ml.RouteWorker] * len(want)
         assert roster.sig == tuple(itertools.chain.from_iterable((w.worker, w.loaded) for w in want))
         assert roster.hws == frozenset(ml.route_hardware(self.metas, want))
@@ -99,15 +102,28 @@ def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPa
         seen["loads"] = self._loading_n
         last[0] = roster
         seen["loaded"] += sum(1 for w in want if w.utilization > 0.0)
-        return got, roster
+        asked: list[str] = []
 
-    def route(self: ml.Router, request, workers, states=None, st=None):  # type: ignore[no-untyped-def]
+        def counted(wid: str) -> float:
+            asked.append(wid)
+            return util(wid)                                 # type: ignore[no-any-return]
+        arrival[:] = [want, util, asked]
+        return got, roster, counted
+
+    def route(self: ml.Router, request, workers, states=None, st=None, util=None):  # type: ignore[no-untyped-def]
         assert st is not None and st == self.state_map(workers, states)
         assert list(st) == list(self.state_map(workers, states))          # the same order, too
-        want = fast_route(self, request, workers, states)
-        assert fast_route(self, request, workers, states, st) == want
+        want_workers, fast_util, asked = arrival
+        want = fast_route(self, request, want_workers, states)          # every load computed first, as before
+        got = fast_route(self, request, workers, states, st, util)     # each load when getVariant asks for it
+        assert got == want
+        assert fast_route(self, request, want_workers, states, st) == want
+        # every worker's load, asked for now or later in this arrival, is the one computed before
+        assert [fast_util(w.worker).hex() for w in workers] == [w.utilization.hex() for w in want_workers]
+        seen["asked"] += len(set(asked))
+        seen["workers"] += len(workers)
         seen["inactive"] += sum(1 for s in st.values() if s is not ri.VariantState.ACTIVE)
-        return want
+        return got
 
     monkeypatch.setattr(ReplayInfaas, "_route_workers", route_workers)
     monkeypatch.setattr(ml.Router, "route", route)
@@ -116,6 +132,7 @@ def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPa
     assert seen["arrivals"] == len(wl.arrivals) and seen["loaded"] > 2 * len(wl.arrivals)
     assert seen["rosters"] > 3 and seen["loads"] > 0     # workers came, changed variant or loaded
     assert seen["inactive"] > len(wl.arrivals)            # the model loop's states reach the kept maps
+    assert seen["asked"] < 0.95 * seen["workers"]          # getVariant asked for fewer loads than workers
 
 
 def reference_match(self: VariantLoop, qs: list[QueryView], views: list[WorkerView], now: float) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from variants.infaas.state_machine import StateKey, VariantState
 
@@ -154,11 +154,25 @@ class Servable:
         return Servable(tuple(ok), {v.name: x for v, x in zip(ok, lat)}, totals, any(t != t for t, _ in totals))
 
 
+#: a worker's utilization by id, computed when a step ranks it (:func:`choose`'s ``util``)
+Utilization = Callable[[str], float]
+
+
 def choose(request: Request, variants: Sequence[VariantInfo], servable: Servable,
-           states: Mapping[StateKey, VariantState], loads: Mapping[str, Load]) -> Choice:
+           states: Mapping[StateKey, VariantState], loads: Mapping[str, Load],
+           util: Utilization | None = None) -> Choice:
     """:func:`get_variant` given the variants that meet ``request`` (``servable``): the least of
-    the same tuples, taken in one pass each instead of built into lists."""
+    the same tuples, taken in one pass each instead of built into lists.
+
+    ``util``: each worker's utilization by id, asked for only when a step ranks that worker (then
+    the loads' own ``utilization`` is not read; ``loads`` gives the workers and their hardware). Step
+    1 asks for the workers holding an Active instance of a servable variant, and only when there is
+    one; step 2 for every worker. A caller whose loads cost something to compute (each is a sum over
+    the worker's recent calls) computes only those; it should keep each one it computed, as a step
+    may ask twice."""
     ok, lat = servable.ok, servable.latency
+    if util is None:
+        util = _own(loads)
     # 1. Active instances: least-loaded worker, then fastest variant.
     best: tuple[float, float, str, str] | None = None
     active = VariantState.ACTIVE
@@ -168,17 +182,16 @@ def choose(request: Request, variants: Sequence[VariantInfo], servable: Servable
         ms = lat.get(key[0])
         if ms is None:
             continue
-        w = loads.get(key[1])
-        if w is None:
+        if key[1] not in loads:
             continue
-        t = (w.utilization, ms, key[0], key[1])
+        t = (util(key[1]), ms, key[0], key[1])
         if best is None or t < best:
             best = t
     if best is not None:
         return Choice(best[2], best[3], needs_load=False, expected_ms=best[1])
 
     # 2. Inactive: lowest loading + inference latency, then least-utilized worker of its hardware.
-    got = _least_inactive(servable, states, loads)
+    got = _least_inactive(servable, states, loads, util)
     if got is not None:
         total, util, vname, worker = got
         return Choice(vname, worker, needs_load=True, expected_ms=total)
@@ -202,8 +215,13 @@ def choose(request: Request, variants: Sequence[VariantInfo], servable: Servable
         closest=v.name)
 
 
+def _own(loads: Mapping[str, Load]) -> Utilization:
+    """The loads' own utilization by worker id."""
+    return lambda wid: loads[wid].utilization
+
+
 def _least_inactive(servable: Servable, states: Mapping[StateKey, VariantState],
-                    loads: Mapping[str, Load]) -> tuple[float, float, str, str] | None:
+                    loads: Mapping[str, Load], util: Utilization) -> tuple[float, float, str, str] | None:
     """The least (load + inference ms, utilization, variant, worker) over the variants' Inactive
     instances: each variant on each worker of its hardware that does not hold it. Workers are taken
     by (utilization, id), so each variant's first such worker is its least; a variant whose total
@@ -213,15 +231,16 @@ def _least_inactive(servable: Servable, states: Mapping[StateKey, VariantState],
     inactive = VariantState.INACTIVE
     best: tuple[float, float, str, str] | None = None
     totals = servable.totals
-    if servable.nan or any(w.utilization != w.utilization for w in loads.values()):
+    utils = [(util(wid), w) for wid, w in loads.items()]
+    if servable.nan or any(u != u for u, _ in utils):
         for total, v in totals:
-            for w in loads.values():
+            for u, w in utils:
                 if w.hardware == v.hardware and states.get((v.name, w.worker), inactive) is inactive:
-                    t = (total, w.utilization, v.name, w.worker)
+                    t = (total, u, v.name, w.worker)
                     if best is None or t < best:
                         best = t
         return best
-    ranked = sorted(((w.utilization, w.worker, w.hardware) for w in loads.values()))
+    ranked = sorted(((u, w.worker, w.hardware) for u, w in utils))
     for total, v in totals:
         if best is not None and total > best[0]:
             continue
