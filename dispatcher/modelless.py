@@ -134,6 +134,8 @@ class Router:
         self.hw_of = {v.name: v.hardware for v in self.variants}
         self._servable: dict[Request, Servable] = {}
         self._keys: dict[tuple[str, str], str] = {}
+        #: the last ``workers`` routed over (held: its id is not reused) and the dict of them by id
+        self._loads: tuple[Sequence[RouteWorker], dict[str, RouteWorker]] | None = None
 
     def servable(self, request: Request) -> Servable:
         """The variants that meet ``request`` (their names are unique: a variant, or ``name@hw`` of an ``any`` one)."""
@@ -174,7 +176,8 @@ class Router:
     def route(self, request: Request, workers: Sequence[RouteWorker],
               states: Mapping[StateKey, VariantState] | None = None,
               st: Mapping[StateKey, VariantState] | None = None, util: Utilization | None = None) -> Route:
-        """:func:`route` for one query over ``workers`` (each worker id once: the registry's keys);
+        """:func:`route` for one query over ``workers`` (each worker id once: the registry's keys; the
+        same list again, as the replay passes its kept one, must hold the same workers);
         ``st``: :meth:`state_map` of these workers and ``states``, when the caller kept it; ``util``:
         each worker's load by id, computed only for the workers getVariant ranks
         (:func:`variants.infaas.selection.choose`; the workers' ``utilization`` is then not read)
@@ -184,7 +187,12 @@ class Router:
             raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
         if st is None:
             st = self.state_map(workers, states)
-        loads = {w.worker: w for w in workers}
+        kept = self._loads
+        if kept is not None and kept[0] is workers:
+            loads = kept[1]
+        else:
+            loads = {w.worker: w for w in workers}
+            self._loads = (workers, loads)
         if util is None:
             util = _utilization(loads)
         hw_of = self.hw_of

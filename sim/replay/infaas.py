@@ -96,15 +96,16 @@ class _Roster:
     type)) in ``recs`` and by id in ``by_id``; ``variants`` each one's variant, in order; ``workers``
     their route workers, utilization NaN (given by :meth:`ReplayInfaas._route_workers`' load function);
     ``sig`` each one's id and loaded set in order; the hardware classes and their router; how many
-    host each variant; the state map over them (``st``) and the model loop round it is of."""
+    host each variant; the state map over them (``st``) and the model loop round it is of; the lane's
+    ``swaps`` when it was built."""
 
     __slots__ = ("live", "loading", "recs", "by_id", "variants", "workers", "sig", "hws", "router", "hosts", "st",
-                 "states_n")
+                 "states_n", "swaps")
 
     def __init__(self, live: list[LoopWorker], loading: int, recs: list[tuple[str, LoopWorker, str, str, str,
                  frozenset[str], tuple[str, str]]], sig: tuple[object, ...], hws: frozenset[str], router: ml.Router,
-                 hosts: collections.Counter[str]) -> None:
-        self.live, self.loading, self.recs, self.sig, self.hws = live, loading, recs, sig, hws
+                 hosts: collections.Counter[str], swaps: int) -> None:
+        self.live, self.loading, self.recs, self.sig, self.hws, self.swaps = live, loading, recs, sig, hws, swaps
         self.by_id = {r[0]: r for r in recs}
         self.variants = [r[2] for r in recs]
         self.workers = [ml.RouteWorker(r[0], r[3], r[4], math.nan, r[5]) for r in recs]
@@ -187,7 +188,7 @@ class ReplayInfaas:
         if router is None:         # the variants' metadata on these hardware classes, built once
             router = self._routers[hws] = ml.Router(self.metas, hws, self.grid)
         got = self._kept = _Roster(live, self._loading_n, recs, tuple(sig), hws, router,
-                                   collections.Counter(w.variant for w in live))
+                                   collections.Counter(w.variant for w in live), lane.swaps)
         return got
 
     def _route_workers(self, now: float) -> tuple[list[ml.RouteWorker], "_Roster", Callable[[str], float]]:
@@ -205,7 +206,9 @@ class ReplayInfaas:
         arrival, as before (the loads read none but the window's)."""
         lane = self.lane
         roster = self._roster()
-        if list(map(_VARIANT, roster.live)) != roster.variants:     # a worker hosts another variant now
+        # a worker hosts another variant now: the roster again. Each swap, plan or load (the lane's
+        # ``swaps``), also builds a new live list; only a late-bound lane changes variants without one
+        if (lane.late or lane.swaps != roster.swaps) and list(map(_VARIANT, roster.live)) != roster.variants:
             self._kept = None
             roster = self._roster()
         busy = lane.busy or {}
