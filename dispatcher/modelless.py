@@ -20,7 +20,8 @@ from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from variants.runtime.executor import ANY_HARDWARE
 from variants.naming import SEP, base_name, expand_name
-from variants.infaas.selection import Choice, NoVariant, Request, Servable, Utilization, VariantInfo, choose, meets
+from variants.infaas.selection import (Choice, NoVariant, Request, Servable, Utilization, VariantInfo, choose,
+                                      least_active, meets)
 from variants.infaas.state_machine import StateKey, VariantState
 
 #: INFaaS §5: offline jobs are paused while online utilization is at or above 40 %.
@@ -213,6 +214,15 @@ class Router:
             _, worker, name = best
             return Route(base_name(name), worker, False, lat[name])
 
+        got = least_active(sv, st, loads, util)     # getVariant's step 1 (choose's own)
+        if got is not None:
+            return Route(base_name(got[2]), got[3], False, got[1])
+        if workers and all(any(name in hw_of for name in w.loaded) for w in workers):
+            # every worker holds a variant: whichever step 2 picks, or none, the query queues on a
+            # loaded instance when there is one (below), so the loads step 2 ranks are not needed
+            fallback = queue_on_busy()
+            if fallback is not None:
+                return fallback
         try:
             c: Choice = choose(request, self.infos, sv, st, loads, util)
         except NoVariant as exc:

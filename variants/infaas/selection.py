@@ -174,26 +174,14 @@ def choose(request: Request, variants: Sequence[VariantInfo], servable: Servable
     if util is None:
         util = _own(loads)
     # 1. Active instances: least-loaded worker, then fastest variant.
-    best: tuple[float, float, str, str] | None = None
-    active = VariantState.ACTIVE
-    for key, st in states.items():
-        if st is not active:
-            continue
-        ms = lat.get(key[0])
-        if ms is None:
-            continue
-        if key[1] not in loads:
-            continue
-        t = (util(key[1]), ms, key[0], key[1])
-        if best is None or t < best:
-            best = t
+    best = least_active(servable, states, loads, util)
     if best is not None:
         return Choice(best[2], best[3], needs_load=False, expected_ms=best[1])
 
     # 2. Inactive: lowest loading + inference latency, then least-utilized worker of its hardware.
     got = _least_inactive(servable, states, loads, util)
     if got is not None:
-        total, util, vname, worker = got
+        total, _, vname, worker = got
         return Choice(vname, worker, needs_load=True, expected_ms=total)
 
     # 3. Nothing servable: name the closest variant.
@@ -213,6 +201,28 @@ def choose(request: Request, variants: Sequence[VariantInfo], servable: Servable
         f"no variant of {what} meets {_describe(request)}; closest: {v.name} "
         f"(latency {v.latency_at(request.batch):g} ms, accuracy {v.accuracy:g}, max batch {v.max_batch})",
         closest=v.name)
+
+
+def least_active(servable: Servable, states: Mapping[StateKey, VariantState], loads: Mapping[str, Load],
+                 util: Utilization) -> tuple[float, float, str, str] | None:
+    """getVariant's step 1 (:func:`choose`): the least (utilization, inference ms, variant, worker)
+    over the Active instances of the servable variants on ``loads``' workers; None when there is none
+    (then no utilization was asked for)."""
+    lat = servable.latency
+    best: tuple[float, float, str, str] | None = None
+    active = VariantState.ACTIVE
+    for key, st in states.items():
+        if st is not active:
+            continue
+        ms = lat.get(key[0])
+        if ms is None:
+            continue
+        if key[1] not in loads:
+            continue
+        t = (util(key[1]), ms, key[0], key[1])
+        if best is None or t < best:
+            best = t
+    return best
 
 
 def _own(loads: Mapping[str, Load]) -> Utilization:
