@@ -267,8 +267,9 @@ def busy_fraction(intervals: Iterable[tuple[float, float]], now: float, horizon_
         return 0.0
     lo = now - horizon_s
     busy = 0.0
-    for s, e in intervals:
-        busy += max(0.0, min(e, now) - max(s, lo))
+    for s, e in intervals:     # busy += max(0.0, min(e, now) - max(s, lo)), the builtins' picks written out
+        x = (now if now < e else e) - (lo if lo > s else s)
+        busy += x if x > 0.0 else 0.0
     return min(1.0, busy / (horizon_s * workers))
 
 

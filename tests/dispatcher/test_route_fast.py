@@ -279,3 +279,28 @@ def test_choose_with_lazy_loads_equals_the_reference_on_random_cases() -> None:
         assert _outcome(lambda: choose(req, infos, sv, states, loads)) == want
         kinds.add(want[0] if want[0] == "error" else "needs_load=True" in want[1])
     assert kinds == {"error", False, True}
+
+
+def reference_busy_fraction(intervals: Any, now: float, horizon_s: float, workers: int) -> float:
+    """``busy_fraction`` before its builtins were written out, verbatim."""
+    if workers <= 0 or horizon_s <= 0:
+        return 0.0
+    lo = now - horizon_s
+    busy = 0.0
+    for s, e in intervals:
+        busy += max(0.0, min(e, now) - max(s, lo))
+    return min(1.0, busy / (horizon_s * workers))
+
+
+def test_busy_fraction_equals_the_reference_bit_for_bit() -> None:
+    """On seeded intervals with ties at the window's edges, signed zeros, infinities and NaN."""
+    rng = random.Random(4039)
+    edge = [0.0, -0.0, 1.0, 2.0, 2.5, 3.0, math.inf, -math.inf, math.nan]
+    for _ in range(5000):
+        now = rng.choice([3.0, 2.0, 0.0, -0.0, 10.0])
+        h = rng.choice([2.0, 1.0, 0.0, 0.5])
+        ivs = [(rng.choice(edge + [rng.uniform(-1, 12)]), rng.choice(edge + [rng.uniform(-1, 12)]))
+               for _ in range(rng.randint(0, 8))]
+        n = rng.choice([1, 1, 2, 0])
+        want, got = reference_busy_fraction(ivs, now, h, n), ml.busy_fraction(ivs, now, h, n)
+        assert repr(got) == repr(want) and (got != got or math.copysign(1, got) == math.copysign(1, want))
