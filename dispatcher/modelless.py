@@ -135,8 +135,9 @@ class Router:
         self.hw_of = {v.name: v.hardware for v in self.variants}
         self._servable: dict[Request, Servable] = {}
         self._keys: dict[tuple[str, str], str] = {}
-        #: the last ``workers`` routed over (held: its id is not reused) and the dict of them by id
-        self._loads: tuple[Sequence[RouteWorker], dict[str, RouteWorker]] | None = None
+        #: the last ``workers`` routed over (held: its id is not reused), the dict of them by id and
+        #: whether each holds a variant (None until asked)
+        self._loads: list[object] | None = None
 
     def servable(self, request: Request) -> Servable:
         """The variants that meet ``request`` (their names are unique: a variant, or ``name@hw`` of an ``any`` one)."""
@@ -189,11 +190,9 @@ class Router:
         if st is None:
             st = self.state_map(workers, states)
         kept = self._loads
-        if kept is not None and kept[0] is workers:
-            loads = kept[1]
-        else:
-            loads = {w.worker: w for w in workers}
-            self._loads = (workers, loads)
+        if kept is None or kept[0] is not workers:
+            kept = self._loads = [workers, {w.worker: w for w in workers}, None]
+        loads: dict[str, RouteWorker] = kept[1]  # type: ignore[assignment]
         if util is None:
             util = _utilization(loads)
         hw_of = self.hw_of
@@ -217,7 +216,9 @@ class Router:
         got = least_active(sv, st, loads, util)     # getVariant's step 1 (choose's own)
         if got is not None:
             return Route(base_name(got[2]), got[3], False, got[1])
-        if workers and all(any(name in hw_of for name in w.loaded) for w in workers):
+        if kept[2] is None:                    # every worker holds a variant (kept with the list)
+            kept[2] = bool(workers) and all(any(name in hw_of for name in w.loaded) for w in workers)
+        if kept[2]:
             # every worker holds a variant: whichever step 2 picks, or none, the query queues on a
             # loaded instance when there is one (below), so the loads step 2 ranks are not needed
             fallback = queue_on_busy()

@@ -37,7 +37,7 @@ from config.profiles import ProfileTable
 from dispatcher import modelless as ml
 from dispatcher.window import DemandWindow
 from sim.replay.matching_round import LoopWorker
-from sim.replay.variant_lane import VariantLoop
+from sim.replay.variant_lane import BUSY_INTERVALS, VariantLoop
 from variants.runtime.executor import ANY_HARDWARE
 from variants.infaas.model_decision import (ModelDecision, ModelInputs, ModelLoopParams, ModelLoopState, VariantCandidate,
                                      WorkerSnapshot, above_floor, decide, profiled_ms)
@@ -93,20 +93,22 @@ _MODEL = operator.attrgetter("model")
 class _Roster:
     """The live workers as getVariant sees them, less their loads (:meth:`ReplayInfaas._roster`):
     per worker (id, the lane's worker, its variant, hardware class, type, loaded set, (variant,
-    type)) in ``recs`` and by id in ``by_id``; ``variants`` each one's variant, in order; ``workers``
+    type)) in ``recs``, its calls (the lane's ``busy`` deque) in ``calls``, and by id in ``by_id``
+    (the lane's worker, variant, type, (variant, type), calls); ``variants`` each one's variant, in order; ``workers``
     their route workers, utilization NaN (given by :meth:`ReplayInfaas._route_workers`' load function);
     ``sig`` each one's id and loaded set in order; the hardware classes and their router; how many
     host each variant; the state map over them (``st``) and the model loop round it is of; the lane's
     ``swaps`` when it was built."""
 
     __slots__ = ("live", "loading", "recs", "by_id", "variants", "workers", "sig", "hws", "router", "hosts", "st",
-                 "states_n", "swaps")
+                 "states_n", "swaps", "calls")
 
     def __init__(self, live: list[LoopWorker], loading: int, recs: list[tuple[str, LoopWorker, str, str, str,
                  frozenset[str], tuple[str, str]]], sig: tuple[object, ...], hws: frozenset[str], router: ml.Router,
-                 hosts: collections.Counter[str], swaps: int) -> None:
+                 hosts: collections.Counter[str], swaps: int, calls: list[collections.deque[tuple[float, float, float]]]) -> None:
         self.live, self.loading, self.recs, self.sig, self.hws, self.swaps = live, loading, recs, sig, hws, swaps
-        self.by_id = {r[0]: r for r in recs}
+        self.calls = calls
+        self.by_id = {r[0]: (r[1], r[2], r[4], r[6], dq) for r, dq in zip(recs, calls)}
         self.variants = [r[2] for r in recs]
         self.workers = [ml.RouteWorker(r[0], r[3], r[4], math.nan, r[5]) for r in recs]
         self.router, self.hosts = router, hosts
@@ -187,8 +189,10 @@ class ReplayInfaas:
         router = self._routers.get(hws)
         if router is None:         # the variants' metadata on these hardware classes, built once
             router = self._routers[hws] = ml.Router(self.metas, hws, self.grid)
+        busy = lane.busy if lane.busy is not None else {}    # each worker's deque made now (the lane's own)
+        calls = [busy.setdefault(r[0], collections.deque(maxlen=BUSY_INTERVALS)) for r in recs]
         got = self._kept = _Roster(live, self._loading_n, recs, tuple(sig), hws, router,
-                                   collections.Counter(w.variant for w in live), lane.swaps)
+                                   collections.Counter(w.variant for w in live), lane.swaps, calls)
         return got
 
     def _route_workers(self, now: float) -> tuple[list[ml.RouteWorker], "_Roster", Callable[[str], float]]:
@@ -211,9 +215,8 @@ class ReplayInfaas:
         if (lane.late or lane.swaps != roster.swaps) and list(map(_VARIANT, roster.live)) != roster.variants:
             self._kept = None
             roster = self._roster()
-        busy = lane.busy or {}
         lo = now - UTILIZATION_HORIZON_S
-        for dq in map(busy.get, roster.by_id):
+        for dq in roster.calls:
             if dq and dq[0][1] < lo:
                 while dq and dq[0][1] < lo:      # as the dispatcher prunes ``WorkerState.busy``
                     dq.popleft()
@@ -231,8 +234,7 @@ class ReplayInfaas:
             load = got.get(wid)
             if load is not None:
                 return load
-            _, w, variant, _, itype, _, skey = by_id[wid]
-            dq = busy.get(wid)
+            w, variant, itype, skey, dq = by_id[wid]
             share = 0.0
             if hosts is not None and variant:   # ml.waiting_share_ms for its one variant, once per (variant, type)
                 share = shares.get(skey)  # type: ignore[assignment]
@@ -250,8 +252,10 @@ class ReplayInfaas:
                     s, e, _ = first = dq[0]
                     x = (e if e < now else now) - (s if s > lo else lo)
                     tail = tails.get(wid)         # the later calls' durations, kept while they stay
-                    if tail is None or tail[0] is not first or tail[1] != n:
+                    if tail is None or tail[0] is not first or tail[1] > n:
                         tail = tails[wid] = (first, n, tuple(map(duration, islice(dq, 1, n))))
+                    elif tail[1] < n:                 # calls appended since, the first the same: theirs added
+                        tail = tails[wid] = (first, n, tail[2] + tuple(map(duration, islice(dq, tail[1], n))))
                     frac = left_sum(tail[2], x if x > 0.0 else 0.0) / h
                     ahead = 0.0 if w.query < 0 or 0.0 > (d := w.busy_until - now) else d
                     load = (frac if frac < 1.0 else 1.0) + (ahead + share / 1000.0) / h
