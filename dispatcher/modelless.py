@@ -135,6 +135,7 @@ class Router:
         self.hw_of = {v.name: v.hardware for v in self.variants}
         self._servable: dict[Request, Servable] = {}
         self._keys: dict[tuple[str, str], str] = {}
+        self._routes: dict[tuple[str, str, float], Route] = {}     # routes to loaded instances, made once
         #: the last ``workers`` routed over (held: its id is not reused), the dict of them by id and
         #: whether each holds a variant (None until asked)
         self._loads: list[object] | None = None
@@ -155,6 +156,16 @@ class Router:
             k = self._keys[(name, hardware)] = (expand_name(name, hardware) if self.hw_of[name] == ANY_HARDWARE
                                                 else name)
         return k
+
+    def _loaded_route(self, name: str, worker: str, ms: float) -> Route:
+        """``Route(base_name(name), worker, False, ms)``: a route to a loaded instance (a frozen value,
+        made once per distinct one; forgotten all at once past :data:`MAX_REQUESTS`)."""
+        got = self._routes.get((name, worker, ms))
+        if got is None:
+            if len(self._routes) >= self.MAX_REQUESTS:
+                self._routes.clear()
+            got = self._routes[(name, worker, ms)] = Route(base_name(name), worker, False, ms)
+        return got
 
     def state_map(self, workers: Sequence[RouteWorker],
                   states: Mapping[StateKey, VariantState] | None = None) -> dict[StateKey, VariantState]:
@@ -211,11 +222,11 @@ class Router:
             if best is None:
                 return None
             _, worker, name = best
-            return Route(base_name(name), worker, False, lat[name])
+            return self._loaded_route(name, worker, lat[name])
 
         got = least_active(sv, st, loads, util)     # getVariant's step 1 (choose's own)
         if got is not None:
-            return Route(base_name(got[2]), got[3], False, got[1])
+            return self._loaded_route(got[2], got[3], got[1])
         if kept[2] is None:                    # every worker holds a variant (kept with the list)
             kept[2] = bool(workers) and all(any(name in hw_of for name in w.loaded) for w in workers)
         if kept[2]:
