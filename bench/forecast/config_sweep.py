@@ -5,7 +5,7 @@ against one hindsight reference (it has no headroom nor holds, so it is replayed
 
     PYTHONPATH=. .venv/bin/python bench/forecast/config_sweep.py [--day gentle|steep|nasa] [--seed 1]
         [--boots 90/60] [--headrooms 0.1,0.05,0.03,0] [--holds 300/120,120/60,60/30] [--quantiles 0.9,0.95]
-        [--cells 0.05:60/30:0.9,...] [--reuse OLD.json] [--jobs 2] [--shuffled] [--json OUT.json]
+        [--batching work_conserving] [--cells 0.05:60/30:0.9,...] [--reuse OLD.json] [--jobs 2] [--shuffled] [--json OUT.json]
 
 ``gentle``: ``ahead_bench.py``'s day (peaks 0.75 h wide, boots 90/60 s); ``steep``: its ``--width 0.3`` day
 with 300 s boots; ``nasa``: ``real_traffic_bench.py``'s day 24 (Tuesday 25 July 1995) with ``--boots``.
@@ -78,9 +78,12 @@ def _day(args: argparse.Namespace, hist_dir: Path) -> tuple[Workload, float, dic
 def _cfg(args: argparse.Namespace, mode: str, headroom: float, scale_in: float, park: float, q: float) -> Config:
     boot = real_traffic_bench.boot_sets(args.boots)[0] if args.day == "nasa" else \
         ((300.0, 300.0) if args.day == "steep" else (90.0, 60.0))
-    return forecast_config(args.example, f"sweep-{args.day}-{headroom:g}-{scale_in:g}-{park:g}-{q:g}", mode,
-                           boot_gpu=boot[0], boot_cpu=boot[1], quantile=q, headroom=headroom, scale_in_s=scale_in,
-                           park_s=park)
+    cfg = forecast_config(args.example, f"sweep-{args.day}-{headroom:g}-{scale_in:g}-{park:g}-{q:g}", mode,
+                          boot_gpu=boot[0], boot_cpu=boot[1], quantile=q, headroom=headroom, scale_in_s=scale_in,
+                          park_s=park)
+    if args.batching is None:
+        return cfg
+    return cfg.model_copy(update={"dispatcher": cfg.dispatcher.model_copy(update={"batching": args.batching})})
 
 
 def _figures(run: Any) -> dict[str, Any]:
@@ -114,6 +117,8 @@ def main() -> int:
     ap.add_argument("--day", choices=("gentle", "steep", "nasa"), default="gentle")
     ap.add_argument("--example", default="replay-rm2.yaml", help="the example config under examples/")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--batching", choices=("none", "work_conserving"), default=None,
+                    help="dispatcher.batching for every run (default: the example's)")
     ap.add_argument("--boots", default="90/60", help="nasa only: GPU/CPU boot delays (s), one set")
     ap.add_argument("--headrooms", type=_floats, default=_floats("0.1,0.05,0.03,0"))
     ap.add_argument("--holds", type=_holds, default=_holds("300/120,120/60,60/30"))
