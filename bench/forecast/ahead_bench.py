@@ -6,7 +6,10 @@ no boot delay), all in one run; and the no-harm case: ``on`` over a history whos
 (each day's hours shuffled), which must stay within 1 % of reactive.
 
     PYTHONPATH=. .venv/bin/python bench/forecast/ahead_bench.py [--boot-gpu 90 --boot-cpu 60] [--peak 40]
-                                                              [--seed 1] [--out DIR]
+                                                              [--seed 1] [--out DIR] [--config replay-rm2.yaml]
+
+``--config``: the example under ``examples/`` replayed (default ``replay-rm2.yaml``; ``replay-rm2-ahead.yaml`` is the
+configuration that plans ahead), its ``forecast`` section set per run (mode, ``--quantile``, the boot delays).
 
 The generator: ``sim.patterns``' diurnal shape on a 24 h day, peaks at 08:00 and 11:00 (width
 0.75 h, the second 0.85 of the first above the trough), trough ``peak / 10``; the scored day is
@@ -28,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from config.profiles import load_profiles_csv  # noqa: E402
-from bench.forecast._config import add_margin_args, forecast_config, headroom_on, perfect_forecast, perfect_forecast_line  # noqa: E402
+from bench.forecast._config import ROOT, add_margin_args, forecast_config, headroom_on, perfect_forecast, perfect_forecast_line  # noqa: E402
 from config.schema import Config  # noqa: E402
 from daemon.commands.history import replay_history  # noqa: E402
 from scaler.planner.batch_mix import sample_batches  # noqa: E402
@@ -54,9 +57,13 @@ def day_rate(peak: float, width: float = WIDTH_H):  # type: ignore[no-untyped-de
     return rate_function(spec, DAY_S)
 
 
+#: the example config replayed by default (``--config``)
+EXAMPLE = "replay-rm2.yaml"
+
+
 def config(mode: str, boot_gpu: float, boot_cpu: float, quantile: float = 0.9, headroom: float | None = None,
-           scale_in_s: float | None = None, park_s: float | None = None) -> Config:
-    return forecast_config("replay-rm2.yaml", "ahead", mode, boot_gpu=boot_gpu, boot_cpu=boot_cpu, quantile=quantile,
+           scale_in_s: float | None = None, park_s: float | None = None, example: str = EXAMPLE) -> Config:
+    return forecast_config(example, "ahead", mode, boot_gpu=boot_gpu, boot_cpu=boot_cpu, quantile=quantile,
                            headroom=headroom, scale_in_s=scale_in_s, park_s=park_s)
 
 
@@ -109,6 +116,7 @@ def main() -> int:
     ap.add_argument("--boot-gpu", type=float, default=90.0)
     ap.add_argument("--boot-cpu", type=float, default=60.0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/ahead-bench"))
+    ap.add_argument("--config", default=EXAMPLE, help=f"the example under examples/ to replay (default {EXAMPLE})")
     add_margin_args(ap)
     ap.add_argument("--scale-in", type=float, default=None, help="intervals.scale_in_s for every run")
     ap.add_argument("--park", type=float, default=None, help="model_scaling.vm_park_s for every run")
@@ -116,6 +124,8 @@ def main() -> int:
     ap.add_argument("--park-on", type=float, default=None, help="model_scaling.vm_park_s for the runs planning ahead")
     ap.add_argument("--skip-shuffled", action="store_true")
     args = ap.parse_args()
+    if not (ROOT / "examples" / args.config).is_file():
+        ap.error(f"--config {args.config}: no such example under {ROOT / 'examples'}")
     args.out.mkdir(parents=True, exist_ok=True)
     profiles = load_profiles_csv(None)
     boot = {"gpu": args.boot_gpu, "inferentia": args.boot_gpu, "cpu": args.boot_cpu}
@@ -125,9 +135,9 @@ def main() -> int:
     shuf = args.out / "history-shuffled.csv"
     write_history(shuf, history_rows(args.peak, args.seed, True, args.width))
     off = config("off", args.boot_gpu, args.boot_cpu, headroom=args.headroom, scale_in_s=args.scale_in,
-                 park_s=args.park)
+                 park_s=args.park, example=args.config)
     wl = scored_workload(off, args.peak, args.seed, args.width)
-    print(f"rm2, two-peak day 06:00-12:00 (peak {args.peak:g} q/s, width {args.width:g} h, {wl.arrivals.size:,} queries), boot gpu "
+    print(f"{args.config}: rm2, two-peak day 06:00-12:00 (peak {args.peak:g} q/s, width {args.width:g} h, {wl.arrivals.size:,} queries), boot gpu "
           f"{args.boot_gpu:g} s / cpu {args.boot_cpu:g} s, 7 days of history", flush=True)
     rows: dict[str, dict] = {}  # type: ignore[type-arg]
     t0 = time.perf_counter()
@@ -136,7 +146,7 @@ def main() -> int:
     on = config("on", args.boot_gpu, args.boot_cpu, args.quantile,
                 headroom_on(args),
                 args.scale_in_on if args.scale_in_on is not None else args.scale_in,
-                args.park_on if args.park_on is not None else args.park)
+                args.park_on if args.park_on is not None else args.park, args.config)
     rows["ahead (on)"] = figures(replay(on, profiles, wl, dur, ReplaySpec(boot_s=boot, history=replay_history(str(hist), on))))
     if not args.skip_shuffled:
         rows["ahead (on), shuffled days"] = figures(replay(on, profiles, wl, dur, ReplaySpec(
