@@ -78,11 +78,12 @@ def scored_workload(cfg: Config, peak: float, seed: int, width: float = WIDTH_H)
     return Workload(arr, batches)
 
 
-def history_rows(peak: float, seed: int, shuffled: bool, width: float = WIDTH_H) -> list[tuple[int, float]]:
-    """(seconds before the trace's start, q/s) of every minute of the 7 days before it."""
+def history_rows(peak: float, seed: int, shuffled: bool, width: float = WIDTH_H,
+                 days: int = HISTORY_DAYS) -> list[tuple[int, float]]:
+    """(seconds before the trace's start, q/s) of every minute of the ``days`` (7) days before it."""
     rate = day_rate(peak, width)
     rows = []
-    for d in range(HISTORY_DAYS, 0, -1):        # the 24 h before the trace's start, d days back
+    for d in range(days, 0, -1):        # the 24 h before the trace's start, d days back
         rng = np.random.default_rng([seed + d, 41])
         ts = -d * DAY_S + np.arange(1440) * 60.0
         qps = rng.poisson(rate(np.mod(START_S + ts + 30.0, DAY_S)) * 60.0) / 60.0
