@@ -144,9 +144,8 @@ class Admission:
                                  min_accuracy=acc, batch=batch)
             names = p.variants_for(r.application, r.model)
             workers, util = self.lazy_route_workers()
-            hardware = frozenset(ml.route_hardware([p.variant_meta[n] for n in names], workers))
             try:
-                choice = p.router(names, hardware).route(req, workers, p.variant_states, util=util)  # type: ignore[arg-type]
+                choice = p.router(names, workers).route(req, workers, p.variant_states, util=util)  # type: ignore[arg-type]
             except ml.RouteError as exc:
                 return getattr(SC, exc.code, SC.INVALID_ARGUMENT), str(exc)
             variant = choice.variant

@@ -188,13 +188,15 @@ class VariantPlacement:
     #: (variants, hardware classes) sets whose getVariant router is kept (then forgotten all at once)
     MAX_ROUTERS = 256
 
-    def router(self, names: Sequence[str], hardware: frozenset[str]) -> ml.Router:
-        """getVariant over the variants ``names`` expanded to ``hardware`` (:func:`ml.route_hardware`),
-        its per-variant metadata built once and kept until the registry changes (:meth:`refresh_variants`
-        clears it with the grid it was built on): :func:`ml.route` without rebuilding it per query. A
-        router whose variants' metadata is no longer the registry's (replaced since) is rebuilt."""
+    def router(self, names: Sequence[str], workers: Sequence[ml.RouteWorker]) -> ml.Router:
+        """getVariant over the variants ``names`` expanded to the hardware classes of ``workers``
+        (:func:`ml.route_hardware`), its per-variant metadata built once and kept until the registry
+        changes (:meth:`refresh_variants` clears it with the grid it was built on): :func:`ml.route`
+        without rebuilding it per query. A router whose variants' metadata is no longer the
+        registry's (replaced since) is rebuilt."""
+        metas = [self.variant_meta[n] for n in names]
+        hardware = frozenset(ml.route_hardware(metas, workers))
         key = (tuple(names), hardware)
-        metas = [self.variant_meta[n] for n in key[0]]
         got = self.routers.get(key)
         if got is None or any(a is not b for a, b in zip(got.variants, metas)):
             if len(self.routers) >= self.MAX_ROUTERS:

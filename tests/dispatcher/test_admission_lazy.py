@@ -88,8 +88,7 @@ def test_admissions_lazy_loads_route_as_every_load_computed_first(tmp_path: Path
             acc = rng.choice([0.0, 0.95])
             batch = rng.choice([1, 4])
             req = Request(None, math.inf, acc, batch)
-            hw = frozenset(ml.route_hardware(metas, want))
-            router = d.placement.router(names, hw)
+            router = d.placement.router(names, want)
             try:
                 ref = ("ok", ml.route(req, metas, want, d.placement.grid, d.variant_states))
             except ml.RouteError as exc:

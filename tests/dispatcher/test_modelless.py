@@ -319,7 +319,7 @@ def test_admission_keeps_one_router_per_variant_set_until_the_registry_changes(t
         assert rebuilt is not router
         old = d.placement.variant_meta["other-fp32-cpu"]
         d.placement.variant_meta["other-fp32-cpu"] = dataclasses.replace(old, accuracy=0.5)
-        assert d.placement.router(names, frozenset({"cpu"})) is not rebuilt
+        assert d.placement.router(names, d.admission.route_workers()) is not rebuilt
         d.queries.queue.clear()
         for w in d.workers.values():
             await w.client.close()
