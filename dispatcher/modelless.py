@@ -136,9 +136,7 @@ class Router:
         self._servable: dict[Request, Servable] = {}
         self._keys: dict[tuple[str, str], str] = {}
         self._routes: dict[tuple[str, str, float], Route] = {}     # routes to loaded instances, made once
-        #: the last ``workers`` routed over (held: its id is not reused), the dict of them by id and
-        #: whether each holds a variant (None until asked)
-        self._loads: list[object] | None = None
+        self._seen: _Seen | None = None                                 # the last workers routed over
 
     def servable(self, request: Request) -> Servable:
         """The variants that meet ``request`` (their names are unique: a variant, or ``name@hw`` of an ``any`` one)."""
@@ -200,10 +198,10 @@ class Router:
             raise RouteError("NOT_FOUND", f"no variant of {what} is registered", None)
         if st is None:
             st = self.state_map(workers, states)
-        kept = self._loads
-        if kept is None or kept[0] is not workers:
-            kept = self._loads = [workers, {w.worker: w for w in workers}, None]
-        loads: dict[str, RouteWorker] = kept[1]  # type: ignore[assignment]
+        seen = self._seen
+        if seen is None or seen.workers is not workers:
+            seen = self._seen = _Seen(workers, {w.worker: w for w in workers})
+        loads = seen.by_id
         if util is None:
             util = _utilization(loads)
         hw_of = self.hw_of
@@ -227,9 +225,9 @@ class Router:
         got = least_active(sv, st, loads, util)     # getVariant's step 1 (choose's own)
         if got is not None:
             return self._loaded_route(got[2], got[3], got[1])
-        if kept[2] is None:                    # every worker holds a variant (kept with the list)
-            kept[2] = bool(workers) and all(any(name in hw_of for name in w.loaded) for w in workers)
-        if kept[2]:
+        if seen.all_hold is None:              # every worker holds a variant (kept with the list)
+            seen.all_hold = bool(workers) and all(any(name in hw_of for name in w.loaded) for w in workers)
+        if seen.all_hold:
             # every worker holds a variant: whichever step 2 picks, or none, the query queues on a
             # loaded instance when there is one (below), so the loads step 2 ranks are not needed
             fallback = queue_on_busy()
@@ -263,6 +261,17 @@ class Router:
                 if fallback is not None:
                     return fallback
         return Route(base_name(c.variant), c.worker, c.needs_load, c.expected_ms)
+
+
+@dataclass
+class _Seen:
+    """The last ``workers`` :meth:`Router.route` was given (held, so its id is not reused; a caller
+    passing the same list again has not changed it), them by id, and whether each holds a registered
+    variant (None until asked)."""
+
+    workers: Sequence[RouteWorker]
+    by_id: dict[str, RouteWorker]
+    all_hold: bool | None = None
 
 
 def _utilization(loads: Mapping[str, RouteWorker]) -> Utilization:

@@ -92,21 +92,20 @@ _MODEL = operator.attrgetter("model")
 
 class _Roster:
     """The live workers as getVariant sees them, less their loads (:meth:`ReplayInfaas._roster`):
-    per worker (id, the lane's worker, its variant, hardware class, type, loaded set, (variant,
-    type)) in ``recs``, its calls (the lane's ``busy`` deque) in ``calls``, and by id in ``by_id``
+    per worker, from ``recs`` (id, the lane's worker, its variant, hardware class, type, loaded set,
+    (variant, type)), its calls (the lane's ``busy`` deque) in ``calls``, and by id in ``by_id``
     (the lane's worker, variant, type, (variant, type), calls); ``variants`` each one's variant, in order; ``workers``
     their route workers, utilization NaN (given by :meth:`ReplayInfaas._route_workers`' load function);
-    ``sig`` each one's id and loaded set in order; the hardware classes and their router; how many
-    host each variant; the state map over them (``st``) and the model loop round it is of; the lane's
-    ``swaps`` when it was built."""
+    the hardware classes and their router; how many host each variant; the state map over them
+    (``st``) and the model loop round it is of; the lane's ``swaps`` when it was built."""
 
-    __slots__ = ("live", "loading", "recs", "by_id", "variants", "workers", "sig", "hws", "router", "hosts", "st",
+    __slots__ = ("live", "loading", "by_id", "variants", "workers", "hws", "router", "hosts", "st",
                  "states_n", "swaps", "calls")
 
     def __init__(self, live: list[LoopWorker], loading: int, recs: list[tuple[str, LoopWorker, str, str, str,
-                 frozenset[str], tuple[str, str]]], sig: tuple[object, ...], hws: frozenset[str], router: ml.Router,
+                 frozenset[str], tuple[str, str]]], hws: frozenset[str], router: ml.Router,
                  hosts: collections.Counter[str], swaps: int, calls: list[collections.deque[tuple[float, float, float]]]) -> None:
-        self.live, self.loading, self.recs, self.sig, self.hws, self.swaps = live, loading, recs, sig, hws, swaps
+        self.live, self.loading, self.hws, self.swaps = live, loading, hws, swaps
         self.calls = calls
         self.by_id = {r[0]: (r[1], r[2], r[4], r[6], dq) for r, dq in zip(recs, calls)}
         self.variants = [r[2] for r in recs]
@@ -176,7 +175,7 @@ class ReplayInfaas:
         got = self._kept
         if got is not None and got.live is live and got.loading == self._loading_n:
             return got
-        static, loading, recs, sig = self._static, self.loading, [], []
+        static, loading, recs = self._static, self.loading, []
         for w in live:
             hw_loaded = static.get((w.itype, w.variant))
             if hw_loaded is None:
@@ -184,14 +183,13 @@ class ReplayInfaas:
                                                             frozenset((w.variant,)) if w.variant else frozenset())
             loaded = hw_loaded[1] if w.wid not in loading else _NONE
             recs.append((w.wid, w, w.variant, hw_loaded[0], w.itype, loaded, (w.variant, w.itype)))
-            sig += (w.wid, loaded)
         hws = frozenset({r[3] for r in recs} or ml.route_hardware(self.metas, ()))
         router = self._routers.get(hws)
         if router is None:         # the variants' metadata on these hardware classes, built once
             router = self._routers[hws] = ml.Router(self.metas, hws, self.grid)
         busy = lane.busy if lane.busy is not None else {}    # each worker's deque made now (the lane's own)
         calls = [busy.setdefault(r[0], collections.deque(maxlen=BUSY_INTERVALS)) for r in recs]
-        got = self._kept = _Roster(live, self._loading_n, recs, tuple(sig), hws, router,
+        got = self._kept = _Roster(live, self._loading_n, recs, hws, router,
                                    collections.Counter(w.variant for w in live), lane.swaps, calls)
         return got
 

@@ -94,7 +94,7 @@ def test_the_replays_getvariant_is_the_previous_one(monkeypatch: pytest.MonkeyPa
         assert [(*w[:3], w[4]) for w in got] == [(*w[:3], w[4]) for w in want]
         assert all(w[3] != w[3] for w in got)                # the loads come from util, when asked
         assert [type(w) for w in got] == [ml.RouteWorker] * len(want)
-        assert roster.sig == tuple(itertools.chain.from_iterable((w.worker, w.loaded) for w in want))
+        assert [(w.worker, w.loaded) for w in roster.workers] == [(w.worker, w.loaded) for w in want]
         assert roster.hws == frozenset(ml.route_hardware(self.metas, want))
         assert roster.router is self._routers[roster.hws]
         seen["arrivals"] += 1
