@@ -185,21 +185,28 @@ def test_route_equals_the_reference_on_random_cases() -> None:
     assert seen == {"error", (False, False), (True, False), (True, True)}
 
 
+def _random_case(rng: random.Random) -> tuple[list[VariantInfo], dict[str, WorkerLoad], dict, Request]:
+    """A seeded getVariant case: variants (NaN latencies, empty grids), workers (NaN loads, a
+    mislabelled id), states (of workers that left too) and a request."""
+    infos = [VariantInfo(rng.choice(NAMES), rng.choice(["m", "k"]), rng.choice(HWS),
+                         rng.choice([10.0, 20.0, 50.0] + ([float("nan")] if rng.random() < 0.05 else [])),
+                         rng.choice([0.7, 0.8, 0.9]), rng.choice([4, 8]), rng.choice([0.0, 100.0, 110.0]),
+                         ((1, 5.0), (4, 10.0)) if rng.random() < 0.5 else ())
+             for _ in range(rng.randint(0, 5))]
+    ids = [f"w{i}" for i in range(rng.randint(0, 6))]
+    utils = [0.0, 0.2, 0.2, 0.7] + ([float("nan")] if rng.random() < 0.1 else [])
+    loads = {w: WorkerLoad(w if rng.random() < 0.95 else "w0", rng.choice(HWS), rng.choice(utils)) for w in ids}
+    states = {(i.name, w): rng.choice(STATES) for i in infos for w in ids + ["gone"] if rng.random() < 0.3}
+    req = Request(rng.choice([None, "m"]), rng.choice([math.inf, 15.0, 60.0]), rng.choice([0.0, 0.75]),
+                  rng.choice([1, 4, 8]))
+    return infos, loads, states, req
+
+
 def test_get_variant_equals_the_reference_on_random_cases() -> None:
     rng = random.Random(25)
     kinds = set()
     for _ in range(3000):
-        infos = [VariantInfo(rng.choice(NAMES), rng.choice(["m", "k"]), rng.choice(HWS),
-                             rng.choice([10.0, 20.0, 50.0] + ([float("nan")] if rng.random() < 0.05 else [])),
-                             rng.choice([0.7, 0.8, 0.9]), rng.choice([4, 8]), rng.choice([0.0, 100.0, 110.0]),
-                             ((1, 5.0), (4, 10.0)) if rng.random() < 0.5 else ())
-                 for _ in range(rng.randint(0, 5))]
-        ids = [f"w{i}" for i in range(rng.randint(0, 6))]
-        utils = [0.0, 0.2, 0.2, 0.7] + ([float("nan")] if rng.random() < 0.1 else [])
-        loads = {w: WorkerLoad(w if rng.random() < 0.95 else "w0", rng.choice(HWS), rng.choice(utils)) for w in ids}
-        states = {(i.name, w): rng.choice(STATES) for i in infos for w in ids + ["gone"] if rng.random() < 0.3}
-        req = Request(rng.choice([None, "m"]), rng.choice([math.inf, 15.0, 60.0]), rng.choice([0.0, 0.75]),
-                      rng.choice([1, 4, 8]))
+        infos, loads, states, req = _random_case(rng)
         want = _outcome(lambda: reference_get_variant(req, infos, states, loads))
         assert _outcome(lambda: get_variant(req, infos, states, loads)) == want
         kinds.add(want[0] if want[0] == "error" else "needs_load=True" in want[1])
@@ -260,17 +267,7 @@ def test_choose_with_lazy_loads_equals_the_reference_on_random_cases() -> None:
     rng = random.Random(2539)
     kinds = set()
     for _ in range(4000):
-        infos = [VariantInfo(rng.choice(NAMES), rng.choice(["m", "k"]), rng.choice(HWS),
-                             rng.choice([10.0, 20.0, 50.0] + ([float("nan")] if rng.random() < 0.05 else [])),
-                             rng.choice([0.7, 0.8, 0.9]), rng.choice([4, 8]), rng.choice([0.0, 100.0, 110.0]),
-                             ((1, 5.0), (4, 10.0)) if rng.random() < 0.5 else ())
-                 for _ in range(rng.randint(0, 5))]
-        ids = [f"w{i}" for i in range(rng.randint(0, 6))]
-        utils = [0.0, 0.2, 0.2, 0.7] + ([float("nan")] if rng.random() < 0.1 else [])
-        loads = {w: WorkerLoad(w if rng.random() < 0.95 else "w0", rng.choice(HWS), rng.choice(utils)) for w in ids}
-        states = {(i.name, w): rng.choice(STATES) for i in infos for w in ids + ["gone"] if rng.random() < 0.3}
-        req = Request(rng.choice([None, "m"]), rng.choice([math.inf, 15.0, 60.0]), rng.choice([0.0, 0.75]),
-                      rng.choice([1, 4, 8]))
+        infos, loads, states, req = _random_case(rng)
         want = _outcome(lambda: reference_get_variant(req, infos, states, loads))
         blank = {k: WorkerLoad(w.worker, w.hardware, math.nan) for k, w in loads.items()}
         util = _Asked({k: w.utilization for k, w in loads.items()})

@@ -13,16 +13,10 @@ from bench.forecast import ahead_bench as bench
 from config.profiles import load_profiles_csv
 from daemon.commands.history import replay_history
 from sim.replay.baselines import run_baseline
-from sim.replay.report import report
 from sim.replay.run import ReplaySpec, replay
+from tests.forecast.test_ahead_figures import DUR, _fig
 
-DUR = bench.HOURS * 3600.0
 EXAMPLE = "replay-rm2-ahead.yaml"
-
-
-def _fig(run) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    r = report(run)
-    return round(float(r["cost_usd"]), 4), round(100 * float(r["slo_attainment"]), 2)
 
 
 @pytest.mark.slow
